@@ -1,0 +1,5 @@
+import sys
+
+from gql_presence.cli import main
+
+sys.exit(main())

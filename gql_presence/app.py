@@ -1,0 +1,88 @@
+"""The aiohttp application: GraphQL at /graphql, the Redis connection, and the sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+from redis.asyncio import Redis
+from strawberry.aiohttp.views import GraphQLView
+
+from gql_presence.context import Context
+from gql_presence.errors import PresenceError
+from gql_presence.redis_server import start_embedded_redis
+from gql_presence.schema import build_schema, sessions_loader
+from gql_presence.settings import Settings
+from gql_presence.store import SWEEP_BATCH, PresenceStore
+
+log = logging.getLogger("gql_presence")
+
+SETTINGS = web.AppKey("settings", Settings)
+STORE = web.AppKey("store", PresenceStore)
+
+
+class PresenceView(GraphQLView[Context, None]):
+    async def get_context(
+        self, request: web.Request, response: web.Response | web.WebSocketResponse
+    ) -> Context:
+        store = request.app[STORE]
+        return Context(store=store, sessions=sessions_loader(store))
+
+
+def create_app(settings: Settings) -> web.Application:
+    app = web.Application()
+    app[SETTINGS] = settings
+    # Redis first (the embedded one when REDIS_URL is unset), then the sweeper that uses it.
+    app.cleanup_ctx.append(redis_store)
+    app.cleanup_ctx.append(sweeper)
+    # GraphQL over POST and GET, and GraphiQL for a browser, at one address.
+    app.router.add_route("*", "/graphql", PresenceView(schema=build_schema()))
+    return app
+
+
+async def redis_store(app: web.Application) -> AsyncIterator[None]:
+    settings = app[SETTINGS]
+    async with contextlib.AsyncExitStack() as stack:
+        url = settings.redis_url
+        if url is None:
+            server = start_embedded_redis(settings.data_dir)
+            stack.callback(server.stop)
+            url = server.url
+            log.info("embedded Redis at %s, data in %s", url, settings.data_dir)
+        client = Redis.from_url(
+            url, decode_responses=True, socket_connect_timeout=2, socket_timeout=5
+        )
+        stack.push_async_callback(client.aclose)
+        store = PresenceStore(client, settings)
+        await store.load_scripts()
+        app[STORE] = store
+        yield
+
+
+async def sweeper(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(
+        sweep_forever(app[STORE], app[SETTINGS].sweep_interval_ms / 1000), name="sweeper"
+    )
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def sweep_forever(store: PresenceStore, interval_s: float) -> None:
+    """Runs the bounded sweep every interval, and at once again while a batch came back full.
+
+    Every API process runs one; they need no coordination, as each sweep is one script."""
+    while True:
+        try:
+            result = await store.sweep()
+        except PresenceError as error:
+            log.warning("sweep skipped: %s", error.message)
+        else:
+            if max(result.offline, result.purged) >= SWEEP_BATCH:
+                await asyncio.sleep(0)
+                continue
+        await asyncio.sleep(interval_s)

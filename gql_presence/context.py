@@ -1,0 +1,16 @@
+"""What every resolver of one request can use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strawberry.dataloader import DataLoader
+
+from gql_presence.store import PresenceStore, Session
+
+
+@dataclass(frozen=True)
+class Context:
+    store: PresenceStore
+    # Made anew for each request, so that no request reads another's cached sessions.
+    sessions: DataLoader[str, tuple[Session, ...]]

@@ -1,0 +1,64 @@
+"""Every error a client sees carries an `extensions.code` of SEMANTICS.md.
+
+- Refusals of ours (PresenceError) keep their message and code.
+- Errors before execution (syntax, validation, a variable or literal of the wrong type) are
+  the caller's: BAD_USER_INPUT, with graphql-core's message, which says what was expected.
+- Anything else is unexpected: logged with its stack trace for operators, and shown to the
+  client only as INTERNAL, with no detail.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+from graphql import GraphQLError
+from strawberry.extensions import SchemaExtension
+from strawberry.types.execution import ExecutionContext
+
+from gql_presence.errors import ErrorCode, PresenceError
+
+log = logging.getLogger("gql_presence.errors")
+
+INTERNAL_MESSAGE = "Internal error: the operation failed on our side and was logged."
+
+
+def is_unexpected(error: GraphQLError) -> bool:
+    return error.path is not None and not isinstance(error.original_error, PresenceError)
+
+
+def with_code(error: GraphQLError) -> GraphQLError:
+    original = error.original_error
+    if isinstance(original, PresenceError):
+        code, message = original.code, original.message
+    elif error.path is None:
+        code, message = ErrorCode.BAD_USER_INPUT, error.message
+    else:
+        code, message = ErrorCode.INTERNAL, INTERNAL_MESSAGE
+    return GraphQLError(
+        message,
+        nodes=error.nodes,
+        source=error.source,
+        positions=error.positions,
+        path=error.path,
+        extensions={**(error.extensions or {}), "code": code.value},
+    )
+
+
+def log_unexpected(errors: list[GraphQLError], context: ExecutionContext | None) -> None:
+    operation = context.operation_name if context else None
+    for error in filter(is_unexpected, errors):
+        log.error(
+            "unexpected error in %s at %s",
+            operation or "an anonymous operation",
+            ".".join(map(str, error.path or ())),
+            exc_info=error.original_error or error,
+        )
+
+
+class ErrorCodes(SchemaExtension):
+    def on_operation(self) -> Iterator[None]:
+        yield
+        result = self.execution_context.result
+        if result is not None and getattr(result, "errors", None):
+            result.errors = [with_code(error) for error in result.errors]

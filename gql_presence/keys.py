@@ -1,0 +1,60 @@
+"""Every Redis key name of the service, and nothing else.
+
+All keys share one hash tag, so that every script call touches one Redis Cluster slot.
+A user id is always the last part of a key, so any id (even one with ':' or braces) is safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "gqlp:{0}:"
+
+    @property
+    def last_seen(self) -> str:
+        """ZSET member=user_id score=-(last activity, ms): newest first in rank order."""
+        return self.prefix + "lastseen"
+
+    @property
+    def online(self) -> str:
+        """ZSET member=user_id score=moment the user's newest live session expires, ms."""
+        return self.prefix + "online"
+
+    @property
+    def user_index(self) -> str:
+        """HASH user_id -> small integer: the user's bit in every day's activity bitmap."""
+        return self.prefix + "uidx"
+
+    @property
+    def next_index(self) -> str:
+        """STRING counter: the next never-used bit index."""
+        return self.prefix + "uidx:next"
+
+    @property
+    def free_indexes(self) -> str:
+        """LIST of bit indexes of purged users, handed out again before new ones."""
+        return self.prefix + "uidx:free"
+
+    @property
+    def scratch(self) -> str:
+        """Temporary key a script may use; every script deletes it before it returns."""
+        return self.prefix + "scratch"
+
+    def sessions(self, user_id: str) -> str:
+        """ZSET member=session_id score=last activity, ms."""
+        return self.prefix + "sess:" + user_id
+
+    def revoked(self, user_id: str) -> str:
+        """ZSET member=session_id score=moment the revocation ends, ms."""
+        return self.prefix + "revoked:" + user_id
+
+    def friends(self, user_id: str) -> str:
+        """SET of the user's friends' ids."""
+        return self.prefix + "friends:" + user_id
+
+    def day(self, label: str) -> str:
+        """Bitmap: bit i is set when the user with index i was active that day (YYYY-MM-DD)."""
+        return self.prefix + "day:" + label

@@ -1,0 +1,339 @@
+"""The GraphQL schema: types, and resolvers that call one store method each.
+
+Docstrings and descriptions here are what frontend developers read in GraphiQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Annotated, Any
+
+import strawberry
+from graphql import GraphQLError
+from strawberry.dataloader import DataLoader
+from strawberry.schema.config import StrawberryConfig
+
+from gql_presence import store
+from gql_presence.graphql_errors import ErrorCodes, log_unexpected
+from gql_presence.store import PresenceStore
+from gql_presence.context import Context
+
+ID = strawberry.ID
+
+
+def _serialize_datetime(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_datetime(value: object) -> datetime:
+    if not isinstance(value, str):
+        raise ValueError("DateTime must be an ISO 8601 string, e.g. 2026-11-21T09:30:00.250Z.")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise ValueError(
+            f"DateTime must be ISO 8601 with an offset, e.g. 2026-11-21T09:30:00.250Z; got {value!r}."
+        )
+    return parsed
+
+
+def _parse_date(value: object) -> date:
+    try:
+        return date.fromisoformat(str(value)) if isinstance(value, str) else _bad_date(value)
+    except ValueError:
+        return _bad_date(value)
+
+
+def _bad_date(value: object) -> date:
+    raise ValueError(f"Date must be ISO 8601, e.g. 2026-11-21; got {value!r}.")
+
+
+DateTimeScalar = strawberry.scalar(
+    name="DateTime",
+    description="A point in time, ISO 8601 with an offset, e.g. 2026-11-21T09:30:00.250Z.",
+    serialize=_serialize_datetime,
+    parse_value=_parse_datetime,
+)
+DateScalar = strawberry.scalar(
+    name="Date",
+    description="A calendar date, ISO 8601, e.g. 2026-11-21.",
+    serialize=date.isoformat,
+    parse_value=_parse_date,
+)
+
+
+@strawberry.type(description="One live session of a user (a device, a tab).")
+class Session:
+    session_id: ID = strawberry.field(description="The session's id; `default` when none was given.")
+    last_seen: datetime = strawberry.field(description="The session's last activity.")
+
+    @classmethod
+    def of(cls, session: store.Session) -> Session:
+        return cls(session_id=ID(session.session_id), last_seen=session.last_seen)
+
+
+@strawberry.type(description="A user's presence: online or not, when last seen, and where.")
+class UserPresence:
+    user_id: ID = strawberry.field(description="The user's id.")
+    online: bool = strawberry.field(description="Whether at least one of the user's sessions is live.")
+    last_seen: datetime | None = strawberry.field(
+        description="The last recorded activity; null when none is kept."
+    )
+    known_sessions: strawberry.Private[tuple[store.Session, ...] | None] = None
+
+    @strawberry.field(description="The live sessions, most recently active first.")
+    async def sessions(self, info: strawberry.Info[Context, None]) -> list[Session]:
+        found = self.known_sessions
+        if found is None:
+            found = await info.context.sessions.load(str(self.user_id))
+        return [Session.of(s) for s in found]
+
+    @classmethod
+    def of(cls, presence: store.Presence) -> UserPresence:
+        return cls(
+            user_id=ID(presence.user_id),
+            online=presence.online,
+            last_seen=presence.last_seen,
+            known_sessions=presence.sessions,
+        )
+
+
+@strawberry.type(description="Whether there are more users after this page, and where it ended.")
+class PageInfo:
+    has_next_page: bool = strawberry.field(description="Whether a next page has users.")
+    end_cursor: str | None = strawberry.field(
+        description="Pass as `after` to get the next page; null on an empty page."
+    )
+
+
+@strawberry.type(description="One page of a list of users, most recently active first.")
+class PresenceConnection:
+    total_count: int = strawberry.field(description="How many users match, over all pages.")
+    nodes: list[UserPresence] = strawberry.field(description="The users on this page, in order.")
+    page_info: PageInfo = strawberry.field(description="Where this page ended.")
+
+    @classmethod
+    def of(cls, page: store.Page) -> PresenceConnection:
+        return cls(
+            total_count=page.total_count,
+            nodes=[
+                UserPresence(user_id=ID(u.user_id), online=u.online, last_seen=u.last_seen)
+                for u in page.nodes
+            ],
+            page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
+        )
+
+
+@strawberry.type(description="What a kick ended.")
+class KickResult:
+    user_id: ID = strawberry.field(description="The user who was kicked.")
+    kicked_sessions: int = strawberry.field(description="How many live sessions were ended.")
+    online: bool = strawberry.field(
+        description="Whether the user is still online after the kick (another session still live)."
+    )
+
+
+@strawberry.type(description="The distinct users active on one day of the stats time zone.")
+class DailyActiveUsers:
+    date: date = strawberry.field(description="The day, in the stats time zone.")
+    active_users: int = strawberry.field(description="Distinct users with any activity that day.")
+
+
+@strawberry.type(description="Exact daily active users over seven days, and how they overlap.")
+class WeeklyStats:
+    start_date: date = strawberry.field(description="The first of the seven days (endDate minus 6).")
+    end_date: date = strawberry.field(description="The last of the seven days.")
+    days: list[DailyActiveUsers] = strawberry.field(description="Seven entries, oldest first.")
+    unique_users: int = strawberry.field(description="Users active on at least one of the seven days.")
+    active_every_day: int = strawberry.field(description="Users active on every one of the seven days.")
+    new_on_end_date: int = strawberry.field(
+        description="Users active on endDate who were not active on the day before it."
+    )
+
+    @classmethod
+    def of(cls, stats: store.WeeklyStats) -> WeeklyStats:
+        return cls(
+            start_date=stats.start_date,
+            end_date=stats.end_date,
+            days=[DailyActiveUsers(date=d.day, active_users=d.active_users) for d in stats.days],
+            unique_users=stats.unique_users,
+            active_every_day=stats.active_every_day,
+            new_on_end_date=stats.new_on_end_date,
+        )
+
+
+UserIdArg = Annotated[ID, strawberry.argument(description="The user's id: 1 to 128 characters, no control characters.")]
+FirstArg = Annotated[int, strawberry.argument(description="Page size, 0 to 1000.")]
+AfterArg = Annotated[
+    str | None,
+    strawberry.argument(description="The `endCursor` of the previous page; null for the first page."),
+]
+FriendIdsArg = Annotated[
+    list[ID], strawberry.argument(description="The friends' ids, at most 10,000; the user's own id is ignored.")
+]
+MutualArg = Annotated[
+    bool, strawberry.argument(description="Whether to change the friends' own sets as well, both directions.")
+]
+SessionIdArg = Annotated[
+    ID | None,
+    strawberry.argument(description="The session (device, tab); null means the session named `default`."),
+]
+
+
+def _store(info: strawberry.Info[Context, None]) -> PresenceStore:
+    return info.context.store
+
+
+@strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
+class Query:
+    @strawberry.field(description="Users with activity inside the presence window, most recently active first.")
+    async def online_users(
+        self, info: strawberry.Info[Context, None], first: FirstArg = 50, after: AfterArg = None
+    ) -> PresenceConnection:
+        return PresenceConnection.of(await _store(info).online_users(first, after))
+
+    @strawberry.field(description="The online users among userId's friends, most recently active first.")
+    async def online_friends(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        first: FirstArg = 50,
+        after: AfterArg = None,
+    ) -> PresenceConnection:
+        return PresenceConnection.of(await _store(info).online_friends(user_id, first, after))
+
+    @strawberry.field(
+        description="Users whose last activity lies in [from, to] (both inclusive), most recent first."
+    )
+    async def active_in_range(
+        self,
+        info: strawberry.Info[Context, None],
+        from_: Annotated[datetime, strawberry.argument(name="from", description="The earliest last activity to list.")],
+        to: Annotated[datetime, strawberry.argument(description="The latest last activity to list; not before `from`.")],
+        first: FirstArg = 50,
+        after: AfterArg = None,
+    ) -> PresenceConnection:
+        return PresenceConnection.of(await _store(info).active_in_range(from_, to, first, after))
+
+    @strawberry.field(
+        description="Daily unique active users over the 7 days that end on endDate (default: today in the stats time zone)."
+    )
+    async def weekly_stats(
+        self,
+        info: strawberry.Info[Context, None],
+        end_date: Annotated[
+            date | None,
+            strawberry.argument(description="The last of the seven days; null for today in the stats time zone."),
+        ] = None,
+    ) -> WeeklyStats:
+        return WeeklyStats.of(await _store(info).weekly_stats(end_date))
+
+    @strawberry.field(description="One user's presence.")
+    async def presence(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> UserPresence:
+        return UserPresence.of(await _store(info).presence(user_id))
+
+    @strawberry.field(description="The ids in userId's friend set, sorted.")
+    async def friends(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> list[ID]:
+        return [ID(f) for f in await _store(info).friends(user_id)]
+
+
+@strawberry.type(description="Reporting activity and managing sessions and friends (for backends).")
+class Mutation:
+    @strawberry.mutation(
+        description="Record activity of userId, for one session when sessionId is given. at backfills an earlier time."
+    )
+    async def touch(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        session_id: SessionIdArg = None,
+        at: Annotated[
+            datetime | None,
+            strawberry.argument(
+                description="When the activity happened, if not now: at most 5 seconds ahead, no further back than the retention."
+            ),
+        ] = None,
+    ) -> UserPresence:
+        return UserPresence.of(await _store(info).touch(user_id, session_id, at))
+
+    @strawberry.mutation(
+        description="Record activity of many users at once, in one atomic step. Returns how many were recorded."
+    )
+    async def touch_many(
+        self,
+        info: strawberry.Info[Context, None],
+        user_ids: Annotated[
+            list[ID],
+            strawberry.argument(
+                description="At most 10,000 ids; each is touched in its `default` session, which is skipped while revoked."
+            ),
+        ],
+    ) -> int:
+        return await _store(info).touch_many(user_ids)
+
+    @strawberry.mutation(description="End userId's presence: every session, or only sessionId.")
+    async def kick(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        session_id: Annotated[
+            ID | None,
+            strawberry.argument(description="The one session to end; null ends every live session."),
+        ] = None,
+    ) -> KickResult:
+        result = await _store(info).kick(user_id, session_id)
+        return KickResult(
+            user_id=ID(result.user_id), kicked_sessions=result.kicked_sessions, online=result.online
+        )
+
+    @strawberry.mutation(
+        description="Add friendIds to userId's friend set (and userId to theirs when mutual). Returns how many links were added."
+    )
+    async def add_friends(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        friend_ids: FriendIdsArg,
+        mutual: MutualArg = True,
+    ) -> int:
+        return await _store(info).add_friends(user_id, friend_ids, mutual)
+
+    @strawberry.mutation(
+        description="Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed."
+    )
+    async def remove_friends(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        friend_ids: FriendIdsArg,
+        mutual: MutualArg = True,
+    ) -> int:
+        return await _store(info).remove_friends(user_id, friend_ids, mutual)
+
+
+class PresenceSchema(strawberry.Schema):
+    def process_errors(
+        self, errors: list[GraphQLError], execution_context: Any = None
+    ) -> None:
+        # Refusals are answers, not faults: only unexpected errors are logged.
+        log_unexpected(errors, execution_context)
+
+
+def build_schema() -> PresenceSchema:
+    return PresenceSchema(
+        query=Query,
+        mutation=Mutation,
+        extensions=[ErrorCodes],
+        config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
+    )
+
+
+def sessions_loader(presence_store: PresenceStore) -> DataLoader[str, tuple[store.Session, ...]]:
+    """Reads the sessions of every user on a page in one script call."""
+
+    async def load(user_ids: list[str]) -> list[tuple[store.Session, ...]]:
+        return [p.sessions for p in await presence_store.presence_many(user_ids)]
+
+    return DataLoader(load_fn=load)

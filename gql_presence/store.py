@@ -1,0 +1,315 @@
+"""The presence store: each operation builds its keys, runs one Lua script, and returns
+plain dataclasses. It knows Redis and the rules of SEMANTICS.md, and nothing of GraphQL."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from typing import Any
+
+from redis import exceptions as redis_errors
+from redis.asyncio import Redis
+
+from gql_presence.cursor import decode_cursor, encode_cursor
+from gql_presence.errors import BadInput, PresenceError, SessionRevoked, StoreUnavailable
+from gql_presence.keys import Keys
+from gql_presence.scripts import Scripts
+from gql_presence.settings import Settings
+from gql_presence.timeline import days, days_around, from_ms, local_date, to_ms
+from gql_presence.validation import check_id, check_ids, check_page_size
+
+DEFAULT_SESSION = "default"
+MAX_FUTURE_MS = 5000
+# Users are forgotten (and their bit index reused) this long after the retention ends, so
+# that every day bitmap that could hold their bit has expired first (a day, plus DST slack).
+PURGE_SLACK_MS = 2 * 86_400_000
+SWEEP_BATCH = 1000
+
+# What a script's error reply means for the caller.
+_SCRIPT_REFUSALS: dict[str, tuple[type[PresenceError], str]] = {
+    "SESSION_REVOKED": (
+        SessionRevoked,
+        "This session was kicked and is revoked for now; touch with a new sessionId.",
+    ),
+    "AT_IN_FUTURE": (
+        BadInput,
+        f"at may lie at most {MAX_FUTURE_MS // 1000} seconds ahead of the server's clock.",
+    ),
+    "AT_BEFORE_RETENTION": (
+        BadInput,
+        "at lies further back than the retention (PRESENCE_RETENTION_DAYS) allows.",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Session:
+    session_id: str
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class Presence:
+    user_id: str
+    online: bool
+    last_seen: datetime | None
+    sessions: tuple[Session, ...]
+
+
+@dataclass(frozen=True)
+class ListedUser:
+    """A user on a page of a list; their sessions are read separately, when asked for."""
+
+    user_id: str
+    online: bool
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class Page:
+    total_count: int
+    nodes: tuple[ListedUser, ...]
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@dataclass(frozen=True)
+class KickResult:
+    user_id: str
+    kicked_sessions: int
+    online: bool
+
+
+@dataclass(frozen=True)
+class DailyActiveUsers:
+    day: date
+    active_users: int
+
+
+@dataclass(frozen=True)
+class WeeklyStats:
+    start_date: date
+    end_date: date
+    days: tuple[DailyActiveUsers, ...]
+    unique_users: int
+    active_every_day: int
+    new_on_end_date: int
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    offline: int
+    purged: int
+
+
+class PresenceStore:
+    def __init__(self, redis: Redis, settings: Settings, keys: Keys | None = None) -> None:
+        self._redis = redis
+        self._settings = settings
+        self._keys = keys or Keys()
+        self._scripts = Scripts.register(redis)
+        self._zone = settings.stats_zone
+
+    async def load_scripts(self) -> None:
+        """Loads every script into Redis now, so that a broken one fails the start-up."""
+        await self._guarded(self._scripts.load(self._redis))
+
+    async def touch(
+        self, user_id: str, session_id: str | None = None, at: datetime | None = None
+    ) -> Presence:
+        check_id(user_id, "userId")
+        session = DEFAULT_SESSION if session_id is None else check_id(session_id, "sessionId")
+        at_ms = None if at is None else to_ms(at)
+        estimate_ms = _local_now_ms() if at_ms is None else at_ms
+        labels, boundaries = days_around(estimate_ms, self._zone)
+        k = self._keys
+        reply = await self._run(
+            "touch",
+            [k.last_seen, k.online, k.sessions(user_id), k.revoked(user_id), k.user_index,
+             k.next_index, k.free_indexes, *map(k.day, labels)],
+            [user_id, session, "" if at_ms is None else at_ms, self._settings.window_ms,
+             self._settings.retention_ms, MAX_FUTURE_MS, *boundaries],
+        )
+        sessions = _sessions(reply[2:])
+        return Presence(user_id, bool(sessions), from_ms(int(reply[1])), sessions)
+
+    async def touch_many(self, user_ids: Sequence[str]) -> int:
+        users = check_ids(user_ids, "userIds")
+        if not users:
+            return 0
+        labels, boundaries = days_around(_local_now_ms(), self._zone)
+        k = self._keys
+        recorded = await self._run(
+            "touch_many",
+            [k.last_seen, k.online, k.user_index, k.next_index, k.free_indexes,
+             *map(k.day, labels), *map(k.sessions, users), *map(k.revoked, users)],
+            [self._settings.window_ms, self._settings.retention_ms, *boundaries,
+             DEFAULT_SESSION, *users],
+        )
+        return int(recorded)
+
+    async def kick(self, user_id: str, session_id: str | None = None) -> KickResult:
+        check_id(user_id, "userId")
+        if session_id is not None:
+            check_id(session_id, "sessionId")
+        k = self._keys
+        kicked, online = await self._run(
+            "kick",
+            [k.online, k.sessions(user_id), k.revoked(user_id)],
+            [user_id, session_id or "", self._settings.window_ms, self._settings.revoke_ms],
+        )
+        return KickResult(user_id, int(kicked), bool(online))
+
+    async def presence(self, user_id: str) -> Presence:
+        check_id(user_id, "userId")
+        (found,) = await self.presence_many([user_id])
+        return found
+
+    async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
+        """The presence of each user, in the order given, read at one moment."""
+        if not user_ids:
+            return []
+        k = self._keys
+        reply = await self._run(
+            "presence",
+            [k.last_seen, *map(k.sessions, user_ids)],
+            [self._settings.window_ms, self._settings.retention_ms, *user_ids],
+        )
+        found = []
+        for user_id, (last_seen_ms, live) in zip(user_ids, reply, strict=True):
+            sessions = _sessions(live)
+            last_seen = None if int(last_seen_ms) < 0 else from_ms(int(last_seen_ms))
+            found.append(Presence(user_id, bool(sessions), last_seen, sessions))
+        return found
+
+    async def online_users(self, first: int = 50, after: str | None = None) -> Page:
+        check_page_size(first)
+        k = self._keys
+        return await self._page(
+            "online_users", [k.last_seen, k.online], [self._settings.window_ms, first], after
+        )
+
+    async def online_friends(self, user_id: str, first: int = 50, after: str | None = None) -> Page:
+        check_id(user_id, "userId")
+        check_page_size(first)
+        k = self._keys
+        return await self._page(
+            "online_friends",
+            [k.friends(user_id), k.online, k.last_seen, k.scratch],
+            [first],
+            after,
+        )
+
+    async def active_in_range(
+        self, start: datetime, end: datetime, first: int = 50, after: str | None = None
+    ) -> Page:
+        check_page_size(first)
+        if start > end:
+            raise BadInput("from must not be later than to.")
+        k = self._keys
+        return await self._page(
+            "active_in_range",
+            [k.last_seen, k.online],
+            [to_ms(start), to_ms(end), self._settings.retention_ms, first],
+            after,
+        )
+
+    async def weekly_stats(self, end_date: date | None = None) -> WeeklyStats:
+        if end_date is None:
+            seconds, micros = await self._guarded(self._redis.time())
+            end_date = local_date(seconds * 1000 + micros // 1000, self._zone)
+        start_date = end_date - timedelta(days=6)
+        labels, boundaries = days(start_date, 7, self._zone)
+        k = self._keys
+        reply = [
+            int(n)
+            for n in await self._run(
+                "weekly_stats",
+                [*map(k.day, labels), k.scratch],
+                [self._settings.retention_ms, *boundaries],
+            )
+        ]
+        daily = tuple(
+            DailyActiveUsers(start_date + timedelta(days=i), reply[i]) for i in range(7)
+        )
+        return WeeklyStats(start_date, end_date, daily, reply[7], reply[8], reply[9])
+
+    async def friends(self, user_id: str) -> list[str]:
+        check_id(user_id, "userId")
+        members = await self._guarded(self._redis.smembers(self._keys.friends(user_id)))
+        return sorted(_text(m) for m in members)
+
+    async def add_friends(self, user_id: str, friend_ids: Sequence[str], mutual: bool = True) -> int:
+        return await self._change_friends("add_friends", user_id, friend_ids, mutual)
+
+    async def remove_friends(
+        self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
+    ) -> int:
+        return await self._change_friends("remove_friends", user_id, friend_ids, mutual)
+
+    async def sweep(self, batch: int = SWEEP_BATCH) -> SweepResult:
+        """Removes up to `batch` expired online entries and `batch` users past the retention."""
+        k = self._keys
+        offline, purged = await self._run(
+            "sweep",
+            [k.online, k.last_seen, k.user_index, k.free_indexes],
+            [batch, self._settings.retention_ms + PURGE_SLACK_MS],
+        )
+        return SweepResult(int(offline), int(purged))
+
+    async def _change_friends(
+        self, script: str, user_id: str, friend_ids: Sequence[str], mutual: bool
+    ) -> int:
+        check_id(user_id, "userId")
+        others = [f for f in check_ids(friend_ids, "friendIds") if f != user_id]
+        if not others:
+            return 0
+        k = self._keys
+        keys = [k.friends(user_id), *(map(k.friends, others) if mutual else ())]
+        return int(await self._run(script, keys, [user_id, int(mutual), *others]))
+
+    async def _page(self, script: str, keys: list[str], args: list[str | int], after: str | None) -> Page:
+        cursor = ("", "") if after is None else decode_cursor(after)
+        reply = await self._run(script, keys, [*args, *cursor])
+        nodes = tuple(
+            ListedUser(_text(reply[i]), bool(reply[i + 2]), from_ms(int(reply[i + 1])))
+            for i in range(2, len(reply), 3)
+        )
+        end_cursor = encode_cursor(-to_ms(nodes[-1].last_seen), nodes[-1].user_id) if nodes else None
+        return Page(int(reply[0]), nodes, bool(reply[1]), end_cursor)
+
+    async def _run(self, script: str, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self._guarded(self._scripts.run(script, keys, args))
+        except redis_errors.ResponseError as error:
+            for code, (refusal, message) in _SCRIPT_REFUSALS.items():
+                if code in str(error):
+                    raise refusal(message) from None
+            raise
+
+    @staticmethod
+    async def _guarded(call: Awaitable[Any]) -> Any:
+        try:
+            return await call
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as error:
+            raise StoreUnavailable(
+                "The presence store cannot be reached right now; try again shortly."
+            ) from error
+
+
+def _local_now_ms() -> int:
+    """This process's clock: only good for guessing which day the server's clock is in."""
+    return time.time_ns() // 1_000_000
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _sessions(flat: Sequence[Any]) -> tuple[Session, ...]:
+    """Live sessions from {id, ms, id, ms, ...}, most recently active first, ties by id."""
+    pairs = [(_text(flat[i]), int(float(flat[i + 1]))) for i in range(0, len(flat), 2)]
+    pairs.sort(key=lambda pair: (-pair[1], pair[0]))
+    return tuple(Session(session_id, from_ms(ms)) for session_id, ms in pairs)

@@ -1,0 +1,32 @@
+-- The user's bit index in the day bitmaps, handing out a free one to a user seen first.
+local function user_index(index_key, next_key, free_key, user_id)
+  local index = redis.call('HGET', index_key, user_id)
+  if not index then
+    index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
+    redis.call('HSET', index_key, user_id, index)
+  end
+  return index
+end
+
+-- Which of the consecutive days whose boundaries (ms) are given holds `t_ms`; nil if none.
+local function day_of(t_ms, boundaries)
+  for i = 1, #boundaries - 1 do
+    if t_ms >= boundaries[i] and t_ms < boundaries[i + 1] then return i end
+  end
+  return nil
+end
+
+-- Records activity of the session at t_ms (never moving a time backwards), and returns the
+-- session's newest time if the user has a live session afterwards, else nil.
+local function record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff_ms, window_ms)
+  if t_ms >= cutoff_ms then
+    redis.call('ZADD', sessions_key, 'GT', t_ms, session_id)
+  end
+  redis.call('ZREMRANGEBYSCORE', sessions_key, '-inf', '(' .. cutoff_ms)
+  local newest = redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2]
+  if not newest then return nil end
+  newest = tonumber(newest)
+  redis.call('PEXPIREAT', sessions_key, newest + window_ms)
+  redis.call('ZADD', online_key, newest + window_ms, user_id)
+  return newest
+end

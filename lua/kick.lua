@@ -1,0 +1,50 @@
+--[[
+  kick: end every live session of a user, or one session, and revoke the ended ids.
+
+  KEYS[1]  online    ZSET  member=user_id     score=newest live session's expiry, ms
+  KEYS[2]  sessions  ZSET  member=session_id  score=last activity, ms (this user's)
+  KEYS[3]  revoked   ZSET  member=session_id  score=end of revocation, ms (this user's)
+  ARGV[1]  user_id     string
+  ARGV[2]  session_id  string, or "" for every live session
+  ARGV[3]  window_ms   int ms
+  ARGV[4]  revoke_ms   int ms: how long a kicked session id is refused (0: not at all)
+  Returns  {kicked_sessions, online_after 0|1}
+  A named session is revoked even when it is no longer live, so that it cannot come back.
+]]
+--- @include "clock"
+local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
+local user_id, session_id = ARGV[1], ARGV[2]
+local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+
+local now = now_ms()
+local cutoff = now - window_ms
+local revoke = {}
+local kicked = 0
+
+if session_id == '' then
+  revoke = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf')
+  kicked = #revoke
+  redis.call('DEL', sessions_key)
+else
+  local last = redis.call('ZSCORE', sessions_key, session_id)
+  if last and tonumber(last) >= cutoff then kicked = 1 end
+  redis.call('ZREM', sessions_key, session_id)
+  revoke = {session_id}
+end
+
+local online_after = 0
+local newest = redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2]
+if newest and tonumber(newest) >= cutoff then
+  online_after = 1
+  redis.call('ZADD', online_key, tonumber(newest) + window_ms, user_id)
+else
+  redis.call('ZREM', online_key, user_id)
+end
+
+if revoke_ms > 0 and #revoke > 0 then
+  redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+  for i = 1, #revoke do redis.call('ZADD', revoked_key, now + revoke_ms, revoke[i]) end
+  local latest = tonumber(redis.call('ZRANGE', revoked_key, -1, -1, 'WITHSCORES')[2])
+  redis.call('PEXPIREAT', revoked_key, latest)
+end
+return {kicked, online_after}

@@ -1,0 +1,56 @@
+--[[
+  touch: record activity of one session of one user, at the server's time or a backfilled one.
+
+  KEYS[1]  last_seen     ZSET    member=user_id     score=-(last activity, ms)
+  KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms
+  KEYS[3]  sessions      ZSET    member=session_id  score=last activity, ms (this user's)
+  KEYS[4]  revoked       ZSET    member=session_id  score=end of revocation, ms (this user's)
+  KEYS[5]  user_index    HASH    user_id -> bit index in the day bitmaps
+  KEYS[6]  next_index    STRING  the next never-used bit index
+  KEYS[7]  free_indexes  LIST    bit indexes of purged users
+  KEYS[8..10]  days      bitmaps of three consecutive days, oldest first
+  ARGV[1]  user_id          string
+  ARGV[2]  session_id       string
+  ARGV[3]  at_ms            int ms, or "" for now
+  ARGV[4]  window_ms        int ms: a session is live while its last activity is this recent
+  ARGV[5]  retention_ms     int ms: how far back `at` may lie; how long a day bitmap is kept
+  ARGV[6]  max_future_ms    int ms: how far ahead of now `at` may lie
+  ARGV[7..10]  boundaries   int ms: the start of each of the three days, then the end of the last
+  Returns  {online_before 0|1, last_seen_ms, session_id, last_activity_ms, ...}: the live
+           sessions after the touch, in no particular order
+  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
+           (mirrored by the store's error mapping); nothing is written when one is returned
+]]
+--- @include "clock"
+--- @include "activity"
+local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local index_key, next_key, free_key = KEYS[5], KEYS[6], KEYS[7]
+local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
+
+local now = now_ms()
+local t_ms = at_ms or now
+if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
+if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
+local revoked_until = redis.call('ZSCORE', revoked_key, session_id)
+if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
+local day = day_of(t_ms, boundaries)
+if not day then return redis.error_reply('DAY_NOT_GIVEN') end
+
+local online_before = 0
+local expiry = redis.call('ZSCORE', online_key, user_id)
+if expiry and tonumber(expiry) >= now then online_before = 1 end
+
+local day_key = KEYS[7 + day]
+redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
+redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
+redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
+local cutoff = now - window_ms
+record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff, window_ms)
+redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+
+local reply = {online_before, -tonumber(redis.call('ZSCORE', last_seen_key, user_id))}
+local live = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf', 'WITHSCORES')
+for i = 1, #live do reply[#reply + 1] = live[i] end
+return reply
