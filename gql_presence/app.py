@@ -8,9 +8,9 @@ import logging
 from collections.abc import AsyncIterator
 
 from aiohttp import web
-from redis.asyncio import Redis
 from strawberry.aiohttp.views import GraphQLView
 
+from gql_presence.connection import redis_client
 from gql_presence.context import Context
 from gql_presence.errors import PresenceError
 from gql_presence.redis_server import start_embedded_redis
@@ -52,9 +52,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
             stack.callback(server.stop)
             url = server.url
             log.info("embedded Redis at %s, data in %s", url, settings.data_dir)
-        client = Redis.from_url(
-            url, decode_responses=True, socket_connect_timeout=2, socket_timeout=5
-        )
+        client = redis_client(url)
         stack.push_async_callback(client.aclose)
         store = PresenceStore(client, settings)
         await store.load_scripts()

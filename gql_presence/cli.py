@@ -9,6 +9,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from gql_presence.redis_server import RedisStartError
 from gql_presence.settings import Settings, SettingsError
 
 SCHEMA_FILE = Path("schema.graphql")
@@ -28,11 +29,21 @@ def serve(host: str, port: int) -> int:
         return 2
     from gql_presence.app import create_app  # noqa: PLC0415
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    web.run_app(
-        create_app(settings), host=host, port=port,
-        print=lambda _: print(f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql"),
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    try:
+        web.run_app(
+            create_app(settings),
+            host=host,
+            port=port,
+            print=lambda _: print(
+                f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql"
+            ),
+        )
+    except RedisStartError as error:
+        print(f"gql-presence: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -41,8 +52,11 @@ def export_schema(path: Path, check: bool) -> int:
     if check:
         current = path.read_text(encoding="utf-8") if path.exists() else ""
         if current != sdl:
-            print(f"gql-presence: {path} differs from the schema in the code; run "
-                  f"`gql-presence export-schema` to update it.", file=sys.stderr)
+            print(
+                f"gql-presence: {path} differs from the schema in the code; run "
+                f"`gql-presence export-schema` to update it.",
+                file=sys.stderr,
+            )
             return 1
         return 0
     path.write_text(sdl, encoding="utf-8")

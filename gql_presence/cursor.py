@@ -6,7 +6,7 @@ import base64
 import binascii
 import json
 
-from gql_presence.errors import BadInput
+from gql_presence.errors import BadInputError
 
 _BAD_CURSOR = "after must be an endCursor returned by this service (or null for the first page)."
 
@@ -21,7 +21,7 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         score, user_id = json.loads(raw)
     except (binascii.Error, UnicodeDecodeError, ValueError, TypeError) as error:
-        raise BadInput(_BAD_CURSOR) from error
+        raise BadInputError(_BAD_CURSOR) from error
     if type(score) is not int or not isinstance(user_id, str) or not user_id:
-        raise BadInput(_BAD_CURSOR)
+        raise BadInputError(_BAD_CURSOR)
     return score, user_id

@@ -5,10 +5,10 @@ Plain Python so that the store can raise them; the GraphQL layer turns them into
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ErrorCode(str, Enum):
+class ErrorCode(StrEnum):
     BAD_USER_INPUT = "BAD_USER_INPUT"
     SESSION_REVOKED = "SESSION_REVOKED"
     UNAUTHENTICATED = "UNAUTHENTICATED"
@@ -27,13 +27,13 @@ class PresenceError(Exception):
         self.message = message
 
 
-class BadInput(PresenceError):
+class BadInputError(PresenceError):
     code = ErrorCode.BAD_USER_INPUT
 
 
-class SessionRevoked(PresenceError):
+class SessionRevokedError(PresenceError):
     code = ErrorCode.SESSION_REVOKED
 
 
-class StoreUnavailable(PresenceError):
+class StoreUnavailableError(PresenceError):
     code = ErrorCode.UNAVAILABLE

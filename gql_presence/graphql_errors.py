@@ -60,5 +60,6 @@ class ErrorCodes(SchemaExtension):
     def on_operation(self) -> Iterator[None]:
         yield
         result = self.execution_context.result
-        if result is not None and getattr(result, "errors", None):
-            result.errors = [with_code(error) for error in result.errors]
+        errors = getattr(result, "errors", None)
+        if result is not None and errors:
+            result.errors = [with_code(error) for error in errors]

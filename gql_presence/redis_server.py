@@ -128,7 +128,9 @@ def _spawn(
     with log_path.open("ab") as log:
         return subprocess.Popen(
             [binary, *args],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
             start_new_session=True,  # Ctrl-C reaches us, and we stop the server in order
             preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
             pass_fds=tuple(pass_fds),
@@ -179,8 +181,6 @@ def start_embedded_redis(data_dir: Path) -> RedisServer:
     if len(str(socket_path)) > 100:  # unix socket paths are limited to about 107 bytes
         socket_path = Path(tempfile.mkdtemp(prefix="gqlp-")) / "redis.sock"
     try:
-        return start_redis_server(
-            unix_socket=socket_path, data_dir=data_dir, pass_fds=[lock_fd]
-        )
+        return start_redis_server(unix_socket=socket_path, data_dir=data_dir, pass_fds=[lock_fd])
     finally:
         os.close(lock_fd)  # the server holds its own copy of the locked descriptor

@@ -14,9 +14,9 @@ from strawberry.dataloader import DataLoader
 from strawberry.schema.config import StrawberryConfig
 
 from gql_presence import store
+from gql_presence.context import Context
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected
 from gql_presence.store import PresenceStore
-from gql_presence.context import Context
 
 ID = strawberry.ID
 
@@ -27,7 +27,7 @@ def _serialize_datetime(value: datetime) -> str:
 
 def _parse_datetime(value: object) -> datetime:
     if not isinstance(value, str):
-        raise ValueError("DateTime must be an ISO 8601 string, e.g. 2026-11-21T09:30:00.250Z.")
+        raise TypeError("DateTime must be an ISO 8601 string, e.g. 2026-11-21T09:30:00.250Z.")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
@@ -66,7 +66,9 @@ DateScalar = strawberry.scalar(
 
 @strawberry.type(description="One live session of a user (a device, a tab).")
 class Session:
-    session_id: ID = strawberry.field(description="The session's id; `default` when none was given.")
+    session_id: ID = strawberry.field(
+        description="The session's id; `default` when none was given."
+    )
     last_seen: datetime = strawberry.field(description="The session's last activity.")
 
     @classmethod
@@ -77,7 +79,9 @@ class Session:
 @strawberry.type(description="A user's presence: online or not, when last seen, and where.")
 class UserPresence:
     user_id: ID = strawberry.field(description="The user's id.")
-    online: bool = strawberry.field(description="Whether at least one of the user's sessions is live.")
+    online: bool = strawberry.field(
+        description="Whether at least one of the user's sessions is live."
+    )
     last_seen: datetime | None = strawberry.field(
         description="The last recorded activity; null when none is kept."
     )
@@ -143,11 +147,17 @@ class DailyActiveUsers:
 
 @strawberry.type(description="Exact daily active users over seven days, and how they overlap.")
 class WeeklyStats:
-    start_date: date = strawberry.field(description="The first of the seven days (endDate minus 6).")
+    start_date: date = strawberry.field(
+        description="The first of the seven days (endDate minus 6)."
+    )
     end_date: date = strawberry.field(description="The last of the seven days.")
     days: list[DailyActiveUsers] = strawberry.field(description="Seven entries, oldest first.")
-    unique_users: int = strawberry.field(description="Users active on at least one of the seven days.")
-    active_every_day: int = strawberry.field(description="Users active on every one of the seven days.")
+    unique_users: int = strawberry.field(
+        description="Users active on at least one of the seven days."
+    )
+    active_every_day: int = strawberry.field(
+        description="Users active on every one of the seven days."
+    )
     new_on_end_date: int = strawberry.field(
         description="Users active on endDate who were not active on the day before it."
     )
@@ -164,21 +174,34 @@ class WeeklyStats:
         )
 
 
-UserIdArg = Annotated[ID, strawberry.argument(description="The user's id: 1 to 128 characters, no control characters.")]
+UserIdArg = Annotated[
+    ID,
+    strawberry.argument(description="The user's id: 1 to 128 characters, no control characters."),
+]
 FirstArg = Annotated[int, strawberry.argument(description="Page size, 0 to 1000.")]
 AfterArg = Annotated[
     str | None,
-    strawberry.argument(description="The `endCursor` of the previous page; null for the first page."),
+    strawberry.argument(
+        description="The `endCursor` of the previous page; null for the first page."
+    ),
 ]
 FriendIdsArg = Annotated[
-    list[ID], strawberry.argument(description="The friends' ids, at most 10,000; the user's own id is ignored.")
+    list[ID],
+    strawberry.argument(
+        description="The friends' ids, at most 10,000; the user's own id is ignored."
+    ),
 ]
 MutualArg = Annotated[
-    bool, strawberry.argument(description="Whether to change the friends' own sets as well, both directions.")
+    bool,
+    strawberry.argument(
+        description="Whether to change the friends' own sets as well, both directions."
+    ),
 ]
 SessionIdArg = Annotated[
     ID | None,
-    strawberry.argument(description="The session (device, tab); null means the session named `default`."),
+    strawberry.argument(
+        description="The session (device, tab); null means the session named `default`."
+    ),
 ]
 
 
@@ -188,13 +211,17 @@ def _store(info: strawberry.Info[Context, None]) -> PresenceStore:
 
 @strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
 class Query:
-    @strawberry.field(description="Users with activity inside the presence window, most recently active first.")
+    @strawberry.field(
+        description="Users with activity inside the presence window, most recently active first."
+    )
     async def online_users(
         self, info: strawberry.Info[Context, None], first: FirstArg = 50, after: AfterArg = None
     ) -> PresenceConnection:
         return PresenceConnection.of(await _store(info).online_users(first, after))
 
-    @strawberry.field(description="The online users among userId's friends, most recently active first.")
+    @strawberry.field(
+        description="The online users among userId's friends, most recently active first."
+    )
     async def online_friends(
         self,
         info: strawberry.Info[Context, None],
@@ -210,8 +237,14 @@ class Query:
     async def active_in_range(
         self,
         info: strawberry.Info[Context, None],
-        from_: Annotated[datetime, strawberry.argument(name="from", description="The earliest last activity to list.")],
-        to: Annotated[datetime, strawberry.argument(description="The latest last activity to list; not before `from`.")],
+        from_: Annotated[
+            datetime,
+            strawberry.argument(name="from", description="The earliest last activity to list."),
+        ],
+        to: Annotated[
+            datetime,
+            strawberry.argument(description="The latest last activity to list; not before `from`."),
+        ],
         first: FirstArg = 50,
         after: AfterArg = None,
     ) -> PresenceConnection:
@@ -225,13 +258,17 @@ class Query:
         info: strawberry.Info[Context, None],
         end_date: Annotated[
             date | None,
-            strawberry.argument(description="The last of the seven days; null for today in the stats time zone."),
+            strawberry.argument(
+                description="The last of the seven days; null for today in the stats time zone."
+            ),
         ] = None,
     ) -> WeeklyStats:
         return WeeklyStats.of(await _store(info).weekly_stats(end_date))
 
     @strawberry.field(description="One user's presence.")
-    async def presence(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> UserPresence:
+    async def presence(
+        self, info: strawberry.Info[Context, None], user_id: UserIdArg
+    ) -> UserPresence:
         return UserPresence.of(await _store(info).presence(user_id))
 
     @strawberry.field(description="The ids in userId's friend set, sorted.")
@@ -280,7 +317,9 @@ class Mutation:
         user_id: UserIdArg,
         session_id: Annotated[
             ID | None,
-            strawberry.argument(description="The one session to end; null ends every live session."),
+            strawberry.argument(
+                description="The one session to end; null ends every live session."
+            ),
         ] = None,
     ) -> KickResult:
         result = await _store(info).kick(user_id, session_id)
@@ -314,9 +353,7 @@ class Mutation:
 
 
 class PresenceSchema(strawberry.Schema):
-    def process_errors(
-        self, errors: list[GraphQLError], execution_context: Any = None
-    ) -> None:
+    def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Refusals are answers, not faults: only unexpected errors are logged.
         log_unexpected(errors, execution_context)
 

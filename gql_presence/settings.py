@@ -55,7 +55,10 @@ class Settings:
                 f"(PRESENCE_WINDOW_SECONDS={window_ms / _MS_PER_SECOND:g})."
             )
         revoke_ms = _duration_ms(
-            env, "PRESENCE_REVOKE_SECONDS", window_ms / _MS_PER_SECOND, _MS_PER_SECOND,
+            env,
+            "PRESENCE_REVOKE_SECONDS",
+            window_ms / _MS_PER_SECOND,
+            _MS_PER_SECOND,
             allow_zero=True,
         )
         return cls(

@@ -13,7 +13,12 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from gql_presence.cursor import decode_cursor, encode_cursor
-from gql_presence.errors import BadInput, PresenceError, SessionRevoked, StoreUnavailable
+from gql_presence.errors import (
+    BadInputError,
+    PresenceError,
+    SessionRevokedError,
+    StoreUnavailableError,
+)
 from gql_presence.keys import Keys
 from gql_presence.scripts import Scripts
 from gql_presence.settings import Settings
@@ -30,15 +35,15 @@ SWEEP_BATCH = 1000
 # What a script's error reply means for the caller.
 _SCRIPT_REFUSALS: dict[str, tuple[type[PresenceError], str]] = {
     "SESSION_REVOKED": (
-        SessionRevoked,
+        SessionRevokedError,
         "This session was kicked and is revoked for now; touch with a new sessionId.",
     ),
     "AT_IN_FUTURE": (
-        BadInput,
+        BadInputError,
         f"at may lie at most {MAX_FUTURE_MS // 1000} seconds ahead of the server's clock.",
     ),
     "AT_BEFORE_RETENTION": (
-        BadInput,
+        BadInputError,
         "at lies further back than the retention (PRESENCE_RETENTION_DAYS) allows.",
     ),
 }
@@ -127,10 +132,25 @@ class PresenceStore:
         k = self._keys
         reply = await self._run(
             "touch",
-            [k.last_seen, k.online, k.sessions(user_id), k.revoked(user_id), k.user_index,
-             k.next_index, k.free_indexes, *map(k.day, labels)],
-            [user_id, session, "" if at_ms is None else at_ms, self._settings.window_ms,
-             self._settings.retention_ms, MAX_FUTURE_MS, *boundaries],
+            [
+                k.last_seen,
+                k.online,
+                k.sessions(user_id),
+                k.revoked(user_id),
+                k.user_index,
+                k.next_index,
+                k.free_indexes,
+                *map(k.day, labels),
+            ],
+            [
+                user_id,
+                session,
+                "" if at_ms is None else at_ms,
+                self._settings.window_ms,
+                self._settings.retention_ms,
+                MAX_FUTURE_MS,
+                *boundaries,
+            ],
         )
         sessions = _sessions(reply[2:])
         return Presence(user_id, bool(sessions), from_ms(int(reply[1])), sessions)
@@ -143,10 +163,23 @@ class PresenceStore:
         k = self._keys
         recorded = await self._run(
             "touch_many",
-            [k.last_seen, k.online, k.user_index, k.next_index, k.free_indexes,
-             *map(k.day, labels), *map(k.sessions, users), *map(k.revoked, users)],
-            [self._settings.window_ms, self._settings.retention_ms, *boundaries,
-             DEFAULT_SESSION, *users],
+            [
+                k.last_seen,
+                k.online,
+                k.user_index,
+                k.next_index,
+                k.free_indexes,
+                *map(k.day, labels),
+                *map(k.sessions, users),
+                *map(k.revoked, users),
+            ],
+            [
+                self._settings.window_ms,
+                self._settings.retention_ms,
+                *boundaries,
+                DEFAULT_SESSION,
+                *users,
+            ],
         )
         return int(recorded)
 
@@ -207,7 +240,7 @@ class PresenceStore:
     ) -> Page:
         check_page_size(first)
         if start > end:
-            raise BadInput("from must not be later than to.")
+            raise BadInputError("from must not be later than to.")
         k = self._keys
         return await self._page(
             "active_in_range",
@@ -231,9 +264,7 @@ class PresenceStore:
                 [self._settings.retention_ms, *boundaries],
             )
         ]
-        daily = tuple(
-            DailyActiveUsers(start_date + timedelta(days=i), reply[i]) for i in range(7)
-        )
+        daily = tuple(DailyActiveUsers(start_date + timedelta(days=i), reply[i]) for i in range(7))
         return WeeklyStats(start_date, end_date, daily, reply[7], reply[8], reply[9])
 
     async def friends(self, user_id: str) -> list[str]:
@@ -241,7 +272,9 @@ class PresenceStore:
         members = await self._guarded(self._redis.smembers(self._keys.friends(user_id)))
         return sorted(_text(m) for m in members)
 
-    async def add_friends(self, user_id: str, friend_ids: Sequence[str], mutual: bool = True) -> int:
+    async def add_friends(
+        self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
+    ) -> int:
         return await self._change_friends("add_friends", user_id, friend_ids, mutual)
 
     async def remove_friends(
@@ -270,14 +303,18 @@ class PresenceStore:
         keys = [k.friends(user_id), *(map(k.friends, others) if mutual else ())]
         return int(await self._run(script, keys, [user_id, int(mutual), *others]))
 
-    async def _page(self, script: str, keys: list[str], args: list[str | int], after: str | None) -> Page:
+    async def _page(
+        self, script: str, keys: list[str], args: list[str | int], after: str | None
+    ) -> Page:
         cursor = ("", "") if after is None else decode_cursor(after)
         reply = await self._run(script, keys, [*args, *cursor])
         nodes = tuple(
             ListedUser(_text(reply[i]), bool(reply[i + 2]), from_ms(int(reply[i + 1])))
             for i in range(2, len(reply), 3)
         )
-        end_cursor = encode_cursor(-to_ms(nodes[-1].last_seen), nodes[-1].user_id) if nodes else None
+        end_cursor = (
+            encode_cursor(-to_ms(nodes[-1].last_seen), nodes[-1].user_id) if nodes else None
+        )
         return Page(int(reply[0]), nodes, bool(reply[1]), end_cursor)
 
     async def _run(self, script: str, keys: list[str], args: list[str | int]) -> Any:
@@ -294,7 +331,7 @@ class PresenceStore:
         try:
             return await call
         except (redis_errors.ConnectionError, redis_errors.TimeoutError) as error:
-            raise StoreUnavailable(
+            raise StoreUnavailableError(
                 "The presence store cannot be reached right now; try again shortly."
             ) from error
 

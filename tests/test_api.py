@@ -1,0 +1,205 @@
+"""The whole service over HTTP, with real GraphQL documents, on a real Redis."""
+
+from __future__ import annotations
+
+import logging
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from gql_presence.store import PresenceStore
+from tests.conftest import graphql
+
+Client = TestClient[Any, Any]
+
+PRESENCE = "userId online lastSeen sessions { sessionId lastSeen }"
+PAGE = "totalCount nodes { userId online lastSeen sessions { sessionId } } pageInfo { hasNextPage endCursor }"
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat()
+
+
+def codes(body: dict[str, Any]) -> list[str]:
+    return [e["extensions"]["code"] for e in body.get("errors", [])]
+
+
+async def test_touch_and_read_presence(api: Client) -> None:
+    touched = await graphql(
+        api,
+        f"mutation($u: ID!, $s: ID) {{ touch(userId: $u, sessionId: $s) {{ {PRESENCE} }} }}",
+        u="alice",
+        s="phone",
+    )
+    presence = touched["data"]["touch"]
+    assert presence["online"] is True
+    assert [s["sessionId"] for s in presence["sessions"]] == ["phone"]
+    last_seen = presence["lastSeen"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", last_seen)
+    read = await graphql(api, f'{{ presence(userId: "alice") {{ {PRESENCE} }} }}')
+    assert read["data"]["presence"] == presence
+
+
+async def test_never_seen_user(api: Client) -> None:
+    body = await graphql(api, f'{{ presence(userId: "nobody") {{ {PRESENCE} }} }}')
+    assert body["data"]["presence"] == {
+        "userId": "nobody",
+        "online": False,
+        "lastSeen": None,
+        "sessions": [],
+    }
+
+
+async def test_backfill_with_an_offset_is_returned_in_utc(api: Client) -> None:
+    at = datetime.now(UTC) - timedelta(seconds=30)
+    with_offset = at.astimezone(ZoneInfo("Asia/Tokyo")).isoformat()
+    body = await graphql(
+        api, 'mutation($at: DateTime) { touch(userId: "a", at: $at) { lastSeen } }', at=with_offset
+    )
+    expected = at.replace(microsecond=at.microsecond // 1000 * 1000)
+    assert datetime.fromisoformat(body["data"]["touch"]["lastSeen"]) == expected
+
+
+async def test_lists_with_sessions_of_every_node(api: Client) -> None:
+    await graphql(api, 'mutation { a: touch(userId: "a", sessionId: "phone") { online } }')
+    await graphql(api, 'mutation { b: touch(userId: "b", sessionId: "tv") { online } }')
+    await graphql(api, 'mutation { addFriends(userId: "me", friendIds: ["a", "b", "c"]) }')
+    body = await graphql(
+        api,
+        f"""query($from: DateTime!, $to: DateTime!) {{
+          onlineUsers(first: 1) {{ {PAGE} }}
+          onlineFriends(userId: "me") {{ {PAGE} }}
+          activeInRange(from: $from, to: $to) {{ {PAGE} }}
+        }}""",
+        **{"from": iso(datetime.now(UTC) - timedelta(minutes=1)), "to": iso(datetime.now(UTC))},
+    )
+    data = body["data"]
+    assert data["onlineUsers"]["totalCount"] == 2
+    assert data["onlineUsers"]["pageInfo"]["hasNextPage"] is True
+    assert data["onlineUsers"]["nodes"] == [
+        {
+            "userId": "b",
+            "online": True,
+            "lastSeen": data["onlineUsers"]["nodes"][0]["lastSeen"],
+            "sessions": [{"sessionId": "tv"}],
+        }
+    ]
+    nodes = data["onlineFriends"]["nodes"]
+    assert [(n["userId"], n["sessions"]) for n in nodes] == [
+        ("b", [{"sessionId": "tv"}]),
+        ("a", [{"sessionId": "phone"}]),
+    ]
+    assert [n["userId"] for n in data["activeInRange"]["nodes"]] == ["b", "a"]
+    after = data["onlineUsers"]["pageInfo"]["endCursor"]
+    second = await graphql(
+        api,
+        f"query($after: String) {{ onlineUsers(first: 1, after: $after) {{ {PAGE} }} }}",
+        after=after,
+    )
+    assert [n["userId"] for n in second["data"]["onlineUsers"]["nodes"]] == ["a"]
+    assert second["data"]["onlineUsers"]["pageInfo"]["hasNextPage"] is False
+
+
+async def test_kick_touch_many_friends_and_weekly_stats(api: Client) -> None:
+    body = await graphql(api, 'mutation { touchMany(userIds: ["a", "b", "c", "a"]) }')
+    assert body["data"]["touchMany"] == 3
+    body = await graphql(api, 'mutation { kick(userId: "a") { userId kickedSessions online } }')
+    assert body["data"]["kick"] == {"userId": "a", "kickedSessions": 1, "online": False}
+    body = await graphql(
+        api,
+        'mutation { addFriends(userId: "a", friendIds: ["b", "c"], mutual: false) removeFriends(userId: "a", friendIds: ["c"]) }',
+    )
+    assert body["data"] == {"addFriends": 2, "removeFriends": 1}
+    body = await graphql(api, '{ a: friends(userId: "a") c: friends(userId: "c") }')
+    assert body["data"] == {"a": ["b"], "c": []}
+    body = await graphql(
+        api,
+        "{ weeklyStats { startDate endDate days { date activeUsers } uniqueUsers activeEveryDay newOnEndDate } }",
+    )
+    stats = body["data"]["weeklyStats"]
+    assert stats["endDate"] == datetime.now(UTC).date().isoformat()
+    assert [d["activeUsers"] for d in stats["days"]] == [0, 0, 0, 0, 0, 0, 3]
+    assert (stats["uniqueUsers"], stats["activeEveryDay"], stats["newOnEndDate"]) == (3, 0, 3)
+    body = await graphql(api, '{ weeklyStats(endDate: "2026-01-07") { startDate } }')
+    assert body["data"]["weeklyStats"]["startDate"] == "2026-01-01"
+
+
+@pytest.mark.parametrize(
+    ("document", "variables", "says"),
+    [
+        ('mutation { touch(userId: "") { online } }', {}, "1 to 128"),
+        ("mutation($u: ID!) { touch(userId: $u) { online } }", {"u": "x" * 129}, "1 to 128"),
+        ('mutation { touch(userId: "a", sessionId: "bad\\nid") { online } }', {}, "control"),
+        ('mutation { touch(userId: "a", at: "yesterday") { online } }', {}, "ISO 8601"),
+        ('mutation { touch(userId: "a", at: "2026-11-21T09:30:00") { online } }', {}, "offset"),
+        (
+            'mutation($at: DateTime) { touch(userId: "a", at: $at) { online } }',
+            {"at": "2026-11-21T09:30:00"},
+            "offset",
+        ),
+        ('mutation { touch(userId: "a", at: "2001-01-01T00:00:00Z") { online } }', {}, "retention"),
+        ('mutation { touch(userId: "a", at: "2999-01-01T00:00:00Z") { online } }', {}, "5 seconds"),
+        (
+            "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }",
+            {"ids": [str(i) for i in range(10_001)]},
+            "10,000",
+        ),
+        ('mutation { addFriends(userId: "a", friendIds: ["b", ""]) }', {}, "1 to 128"),
+        ("{ onlineUsers(first: 1001) { totalCount } }", {}, "0 and 1000"),
+        ("{ onlineUsers(first: -1) { totalCount } }", {}, "0 and 1000"),
+        ('{ onlineFriends(userId: "a", after: "forged") { totalCount } }', {}, "endCursor"),
+        (
+            '{ activeInRange(from: "2026-11-21T10:00:00Z", to: "2026-11-21T09:00:00Z") { totalCount } }',
+            {},
+            "from",
+        ),
+        ('{ weeklyStats(endDate: "21.11.2026") { uniqueUsers } }', {}, "ISO 8601"),
+        ("{ presence { online } }", {}, "userId"),
+        ("{ noSuchField }", {}, "noSuchField"),
+        ("{ presence(userId: ", {}, "Syntax Error"),
+    ],
+)
+async def test_bad_input_is_refused_with_a_helpful_message_and_changes_nothing(
+    api: Client, http_redis: Redis, document: str, variables: dict[str, Any], says: str
+) -> None:
+    body = await graphql(api, document, **variables)
+    assert codes(body) == ["BAD_USER_INPUT"]
+    assert says in body["errors"][0]["message"]
+    assert body.get("data") is None
+    assert await http_redis.dbsize() == 0
+
+
+async def test_revoked_session_is_refused_with_its_code(api: Client, http_redis: Redis) -> None:
+    await graphql(api, 'mutation { touch(userId: "a", sessionId: "s") { online } }')
+    await graphql(api, 'mutation { kick(userId: "a", sessionId: "s") { kickedSessions } }')
+    before = await http_redis.zrange("gqlp:{0}:lastseen", 0, -1, withscores=True)
+    body = await graphql(api, 'mutation { touch(userId: "a", sessionId: "s") { online } }')
+    assert codes(body) == ["SESSION_REVOKED"]
+    assert "new sessionId" in body["errors"][0]["message"]
+    assert await http_redis.zrange("gqlp:{0}:lastseen", 0, -1, withscores=True) == before
+
+
+async def test_unexpected_errors_are_masked_for_clients_and_logged(
+    api: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(self: PresenceStore, user_id: str) -> None:
+        raise RuntimeError("secret detail gqlp:{0}:lastseen")
+
+    monkeypatch.setattr(PresenceStore, "presence", broken)
+    with caplog.at_level(logging.ERROR, logger="gql_presence.errors"):
+        body = await graphql(api, '{ presence(userId: "a") { online } }')
+    assert codes(body) == ["INTERNAL"]
+    assert "secret" not in str(body)
+    assert "gqlp" not in str(body)
+    assert "secret detail" in caplog.text
+
+
+async def test_graphiql_is_served_to_browsers(api: Client) -> None:
+    response = await api.get("/graphql", headers={"Accept": "text/html"})
+    assert response.status == 200
+    assert "graphiql" in (await response.text()).lower()

@@ -1,0 +1,83 @@
+"""Faults survived without restarting the service: a flushed script cache, a restarted Redis,
+a Redis that is down for a while."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from gql_presence.app import create_app
+from gql_presence.connection import redis_client
+from gql_presence.redis_server import RedisServer, start_redis_server
+from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
+
+TOUCH = 'mutation { touch(userId: "alice", sessionId: "s") { online } }'
+READ = '{ presence(userId: "alice") { online lastSeen } onlineUsers { totalCount } }'
+
+
+@pytest.fixture
+def persistent_server(tmp_path: Path) -> Iterator[RedisServer]:
+    """A Redis of this test's own that keeps its data in an append-only file."""
+    server = start_redis_server(data_dir=tmp_path)
+    yield server
+    server.stop()
+
+
+async def service(aiohttp_client: ClientFactory, server: RedisServer) -> TestClient[Any, Any]:
+    return await aiohttp_client(
+        create_app(dataclasses.replace(TEST_SETTINGS, redis_url=server.url))
+    )
+
+
+async def test_script_flush_is_recovered_from(api: TestClient[Any, Any], http_redis: Redis) -> None:
+    assert (await graphql(api, TOUCH))["data"]["touch"]["online"] is True
+    await http_redis.script_flush()
+    assert (await graphql(api, TOUCH))["data"]["touch"]["online"] is True
+    assert (await graphql(api, READ))["data"]["onlineUsers"]["totalCount"] == 1
+
+
+async def test_redis_restart_is_recovered_from_with_nothing_lost(
+    aiohttp_client: ClientFactory, persistent_server: RedisServer
+) -> None:
+    api = await service(aiohttp_client, persistent_server)
+    await graphql(api, TOUCH)
+    before = (await graphql(api, READ))["data"]
+    persistent_server.restart()
+    after = await graphql(api, READ)
+    assert after == {"data": before}
+    assert (await graphql(api, TOUCH))["data"]["touch"]["online"] is True
+
+
+async def test_redis_down_fails_fast_with_unavailable_then_recovers(
+    aiohttp_client: ClientFactory, persistent_server: RedisServer
+) -> None:
+    api = await service(aiohttp_client, persistent_server)
+    await graphql(api, TOUCH)
+    persistent_server.stop()
+    started = time.monotonic()
+    for document in (TOUCH, READ):
+        body = await graphql(api, document)
+        assert [e["extensions"]["code"] for e in body["errors"]] == ["UNAVAILABLE"]
+        assert "try again" in body["errors"][0]["message"]
+        assert "Connection" not in body["errors"][0]["message"]
+    assert time.monotonic() - started < 10
+    persistent_server.restart()
+    assert (await graphql(api, READ))["data"]["presence"]["online"] is True
+
+
+async def test_scripts_are_loaded_at_start_up(own_redis_server: RedisServer) -> None:
+    client = redis_client(own_redis_server.url)
+    from gql_presence.scripts import SCRIPT_NAMES, Scripts  # noqa: PLC0415
+
+    scripts = Scripts.register(client)
+    await scripts.load(client)
+    shas = [scripts.by_name[name].sha for name in SCRIPT_NAMES]
+    assert await client.script_exists(*shas) == [True] * len(shas)
+    await client.aclose()

@@ -1,0 +1,55 @@
+"""The schema keeps the contract, the committed SDL matches the code, and it documents itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from graphql import (
+    GraphQLInputObjectType,
+    GraphQLObjectType,
+    build_schema,
+    find_breaking_changes,
+)
+
+from gql_presence.cli import main, schema_sdl
+
+ROOT = Path(__file__).parent.parent
+CONTRACT = ROOT.parent / "shared" / "contract" / "schema.graphql"
+
+
+def test_committed_schema_matches_the_code() -> None:
+    assert (ROOT / "schema.graphql").read_text(encoding="utf-8") == schema_sdl(), (
+        "schema.graphql is stale: run `gql-presence export-schema`"
+    )
+
+
+def test_export_schema_check_fails_on_drift(tmp_path: Path) -> None:
+    target = tmp_path / "schema.graphql"
+    assert main(["export-schema", str(target)]) == 0
+    assert main(["export-schema", "--check", str(target)]) == 0
+    target.write_text(target.read_text() + "\ntype Drift { x: Int }\n")
+    assert main(["export-schema", "--check", str(target)]) == 1
+
+
+def test_schema_keeps_the_contract() -> None:
+    contract = build_schema(CONTRACT.read_text(encoding="utf-8"))
+    ours = build_schema(schema_sdl())
+    assert find_breaking_changes(contract, ours) == []
+
+
+def test_every_type_field_and_argument_is_described() -> None:
+    schema = build_schema(schema_sdl())
+    missing = []
+    for name, kind in schema.type_map.items():
+        if name.startswith("__") or name in {"String", "Int", "Float", "Boolean", "ID"}:
+            continue
+        if not kind.description:
+            missing.append(name)
+        if isinstance(kind, GraphQLObjectType | GraphQLInputObjectType):
+            for field_name, field in kind.fields.items():
+                if not field.description:
+                    missing.append(f"{name}.{field_name}")
+                for arg_name, arg in getattr(field, "args", {}).items():
+                    if not arg.description:
+                        missing.append(f"{name}.{field_name}({arg_name})")
+    assert missing == []

@@ -1,0 +1,64 @@
+"""Settings from the environment: defaults, and a bad value stops the start naming itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gql_presence.settings import Settings, SettingsError
+
+
+def test_defaults_are_those_of_the_contract() -> None:
+    settings = Settings.from_env({"HOME": "/home/x"})
+    assert settings.redis_url is None
+    assert settings.window_ms == 600_000
+    assert settings.retention_ms == 35 * 86_400_000
+    assert settings.revoke_ms == settings.window_ms
+    assert settings.stats_timezone == "UTC"
+
+
+def test_values_are_read() -> None:
+    settings = Settings.from_env(
+        {
+            "REDIS_URL": "redis://cache:6379/2",
+            "PRESENCE_WINDOW_SECONDS": "90",
+            "PRESENCE_RETENTION_DAYS": "7",
+            "PRESENCE_REVOKE_SECONDS": "0",
+            "PRESENCE_STATS_TIMEZONE": "Europe/Berlin",
+            "PRESENCE_DATA_DIR": "/srv/presence",
+        }
+    )
+    assert settings.redis_url == "redis://cache:6379/2"
+    assert (settings.window_ms, settings.retention_ms, settings.revoke_ms) == (
+        90_000,
+        7 * 86_400_000,
+        0,
+    )
+    assert settings.stats_timezone == "Europe/Berlin"
+    assert settings.data_dir == Path("/srv/presence")
+
+
+def test_revocation_follows_the_window_by_default() -> None:
+    assert Settings.from_env({"PRESENCE_WINDOW_SECONDS": "30"}).revoke_ms == 30_000
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("PRESENCE_WINDOW_SECONDS", "ten"),
+        ("PRESENCE_WINDOW_SECONDS", "0"),
+        ("PRESENCE_WINDOW_SECONDS", "-5"),
+        ("PRESENCE_WINDOW_SECONDS", "nan"),
+        ("PRESENCE_RETENTION_DAYS", "0"),
+        ("PRESENCE_RETENTION_DAYS", "0.000001"),
+        ("PRESENCE_REVOKE_SECONDS", "-1"),
+        ("PRESENCE_STATS_TIMEZONE", "Mars/Olympus"),
+        ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),
+        ("REDIS_URL", "localhost:6379"),
+        ("REDIS_URL", "http://example"),
+    ],
+)
+def test_a_bad_value_is_refused_naming_the_setting(name: str, value: str) -> None:
+    with pytest.raises(SettingsError, match=name):
+        Settings.from_env({name: value})

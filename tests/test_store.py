@@ -1,0 +1,470 @@
+"""The store against real Redis 6.2 and Valkey 9: each rule of SEMANTICS.md."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from redis.asyncio import Redis
+
+from gql_presence.errors import BadInputError, SessionRevokedError
+from gql_presence.keys import Keys
+from gql_presence.store import Page, PresenceStore
+from gql_presence.timeline import from_ms, to_ms
+from tests.conftest import StoreFactory
+
+KEYS = Keys()
+
+
+def ago(**delta: float) -> datetime:
+    return datetime.now(UTC) - timedelta(**delta)
+
+
+async def all_pages(read: object, first: int) -> list[str]:
+    """Follows endCursor until hasNextPage is false; returns the user ids in order."""
+    seen: list[str] = []
+    after = None
+    while True:
+        page: Page = await read(first=first, after=after)  # type: ignore[operator]
+        seen += [n.user_id for n in page.nodes]
+        if not page.has_next_page:
+            return seen
+        after = page.end_cursor
+
+
+# --- touch and presence -----------------------------------------------------------------
+
+
+async def test_unknown_user_is_offline_with_nothing_kept(store: PresenceStore) -> None:
+    presence = await store.presence("nobody")
+    assert (presence.online, presence.last_seen, presence.sessions) == (False, None, ())
+
+
+async def test_touch_makes_a_user_online_in_the_default_session(store: PresenceStore) -> None:
+    before = datetime.now(UTC)
+    touched = await store.touch("alice")
+    assert touched.online
+    assert touched.last_seen is not None
+    assert (
+        before - timedelta(seconds=1)
+        <= touched.last_seen
+        <= datetime.now(UTC) + timedelta(seconds=1)
+    )
+    assert [s.session_id for s in touched.sessions] == ["default"]
+    assert await store.presence("alice") == touched
+
+
+async def test_sessions_are_listed_most_recent_first(store: PresenceStore) -> None:
+    await store.touch("alice", "laptop", at=ago(seconds=30))
+    await store.touch("alice", "phone", at=ago(seconds=10))
+    await store.touch("alice", "tablet", at=ago(seconds=20))
+    presence = await store.presence("alice")
+    assert [s.session_id for s in presence.sessions] == ["phone", "tablet", "laptop"]
+    assert presence.last_seen == presence.sessions[0].last_seen
+
+
+async def test_times_are_kept_to_the_millisecond(store: PresenceStore) -> None:
+    at = datetime(2000, 1, 1, tzinfo=UTC) + (ago(seconds=5) - datetime(2000, 1, 1, tzinfo=UTC))
+    at = at.replace(microsecond=at.microsecond // 1000 * 1000 + 999)
+    touched = await store.touch("alice", at=at)
+    assert touched.last_seen == at.replace(microsecond=at.microsecond // 1000 * 1000)
+
+
+async def test_backfill_never_moves_times_backwards(store: PresenceStore) -> None:
+    recent = await store.touch("alice", "phone", at=ago(seconds=5))
+    older = await store.touch("alice", "phone", at=ago(seconds=40))
+    assert older.last_seen == recent.last_seen
+    assert older.sessions == recent.sessions
+
+
+async def test_backfill_older_than_the_window_records_history_but_not_presence(
+    store: PresenceStore,
+) -> None:
+    at = ago(hours=3)
+    touched = await store.touch("alice", at=at)
+    assert not touched.online
+    assert touched.last_seen == from_ms(to_ms(at))
+    assert (await store.online_users()).total_count == 0
+
+
+async def test_at_bounds_are_refused_and_nothing_is_written(
+    store: PresenceStore, redis: Redis
+) -> None:
+    with pytest.raises(BadInputError, match="5 seconds"):
+        await store.touch("alice", at=datetime.now(UTC) + timedelta(seconds=30))
+    with pytest.raises(BadInputError, match="retention"):
+        await store.touch("alice", at=ago(days=36))
+    assert await redis.dbsize() == 0
+
+
+async def test_at_a_few_seconds_ahead_is_accepted_as_clock_skew(store: PresenceStore) -> None:
+    at = datetime.now(UTC) + timedelta(seconds=3)
+    assert (await store.touch("alice", at=at)).last_seen == from_ms(to_ms(at))
+
+
+@pytest.mark.parametrize("bad", ["", "x" * 129, "tab\there", "new\nline", "nul\x00", "del\x7f"])
+async def test_bad_ids_are_refused_and_nothing_is_written(
+    store: PresenceStore, redis: Redis, bad: str
+) -> None:
+    with pytest.raises(BadInputError, match="userId"):
+        await store.touch(bad)
+    with pytest.raises(BadInputError, match="sessionId"):
+        await store.touch("alice", bad)
+    with pytest.raises(BadInputError, match="userIds"):
+        await store.touch_many(["ok", bad])
+    with pytest.raises(BadInputError, match="friendIds"):
+        await store.add_friends("alice", ["ok", bad])
+    assert await redis.dbsize() == 0
+
+
+async def test_ids_may_hold_any_printable_characters(store: PresenceStore) -> None:
+    odd = "{0}:é 用户 ☃ " + "x" * 110
+    await store.touch(odd, odd)
+    assert [n.user_id for n in (await store.online_users()).nodes] == [odd]
+    assert (await store.presence(odd)).sessions[0].session_id == odd
+
+
+# --- expiry -------------------------------------------------------------------------------
+
+
+async def test_a_session_expires_when_the_window_passes(store: PresenceStore) -> None:
+    # The window is 60 s: activity backfilled to 59.7 s ago expires 0.3 s from now.
+    await store.touch("alice", "old", at=ago(seconds=59.7))
+    await store.touch("bob", at=ago(seconds=59.7))
+    await store.touch("bob", "fresh")
+    assert (await store.presence("alice")).online
+    await asyncio.sleep(0.4)
+    alice = await store.presence("alice")
+    assert (alice.online, alice.sessions) == (False, ())
+    assert alice.last_seen is not None
+    bob = await store.presence("bob")
+    assert [s.session_id for s in bob.sessions] == ["fresh"]
+    online = await store.online_users()
+    assert (online.total_count, [n.user_id for n in online.nodes]) == (1, ["bob"])
+
+
+async def test_expired_users_are_offline_before_any_sweep(store: PresenceStore) -> None:
+    await store.touch("alice", "a", at=ago(seconds=59.7))
+    await store.touch("carol")
+    await store.add_friends("carol", ["alice"])
+    await asyncio.sleep(0.4)
+    assert (await store.online_users()).total_count == 1
+    assert (await store.online_friends("carol")).total_count == 0
+    in_range = await store.active_in_range(ago(minutes=5), datetime.now(UTC))
+    assert {n.user_id: n.online for n in in_range.nodes} == {"carol": True, "alice": False}
+
+
+# --- kick and revocation ------------------------------------------------------------------
+
+
+async def test_kick_ends_every_session_at_once(store: PresenceStore) -> None:
+    await store.touch("alice", "phone")
+    await store.touch("alice", "laptop")
+    result = await store.kick("alice")
+    assert (result.kicked_sessions, result.online) == (2, False)
+    presence = await store.presence("alice")
+    assert (presence.online, presence.sessions) == (False, ())
+    assert presence.last_seen is not None, "kick does not erase history"
+    assert (await store.online_users()).total_count == 0
+
+
+async def test_kick_of_one_session_keeps_the_others(store: PresenceStore) -> None:
+    await store.touch("alice", "laptop", at=ago(seconds=59.7))
+    phone = await store.touch("alice", "phone")
+    result = await store.kick("alice", "phone")
+    assert (result.kicked_sessions, result.online) == (1, True)
+    presence = await store.presence("alice")
+    assert [s.session_id for s in presence.sessions] == ["laptop"]
+    assert presence.last_seen == phone.last_seen, "lastSeen is history"
+    # The remaining session is old: the user goes offline when it expires, not when the
+    # kicked, newer one would have.
+    await asyncio.sleep(0.4)
+    assert not (await store.presence("alice")).online
+    assert (await store.online_users()).total_count == 0
+    assert (await store.online_users()).nodes == ()
+
+
+async def test_kicked_session_is_revoked_but_a_new_one_comes_online(
+    store: PresenceStore, redis: Redis
+) -> None:
+    await store.touch("alice", "phone")
+    await store.kick("alice")
+    before = await redis.zrange(KEYS.last_seen, 0, -1, withscores=True)
+    with pytest.raises(SessionRevokedError):
+        await store.touch("alice", "phone")
+    assert await redis.zrange(KEYS.last_seen, 0, -1, withscores=True) == before
+    assert not (await store.presence("alice")).online
+    assert (await store.touch("alice", "laptop")).online
+
+
+async def test_revocation_ends_after_its_period(make_store: StoreFactory) -> None:
+    store = make_store(revoke_ms=300)
+    await store.touch("alice", "phone")
+    await store.kick("alice", "phone")
+    with pytest.raises(SessionRevokedError):
+        await store.touch("alice", "phone")
+    await asyncio.sleep(0.4)
+    assert (await store.touch("alice", "phone")).online
+
+
+async def test_kick_all_revokes_the_default_session_for_touch_many(store: PresenceStore) -> None:
+    await store.touch_many(["alice", "bob"])
+    await store.kick("alice")
+    assert await store.touch_many(["alice", "bob", "carol"]) == 2
+    assert not (await store.presence("alice")).online
+
+
+async def test_kicking_what_is_not_live_succeeds_with_nothing_kicked(store: PresenceStore) -> None:
+    assert (await store.kick("nobody")).kicked_sessions == 0
+    await store.touch("alice", "phone")
+    result = await store.kick("alice", "laptop")
+    assert (result.kicked_sessions, result.online) == (0, True)
+
+
+# --- onlineUsers and paging ---------------------------------------------------------------
+
+
+async def test_online_users_are_ordered_newest_first_ties_by_id(store: PresenceStore) -> None:
+    await store.touch("old", at=ago(seconds=30))
+    await store.touch_many(["tie-b", "tie-a", "tie-c"])  # one moment for all three
+    await store.touch("older", at=ago(seconds=40))
+    page = await store.online_users()
+    assert [n.user_id for n in page.nodes] == ["tie-a", "tie-b", "tie-c", "old", "older"]
+    assert page.total_count == 5
+    assert all(n.online for n in page.nodes)
+
+
+async def test_paging_over_ties_lists_every_user_once_in_order(store: PresenceStore) -> None:
+    users = [f"u{i:03}" for i in range(120)]
+    await store.touch_many(users[:70])
+    await store.touch_many(users[70:])
+    whole = await store.online_users(first=1000)
+    assert whole.total_count == 120
+    expected = [n.user_id for n in whole.nodes]
+    assert sorted(expected) == users
+    for size in (1, 7, 50, 119, 120):
+        assert await all_pages(store.online_users, size) == expected
+
+
+async def test_a_page_of_zero_says_whether_there_is_more(store: PresenceStore) -> None:
+    empty = await store.online_users(first=0)
+    assert (empty.has_next_page, empty.end_cursor) == (False, None)
+    await store.touch("alice")
+    page = await store.online_users(first=0)
+    assert (page.total_count, page.nodes, page.has_next_page, page.end_cursor) == (
+        1,
+        (),
+        True,
+        None,
+    )
+
+
+async def test_paging_while_users_change_never_repeats_and_stays_in_order(
+    store: PresenceStore,
+) -> None:
+    for i in range(30):
+        await store.touch(f"u{i:02}", at=ago(seconds=50 - i))
+    first = await store.online_users(first=10)
+    listed = [n.user_id for n in first.nodes]
+    # Between pages: a listed user is touched again (moves to the front), an unlisted one is
+    # kicked, and a new one appears.
+    await store.touch(listed[3])
+    await store.kick("u05")
+    await store.touch("newcomer")
+    after = first.end_cursor
+    while after is not None:
+        page = await store.online_users(first=10, after=after)
+        nodes = [(n.last_seen, n.user_id) for n in page.nodes]
+        assert nodes == sorted(nodes, key=lambda n: (-to_ms(n[0]), n[1]))
+        listed += [n.user_id for n in page.nodes]
+        after = page.end_cursor if page.has_next_page else None
+    assert len(listed) == len(set(listed))
+    assert "u05" not in listed
+    assert set(listed) == {f"u{i:02}" for i in range(30)} - {"u05"}
+
+
+@pytest.mark.parametrize("bad", ["junk", "", "W10", "WyJ4IiwieSJd", "WzEsMl0"])
+async def test_foreign_cursors_are_refused(store: PresenceStore, bad: str) -> None:
+    with pytest.raises(BadInputError, match="endCursor"):
+        await store.online_users(after=bad)
+
+
+@pytest.mark.parametrize("first", [-1, 1001])
+async def test_page_size_is_bounded(store: PresenceStore, first: int) -> None:
+    with pytest.raises(BadInputError, match="0 and 1000"):
+        await store.online_users(first=first)
+
+
+# --- onlineFriends ------------------------------------------------------------------------
+
+
+async def test_online_friends_lists_only_online_friends(store: PresenceStore) -> None:
+    await store.add_friends("me", ["a", "b", "c", "d"])
+    await store.touch("a", at=ago(seconds=10))
+    await store.touch("b", at=ago(seconds=5))
+    await store.touch("c", at=ago(hours=2))  # seen, but not online
+    await store.touch("stranger")
+    page = await store.online_friends("me")
+    assert (page.total_count, [n.user_id for n in page.nodes]) == (2, ["b", "a"])
+    await store.kick("b")
+    assert [n.user_id for n in (await store.online_friends("me")).nodes] == ["a"]
+
+
+async def test_online_friends_pages_over_ties(store: PresenceStore) -> None:
+    friends = [f"f{i:02}" for i in range(25)]
+    await store.add_friends("me", friends)
+    await store.touch_many(friends)
+    assert await all_pages(lambda **kw: store.online_friends("me", **kw), 4) == friends
+
+
+async def test_online_friends_of_a_user_without_friends_is_empty(store: PresenceStore) -> None:
+    await store.touch("a")
+    page = await store.online_friends("loner")
+    assert (page.total_count, page.nodes, page.has_next_page) == (0, (), False)
+
+
+# --- activeInRange ------------------------------------------------------------------------
+
+
+async def test_active_in_range_includes_both_ends(store: PresenceStore) -> None:
+    start, end = ago(minutes=30), ago(minutes=10)
+    await store.touch("at-start", at=start)
+    await store.touch("at-end", at=end)
+    await store.touch("before", at=start - timedelta(milliseconds=1))
+    await store.touch("after", at=end + timedelta(milliseconds=1))
+    page = await store.active_in_range(start, end)
+    assert [n.user_id for n in page.nodes] == ["at-end", "at-start"]
+    assert page.total_count == 2
+
+
+async def test_a_user_active_again_after_the_range_is_not_in_it(store: PresenceStore) -> None:
+    await store.touch("alice", at=ago(minutes=20))
+    await store.touch("alice")
+    assert (await store.active_in_range(ago(minutes=30), ago(minutes=10))).total_count == 0
+
+
+async def test_active_in_range_pages(store: PresenceStore) -> None:
+    for i in range(23):
+        await store.touch(f"u{i:02}", at=ago(minutes=i + 1))
+    expected = [f"u{i:02}" for i in range(23)]
+    read = lambda **kw: store.active_in_range(ago(hours=1), datetime.now(UTC), **kw)  # noqa: E731
+    assert await all_pages(read, 5) == expected
+
+
+async def test_from_later_than_to_is_refused(store: PresenceStore) -> None:
+    with pytest.raises(BadInputError, match="from"):
+        await store.active_in_range(ago(minutes=1), ago(minutes=2))
+
+
+# --- friends ------------------------------------------------------------------------------
+
+
+async def test_friends_both_ways(store: PresenceStore) -> None:
+    assert await store.add_friends("a", ["b", "c", "a", "b"]) == 2
+    assert await store.friends("a") == ["b", "c"]
+    assert await store.friends("b") == ["a"]
+    assert await store.add_friends("a", ["c", "d"], mutual=False) == 1
+    assert await store.friends("d") == []
+    assert await store.remove_friends("a", ["b", "x"]) == 1
+    assert (await store.friends("a"), await store.friends("b")) == (["c", "d"], [])
+    assert await store.remove_friends("c", ["a"], mutual=False) == 1
+    assert await store.friends("a") == ["c", "d"]
+
+
+async def test_a_user_is_never_their_own_friend(store: PresenceStore) -> None:
+    assert await store.add_friends("a", ["a"]) == 0
+    assert await store.friends("a") == []
+
+
+async def test_ten_thousand_ids_per_call_and_no_more(store: PresenceStore, redis: Redis) -> None:
+    many = [f"f{i}" for i in range(10_000)]
+    assert await store.add_friends("a", many) == 10_000
+    assert await redis.scard(KEYS.friends("f9999")) == 1
+    assert await store.touch_many(many) == 10_000
+    with pytest.raises(BadInputError, match="10,000"):
+        await store.add_friends("b", [*many, "one-more"])
+    with pytest.raises(BadInputError, match="10,000"):
+        await store.touch_many([*many, "one-more"])
+    assert not await redis.exists(KEYS.friends("b"))
+
+
+# --- consistency under concurrency --------------------------------------------------------
+
+
+async def test_concurrent_touches_and_kicks_of_one_user_stay_consistent(
+    store: PresenceStore, redis: Redis
+) -> None:
+    async def touch(session: str) -> None:
+        with contextlib.suppress(SessionRevokedError):
+            await store.touch("alice", session)
+
+    calls: list[Awaitable[object]] = []
+    for i in range(200):
+        calls.append(touch(f"s{i % 20}"))
+        if i % 7 == 0:
+            calls.append(store.kick("alice", f"s{i % 20}"))
+        if i % 50 == 0:
+            calls.append(store.kick("alice"))
+    await asyncio.gather(*calls)
+    presence = await store.presence("alice")
+    expiry = await redis.zscore(KEYS.online, "alice")
+    if presence.sessions:
+        assert expiry == to_ms(presence.sessions[0].last_seen) + 60_000
+    else:
+        assert expiry is None
+    online = await store.online_users()
+    assert online.total_count == int(presence.online)
+    assert [n.user_id for n in online.nodes] == (["alice"] if presence.online else [])
+
+
+# --- memory stays bounded -----------------------------------------------------------------
+
+
+async def test_sessions_and_revocations_leave_no_keys_behind(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(window_ms=300, revoke_ms=300)
+    for i in range(200):
+        for session in ("phone", "laptop", "tablet"):
+            await store.touch(f"u{i}", session)
+        if i % 2:
+            await store.kick(f"u{i}", "phone")
+    await store.touch_many([f"v{i}" for i in range(500)])
+    await asyncio.sleep(0.45)
+    assert (await store.sweep()).offline == 500 + 200
+    per_user = [k async for k in redis.scan_iter(match="*:sess:*")]
+    per_user += [k async for k in redis.scan_iter(match="*:revoked:*")]
+    assert per_user == []
+    assert await redis.zcard(KEYS.online) == 0
+    day_keys = [k async for k in redis.scan_iter(match="*:day:*")]
+    assert day_keys
+    for key in day_keys:
+        assert await redis.pttl(key) > 0
+
+
+async def test_users_past_the_retention_are_forgotten_and_their_index_reused(
+    store: PresenceStore, redis: Redis
+) -> None:
+    await store.touch_many(["gone", "kept"])
+    index_of_gone = await redis.hget(KEYS.user_index, "gone")
+    # As if "gone" was last seen 40 days ago: past the 35-day retention and its slack.
+    await redis.zadd(KEYS.last_seen, {"gone": -to_ms(ago(days=40))})
+    assert (await store.presence("gone")).last_seen is None
+    assert (await store.sweep()).purged == 1
+    assert await redis.zrange(KEYS.last_seen, 0, -1) == ["kept"]
+    assert await redis.hgetall(KEYS.user_index) == {
+        "kept": await redis.hget(KEYS.user_index, "kept")
+    }
+    await store.touch("newcomer")
+    assert await redis.hget(KEYS.user_index, "newcomer") == index_of_gone
+
+
+async def test_sweep_work_is_bounded_per_call(make_store: StoreFactory, redis: Redis) -> None:
+    store = make_store(window_ms=200)
+    await store.touch_many([f"u{i}" for i in range(250)])
+    await asyncio.sleep(0.3)
+    assert (await store.sweep(batch=100)).offline == 100
+    assert await redis.zcard(KEYS.online) == 150
