@@ -6,11 +6,13 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
+from functools import partial
 from typing import Annotated, Any
 
 import strawberry
 from graphql import GraphQLError
 from strawberry.dataloader import DataLoader
+from strawberry.extensions import ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
 
 from gql_presence import store
@@ -362,7 +364,14 @@ def build_schema() -> PresenceSchema:
     return PresenceSchema(
         query=Query,
         mutation=Mutation,
-        extensions=[ErrorCodes],
+        # Parsing and validating the same few documents again is most of GraphQL's cost per
+        # request: keep their results.
+        # (The caches live in their modules, shared by every request.)
+        extensions=[
+            ErrorCodes,
+            partial(ParserCache, maxsize=256),
+            partial(ValidationCache, maxsize=256),
+        ],
         config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
     )
 

@@ -6,12 +6,15 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.crc import key_slot
 
 from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.keys import Keys
+from gql_presence.scripts import SCRIPT_NAMES, Scripts
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
 from tests.conftest import StoreFactory
@@ -468,3 +471,35 @@ async def test_sweep_work_is_bounded_per_call(make_store: StoreFactory, redis: R
     await asyncio.sleep(0.3)
     assert (await store.sweep(batch=100)).offline == 100
     assert await redis.zcard(KEYS.online) == 150
+
+
+# --- one slot per script call -------------------------------------------------------------
+
+
+async def test_every_script_call_touches_one_cluster_slot(
+    store: PresenceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slots_of_calls: dict[str, set[int]] = {}
+    run = Scripts.run
+
+    async def recording_run(
+        self: Scripts, name: str, keys: list[str], args: list[str | int]
+    ) -> Any:
+        slots_of_calls.setdefault(name, set()).update(key_slot(k.encode()) for k in keys)
+        return await run(self, name, keys, args)
+
+    monkeypatch.setattr(Scripts, "run", recording_run)
+    await store.add_friends("a", ["b", "c"])
+    await store.touch("a", "s")
+    await store.touch_many(["b", "c"])
+    await store.kick("a", "s")
+    await store.kick("b")
+    await store.presence("c")
+    await store.online_users()
+    await store.online_friends("a")
+    await store.active_in_range(ago(hours=1), datetime.now(UTC))
+    await store.weekly_stats()
+    await store.remove_friends("a", ["b"])
+    await store.sweep()
+    assert set(slots_of_calls) == set(SCRIPT_NAMES)
+    assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
