@@ -9,10 +9,13 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 from strawberry.aiohttp.views import GraphQLView
+from strawberry.http import GraphQLHTTPResponse
+from strawberry.types import ExecutionResult
 
 from gql_presence.connection import redis_client
 from gql_presence.context import Context
 from gql_presence.errors import PresenceError
+from gql_presence.graphql_errors import with_codes
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
@@ -30,6 +33,13 @@ class PresenceView(GraphQLView[Context, None]):
     ) -> Context:
         store = request.app[STORE]
         return Context(store=store, sessions=sessions_loader(store))
+
+    async def process_result(
+        self, request: web.Request, result: ExecutionResult
+    ) -> GraphQLHTTPResponse:
+        if result.errors:
+            result.errors = with_codes(result.errors)
+        return await super().process_result(request, result)
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -28,6 +28,8 @@ def is_unexpected(error: GraphQLError) -> bool:
 
 
 def with_code(error: GraphQLError) -> GraphQLError:
+    if "code" in (error.extensions or {}):
+        return error
     original = error.original_error
     if isinstance(original, PresenceError):
         code, message = original.code, original.message
@@ -56,10 +58,18 @@ def log_unexpected(errors: list[GraphQLError], context: ExecutionContext | None)
         )
 
 
+def with_codes(errors: list[GraphQLError]) -> list[GraphQLError]:
+    return [with_code(error) for error in errors]
+
+
 class ErrorCodes(SchemaExtension):
+    """Codes the errors of every operation (over HTTP and, later, WebSocket alike). Errors
+    Strawberry reports outside the operation (a document that does not parse) are coded by
+    the HTTP view with the same with_codes()."""
+
     def on_operation(self) -> Iterator[None]:
         yield
         result = self.execution_context.result
         errors = getattr(result, "errors", None)
         if result is not None and errors:
-            result.errors = [with_code(error) for error in errors]
+            result.errors = with_codes(errors)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
@@ -289,10 +290,17 @@ async def test_paging_while_users_change_never_repeats_and_stays_in_order(
     assert set(listed) == {f"u{i:02}" for i in range(30)} - {"u05"}
 
 
-@pytest.mark.parametrize("bad", ["junk", "", "W10", "WyJ4IiwieSJd", "WzEsMl0"])
-async def test_foreign_cursors_are_refused(store: PresenceStore, bad: str) -> None:
-    with pytest.raises(BadInputError, match="endCursor"):
-        await store.online_users(after=bad)
+async def test_cursors_made_or_altered_by_hand_are_refused(store: PresenceStore) -> None:
+    await store.touch_many(["a", "b"])
+    cursor = (await store.online_users(first=1)).end_cursor
+    assert cursor is not None
+    payload = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))[8:]
+    altered = base64.urlsafe_b64encode(bytes(8) + payload).decode()
+    hand_made = base64.urlsafe_b64encode(b'[-1,"a"]').decode()
+    for bad in ("junk", "", "W10", hand_made, altered, cursor[:-2]):
+        with pytest.raises(BadInputError, match="endCursor"):
+            await store.online_users(after=bad)
+    assert [n.user_id for n in (await store.online_users(after=cursor)).nodes] == ["b"]
 
 
 @pytest.mark.parametrize("first", [-1, 1001])

@@ -1,0 +1,336 @@
+"""Benchmarks: `python -m bench [--quick]` prints a table of figures, each beside its baseline
+measured in the same run. Every Redis is a private one started here and stopped after."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+
+import aiohttp
+from aiohttp import web
+from redis.asyncio import Redis
+
+from gql_presence.connection import redis_client
+from gql_presence.keys import Keys
+from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+
+KEYS = Keys()
+SETTINGS = Settings()
+
+# The textbook recipe for online friends (shared/seeds/000): copy the whole online set,
+# trim the stale part, intersect with the friends. Run as one script, like ours.
+TEXTBOOK_ONLINE_FRIENDS = """
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000
+redis.call('ZUNIONSTORE', KEYS[3], 1, KEYS[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. (now_ms - tonumber(ARGV[1])))
+redis.call('ZINTERSTORE', KEYS[3], 2, KEYS[3], KEYS[1], 'WEIGHTS', 1, 0)
+local page = redis.call('ZREVRANGE', KEYS[3], 0, 49, 'WITHSCORES')
+redis.call('DEL', KEYS[3])
+return page
+"""
+
+Row = tuple[str, str, str, str]
+
+
+def fmt(value: float, unit: str = "") -> str:
+    return f"{value:,.1f}{unit}" if value < 100 else f"{value:,.0f}{unit}"
+
+
+async def used_memory(redis: Redis) -> int:
+    return int((await redis.info("memory"))["used_memory"])
+
+
+async def timed(call: Callable[[], Awaitable[object]], repeat: int) -> list[float]:
+    """Milliseconds each of `repeat` sequential calls took."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        await call()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+async def fill_online(store: PresenceStore, count: int) -> None:
+    for start in range(0, count, 10_000):
+        await store.touch_many([f"u{i}" for i in range(start, min(start + 10_000, count))])
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+async def bench_memory(redis: Redis, users: int) -> list[Row]:
+    await redis.flushall()
+    store = PresenceStore(redis, SETTINGS)
+    before = await used_memory(redis)
+    await fill_online(store, users)
+    per_online = (await used_memory(redis) - before) / users
+    day_key = next(iter([k async for k in redis.scan_iter(match="*:day:*")]))
+    bitmap = int(await redis.memory_usage(day_key) or 0)
+    index = int(await redis.memory_usage(KEYS.user_index, samples=0) or 0)
+    ids = [f"u{i}" for i in range(users)]
+    for start in range(0, users, 10_000):
+        chunk = ids[start : start + 10_000]
+        await redis.sadd("bench:set-per-day", *chunk)
+        await redis.zadd(
+            "bench:zset-per-day", {u: 1_763_700_000_000 + i for i, u in enumerate(chunk)}
+        )
+    as_set = int(await redis.memory_usage("bench:set-per-day", samples=0) or 0)
+    as_zset = int(await redis.memory_usage("bench:zset-per-day", samples=0) or 0)
+    await redis.flushall()
+    return [
+        (f"memory per online user ({users:,} online, all keys)", fmt(per_online, " B"), "", ""),
+        (
+            "stats memory per daily active user, per day",
+            fmt(bitmap / users, " B"),
+            f"set per day {fmt(as_set / users, ' B')}; sorted set {fmt(as_zset / users, ' B')}",
+            f"{as_set / bitmap:,.0f}x smaller than a set",
+        ),
+        ("id -> bit index mapping, once per user (not per day)", fmt(index / users, " B"), "", ""),
+    ]
+
+
+# --- onlineFriends against the textbook recipe ----------------------------------------------
+
+
+async def bench_online_friends(redis: Redis, sizes: list[int], friends: int) -> list[Row]:
+    await redis.flushall()
+    store = PresenceStore(redis, SETTINGS)
+    textbook = redis.register_script(TEXTBOOK_ONLINE_FRIENDS)
+    # The textbook keeps one sorted set scored by last activity; build it beside ours.
+    friend_ids = [f"u{i * 7}" for i in range(friends)]
+    await store.add_friends("me", friend_ids, mutual=False)
+    rows: list[Row] = []
+    loaded = 0
+    first_ours = 0.0
+    for size in sizes:
+        for start in range(loaded, size, 10_000):
+            chunk = [f"u{i}" for i in range(start, min(start + 10_000, size))]
+            await store.touch_many(chunk)
+            now_ms = int(time.time() * 1000)
+            await redis.zadd("bench:online", dict.fromkeys(chunk, now_ms))
+        loaded = size
+        repeat = 200 if size <= 100_000 else 50
+        ours = statistics.median(await timed(lambda: store.online_friends("me", first=50), repeat))
+        base = statistics.median(
+            await timed(
+                lambda: textbook(
+                    keys=[KEYS.friends("me"), "bench:online", "bench:tmp"], args=[600_000]
+                ),
+                3 if size > 100_000 else 10,
+            )
+        )
+        first_ours = first_ours or ours
+        rows.append(
+            (
+                f"onlineFriends, {friends:,} friends, {size:,} online (median)",
+                fmt(ours, " ms"),
+                f"textbook {fmt(base, ' ms')}",
+                f"{base / ours:,.0f}x faster; {ours / first_ours:.2f}x ours at {sizes[0]:,}",
+            )
+        )
+    await redis.flushall()
+    return rows
+
+
+# --- touchMany and weeklyStats --------------------------------------------------------------
+
+
+async def bench_touch_many(redis: Redis, calls: int) -> list[Row]:
+    await redis.flushall()
+    store = PresenceStore(redis, SETTINGS)
+    batches = [[f"m{c}-{i}" for i in range(1000)] for c in range(calls)]
+    start = time.perf_counter()
+    for batch in batches:
+        await store.touch_many(batch)
+    per_second = calls * 1000 / (time.perf_counter() - start)
+    await redis.flushall()
+    return [("touchMany of 1,000 new users per call", fmt(per_second, " users/s"), "", "")]
+
+
+async def bench_weekly_stats(redis: Redis, users: int) -> list[Row]:
+    await redis.flushall()
+    store = PresenceStore(redis, SETTINGS)
+    await fill_online(store, users)
+    times = await timed(store.weekly_stats, 50)
+    stats = await store.weekly_stats()
+    assert stats.days[-1].active_users == users
+    await redis.flushall()
+    return [
+        (
+            f"weeklyStats, {users:,} daily active users (median)",
+            fmt(statistics.median(times), " ms"),
+            "",
+            "",
+        )
+    ]
+
+
+# --- touch over HTTP ------------------------------------------------------------------------
+
+TOUCH = "mutation($u: ID!) { touch(userId: $u) { online } }"
+TYPENAME = "{ __typename }"
+
+
+def bare_app(redis_url: str) -> web.Application:
+    """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL."""
+    app = web.Application()
+    client = redis_client(redis_url)
+    store = PresenceStore(client, SETTINGS)
+
+    async def touch(request: web.Request) -> web.Response:
+        body = await request.json()
+        presence = await store.touch(body["variables"]["u"])
+        return web.json_response({"data": {"touch": {"online": presence.online}}})
+
+    app.router.add_post("/graphql", touch)
+    return app
+
+
+def serve_bare(redis_url: str, port: int) -> None:
+    web.run_app(bare_app(redis_url), host="127.0.0.1", port=port, print=None)
+
+
+async def load(
+    url: str, query: str, seconds: float, concurrency: int
+) -> tuple[float, float, float]:
+    """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`."""
+    latencies: list[float] = []
+    deadline = time.perf_counter() + seconds
+    connector = aiohttp.TCPConnector(limit=concurrency)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def client(worker: int) -> None:
+            n = 0
+            while time.perf_counter() < deadline:
+                n += 1
+                payload = {"query": query, "variables": {"u": f"w{worker}-{n % 5000}"}}
+                start = time.perf_counter()
+                async with session.post(url, json=payload) as response:
+                    body = await response.json()
+                    assert "errors" not in body, body
+                latencies.append((time.perf_counter() - start) * 1000)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(client(w) for w in range(concurrency)))
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return (
+        len(latencies) / elapsed,
+        latencies[len(latencies) // 2],
+        latencies[int(len(latencies) * 0.99)],
+    )
+
+
+def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+
+
+async def wait_for(url: str) -> None:
+    async with aiohttp.ClientSession() as session:
+        for _ in range(200):
+            try:
+                async with session.post(url, json={"query": TYPENAME, "variables": {"u": "x"}}):
+                    return
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.05)
+    raise RuntimeError(f"{url} did not start")
+
+
+async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[Row]:
+    ours_port, bare_port = free_port(), free_port()
+    ours = start_process(
+        [sys.executable, "-m", "gql_presence", "serve", "--port", str(ours_port)],
+        {"REDIS_URL": redis_url},
+    )
+    bare = start_process(
+        [
+            sys.executable,
+            "-c",
+            f"from bench.__main__ import serve_bare; serve_bare({redis_url!r}, {bare_port})",
+        ],
+        {"PYTHONPATH": os.getcwd()},
+    )
+    try:
+        ours_url, bare_url = (
+            f"http://127.0.0.1:{ours_port}/graphql",
+            f"http://127.0.0.1:{bare_port}/graphql",
+        )
+        await wait_for(ours_url)
+        await wait_for(bare_url)
+        await load(ours_url, TOUCH, 1, concurrency)  # warm-up
+        empty = await load(ours_url, TYPENAME, seconds, concurrency)
+        touch = await load(ours_url, TOUCH, seconds, concurrency)
+        baseline = await load(bare_url, TOUCH, seconds, concurrency)
+    finally:
+        for process in (ours, bare):
+            process.send_signal(signal.SIGTERM)
+            process.wait(10)
+
+    def figures(result: tuple[float, float, float]) -> str:
+        return (
+            f"{fmt(result[0], ' req/s')}, p50 {fmt(result[1], ' ms')}, p99 {fmt(result[2], ' ms')}"
+        )
+
+    return [
+        (
+            f"touch over HTTP+GraphQL, 1 process, {concurrency} connections",
+            figures(touch),
+            f"`{{ __typename }}` {figures(empty)}",
+            f"{touch[0] / empty[0]:.2f}x the empty query",
+        ),
+        (
+            "",
+            "",
+            f"bare aiohttp + same script {figures(baseline)}",
+            f"{touch[0] / baseline[0]:.2f}x the bare handler",
+        ),
+    ]
+
+
+async def main(quick: bool) -> None:
+    server = start_redis_server()
+    # No reply timeout: the textbook recipe blocks Redis for seconds at a million users online.
+    redis = Redis.from_url(server.url, decode_responses=True, socket_timeout=600)
+    rows: list[Row] = []
+    try:
+        version = (await redis.info("server"))["redis_version"]
+        rows += await bench_memory(redis, 100_000)
+        rows += await bench_online_friends(
+            redis, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000], 1000
+        )
+        rows += await bench_touch_many(redis, 50 if quick else 300)
+        rows += await bench_weekly_stats(redis, 100_000 if quick else 1_000_000)
+        await redis.flushall()
+        rows += await bench_http(server.url, 3 if quick else 10, 50)
+    finally:
+        await redis.aclose()
+        server.stop()
+    python = platform.python_version()
+    print(
+        f"gql-presence benchmarks, {datetime.now(UTC):%Y-%m-%d}, Redis {version}, "
+        f"Python {python}, {os.cpu_count()} cores\n"
+    )
+    header: Row = ("what", "ours", "baseline (same run)", "ratio")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
+    for row in [header, tuple("-" * w for w in widths), *rows]:
+        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller sizes and shorter runs")
+    asyncio.run(main(parser.parse_args().quick))

@@ -1,0 +1,215 @@
+"""The store agrees with a simple in-memory model of SEMANTICS.md, whatever the order of
+touches (now and backfilled), kicks, and friend changes: a hypothesis state machine on real
+Redis, checking every read after every step.
+
+Time passing is modelled by backfilled activity: a touch at 0, 20 or 40 s ago is live, one at
+90 s or 2 h ago is not (the window is 60 s), far enough from the edge that the test's own
+running time does not matter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from gql_presence.connection import redis_client
+from gql_presence.errors import SessionRevokedError
+from gql_presence.redis_server import RedisServer
+from gql_presence.store import Page, PresenceStore
+from gql_presence.timeline import from_ms, to_ms
+from tests.conftest import TEST_SETTINGS
+
+USERS = ["ann", "bob", "cy", "dee"]
+SESSIONS = ["default", "phone", "web"]
+AGES_S = [0, 20, 40, 90, 7200]
+WINDOW_MS = TEST_SETTINGS.window_ms
+T = TypeVar("T")
+
+
+@dataclasses.dataclass
+class ModelUser:
+    last_seen: int | None = None
+    sessions: dict[str, int] = dataclasses.field(default_factory=dict)
+    revoked: set[str] = dataclasses.field(default_factory=set)
+
+
+class PresenceModel(RuleBasedStateMachine):
+    redis_url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.redis = redis_client(self.redis_url)
+        self.store = PresenceStore(self.redis, TEST_SETTINGS)
+        self.users: dict[str, ModelUser] = {u: ModelUser() for u in USERS}
+        self.friends: dict[str, set[str]] = {u: set() for u in USERS}
+        self.active_days: dict[str, set[str]] = {}
+
+    def run(self, call: Awaitable[T]) -> T:
+        return self.loop.run_until_complete(call)
+
+    def teardown(self) -> None:
+        self.run(self.redis.aclose())
+        self.loop.close()
+
+    @initialize()
+    def empty_store(self) -> None:
+        self.run(self.redis.flushall())
+
+    # --- what the model says ---
+
+    def now_ms(self) -> int:
+        return to_ms(datetime.now(UTC))
+
+    def live(self, user: str) -> dict[str, int]:
+        cutoff = self.now_ms() - WINDOW_MS
+        return {s: t for s, t in self.users[user].sessions.items() if t >= cutoff}
+
+    def listing(self, users: set[str]) -> list[str]:
+        seen = [(self.users[u].last_seen, u) for u in users if self.users[u].last_seen is not None]
+        return [u for t, u in sorted(seen, key=lambda p: (-(p[0] or 0), p[1]))]
+
+    # --- steps ---
+
+    @rule(
+        user=st.sampled_from(USERS), session=st.sampled_from(SESSIONS), age=st.sampled_from(AGES_S)
+    )
+    def touch(self, user: str, session: str, age: int) -> None:
+        at = datetime.now(UTC) - timedelta(seconds=age)
+        at_ms = to_ms(at)
+        model = self.users[user]
+        if session in model.revoked:
+            try:
+                self.run(self.store.touch(user, session, at))
+            except SessionRevokedError:
+                return
+            raise AssertionError("a revoked session was accepted")
+        self.run(self.store.touch(user, session, at))
+        model.last_seen = max(model.last_seen or at_ms, at_ms)
+        if at_ms >= self.now_ms() - WINDOW_MS:
+            model.sessions[session] = max(model.sessions.get(session, at_ms), at_ms)
+        self.active_days.setdefault(at.date().isoformat(), set()).add(user)
+
+    @rule(user=st.sampled_from(USERS), session=st.none() | st.sampled_from(SESSIONS))
+    def kick(self, user: str, session: str | None) -> None:
+        live = self.live(user)
+        result = self.run(self.store.kick(user, session))
+        model = self.users[user]
+        if session is None:
+            assert result.kicked_sessions == len(live)
+            model.revoked |= set(live)
+            model.sessions.clear()
+        else:
+            assert result.kicked_sessions == int(session in live)
+            model.revoked.add(session)
+            model.sessions.pop(session, None)
+        assert result.online == bool(self.live(user))
+
+    @rule(
+        user=st.sampled_from(USERS),
+        others=st.lists(st.sampled_from(USERS), max_size=3),
+        mutual=st.booleans(),
+    )
+    def add_friends(self, user: str, others: list[str], mutual: bool) -> None:
+        added = self.run(self.store.add_friends(user, others, mutual))
+        new = set(others) - {user} - self.friends[user]
+        assert added == len(new)
+        self.friends[user] |= set(others) - {user}
+        if mutual:
+            for other in set(others) - {user}:
+                self.friends[other].add(user)
+
+    @rule(
+        user=st.sampled_from(USERS),
+        others=st.lists(st.sampled_from(USERS), max_size=3),
+        mutual=st.booleans(),
+    )
+    def remove_friends(self, user: str, others: list[str], mutual: bool) -> None:
+        removed = self.run(self.store.remove_friends(user, others, mutual))
+        assert removed == len(set(others) & self.friends[user])
+        self.friends[user] -= set(others)
+        if mutual:
+            for other in set(others) - {user}:
+                self.friends[other].discard(user)
+
+    @rule()
+    def sweep(self) -> None:
+        self.run(self.store.sweep())
+
+    # --- every read agrees with the model after every step ---
+
+    @invariant()
+    def presence_agrees(self) -> None:
+        for user in USERS:
+            presence = self.run(self.store.presence(user))
+            model = self.users[user]
+            live = self.live(user)
+            assert presence.online == bool(live)
+            assert presence.last_seen == (
+                None if model.last_seen is None else from_ms(model.last_seen)
+            )
+            expected = sorted(live.items(), key=lambda p: (-p[1], p[0]))
+            assert [(s.session_id, to_ms(s.last_seen)) for s in presence.sessions] == expected
+
+    @invariant()
+    def lists_agree(self) -> None:
+        online = {u for u in USERS if self.live(u)}
+        page: Page = self.run(self.store.online_users(first=2))
+        listed = [n.user_id for n in page.nodes]
+        while page.has_next_page:
+            page = self.run(self.store.online_users(first=2, after=page.end_cursor))
+            listed += [n.user_id for n in page.nodes]
+        assert listed == self.listing(online)
+        assert page.total_count == len(online)
+        for user in USERS:
+            friends_online = self.run(self.store.online_friends(user, first=1000))
+            assert [n.user_id for n in friends_online.nodes] == self.listing(
+                online & self.friends[user]
+            )
+            assert self.run(self.store.friends(user)) == sorted(self.friends[user])
+        recent = self.run(
+            self.store.active_in_range(datetime.now(UTC) - timedelta(minutes=5), datetime.now(UTC))
+        )
+        cutoff = self.now_ms() - 5 * 60_000
+        in_range = {u for u in USERS if (self.users[u].last_seen or 0) >= cutoff}
+        assert [(n.user_id, n.online) for n in recent.nodes] == [
+            (u, u in online) for u in self.listing(in_range)
+        ]
+
+    @invariant()
+    def todays_stats_agree(self) -> None:
+        today = datetime.now(UTC).date()
+        stats = self.run(self.store.weekly_stats(today))
+        days = [(today - timedelta(days=6 - i)).isoformat() for i in range(7)]
+        assert [d.active_users for d in stats.days] == [
+            len(self.active_days.get(d, ())) for d in days
+        ]
+        assert stats.unique_users == len(
+            set().union(*(self.active_days.get(d, set()) for d in days))
+        )
+
+
+def test_store_agrees_with_the_model(redis_server: RedisServer) -> None:
+    PresenceModel.redis_url = redis_server.url
+    run_state_machine_as_test(
+        PresenceModel,
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
