@@ -38,7 +38,7 @@ def serve(host: str, port: int) -> int:
             host=host,
             port=port,
             print=lambda _: print(
-                f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql"
+                f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql", flush=True
             ),
         )
     except RedisStartError as error:
