@@ -89,6 +89,9 @@ async def sweep_forever(store: PresenceStore, interval_s: float) -> None:
             result = await store.sweep()
         except PresenceError as error:
             log.warning("sweep skipped: %s", error.message)
+        except Exception:
+            # The sweeper must outlive any one failed sweep; the next one tries again.
+            log.exception("sweep failed")
         else:
             if max(result.offline, result.purged) >= SWEEP_BATCH:
                 await asyncio.sleep(0)

@@ -23,20 +23,32 @@ log = logging.getLogger("gql_presence.errors")
 INTERNAL_MESSAGE = "Internal error: the operation failed on our side and was logged."
 
 
+def code_of(error: GraphQLError) -> ErrorCode:
+    original = error.original_error
+    if isinstance(original, PresenceError):
+        return original.code
+    # Outside execution, graphql-core reports the document's faults: with no original error
+    # (syntax, validation), or with its own error or the scalar parser's (bad variables).
+    document_fault = original is None or isinstance(original, GraphQLError | ValueError | TypeError)
+    if error.path is None and document_fault:
+        return ErrorCode.BAD_USER_INPUT
+    return ErrorCode.INTERNAL
+
+
 def is_unexpected(error: GraphQLError) -> bool:
-    return error.path is not None and not isinstance(error.original_error, PresenceError)
+    return "code" not in (error.extensions or {}) and code_of(error) is ErrorCode.INTERNAL
 
 
 def with_code(error: GraphQLError) -> GraphQLError:
     if "code" in (error.extensions or {}):
         return error
-    original = error.original_error
-    if isinstance(original, PresenceError):
-        code, message = original.code, original.message
-    elif error.path is None:
-        code, message = ErrorCode.BAD_USER_INPUT, error.message
+    code = code_of(error)
+    if isinstance(error.original_error, PresenceError):
+        message = error.original_error.message
+    elif code is ErrorCode.INTERNAL:
+        message = INTERNAL_MESSAGE
     else:
-        code, message = ErrorCode.INTERNAL, INTERNAL_MESSAGE
+        message = error.message
     return GraphQLError(
         message,
         nodes=error.nodes,

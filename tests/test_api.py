@@ -142,6 +142,11 @@ async def test_kick_touch_many_friends_and_weekly_stats(api: Client) -> None:
             {"at": "2026-11-21T09:30:00"},
             "offset",
         ),
+        (
+            'mutation($at: DateTime) { touch(userId: "a", at: $at) { online } }',
+            {"at": 1763717400},
+            "ISO 8601",
+        ),
         ('mutation { touch(userId: "a", at: "2001-01-01T00:00:00Z") { online } }', {}, "retention"),
         ('mutation { touch(userId: "a", at: "2999-01-01T00:00:00Z") { online } }', {}, "5 seconds"),
         (
