@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -132,7 +133,8 @@ def _spawn(
             stdout=log,
             stderr=log,
             start_new_session=True,  # Ctrl-C reaches us, and we stop the server in order
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - prctl only, no locks taken
+            # prctl is Linux's; elsewhere the server is stopped by our own shutdown only.
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             pass_fds=tuple(pass_fds),
         )
 

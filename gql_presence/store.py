@@ -15,7 +15,6 @@ from redis.asyncio import Redis
 from gql_presence.cursor import decode_cursor, encode_cursor
 from gql_presence.errors import (
     BadInputError,
-    PresenceError,
     SessionRevokedError,
     StoreUnavailableError,
 )
@@ -27,24 +26,30 @@ from gql_presence.validation import check_id, check_ids, check_page_size
 
 DEFAULT_SESSION = "default"
 MAX_FUTURE_MS = 5000
+DAY_MS = 86_400_000
 # Users are forgotten (and their bit index reused) this long after the retention ends, so
 # that every day bitmap that could hold their bit has expired first (a day, plus DST slack).
-PURGE_SLACK_MS = 2 * 86_400_000
+PURGE_SLACK_MS = 2 * DAY_MS
 SWEEP_BATCH = 1000
 
+_AT_IN_FUTURE = f"at may lie at most {MAX_FUTURE_MS // 1000} seconds ahead of the server's clock."
+_AT_BEFORE_RETENTION = "at lies further back than the retention (PRESENCE_RETENTION_DAYS) allows."
+# The first and last end dates whose seven days can be written as dates.
+_FIRST_END_DATE = date.min + timedelta(days=6)
+_LAST_END_DATE = date.max - timedelta(days=1)
+
 # What a script's error reply means for the caller.
-_SCRIPT_REFUSALS: dict[str, tuple[type[PresenceError], str]] = {
+_SCRIPT_REFUSALS: dict[str, tuple[type[Exception], str]] = {
     "SESSION_REVOKED": (
         SessionRevokedError,
         "This session was kicked and is revoked for now; touch with a new sessionId.",
     ),
-    "AT_IN_FUTURE": (
-        BadInputError,
-        f"at may lie at most {MAX_FUTURE_MS // 1000} seconds ahead of the server's clock.",
-    ),
-    "AT_BEFORE_RETENTION": (
-        BadInputError,
-        "at lies further back than the retention (PRESENCE_RETENTION_DAYS) allows.",
+    "AT_IN_FUTURE": (BadInputError, _AT_IN_FUTURE),
+    "AT_BEFORE_RETENTION": (BadInputError, _AT_BEFORE_RETENTION),
+    # An operator's problem, not the caller's: logged, and the client sees INTERNAL.
+    "DAY_NOT_GIVEN": (
+        RuntimeError,
+        "this host's clock differs from the Redis server's by more than a day",
     ),
 }
 
@@ -126,7 +131,7 @@ class PresenceStore:
     ) -> Presence:
         check_id(user_id, "userId")
         session = DEFAULT_SESSION if session_id is None else check_id(session_id, "sessionId")
-        at_ms = None if at is None else to_ms(at)
+        at_ms = None if at is None else self._plausible_at(to_ms(at))
         estimate_ms = _local_now_ms() if at_ms is None else at_ms
         labels, boundaries = days_around(estimate_ms, self._zone)
         k = self._keys
@@ -154,6 +159,16 @@ class PresenceStore:
         )
         sessions = _sessions(reply[2:])
         return Presence(user_id, bool(sessions), from_ms(int(reply[1])), sessions)
+
+    def _plausible_at(self, at_ms: int) -> int:
+        """Refuses an `at` that is a day or more outside what the script will accept, by this
+        host's clock; the script checks the exact bounds by the server's."""
+        now_ms = _local_now_ms()
+        if at_ms > now_ms + DAY_MS:
+            raise BadInputError(_AT_IN_FUTURE)
+        if at_ms < now_ms - self._settings.retention_ms - DAY_MS:
+            raise BadInputError(_AT_BEFORE_RETENTION)
+        return at_ms
 
     async def touch_many(self, user_ids: Sequence[str]) -> int:
         users = check_ids(user_ids, "userIds")
@@ -253,6 +268,11 @@ class PresenceStore:
         if end_date is None:
             seconds, micros = await self._guarded(self._redis.time())
             end_date = local_date(seconds * 1000 + micros // 1000, self._zone)
+        if not _FIRST_END_DATE <= end_date <= _LAST_END_DATE:
+            raise BadInputError(
+                f"endDate must lie between {_FIRST_END_DATE} and {_LAST_END_DATE}, "
+                "so that its seven days are calendar dates."
+            )
         start_date = end_date - timedelta(days=6)
         labels, boundaries = days(start_date, 7, self._zone)
         k = self._keys

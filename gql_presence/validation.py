@@ -13,15 +13,18 @@ MAX_PAGE_SIZE = 1000
 
 
 def check_id(value: str, name: str) -> str:
-    """An id is 1 to 128 characters with no control characters."""
+    """An id is 1 to 128 characters of Unicode text with no control characters."""
     if not 1 <= len(value) <= MAX_ID_LENGTH:
         raise BadInputError(
             f"{name} must be 1 to {MAX_ID_LENGTH} characters long; got {len(value)} characters."
         )
-    if any(unicodedata.category(char) == "Cc" for char in value):
+    categories = {unicodedata.category(char) for char in value}
+    if "Cc" in categories:
         raise BadInputError(
             f"{name} must not contain control characters (such as newlines or tabs)."
         )
+    if "Cs" in categories:
+        raise BadInputError(f"{name} must be valid Unicode text; it holds a lone surrogate.")
     return value
 
 

@@ -149,6 +149,11 @@ async def test_kick_touch_many_friends_and_weekly_stats(api: Client) -> None:
         ),
         ('mutation { touch(userId: "a", at: "2001-01-01T00:00:00Z") { online } }', {}, "retention"),
         ('mutation { touch(userId: "a", at: "2999-01-01T00:00:00Z") { online } }', {}, "5 seconds"),
+        ('mutation { touch(userId: "a", at: "9999-12-31T23:59:59Z") { online } }', {}, "5 seconds"),
+        ('mutation { touch(userId: "a", at: "0001-01-01T00:00:00Z") { online } }', {}, "retention"),
+        ("mutation($u: ID!) { touch(userId: $u) { online } }", {"u": "a\ud800b"}, "Unicode"),
+        ('{ weeklyStats(endDate: "0001-01-01") { uniqueUsers } }', {}, "endDate"),
+        ('{ weeklyStats(endDate: "9999-12-31") { uniqueUsers } }', {}, "endDate"),
         (
             "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }",
             {"ids": [str(i) for i in range(10_001)]},

@@ -511,3 +511,18 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.sweep()
     assert set(slots_of_calls) == set(SCRIPT_NAMES)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
+
+
+async def test_a_session_touched_at_the_edge_of_the_window_is_live_until_it_passes(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    # Activity exactly window_ms before the script's now is still live: the user is online and
+    # the session listed, not an online entry left without its session.
+    store = make_store(window_ms=1000)
+    for attempt in range(40):
+        seconds, micros = await redis.time()
+        server_now_ms = seconds * 1000 + micros // 1000
+        touched = await store.touch(f"u{attempt}", "s", at=from_ms(server_now_ms - 999))
+        listed = await redis.zscore(KEYS.online, f"u{attempt}") is not None
+        assert touched.online == listed
+        assert bool(touched.sessions) == listed

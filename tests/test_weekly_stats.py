@@ -111,3 +111,10 @@ async def test_a_backfilled_touch_counts_for_its_day_without_moving_last_seen(
 def _first_sunday_of_november(year: int) -> date:
     first = date(year, 11, 1)
     return first + timedelta(days=(6 - first.weekday()) % 7)
+
+
+async def test_the_last_and_first_representable_weeks_count_zero(store: PresenceStore) -> None:
+    for end in (date.max - timedelta(days=1), date.min + timedelta(days=6)):
+        stats = await store.weekly_stats(end)
+        assert [d.active_users for d in stats.days] == [0] * 7
+        assert stats.end_date == end

@@ -26,7 +26,9 @@ local function record_session(online_key, sessions_key, user_id, session_id, t_m
   local newest = redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2]
   if not newest then return nil end
   newest = tonumber(newest)
-  redis.call('PEXPIREAT', sessions_key, newest + window_ms)
+  -- A session is live through newest + window_ms inclusive; Redis deletes a key whose expiry
+  -- time has come, so the key must outlive that moment by a millisecond.
+  redis.call('PEXPIREAT', sessions_key, newest + window_ms + 1)
   redis.call('ZADD', online_key, newest + window_ms, user_id)
   return newest
 end
