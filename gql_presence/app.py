@@ -7,14 +7,15 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 
-from gql_presence.connection import redis_client
+from gql_presence.connection import redis_client, subscriber_client
 from gql_presence.context import Context
 from gql_presence.errors import PresenceError
+from gql_presence.events import EventHub, FeedDroppedError
 from gql_presence.graphql_errors import with_codes
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
@@ -25,6 +26,8 @@ log = logging.getLogger("gql_presence")
 
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", PresenceStore)
+EVENTS = web.AppKey("events", EventHub)
+REDIS_URL = web.AppKey("redis_url", str)
 
 
 class PresenceView(GraphQLView[Context, None]):
@@ -32,7 +35,20 @@ class PresenceView(GraphQLView[Context, None]):
         self, request: web.Request, response: web.Response | web.WebSocketResponse
     ) -> Context:
         store = request.app[STORE]
-        return Context(store=store, sessions=sessions_loader(store))
+
+        async def close_socket(reason: FeedDroppedError) -> None:
+            if isinstance(response, web.WebSocketResponse) and not response.closed:
+                code = (
+                    WSCloseCode.POLICY_VIOLATION if reason.too_slow else WSCloseCode.SERVICE_RESTART
+                )
+                await response.close(code=code, message=reason.reason.encode()[:123])
+
+        return Context(
+            store=store,
+            sessions=sessions_loader(store),
+            events=request.app[EVENTS],
+            close_socket=close_socket,
+        )
 
     async def process_result(
         self, request: web.Request, result: ExecutionResult
@@ -48,7 +64,9 @@ def create_app(settings: Settings) -> web.Application:
     # Redis first (the embedded one when REDIS_URL is unset), then the sweeper that uses it.
     app.cleanup_ctx.append(redis_store)
     app.cleanup_ctx.append(sweeper)
-    # GraphQL over POST and GET, and GraphiQL for a browser, at one address.
+    # The one Redis subscription of this process, fanned out to its WebSocket subscribers.
+    app.cleanup_ctx.append(event_hub)
+    # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
     app.router.add_route("*", "/graphql", PresenceView(schema=build_schema()))
     return app
 
@@ -67,7 +85,18 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
         store = PresenceStore(client, settings)
         await store.load_scripts()
         app[STORE] = store
+        app[REDIS_URL] = url
         yield
+
+
+async def event_hub(app: web.Application) -> AsyncIterator[None]:
+    client = subscriber_client(app[REDIS_URL])
+    hub = EventHub(client, app[STORE], app[SETTINGS].subscriber_buffer)
+    await hub.start()
+    app[EVENTS] = hub
+    yield
+    await hub.stop()
+    await client.aclose()
 
 
 async def sweeper(app: web.Application) -> AsyncIterator[None]:

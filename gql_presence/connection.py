@@ -32,3 +32,14 @@ def redis_client(url: str) -> Redis:
         retry=RETRY,
     )
     return Redis.from_pool(pool)  # the client owns the pool: closing it closes every connection
+
+
+def subscriber_client(url: str) -> Redis:
+    """For the one pub/sub connection of a process: it waits for events without a reply
+    timeout, and PINGs when idle so that a dead connection is found."""
+    return Redis.from_url(
+        url,
+        decode_responses=True,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        health_check_interval=5,
+    )

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from strawberry.dataloader import DataLoader
 
+from gql_presence.events import EventHub, OnDrop
 from gql_presence.store import PresenceStore, Session
 
 
@@ -14,3 +15,6 @@ class Context:
     store: PresenceStore
     # Made anew for each request, so that no request reads another's cached sessions.
     sessions: DataLoader[str, tuple[Session, ...]]
+    events: EventHub
+    # Ends the WebSocket connection of a subscription whose feed was dropped.
+    close_socket: OnDrop

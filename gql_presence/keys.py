@@ -39,6 +39,11 @@ class Keys:
         return self.prefix + "uidx:free"
 
     @property
+    def events(self) -> str:
+        """Pub/sub channel (not a key) of presence events; see gql_presence/events.py."""
+        return self.prefix + "events"
+
+    @property
     def scratch(self) -> str:
         """Temporary key a script may use; every script deletes it before it returns."""
         return self.prefix + "scratch"

@@ -5,7 +5,10 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from datetime import UTC, date, datetime
+from enum import Enum
 from functools import partial
 from typing import Annotated, Any
 
@@ -14,11 +17,15 @@ from graphql import GraphQLError
 from strawberry.dataloader import DataLoader
 from strawberry.extensions import ParserCache, ValidationCache
 from strawberry.schema.config import StrawberryConfig
+from strawberry.schema.schema import StreamResult
+from strawberry.types import ExecutionResult
 
-from gql_presence import store
+from gql_presence import events, store
 from gql_presence.context import Context
-from gql_presence.graphql_errors import ErrorCodes, log_unexpected
+from gql_presence.errors import BadInputError
+from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
 from gql_presence.store import PresenceStore
+from gql_presence.validation import check_id, check_ids
 
 ID = strawberry.ID
 
@@ -354,16 +361,104 @@ class Mutation:
         return await _store(info).remove_friends(user_id, friend_ids, mutual)
 
 
+@strawberry.enum(description="What changed in a user's presence.")
+class PresenceEventKind(Enum):
+    ONLINE = strawberry.enum_value(
+        "ONLINE", description="The user came online: their first live session began."
+    )
+    OFFLINE = strawberry.enum_value(
+        "OFFLINE", description="The user went offline: their last live session expired."
+    )
+    KICKED = strawberry.enum_value(
+        "KICKED", description="A session, or every session, of the user was kicked."
+    )
+
+
+@strawberry.type(description="One change of one user's presence.")
+class PresenceEvent:
+    user_id: ID = strawberry.field(description="The user whose presence changed.")
+    kind: PresenceEventKind = strawberry.field(description="What changed.")
+    at: datetime = strawberry.field(
+        description="When the change happened, on the one clock (the Redis server's)."
+    )
+    session_id: ID | None = strawberry.field(
+        description="The session concerned, for KICKED of one session; null otherwise."
+    )
+    online: bool = strawberry.field(description="Whether the user is online after this event.")
+
+    @classmethod
+    def of(cls, event: events.PresenceEvent) -> PresenceEvent:
+        return cls(
+            user_id=ID(event.user_id),
+            kind=PresenceEventKind(event.kind),
+            at=event.at,
+            session_id=None if event.session_id is None else ID(event.session_id),
+            online=event.online,
+        )
+
+
+@strawberry.type(
+    description="Presence changes as they happen, over WebSocket (graphql-transport-ws)."
+)
+class Subscription:
+    @strawberry.subscription(
+        description="Presence changes of the given users, or of userId's friends (exactly one of the two arguments)."
+    )
+    async def presence_changed(
+        self,
+        info: strawberry.Info[Context, None],
+        user_ids: Annotated[
+            list[ID] | None,
+            strawberry.argument(description="The users to follow, at most 10,000."),
+        ] = None,
+        friends_of: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="Follow this user's friends, as their friend set changes."
+            ),
+        ] = None,
+    ) -> AsyncGenerator[PresenceEvent, None]:
+        if (user_ids is None) == (friends_of is None):
+            raise BadInputError("Give exactly one of userIds and friendsOf.")
+        followed = () if user_ids is None else check_ids(user_ids, "userIds")
+        if friends_of is not None:
+            check_id(friends_of, "friendsOf")
+        context = info.context
+        async with context.events.feed(
+            context.close_socket, user_ids=followed, friends_of=friends_of
+        ) as feed:
+            try:
+                async for event in feed:
+                    yield PresenceEvent.of(event)
+            except events.FeedDroppedError as dropped:
+                # Close the whole connection, with the reason, rather than complete this
+                # one subscription as if nothing had been missed.
+                await context.close_socket(dropped)
+
+
 class PresenceSchema(strawberry.Schema):
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Refusals are answers, not faults: only unexpected errors are logged.
         log_unexpected(errors, execution_context)
+
+    async def stream(self, *args: Any, **kwargs: Any) -> StreamResult:
+        """Subscriptions' results, their errors coded like those of queries."""
+        return _with_codes(await super().stream(*args, **kwargs))
+
+
+async def _with_codes(source: StreamResult) -> StreamResult:
+    async with aclosing(source):
+        async for result in source:
+            if isinstance(result, ExecutionResult) and result.errors:
+                result.errors = with_codes(result.errors)
+            yield result
 
 
 def build_schema() -> PresenceSchema:
     return PresenceSchema(
         query=Query,
         mutation=Mutation,
+        subscription=Subscription,
         # Parsing and validating the same few documents again is most of GraphQL's cost per
         # request: keep their results.
         # (The caches live in their modules, shared by every request.)

@@ -39,6 +39,8 @@ class Settings:
     data_dir: Path = Path.home() / ".local" / "share" / "gql-presence"
     # How often each API process runs the bounded sweep of expired presence, ms.
     sweep_interval_ms: int = 1000
+    # How many events may wait for one subscriber before it is dropped as too slow.
+    subscriber_buffer: int = 1000
 
     @property
     def stats_zone(self) -> ZoneInfo:
@@ -68,6 +70,7 @@ class Settings:
             revoke_ms=revoke_ms,
             stats_timezone=_timezone(env),
             data_dir=_data_dir(env),
+            subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
         )
 
 
@@ -88,6 +91,17 @@ def _duration_ms(
     if ms == 0 and not allow_zero:
         raise SettingsError(f"{name}={raw!r} is shorter than one millisecond.")
     return ms
+
+
+def _count(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    if not raw.isdigit() or int(raw) < 1:
+        raise SettingsError(
+            f"{name}={raw!r} is not valid: use a whole number of 1 or more, e.g. {default}."
+        )
+    return int(raw)
 
 
 def _redis_url(env: Mapping[str, str]) -> str | None:

@@ -122,6 +122,11 @@ class PresenceStore:
         self._scripts = Scripts.register(redis)
         self._zone = settings.stats_zone
 
+    @property
+    def events_channel(self) -> str:
+        """The pub/sub channel on which the scripts announce presence events."""
+        return self._keys.events
+
     async def load_scripts(self) -> None:
         """Loads every script into Redis now, so that a broken one fails the start-up."""
         await self._guarded(self._scripts.load(self._redis))
@@ -155,6 +160,7 @@ class PresenceStore:
                 self._settings.retention_ms,
                 MAX_FUTURE_MS,
                 *boundaries,
+                k.events,
             ],
         )
         sessions = _sessions(reply[2:])
@@ -193,6 +199,7 @@ class PresenceStore:
                 self._settings.retention_ms,
                 *boundaries,
                 DEFAULT_SESSION,
+                k.events,
                 *users,
             ],
         )
@@ -206,7 +213,13 @@ class PresenceStore:
         kicked, online = await self._run(
             "kick",
             [k.online, k.sessions(user_id), k.revoked(user_id)],
-            [user_id, session_id or "", self._settings.window_ms, self._settings.revoke_ms],
+            [
+                user_id,
+                session_id or "",
+                self._settings.window_ms,
+                self._settings.revoke_ms,
+                k.events,
+            ],
         )
         return KickResult(user_id, int(kicked), bool(online))
 
@@ -308,7 +321,7 @@ class PresenceStore:
         offline, purged = await self._run(
             "sweep",
             [k.online, k.last_seen, k.user_index, k.free_indexes],
-            [batch, self._settings.retention_ms + PURGE_SLACK_MS],
+            [batch, self._settings.retention_ms + PURGE_SLACK_MS, k.events],
         )
         return SweepResult(int(offline), int(purged))
 
@@ -321,7 +334,7 @@ class PresenceStore:
             return 0
         k = self._keys
         keys = [k.friends(user_id), *(map(k.friends, others) if mutual else ())]
-        return int(await self._run(script, keys, [user_id, int(mutual), *others]))
+        return int(await self._run(script, keys, [user_id, int(mutual), k.events, *others]))
 
     async def _page(
         self, script: str, keys: list[str], args: list[str | int], after: str | None

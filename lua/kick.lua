@@ -8,15 +8,19 @@
   ARGV[2]  session_id  string, or "" for every live session
   ARGV[3]  window_ms   int ms
   ARGV[4]  revoke_ms   int ms: how long a kicked session id is refused (0: not at all)
+  ARGV[5]  channel     string: the events channel
   Returns  {kicked_sessions, online_after 0|1}
+  Events   OFFLINE if the user's presence had expired unswept; KICKED if a live session ended
   A named session is revoked even when it is no longer live, so that it cannot come back.
 ]]
 --- @include "clock"
+--- @include "events"
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user_id, session_id = ARGV[1], ARGV[2]
-local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+local window_ms, revoke_ms, channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
 local now = now_ms()
+settle_expiry(online_key, channel, user_id, now)
 local cutoff = now - window_ms
 local revoke = {}
 local kicked = 0
@@ -47,4 +51,5 @@ if revoke_ms > 0 and #revoke > 0 then
   local latest = tonumber(redis.call('ZRANGE', revoked_key, -1, -1, 'WITHSCORES')[2])
   redis.call('PEXPIREAT', revoked_key, latest)
 end
+if kicked > 0 then announce(channel, 'KICKED', user_id, now, session_id, online_after) end
 return {kicked, online_after}

@@ -9,16 +9,23 @@
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
+  ARGV[3]  channel        string: the events channel
   Returns  {offline_count, purged_count}
+  Events   OFFLINE for each user whose presence expired, at the moment it expired; as the
+           same script removes the entry, two processes sweeping at once never both announce it
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
 --- @include "clock"
+--- @include "events"
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local batch, purge_after_ms, channel = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 
 local now = now_ms()
-local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'LIMIT', 0, batch)
-for i = 1, #expired do redis.call('ZREM', online_key, expired[i]) end
+local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
+for i = 1, #expired, 2 do
+  redis.call('ZREM', online_key, expired[i])
+  announce(channel, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
+end
 
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
 for i = 1, #forgotten do
@@ -30,4 +37,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired, #forgotten}
+return {#expired / 2, #forgotten}

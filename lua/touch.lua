@@ -16,18 +16,22 @@
   ARGV[5]  retention_ms     int ms: how far back `at` may lie; how long a day bitmap is kept
   ARGV[6]  max_future_ms    int ms: how far ahead of now `at` may lie
   ARGV[7..10]  boundaries   int ms: the start of each of the three days, then the end of the last
+  ARGV[11] channel          string: the events channel
   Returns  {online_before 0|1, last_seen_ms, session_id, last_activity_ms, ...}: the live
            sessions after the touch, in no particular order
+  Events   OFFLINE if the user's presence had expired unswept; ONLINE if they come online
   Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
            (mirrored by the store's error mapping); nothing is written when one is returned
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "events"
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local index_key, next_key, free_key = KEYS[5], KEYS[6], KEYS[7]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
+local channel = ARGV[11]
 
 local now = now_ms()
 local t_ms = at_ms or now
@@ -38,16 +42,15 @@ if revoked_until and tonumber(revoked_until) > now then return redis.error_reply
 local day = day_of(t_ms, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 
-local online_before = 0
-local expiry = redis.call('ZSCORE', online_key, user_id)
-if expiry and tonumber(expiry) >= now then online_before = 1 end
+local online_before = settle_expiry(online_key, channel, user_id, now)
 
 local day_key = KEYS[7 + day]
 redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
 redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
 redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
 local cutoff = now - window_ms
-record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff, window_ms)
+local newest = record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff, window_ms)
+if newest and online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 
 local reply = {online_before, -tonumber(redis.call('ZSCORE', last_seen_key, user_id))}

@@ -13,18 +13,21 @@
   ARGV[2]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[3..6]  boundaries    int ms: the start of each of the three days, then the end of the last
   ARGV[7]  session_id       string: the session every touch belongs to ("default")
-  ARGV[8..7+n]  user_ids    string, distinct
+  ARGV[8]  channel          string: the events channel
+  ARGV[9..8+n]  user_ids    string, distinct
   Returns  the number of users recorded: all but those whose session is revoked
+  Events   per user, OFFLINE if their presence had expired unswept; ONLINE if they come online
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "events"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-local session_id = ARGV[7]
-local n = #ARGV - 7
+local session_id, channel = ARGV[7], ARGV[8]
+local n = #ARGV - 8
 
 local now = now_ms()
 local day = day_of(now, boundaries)
@@ -34,12 +37,14 @@ local cutoff = now - window_ms
 
 local recorded = 0
 for i = 1, n do
-  local user_id, sessions_key, revoked_key = ARGV[7 + i], KEYS[8 + i], KEYS[8 + n + i]
+  local user_id, sessions_key, revoked_key = ARGV[8 + i], KEYS[8 + i], KEYS[8 + n + i]
   local revoked_until = redis.call('ZSCORE', revoked_key, session_id)
   if not (revoked_until and tonumber(revoked_until) > now) then
     redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
+    local online_before = settle_expiry(online_key, channel, user_id, now)
     redis.call('ZADD', last_seen_key, 'LT', -now, user_id)
     record_session(online_key, sessions_key, user_id, session_id, now, cutoff, window_ms)
+    if online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
     recorded = recorded + 1
   end
 end

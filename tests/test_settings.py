@@ -55,6 +55,8 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_REVOKE_SECONDS", "-1"),
         ("PRESENCE_STATS_TIMEZONE", "Mars/Olympus"),
         ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),
+        ("PRESENCE_SUBSCRIBER_BUFFER", "0"),
+        ("PRESENCE_SUBSCRIBER_BUFFER", "many"),
         ("REDIS_URL", "localhost:6379"),
         ("REDIS_URL", "http://example"),
     ],

@@ -1,0 +1,139 @@
+"""The events the scripts publish as they change presence, read straight from Redis pub/sub
+on Redis 6.2 and Valkey 9: each change announced once, no event without its change."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from gql_presence.errors import BadInputError, SessionRevokedError
+from gql_presence.store import PresenceStore
+from gql_presence.timeline import to_ms
+from tests.conftest import StoreFactory
+
+Event = tuple[str, str, int, str, int]
+
+
+@pytest.fixture
+async def channel(redis: Redis, store: PresenceStore) -> AsyncIterator[PubSub]:
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(store.events_channel)
+    await pubsub.get_message(timeout=1)  # the subscription's confirmation, which it hides
+    yield pubsub
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def published(pubsub: PubSub, wait_s: float = 0.2) -> list[Event]:
+    """Every event published until none came for wait_s."""
+    events: list[Event] = []
+    while (message := await pubsub.get_message(timeout=wait_s)) is not None:
+        kind, user, at, session, online = json.loads(message["data"])
+        events.append((kind, user, int(at), session, int(online)))
+    return events
+
+
+def kinds(events: list[Event]) -> list[tuple[Any, ...]]:
+    return [(kind, user, session, online) for kind, user, _, session, online in events]
+
+
+async def test_online_is_announced_once_when_the_first_session_begins(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    before = to_ms(datetime.now(UTC))
+    await store.touch("alice", "phone")
+    await store.touch("alice", "laptop")
+    await store.touch("alice", "phone")
+    events = await published(channel)
+    assert kinds(events) == [("ONLINE", "alice", "", 1)]
+    assert before - 1000 <= events[0][2] <= to_ms(datetime.now(UTC)) + 1000
+
+
+async def test_kicks_are_announced_with_what_remains(store: PresenceStore, channel: PubSub) -> None:
+    await store.touch("alice", "phone")
+    await store.touch("alice", "laptop")
+    await store.kick("alice", "phone")
+    await store.kick("alice", "phone")  # no longer live: nothing to announce
+    await store.kick("alice")
+    await store.kick("alice")
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "alice", "", 1),
+        ("KICKED", "alice", "phone", 1),
+        ("KICKED", "alice", "", 0),
+    ]
+
+
+async def test_refused_calls_announce_nothing(store: PresenceStore, channel: PubSub) -> None:
+    await store.touch("alice", "phone")
+    await store.kick("alice")
+    with pytest.raises(SessionRevokedError):
+        await store.touch("alice", "phone")
+    with pytest.raises(BadInputError):
+        await store.touch("bob", at=datetime.now(UTC) + timedelta(minutes=1))
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "alice", "", 1),
+        ("KICKED", "alice", "", 0),
+    ]
+
+
+async def test_touch_many_announces_each_user_who_comes_online(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    await store.touch("a")
+    await store.touch_many(["a", "b", "c"])
+    assert [(k, u) for k, u, *_ in await published(channel)] == [
+        ("ONLINE", "a"),
+        ("ONLINE", "b"),
+        ("ONLINE", "c"),
+    ]
+
+
+async def test_expiry_is_announced_once_by_concurrent_sweeps_at_the_moment_it_happened(
+    make_store: StoreFactory, channel: PubSub
+) -> None:
+    sweepers = [make_store(window_ms=300) for _ in range(4)]
+    touched = [await sweepers[0].touch(f"u{i}", "s") for i in range(50)]
+    await asyncio.sleep(0.4)
+    await asyncio.gather(*(s.sweep() for s in sweepers for _ in range(3)))
+    events = await published(channel)
+    offline = [e for e in events if e[0] == "OFFLINE"]
+    assert sorted(u for _, u, *_ in offline) == sorted(f"u{i}" for i in range(50))
+    expected_at = {p.user_id: to_ms(p.sessions[0].last_seen) + 300 for p in touched}
+    assert all(at == expected_at[user] for _, user, at, _, _ in offline)
+    assert await published(channel) == []
+
+
+async def test_an_expiry_found_by_a_touch_is_announced_before_the_new_online(
+    make_store: StoreFactory, channel: PubSub
+) -> None:
+    store = make_store(window_ms=300)
+    await store.touch("alice")
+    await asyncio.sleep(0.4)  # expired, and no sweep has run
+    await store.touch("alice")
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "alice", "", 1),
+        ("OFFLINE", "alice", "", 0),
+        ("ONLINE", "alice", "", 1),
+    ]
+    await store.sweep()
+    assert await published(channel) == []
+
+
+async def test_friend_set_changes_are_announced_for_each_changed_set(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    await store.add_friends("me", ["a", "b"])
+    await store.add_friends("me", ["a"])  # no change
+    await store.remove_friends("me", ["b"], mutual=False)
+    assert [(k, u) for k, u, *_ in await published(channel)] == [
+        ("FRIENDS", "a"),
+        ("FRIENDS", "b"),
+        ("FRIENDS", "me"),
+        ("FRIENDS", "me"),
+    ]

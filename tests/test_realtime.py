@@ -1,0 +1,325 @@
+"""Subscriptions over WebSocket (graphql-transport-ws), as a frontend uses them: through the
+`gql` client library, against the whole service on a real port and a real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient
+from gql import Client, gql
+from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
+from gql.transport.exceptions import (
+    TransportClosed,
+    TransportConnectionFailed,
+    TransportQueryError,
+)
+
+from gql_presence.app import EVENTS, create_app
+from gql_presence.redis_server import RedisServer, free_port
+from gql_presence.settings import Settings
+from gql_presence.timeline import to_ms
+from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
+from tests.test_serve import run_service, stop, wait_until_serving
+
+FIELDS = "userId kind at sessionId online"
+Service = TestClient[Any, Any]
+
+
+def subscription(arguments: str) -> str:
+    return f"subscription {{ presenceChanged({arguments}) {{ {FIELDS} }} }}"
+
+
+def ids(*user_ids: str) -> str:
+    return json.dumps(list(user_ids))
+
+
+def ws_url(service: Service) -> str:
+    return str(service.make_url("/graphql")).replace("http://", "ws://")
+
+
+async def start_service(aiohttp_client: ClientFactory, **changes: Any) -> Service:
+    return await aiohttp_client(create_app(dataclasses.replace(TEST_SETTINGS, **changes)))
+
+
+@pytest.fixture
+async def service(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> Service:
+    return await start_service(aiohttp_client, redis_url=redis_server.url)
+
+
+class Subscriber:
+    """One `gql` client subscribed to one document, collecting what it receives."""
+
+    def __init__(self, url: str, document: str) -> None:
+        self.url = url
+        self.document = document
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.ended: BaseException | None = None
+        self.done = asyncio.Event()
+
+    async def run(self) -> None:
+        transport = AIOHTTPWebsocketsTransport(url=self.url, subprotocols=["graphql-transport-ws"])
+        try:
+            async with Client(transport=transport) as session:
+                async for result in session.subscribe(gql(self.document)):
+                    self.events.put_nowait(result["presenceChanged"])
+        except Exception as error:  # recorded for the test to look at
+            self.ended = error
+        else:
+            self.ended = StopAsyncIteration("the server completed the subscription")
+        finally:
+            self.done.set()
+
+    async def next(self, within_s: float = 3.0) -> dict[str, Any]:
+        return await asyncio.wait_for(self.events.get(), within_s)
+
+    async def nothing_more(self, wait_s: float = 0.3) -> None:
+        await asyncio.sleep(wait_s)
+        assert self.events.empty(), self.events.get_nowait()
+
+
+@contextlib.asynccontextmanager
+async def subscribed(
+    url: str, document: str, ready: Callable[[], bool] | None = None
+) -> AsyncIterator[Subscriber]:
+    subscriber = Subscriber(url, document)
+    task = asyncio.create_task(subscriber.run())
+    deadline = time.monotonic() + 5
+    while ready is not None and not ready():
+        assert time.monotonic() < deadline, f"not subscribed: {subscriber.ended!r}"
+        await asyncio.sleep(0.02)
+    try:
+        yield subscriber
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def feeds_above(service: Service, count: int) -> Callable[[], bool]:
+    hub = service.app[EVENTS]
+    return lambda: hub.feed_count > count
+
+
+def without_at(event: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in event.items() if k != "at"}
+
+
+async def test_online_kicked_and_offline_arrive_in_order_with_their_fields(
+    service: Service,
+) -> None:
+    document = subscription(f"userIds: {ids('alice')}")
+    async with subscribed(ws_url(service), document, feeds_above(service, 0)) as alice:
+        before = datetime.now(UTC)
+        await graphql(service, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
+        await graphql(
+            service, 'mutation { touch(userId: "alice", sessionId: "laptop") { online } }'
+        )
+        await graphql(service, 'mutation { touch(userId: "bob") { online } }')
+        online = await alice.next()
+        assert without_at(online) == {
+            "userId": "alice",
+            "kind": "ONLINE",
+            "sessionId": None,
+            "online": True,
+        }
+        at = datetime.fromisoformat(online["at"])
+        assert before - timedelta(seconds=1) <= at <= datetime.now(UTC) + timedelta(seconds=1)
+
+        await graphql(service, 'mutation { kick(userId: "alice", sessionId: "phone") { online } }')
+        assert without_at(await alice.next()) == {
+            "userId": "alice",
+            "kind": "KICKED",
+            "sessionId": "phone",
+            "online": True,
+        }
+        await graphql(service, 'mutation { kick(userId: "alice") { online } }')
+        assert without_at(await alice.next()) == {
+            "userId": "alice",
+            "kind": "KICKED",
+            "sessionId": None,
+            "online": False,
+        }
+
+        # A session backfilled to 59.7 s ago expires 0.3 s from now (the window is 60 s); the
+        # sweep announces it within 2 s of that moment.
+        touched_at = datetime.now(UTC) - timedelta(seconds=59.7)
+        await graphql(
+            service,
+            'mutation($at: DateTime) { touch(userId: "alice", sessionId: "tv", at: $at) { online } }',
+            at=touched_at.isoformat(),
+        )
+        assert (await alice.next())["kind"] == "ONLINE"
+        offline = await alice.next(within_s=3)
+        received = datetime.now(UTC)
+        assert without_at(offline) == {
+            "userId": "alice",
+            "kind": "OFFLINE",
+            "sessionId": None,
+            "online": False,
+        }
+        expired_at = datetime.fromisoformat(offline["at"])
+        assert to_ms(expired_at) == to_ms(touched_at) + 60_000
+        assert received - expired_at < timedelta(seconds=2)
+        await alice.nothing_more()
+
+
+async def test_friends_of_follows_the_friend_set_as_it_changes(service: Service) -> None:
+    await graphql(service, 'mutation { addFriends(userId: "me", friendIds: ["old"]) }')
+    async with subscribed(
+        ws_url(service), subscription('friendsOf: "me"'), feeds_above(service, 0)
+    ) as mine:
+        await graphql(
+            service, 'mutation { touch(userId: "old") { online } touchMany(userIds: ["new"]) }'
+        )
+        assert without_at(await mine.next())["userId"] == "old"
+        await mine.nothing_more()
+
+        await graphql(
+            service,
+            'mutation { addFriends(userId: "me", friendIds: ["new"]) removeFriends(userId: "me", friendIds: ["old"]) }',
+        )
+        await asyncio.sleep(0.3)  # the friend set is re-read when it changes, well within 2 s
+        await graphql(
+            service,
+            'mutation { a: kick(userId: "old") { online } b: kick(userId: "new") { online } }',
+        )
+        assert without_at(await mine.next()) == {
+            "userId": "new",
+            "kind": "KICKED",
+            "sessionId": None,
+            "online": False,
+        }
+        await mine.nothing_more()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "says"),
+    [
+        ("", "exactly one"),
+        (f'userIds: {ids("a")}, friendsOf: "b"', "exactly one"),
+        (f"userIds: {ids(*(str(i) for i in range(10_001)))}", "10,000"),
+        ('userIds: [""]', "1 to 128"),
+        ('friendsOf: ""', "1 to 128"),
+    ],
+)
+async def test_bad_arguments_are_refused(service: Service, arguments: str, says: str) -> None:
+    document = (
+        subscription(arguments)
+        if arguments
+        else f"subscription {{ presenceChanged {{ {FIELDS} }} }}"
+    )
+    subscriber = Subscriber(ws_url(service), document)
+    await asyncio.wait_for(subscriber.run(), 5)
+    assert isinstance(subscriber.ended, TransportQueryError)
+    errors = subscriber.ended.errors or []
+    assert [e["extensions"]["code"] for e in errors] == ["BAD_USER_INPUT"]
+    assert says in errors[0]["message"]
+
+
+async def test_a_subscriber_that_stops_reading_is_dropped_without_stalling_others(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(
+        aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100, revoke_ms=0
+    )
+    users = [f"u{i}" for i in range(10_000)]
+    async with aiohttp.ClientSession() as session:
+        stalled = await session.ws_connect(ws_url(service), protocols=["graphql-transport-ws"])
+        await stalled.send_json({"type": "connection_init"})
+        assert (await stalled.receive_json())["type"] == "connection_ack"
+        await stalled.send_json(
+            {
+                "id": "1",
+                "type": "subscribe",
+                "payload": {"query": subscription(f"userIds: {json.dumps(users)}")},
+            }
+        )
+        # From here on the stalled client reads nothing, while 30,000 events are published.
+        async with subscribed(
+            ws_url(service), subscription(f"userIds: {ids('u1', 'u2')}"), feeds_above(service, 1)
+        ) as reader:
+            for _ in range(3):
+                await graphql(
+                    service, "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }", ids=users
+                )
+                for user in ("u1", "u2"):
+                    await graphql(service, f'mutation {{ kick(userId: "{user}") {{ online }} }}')
+                for _ in range(2):
+                    assert (await reader.next())["kind"] == "ONLINE"
+                for _ in range(2):
+                    assert (await reader.next())["kind"] == "KICKED"
+        # The stalled subscriber was dropped: its socket ends with a close frame that says why.
+        close = None
+        deadline = time.monotonic() + 30
+        while close is None and time.monotonic() < deadline:
+            message = await stalled.receive(timeout=30)
+            if message.type in (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED):
+                close = message
+        assert close is not None
+        assert close.data == aiohttp.WSCloseCode.POLICY_VIOLATION
+        assert "too slow" in str(close.extra)
+        await stalled.close()
+
+
+async def test_lost_redis_closes_subscriptions_so_clients_subscribe_again(
+    aiohttp_client: ClientFactory, own_redis_server: RedisServer
+) -> None:
+    service = await start_service(aiohttp_client, redis_url=own_redis_server.url)
+    document = subscription(f"userIds: {ids('alice')}")
+    async with subscribed(ws_url(service), document, feeds_above(service, 0)) as before:
+        own_redis_server.stop()
+        await asyncio.wait_for(before.done.wait(), 5)
+        assert isinstance(before.ended, TransportClosed | TransportConnectionFailed), before.ended
+        own_redis_server.restart()
+        async with subscribed(ws_url(service), document, feeds_above(service, 0)) as after:
+            await graphql(service, 'mutation { touch(userId: "alice") { online } }')
+            assert (await after.next(within_s=5))["kind"] == "ONLINE"
+
+
+def test_events_cross_api_processes_and_expiry_is_announced_once(
+    tmp_path: Any, redis_server: RedisServer
+) -> None:
+    asyncio.run(_two_processes(tmp_path, redis_server))
+
+
+async def _two_processes(tmp_path: Any, redis_server: RedisServer) -> None:
+    ports = [free_port(), free_port()]
+    env = {"REDIS_URL": redis_server.url, "PRESENCE_WINDOW_SECONDS": "1"}
+    services = [run_service(tmp_path / f"p{i}", port, **env) for i, port in enumerate(ports)]
+    try:
+        for service, port in zip(services, ports, strict=True):
+            await asyncio.to_thread(wait_until_serving, service, port)
+        urls = [f"ws://127.0.0.1:{port}/graphql" for port in ports]
+        document = subscription(f"userIds: {ids('cross')}")
+        async with subscribed(urls[0], document) as first, subscribed(urls[1], document) as second:
+            await asyncio.sleep(0.5)  # both subscriptions registered
+            async with aiohttp.ClientSession() as http:
+                touch = {"query": 'mutation { touch(userId: "cross") { online } }'}
+                async with http.post(
+                    f"http://127.0.0.1:{ports[1]}/graphql", json=touch
+                ) as response:
+                    assert (await response.json())["data"]["touch"]["online"] is True
+            for subscriber in (first, second):
+                assert (await subscriber.next())["kind"] == "ONLINE"
+                # Both processes sweep every second; the 1 s window expires once, announced once.
+                assert (await subscriber.next(within_s=4))["kind"] == "OFFLINE"
+            await first.nothing_more(1.5)
+            await second.nothing_more(0)
+    finally:
+        for service in services:
+            stop(service)
+
+
+def test_settings_give_the_subscriber_buffer() -> None:
+    assert Settings.from_env({"PRESENCE_SUBSCRIBER_BUFFER": "250"}).subscriber_buffer == 250
