@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
@@ -28,6 +29,7 @@ SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
 REDIS_URL = web.AppKey("redis_url", str)
+SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
 
 
 class PresenceView(GraphQLView[Context, None]):
@@ -35,6 +37,8 @@ class PresenceView(GraphQLView[Context, None]):
         self, request: web.Request, response: web.Response | web.WebSocketResponse
     ) -> Context:
         store = request.app[STORE]
+        if isinstance(response, web.WebSocketResponse):
+            request.app[SOCKETS].add(response)
 
         async def close_socket(reason: FeedDroppedError) -> None:
             if isinstance(response, web.WebSocketResponse) and not response.closed:
@@ -61,6 +65,9 @@ class PresenceView(GraphQLView[Context, None]):
 def create_app(settings: Settings) -> web.Application:
     app = web.Application()
     app[SETTINGS] = settings
+    app[SOCKETS] = weakref.WeakSet()
+    # Open WebSockets would hold up a shutdown: close them first, saying why.
+    app.on_shutdown.append(close_sockets)
     # Redis first (the embedded one when REDIS_URL is unset), then the sweeper that uses it.
     app.cleanup_ctx.append(redis_store)
     app.cleanup_ctx.append(sweeper)
@@ -69,6 +76,12 @@ def create_app(settings: Settings) -> web.Application:
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
     app.router.add_route("*", "/graphql", PresenceView(schema=build_schema()))
     return app
+
+
+async def close_sockets(app: web.Application) -> None:
+    sockets: weakref.WeakSet[web.WebSocketResponse] = app[SOCKETS]
+    closing = [s.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down") for s in sockets]
+    await asyncio.gather(*closing, return_exceptions=True)
 
 
 async def redis_store(app: web.Application) -> AsyncIterator[None]:

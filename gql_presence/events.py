@@ -103,6 +103,7 @@ class EventHub:
         self._capacity = capacity
         self._channel = store.events_channel
         self._store = store
+        self._feeds: set[Feed] = set()
         self._by_user: dict[str, set[Feed]] = {}
         self._by_friends_of: dict[str, set[Feed]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -111,7 +112,7 @@ class EventHub:
 
     @property
     def feed_count(self) -> int:
-        return len({feed for feeds in self._by_user.values() for feed in feeds})
+        return len(self._feeds)
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="presence-events")
@@ -135,6 +136,7 @@ class EventHub:
     ) -> AsyncIterator[Feed]:
         """A feed of the events of user_ids, or of friends_of's friends as that set changes."""
         feed = Feed(self, self._capacity, on_drop)
+        self._feeds.add(feed)
         try:
             if friends_of is None:
                 self._follow(feed, frozenset(user_ids))
@@ -147,6 +149,7 @@ class EventHub:
             self.forget(feed)
 
     def forget(self, feed: Feed) -> None:
+        self._feeds.discard(feed)
         self._follow(feed, frozenset())
         if feed.friends_of is not None:
             _discard(self._by_friends_of, feed.friends_of, feed)
@@ -206,12 +209,7 @@ class EventHub:
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
 
     def _drop_all(self, why: str) -> None:
-        feeds = {
-            feed
-            for feeds in (*self._by_user.values(), *self._by_friends_of.values())
-            for feed in feeds
-        }
-        for feed in feeds:
+        for feed in list(self._feeds):
             feed.drop(
                 FeedDroppedError(f"{why}; re-read presence and subscribe again", too_slow=False)
             )

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import signal
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -323,3 +324,36 @@ async def _two_processes(tmp_path: Any, redis_server: RedisServer) -> None:
 
 def test_settings_give_the_subscriber_buffer() -> None:
     assert Settings.from_env({"PRESENCE_SUBSCRIBER_BUFFER": "250"}).subscriber_buffer == 250
+
+
+def test_shutdown_closes_subscriptions_and_ends_promptly(
+    tmp_path: Any, redis_server: RedisServer
+) -> None:
+    asyncio.run(_shutdown(tmp_path, redis_server))
+
+
+async def _shutdown(tmp_path: Any, redis_server: RedisServer) -> None:
+    port = free_port()
+    process = run_service(tmp_path, port, REDIS_URL=redis_server.url)
+    await asyncio.to_thread(wait_until_serving, process, port)
+    async with aiohttp.ClientSession() as session:
+        socket = await session.ws_connect(
+            f"ws://127.0.0.1:{port}/graphql", protocols=["graphql-transport-ws"]
+        )
+        await socket.send_json({"type": "connection_init"})
+        assert (await socket.receive_json())["type"] == "connection_ack"
+        await socket.send_json(
+            {
+                "id": "1",
+                "type": "subscribe",
+                "payload": {"query": subscription(f"userIds: {ids('a')}")},
+            }
+        )
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        message = await socket.receive(timeout=10)
+        assert message.type == aiohttp.WSMsgType.CLOSE
+        assert message.data == aiohttp.WSCloseCode.GOING_AWAY
+        await asyncio.to_thread(process.communicate, timeout=10)
+        assert time.monotonic() - started < 10
+        assert process.returncode == 0
