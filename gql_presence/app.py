@@ -75,7 +75,24 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(event_hub)
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
     app.router.add_route("*", "/graphql", PresenceView(schema=build_schema()))
+    # Probes in the shape Kubernetes uses: alive, and able to serve.
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
     return app
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process is up and answering."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Redis answers and holds every script: requests can be served."""
+    try:
+        await request.app[STORE].ensure_ready()
+    except PresenceError as error:
+        return web.json_response({"status": "not ready", "reason": error.message}, status=503)
+    return web.json_response({"status": "ready"})
 
 
 async def close_sockets(app: web.Application) -> None:

@@ -60,5 +60,14 @@ class Scripts:
         for name in SCRIPT_NAMES:
             await client.script_load(script_source(name))
 
+    async def load_missing(self, client: Redis) -> int:
+        """Loads the scripts Redis does not hold (after a restart or SCRIPT FLUSH); returns
+        how many it loaded."""
+        held = await client.script_exists(*(self.by_name[name].sha for name in SCRIPT_NAMES))
+        missing = [name for name, present in zip(SCRIPT_NAMES, held, strict=True) if not present]
+        for name in missing:
+            await client.script_load(script_source(name))
+        return len(missing)
+
     async def run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
         return await self.by_name[name](keys=keys, args=args)

@@ -81,3 +81,25 @@ async def test_scripts_are_loaded_at_start_up(own_redis_server: RedisServer) -> 
     shas = [scripts.by_name[name].sha for name in SCRIPT_NAMES]
     assert await client.script_exists(*shas) == [True] * len(shas)
     await client.aclose()
+
+
+async def test_probes_say_alive_and_ready_and_follow_redis(
+    aiohttp_client: ClientFactory, persistent_server: RedisServer
+) -> None:
+    api = await service(aiohttp_client, persistent_server)
+    assert (await api.get("/healthz")).status == 200
+    ready = await api.get("/readyz")
+    assert (ready.status, await ready.json()) == (200, {"status": "ready"})
+    persistent_server.stop()
+    assert (await api.get("/healthz")).status == 200
+    not_ready = await api.get("/readyz")
+    assert not_ready.status == 503
+    assert (await not_ready.json())["status"] == "not ready"
+    persistent_server.restart()  # an empty script cache: readiness loads the scripts again
+    assert (await api.get("/readyz")).status == 200
+    client = redis_client(persistent_server.url)
+    from gql_presence.scripts import SCRIPT_NAMES, Scripts  # noqa: PLC0415
+
+    shas = [Scripts.register(client).by_name[name].sha for name in SCRIPT_NAMES]
+    assert await client.script_exists(*shas) == [True] * len(shas)
+    await client.aclose()
