@@ -13,15 +13,17 @@ from strawberry.aiohttp.views import GraphQLView
 from strawberry.http import GraphQLHTTPResponse
 from strawberry.types import ExecutionResult
 
-from gql_presence.connection import redis_client, subscriber_client
+from gql_presence.connection import MAX_CONNECTIONS, redis_client, subscriber_client
 from gql_presence.context import Context
 from gql_presence.errors import PresenceError
 from gql_presence.events import EventHub, FeedDroppedError
-from gql_presence.graphql_errors import with_codes
+from gql_presence.graphql_errors import outcomes, with_codes
+from gql_presence.metrics import CONTENT_TYPE, Metrics
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
 from gql_presence.store import SWEEP_BATCH, PresenceStore
+from gql_presence.telemetry import OUTCOMES, request_telemetry
 
 log = logging.getLogger("gql_presence")
 
@@ -29,6 +31,7 @@ SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
 REDIS_URL = web.AppKey("redis_url", str)
+METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
 
 
@@ -48,6 +51,7 @@ class PresenceView(GraphQLView[Context, None]):
                 await response.close(code=code, message=reason.reason.encode()[:123])
 
         return Context(
+            request=request,
             store=store,
             sessions=sessions_loader(store),
             events=request.app[EVENTS],
@@ -59,12 +63,15 @@ class PresenceView(GraphQLView[Context, None]):
     ) -> GraphQLHTTPResponse:
         if result.errors:
             result.errors = with_codes(result.errors)
+        request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
 
 
 def create_app(settings: Settings) -> web.Application:
-    app = web.Application()
+    metrics = Metrics()
+    app = web.Application(middlewares=[request_telemetry(metrics)])
     app[SETTINGS] = settings
+    app[METRICS] = metrics
     app[SOCKETS] = weakref.WeakSet()
     # Open WebSockets would hold up a shutdown: close them first, saying why.
     app.on_shutdown.append(close_sockets)
@@ -78,7 +85,13 @@ def create_app(settings: Settings) -> web.Application:
     # Probes in the shape Kubernetes uses: alive, and able to serve.
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", metrics_page)
     return app
+
+
+async def metrics_page(request: web.Request) -> web.Response:
+    """Prometheus metrics of this process."""
+    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -112,7 +125,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
             log.info("embedded Redis at %s, data in %s", url, settings.data_dir)
         client = redis_client(url)
         stack.push_async_callback(client.aclose)
-        store = PresenceStore(client, settings)
+        store = PresenceStore(client, settings, observe_script=app[METRICS].observe_script)
         await store.load_scripts()
         app[STORE] = store
         app[REDIS_URL] = url
@@ -124,6 +137,12 @@ async def event_hub(app: web.Application) -> AsyncIterator[None]:
     hub = EventHub(client, app[STORE], app[SETTINGS].subscriber_buffer)
     await hub.start()
     app[EVENTS] = hub
+    pool = app[STORE].connection_pool
+    app[METRICS].follow(
+        subscribers=lambda: hub.feed_count,
+        in_use=lambda: len(list(pool._get_in_use_connections())),  # redis-py has no public count
+        size=MAX_CONNECTIONS,
+    )
     yield
     await hub.stop()
     await client.aclose()
@@ -131,7 +150,8 @@ async def event_hub(app: web.Application) -> AsyncIterator[None]:
 
 async def sweeper(app: web.Application) -> AsyncIterator[None]:
     task = asyncio.create_task(
-        sweep_forever(app[STORE], app[SETTINGS].sweep_interval_ms / 1000), name="sweeper"
+        sweep_forever(app[STORE], app[SETTINGS].sweep_interval_ms / 1000, app[METRICS]),
+        name="sweeper",
     )
     yield
     task.cancel()
@@ -139,7 +159,7 @@ async def sweeper(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def sweep_forever(store: PresenceStore, interval_s: float) -> None:
+async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
     Every API process runs one; they need no coordination, as each sweep is one script."""
@@ -152,6 +172,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float) -> None:
             # The sweeper must outlive any one failed sweep; the next one tries again.
             log.exception("sweep failed")
         else:
+            metrics.users_online.set(result.online)
             if max(result.offline, result.purged) >= SWEEP_BATCH:
                 await asyncio.sleep(0)
                 continue

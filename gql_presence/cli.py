@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
 from aiohttp import web
 
+from gql_presence.logs import configure_logging
 from gql_presence.redis_server import RedisStartError
 from gql_presence.settings import Settings, SettingsError
 
@@ -29,14 +29,14 @@ def serve(host: str, port: int) -> int:
         return 2
     from gql_presence.app import create_app  # noqa: PLC0415
 
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    configure_logging(settings.log_format)
     try:
         web.run_app(
             create_app(settings),
             host=host,
             port=port,
+            access_log=None,  # each request gets one line of our own, with its operation
+            shutdown_timeout=10,  # how long requests in flight may take to finish on SIGTERM
             print=lambda _: print(
                 f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql", flush=True
             ),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aiohttp import web
 from strawberry.dataloader import DataLoader
 
 from gql_presence.events import EventHub, OnDrop
@@ -12,6 +13,7 @@ from gql_presence.store import PresenceStore, Session
 
 @dataclass(frozen=True)
 class Context:
+    request: web.Request
     store: PresenceStore
     # Made anew for each request, so that no request reads another's cached sessions.
     sessions: DataLoader[str, tuple[Session, ...]]

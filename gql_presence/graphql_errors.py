@@ -74,6 +74,12 @@ def with_codes(errors: list[GraphQLError]) -> list[GraphQLError]:
     return [with_code(error) for error in errors]
 
 
+def outcomes(errors: list[GraphQLError] | None) -> list[str]:
+    """What a request came to, for logs and metrics: "ok", or its distinct error codes."""
+    codes = {(error.extensions or {}).get("code") or code_of(error).value for error in errors or ()}
+    return sorted(codes) or ["ok"]
+
+
 class ErrorCodes(SchemaExtension):
     """Codes the errors of every operation (over HTTP and, later, WebSocket alike). Errors
     Strawberry reports outside the operation (a document that does not parse) are coded by

@@ -25,6 +25,7 @@ from gql_presence.context import Context
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
 from gql_presence.store import PresenceStore
+from gql_presence.telemetry import OperationLabel
 from gql_presence.validation import check_id, check_ids
 
 ID = strawberry.ID
@@ -463,6 +464,7 @@ def build_schema() -> PresenceSchema:
         # request: keep their results.
         # (The caches live in their modules, shared by every request.)
         extensions=[
+            OperationLabel,
             ErrorCodes,
             partial(ParserCache, maxsize=256),
             partial(ValidationCache, maxsize=256),

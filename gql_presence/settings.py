@@ -41,6 +41,8 @@ class Settings:
     sweep_interval_ms: int = 1000
     # How many events may wait for one subscriber before it is dropped as too slow.
     subscriber_buffer: int = 1000
+    # "text" for people, "json" for log collectors: one JSON object per line.
+    log_format: str = "text"
 
     @property
     def stats_zone(self) -> ZoneInfo:
@@ -71,6 +73,7 @@ class Settings:
             stats_timezone=_timezone(env),
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
+            log_format=_choice(env, "PRESENCE_LOG_FORMAT", ("text", "json")),
         )
 
 
@@ -102,6 +105,13 @@ def _count(env: Mapping[str, str], name: str, default: int) -> int:
             f"{name}={raw!r} is not valid: use a whole number of 1 or more, e.g. {default}."
         )
     return int(raw)
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
+    raw = env.get(name, "").strip() or choices[0]
+    if raw not in choices:
+        raise SettingsError(f"{name}={raw!r} is not valid: use one of {', '.join(choices)}.")
+    return raw
 
 
 def _redis_url(env: Mapping[str, str]) -> str | None:

@@ -4,13 +4,13 @@ plain dataclasses. It knows Redis and the rules of SEMANTICS.md, and nothing of 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from redis import exceptions as redis_errors
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
 
 from gql_presence.cursor import decode_cursor, encode_cursor
 from gql_presence.errors import (
@@ -112,15 +112,27 @@ class WeeklyStats:
 class SweepResult:
     offline: int
     purged: int
+    online: int
 
 
 class PresenceStore:
-    def __init__(self, redis: Redis, settings: Settings, keys: Keys | None = None) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        settings: Settings,
+        keys: Keys | None = None,
+        observe_script: Callable[[str, float], None] | None = None,
+    ) -> None:
         self._redis = redis
+        self._observe_script = observe_script
         self._settings = settings
         self._keys = keys or Keys()
         self._scripts = Scripts.register(redis)
         self._zone = settings.stats_zone
+
+    @property
+    def connection_pool(self) -> ConnectionPool:
+        return self._redis.connection_pool
 
     @property
     def events_channel(self) -> str:
@@ -323,12 +335,12 @@ class PresenceStore:
     async def sweep(self, batch: int = SWEEP_BATCH) -> SweepResult:
         """Removes up to `batch` expired online entries and `batch` users past the retention."""
         k = self._keys
-        offline, purged = await self._run(
+        offline, purged, online = await self._run(
             "sweep",
             [k.online, k.last_seen, k.user_index, k.free_indexes],
             [batch, self._settings.retention_ms + PURGE_SLACK_MS, k.events],
         )
-        return SweepResult(int(offline), int(purged))
+        return SweepResult(int(offline), int(purged), int(online))
 
     async def _change_friends(
         self, script: str, user_id: str, friend_ids: Sequence[str], mutual: bool
@@ -356,6 +368,7 @@ class PresenceStore:
         return Page(int(reply[0]), nodes, bool(reply[1]), end_cursor)
 
     async def _run(self, script: str, keys: list[str], args: list[str | int]) -> Any:
+        started = time.perf_counter()
         try:
             return await self._guarded(self._scripts.run(script, keys, args))
         except redis_errors.ResponseError as error:
@@ -363,6 +376,9 @@ class PresenceStore:
                 if code in str(error):
                     raise refusal(message) from None
             raise
+        finally:
+            if self._observe_script is not None:
+                self._observe_script(script, time.perf_counter() - started)
 
     @staticmethod
     async def _guarded(call: Awaitable[Any]) -> Any:

@@ -10,7 +10,7 @@
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  channel        string: the events channel
-  Returns  {offline_count, purged_count}
+  Returns  {offline_count, purged_count, online_count}: online_count is of users online now
   Events   OFFLINE for each user whose presence expired, at the moment it expired; as the
            same script removes the entry, two processes sweeping at once never both announce it
   Sessions and revocations need no sweep: their keys expire with their newest entry.
@@ -37,4 +37,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired / 2, #forgotten}
+return {#expired / 2, #forgotten, redis.call('ZCOUNT', online_key, now, '+inf')}

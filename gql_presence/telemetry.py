@@ -1,0 +1,97 @@
+"""One log line and a few metrics per GraphQL request: which operation, how it ended, how long.
+
+The operation is named by its type and root fields (`mutation:touch`), which the schema
+bounds, rather than by the client's operation name, which it does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterator
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+from graphql import FieldNode, OperationDefinitionNode
+from strawberry.extensions import SchemaExtension
+
+from gql_presence.metrics import Metrics
+
+log = logging.getLogger("gql_presence.requests")
+
+OPERATION = web.RequestKey("operation", str)
+OUTCOMES = web.RequestKey("outcomes", list[str])
+
+
+class OperationLabel(SchemaExtension):
+    """Names the request's operation for the request log (a parsed document is needed)."""
+
+    def on_operation(self) -> Iterator[None]:
+        yield
+        context = self.execution_context
+        request = getattr(context.context, "request", None)
+        if isinstance(request, web.Request):
+            request[OPERATION] = operation_label(context.graphql_document, context.operation_name)
+
+
+def operation_label(document: object, operation_name: str | None) -> str:
+    definitions = getattr(document, "definitions", None)
+    if not definitions:
+        return "invalid"
+    for operation in definitions:
+        if not isinstance(operation, OperationDefinitionNode):
+            continue
+        if operation_name is not None and (
+            operation.name is None or operation.name.value != operation_name
+        ):
+            continue
+        selections = operation.selection_set.selections
+        fields = sorted({s.name.value for s in selections if isinstance(s, FieldNode)})
+        return f"{operation.operation.value}:{','.join(fields) or 'fragments'}"
+    return "invalid"
+
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def request_telemetry(metrics: Metrics) -> Middleware:
+    """aiohttp middleware: logs and measures each request to /graphql."""
+
+    @web.middleware
+    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path != "/graphql":
+            return await handler(request)
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        finally:
+            seconds = time.perf_counter() - started
+            websocket = request.headers.get("Upgrade", "").lower() == "websocket"
+            operation = request.get(OPERATION, "websocket" if websocket else "none")
+            ended = request.get(OUTCOMES, ["ok"] if status < 500 else ["INTERNAL"])
+            for outcome in ended:
+                metrics.requests.labels(operation, outcome).inc()
+            if not websocket:  # a WebSocket's "request" lasts as long as its connection
+                metrics.request_seconds.labels(operation).observe(seconds)
+            log.info(
+                "%s %s %s %s %d %.1f ms",
+                request.method,
+                request.path,
+                operation,
+                ",".join(ended),
+                status,
+                seconds * 1000,
+                extra={
+                    "method": request.method,
+                    "path": request.path,
+                    "status": status,
+                    "operation": operation,
+                    "outcome": ",".join(ended),
+                    "duration_ms": round(seconds * 1000, 2),
+                },
+            )
+
+    return observe

@@ -1,0 +1,102 @@
+"""What operators see: Prometheus metrics that move, and one parseable log line per request
+with no secrets in it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from gql_presence.logs import JsonLines
+from gql_presence.settings import Settings, SettingsError
+from tests.conftest import graphql
+from tests.test_realtime import feeds_above, ids, subscribed, subscription, ws_url
+
+Service = TestClient[Any, Any]
+
+
+async def scrape(api: Service) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    response = await api.get("/metrics")
+    assert response.status == 200
+    assert response.headers["Content-Type"].startswith("text/plain")
+    samples = {}
+    for family in text_string_to_metric_families(await response.text()):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+async def test_metrics_count_requests_by_operation_and_outcome_and_time_scripts(
+    api: Service,
+) -> None:
+    await graphql(api, 'mutation { touch(userId: "a") { online } }')
+    await graphql(api, 'mutation { touch(userId: "b") { online } }')
+    await graphql(api, 'mutation { touch(userId: "") { online } }')
+    await graphql(api, '{ onlineUsers { totalCount } presence(userId: "a") { online } }')
+    await graphql(api, "{ nonsense }")
+    metrics = await scrape(api)
+
+    def requests(operation: str, outcome: str) -> float:
+        labels = (("operation", operation), ("outcome", outcome))
+        return metrics.get(("gqlp_graphql_requests_total", labels), 0)
+
+    assert requests("mutation:touch", "ok") == 2
+    assert requests("mutation:touch", "BAD_USER_INPUT") == 1
+    assert requests("query:onlineUsers,presence", "ok") == 1
+    assert requests("query:nonsense", "BAD_USER_INPUT") == 1
+    assert (
+        metrics[("gqlp_graphql_request_duration_seconds_count", (("operation", "mutation:touch"),))]
+        == 3
+    )
+    assert metrics[("gqlp_script_duration_seconds_count", (("script", "touch"),))] == 2
+    assert metrics[("gqlp_redis_connections_max", ())] == 64
+
+
+async def test_gauges_follow_users_online_and_subscribers(api: Service) -> None:
+    await graphql(api, 'mutation { touchMany(userIds: ["a", "b", "c"]) }')
+    await asyncio.sleep(1.2)  # the sweep runs every second and counts who is online
+    assert (await scrape(api))[("gqlp_users_online", ())] == 3
+    async with subscribed(ws_url(api), subscription(f"userIds: {ids('a')}"), feeds_above(api, 0)):
+        assert (await scrape(api))[("gqlp_websocket_subscribers", ())] == 1
+    await asyncio.sleep(0.1)
+    assert (await scrape(api))[("gqlp_websocket_subscribers", ())] == 0
+
+
+async def test_one_json_log_line_per_request_without_secrets(
+    api: Service, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "s3cr3t-value-that-must-not-be-logged"  # noqa: S105 - the point of the test
+    with caplog.at_level(logging.INFO, logger="gql_presence.requests"):
+        await api.post(
+            "/graphql",
+            json={
+                "query": "mutation($u: ID!) { touch(userId: $u) { online } }",
+                "variables": {"u": secret},
+            },
+            headers={"Authorization": f"Bearer {secret}"},
+        )
+        await graphql(api, 'mutation { kick(userId: "") { online } }')
+    lines = [
+        json.loads(JsonLines().format(r))
+        for r in caplog.records
+        if r.name == "gql_presence.requests"
+    ]
+    assert len(lines) == 2
+    first, second = lines
+    assert (first["operation"], first["outcome"], first["status"]) == ("mutation:touch", "ok", 200)
+    assert (second["operation"], second["outcome"]) == ("mutation:kick", "BAD_USER_INPUT")
+    assert first["duration_ms"] > 0
+    assert first["level"] == "info"
+    assert all(secret not in json.dumps(line) for line in lines)
+
+
+def test_log_format_is_a_setting() -> None:
+    assert Settings.from_env({"PRESENCE_LOG_FORMAT": "json"}).log_format == "json"
+    assert Settings.from_env({}).log_format == "text"
+    with pytest.raises(SettingsError, match="PRESENCE_LOG_FORMAT"):
+        Settings.from_env({"PRESENCE_LOG_FORMAT": "xml"})
