@@ -1,15 +1,19 @@
-"""The gql-presence command: serve the API, or export its schema."""
+"""The gql-presence command: serve the API, check a deployment, fill a demo, export the schema."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import random
 import sys
 from pathlib import Path
 
 from aiohttp import web
+from redis.exceptions import RedisError
 
+from gql_presence.errors import PresenceError
 from gql_presence.logs import configure_logging
-from gql_presence.redis_server import RedisStartError
+from gql_presence.redis_server import RedisStartError, redis_server_binary
 from gql_presence.settings import Settings, SettingsError
 
 SCHEMA_FILE = Path("schema.graphql")
@@ -22,10 +26,8 @@ def schema_sdl() -> str:
 
 
 def serve(host: str, port: int) -> int:
-    try:
-        settings = Settings.from_env()
-    except SettingsError as error:
-        print(f"gql-presence: {error}", file=sys.stderr)
+    settings = settings_or_exit()
+    if settings is None:
         return 2
     from gql_presence.app import create_app  # noqa: PLC0415
 
@@ -45,6 +47,72 @@ def serve(host: str, port: int) -> int:
         print(f"gql-presence: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def settings_or_exit() -> Settings | None:
+    try:
+        return Settings.from_env()
+    except SettingsError as error:
+        print(f"gql-presence: {error}", file=sys.stderr)
+        return None
+
+
+def check() -> int:
+    """For deploy pipelines: the settings are valid and the store answers."""
+    settings = settings_or_exit()
+    if settings is None:
+        return 2
+    if settings.redis_url is None:
+        binary = redis_server_binary()
+        print(f"gql-presence: settings valid; embedded Redis {binary}, data in {settings.data_dir}")
+        return 0
+    return asyncio.run(_check_redis(settings, settings.redis_url))
+
+
+async def _check_redis(settings: Settings, url: str) -> int:
+    from gql_presence.connection import redis_client  # noqa: PLC0415
+    from gql_presence.store import PresenceStore  # noqa: PLC0415
+
+    client = redis_client(url)
+    try:
+        await PresenceStore(client, settings).load_scripts()
+        version = (await client.info("server"))["redis_version"]
+    except (PresenceError, RedisError) as error:
+        print(f"gql-presence: {url} does not serve the store: {error}", file=sys.stderr)
+        return 1
+    finally:
+        await client.aclose()
+    print(f"gql-presence: settings valid; Redis {version} at {url} answers and holds the scripts")
+    return 0
+
+
+def demo(users: int, seed: int, keep_alive: bool) -> int:
+    settings = settings_or_exit()
+    if settings is None:
+        return 2
+    try:
+        asyncio.run(_demo(settings, users, seed, keep_alive))
+    except KeyboardInterrupt:
+        pass
+    except (RedisStartError, PresenceError, RedisError) as error:
+        print(f"gql-presence: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _demo(settings: Settings, users: int, seed: int, keep_alive: bool) -> None:
+    from gql_presence import demo as sample  # noqa: PLC0415
+
+    rng = random.Random(seed)  # noqa: S311 - sample data, not secrets
+    async with sample.demo_store(settings) as store:
+        wrote = await sample.fill(store, users, settings, rng)
+        print(
+            f"gql-presence: demo data written: {wrote['users']:,} users with friends, "
+            f"{wrote['touches']:,} touches over a week, {wrote['online']:,} online now"
+        )
+        if keep_alive:
+            print("gql-presence: users now come and go every second; Ctrl-C stops")
+            await sample.keep_alive(store, users, rng)
 
 
 def export_schema(path: Path, check: bool) -> int:
@@ -69,10 +137,23 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("serve", help="serve GraphQL (and GraphiQL) at /graphql")
     run.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    commands.add_parser(
+        "check", help="validate the settings and reach Redis (for deploy pipelines)"
+    )
+    fill = commands.add_parser(
+        "demo", help="fill the store with sample users, friends and a week of activity"
+    )
+    fill.add_argument("--users", type=int, default=2000, help="how many users (default 2000)")
+    fill.add_argument("--seed", type=int, default=7, help="random seed, for the same sample again")
+    fill.add_argument("--keep-alive", action="store_true", help="then keep users coming and going")
     export = commands.add_parser("export-schema", help="write the schema's SDL to a file")
     export.add_argument("path", nargs="?", type=Path, default=SCHEMA_FILE)
     export.add_argument("--check", action="store_true", help="fail if the file differs instead")
     args = parser.parse_args(argv)
     if args.command == "serve":
         return serve(args.host, args.port)
+    if args.command == "check":
+        return check()
+    if args.command == "demo":
+        return demo(args.users, args.seed, args.keep_alive)
     return export_schema(args.path, args.check)

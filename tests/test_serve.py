@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from gql_presence.redis_server import free_port
+from gql_presence.redis_server import RedisServer, free_port
 
 
 def run_service(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
@@ -105,3 +105,54 @@ def test_a_bad_setting_stops_the_start_naming_it(data_dir: Path) -> None:
     assert service.returncode == 2
     assert "PRESENCE_WINDOW_SECONDS='soon'" in output.decode()
     assert not data_dir.exists(), "nothing was started"
+
+
+def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "-m", "gql_presence", *args],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_check_reaches_redis_and_loads_the_scripts(redis_server: RedisServer) -> None:
+    done = run_command("check", REDIS_URL=redis_server.url)
+    assert done.returncode == 0, done.stderr
+    assert "answers and holds the scripts" in done.stdout
+
+
+def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:
+    unreachable = run_command("check", REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
+    assert unreachable.returncode == 1
+    assert "does not serve the store" in unreachable.stderr
+    bad = run_command("check", PRESENCE_STATS_TIMEZONE="Nowhere/Atlantis")
+    assert bad.returncode == 2
+    assert "PRESENCE_STATS_TIMEZONE" in bad.stderr
+
+
+def test_demo_fills_the_running_service_with_a_living_sample(data_dir: Path) -> None:
+    port = free_port()
+    service = run_service(data_dir, port)
+    try:
+        wait_until_serving(service, port)
+        done = run_command("demo", "--users", "300", PRESENCE_DATA_DIR=str(data_dir))
+        assert done.returncode == 0, done.stderr
+        assert "300 users" in done.stdout
+        body = post(
+            port,
+            "{ onlineUsers(first: 3) { totalCount nodes { userId sessions { sessionId } } } "
+            "weeklyStats { days { activeUsers } uniqueUsers activeEveryDay } "
+            'friends(userId: "user-00001") }',
+        )["data"]
+        assert body["onlineUsers"]["totalCount"] >= 30
+        assert all(node["sessions"] for node in body["onlineUsers"]["nodes"])
+        assert all(day["activeUsers"] > 0 for day in body["weeklyStats"]["days"])
+        assert body["weeklyStats"]["activeEveryDay"] >= 30  # the regulars
+        assert len(body["friends"]) >= 5
+    finally:
+        stop(service)
