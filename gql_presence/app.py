@@ -7,6 +7,7 @@ import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from aiohttp import WSCloseCode, web
 from strawberry.aiohttp.views import GraphQLView
@@ -86,7 +87,16 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", metrics_page)
+    # A live page for people: who is online, and the week's active users.
+    app.router.add_get("/dashboard", dashboard)
     return app
+
+
+DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    return web.Response(body=DASHBOARD, content_type="text/html", charset="utf-8")
 
 
 async def metrics_page(request: web.Request) -> web.Response:

@@ -105,6 +105,12 @@ async def api(
     )
 
 
+@pytest.fixture
+def store_of_api(http_redis: Redis) -> PresenceStore:
+    """A store on the same Redis as the `api` service, to write data behind its back."""
+    return PresenceStore(http_redis, TEST_SETTINGS)
+
+
 async def graphql(client: TestClient[Any, Any], query: str, **variables: Any) -> dict[str, Any]:
     """Sends one GraphQL document over HTTP POST and returns the response body."""
     response = await client.post("/graphql", json={"query": query, "variables": variables})

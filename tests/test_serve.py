@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +157,30 @@ def test_demo_fills_the_running_service_with_a_living_sample(data_dir: Path) -> 
         assert len(body["friends"]) >= 5
     finally:
         stop(service)
+
+
+def test_sigterm_lets_requests_in_flight_finish(redis_server: RedisServer, data_dir: Path) -> None:
+    port = free_port()
+    service = run_service(data_dir, port, REDIS_URL=redis_server.url)
+    wait_until_serving(service, port)
+    batches = [[f"drain-{n}-{i}" for i in range(10_000)] for n in range(6)]
+    document = "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }"
+
+    def touch_many(ids: list[str]) -> dict[str, Any]:
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/graphql",
+            data=json.dumps({"query": document, "variables": {"ids": ids}}).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=20) as response:  # noqa: S310 - our own loopback
+            body: dict[str, Any] = json.load(response)
+            return body
+
+    with ThreadPoolExecutor(len(batches)) as pool:
+        answers = [pool.submit(touch_many, batch) for batch in batches]
+        next(as_completed(answers))  # one is answered: the others are being served
+        service.send_signal(signal.SIGTERM)
+        results = [answer.result() for answer in answers]
+    output, _ = service.communicate(timeout=20)
+    assert service.returncode == 0, output.decode()
+    assert [r["data"]["touchMany"] for r in results] == [10_000] * len(batches)

@@ -1,0 +1,137 @@
+"""The dashboard in a real browser: Debian's Chromium, driven by Playwright, against the
+whole service on a real port."""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from playwright.async_api import Browser, Page, async_playwright
+
+from gql_presence.demo import fill
+from gql_presence.store import PresenceStore
+from tests.conftest import TEST_SETTINGS, graphql
+
+Service = TestClient[Any, Any]
+# Flags that keep a headless Chromium quiet on a machine with no network but loopback.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
+
+
+def chromium() -> str:
+    """Debian's chromium; installed here when missing and this is a root shell with apt-get
+    (as on CI), otherwise the test is skipped with the command to run."""
+    found = shutil.which("chromium")
+    apt_get = shutil.which("apt-get")
+    if found is None and os.geteuid() == 0 and apt_get:
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run([apt_get, "update", "-qq"], check=True, env=env, timeout=600)
+        install = [apt_get, "install", "-y", "-qq", "chromium"]
+        subprocess.run(install, check=True, env=env, timeout=900)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.skip("needs Debian's chromium: apt-get install chromium")
+    return found
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    return chromium()
+
+
+@pytest.fixture
+async def browser(chromium_path: str) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=chromium_path, args=CHROMIUM_FLAGS
+        )
+        yield launched
+        await launched.close()
+
+
+async def open_dashboard(
+    browser: Browser, api: Service, **page_options: Any
+) -> tuple[Page, list[str]]:
+    page = await browser.new_page(**page_options)
+    problems: list[str] = []
+    page.on(
+        "console",
+        lambda message: problems.append(message.text) if message.type == "error" else None,
+    )
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
+    await page.goto(str(api.make_url("/dashboard")))
+    return page, problems
+
+
+async def test_the_count_follows_a_touch_live_and_the_page_is_clean(
+    browser: Browser, api: Service
+) -> None:
+    await graphql(api, 'mutation { touch(userId: "first-user", sessionId: "web") { online } }')
+    page, problems = await open_dashboard(browser, api)
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '1'", timeout=5000
+    )
+    await page.wait_for_function(
+        "document.getElementById('status').textContent === 'live'", timeout=5000
+    )
+    await graphql(api, 'mutation { touch(userId: "second-user", sessionId: "phone") { online } }')
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '2'", timeout=5000
+    )
+    assert "second-user" in await page.inner_text("#recent")
+    await page.wait_for_function(
+        "document.querySelectorAll('#chart rect').length === 7", timeout=5000
+    )
+    assert await page.inner_text("#unique") == "1"  # read when the page loaded
+    # A kick of a listed user reaches the page through its subscription.
+    await graphql(api, 'mutation { kick(userId: "first-user") { online } }')
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '1'", timeout=5000
+    )
+    assert "first-user" not in await page.inner_text("#recent")
+    assert problems == []
+
+
+@pytest.mark.skipif(
+    not os.environ.get("UPDATE_SCREENSHOT"), reason="UPDATE_SCREENSHOT=1 redraws it"
+)
+async def test_screenshot_for_the_readme(
+    browser: Browser, api: Service, store_of_api: PresenceStore
+) -> None:
+    await fill(store_of_api, 600, TEST_SETTINGS, random.Random(7))  # noqa: S311 - sample data
+    page, problems = await open_dashboard(browser, api, viewport={"width": 1000, "height": 600})
+    await page.wait_for_function(
+        "document.querySelectorAll('#recent li').length === 15", timeout=5000
+    )
+    await page.wait_for_function(
+        "document.querySelectorAll('#chart rect').length === 7", timeout=5000
+    )
+    await page.screenshot(path=str(SCREENSHOT))
+    assert problems == []
+
+
+async def test_it_fits_a_phone_screen(browser: Browser, api: Service) -> None:
+    await graphql(api, 'mutation { touchMany(userIds: ["a", "b", "c"]) }')
+    page, problems = await open_dashboard(browser, api, viewport={"width": 390, "height": 844})
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '3'", timeout=5000
+    )
+    overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0
+    assert problems == []
