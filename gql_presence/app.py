@@ -47,7 +47,9 @@ class PresenceView(GraphQLView[Context, None]):
         async def close_socket(reason: FeedDroppedError) -> None:
             if isinstance(response, web.WebSocketResponse) and not response.closed:
                 code = (
-                    WSCloseCode.POLICY_VIOLATION if reason.too_slow else WSCloseCode.SERVICE_RESTART
+                    WSCloseCode.POLICY_VIOLATION
+                    if reason.violation
+                    else WSCloseCode.SERVICE_RESTART
                 )
                 await response.close(code=code, message=reason.reason.encode()[:123])
 

@@ -36,10 +36,6 @@ def redis_client(url: str) -> Redis:
 
 def subscriber_client(url: str) -> Redis:
     """For the one pub/sub connection of a process: it waits for events without a reply
-    timeout, and PINGs when idle so that a dead connection is found."""
-    return Redis.from_url(
-        url,
-        decode_responses=True,
-        socket_connect_timeout=CONNECT_TIMEOUT_S,
-        health_check_interval=5,
-    )
+    timeout (the event hub PINGs it and notices silence itself). Replies stay bytes: with
+    decode_responses, redis-py 8 misreads the PONG of a subscribed connection."""
+    return Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)

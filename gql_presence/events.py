@@ -20,8 +20,9 @@ from datetime import datetime
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
-from gql_presence.errors import BadInputError
+from gql_presence.errors import BadInputError, PresenceError, StoreUnavailableError
 from gql_presence.store import PresenceStore
 from gql_presence.timeline import from_ms
 from gql_presence.validation import MAX_IDS_PER_CALL
@@ -44,10 +45,12 @@ class PresenceEvent:
 class FeedDroppedError(Exception):
     """The feed was ended by the service; the reason says why, for the client."""
 
-    def __init__(self, reason: str, *, too_slow: bool) -> None:
+    def __init__(self, reason: str, *, violation: bool) -> None:
         super().__init__(reason)
         self.reason = reason
-        self.too_slow = too_slow
+        # True: the subscriber broke a limit (too slow, too many users); False: the service
+        # could not go on (the event stream was interrupted).
+        self.violation = violation
 
 
 OnDrop = Callable[[FeedDroppedError], Awaitable[None]]
@@ -63,7 +66,10 @@ class Feed:
         self._on_drop = on_drop
         self.user_ids: frozenset[str] = frozenset()
         self.friends_of: str | None = None
-        self.friends_read = 0  # reads of the friend set started; only the latest one counts
+        # Reads of the friend set started, and the latest one applied: a read that finishes
+        # after a later one was applied is stale and dropped.
+        self.friends_read = 0
+        self.friends_applied = 0
         self.dropped: FeedDroppedError | None = None
 
     def offer(self, event: PresenceEvent) -> None:
@@ -74,7 +80,7 @@ class Feed:
                 FeedDroppedError(
                     f"subscriber too slow: more than {self._capacity} events were waiting; "
                     "re-read presence and subscribe again",
-                    too_slow=True,
+                    violation=True,
                 )
             )
             return
@@ -98,8 +104,20 @@ class Feed:
 
 
 class EventHub:
-    def __init__(self, redis: Redis, store: PresenceStore, capacity: int) -> None:
+    def __init__(
+        self,
+        redis: Redis,
+        store: PresenceStore,
+        capacity: int,
+        *,
+        ping_every_s: float = 5.0,
+        silence_limit_s: float = 15.0,
+    ) -> None:
         self._redis = redis
+        # A connection that stops answering (a network partition leaves no error behind) is
+        # found by PINGs: silence longer than silence_limit_s counts as a lost connection.
+        self._ping_every_s = ping_every_s
+        self._silence_limit_s = silence_limit_s
         self._capacity = capacity
         self._channel = store.events_channel
         self._store = store
@@ -113,6 +131,11 @@ class EventHub:
     @property
     def feed_count(self) -> int:
         return len(self._feeds)
+
+    @property
+    def subscribed(self) -> bool:
+        """Whether this process receives events now."""
+        return self._subscribed.is_set()
 
     async def start(self) -> None:
         self._listener = asyncio.create_task(self._listen(), name="presence-events")
@@ -135,6 +158,10 @@ class EventHub:
         friends_of: str | None = None,
     ) -> AsyncIterator[Feed]:
         """A feed of the events of user_ids, or of friends_of's friends as that set changes."""
+        if not self.subscribed:
+            raise StoreUnavailableError(
+                "The event stream is reconnecting to the store; subscribe again shortly."
+            )
         feed = Feed(self, self._capacity, on_drop)
         self._feeds.add(feed)
         try:
@@ -172,6 +199,7 @@ class EventHub:
         feed.user_ids = user_ids
 
     async def _reload_friends(self, feed: Feed) -> None:
+        """Reads the friend set again; raises when the subscription cannot follow it."""
         assert feed.friends_of is not None
         feed.friends_read += 1
         this_read = feed.friends_read
@@ -181,8 +209,20 @@ class EventHub:
                 f"friendsOf has {len(friends):,} friends; a subscription follows at most "
                 f"{MAX_IDS_PER_CALL:,} users."
             )
-        if feed.dropped is None and this_read == feed.friends_read:
+        # The subscriber may have left, or a later read been applied, while this one waited.
+        if feed in self._feeds and this_read > feed.friends_applied:
+            feed.friends_applied = this_read
             self._follow(feed, friends)
+
+    async def _follow_friend_change(self, feed: Feed) -> None:
+        """After a friend-set change: follow the new set, or end the feed if that fails, as
+        following the old set would miss events without saying so."""
+        try:
+            await self._reload_friends(feed)
+        except BadInputError as error:
+            feed.drop(FeedDroppedError(error.message, violation=True))
+        except PresenceError as error:
+            feed.drop(FeedDroppedError(_again(error.message), violation=False))
 
     async def _listen(self) -> None:
         attempt = 0
@@ -190,43 +230,66 @@ class EventHub:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)
-                self._subscribed.set()
-                attempt = 0
-                while True:
-                    # A bounded wait, so that the health check (a PING now and then) runs and
-                    # a dead connection is noticed even when no event comes.
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is not None:
-                        self._dispatch(message["data"])
-            except (redis_errors.ConnectionError, redis_errors.TimeoutError, OSError) as error:
+                await self._receive(pubsub)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                # Whatever ended the subscription, events may have been missed: every
+                # subscriber is told, and this process subscribes again.
+                self._subscribed.clear()
                 self._drop_all(f"event stream interrupted ({type(error).__name__})")
                 delay = _RECONNECT_DELAYS_S[min(attempt, len(_RECONNECT_DELAYS_S) - 1)]
                 attempt += 1
                 log.warning("presence events lost (%s); subscribing again in %g s", error, delay)
                 await asyncio.sleep(delay)
+            else:
+                attempt = 0
             finally:
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
 
+    async def _receive(self, pubsub: PubSub) -> None:
+        loop = asyncio.get_running_loop()
+        heard = pinged = loop.time()
+        while True:
+            message = await pubsub.get_message(timeout=min(1.0, self._ping_every_s))
+            now = loop.time()
+            if message is not None:
+                heard = now
+                if message["type"] == "message":
+                    self._dispatch(message["data"])
+                elif message["type"] == "pong" and not self._subscribed.is_set():
+                    self._subscribed.set()  # the first answer: subscribed and heard
+            if now - heard > self._silence_limit_s:
+                raise redis_errors.ConnectionError(
+                    f"no answer from Redis for {self._silence_limit_s:g} s"
+                )
+            if now - pinged >= self._ping_every_s or not self._subscribed.is_set():
+                await pubsub.ping()
+                pinged = now
+
     def _drop_all(self, why: str) -> None:
         for feed in list(self._feeds):
-            feed.drop(
-                FeedDroppedError(f"{why}; re-read presence and subscribe again", too_slow=False)
-            )
+            feed.drop(FeedDroppedError(_again(why), violation=False))
 
-    def _dispatch(self, data: str) -> None:
+    def _dispatch(self, data: bytes) -> None:
         try:
             kind, user_id, at_ms, session_id, online = json.loads(data)
+            if kind == FRIENDS_CHANGED:
+                for feed in list(self._by_friends_of.get(user_id, ())):
+                    self.spawn(self._follow_friend_change(feed))
+                return
+            at = from_ms(int(at_ms))
         except (ValueError, TypeError):
             log.exception("unreadable presence event %r", data)
             return
-        if kind == FRIENDS_CHANGED:
-            for feed in list(self._by_friends_of.get(user_id, ())):
-                self.spawn(self._reload_friends(feed))
-            return
-        event = PresenceEvent(user_id, kind, from_ms(int(at_ms)), session_id or None, bool(online))
+        event = PresenceEvent(user_id, kind, at, session_id or None, bool(online))
         for feed in list(self._by_user.get(user_id, ())):
             feed.offer(event)
+
+
+def _again(why: str) -> str:
+    return f"{why}; re-read presence and subscribe again"
 
 
 def _discard(index: dict[str, set[Feed]], key: str, feed: Feed) -> None:

@@ -13,10 +13,12 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
+from gql_presence.connection import subscriber_client
 from gql_presence.errors import BadInputError, SessionRevokedError
+from gql_presence.events import EventHub, Feed, FeedDroppedError
 from gql_presence.store import PresenceStore
 from gql_presence.timeline import to_ms
-from tests.conftest import StoreFactory
+from tests.conftest import TEST_SETTINGS, StoreFactory
 
 Event = tuple[str, str, int, str, int]
 
@@ -137,3 +139,86 @@ async def test_friend_set_changes_are_announced_for_each_changed_set(
         ("FRIENDS", "me"),
         ("FRIENDS", "me"),
     ]
+
+
+async def test_a_kick_or_touch_many_meeting_an_unswept_expiry_announces_it(
+    make_store: StoreFactory, channel: PubSub
+) -> None:
+    store = make_store(window_ms=300)
+    await store.touch_many(["a", "b"])
+    await asyncio.sleep(0.4)  # both expired, no sweep yet
+    assert (await store.kick("a")).kicked_sessions == 0
+    await store.touch_many(["b"])
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "a", "", 1),
+        ("ONLINE", "b", "", 1),
+        ("OFFLINE", "a", "", 0),
+        ("OFFLINE", "b", "", 0),
+        ("ONLINE", "b", "", 1),
+    ]
+
+
+# --- the event hub of a process -----------------------------------------------------------
+
+
+@pytest.fixture
+async def hub(redis: Redis, any_server: Any) -> AsyncIterator[EventHub]:
+    """A hub that PINGs every 0.1 s and counts 0.5 s of silence as a lost connection."""
+    subscriber = subscriber_client(any_server.url)
+    events = EventHub(
+        subscriber, PresenceStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
+    )
+    await events.start()
+    yield events
+    await events.stop()
+    await subscriber.aclose()
+
+
+async def ignore(_: FeedDroppedError) -> None:
+    pass
+
+
+async def first_event(feed: Feed) -> Any:
+    async for event in feed:
+        return event
+    return None
+
+
+async def test_a_connection_that_goes_silent_ends_every_feed(hub: EventHub, redis: Redis) -> None:
+    async with hub.feed(ignore, user_ids=["a"]) as feed:
+        await redis.client_pause(1500, all=True)  # answers nothing, closes nothing
+        with pytest.raises(FeedDroppedError, match="interrupted") as dropped:
+            await asyncio.wait_for(first_event(feed), 1.4)
+        assert not dropped.value.violation
+    await asyncio.sleep(1.2)  # the pause ends and the hub subscribes again
+    assert hub.subscribed
+
+
+async def test_a_friend_set_grown_past_the_limit_ends_the_feed(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    await store.add_friends("me", ["a"])
+    async with hub.feed(ignore, friends_of="me") as feed:
+        assert feed.user_ids == {"a"}
+        await store.add_friends("me", [f"f{i}" for i in range(10_000)], mutual=False)
+        with pytest.raises(FeedDroppedError, match="10,000") as dropped:
+            await asyncio.wait_for(first_event(feed), 2)
+        assert dropped.value.violation
+
+
+async def test_friends_of_follows_each_change_and_nothing_is_left_behind(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    async with hub.feed(ignore, friends_of="me") as feed:
+        await store.add_friends("me", ["a", "b"])
+        await asyncio.sleep(0.2)
+        assert feed.user_ids == {"a", "b"}
+        await store.remove_friends("me", ["a"])
+        await asyncio.sleep(0.2)
+        assert feed.user_ids == {"b"}
+        await store.touch("b")
+        assert (await asyncio.wait_for(first_event(feed), 2)).user_id == "b"
+    assert hub.feed_count == 0
+    await store.add_friends("me", ["c"])  # a change after the subscriber left
+    await asyncio.sleep(0.2)
+    assert hub.feed_count == 0

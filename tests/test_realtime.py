@@ -18,11 +18,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from gql import Client, gql
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
-from gql.transport.exceptions import (
-    TransportClosed,
-    TransportConnectionFailed,
-    TransportQueryError,
-)
+from gql.transport.exceptions import TransportQueryError
 
 from gql_presence.app import EVENTS, create_app
 from gql_presence.redis_server import RedisServer, free_port
@@ -273,19 +269,49 @@ async def test_a_subscriber_that_stops_reading_is_dropped_without_stalling_other
         await stalled.close()
 
 
+async def raw_subscription(session: aiohttp.ClientSession, url: str, document: str) -> Any:
+    socket = await session.ws_connect(url, protocols=["graphql-transport-ws"])
+    await socket.send_json({"type": "connection_init"})
+    assert (await socket.receive_json())["type"] == "connection_ack"
+    await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+    return socket
+
+
 async def test_lost_redis_closes_subscriptions_so_clients_subscribe_again(
     aiohttp_client: ClientFactory, own_redis_server: RedisServer
 ) -> None:
     service = await start_service(aiohttp_client, redis_url=own_redis_server.url)
+    hub = service.app[EVENTS]
     document = subscription(f"userIds: {ids('alice')}")
-    async with subscribed(ws_url(service), document, feeds_above(service, 0)) as before:
+    async with aiohttp.ClientSession() as session:
+        socket = await raw_subscription(session, ws_url(service), document)
+        await wait_until(lambda: hub.feed_count == 1)
         own_redis_server.stop()
-        await asyncio.wait_for(before.done.wait(), 5)
-        assert isinstance(before.ended, TransportClosed | TransportConnectionFailed), before.ended
-        own_redis_server.restart()
-        async with subscribed(ws_url(service), document, feeds_above(service, 0)) as after:
-            await graphql(service, 'mutation { touch(userId: "alice") { online } }')
-            assert (await after.next(within_s=5))["kind"] == "ONLINE"
+        closed = await socket.receive(timeout=10)
+        assert (closed.type, closed.data) == (
+            aiohttp.WSMsgType.CLOSE,
+            aiohttp.WSCloseCode.SERVICE_RESTART,
+        )
+        assert "event stream interrupted" in str(closed.extra)
+
+    # While the process has no event stream, a subscription is refused rather than left deaf.
+    refused = Subscriber(ws_url(service), document)
+    await asyncio.wait_for(refused.run(), 10)
+    assert isinstance(refused.ended, TransportQueryError)
+    assert [e["extensions"]["code"] for e in refused.ended.errors or []] == ["UNAVAILABLE"]
+
+    own_redis_server.restart()
+    await wait_until(lambda: hub.subscribed, within_s=10)
+    async with subscribed(ws_url(service), document, feeds_above(service, 0)) as after:
+        await graphql(service, 'mutation { touch(userId: "alice") { online } }')
+        assert (await after.next(within_s=5))["kind"] == "ONLINE"
+
+
+async def wait_until(condition: Callable[[], bool], within_s: float = 5) -> None:
+    deadline = time.monotonic() + within_s
+    while not condition():
+        assert time.monotonic() < deadline, "the condition did not come true in time"
+        await asyncio.sleep(0.02)
 
 
 def test_events_cross_api_processes_and_expiry_is_announced_once(
