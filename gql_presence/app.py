@@ -8,10 +8,12 @@ import logging
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aiohttp import WSCloseCode, web
+from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
 from strawberry.aiohttp.views import GraphQLView
-from strawberry.http import GraphQLHTTPResponse
+from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.types import ExecutionResult
 
 from gql_presence.connection import MAX_CONNECTIONS, redis_client, subscriber_client
@@ -25,6 +27,9 @@ from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
 from gql_presence.store import SWEEP_BATCH, PresenceStore
 from gql_presence.telemetry import OUTCOMES, request_telemetry
+
+if TYPE_CHECKING:
+    from cross_web import AsyncHTTPRequestAdapter  # Strawberry's own dependency
 
 log = logging.getLogger("gql_presence")
 
@@ -61,6 +66,22 @@ class PresenceView(GraphQLView[Context, None]):
             close_socket=close_socket,
         )
 
+    async def execute_single(  # noqa: PLR0917 - Strawberry's signature
+        self,
+        request: web.Request,
+        request_adapter: AsyncHTTPRequestAdapter,
+        sub_response: web.Response,
+        context: Context,
+        root_value: None,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        # Over plain HTTP a subscription cannot be answered; say where it can be.
+        if is_subscription(request_data.query, request_data.operation_name):
+            return ExecutionResult(data=None, errors=[GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)])
+        return await super().execute_single(
+            request, request_adapter, sub_response, context, root_value, request_data
+        )
+
     async def process_result(
         self, request: web.Request, result: ExecutionResult
     ) -> GraphQLHTTPResponse:
@@ -68,6 +89,28 @@ class PresenceView(GraphQLView[Context, None]):
             result.errors = with_codes(result.errors)
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
+
+
+_SUBSCRIBE_OVER_WEBSOCKET = (
+    "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
+    "not over plain HTTP."
+)
+
+
+def is_subscription(query: str | None, operation_name: str | None) -> bool:
+    if not query or "subscription" not in query:  # cheap: most documents are not
+        return False
+    try:
+        document = parse(query)
+    except GraphQLError:
+        return False  # refused as a syntax error where it is executed
+    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+    chosen = [
+        o
+        for o in operations
+        if operation_name is None or (o.name and o.name.value == operation_name)
+    ]
+    return len(chosen) == 1 and chosen[0].operation == OperationType.SUBSCRIPTION
 
 
 def create_app(settings: Settings) -> web.Application:

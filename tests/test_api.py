@@ -213,3 +213,9 @@ async def test_graphiql_is_served_to_browsers(api: Client) -> None:
     response = await api.get("/graphql", headers={"Accept": "text/html"})
     assert response.status == 200
     assert "graphiql" in (await response.text()).lower()
+
+
+async def test_a_subscription_over_plain_http_is_refused_with_where_to_go(api: Client) -> None:
+    body = await graphql(api, 'subscription { presenceChanged(userIds: ["a"]) { userId } }')
+    assert codes(body) == ["BAD_USER_INPUT"]
+    assert "WebSocket" in body["errors"][0]["message"]
