@@ -200,7 +200,10 @@ async def event_hub(app: web.Application) -> AsyncIterator[None]:
     )
     yield
     await hub.stop()
-    await client.aclose()
+    try:
+        await asyncio.wait_for(client.aclose(), 5)
+    except TimeoutError:
+        log.warning("the event subscription's connection did not close in 5 s")
 
 
 async def sweeper(app: web.Application) -> AsyncIterator[None]:

@@ -31,6 +31,7 @@ log = logging.getLogger("gql_presence.events")
 
 FRIENDS_CHANGED = "FRIENDS"
 _RECONNECT_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+_STOP_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -127,6 +128,9 @@ class EventHub:
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
+        # redis-py may turn a cancellation into a ConnectionError; this flag is what ends the
+        # listener's loop for certain.
+        self._stopping = False
 
     @property
     def feed_count(self) -> int:
@@ -142,12 +146,18 @@ class EventHub:
         await asyncio.wait_for(self._subscribed.wait(), timeout=10)
 
     async def stop(self) -> None:
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._listener
-        for task in list(self._tasks):
+        """Ends the subscription and the hub's tasks; bounded, so that a shutdown never waits
+        on a connection that stopped answering."""
+        self._stopping = True
+        tasks = [*self._tasks, *([self._listener] if self._listener else [])]
+        for task in tasks:
             task.cancel()
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=_STOP_WAIT_S)
+            if pending:
+                log.warning(
+                    "presence events: %d tasks did not end in %g s", len(pending), _STOP_WAIT_S
+                )
 
     @contextlib.asynccontextmanager
     async def feed(
@@ -226,7 +236,7 @@ class EventHub:
 
     async def _listen(self) -> None:
         attempt = 0
-        while True:
+        while not self._stopping:
             pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self._channel)
@@ -234,6 +244,8 @@ class EventHub:
             except asyncio.CancelledError:
                 raise
             except Exception as error:
+                if self._stopping:
+                    return
                 # Whatever ended the subscription, events may have been missed: every
                 # subscriber is told, and this process subscribes again.
                 self._subscribed.clear()
@@ -245,13 +257,14 @@ class EventHub:
             else:
                 attempt = 0
             finally:
+                # Bounded: closing must not hang on a connection that stopped answering.
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]  # redis-py leaves it untyped
+                    await asyncio.wait_for(pubsub.aclose(), 2)  # type: ignore[no-untyped-call]
 
     async def _receive(self, pubsub: PubSub) -> None:
         loop = asyncio.get_running_loop()
         heard = pinged = loop.time()
-        while True:
+        while not self._stopping:
             message = await pubsub.get_message(timeout=min(1.0, self._ping_every_s))
             now = loop.time()
             if message is not None:

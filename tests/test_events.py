@@ -171,7 +171,7 @@ async def hub(redis: Redis, any_server: Any) -> AsyncIterator[EventHub]:
     await events.start()
     yield events
     await events.stop()
-    await subscriber.aclose()
+    await asyncio.wait_for(subscriber.aclose(), 5)
 
 
 async def ignore(_: FeedDroppedError) -> None:
