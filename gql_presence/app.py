@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import WSCloseCode, web
 from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
+from redis.exceptions import RedisError
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.types import ExecutionResult
@@ -160,6 +161,8 @@ async def readyz(request: web.Request) -> web.Response:
         await request.app[STORE].ensure_ready()
     except PresenceError as error:
         return web.json_response({"status": "not ready", "reason": error.message}, status=503)
+    except RedisError as error:  # answers, but refuses (read-only replica, ACL, out of memory)
+        return web.json_response({"status": "not ready", "reason": str(error)}, status=503)
     return web.json_response({"status": "ready"})
 
 

@@ -63,8 +63,19 @@ def check() -> int:
     if settings is None:
         return 2
     if settings.redis_url is None:
-        binary = redis_server_binary()
-        print(f"gql-presence: settings valid; embedded Redis {binary}, data in {settings.data_dir}")
+        try:
+            binary = redis_server_binary()
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            probe = settings.data_dir / ".check"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except (RedisStartError, OSError) as error:
+            print(f"gql-presence: the embedded Redis cannot run: {error}", file=sys.stderr)
+            return 1
+        print(
+            f"gql-presence: settings valid; embedded Redis {binary}, "
+            f"data folder {settings.data_dir} writable"
+        )
         return 0
     return asyncio.run(_check_redis(settings, settings.redis_url))
 
@@ -131,6 +142,12 @@ def export_schema(path: Path, check: bool) -> int:
     return 0
 
 
+def _user_count(raw: str) -> int:
+    if not raw.isdigit() or not 10 <= int(raw) <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"{raw!r}: give a whole number from 10 to 1,000,000")
+    return int(raw)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gql-presence", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -143,7 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     fill = commands.add_parser(
         "demo", help="fill the store with sample users, friends and a week of activity"
     )
-    fill.add_argument("--users", type=int, default=2000, help="how many users (default 2000)")
+    fill.add_argument(
+        "--users",
+        type=_user_count,
+        default=2000,
+        help="how many users, 10 to 1,000,000 (default 2000)",
+    )
     fill.add_argument("--seed", type=int, default=7, help="random seed, for the same sample again")
     fill.add_argument("--keep-alive", action="store_true", help="then keep users coming and going")
     export = commands.add_parser("export-schema", help="write the schema's SDL to a file")

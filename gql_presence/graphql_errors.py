@@ -63,7 +63,7 @@ def log_unexpected(errors: list[GraphQLError], context: ExecutionContext | None)
     operation = context.operation_name if context else None
     for error in filter(is_unexpected, errors):
         log.error(
-            "unexpected error in %s at %s",
+            "unexpected error in %r at %s",
             operation or "an anonymous operation",
             ".".join(map(str, error.path or ())),
             exc_info=error.original_error or error,

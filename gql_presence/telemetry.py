@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterator
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from graphql import FieldNode, OperationDefinitionNode
+from graphql import FieldNode, GraphQLSchema, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
 
 from gql_presence.metrics import Metrics
@@ -31,10 +31,26 @@ class OperationLabel(SchemaExtension):
         context = self.execution_context
         request = getattr(context.context, "request", None)
         if isinstance(request, web.Request):
-            request[OPERATION] = operation_label(context.graphql_document, context.operation_name)
+            roots = root_fields(context.schema._schema)  # graphql-core's schema
+            label = operation_label(context.graphql_document, context.operation_name, roots)
+            request[OPERATION] = label
 
 
-def operation_label(document: object, operation_name: str | None) -> str:
+_INTROSPECTION = frozenset({"__typename", "__schema", "__type"})
+
+
+def root_fields(schema: GraphQLSchema) -> dict[str, frozenset[str]]:
+    """The field names each operation type has: the only names a label may hold."""
+    roots = {"query": schema.query_type, "mutation": schema.mutation_type}
+    roots["subscription"] = schema.subscription_type
+    return {kind: frozenset(root.fields) | _INTROSPECTION for kind, root in roots.items() if root}
+
+
+def operation_label(
+    document: object, operation_name: str | None, roots: dict[str, frozenset[str]]
+) -> str:
+    """`type:field,field` of the operation run; "invalid" for anything the schema does not
+    have, so that no client-chosen text becomes a label or reaches the log."""
     definitions = getattr(document, "definitions", None)
     if not definitions:
         return "invalid"
@@ -45,13 +61,23 @@ def operation_label(document: object, operation_name: str | None) -> str:
             operation.name is None or operation.name.value != operation_name
         ):
             continue
+        kind = operation.operation.value
         selections = operation.selection_set.selections
         fields = sorted({s.name.value for s in selections if isinstance(s, FieldNode)})
-        return f"{operation.operation.value}:{','.join(fields) or 'fragments'}"
+        if not set(fields) <= roots.get(kind, frozenset()):
+            return "invalid"
+        return f"{kind}:{','.join(fields) or 'fragments'}"
     return "invalid"
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _outcome_of_status(status: int) -> str:
+    """For requests refused before GraphQL ran (a batch, no query, an unknown operation)."""
+    if status < 400:
+        return "ok"
+    return "BAD_USER_INPUT" if status < 500 else "INTERNAL"
 
 
 def request_telemetry(metrics: Metrics) -> Middleware:
@@ -71,7 +97,7 @@ def request_telemetry(metrics: Metrics) -> Middleware:
             seconds = time.perf_counter() - started
             websocket = request.headers.get("Upgrade", "").lower() == "websocket"
             operation = request.get(OPERATION, "websocket" if websocket else "none")
-            ended = request.get(OUTCOMES, ["ok"] if status < 500 else ["INTERNAL"])
+            ended = request.get(OUTCOMES, [_outcome_of_status(status)])
             for outcome in ended:
                 metrics.requests.labels(operation, outcome).inc()
             if not websocket:  # a WebSocket's "request" lasts as long as its connection

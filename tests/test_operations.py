@@ -39,6 +39,9 @@ async def test_metrics_count_requests_by_operation_and_outcome_and_time_scripts(
     await graphql(api, 'mutation { touch(userId: "") { online } }')
     await graphql(api, '{ onlineUsers { totalCount } presence(userId: "a") { online } }')
     await graphql(api, "{ nonsense }")
+    await graphql(api, "{ secretSounding }")  # client text never becomes a label
+    batch = await api.post("/graphql", json=[{"query": "{ __typename }"}])
+    assert batch.status == 400
     metrics = await scrape(api)
 
     def requests(operation: str, outcome: str) -> float:
@@ -48,7 +51,9 @@ async def test_metrics_count_requests_by_operation_and_outcome_and_time_scripts(
     assert requests("mutation:touch", "ok") == 2
     assert requests("mutation:touch", "BAD_USER_INPUT") == 1
     assert requests("query:onlineUsers,presence", "ok") == 1
-    assert requests("query:nonsense", "BAD_USER_INPUT") == 1
+    assert requests("invalid", "BAD_USER_INPUT") == 2
+    assert requests("none", "BAD_USER_INPUT") == 1
+    assert not any("nonsense" in str(labels) or "secret" in str(labels) for _, labels in metrics)
     assert (
         metrics[("gqlp_graphql_request_duration_seconds_count", (("operation", "mutation:touch"),))]
         == 3

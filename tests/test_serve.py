@@ -184,3 +184,10 @@ def test_sigterm_lets_requests_in_flight_finish(redis_server: RedisServer, data_
     output, _ = service.communicate(timeout=20)
     assert service.returncode == 0, output.decode()
     assert [r["data"]["touchMany"] for r in results] == [10_000] * len(batches)
+
+
+def test_demo_refuses_a_user_count_it_cannot_use(data_dir: Path) -> None:
+    done = run_command("demo", "--users", "0", PRESENCE_DATA_DIR=str(data_dir))
+    assert done.returncode == 2
+    assert "10 to 1,000,000" in done.stderr
+    assert not data_dir.exists()
