@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
+from functools import cache
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
@@ -39,6 +40,7 @@ class OperationLabel(SchemaExtension):
 _INTROSPECTION = frozenset({"__typename", "__schema", "__type"})
 
 
+@cache
 def root_fields(schema: GraphQLSchema) -> dict[str, frozenset[str]]:
     """The field names each operation type has: the only names a label may hold."""
     roots = {"query": schema.query_type, "mutation": schema.mutation_type}
