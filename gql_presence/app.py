@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import WSCloseCode, web
-from graphql import GraphQLError, OperationDefinitionNode, OperationType, parse
+from graphql import GraphQLError, OperationType, parse
 from redis.exceptions import RedisError
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
@@ -27,7 +27,7 @@ from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
 from gql_presence.store import SWEEP_BATCH, PresenceStore
-from gql_presence.telemetry import OUTCOMES, request_telemetry
+from gql_presence.telemetry import OUTCOMES, chosen_operation, request_telemetry
 
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter  # Strawberry's own dependency
@@ -105,13 +105,8 @@ def is_subscription(query: str | None, operation_name: str | None) -> bool:
         document = parse(query)
     except GraphQLError:
         return False  # refused as a syntax error where it is executed
-    operations = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
-    chosen = [
-        o
-        for o in operations
-        if operation_name is None or (o.name and o.name.value == operation_name)
-    ]
-    return len(chosen) == 1 and chosen[0].operation == OperationType.SUBSCRIPTION
+    operation = chosen_operation(document, operation_name)
+    return operation is not None and operation.operation == OperationType.SUBSCRIPTION
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -48,28 +48,33 @@ def root_fields(schema: GraphQLSchema) -> dict[str, frozenset[str]]:
     return {kind: frozenset(root.fields) | _INTROSPECTION for kind, root in roots.items() if root}
 
 
+def chosen_operation(
+    document: object, operation_name: str | None
+) -> OperationDefinitionNode | None:
+    """The operation of a parsed document that a request runs, as GraphQL picks it."""
+    operations = [
+        d for d in getattr(document, "definitions", ()) if isinstance(d, OperationDefinitionNode)
+    ]
+    if operation_name is None:
+        return operations[0] if len(operations) == 1 else None
+    named = [o for o in operations if o.name is not None and o.name.value == operation_name]
+    return named[0] if len(named) == 1 else None
+
+
 def operation_label(
     document: object, operation_name: str | None, roots: dict[str, frozenset[str]]
 ) -> str:
     """`type:field,field` of the operation run; "invalid" for anything the schema does not
     have, so that no client-chosen text becomes a label or reaches the log."""
-    definitions = getattr(document, "definitions", None)
-    if not definitions:
+    operation = chosen_operation(document, operation_name)
+    if operation is None:
         return "invalid"
-    for operation in definitions:
-        if not isinstance(operation, OperationDefinitionNode):
-            continue
-        if operation_name is not None and (
-            operation.name is None or operation.name.value != operation_name
-        ):
-            continue
-        kind = operation.operation.value
-        selections = operation.selection_set.selections
-        fields = sorted({s.name.value for s in selections if isinstance(s, FieldNode)})
-        if not set(fields) <= roots.get(kind, frozenset()):
-            return "invalid"
-        return f"{kind}:{','.join(fields) or 'fragments'}"
-    return "invalid"
+    kind = operation.operation.value
+    selections = operation.selection_set.selections
+    fields = sorted({s.name.value for s in selections if isinstance(s, FieldNode)})
+    if not set(fields) <= roots.get(kind, frozenset()):
+        return "invalid"
+    return f"{kind}:{','.join(fields) or 'fragments'}"
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
