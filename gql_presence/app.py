@@ -153,7 +153,7 @@ async def healthz(request: web.Request) -> web.Response:
 async def readyz(request: web.Request) -> web.Response:
     """Redis answers and holds every script: requests can be served."""
     try:
-        await request.app[STORE].ensure_ready()
+        await request.app[STORE].load_scripts()
     except PresenceError as error:
         return web.json_response({"status": "not ready", "reason": error.message}, status=503)
     except RedisError as error:  # answers, but refuses (read-only replica, ACL, out of memory)

@@ -56,18 +56,13 @@ class Scripts:
         return cls({name: client.register_script(script_source(name)) for name in SCRIPT_NAMES})
 
     async def load(self, client: Redis) -> None:
-        """Loads every script now, so that a script Redis rejects fails the start-up."""
-        for name in SCRIPT_NAMES:
-            await client.script_load(script_source(name))
-
-    async def load_missing(self, client: Redis) -> int:
-        """Loads the scripts Redis does not hold (after a restart or SCRIPT FLUSH); returns
-        how many it loaded."""
+        """Loads the scripts Redis does not hold (all of them on a new Redis, or after a
+        restart or SCRIPT FLUSH), so that a script Redis rejects fails now. One it holds was
+        compiled from this very text already: its sha is the text's."""
         held = await client.script_exists(*(self.by_name[name].sha for name in SCRIPT_NAMES))
-        missing = [name for name, present in zip(SCRIPT_NAMES, held, strict=True) if not present]
-        for name in missing:
-            await client.script_load(script_source(name))
-        return len(missing)
+        for name, present in zip(SCRIPT_NAMES, held, strict=True):
+            if not present:
+                await client.script_load(script_source(name))
 
     async def run(self, name: str, keys: list[str], args: list[str | int]) -> Any:
         return await self.by_name[name](keys=keys, args=args)

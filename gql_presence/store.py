@@ -140,13 +140,10 @@ class PresenceStore:
         return self._keys.events
 
     async def load_scripts(self) -> None:
-        """Loads every script into Redis now, so that a broken one fails the start-up."""
+        """Makes sure Redis holds every script, loading what it lacks: at start-up, so that a
+        broken script fails the boot, and for readiness. Raises StoreUnavailableError when
+        Redis cannot be reached."""
         await self._guarded(self._scripts.load(self._redis))
-
-    async def ensure_ready(self) -> None:
-        """Reaches Redis and makes sure it holds every script; raises StoreUnavailableError
-        when Redis cannot be reached."""
-        await self._guarded(self._scripts.load_missing(self._redis))
 
     async def touch(
         self, user_id: str, session_id: str | None = None, at: datetime | None = None
