@@ -24,6 +24,9 @@ INTERNAL_MESSAGE = "Internal error: the operation failed on our side and was log
 
 
 def code_of(error: GraphQLError) -> ErrorCode:
+    given = str((error.extensions or {}).get("code"))
+    if given in ErrorCode.__members__:  # coded already
+        return ErrorCode(given)
     original = error.original_error
     if isinstance(original, PresenceError):
         return original.code
@@ -76,7 +79,7 @@ def with_codes(errors: list[GraphQLError]) -> list[GraphQLError]:
 
 def outcomes(errors: list[GraphQLError] | None) -> list[str]:
     """What a request came to, for logs and metrics: "ok", or its distinct error codes."""
-    codes = {(error.extensions or {}).get("code") or code_of(error).value for error in errors or ()}
+    codes = {code_of(error).value for error in errors or ()}
     return sorted(codes) or ["ok"]
 
 
