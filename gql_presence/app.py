@@ -7,21 +7,40 @@ import contextlib
 import logging
 import weakref
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from aiohttp import WSCloseCode, web
 from graphql import GraphQLError, OperationType, parse
 from redis.exceptions import RedisError
 from strawberry.aiohttp.views import GraphQLView
+from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
+from strawberry.types.unset import UnsetType
 
+from gql_presence.auth import Authenticator, Caller, CallerKind
 from gql_presence.connection import MAX_CONNECTIONS, redis_client, subscriber_client
 from gql_presence.context import Context
-from gql_presence.errors import PresenceError
+from gql_presence.errors import (
+    BadInputError,
+    PresenceError,
+    RateLimitedError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
 from gql_presence.events import EventHub, FeedDroppedError
-from gql_presence.graphql_errors import outcomes, with_codes
+from gql_presence.graphql_errors import outcomes, refusal, with_codes
+from gql_presence.limits import (
+    CONNECTION_INIT_WAIT_S,
+    MAX_BODY_BYTES,
+    MAX_DOCUMENT_CHARS,
+    MAX_SUBSCRIPTIONS_PER_SOCKET,
+    RateLimiter,
+)
 from gql_presence.metrics import CONTENT_TYPE, Metrics
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
@@ -40,15 +59,40 @@ EVENTS = web.AppKey("events", EventHub)
 REDIS_URL = web.AppKey("redis_url", str)
 METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
+AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
+LIMITER = web.AppKey("limiter", RateLimiter)
+BAD_CREDENTIALS = web.RequestKey("bad_credentials", UnauthenticatedError)
+SOCKET = web.RequestKey("socket", web.WebSocketResponse)
 
 
 class PresenceView(GraphQLView[Context, None]):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(
+            schema=build_schema(introspection=settings.introspection),
+            graphql_ide="graphiql" if settings.graphiql else None,
+            allow_queries_via_get=settings.queries_over_get,
+            # The one protocol the README documents, with authentication in connection_init.
+            subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+            connection_init_wait_timeout=timedelta(seconds=CONNECTION_INIT_WAIT_S),
+            max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_SOCKET,
+        )
+        self._budget_s = settings.request_timeout_ms / 1000
+
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
     ) -> Context:
         store = request.app[STORE]
+        authenticator = request.app[AUTHENTICATOR]
         if isinstance(response, web.WebSocketResponse):
             request.app[SOCKETS].add(response)
+            request[SOCKET] = response
+            caller = authenticator.caller(None)  # until connection_init says who it is
+        else:
+            try:
+                caller = authenticator.caller(request.headers.get("Authorization"))
+            except UnauthenticatedError as error:
+                request[BAD_CREDENTIALS] = error
+                caller = Caller(CallerKind.ANONYMOUS)
 
         async def close_socket(reason: FeedDroppedError) -> None:
             if isinstance(response, web.WebSocketResponse) and not response.closed:
@@ -65,7 +109,25 @@ class PresenceView(GraphQLView[Context, None]):
             sessions=sessions_loader(store),
             events=request.app[EVENTS],
             close_socket=close_socket,
+            caller=caller,
+            limiter=request.app[LIMITER],
         )
+
+    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
+        """Authenticates a WebSocket: connection_init's payload carries `Authorization`."""
+        params = context.connection_params
+        authorization = params.get("Authorization", params.get("authorization"))
+        try:
+            caller = context.request.app[AUTHENTICATOR].caller(authorization)
+        except UnauthenticatedError as error:
+            await _reject_socket(context.request, error.message)
+        if caller.kind is CallerKind.ANONYMOUS:
+            await _reject_socket(
+                context.request,
+                'Send {"Authorization": "Bearer <token>"} as the payload of connection_init.',
+            )
+        context.caller = caller
+        return await super().on_ws_connect(context)
 
     async def execute_single(  # noqa: PLR0917 - Strawberry's signature
         self,
@@ -79,9 +141,40 @@ class PresenceView(GraphQLView[Context, None]):
         # Over plain HTTP a subscription cannot be answered; say where it can be.
         if is_subscription(request_data.query, request_data.operation_name):
             return ExecutionResult(data=None, errors=[GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)])
-        return await super().execute_single(
-            request, request_adapter, sub_response, context, root_value, request_data
-        )
+        try:
+            await self._admit(request, context, request_data)
+            async with asyncio.timeout(self._budget_s):
+                return await super().execute_single(
+                    request, request_adapter, sub_response, context, root_value, request_data
+                )
+        except RateLimitedError as error:
+            sub_response.set_status(HTTPStatus.TOO_MANY_REQUESTS)
+            sub_response.headers["Retry-After"] = str(error.retry_after_s)
+            return ExecutionResult(data=None, errors=[refusal(error)])
+        except PresenceError as error:
+            return ExecutionResult(data=None, errors=[refusal(error)])
+        except TimeoutError:
+            late = StoreUnavailableError(
+                f"The request took longer than {self._budget_s:g} s and was stopped; "
+                "try again shortly."
+            )
+            return ExecutionResult(data=None, errors=[refusal(late)])
+
+    @staticmethod
+    async def _admit(
+        request: web.Request, context: Context, request_data: GraphQLRequestData
+    ) -> None:
+        """Refuses bad credentials, an oversized document, and a caller over its rate."""
+        bad_credentials = request.get(BAD_CREDENTIALS)
+        if bad_credentials is not None:
+            raise bad_credentials
+        size = len(request_data.query or "")
+        if size > MAX_DOCUMENT_CHARS:
+            raise BadInputError(
+                f"The document is {size:,} characters long; at most {MAX_DOCUMENT_CHARS:,} "
+                "are allowed. Pass long lists of ids as variables."
+            )
+        await context.limiter.admit(context.caller)
 
     async def process_result(
         self, request: web.Request, result: ExecutionResult
@@ -90,6 +183,15 @@ class PresenceView(GraphQLView[Context, None]):
             result.errors = with_codes(result.errors)
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
+
+
+async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
+    """Closes a WebSocket that did not authenticate, saying why (the protocol's own close
+    says only "Forbidden")."""
+    socket = request.get(SOCKET)
+    if socket is not None:
+        await socket.close(code=4403, message=reason.encode()[:123])
+    raise ConnectionRejectionError
 
 
 _SUBSCRIBE_OVER_WEBSOCKET = (
@@ -111,9 +213,13 @@ def is_subscription(query: str | None, operation_name: str | None) -> bool:
 
 def create_app(settings: Settings) -> web.Application:
     metrics = Metrics()
-    app = web.Application(middlewares=[request_telemetry(metrics)])
+    app = web.Application(
+        middlewares=[request_telemetry(metrics)],
+        client_max_size=MAX_BODY_BYTES,  # larger bodies get 413 before they are read
+    )
     app[SETTINGS] = settings
     app[METRICS] = metrics
+    app[AUTHENTICATOR] = Authenticator(settings)
     app[SOCKETS] = weakref.WeakSet()
     # Open WebSockets would hold up a shutdown: close them first, saying why.
     app.on_shutdown.append(close_sockets)
@@ -123,7 +229,7 @@ def create_app(settings: Settings) -> web.Application:
     # The one Redis subscription of this process, fanned out to its WebSocket subscribers.
     app.cleanup_ctx.append(event_hub)
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
-    app.router.add_route("*", "/graphql", PresenceView(schema=build_schema()))
+    app.router.add_route("*", "/graphql", PresenceView(settings))
     # Probes in the shape Kubernetes uses: alive, and able to serve.
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
@@ -181,6 +287,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
         store = PresenceStore(client, settings, observe_script=app[METRICS].observe_script)
         await store.load_scripts()
         app[STORE] = store
+        app[LIMITER] = RateLimiter(store, settings)
         app[REDIS_URL] = url
         yield
 

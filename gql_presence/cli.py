@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import logging
 import random
 import sys
 from pathlib import Path
@@ -17,6 +19,7 @@ from gql_presence.redis_server import RedisStartError, redis_server_binary
 from gql_presence.settings import Settings, SettingsError
 
 SCHEMA_FILE = Path("schema.graphql")
+log = logging.getLogger("gql_presence")
 
 
 def schema_sdl() -> str:
@@ -29,9 +32,24 @@ def serve(host: str, port: int) -> int:
     settings = settings_or_exit()
     if settings is None:
         return 2
+    if not settings.secured and not (settings.allow_open or is_loopback(host)):
+        print(
+            f"gql-presence: refusing to serve {host} with no credentials configured: anyone "
+            "who reaches it could read and change all presence. Set PRESENCE_BACKEND_TOKENS "
+            'and/or a JWT key (README, "Running in production"), or PRESENCE_ALLOW_OPEN=true '
+            "if this network is private.",
+            file=sys.stderr,
+        )
+        return 2
     from gql_presence.app import create_app  # noqa: PLC0415
 
     configure_logging(settings.log_format)
+    if not settings.secured:
+        log.warning(
+            "OPEN MODE: no credentials are configured (PRESENCE_BACKEND_TOKENS, "
+            "PRESENCE_JWT_SECRET, PRESENCE_JWT_PUBLIC_KEY_FILE); every caller may read and "
+            "change all presence. For local development only."
+        )
     try:
         web.run_app(
             create_app(settings),
@@ -47,6 +65,15 @@ def serve(host: str, port: int) -> int:
         print(f"gql-presence: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
 
 
 def settings_or_exit() -> Settings | None:

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aiohttp import web
 from strawberry.dataloader import DataLoader
 
+from gql_presence.auth import Caller, Need
 from gql_presence.events import EventHub, OnDrop
+from gql_presence.limits import RateLimiter
 from gql_presence.store import PresenceStore, Session
 
 
-@dataclass(frozen=True)
+@dataclass
 class Context:
     request: web.Request
     store: PresenceStore
@@ -20,3 +22,13 @@ class Context:
     events: EventHub
     # Ends the WebSocket connection of a subscription whose feed was dropped.
     close_socket: OnDrop
+    # Who is calling: from the Authorization header, or a WebSocket's connection_init.
+    caller: Caller
+    limiter: RateLimiter
+    # A WebSocket's connection_init payload, as the client sent it.
+    connection_params: dict[str, object] = field(default_factory=dict)
+
+    def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
+        """The store, once the caller is known to be allowed this operation."""
+        self.caller.authorize(need, operation, user_id)
+        return self.store

@@ -13,6 +13,7 @@ class ErrorCode(StrEnum):
     SESSION_REVOKED = "SESSION_REVOKED"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     FORBIDDEN = "FORBIDDEN"
+    RATE_LIMITED = "RATE_LIMITED"
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
 
@@ -26,6 +27,11 @@ class PresenceError(Exception):
         super().__init__(message)
         self.message = message
 
+    @property
+    def extensions(self) -> dict[str, object]:
+        """What the error adds to `extensions` besides its code."""
+        return {}
+
 
 class BadInputError(PresenceError):
     code = ErrorCode.BAD_USER_INPUT
@@ -37,3 +43,23 @@ class SessionRevokedError(PresenceError):
 
 class StoreUnavailableError(PresenceError):
     code = ErrorCode.UNAVAILABLE
+
+
+class UnauthenticatedError(PresenceError):
+    code = ErrorCode.UNAUTHENTICATED
+
+
+class ForbiddenError(PresenceError):
+    code = ErrorCode.FORBIDDEN
+
+
+class RateLimitedError(PresenceError):
+    code = ErrorCode.RATE_LIMITED
+
+    def __init__(self, retry_after_s: int) -> None:
+        super().__init__(f"Too many requests from this caller: try again in {retry_after_s} s.")
+        self.retry_after_s = retry_after_s
+
+    @property
+    def extensions(self) -> dict[str, object]:
+        return {"retryAfterSeconds": self.retry_after_s}

@@ -46,8 +46,11 @@ def with_code(error: GraphQLError) -> GraphQLError:
     if "code" in (error.extensions or {}):
         return error
     code = code_of(error)
-    if isinstance(error.original_error, PresenceError):
-        message = error.original_error.message
+    original = error.original_error
+    extensions = {**(error.extensions or {}), "code": code.value}
+    if isinstance(original, PresenceError):
+        message = original.message
+        extensions.update(original.extensions)
     elif code is ErrorCode.INTERNAL:
         message = INTERNAL_MESSAGE
     else:
@@ -58,7 +61,7 @@ def with_code(error: GraphQLError) -> GraphQLError:
         source=error.source,
         positions=error.positions,
         path=error.path,
-        extensions={**(error.extensions or {}), "code": code.value},
+        extensions=extensions,
     )
 
 
@@ -94,3 +97,8 @@ class ErrorCodes(SchemaExtension):
         errors = getattr(result, "errors", None)
         if result is not None and errors:
             result.errors = with_codes(errors)
+
+
+def refusal(error: PresenceError) -> GraphQLError:
+    """A refusal made before the operation runs (credentials, limits), as a coded error."""
+    return GraphQLError(error.message, extensions={"code": error.code.value, **error.extensions})

@@ -63,3 +63,7 @@ class Keys:
     def day(self, label: str) -> str:
         """Bitmap: bit i is set when the user with index i was active that day (YYYY-MM-DD)."""
         return self.prefix + "day:" + label
+
+    def rate_bucket(self, caller: str) -> str:
+        """HASH: a caller's token bucket for rate limiting (see lua/take_token.lua)."""
+        return self.prefix + "rate:" + caller

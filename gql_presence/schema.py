@@ -5,7 +5,7 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import aclosing
 from datetime import UTC, date, datetime
 from enum import Enum
@@ -13,17 +13,28 @@ from functools import partial
 from typing import Annotated, Any
 
 import strawberry
-from graphql import GraphQLError
+from graphql import ASTValidationRule, GraphQLError
 from strawberry.dataloader import DataLoader
-from strawberry.extensions import ParserCache, ValidationCache
+from strawberry.extensions import (
+    AddValidationRules,
+    DisableIntrospection,
+    MaxTokensLimiter,
+    ParserCache,
+    SchemaExtension,
+    ValidationCache,
+)
+from strawberry.extensions.max_aliases import create_validator as aliases_rule
+from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StreamResult
 from strawberry.types import ExecutionResult
 
 from gql_presence import events, store
+from gql_presence.auth import Need
 from gql_presence.context import Context
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
+from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_TOKENS
 from gql_presence.store import PresenceStore
 from gql_presence.telemetry import OperationLabel
 from gql_presence.validation import check_id, check_ids
@@ -215,8 +226,11 @@ SessionIdArg = Annotated[
 ]
 
 
-def _store(info: strawberry.Info[Context, None]) -> PresenceStore:
-    return info.context.store
+def _store(
+    info: strawberry.Info[Context, None], need: Need, user_id: str | None = None
+) -> PresenceStore:
+    """The store, once the caller may run this field (for this user)."""
+    return info.context.store_for(need, info.field_name, user_id)
 
 
 @strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
@@ -227,7 +241,7 @@ class Query:
     async def online_users(
         self, info: strawberry.Info[Context, None], first: FirstArg = 50, after: AfterArg = None
     ) -> PresenceConnection:
-        return PresenceConnection.of(await _store(info).online_users(first, after))
+        return PresenceConnection.of(await _store(info, Need.LISTING).online_users(first, after))
 
     @strawberry.field(
         description="The online users among userId's friends, most recently active first."
@@ -239,7 +253,9 @@ class Query:
         first: FirstArg = 50,
         after: AfterArg = None,
     ) -> PresenceConnection:
-        return PresenceConnection.of(await _store(info).online_friends(user_id, first, after))
+        return PresenceConnection.of(
+            await _store(info, Need.OWN, user_id).online_friends(user_id, first, after)
+        )
 
     @strawberry.field(
         description="Users whose last activity lies in [from, to] (both inclusive), most recent first."
@@ -258,7 +274,9 @@ class Query:
         first: FirstArg = 50,
         after: AfterArg = None,
     ) -> PresenceConnection:
-        return PresenceConnection.of(await _store(info).active_in_range(from_, to, first, after))
+        return PresenceConnection.of(
+            await _store(info, Need.LISTING).active_in_range(from_, to, first, after)
+        )
 
     @strawberry.field(
         description="Daily unique active users over the 7 days that end on endDate (default: today in the stats time zone)."
@@ -273,17 +291,17 @@ class Query:
             ),
         ] = None,
     ) -> WeeklyStats:
-        return WeeklyStats.of(await _store(info).weekly_stats(end_date))
+        return WeeklyStats.of(await _store(info, Need.LISTING).weekly_stats(end_date))
 
     @strawberry.field(description="One user's presence.")
     async def presence(
         self, info: strawberry.Info[Context, None], user_id: UserIdArg
     ) -> UserPresence:
-        return UserPresence.of(await _store(info).presence(user_id))
+        return UserPresence.of(await _store(info, Need.OWN, user_id).presence(user_id))
 
     @strawberry.field(description="The ids in userId's friend set, sorted.")
     async def friends(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> list[ID]:
-        return [ID(f) for f in await _store(info).friends(user_id)]
+        return [ID(f) for f in await _store(info, Need.OWN, user_id).friends(user_id)]
 
 
 @strawberry.type(description="Reporting activity and managing sessions and friends (for backends).")
@@ -303,7 +321,7 @@ class Mutation:
             ),
         ] = None,
     ) -> UserPresence:
-        return UserPresence.of(await _store(info).touch(user_id, session_id, at))
+        return UserPresence.of(await _store(info, Need.BACKEND).touch(user_id, session_id, at))
 
     @strawberry.mutation(
         description="Record activity of many users at once, in one atomic step. Returns how many were recorded."
@@ -318,7 +336,7 @@ class Mutation:
             ),
         ],
     ) -> int:
-        return await _store(info).touch_many(user_ids)
+        return await _store(info, Need.BACKEND).touch_many(user_ids)
 
     @strawberry.mutation(description="End userId's presence: every session, or only sessionId.")
     async def kick(
@@ -332,7 +350,7 @@ class Mutation:
             ),
         ] = None,
     ) -> KickResult:
-        result = await _store(info).kick(user_id, session_id)
+        result = await _store(info, Need.BACKEND).kick(user_id, session_id)
         return KickResult(
             user_id=ID(result.user_id), kicked_sessions=result.kicked_sessions, online=result.online
         )
@@ -347,7 +365,7 @@ class Mutation:
         friend_ids: FriendIdsArg,
         mutual: MutualArg = True,
     ) -> int:
-        return await _store(info).add_friends(user_id, friend_ids, mutual)
+        return await _store(info, Need.BACKEND).add_friends(user_id, friend_ids, mutual)
 
     @strawberry.mutation(
         description="Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed."
@@ -359,7 +377,7 @@ class Mutation:
         friend_ids: FriendIdsArg,
         mutual: MutualArg = True,
     ) -> int:
-        return await _store(info).remove_friends(user_id, friend_ids, mutual)
+        return await _store(info, Need.BACKEND).remove_friends(user_id, friend_ids, mutual)
 
 
 @strawberry.enum(description="What changed in a user's presence.")
@@ -421,10 +439,15 @@ class Subscription:
     ) -> AsyncGenerator[PresenceEvent, None]:
         if (user_ids is None) == (friends_of is None):
             raise BadInputError("Give exactly one of userIds and friendsOf.")
+        context = info.context
+        if friends_of is None:
+            context.caller.authorize(Need.BACKEND, "presenceChanged(userIds)")
+        else:
+            context.caller.authorize(Need.OWN, "presenceChanged(friendsOf)", friends_of)
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
-        context = info.context
+        await context.limiter.admit(context.caller)
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of
         ) as feed:
@@ -455,20 +478,40 @@ async def _with_codes(source: StreamResult) -> StreamResult:
             yield result
 
 
-def build_schema() -> PresenceSchema:
+# Strawberry's own limit rules, made once: the validation cache keys on the rules, so rules
+# made anew per request would never hit it.
+_LIMIT_RULES: list[type[ASTValidationRule]] = [
+    depth_rule(MAX_DEPTH, None, None),
+    aliases_rule(MAX_ALIASES),
+]
+
+
+class DocumentLimits(AddValidationRules):
+    """At most MAX_DEPTH levels and MAX_ALIASES aliases, fragments included."""
+
+    def __init__(self) -> None:
+        super().__init__(_LIMIT_RULES)
+
+
+def build_schema(*, introspection: bool = True) -> PresenceSchema:
+    extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
+        OperationLabel,
+        ErrorCodes,
+        # Parsing and validating the same few documents again is most of GraphQL's cost per
+        # request: keep their results (the caches are shared by every request).
+        partial(ParserCache, maxsize=256),
+        partial(ValidationCache, maxsize=256),
+        # Bounds on one document's work; their reasons are in gql_presence/limits.py.
+        partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
+        DocumentLimits,
+    ]
+    if not introspection:
+        extensions.append(DisableIntrospection)
     return PresenceSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
-        # Parsing and validating the same few documents again is most of GraphQL's cost per
-        # request: keep their results.
-        # (The caches live in their modules, shared by every request.)
-        extensions=[
-            OperationLabel,
-            ErrorCodes,
-            partial(ParserCache, maxsize=256),
-            partial(ValidationCache, maxsize=256),
-        ],
+        extensions=extensions,
         config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
     )
 

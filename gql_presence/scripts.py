@@ -26,6 +26,7 @@ SCRIPT_NAMES = (
     "add_friends",
     "remove_friends",
     "sweep",
+    "take_token",
 )
 
 _INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)

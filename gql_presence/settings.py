@@ -43,6 +43,35 @@ class Settings:
     subscriber_buffer: int = 1000
     # "text" for people, "json" for log collectors: one JSON object per line.
     log_format: str = "text"
+    # Backend services' bearer tokens, (name, secret) each; the name shows in logs.
+    backend_tokens: tuple[tuple[str, str], ...] = ()
+    # End users' JWTs: an HS256 secret and/or a PEM public key (RS256 or ES256), and the
+    # issuer and audience every token must name.
+    jwt_secret: str | None = None
+    jwt_public_key: str | None = None
+    jwt_issuer: str | None = None
+    jwt_audience: str | None = None
+    # Whether end users may list everyone (onlineUsers, activeInRange, weeklyStats).
+    users_see_everyone: bool = False
+    # Whether the service may run without credentials on an address other than loopback.
+    allow_open: bool = False
+    # Development conveniences that production turns off.
+    graphiql: bool = True
+    introspection: bool = True
+    # Whether queries (never mutations) may be sent with GET.
+    queries_over_get: bool = False
+    # How long one request may take before the client gets UNAVAILABLE, ms.
+    request_timeout_ms: int = 5000
+    # Token buckets per caller: requests per second, and how many may come at once (0: none).
+    user_rate: float = 0.0
+    user_burst: int = 0
+    backend_rate: float = 0.0
+    backend_burst: int = 0
+
+    @property
+    def secured(self) -> bool:
+        """Whether callers must authenticate (any credential is configured)."""
+        return bool(self.backend_tokens or self.jwt_secret or self.jwt_public_key)
 
     @property
     def stats_zone(self) -> ZoneInfo:
@@ -65,7 +94,33 @@ class Settings:
             _MS_PER_SECOND,
             allow_zero=True,
         )
+        user_rate = _rate(env, "PRESENCE_USER_RATE_LIMIT")
+        backend_rate = _rate(env, "PRESENCE_BACKEND_RATE_LIMIT")
+        jwt_secret, jwt_public_key = _jwt_keys(env)
+        jwt_issuer, jwt_audience = env.get("PRESENCE_JWT_ISSUER"), env.get("PRESENCE_JWT_AUDIENCE")
+        if (jwt_secret or jwt_public_key) and not (jwt_issuer and jwt_audience):
+            raise SettingsError(
+                "PRESENCE_JWT_ISSUER and PRESENCE_JWT_AUDIENCE must be set with a JWT key: "
+                "every user token is checked for both."
+            )
         return cls(
+            backend_tokens=_backend_tokens(env),
+            jwt_secret=jwt_secret,
+            jwt_public_key=jwt_public_key,
+            jwt_issuer=jwt_issuer,
+            jwt_audience=jwt_audience,
+            users_see_everyone=_flag(env, "PRESENCE_USERS_SEE_EVERYONE", default=False),
+            allow_open=_flag(env, "PRESENCE_ALLOW_OPEN", default=False),
+            graphiql=_flag(env, "PRESENCE_GRAPHIQL", default=True),
+            introspection=_flag(env, "PRESENCE_INTROSPECTION", default=True),
+            queries_over_get=_flag(env, "PRESENCE_QUERIES_OVER_GET", default=False),
+            request_timeout_ms=_duration_ms(
+                env, "PRESENCE_REQUEST_TIMEOUT_SECONDS", 5, _MS_PER_SECOND
+            ),
+            user_rate=user_rate,
+            user_burst=_burst(env, "PRESENCE_USER_RATE_BURST", user_rate),
+            backend_rate=backend_rate,
+            backend_burst=_burst(env, "PRESENCE_BACKEND_RATE_BURST", backend_rate),
             redis_url=_redis_url(env),
             window_ms=window_ms,
             retention_ms=retention_ms,
@@ -147,3 +202,75 @@ def _data_dir(env: Mapping[str, str]) -> Path:
     xdg = env.get("XDG_DATA_HOME", "").strip()
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
     return base / "gql-presence"
+
+
+_MIN_SECRET_CHARS = 32
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _flag(env: Mapping[str, str], name: str, *, default: bool) -> bool:
+    raw = env.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw not in _TRUE + _FALSE:
+        raise SettingsError(f"{name}={raw!r} is not valid: use true or false.")
+    return raw in _TRUE
+
+
+def _rate(env: Mapping[str, str], name: str) -> float:
+    raw = env.get(name, "").strip()
+    try:
+        value = float(raw or 0)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise SettingsError(
+            f"{name}={raw!r} is not valid: use requests per second, e.g. 20 or 0.5 (0: no limit)."
+        )
+    return value
+
+
+def _burst(env: Mapping[str, str], name: str, rate: float) -> int:
+    """How many requests may come at once; by default one second's worth (at least one)."""
+    default = max(1, math.ceil(rate)) if rate else 0
+    return _count(env, name, default) if rate else 0
+
+
+def _backend_tokens(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    name = "PRESENCE_BACKEND_TOKENS"
+    tokens = []
+    for entry in filter(None, (e.strip() for e in env.get(name, "").split(","))):
+        backend, _, secret = entry.partition(":")
+        if not backend or len(secret) < _MIN_SECRET_CHARS:
+            raise SettingsError(
+                f"{name} must list backend:token pairs, separated by commas, each token at least "
+                f"{_MIN_SECRET_CHARS} characters (e.g. made by `python3 -c 'import secrets; "
+                f"print(secrets.token_urlsafe(32))'`); {backend or 'an entry'!r} is not one."
+            )
+        tokens.append((backend, secret))
+    return tuple(tokens)
+
+
+def _jwt_keys(env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    secret = env.get("PRESENCE_JWT_SECRET", "").strip() or None
+    if secret is not None and len(secret) < _MIN_SECRET_CHARS:
+        raise SettingsError(
+            "PRESENCE_JWT_SECRET is too short: HS256 needs at least "
+            f"{_MIN_SECRET_CHARS} characters."
+        )
+    path = env.get("PRESENCE_JWT_PUBLIC_KEY_FILE", "").strip()
+    if not path:
+        return secret, None
+    try:
+        pem = Path(path).expanduser().read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise SettingsError(
+            f"PRESENCE_JWT_PUBLIC_KEY_FILE={path!r} cannot be read: {error}"
+        ) from error
+    from gql_presence.auth import public_key_algorithm  # noqa: PLC0415 - needs cryptography
+
+    try:
+        public_key_algorithm(pem)
+    except ValueError as error:
+        raise SettingsError(f"PRESENCE_JWT_PUBLIC_KEY_FILE={path!r}: {error}") from error
+    return secret, pem

@@ -4,6 +4,7 @@ plain dataclasses. It knows Redis and the rules of SEMANTICS.md, and nothing of 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
@@ -363,6 +364,14 @@ class PresenceStore:
             encode_cursor(-to_ms(nodes[-1].last_seen), nodes[-1].user_id) if nodes else None
         )
         return Page(int(reply[0]), nodes, bool(reply[1]), end_cursor)
+
+    async def take_token(self, caller: str, rate: float, burst: int) -> int:
+        """Takes one token from the caller's bucket (rate per second, at most burst).
+        Returns 0 when granted, else how many ms until a token is there."""
+        granted, retry_after_ms = await self._run(
+            "take_token", [self._keys.rate_bucket(caller)], [repr(rate), burst, uuid.uuid4().hex]
+        )
+        return 0 if int(granted) else max(1, int(retry_after_ms))
 
     async def _run(self, script: str, keys: list[str], args: list[str | int]) -> Any:
         started = time.perf_counter()

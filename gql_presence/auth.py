@@ -1,0 +1,182 @@
+"""Who is calling, and what they may do.
+
+Backend services send a bearer token from PRESENCE_BACKEND_TOKENS; end users send a JWT whose
+`sub` is their user id. With neither configured the service is open (local development), and
+every caller may do everything.
+"""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Any
+
+import jwt
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+from gql_presence.errors import BadInputError, ForbiddenError, UnauthenticatedError
+from gql_presence.settings import Settings
+from gql_presence.validation import check_id
+
+# How far apart the token issuer's clock and ours may be, for `exp`, `nbf` and `iat`.
+CLOCK_SKEW_S = 30
+_MIN_RSA_BITS = 2048
+_REQUIRED_CLAIMS = ["exp", "iss", "aud", "sub"]
+
+
+class CallerKind(StrEnum):
+    OPEN = "open"  # no credentials are configured: anyone may do anything
+    BACKEND = "backend"
+    USER = "user"
+    ANONYMOUS = "anonymous"  # credentials are configured, and the caller sent none
+
+
+class Need(Enum):
+    """What an operation needs of its caller."""
+
+    BACKEND = "backend"  # changes, and following arbitrary users
+    OWN = "own"  # one user's own data: a user may ask for their own id only
+    LISTING = "listing"  # everyone's presence and statistics
+
+
+_NEEDS_CREDENTIALS = (
+    "This operation needs credentials: send `Authorization: Bearer <token>` with a backend "
+    "token or a user's JWT (over WebSocket, in connection_init's payload)."
+)
+
+
+@dataclass(frozen=True)
+class Caller:
+    kind: CallerKind
+    # The backend's name, the user's id, or "" for open and anonymous callers.
+    name: str = ""
+    users_see_everyone: bool = False
+
+    def authorize(self, need: Need, operation: str, user_id: str | None = None) -> None:
+        """Raises UnauthenticatedError or ForbiddenError unless the caller may do this."""
+        if self.kind is CallerKind.ANONYMOUS:
+            raise UnauthenticatedError(_NEEDS_CREDENTIALS)
+        if self.kind is not CallerKind.USER:
+            return
+        if need is Need.BACKEND:
+            raise ForbiddenError(
+                f"{operation} is for backend services; a user may read their own presence, "
+                "onlineFriends and friends, and follow their friends (friendsOf)."
+            )
+        if need is Need.OWN and user_id != self.name:
+            raise ForbiddenError(
+                f"A user may call {operation} for themselves only: give your own user id "
+                "(your token's subject)."
+            )
+        if need is Need.LISTING and not self.users_see_everyone:
+            raise ForbiddenError(
+                f"{operation} is for backend services (PRESENCE_USERS_SEE_EVERYONE opens it "
+                "to users)."
+            )
+
+    @property
+    def rate_key(self) -> str | None:
+        """Whose token bucket a request takes from; None when none applies."""
+        if self.kind in {CallerKind.BACKEND, CallerKind.USER}:
+            return f"{self.kind.value}:{self.name}"
+        return None
+
+
+def public_key_algorithm(pem: str) -> str:
+    """The one JWT algorithm a public key verifies: RS256 for RSA, ES256 for EC P-256."""
+    try:
+        key = load_pem_public_key(pem.encode())
+    except ValueError as error:
+        raise ValueError("not a PEM public key (-----BEGIN PUBLIC KEY-----)") from error
+    if isinstance(key, rsa.RSAPublicKey) and key.key_size >= _MIN_RSA_BITS:
+        return "RS256"
+    if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+        return "ES256"
+    raise ValueError(f"use an RSA key of {_MIN_RSA_BITS} bits or more, or an EC P-256 key")
+
+
+class Authenticator:
+    def __init__(self, settings: Settings) -> None:
+        self._secured = settings.secured
+        self._backends = [(name, secret.encode()) for name, secret in settings.backend_tokens]
+        # Each key verifies exactly one algorithm, so a token cannot choose how it is checked
+        # (no `none`, no HS256 signed with a public key).
+        self._jwt_keys: dict[str, Any] = {}
+        if settings.jwt_secret:
+            self._jwt_keys["HS256"] = settings.jwt_secret
+        if settings.jwt_public_key:
+            algorithm = public_key_algorithm(settings.jwt_public_key)
+            self._jwt_keys[algorithm] = load_pem_public_key(settings.jwt_public_key.encode())
+        self._issuer = settings.jwt_issuer
+        self._audience = settings.jwt_audience
+        self._users_see_everyone = settings.users_see_everyone
+
+    @property
+    def secured(self) -> bool:
+        return self._secured
+
+    def caller(self, authorization: object) -> Caller:
+        """The caller an Authorization value (header, or connection_init entry) names.
+
+        Raises UnauthenticatedError for credentials that are sent but not valid."""
+        if not self._secured:
+            return Caller(CallerKind.OPEN)
+        if authorization is None or authorization == "":
+            return Caller(CallerKind.ANONYMOUS)
+        scheme, _, token = str(authorization).strip().partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise UnauthenticatedError("Send credentials as `Authorization: Bearer <token>`.")
+        backend = self._backend(token.encode())
+        if backend is not None:
+            return Caller(CallerKind.BACKEND, backend)
+        if token.count(".") != 2:
+            raise UnauthenticatedError("The bearer token is not valid.")
+        return Caller(CallerKind.USER, self._subject(token), self._users_see_everyone)
+
+    def _backend(self, token: bytes) -> str | None:
+        # Every secret is compared, in constant time, whichever matches.
+        found = None
+        for name, secret in self._backends:
+            if hmac.compare_digest(token, secret):
+                found = name
+        return found
+
+    def _subject(self, token: str) -> str:
+        try:
+            algorithm = jwt.get_unverified_header(token).get("alg")
+        except jwt.InvalidTokenError as error:
+            raise UnauthenticatedError("The bearer token is not valid.") from error
+        key = self._jwt_keys.get(str(algorithm))
+        if key is None:
+            accepted = ", ".join(self._jwt_keys) or "none: no JWT key is configured"
+            raise UnauthenticatedError(
+                f"JWTs signed with {algorithm!r} are not accepted (accepted: {accepted})."
+            )
+        try:
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=[str(algorithm)],
+                issuer=self._issuer,
+                audience=self._audience,
+                leeway=CLOCK_SKEW_S,
+                options={"require": _REQUIRED_CLAIMS},
+            )
+        except jwt.ExpiredSignatureError as error:
+            raise UnauthenticatedError("The JWT has expired.") from error
+        except jwt.InvalidAudienceError as error:
+            raise UnauthenticatedError("The JWT is not meant for this service (aud).") from error
+        except jwt.InvalidIssuerError as error:
+            raise UnauthenticatedError("The JWT comes from an unknown issuer (iss).") from error
+        except jwt.MissingRequiredClaimError as error:
+            raise UnauthenticatedError(f"The JWT lacks the {error.claim!r} claim.") from error
+        except jwt.InvalidTokenError as error:
+            raise UnauthenticatedError("The JWT's signature or form is not valid.") from error
+        subject = claims["sub"]
+        try:
+            return check_id(subject if isinstance(subject, str) else "", "sub")
+        except BadInputError as error:
+            raise UnauthenticatedError(f"The JWT's subject is not a user id: {error}") from error

@@ -1,0 +1,49 @@
+"""The limits every request meets, each sized by what a valid request needs.
+
+README's "Running in production" gives the reason for each figure.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gql_presence.auth import Caller, CallerKind
+from gql_presence.errors import RateLimitedError
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+from gql_presence.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
+
+# The largest valid request: 10,000 ids of 128 characters (each up to 4 bytes of UTF-8, and
+# quotes and a comma), plus the document and the JSON around it.
+MAX_BODY_BYTES = MAX_IDS_PER_CALL * (MAX_ID_LENGTH * 4 + 3) + 64 * 1024
+# Documents are short; long lists belong in variables, which neither limit counts.
+MAX_DOCUMENT_CHARS = 32 * 1024
+MAX_TOKENS = 2000
+# The deepest useful selection is 4 levels (onlineUsers > nodes > sessions > lastSeen).
+MAX_DEPTH = 10
+# Each alias of a root field is one more script call in the same request.
+MAX_ALIASES = 15
+MAX_SUBSCRIPTIONS_PER_SOCKET = 20
+# A WebSocket that has not authenticated (connection_init) by then is closed.
+CONNECTION_INIT_WAIT_S = 10
+
+
+class RateLimiter:
+    """A token bucket per caller, kept in Redis so that every API process shares it."""
+
+    def __init__(self, store: PresenceStore, settings: Settings) -> None:
+        self._store = store
+        self._buckets = {
+            CallerKind.USER: (settings.user_rate, settings.user_burst),
+            CallerKind.BACKEND: (settings.backend_rate, settings.backend_burst),
+        }
+
+    async def admit(self, caller: Caller) -> None:
+        """Raises RateLimitedError when the caller has no token left."""
+        rate, burst = self._buckets.get(caller.kind, (0.0, 0))
+        key = caller.rate_key
+        if not rate or key is None:
+            return
+        wait_ms = await self._store.take_token(key, rate, burst)
+        if wait_ms:
+            raise RateLimitedError(math.ceil(wait_ms / 1000))

@@ -1,0 +1,38 @@
+--[[
+  take_token: take one request's token from a caller's bucket, if one is there.
+
+  KEYS[1]  bucket      HASH  tokens=tokens left (decimal)  at=when counted, ms
+                             request=id of the last request  granted=its answer 0|1
+  ARGV[1]  rate        decimal: tokens added per second
+  ARGV[2]  burst       int: the most tokens the bucket holds
+  ARGV[3]  request_id  string: the same id sent again (a retried call) gets the same answer
+                       and takes no second token
+  Returns  {granted 0|1, retry_after_ms}: retry_after_ms is 0 when granted
+  The bucket expires once it would be full again, so idle callers cost no memory.
+]]
+--- @include "clock"
+local bucket_key = KEYS[1]
+local rate, burst, request_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+
+local now = now_ms()
+local tokens, at, last_request, last_granted =
+  unpack(redis.call('HMGET', bucket_key, 'tokens', 'at', 'request', 'granted'))
+tokens, at = tonumber(tokens) or burst, tonumber(at) or now
+local function wait_ms(left) return math.ceil((1 - left) * 1000 / rate) end
+if last_request == request_id then
+  if last_granted == '1' then return {1, 0} end
+  return {0, wait_ms(tokens)}
+end
+
+-- A clock that stepped back adds nothing, rather than taking tokens away.
+tokens = math.min(burst, tokens + math.max(0, now - at) * rate / 1000)
+local granted = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+  granted = 1
+end
+redis.call('HSET', bucket_key, 'tokens', string.format('%.6f', tokens), 'at', now,
+  'request', request_id, 'granted', granted)
+redis.call('PEXPIRE', bucket_key, math.ceil((burst - tokens) * 1000 / rate) + 1000)
+if granted == 1 then return {1, 0} end
+return {0, wait_ms(tokens)}
