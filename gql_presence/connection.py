@@ -21,11 +21,13 @@ RETRY = Retry(
 )
 
 
-def redis_client(url: str) -> Redis:
+def redis_client(
+    url: str, *, max_connections: int = MAX_CONNECTIONS, pool_wait_s: float = POOL_WAIT_S
+) -> Redis:
     pool = BlockingConnectionPool.from_url(
         url,
-        max_connections=MAX_CONNECTIONS,
-        timeout=POOL_WAIT_S,
+        max_connections=max_connections,
+        timeout=pool_wait_s,
         decode_responses=True,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_timeout=REPLY_TIMEOUT_S,

@@ -1,0 +1,208 @@
+"""Limits that stop abuse: document size and shape, body size, transports, switches for
+development tools, the time budget, and per-caller rate limits."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import io
+import json
+import time
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from redis.asyncio import Redis
+
+from gql_presence.app import create_app
+from gql_presence.connection import redis_client
+from gql_presence.errors import StoreUnavailableError
+from gql_presence.keys import Keys
+from gql_presence.limits import MAX_ALIASES, MAX_BODY_BYTES, MAX_DOCUMENT_CHARS, MAX_TOKENS
+from gql_presence.redis_server import RedisServer
+from gql_presence.scripts import Scripts
+from gql_presence.store import PresenceStore
+from gql_presence.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
+from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
+from tests.test_auth import BACKEND_TOKEN, SECURED, user_token
+
+Client = TestClient[Any, Any]
+JSON = {"Content-Type": "application/json"}
+
+
+async def service(aiohttp_client: ClientFactory, server: RedisServer, **changes: Any) -> Client:
+    settings = dataclasses.replace(TEST_SETTINGS, redis_url=server.url, **changes)
+    return await aiohttp_client(create_app(settings))
+
+
+async def block_redis(client: Redis, seconds: float) -> None:
+    """Keeps Redis (and the connection that asked) busy, as a slow command would."""
+    await client.execute_command("DEBUG", "SLEEP", str(seconds))  # type: ignore[no-untyped-call]
+
+
+def presences(count: int) -> str:
+    fields = " ".join(f'p{i}: presence(userId: "u{i}") {{ online }}' for i in range(count))
+    return f"{{ {fields} }}"
+
+
+async def test_aliases_are_limited_also_through_fragments(api: Client) -> None:
+    assert "errors" not in await graphql(api, presences(MAX_ALIASES))
+    body = await graphql(api, presences(MAX_ALIASES + 1))
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "aliases" in body["errors"][0]["message"]
+    half = MAX_ALIASES // 2 + 1
+    fragments = " ".join(
+        f"fragment F{i} on Query {{ {' '.join(f'a{i}_{j}: weeklyStats {{ uniqueUsers }}' for j in range(half))} }}"
+        for i in range(2)
+    )
+    body = await graphql(api, f"{{ ...F0 ...F1 }} {fragments}")
+    assert set(error_codes(body)) == {"BAD_USER_INPUT"}
+
+
+async def test_tokens_and_document_size_are_limited(api: Client) -> None:
+    many_tokens = "{ " + " ".join(["__typename"] * MAX_TOKENS) + " }"
+    body = await graphql(api, many_tokens)
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "tokens" in body["errors"][0]["message"]
+    long_document = '{ presence(userId: "' + "x" * MAX_DOCUMENT_CHARS + '") { online } }'
+    body = await graphql(api, long_document)
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "variables" in body["errors"][0]["message"]
+
+
+async def test_the_largest_valid_request_fits_and_a_larger_body_gets_413(api: Client) -> None:
+    # 10,000 ids of 128 characters, each of them 4 bytes of UTF-8: the most a request needs.
+    ids = [f"{i:05}" + "😀" * (MAX_ID_LENGTH - 5) for i in range(MAX_IDS_PER_CALL)]
+    request = {
+        "query": "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }",
+        "variables": {"ids": ids},
+    }
+    encoded = json.dumps(request, ensure_ascii=False).encode()
+    assert len(encoded) > MAX_BODY_BYTES * 0.95  # close to the limit: the limit is that tight
+    response = await api.post("/graphql", data=io.BytesIO(encoded), headers=JSON)
+    assert await response.json() == {"data": {"touchMany": MAX_IDS_PER_CALL}}
+    response = await api.post(
+        "/graphql",
+        data=io.BytesIO(b'{"query": "{ __typename }", "pad": "' + b"x" * MAX_BODY_BYTES + b'"}'),
+        headers=JSON,
+    )
+    assert response.status == 413
+
+
+async def test_batches_are_refused(api: Client) -> None:
+    response = await api.post("/graphql", json=[{"query": "{ __typename }"}] * 2)
+    assert response.status == 400
+    assert "Batching is not enabled" in await response.text()
+
+
+async def test_get_serves_no_mutations_and_queries_only_when_allowed(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    query = {"query": '{ presence(userId: "a") { online } }'}
+    mutation = {"query": 'mutation { touch(userId: "a") { online } }'}
+    closed = await service(aiohttp_client, redis_server)
+    assert (await closed.get("/graphql", params=query)).status >= 400
+    opened = await service(aiohttp_client, redis_server, queries_over_get=True)
+    response = await opened.get("/graphql", params=query)
+    assert (await response.json()) == {"data": {"presence": {"online": False}}}
+    assert (await opened.get("/graphql", params=mutation)).status >= 400
+    assert await http_redis.dbsize() == 0  # the mutation did not run
+
+
+async def test_introspection_and_graphiql_can_be_turned_off(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    introspection = "{ __schema { queryType { name } } }"
+    assert "errors" not in await graphql(await service(aiohttp_client, redis_server), introspection)
+    production = await service(aiohttp_client, redis_server, introspection=False, graphiql=False)
+    body = await graphql(production, introspection)
+    assert set(error_codes(body)) == {"BAD_USER_INPUT"}
+    assert "introspection" in body["errors"][0]["message"]
+    page = await production.get("/graphql", headers={"Accept": "text/html"})
+    assert page.status == 404
+    assert "errors" not in await graphql(production, '{ presence(userId: "a") { online } }')
+
+
+async def test_a_request_over_its_time_budget_gets_unavailable_and_no_other_reply(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    api = await service(aiohttp_client, redis_server, request_timeout_ms=300)
+    await graphql(api, 'mutation { touch(userId: "a") { online } }')
+    sleeper = redis_client(redis_server.url)
+    busy = asyncio.create_task(block_redis(sleeper, 1))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    body = await graphql(api, '{ presence(userId: "a") { userId online } }')
+    assert time.monotonic() - started < 0.9
+    assert error_codes(body) == ["UNAVAILABLE"]
+    assert "0.3 s" in body["errors"][0]["message"]
+    await busy
+    await sleeper.aclose()
+    # Every later request gets its own reply, not the one the stopped request left behind.
+    for user in ("b", "a", "c"):
+        body = await graphql(api, f'{{ presence(userId: "{user}") {{ userId online }} }}')
+        assert body == {"data": {"presence": {"userId": user, "online": user == "a"}}}
+
+
+async def test_a_full_pool_makes_requests_wait_then_fail_cleanly(redis_server: RedisServer) -> None:
+    client = redis_client(redis_server.url, max_connections=1, pool_wait_s=0.2)
+    store = PresenceStore(client, TEST_SETTINGS)
+    holder = asyncio.create_task(block_redis(client, 0.6))
+    await asyncio.sleep(0.05)
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError):
+        await store.presence("waiting")
+    assert 0.15 < time.monotonic() - started < 0.5
+    await holder
+    assert (await store.presence("waiting")).user_id == "waiting"
+    await client.aclose()
+
+
+# --- rate limits --------------------------------------------------------------------------
+
+
+async def test_callers_over_their_rate_are_refused_with_when_to_retry(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=redis_server.url,
+        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", "c" * 40)),
+        backend_rate=0.5,
+        backend_burst=2,
+        user_rate=0.5,
+        user_burst=1,
+    )
+    api = await aiohttp_client(create_app(settings))
+    document = {"query": '{ presence(userId: "alice") { online } }'}
+
+    async def send(token: str) -> tuple[int, dict[str, Any], str | None]:
+        headers = {"Authorization": f"Bearer {token}"}
+        response = await api.post("/graphql", json=document, headers=headers)
+        return response.status, await response.json(), response.headers.get("Retry-After")
+
+    assert [(await send(BACKEND_TOKEN))[0] for _ in range(2)] == [200, 200]
+    status, body, retry_after = await send(BACKEND_TOKEN)
+    assert status == 429
+    assert error_codes(body) == ["RATE_LIMITED"]
+    assert body["errors"][0]["extensions"]["retryAfterSeconds"] == 2
+    assert retry_after == "2"
+    assert (await send("c" * 40))[0] == 200  # another backend has a bucket of its own
+    alice = user_token("alice")
+    assert [(await send(alice))[0] for _ in range(2)] == [200, 429]
+
+
+async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
+    scripts = Scripts.register(redis)
+    bucket = [Keys().rate_bucket("backend:chat")]
+
+    async def take(request_id: str) -> list[int]:
+        reply: list[int] = await scripts.run("take_token", bucket, ["1", 2, request_id])
+        return reply
+
+    assert await take("request-1") == await take("request-1") == [1, 0]
+    assert await take("request-2") == [1, 0]
+    granted, retry_after_ms = await take("request-3")
+    assert granted == 0
+    assert 0 < retry_after_ms <= 1000
+    assert 0 < await redis.pttl(bucket[0]) <= 3000  # gone once it would be full again
