@@ -257,9 +257,13 @@ async def healthz(request: web.Request) -> web.Response:
 
 
 async def readyz(request: web.Request) -> web.Response:
-    """Redis answers and holds every script: requests can be served."""
+    """Redis answers, holds every script and takes changes: requests can be served."""
+    store = request.app[STORE]
     try:
-        await request.app[STORE].load_scripts()
+        await store.load_scripts()
+        if not await store.takes_changes():
+            reason = "Redis is a read-only replica (a failover in progress, or REDIS_URL)"
+            return web.json_response({"status": "not ready", "reason": reason}, status=503)
     except PresenceError as error:
         return web.json_response({"status": "not ready", "reason": error.message}, status=503)
     except RedisError as error:  # answers, but refuses (read-only replica, ACL, out of memory)

@@ -54,6 +54,9 @@ _SCRIPT_REFUSALS: dict[str, tuple[type[Exception], str]] = {
     ),
 }
 
+# A read-only replica (during a failover, or a REDIS_URL pointing at one), or maxmemory hit.
+_WRITES_REFUSED = ("READONLY", "read only replica", "OOM command not allowed")
+
 
 @dataclass(frozen=True)
 class Session:
@@ -145,6 +148,11 @@ class PresenceStore:
         broken script fails the boot, and for readiness. Raises StoreUnavailableError when
         Redis cannot be reached."""
         await self._guarded(self._scripts.load(self._redis))
+
+    async def takes_changes(self) -> bool:
+        """Whether the Redis answering is a primary (a replica refuses every change)."""
+        replication = await self._guarded(self._redis.info("replication"))
+        return bool(replication.get("role") == "master")
 
     async def touch(
         self, user_id: str, session_id: str | None = None, at: datetime | None = None
@@ -381,6 +389,12 @@ class PresenceStore:
             for code, (refusal, message) in _SCRIPT_REFUSALS.items():
                 if code in str(error):
                     raise refusal(message) from None
+            # Redis refuses a script's first write: nothing of it was applied, and the store
+            # takes changes again once a primary with room answers (after a failover).
+            if any(refused in str(error) for refused in _WRITES_REFUSED):
+                raise StoreUnavailableError(
+                    "The presence store takes no changes right now; try again shortly."
+                ) from error
             raise
         finally:
             if self._observe_script is not None:

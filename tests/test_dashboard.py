@@ -3,6 +3,7 @@ whole service on a real port."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -15,9 +16,12 @@ import pytest
 from aiohttp.test_utils import TestClient
 from playwright.async_api import Browser, Page, async_playwright
 
+from gql_presence.app import create_app
 from gql_presence.demo import fill
+from gql_presence.redis_server import RedisServer
 from gql_presence.store import PresenceStore
-from tests.conftest import TEST_SETTINGS, graphql
+from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
+from tests.test_auth import BACKEND_TOKEN, SECURED
 
 Service = TestClient[Any, Any]
 # Flags that keep a headless Chromium quiet on a machine with no network but loopback.
@@ -65,7 +69,7 @@ async def browser(chromium_path: str) -> AsyncIterator[Browser]:
 
 
 async def open_dashboard(
-    browser: Browser, api: Service, **page_options: Any
+    browser: Browser, api: Service, fragment: str = "", **page_options: Any
 ) -> tuple[Page, list[str]]:
     page = await browser.new_page(**page_options)
     problems: list[str] = []
@@ -75,7 +79,7 @@ async def open_dashboard(
     )
     page.on("pageerror", lambda error: problems.append(str(error)))
     page.on("requestfailed", lambda request: problems.append(f"failed: {request.url}"))
-    await page.goto(str(api.make_url("/dashboard")))
+    await page.goto(str(api.make_url("/dashboard")) + fragment)
     return page, problems
 
 
@@ -135,3 +139,25 @@ async def test_it_fits_a_phone_screen(browser: Browser, api: Service) -> None:
     overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
     assert problems == []
+
+
+async def test_with_credentials_it_uses_the_token_in_its_address(
+    browser: Browser, aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    api = await aiohttp_client(create_app(dataclasses.replace(SECURED, redis_url=redis_server.url)))
+    backend = {"Authorization": f"Bearer {BACKEND_TOKEN}"}
+    touch = {"query": 'mutation { touch(userId: "a") { online } }'}
+    assert (await (await api.post("/graphql", json=touch, headers=backend)).json())["data"]
+    page, problems = await open_dashboard(browser, api, f"#token={BACKEND_TOKEN}")
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '1'", timeout=5000
+    )
+    await page.wait_for_function(
+        "document.getElementById('status').textContent === 'live'", timeout=5000
+    )
+    assert problems == []
+    # Without the token it says why it shows nothing.
+    page, _ = await open_dashboard(browser, api)
+    await page.wait_for_function(
+        "document.getElementById('error').textContent.includes('credentials')", timeout=5000
+    )

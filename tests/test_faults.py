@@ -3,11 +3,13 @@ a Redis that is down for a while."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 from aiohttp.test_utils import TestClient
@@ -102,4 +104,42 @@ async def test_probes_say_alive_and_ready_and_follow_redis(
 
     shas = [Scripts.register(client).by_name[name].sha for name in SCRIPT_NAMES]
     assert await client.script_exists(*shas) == [True] * len(shas)
+    await client.aclose()
+
+
+async def test_a_failover_to_a_promoted_replica_is_followed_without_a_restart(
+    aiohttp_client: ClientFactory, own_redis_server: RedisServer
+) -> None:
+    """REDIS_URL names the replica, as a failover endpoint does while the replica is promoted:
+    reads are served, changes are refused as UNAVAILABLE, and taken once it is primary."""
+    primary = own_redis_server
+    address = urlsplit(primary.url)
+    replica = start_redis_server(extra=["--replicaof", str(address.hostname), str(address.port)])
+    try:
+        await graphql(await service(aiohttp_client, primary), TOUCH)
+        api = await service(aiohttp_client, replica)
+        await wait_for_replication(replica)
+        assert (await graphql(api, READ))["data"]["presence"]["online"] is True
+        body = await graphql(api, 'mutation { kick(userId: "alice") { online } }')
+        assert [e["extensions"]["code"] for e in body["errors"]] == ["UNAVAILABLE"]
+        assert (await api.get("/readyz")).status == 503
+        primary.stop()
+        promoted = redis_client(replica.url)
+        await promoted.replicaof("NO", "ONE")
+        await promoted.aclose()
+        assert (await api.get("/readyz")).status == 200
+        body = await graphql(api, 'mutation { kick(userId: "alice") { online } }')
+        assert body == {"data": {"kick": {"online": False}}}
+    finally:
+        replica.stop()
+
+
+async def wait_for_replication(replica: RedisServer) -> None:
+    client = redis_client(replica.url)
+    deadline = time.monotonic() + 5
+    while (await client.info("replication"))["master_link_status"] != "up" or not (
+        await client.dbsize()
+    ):
+        assert time.monotonic() < deadline, "the replica did not catch up"
+        await asyncio.sleep(0.02)
     await client.aclose()
