@@ -46,7 +46,7 @@ from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
 from gql_presence.store import SWEEP_BATCH, PresenceStore
-from gql_presence.telemetry import OUTCOMES, chosen_operation, request_telemetry
+from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation, request_telemetry
 
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter  # Strawberry's own dependency
@@ -93,6 +93,7 @@ class PresenceView(GraphQLView[Context, None]):
             except UnauthenticatedError as error:
                 request[BAD_CREDENTIALS] = error
                 caller = Caller(CallerKind.ANONYMOUS)
+            request[CALLER] = caller.label
 
         async def close_socket(reason: FeedDroppedError) -> None:
             if isinstance(response, web.WebSocketResponse) and not response.closed:
@@ -127,6 +128,7 @@ class PresenceView(GraphQLView[Context, None]):
                 'Send {"Authorization": "Bearer <token>"} as the payload of connection_init.',
             )
         context.caller = caller
+        context.request[CALLER] = caller.label
         return await super().on_ws_connect(context)
 
     async def execute_single(  # noqa: PLR0917 - Strawberry's signature

@@ -77,6 +77,11 @@ class Caller:
             )
 
     @property
+    def label(self) -> str:
+        """For logs: the backend's name, or the kind of caller (never a user's id)."""
+        return f"backend:{self.name}" if self.kind is CallerKind.BACKEND else self.kind.value
+
+    @property
     def rate_key(self) -> str | None:
         """Whose token bucket a request takes from; None when none applies."""
         if self.kind in {CallerKind.BACKEND, CallerKind.USER}:

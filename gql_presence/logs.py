@@ -1,6 +1,6 @@
 """Log set-up: readable text, or JSON lines when PRESENCE_LOG_FORMAT=json.
 
-Request lines carry their fields (operation, outcome, status, duration_ms) as `extra`; the
+Request lines carry their fields (operation, outcome, caller, status, duration_ms) as `extra`; the
 JSON formatter writes them as keys. Nothing from a request's body or headers is logged, so no
 user token or secret can reach the logs.
 """
@@ -12,7 +12,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-REQUEST_FIELDS = ("method", "path", "status", "operation", "outcome", "duration_ms")
+REQUEST_FIELDS = ("method", "path", "status", "operation", "outcome", "caller", "duration_ms")
 
 
 class JsonLines(logging.Formatter):

@@ -22,6 +22,8 @@ log = logging.getLogger("gql_presence.requests")
 
 OPERATION = web.RequestKey("operation", str)
 OUTCOMES = web.RequestKey("outcomes", list[str])
+# Who called: a backend's configured name, or the kind of caller; never a user id.
+CALLER = web.RequestKey("caller", str)
 
 
 class OperationLabel(SchemaExtension):
@@ -105,16 +107,18 @@ def request_telemetry(metrics: Metrics) -> Middleware:
             websocket = request.headers.get("Upgrade", "").lower() == "websocket"
             operation = request.get(OPERATION, "websocket" if websocket else "none")
             ended = request.get(OUTCOMES, [_outcome_of_status(status)])
+            caller = request.get(CALLER, "unknown")
             for outcome in ended:
                 metrics.requests.labels(operation, outcome).inc()
             if not websocket:  # a WebSocket's "request" lasts as long as its connection
                 metrics.request_seconds.labels(operation).observe(seconds)
             log.info(
-                "%s %s %s %s %d %.1f ms",
+                "%s %s %s %s %s %d %.1f ms",
                 request.method,
                 request.path,
                 operation,
                 ",".join(ended),
+                caller,
                 status,
                 seconds * 1000,
                 extra={
@@ -123,6 +127,7 @@ def request_telemetry(metrics: Metrics) -> Middleware:
                     "status": status,
                     "operation": operation,
                     "outcome": ",".join(ended),
+                    "caller": caller,
                     "duration_ms": round(seconds * 1000, 2),
                 },
             )

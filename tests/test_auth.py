@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import hmac
 import json
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -309,3 +310,16 @@ def test_credential_settings_are_read_and_checked(tmp_path: Path) -> None:
                 "PRESENCE_JWT_AUDIENCE": AUDIENCE,
             }
         )
+
+
+async def test_the_request_log_names_the_backend_but_no_user(
+    secured: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="gql_presence.requests"):
+        for credential in ("backend token", "own token", "no token", "bad token"):
+            await call(secured, OPERATIONS["presence"], CREDENTIALS[credential])
+    callers = [
+        getattr(r, "caller", None) for r in caplog.records if r.name == "gql_presence.requests"
+    ]
+    assert callers == ["backend:chat", "user", "anonymous", "anonymous"]
+    assert "alice" not in caplog.text

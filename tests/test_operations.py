@@ -95,6 +95,7 @@ async def test_one_json_log_line_per_request_without_secrets(
     first, second = lines
     assert (first["operation"], first["outcome"], first["status"]) == ("mutation:touch", "ok", 200)
     assert (second["operation"], second["outcome"]) == ("mutation:kick", "BAD_USER_INPUT")
+    assert first["caller"] == "open"  # no credentials are configured here
     assert first["duration_ms"] > 0
     assert first["level"] == "info"
     assert all(secret not in json.dumps(line) for line in lines)
