@@ -59,8 +59,37 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_SUBSCRIBER_BUFFER", "many"),
         ("REDIS_URL", "localhost:6379"),
         ("REDIS_URL", "http://example"),
+        ("PRESENCE_GRAPHIQL", "maybe"),
+        ("PRESENCE_ALLOW_OPEN", "yes please"),
+        ("PRESENCE_REQUEST_TIMEOUT_SECONDS", "0"),
+        ("PRESENCE_USER_RATE_LIMIT", "-1"),
+        ("PRESENCE_BACKEND_RATE_LIMIT", "fast"),
+        ("PRESENCE_BACKEND_TOKENS", "no-colon-here-and-long-enough-to-be-a-token"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_setting(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_production_switches_and_rate_limits_are_read() -> None:
+    settings = Settings.from_env(
+        {
+            "PRESENCE_GRAPHIQL": "false",
+            "PRESENCE_INTROSPECTION": "off",
+            "PRESENCE_QUERIES_OVER_GET": "true",
+            "PRESENCE_REQUEST_TIMEOUT_SECONDS": "2.5",
+            "PRESENCE_USER_RATE_LIMIT": "0.5",
+            "PRESENCE_BACKEND_RATE_LIMIT": "2000",
+            "PRESENCE_BACKEND_RATE_BURST": "500",
+        }
+    )
+    assert (settings.graphiql, settings.introspection, settings.queries_over_get) == (
+        False,
+        False,
+        True,
+    )
+    assert settings.request_timeout_ms == 2500
+    assert (settings.user_rate, settings.user_burst) == (0.5, 1)  # at least one at once
+    assert (settings.backend_rate, settings.backend_burst) == (2000, 500)
+    assert not settings.secured
