@@ -144,8 +144,8 @@ class PresenceView(GraphQLView[Context, None]):
         if is_subscription(request_data.query, request_data.operation_name):
             return ExecutionResult(data=None, errors=[GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)])
         try:
-            await self._admit(request, context, request_data)
             async with asyncio.timeout(self._budget_s):
+                await self._admit(request, context, request_data)
                 return await super().execute_single(
                     request, request_adapter, sub_response, context, root_value, request_data
                 )
