@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from datetime import UTC, datetime
 from pathlib import Path
 
+import strawberry
 from graphql import (
+    ExecutionResult,
     GraphQLInputObjectType,
     GraphQLObjectType,
     build_schema,
     find_breaking_changes,
+    parse,
 )
 
+from gql_presence import schema as presence_schema
 from gql_presence.cli import main, schema_sdl
 
 ROOT = Path(__file__).parent.parent
@@ -56,3 +62,36 @@ def test_every_type_field_and_argument_is_described() -> None:
                     if not arg.description:
                         missing.append(f"{name}.{field_name}({arg_name})")
     assert missing == []
+
+
+def test_subscription_events_leave_no_memory_behind() -> None:
+    """Each event of a subscription runs on its own executor; nothing of it may stay with the
+    subscription, however long it lasts."""
+    schema = presence_schema.build_schema()
+    document = parse('subscription { presenceChanged(userIds: ["a"]) { userId kind online } }')
+    executor = presence_schema.EventExecutionContext.build(schema._schema, document)
+    assert not isinstance(executor, list), executor  # a list of errors: the document is bad
+    event = presence_schema.PresenceEvent(
+        user_id=strawberry.ID("a"),
+        kind=presence_schema.PresenceEventKind.ONLINE,
+        at=datetime.now(UTC),
+        session_id=None,
+        online=True,
+    )
+
+    def deliver(count: int) -> None:
+        for _ in range(count):
+            result = executor.build_per_event_executor(event).execute_operation()
+            assert result == ExecutionResult(
+                {"presenceChanged": {"userId": "a", "kind": "ONLINE", "online": True}}, None
+            )
+
+    deliver(100)  # warm caches
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        deliver(2000)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 100_000  # about 2.8 MB when each event left its memo behind
