@@ -8,9 +8,10 @@ import logging
 import weakref
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import WSCloseCode, web
+from cross_web import HTTPException  # Strawberry's own dependency
 from graphql import GraphQLError, OperationType, parse
 from redis.exceptions import RedisError
 from strawberry.aiohttp.views import GraphQLView
@@ -67,6 +68,26 @@ class PresenceView(GraphQLView[Context, None]):
             close_socket=close_socket,
         )
 
+    def parse_json(self, data: str | bytes) -> Any:
+        try:
+            return self.decode_json(data)
+        # Strawberry expects only JSONDecodeError; json.loads also raises ValueError for an
+        # integer of more than 4,300 digits and RecursionError for nesting too deep.
+        except (ValueError, RecursionError) as error:
+            raise HTTPException(400, "Unable to parse request body as JSON") from error
+
+    async def parse_http_body(
+        self, request: AsyncHTTPRequestAdapter
+    ) -> GraphQLRequestData | list[GraphQLRequestData]:
+        try:
+            return await super().parse_http_body(request)
+        except AttributeError as error:
+            # Strawberry reads the body with .get(), which a JSON string, number, boolean or
+            # null lacks.
+            if error.name != "get" or isinstance(error.obj, dict):
+                raise
+            raise HTTPException(400, _NOT_AN_OBJECT) from error
+
     async def execute_single(  # noqa: PLR0917 - Strawberry's signature
         self,
         request: web.Request,
@@ -92,6 +113,7 @@ class PresenceView(GraphQLView[Context, None]):
         return await super().process_result(request, result)
 
 
+_NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
 _SUBSCRIBE_OVER_WEBSOCKET = (
     "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
     "not over plain HTTP."
