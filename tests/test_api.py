@@ -250,3 +250,15 @@ async def test_a_subscription_over_plain_http_is_refused_with_where_to_go(api: C
     body = await graphql(api, 'subscription { presenceChanged(userIds: ["a"]) { userId } }')
     assert codes(body) == ["BAD_USER_INPUT"]
     assert "WebSocket" in body["errors"][0]["message"]
+
+
+async def test_a_subscription_first_of_several_operations_is_refused_over_plain_http(
+    api: Client,
+) -> None:
+    # With no operationName, Strawberry runs the first operation of the document.
+    body = await graphql(
+        api,
+        'subscription S { presenceChanged(userIds: ["a"]) { userId } } query Q { __typename }',
+    )
+    assert codes(body) == ["BAD_USER_INPUT"]
+    assert "WebSocket" in body["errors"][0]["message"]
