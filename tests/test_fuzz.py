@@ -54,14 +54,14 @@ Client = TestClient[Any, Any]
 SCHEMA_SDL = (Path(__file__).parent.parent / "schema.graphql").read_text()
 SCHEMA: GraphQLSchema = graphql.build_schema(SCHEMA_SDL)
 
-# The limits the service enforces on documents. The fuzz stays within them, so that what it
-# meets is the schema's own validation and the resolvers, not a blanket refusal.
+# The limits on documents that the service is to enforce. The fuzz stays within them, so that
+# what it meets is the schema's own validation and the resolvers, not a blanket refusal.
 MAX_DEPTH = 10
 MAX_ALIASES = 15
 MAX_TOKENS = 2000
 MAX_BYTES = 32 * 1024
 
-# Documents per fuzz test (a third of it for documents of several operations): 250 take
+# Documents per fuzz test (a third as many of several operations): 250 take
 # about 7 s on a 2-core machine, most of it spent generating them. No fixed seed: each run
 # tries new documents, and Hypothesis replays any that failed before.
 # GQLP_FUZZ_EXAMPLES=5000 (say) runs a longer fuzz.
@@ -349,7 +349,8 @@ def with_variables(draw: st.DrawFn) -> tuple[str, dict[str, Any]]:
     return graphql.print_ast(DocumentNode(definitions=(operation,))), variables
 
 
-# --- The limits, measured as the service counts them.
+# --- The limits, counted at least as strictly as the service counts them (bytes for its
+# characters; every level of fields for its depth).
 
 
 def _tokens(document: str) -> int:
