@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from aiohttp import WSCloseCode, web
+from cross_web import HTTPException  # Strawberry's own dependency
 from graphql import GraphQLError, OperationType, parse
 from redis.exceptions import RedisError
 from strawberry.aiohttp.views import GraphQLView
@@ -131,6 +132,26 @@ class PresenceView(GraphQLView[Context, None]):
         context.request[CALLER] = caller.label
         return await super().on_ws_connect(context)
 
+    def parse_json(self, data: str | bytes) -> Any:
+        try:
+            return self.decode_json(data)
+        # Strawberry expects only JSONDecodeError; json.loads also raises ValueError for an
+        # integer of more than 4,300 digits and RecursionError for nesting too deep.
+        except (ValueError, RecursionError) as error:
+            raise HTTPException(400, "Unable to parse request body as JSON") from error
+
+    async def parse_http_body(
+        self, request: AsyncHTTPRequestAdapter
+    ) -> GraphQLRequestData | list[GraphQLRequestData]:
+        try:
+            return await super().parse_http_body(request)
+        except AttributeError as error:
+            # Strawberry reads the body with .get(), which a JSON string, number, boolean or
+            # null lacks.
+            if error.name != "get" or isinstance(error.obj, dict):
+                raise
+            raise HTTPException(400, _NOT_AN_OBJECT) from error
+
     async def execute_single(  # noqa: PLR0917 - Strawberry's signature
         self,
         request: web.Request,
@@ -196,6 +217,7 @@ async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
     raise ConnectionRejectionError
 
 
+_NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
 _SUBSCRIBE_OVER_WEBSOCKET = (
     "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
     "not over plain HTTP."

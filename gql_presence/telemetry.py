@@ -53,12 +53,14 @@ def root_fields(schema: GraphQLSchema) -> dict[str, frozenset[str]]:
 def chosen_operation(
     document: object, operation_name: str | None
 ) -> OperationDefinitionNode | None:
-    """The operation of a parsed document that a request runs, as GraphQL picks it."""
+    """The operation of a parsed document that a request runs, as Strawberry picks it: the
+    one named, or with no name given the first. (GraphQL would refuse a document of several
+    operations without a name; Strawberry runs the first, named after it.)"""
     operations = [
         d for d in getattr(document, "definitions", ()) if isinstance(d, OperationDefinitionNode)
     ]
     if operation_name is None:
-        return operations[0] if len(operations) == 1 else None
+        return operations[0] if operations else None
     named = [o for o in operations if o.name is not None and o.name.value == operation_name]
     return named[0] if len(named) == 1 else None
 

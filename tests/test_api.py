@@ -215,7 +215,50 @@ async def test_graphiql_is_served_to_browsers(api: Client) -> None:
     assert "graphiql" in (await response.text()).lower()
 
 
+@pytest.mark.parametrize("body", [b'"a string"', b"5", b"true", b"null"])
+async def test_a_body_that_is_json_but_no_object_is_refused_as_bad_input(
+    api: Client, body: bytes
+) -> None:
+    response = await api.post("/graphql", data=body, headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    assert "must be a JSON object" in await response.text()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"query": "{ __typename }", "variables": {"v": 1' + b"0" * 5000 + b"}}",
+        b'{"query": "{ __typename }", "variables": {"v": '
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}}",
+    ],
+    ids=["an integer of 5,001 digits", "arrays nested 100,000 deep"],
+)
+async def test_json_beyond_what_python_reads_is_refused_as_bad_input(
+    api: Client, body: bytes
+) -> None:
+    response = await api.post("/graphql", data=body, headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    assert "Unable to parse request body as JSON" in await response.text()
+    variables = body.decode().split('"variables": ')[1][:-1]
+    response = await api.get("/graphql", params={"query": "{ __typename }", "variables": variables})
+    assert response.status == 400
+
+
 async def test_a_subscription_over_plain_http_is_refused_with_where_to_go(api: Client) -> None:
     body = await graphql(api, 'subscription { presenceChanged(userIds: ["a"]) { userId } }')
+    assert codes(body) == ["BAD_USER_INPUT"]
+    assert "WebSocket" in body["errors"][0]["message"]
+
+
+async def test_a_subscription_first_of_several_operations_is_refused_over_plain_http(
+    api: Client,
+) -> None:
+    # With no operationName, Strawberry runs the first operation of the document.
+    body = await graphql(
+        api,
+        'subscription S { presenceChanged(userIds: ["a"]) { userId } } query Q { __typename }',
+    )
     assert codes(body) == ["BAD_USER_INPUT"]
     assert "WebSocket" in body["errors"][0]["message"]
