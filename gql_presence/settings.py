@@ -43,6 +43,8 @@ class Settings:
     subscriber_buffer: int = 1000
     # "text" for people, "json" for log collectors: one JSON object per line.
     log_format: str = "text"
+    # Worker processes of `gql-presence serve`, sharing one port; 1 serves in one process.
+    workers: int = 1
 
     @property
     def stats_zone(self) -> ZoneInfo:
@@ -74,6 +76,7 @@ class Settings:
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
             log_format=_choice(env, "PRESENCE_LOG_FORMAT", ("text", "json")),
+            workers=_count(env, "PRESENCE_WORKERS", os.cpu_count() or 1),
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -64,3 +65,11 @@ def test_revocation_follows_the_window_by_default() -> None:
 def test_a_bad_value_is_refused_naming_the_setting(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_workers_are_one_per_core_unless_set() -> None:
+    assert Settings.from_env({}).workers == (os.cpu_count() or 1)
+    assert Settings.from_env({"PRESENCE_WORKERS": "3"}).workers == 3
+    for bad in ("0", "two"):
+        with pytest.raises(SettingsError, match="PRESENCE_WORKERS"):
+            Settings.from_env({"PRESENCE_WORKERS": bad})
