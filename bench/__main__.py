@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 from redis.asyncio import Redis
 
+from bench.load import load, load_from_processes
 from gql_presence.connection import redis_client
 from gql_presence.keys import Keys
 from gql_presence.redis_server import free_port, start_redis_server
@@ -151,12 +152,17 @@ async def bench_touch_many(redis: Redis, calls: int) -> list[Row]:
     await redis.flushall()
     store = PresenceStore(redis, SETTINGS)
     batches = [[f"m{c}-{i}" for i in range(1000)] for c in range(calls)]
-    start = time.perf_counter()
-    for batch in batches:
-        await store.touch_many(batch)
-    per_second = calls * 1000 / (time.perf_counter() - start)
+    rates = []
+    for _ in ("new", "online already"):
+        start = time.perf_counter()
+        for batch in batches:
+            await store.touch_many(batch)
+        rates.append(calls * 1000 / (time.perf_counter() - start))
     await redis.flushall()
-    return [("touchMany of 1,000 new users per call", fmt(per_second, " users/s"), "", "")]
+    return [
+        ("touchMany of 1,000 new users per call", fmt(rates[0], " users/s"), "", ""),
+        ("touchMany of the same users again (online already)", fmt(rates[1], " users/s"), "", ""),
+    ]
 
 
 async def bench_weekly_stats(redis: Redis, users: int) -> list[Row]:
@@ -202,37 +208,6 @@ def serve_bare(redis_url: str, port: int) -> None:
     web.run_app(bare_app(redis_url), host="127.0.0.1", port=port, print=None)
 
 
-async def load(
-    url: str, query: str, seconds: float, concurrency: int
-) -> tuple[float, float, float]:
-    """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`."""
-    latencies: list[float] = []
-    deadline = time.perf_counter() + seconds
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
-
-        async def client(worker: int) -> None:
-            n = 0
-            while time.perf_counter() < deadline:
-                n += 1
-                payload = {"query": query, "variables": {"u": f"w{worker}-{n % 5000}"}}
-                start = time.perf_counter()
-                async with session.post(url, json=payload) as response:
-                    body = await response.json()
-                    assert "errors" not in body, body
-                latencies.append((time.perf_counter() - start) * 1000)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(client(w) for w in range(concurrency)))
-        elapsed = time.perf_counter() - started
-    latencies.sort()
-    return (
-        len(latencies) / elapsed,
-        latencies[len(latencies) // 2],
-        latencies[int(len(latencies) * 0.99)],
-    )
-
-
 def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -250,12 +225,19 @@ async def wait_for(url: str) -> None:
     raise RuntimeError(f"{url} did not start")
 
 
-async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[Row]:
-    ours_port, bare_port = free_port(), free_port()
-    ours = start_process(
-        [sys.executable, "-m", "gql_presence", "serve", "--port", str(ours_port)],
-        {"REDIS_URL": redis_url},
+def serve_ours(redis_url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
+    return start_process(
+        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
+        {"REDIS_URL": redis_url, "PRESENCE_WORKERS": str(workers)},
     )
+
+
+async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[Row]:
+    ours_port, bare_port, many_port = free_port(), free_port(), free_port()
+    workers = os.cpu_count() or 1
+    clients = min(workers, 2)
+    ours = serve_ours(redis_url, ours_port, 1)
+    many = serve_ours(redis_url, many_port, workers)
     bare = start_process(
         [
             sys.executable,
@@ -265,20 +247,26 @@ async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[R
         {"PYTHONPATH": os.getcwd()},
     )
     try:
-        ours_url, bare_url = (
+        ours_url, bare_url, many_url = (
             f"http://127.0.0.1:{ours_port}/graphql",
             f"http://127.0.0.1:{bare_port}/graphql",
+            f"http://127.0.0.1:{many_port}/graphql",
         )
-        await wait_for(ours_url)
-        await wait_for(bare_url)
+        for url in (ours_url, bare_url, many_url):
+            await wait_for(url)
         await load(ours_url, TOUCH, 1, concurrency)  # warm-up
         empty = await load(ours_url, TYPENAME, seconds, concurrency)
         touch = await load(ours_url, TOUCH, seconds, concurrency)
         baseline = await load(bare_url, TOUCH, seconds, concurrency)
+        # All workers against one process, each loaded from `clients` processes.
+        await load_from_processes(many_url, TOUCH, 1, concurrency, clients)  # warm-up
+        one = await load_from_processes(ours_url, TOUCH, seconds, concurrency, clients)
+        spread = await load_from_processes(many_url, TOUCH, seconds, concurrency, clients)
     finally:
-        for process in (ours, bare):
+        for process in (ours, bare, many):
             process.send_signal(signal.SIGTERM)
-            process.wait(10)
+        for process in (ours, bare, many):
+            process.wait(20)
 
     def figures(result: tuple[float, float, float]) -> str:
         return (
@@ -297,6 +285,13 @@ async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[R
             "",
             f"bare aiohttp + same script {figures(baseline)}",
             f"{touch[0] / baseline[0]:.2f}x the bare handler",
+        ),
+        (
+            f"touch, {workers} worker processes, {concurrency} connections from {clients} "
+            "client processes",
+            figures(spread),
+            f"1 process, same clients: {figures(one)}",
+            f"{spread[0] / one[0]:.2f}x one process",
         ),
     ]
 

@@ -28,7 +28,7 @@ def schema_sdl() -> str:
     return build_schema().as_str() + "\n"
 
 
-def serve(host: str, port: int) -> int:
+def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = False) -> int:
     settings = settings_or_exit()
     if settings is None:
         return 2
@@ -41,23 +41,32 @@ def serve(host: str, port: int) -> int:
             file=sys.stderr,
         )
         return 2
-    from gql_presence.app import create_app  # noqa: PLC0415
-
     configure_logging(settings.log_format)
-    if not settings.secured:
+    if not settings.secured and not reuse_port:  # said once, by the parent of the workers
         log.warning(
             "OPEN MODE: no credentials are configured (PRESENCE_BACKEND_TOKENS, "
             "PRESENCE_JWT_SECRET, PRESENCE_JWT_PUBLIC_KEY_FILE); every caller may read and "
             "change all presence. For local development only."
         )
+    workers = workers or settings.workers
     try:
+        if workers > 1:
+            from gql_presence.workers import serve_workers  # noqa: PLC0415
+
+            return serve_workers(settings, host, port, workers)
+        from gql_presence.app import create_app  # noqa: PLC0415
+
         web.run_app(
             create_app(settings),
             host=host,
             port=port,
+            reuse_port=reuse_port or None,  # a worker shares the port with the others
             access_log=None,  # each request gets one line of our own, with its operation
             shutdown_timeout=10,  # how long requests in flight may take to finish on SIGTERM
-            print=lambda _: print(
+            # A worker's parent says where the service is, once for all workers.
+            print=None
+            if reuse_port
+            else lambda _: print(
                 f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql", flush=True
             ),
         )
@@ -169,6 +178,12 @@ def export_schema(path: Path, check: bool) -> int:
     return 0
 
 
+def _worker_count(raw: str) -> int:
+    if not raw.isdigit() or int(raw) < 1:
+        raise argparse.ArgumentTypeError(f"{raw!r}: give a whole number of 1 or more")
+    return int(raw)
+
+
 def _user_count(raw: str) -> int:
     if not raw.isdigit() or not 10 <= int(raw) <= 1_000_000:
         raise argparse.ArgumentTypeError(f"{raw!r}: give a whole number from 10 to 1,000,000")
@@ -181,6 +196,14 @@ def main(argv: list[str] | None = None) -> int:
     run = commands.add_parser("serve", help="serve GraphQL (and GraphiQL) at /graphql")
     run.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     run.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    run.add_argument(
+        "--workers",
+        type=_worker_count,
+        default=None,
+        help="worker processes sharing the port (default PRESENCE_WORKERS, or one per core)",
+    )
+    # Set by the parent of several workers for each of them: bind with SO_REUSEPORT.
+    run.add_argument("--reuse-port", action="store_true", help=argparse.SUPPRESS)
     commands.add_parser(
         "check", help="validate the settings and reach Redis (for deploy pipelines)"
     )
@@ -200,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--check", action="store_true", help="fail if the file differs instead")
     args = parser.parse_args(argv)
     if args.command == "serve":
-        return serve(args.host, args.port)
+        return serve(args.host, args.port, args.workers, args.reuse_port)
     if args.command == "check":
         return check()
     if args.command == "demo":

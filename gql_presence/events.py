@@ -286,18 +286,34 @@ class EventHub:
             feed.drop(FeedDroppedError(_again(why), violation=False))
 
     def _dispatch(self, data: bytes) -> None:
+        # One message holds one or more events, five values each (lua/includes/events.lua).
         try:
-            kind, user_id, at_ms, session_id, online = json.loads(data)
-            if kind == FRIENDS_CHANGED:
-                for feed in list(self._by_friends_of.get(user_id, ())):
-                    self.spawn(self._follow_friend_change(feed))
-                return
+            values = json.loads(data)
+            if not isinstance(values, list) or len(values) % 5:
+                raise ValueError("not a list of events")  # noqa: TRY301 - logged just below
+        except ValueError:
+            log.exception("unreadable presence events %r", data[:200])
+            return
+        for i in range(0, len(values), 5):
+            self._dispatch_one(*values[i : i + 5])
+
+    def _dispatch_one(
+        self, kind: str, user_id: str, at_ms: int, session_id: str, online: int
+    ) -> None:
+        if kind == FRIENDS_CHANGED:
+            for feed in list(self._by_friends_of.get(user_id, ())):
+                self.spawn(self._follow_friend_change(feed))
+            return
+        feeds = self._by_user.get(user_id)
+        if not feeds:
+            return  # most events concern users nobody here follows
+        try:
             at = from_ms(int(at_ms))
         except (ValueError, TypeError):
-            log.exception("unreadable presence event %r", data)
+            log.exception("unreadable presence event %r", [kind, user_id, at_ms])
             return
         event = PresenceEvent(user_id, kind, at, session_id or None, bool(online))
-        for feed in list(self._by_user.get(user_id, ())):
+        for feed in list(feeds):
             feed.offer(event)
 
 

@@ -49,7 +49,8 @@ class Keys:
         return self.prefix + "scratch"
 
     def sessions(self, user_id: str) -> str:
-        """ZSET member=session_id score=last activity, ms."""
+        """ZSET member=session_id score=last activity, ms. A user whose only live session is
+        the default one may have none: their online entry alone keeps that session then."""
         return self.prefix + "sess:" + user_id
 
     def revoked(self, user_id: str) -> str:

@@ -73,6 +73,9 @@ class Settings:
         """Whether callers must authenticate (any credential is configured)."""
         return bool(self.backend_tokens or self.jwt_secret or self.jwt_public_key)
 
+    # Worker processes of `gql-presence serve`, sharing one port; 1 serves in one process.
+    workers: int = 1
+
     @property
     def stats_zone(self) -> ZoneInfo:
         return ZoneInfo(self.stats_timezone)
@@ -129,6 +132,7 @@ class Settings:
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
             log_format=_choice(env, "PRESENCE_LOG_FORMAT", ("text", "json")),
+            workers=_count(env, "PRESENCE_WORKERS", os.cpu_count() or 1),
         )
 
 

@@ -18,6 +18,8 @@ def check_id(value: str, name: str) -> str:
         raise BadInputError(
             f"{name} must be 1 to {MAX_ID_LENGTH} characters long; got {len(value)} characters."
         )
+    if value.isascii() and value.isprintable():  # the common case, without a look-up per char
+        return value
     categories = {unicodedata.category(char) for char in value}
     if "Cc" in categories:
         raise BadInputError(

@@ -2,7 +2,8 @@
   kick: end every live session of a user, or one session, and revoke the ended ids.
 
   KEYS[1]  online    ZSET  member=user_id     score=newest live session's expiry, ms
-  KEYS[2]  sessions  ZSET  member=session_id  score=last activity, ms (this user's)
+  KEYS[2]  sessions  ZSET  member=session_id  score=last activity, ms (this user's; created
+                         to hold a "default" session kept by the online entry alone)
   KEYS[3]  revoked   ZSET  member=session_id  score=end of revocation, ms (this user's)
   ARGV[1]  user_id     string
   ARGV[2]  session_id  string, or "" for every live session
@@ -14,6 +15,7 @@
   A named session is revoked even when it is no longer live, so that it cannot come back.
 ]]
 --- @include "clock"
+--- @include "activity"
 --- @include "events"
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user_id, session_id = ARGV[1], ARGV[2]
@@ -21,6 +23,7 @@ local window_ms, revoke_ms, channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV
 
 local now = now_ms()
 settle_expiry(online_key, channel, user_id, now)
+keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
 local cutoff = now - window_ms
 local revoke = {}
 local kicked = 0

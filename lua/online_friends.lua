@@ -9,23 +9,45 @@
   ARGV[2]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[3]  after_member  the cursor's user_id
   Returns  {total, has_next 0|1, user_id, last_seen_ms, online=1, ...}
-  Work     O(friends log friends + page): ZINTERSTORE walks the smaller of its inputs, so
-           the number of users online does not matter.
+  Work     O(friends log friends + page): one ZINTERSTORE of the three walks the friends (the
+           smallest input) and looks each up in the others, so the number of users online
+           does not matter. Entries of `online` that expired and are not swept yet (a second's
+           worth, usually few) are taken out afterwards: O(log n + expired), or, should the
+           sweep be far behind, O(friends) by checking each friend's expiry instead.
 ]]
 --- @include "clock"
 --- @include "page"
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local first = tonumber(ARGV[1])
+local EXPIRED_LIST_MAX = 1000
 
 local now = now_ms()
-redis.call('ZINTERSTORE', scratch_key, 2, friends_key, online_key, 'WEIGHTS', 0, 1)
-redis.call('ZREMRANGEBYSCORE', scratch_key, '-inf', '(' .. now)
-local total = redis.call('ZCARD', scratch_key)
+-- Friends who have an online entry, scored by their last_seen score.
+local total = redis.call(
+  'ZINTERSTORE', scratch_key, 3, friends_key, online_key, last_seen_key, 'WEIGHTS', 0, 0, 1)
+if total > 0 then
+  local expired = redis.call('ZCOUNT', online_key, '-inf', '(' .. now)
+  local gone = {}
+  if expired > 0 and expired <= EXPIRED_LIST_MAX then
+    gone = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now)
+  elseif expired > 0 then
+    local members = redis.call('ZRANGE', scratch_key, 0, -1)
+    for from = 1, #members, 1000 do
+      local to = math.min(from + 999, #members)
+      local expiries = redis.call('ZMSCORE', online_key, unpack(members, from, to))
+      for i = from, to do
+        if tonumber(expiries[i - from + 1]) < now then gone[#gone + 1] = members[i] end
+      end
+    end
+  end
+  for from = 1, #gone, 1000 do
+    total = total - redis.call('ZREM', scratch_key, unpack(gone, from, math.min(from + 999, #gone)))
+  end
+end
 local rows = {}
 if total > 0 then
-  redis.call('ZINTERSTORE', scratch_key, 2, scratch_key, last_seen_key, 'WEIGHTS', 0, 1)
   local start = page_start(scratch_key, ARGV[2], ARGV[3])
   rows = collect(scratch_key, start, math.huge, first + 1, function() return 1 end)
-  redis.call('DEL', scratch_key)
 end
+redis.call('DEL', scratch_key)
 return page_reply(total, first, rows)

@@ -2,7 +2,10 @@
   presence: the presence of each of several users, read at one moment.
 
   KEYS[1]        last_seen  ZSET  member=user_id     score=-(last activity, ms)
-  KEYS[2..n+1]   sessions   ZSET  member=session_id  score=last activity, ms (user i's)
+  KEYS[2]        online     ZSET  member=user_id     score=newest live session's expiry, ms
+  KEYS[3..n+2]   sessions   ZSET  member=session_id  score=last activity, ms (user i's; a user
+                                  whose only session is "default" may have none, see
+                                  includes/activity.lua)
   ARGV[1]  window_ms     int ms
   ARGV[2]  retention_ms  int ms: a last activity older than this is no longer kept
   ARGV[3..n+2]  user_ids string
@@ -10,16 +13,26 @@
            user, the live sessions in no particular order
 ]]
 --- @include "clock"
-local last_seen_key = KEYS[1]
+--- @include "activity"
+local last_seen_key, online_key = KEYS[1], KEYS[2]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local now = now_ms()
 local reply = {}
 for i = 3, #ARGV do
-  local last_seen = redis.call('ZSCORE', last_seen_key, ARGV[i])
+  local user_id, sessions_key = ARGV[i], KEYS[i]
+  local last_seen = redis.call('ZSCORE', last_seen_key, user_id)
   last_seen = last_seen and -tonumber(last_seen) or -1
   if last_seen < now - retention_ms then last_seen = -1 end
-  local live = redis.call('ZRANGEBYSCORE', KEYS[i - 1], now - window_ms, '+inf', 'WITHSCORES')
+  local live = {}
+  if redis.call('EXISTS', sessions_key) == 1 then
+    live = redis.call('ZRANGEBYSCORE', sessions_key, now - window_ms, '+inf', 'WITHSCORES')
+  else
+    local expiry = redis.call('ZSCORE', online_key, user_id)
+    if expiry and tonumber(expiry) >= now then
+      live = {DEFAULT_SESSION, tonumber(expiry) - window_ms}
+    end
+  end
   reply[#reply + 1] = {last_seen, live}
 end
 return reply

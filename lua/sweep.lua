@@ -11,8 +11,9 @@
                           by more than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  channel        string: the events channel
   Returns  {offline_count, purged_count, online_count}: online_count is of users online now
-  Events   OFFLINE for each user whose presence expired, at the moment it expired; as the
-           same script removes the entry, two processes sweeping at once never both announce it
+  Events   OFFLINE for each user whose presence expired, at the moment it expired, all in one
+           message; as the same script removes the entry, two processes sweeping at once
+           never both announce it
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
 --- @include "clock"
@@ -22,10 +23,12 @@ local batch, purge_after_ms, channel = tonumber(ARGV[1]), tonumber(ARGV[2]), ARG
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
+local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
-  announce(channel, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
+  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
 end
+announce_all(channel, offline)
 
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
 for i = 1, #forgotten do

@@ -3,7 +3,9 @@
 
   KEYS[1]  last_seen     ZSET    member=user_id     score=-(last activity, ms)
   KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms
-  KEYS[3]  sessions      ZSET    member=session_id  score=last activity, ms (this user's)
+  KEYS[3]  sessions      ZSET    member=session_id  score=last activity, ms (this user's; a
+                                 user whose only session is "default" may have none, see
+                                 includes/activity.lua)
   KEYS[4]  revoked       ZSET    member=session_id  score=end of revocation, ms (this user's)
   KEYS[5]  user_index    HASH    user_id -> bit index in the day bitmaps
   KEYS[6]  next_index    STRING  the next never-used bit index
@@ -49,11 +51,22 @@ redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id)
 redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
 redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
 local cutoff = now - window_ms
-local newest = record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff, window_ms)
+local newest
+local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
+if keyless then
+  newest = record_default(online_key, user_id, t_ms, cutoff, window_ms)
+else
+  keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+  newest = record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff, window_ms)
+end
 if newest and online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 
 local reply = {online_before, -tonumber(redis.call('ZSCORE', last_seen_key, user_id))}
+if keyless then
+  if newest then reply[3], reply[4] = DEFAULT_SESSION, newest end
+  return reply
+end
 local live = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf', 'WITHSCORES')
 for i = 1, #live do reply[#reply + 1] = live[i] end
 return reply

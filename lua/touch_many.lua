@@ -7,17 +7,23 @@
   KEYS[4]  next_index    STRING  the next never-used bit index
   KEYS[5]  free_indexes  LIST    bit indexes of purged users
   KEYS[6..8]  days       bitmaps of three consecutive days, oldest first
-  KEYS[9..8+n]       sessions of user i   ZSET member=session_id score=last activity, ms
-  KEYS[9+n..8+2n]    revoked of user i    ZSET member=session_id score=end of revocation, ms
   ARGV[1]  window_ms        int ms
   ARGV[2]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[3..6]  boundaries    int ms: the start of each of the three days, then the end of the last
-  ARGV[7]  session_id       string: the session every touch belongs to ("default")
-  ARGV[8]  channel          string: the events channel
-  ARGV[9..8+n]  user_ids    string, distinct
-  Returns  the number of users recorded: all but those whose session is revoked
-  Events   per user, OFFLINE if their presence had expired unswept; ONLINE if they come online
+  ARGV[7]  channel          string: the events channel
+  ARGV[8]  sessions_prefix  string: a user's session key is this followed by the user id
+  ARGV[9]  revoked_prefix   string: a user's revocation key is this followed by the user id
+  ARGV[10] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
+                            characters); sorted, for speed only. Each user's session and
+                            revocation keys are derived from the prefixes, which hold the
+                            hash tag of KEYS: one slot.
+  Returns  the number of users recorded: all but those whose default session is revoked
+  Events   per user, OFFLINE if their presence had expired unswept, then ONLINE if they come
+           online; all in one message (lua/includes/events.lua), in the order of user_ids
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
+  Work     a few commands per 1,000 users: every structure is read and written with variadic
+           commands. A user with a session key (sessions besides "default") is recorded with
+           its own few commands; the others need no key of their own (includes/activity.lua).
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -26,8 +32,8 @@ local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-local session_id, channel = ARGV[7], ARGV[8]
-local n = #ARGV - 8
+local channel, sessions_prefix, revoked_prefix = ARGV[7], ARGV[8], ARGV[9]
+local CHUNK = 1000 -- users per command: Lua's unpack takes a few thousand values at most
 
 local now = now_ms()
 local day = day_of(now, boundaries)
@@ -35,18 +41,128 @@ if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
 local cutoff = now - window_ms
 
-local recorded = 0
-for i = 1, n do
-  local user_id, sessions_key, revoked_key = ARGV[8 + i], KEYS[8 + i], KEYS[8 + n + i]
-  local revoked_until = redis.call('ZSCORE', revoked_key, session_id)
-  if not (revoked_until and tonumber(revoked_until) > now) then
-    redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
-    local online_before = settle_expiry(online_key, channel, user_id, now)
-    redis.call('ZADD', last_seen_key, 'LT', -now, user_id)
-    record_session(online_key, sessions_key, user_id, session_id, now, cutoff, window_ms)
-    if online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
-    recorded = recorded + 1
+-- Calls `command key [fixed] items...` once per CHUNK of `count` entries: put(args, n, i)
+-- appends entry i's items to args after position n and returns the new length.
+local function call_chunked(command, key, fixed, count, put)
+  for first = 1, count, CHUNK do
+    local args, n = {}, 0
+    if fixed then args[1], n = fixed, 1 end
+    for i = first, math.min(first + CHUNK - 1, count) do n = put(args, n, i) end
+    redis.call(command, key, unpack(args, 1, n))
   end
 end
-if recorded > 0 then redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms) end
-return recorded
+
+-- Which of `ids` have a revocation key, and which a session key: EXISTS over a chunk of keys
+-- at a time, then over single keys only in a chunk where some exist (they are few).
+local function with_keys(ids)
+  local revoked, own_key = {}, {}
+  for first = 1, #ids, 64 do
+    local keys, n = {}, 0
+    for i = first, math.min(first + 63, #ids) do
+      keys[n + 1], keys[n + 2], n = revoked_prefix .. ids[i], sessions_prefix .. ids[i], n + 2
+    end
+    if redis.call('EXISTS', unpack(keys, 1, n)) > 0 then
+      for j = 1, n, 2 do
+        local id = ids[first + (j - 1) / 2]
+        revoked[id] = redis.call('EXISTS', keys[j]) == 1
+        own_key[id] = redis.call('EXISTS', keys[j + 1]) == 1
+      end
+    end
+  end
+  return revoked, own_key
+end
+
+-- The users to record: those whose default session is not revoked now.
+local given = {}
+for id in string.gmatch(ARGV[10], '[^\n]+') do given[#given + 1] = id end
+local revoked, own_key = with_keys(given)
+local users, n = {}, 0
+for _, id in ipairs(given) do
+  local until_ms = revoked[id] and redis.call('ZSCORE', revoked_prefix .. id, DEFAULT_SESSION)
+  if not (until_ms and tonumber(until_ms) > now) then n = n + 1; users[n] = id end
+end
+if n == 0 then return 0 end
+
+-- Their bit indexes, handing out free ones, then new ones, to users seen first, in order.
+local indexes = {}
+local missing = {}
+for first = 1, n, CHUNK do
+  local last = math.min(first + CHUNK - 1, n)
+  local found = redis.call('HMGET', index_key, unpack(users, first, last))
+  for i = first, last do
+    indexes[i] = found[i - first + 1]
+    if not indexes[i] then missing[#missing + 1] = i end
+  end
+end
+if #missing > 0 then
+  local given_back = redis.call('LPOP', free_key, #missing) or {}
+  local fresh = #missing - #given_back
+  local next_index = fresh > 0 and redis.call('INCRBY', next_key, fresh) - fresh or 0
+  for j, i in ipairs(missing) do
+    if j <= #given_back then
+      indexes[i] = given_back[j]
+    else
+      indexes[i] = next_index
+      next_index = next_index + 1
+    end
+  end
+  call_chunked('HSET', index_key, nil, #missing, function(args, k, j)
+    args[k + 1], args[k + 2] = users[missing[j]], indexes[missing[j]]
+    return k + 2
+  end)
+end
+call_chunked('BITFIELD', day_key, nil, n, function(args, k, i)
+  args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u1', indexes[i], 1
+  return k + 4
+end)
+redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
+
+-- Presence: settle expired entries, then record the default session of each user.
+local expiries = {}
+for first = 1, n, CHUNK do
+  local last = math.min(first + CHUNK - 1, n)
+  local found = redis.call('ZMSCORE', online_key, unpack(users, first, last))
+  for i = first, last do expiries[i] = found[i - first + 1] end
+end
+local events, e, expired = {}, 0, {}
+for i = 1, n do
+  local user_id, expiry = users[i], expiries[i] and tonumber(expiries[i])
+  if expiry and expiry < now then
+    expired[#expired + 1] = user_id
+    events[e + 1], events[e + 2], events[e + 3], events[e + 4], events[e + 5] =
+      'OFFLINE', user_id, expiry, '', 0
+    e = e + 5
+    expiry = nil
+  end
+  if not expiry then
+    events[e + 1], events[e + 2], events[e + 3], events[e + 4], events[e + 5] =
+      'ONLINE', user_id, now, '', 1
+    e = e + 5
+  end
+end
+if #expired > 0 then
+  call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)
+    args[k + 1] = expired[j]
+    return k + 1
+  end)
+end
+call_chunked('ZADD', last_seen_key, 'LT', n, function(args, k, i)
+  args[k + 1], args[k + 2] = -now, users[i]
+  return k + 2
+end)
+local keyless = {}
+for i = 1, n do
+  local user_id = users[i]
+  if own_key[user_id] then
+    record_session(online_key, sessions_prefix .. user_id, user_id, DEFAULT_SESSION, now, cutoff, window_ms)
+  else
+    keyless[#keyless + 1] = user_id
+  end
+end
+-- GT: a default session backfilled a little into the future stays as it is.
+call_chunked('ZADD', online_key, 'GT', #keyless, function(args, k, j)
+  args[k + 1], args[k + 2] = now + window_ms, keyless[j]
+  return k + 2
+end)
+announce_all(channel, events)
+return n

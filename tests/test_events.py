@@ -36,8 +36,10 @@ async def published(pubsub: PubSub, wait_s: float = 0.2) -> list[Event]:
     """Every event published until none came for wait_s."""
     events: list[Event] = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        kind, user, at, session, online = json.loads(message["data"])
-        events.append((kind, user, int(at), session, int(online)))
+        values = json.loads(message["data"])  # one or more events, five values each
+        for i in range(0, len(values), 5):
+            kind, user, at, session, online = values[i : i + 5]
+            events.append((kind, user, int(at), session, int(online)))
     return events
 
 

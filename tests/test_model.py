@@ -103,6 +103,29 @@ class PresenceModel(RuleBasedStateMachine):
             model.sessions[session] = max(model.sessions.get(session, at_ms), at_ms)
         self.active_days.setdefault(at.date().isoformat(), set()).add(user)
 
+    @rule(users=st.lists(st.sampled_from(USERS), max_size=4))
+    def touch_many(self, users: list[str]) -> None:
+        before = self.server_ms()
+        recorded = self.run(self.store.touch_many(users))
+        after = self.server_ms()
+        accepted = [u for u in dict.fromkeys(users) if "default" not in self.users[u].revoked]
+        assert recorded == len(accepted)
+        if not accepted:
+            return
+        # The server's clock chose the moment: learn it from one user, and check it.
+        sessions = self.run(self.store.presence(accepted[0])).sessions
+        at_ms = next(to_ms(s.last_seen) for s in sessions if s.session_id == "default")
+        assert before <= at_ms <= after
+        for user in accepted:
+            model = self.users[user]
+            model.last_seen = max(model.last_seen or at_ms, at_ms)
+            model.sessions["default"] = max(model.sessions.get("default", at_ms), at_ms)
+        self.active_days.setdefault(from_ms(at_ms).date().isoformat(), set()).update(accepted)
+
+    def server_ms(self) -> int:
+        seconds, micros = self.run(self.redis.time())
+        return int(seconds) * 1000 + int(micros) // 1000
+
     @rule(user=st.sampled_from(USERS), session=st.none() | st.sampled_from(SESSIONS))
     def kick(self, user: str, session: str | None) -> None:
         live = self.live(user)

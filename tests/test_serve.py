@@ -3,6 +3,7 @@ the service, and a clear refusal of bad settings."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -191,3 +192,60 @@ def test_demo_refuses_a_user_count_it_cannot_use(data_dir: Path) -> None:
     assert done.returncode == 2
     assert "10 to 1,000,000" in done.stderr
     assert not data_dir.exists()
+
+
+def children_of(pid: int) -> set[int]:
+    """The processes whose parent is `pid` (Linux's /proc)."""
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # The command name, in parentheses, may hold spaces: fields follow the last ")".
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    return state != "Z"  # a zombie has exited, only its parent has not read its status
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="finds the workers in Linux's /proc")
+def test_several_workers_share_the_port_and_sigterm_stops_them_and_redis(data_dir: Path) -> None:
+    port = free_port()
+    service = run_service(data_dir, port, PRESENCE_WORKERS="2")
+    try:
+        wait_until_serving(service, port)
+        # Two workers and the embedded Redis, which the parent started once for both.
+        children = children_of(service.pid)
+        assert len(children) == 3
+        for i in range(40):  # over new connections, which the kernel spreads over the workers
+            assert post(port, f'mutation {{ touch(userId: "u{i}") {{ online }} }}')["data"]
+        assert post(port, "{ onlineUsers { totalCount } }")["data"]["onlineUsers"] == {
+            "totalCount": 40
+        }
+    finally:
+        output = stop(service)
+    assert service.returncode == 0, output
+    assert "(2 worker processes)" in output
+    assert not any(alive(pid) for pid in children)
+    assert not (data_dir / "redis.sock").exists(), "the embedded Redis was stopped"
+
+
+def test_a_worker_that_dies_stops_the_service(redis_server: RedisServer, data_dir: Path) -> None:
+    port = free_port()
+    service = run_service(data_dir, port, REDIS_URL=redis_server.url, PRESENCE_WORKERS="2")
+    try:
+        wait_until_serving(service, port)
+        os.kill(min(children_of(service.pid)), signal.SIGKILL)
+        output, _ = service.communicate(timeout=30)
+    finally:
+        if service.poll() is None:
+            stop(service)
+    assert service.returncode == 1
+    assert "exited with status -9; stopping the service" in output.decode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -93,3 +94,11 @@ def test_production_switches_and_rate_limits_are_read() -> None:
     assert (settings.user_rate, settings.user_burst) == (0.5, 1)  # at least one at once
     assert (settings.backend_rate, settings.backend_burst) == (2000, 500)
     assert not settings.secured
+
+
+def test_workers_are_one_per_core_unless_set() -> None:
+    assert Settings.from_env({}).workers == (os.cpu_count() or 1)
+    assert Settings.from_env({"PRESENCE_WORKERS": "3"}).workers == 3
+    for bad in ("0", "two"):
+        with pytest.raises(SettingsError, match="PRESENCE_WORKERS"):
+            Settings.from_env({"PRESENCE_WORKERS": bad})

@@ -331,6 +331,20 @@ async def test_online_friends_pages_over_ties(store: PresenceStore) -> None:
     assert await all_pages(lambda **kw: store.online_friends("me", **kw), 4) == friends
 
 
+@pytest.mark.parametrize("expired_unswept", [3, 1500])
+async def test_online_friends_leave_out_expired_entries_the_sweep_has_not_reached(
+    make_store: StoreFactory, expired_unswept: int
+) -> None:
+    store = make_store(window_ms=300)
+    gone = [f"gone{i}" for i in range(expired_unswept)]
+    await store.touch_many(gone)
+    await store.add_friends("me", [*gone[:3], *gone[-3:], "here"], mutual=False)
+    await asyncio.sleep(0.4)
+    await store.touch("here")
+    page = await store.online_friends("me")
+    assert (page.total_count, [n.user_id for n in page.nodes]) == (1, ["here"])
+
+
 async def test_online_friends_of_a_user_without_friends_is_empty(store: PresenceStore) -> None:
     await store.touch("a")
     page = await store.online_friends("loner")

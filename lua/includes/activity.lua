@@ -1,3 +1,11 @@
+-- The session of a touch without a session id (the store's DEFAULT_SESSION).
+local DEFAULT_SESSION = 'default'
+
+-- Where a user's sessions are kept: in their session key, except for a user whose only live
+-- session is DEFAULT_SESSION and who has no session key: that session is then kept by the
+-- user's online entry alone, its last activity being the entry's expiry minus the window. So
+-- touching the default session of many users creates no key per user.
+
 -- The user's bit index in the day bitmaps, handing out a free one to a user seen first.
 local function user_index(index_key, next_key, free_key, user_id)
   local index = redis.call('HGET', index_key, user_id)
@@ -14,6 +22,29 @@ local function day_of(t_ms, boundaries)
     if t_ms >= boundaries[i] and t_ms < boundaries[i + 1] then return i end
   end
   return nil
+end
+
+-- Gives a user whose default session is kept by their online entry alone a session key that
+-- holds it, before a change that needs the key (another session, a kick).
+local function keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+  if redis.call('EXISTS', sessions_key) == 1 then return end
+  local expiry = redis.call('ZSCORE', online_key, user_id)
+  if not expiry or tonumber(expiry) < now then return end
+  expiry = tonumber(expiry)
+  redis.call('ZADD', sessions_key, expiry - window_ms, DEFAULT_SESSION)
+  redis.call('PEXPIREAT', sessions_key, expiry + 1)
+end
+
+-- Records activity of the default session of a user with no session key, at t_ms (never
+-- moving a time backwards); returns the session's newest time if it is live, else nil.
+-- An expired online entry must have been settled first.
+local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms)
+  if t_ms >= cutoff_ms then
+    redis.call('ZADD', online_key, 'GT', t_ms + window_ms, user_id)
+  end
+  local expiry = redis.call('ZSCORE', online_key, user_id)
+  if not expiry then return nil end
+  return tonumber(expiry) - window_ms
 end
 
 -- Records activity of the session at t_ms (never moving a time backwards), and returns the

@@ -1,0 +1,111 @@
+"""Serving with several worker processes on one port.
+
+The parent starts the embedded Redis once (when REDIS_URL is unset), then starts each worker as
+`gql-presence serve --workers 1` with the Redis URL handed down. Every worker binds the same
+address with SO_REUSEPORT, so the kernel spreads new connections over them. The parent only
+watches: SIGTERM (or Ctrl-C) is passed on to every worker, which drains as a single process
+does; when all have exited the parent stops the embedded Redis. A worker that exits by itself
+stops the whole service with status 1, for its supervisor (systemd, Kubernetes) to restart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from types import FrameType
+
+from gql_presence.redis_server import start_embedded_redis
+from gql_presence.settings import Settings
+
+# Each worker drains for up to 10 s (cli.SHUTDOWN_TIMEOUT_S); then it is killed.
+_STOP_GRACE_S = 15.0
+_POLL_S = 0.1
+_PR_SET_PDEATHSIG = 1
+
+
+def serve_workers(settings: Settings, host: str, port: int, workers: int) -> int:
+    """Runs `workers` worker processes until SIGTERM or SIGINT; returns the exit status."""
+    stop_requested = False
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop_requested
+        stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    with contextlib.ExitStack() as stack:
+        url = settings.redis_url
+        if url is None:
+            server = start_embedded_redis(settings.data_dir)
+            stack.callback(server.stop)  # after every worker has exited: see below
+            url = server.url
+        processes = [_start_worker(host, port, url) for _ in range(workers)]
+        status = 0
+        announced = False
+        while not stop_requested:
+            exited = [p for p in processes if p.poll() is not None]
+            if exited:
+                print(
+                    f"gql-presence: worker {exited[0].pid} exited with status "
+                    f"{exited[0].returncode}; stopping the service",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                status = 1
+                break
+            if not announced and _accepts(host, port):
+                announced = True
+                print(
+                    f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql "
+                    f"({workers} worker processes)",
+                    flush=True,
+                )
+            time.sleep(_POLL_S)
+        _stop_all(processes)
+    return status
+
+
+def _start_worker(host: str, port: int, redis_url: str) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "gql_presence", "serve", "--host", host, "--port", str(port)]
+    return subprocess.Popen(
+        [*command, "--workers", "1", "--reuse-port"],
+        env={**os.environ, "REDIS_URL": redis_url, "PRESENCE_WORKERS": "1"},
+        # Signals reach the workers from the parent only, once (not from the terminal too).
+        start_new_session=True,
+        # prctl is Linux's; elsewhere workers are stopped by the parent's own shutdown only.
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+    )
+
+
+def _die_with_parent() -> None:
+    # A worker must not outlive a parent killed outright (it would hold the port).
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + _STOP_GRACE_S
+    for process in processes:
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _accepts(host: str, port: int) -> bool:
+    """Whether some worker listens already."""
+    address = "127.0.0.1" if host in {"", "0.0.0.0", "::"} else host  # noqa: S104 - a check
+    try:
+        with socket.create_connection((address, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
