@@ -135,7 +135,17 @@ async def service(work_dir: Path) -> AsyncIterator[Service]:
         log_path = work_dir / "api.log"
         with log_path.open("wb") as log:  # the child keeps its own copy of the descriptor
             api = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
-                [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
+                # One process: its memory is what the verdict follows.
+                [
+                    sys.executable,
+                    "-m",
+                    "gql_presence",
+                    "serve",
+                    "--port",
+                    str(port),
+                    "--workers",
+                    "1",
+                ],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
