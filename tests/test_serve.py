@@ -57,7 +57,8 @@ def wait_until_serving(service: subprocess.Popen[bytes], port: int) -> None:
 
 def stop(service: subprocess.Popen[bytes]) -> str:
     service.send_signal(signal.SIGTERM)
-    output, _ = service.communicate(timeout=15)
+    # The parent gives its workers 15 s to drain, then kills them: it is gone well within 30.
+    output, _ = service.communicate(timeout=30)
     return output.decode()
 
 
