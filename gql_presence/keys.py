@@ -1,7 +1,9 @@
 """Every Redis key name of the service, and nothing else.
 
-All keys share one hash tag, so that every script call touches one Redis Cluster slot.
-A user id is always the last part of a key, so any id (even one with ':' or braces) is safe.
+The keys of one shard share one hash tag, `{i}` for shard i, so that every script call (which
+touches one shard) touches one Redis Cluster slot. Shard 0 is `gqlp:{0}:`, the keys of a
+deployment of one shard. A user id is always the last part of a key, so any id (even one with
+':' or braces) is safe.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "gqlp:{0}:"
+
+    @classmethod
+    def of_shard(cls, shard: int) -> Keys:
+        """The keys of shard `shard` (0, 1, ...): all in the slot of the hash tag `{shard}`."""
+        return cls(f"gqlp:{{{shard}}}:")
 
     @property
     def last_seen(self) -> str:
@@ -57,7 +64,7 @@ class Keys:
         return self.prefix + "revoked:" + user_id
 
     def friends(self, user_id: str) -> str:
-        """SET of the user's friends' ids."""
+        """SET of the user's friends' ids: those who live in this key's shard."""
         return self.prefix + "friends:" + user_id
 
     def day(self, label: str) -> str:

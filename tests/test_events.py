@@ -16,6 +16,7 @@ from redis.asyncio.client import PubSub
 from gql_presence.connection import subscriber_client
 from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.events import EventHub, Feed, FeedDroppedError
+from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
 from gql_presence.timeline import to_ms
 from tests.conftest import TEST_SETTINGS, StoreFactory
@@ -166,7 +167,7 @@ async def hub(redis: Redis, any_server: Any) -> AsyncIterator[EventHub]:
     """A hub that PINGs every 0.1 s and counts 0.5 s of silence as a lost connection."""
     subscriber = subscriber_client(any_server.url)
     events = EventHub(
-        subscriber, PresenceStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
+        subscriber, ShardedStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
     )
     await events.start()
     yield events
