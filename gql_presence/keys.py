@@ -14,6 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "gqlp:{0}:"
+    # Every shard announces on this one channel, which each process subscribes to once.
+    channel: str = "gqlp:{0}:events"
 
     @classmethod
     def of_shard(cls, shard: int) -> Keys:
@@ -47,8 +49,9 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """Pub/sub channel (not a key) of presence events; see gql_presence/events.py."""
-        return self.prefix + "events"
+        """Pub/sub channel (not a key, so in no slot) of presence events of every shard; see
+        gql_presence/events.py."""
+        return self.channel
 
     @property
     def scratch(self) -> str:
