@@ -324,7 +324,7 @@ class Mutation:
         return UserPresence.of(await _store(info, Need.BACKEND).touch(user_id, session_id, at))
 
     @strawberry.mutation(
-        description="Record activity of many users at once, in one atomic step. Returns how many were recorded."
+        description="Record activity of many users at once, in one atomic step per shard. Returns how many were recorded."
     )
     async def touch_many(
         self,

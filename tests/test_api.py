@@ -219,6 +219,11 @@ async def test_unexpected_errors_are_masked_for_clients_and_logged(
     assert "secret detail" in caplog.text
 
 
+async def test_ready_when_redis_holds_the_scripts_and_takes_changes(api: Client) -> None:
+    ready = await api.get("/readyz")
+    assert (ready.status, await ready.json()) == (200, {"status": "ready"})
+
+
 async def test_graphiql_is_served_to_browsers(api: Client) -> None:
     response = await api.get("/graphql", headers={"Accept": "text/html"})
     assert response.status == 200
