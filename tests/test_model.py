@@ -25,9 +25,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gql_presence.connection import redis_client
+from gql_presence.connection import AnyRedis, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
+from gql_presence.shards import ShardedStore
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
 from tests.conftest import TEST_SETTINGS
@@ -52,11 +53,16 @@ class PresenceModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.redis = redis_client(self.redis_url)
-        self.store = PresenceStore(self.redis, TEST_SETTINGS)
+        self.redis, self.store = self.connect()
         self.users: dict[str, ModelUser] = {u: ModelUser() for u in USERS}
         self.friends: dict[str, set[str]] = {u: set() for u in USERS}
         self.active_days: dict[str, set[str]] = {}
+
+    def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
+        """The client and the store under test: one shard of redis_url (tests/test_shards.py
+        checks shards against this model too)."""
+        redis = redis_client(self.redis_url)
+        return redis, PresenceStore(redis, TEST_SETTINGS)
 
     def run(self, call: Awaitable[T]) -> T:
         return self.loop.run_until_complete(call)

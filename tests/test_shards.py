@@ -10,6 +10,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import run_state_machine_as_test
 from redis.asyncio import RedisCluster
 
 from gql_presence.connection import AnyRedis, cluster_subscriber, subscriber_client
@@ -17,8 +19,10 @@ from gql_presence.events import EventHub, Feed, FeedDroppedError
 from gql_presence.keys import Keys
 from gql_presence.settings import Settings
 from gql_presence.shards import ShardedStore, shard_of
-from gql_presence.store import Page
+from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
+from tests.conftest import TEST_SETTINGS, deployment_client
+from tests.test_model import USERS, PresenceModel
 
 SHARDED = pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
 pytestmark = SHARDED
@@ -209,6 +213,32 @@ async def test_friend_links_live_in_the_friends_shard(
     assert await store.add_friends(friends[1], [me], mutual=False) == 0
     assert await store.remove_friends(friends[1], [me], mutual=False) == 1
     assert await store.friends(me) == sorted(friends[3:5])
+
+
+# --- the model of SEMANTICS.md, on shards --------------------------------------------------
+
+
+class ShardedModel(PresenceModel):
+    deployment = TEST_SETTINGS
+
+    def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
+        redis = deployment_client(self.deployment)
+        return redis, ShardedStore(redis, self.deployment)
+
+
+def test_sharded_store_agrees_with_the_model(deployment: Settings) -> None:
+    # "ann" lives in shard 0, "bob", "cy" and "dee" in shard 2.
+    assert {shard_of(user, 3) for user in USERS} == {0, 2}
+    ShardedModel.deployment = deployment
+    run_state_machine_as_test(
+        ShardedModel,
+        settings=settings(
+            max_examples=20,
+            stateful_step_count=20,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
 
 
 # --- events: one channel for every shard ---------------------------------------------------
