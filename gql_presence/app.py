@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from aiohttp import WSCloseCode, web
 from cross_web import HTTPException  # Strawberry's own dependency
 from graphql import GraphQLError, OperationType, parse
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
@@ -24,7 +25,14 @@ from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
 from gql_presence.auth import Authenticator, Caller, CallerKind
-from gql_presence.connection import MAX_CONNECTIONS, redis_client, subscriber_client
+from gql_presence.connection import (
+    MAX_CONNECTIONS,
+    AnyRedis,
+    cluster_client,
+    cluster_subscriber,
+    redis_client,
+    subscriber_client,
+)
 from gql_presence.context import Context
 from gql_presence.errors import (
     BadInputError,
@@ -46,7 +54,8 @@ from gql_presence.metrics import CONTENT_TYPE, Metrics
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
-from gql_presence.store import SWEEP_BATCH, PresenceStore
+from gql_presence.shards import ShardedStore
+from gql_presence.store import SWEEP_BATCH
 from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation, request_telemetry
 
 if TYPE_CHECKING:
@@ -55,9 +64,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("gql_presence")
 
 SETTINGS = web.AppKey("settings", Settings)
-STORE = web.AppKey("store", PresenceStore)
+STORE = web.AppKey("store", ShardedStore)
 EVENTS = web.AppKey("events", EventHub)
-REDIS_URL = web.AppKey("redis_url", str)
+# The client of the process's one pub/sub connection (it connects when the hub subscribes).
+SUBSCRIBER = web.AppKey("subscriber", Redis)
 METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
@@ -286,7 +296,11 @@ async def readyz(request: web.Request) -> web.Response:
     try:
         await store.load_scripts()
         if not await store.takes_changes():
-            reason = "Redis is a read-only replica (a failover in progress, or REDIS_URL)"
+            reason = (
+                "the Redis Cluster does not serve every slot (a node failed)"
+                if request.app[SETTINGS].redis_cluster_nodes
+                else "Redis is a read-only replica (a failover in progress, or REDIS_URL)"
+            )
             return web.json_response({"status": "not ready", "reason": reason}, status=503)
     except PresenceError as error:
         return web.json_response({"status": "not ready", "reason": error.message}, status=503)
@@ -304,31 +318,36 @@ async def close_sockets(app: web.Application) -> None:
 async def redis_store(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     async with contextlib.AsyncExitStack() as stack:
-        url = settings.redis_url
-        if url is None:
-            server = start_embedded_redis(settings.data_dir)
-            stack.callback(server.stop)
-            url = server.url
-            log.info("embedded Redis at %s, data in %s", url, settings.data_dir)
-        client = redis_client(url)
+        client: AnyRedis
+        if settings.redis_cluster_nodes:
+            client = cluster_client(settings.redis_cluster_nodes)
+            subscriber = cluster_subscriber(client, settings.redis_cluster_nodes)
+        else:
+            url = settings.redis_url
+            if url is None:
+                server = start_embedded_redis(settings.data_dir)
+                stack.callback(server.stop)
+                url = server.url
+                log.info("embedded Redis at %s, data in %s", url, settings.data_dir)
+            client = redis_client(url)
+            subscriber = subscriber_client(url)
         stack.push_async_callback(client.aclose)
-        store = PresenceStore(client, settings, observe_script=app[METRICS].observe_script)
+        store = ShardedStore(client, settings, observe_script=app[METRICS].observe_script)
         await store.load_scripts()
         app[STORE] = store
         app[LIMITER] = RateLimiter(store, settings)
-        app[REDIS_URL] = url
+        app[SUBSCRIBER] = subscriber
         yield
 
 
 async def event_hub(app: web.Application) -> AsyncIterator[None]:
-    client = subscriber_client(app[REDIS_URL])
+    client = app[SUBSCRIBER]
     hub = EventHub(client, app[STORE], app[SETTINGS].subscriber_buffer)
     await hub.start()
     app[EVENTS] = hub
-    pool = app[STORE].connection_pool
     app[METRICS].follow(
         subscribers=lambda: hub.feed_count,
-        in_use=lambda: len(list(pool._get_in_use_connections())),  # redis-py has no public count
+        in_use=app[STORE].connections_in_use,
         size=MAX_CONNECTIONS,
     )
     yield
@@ -350,7 +369,7 @@ async def sweeper(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:
+async def sweep_forever(store: ShardedStore, interval_s: float, metrics: Metrics) -> None:
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
     Every API process runs one; they need no coordination, as each sweep is one script."""

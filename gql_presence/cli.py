@@ -98,7 +98,7 @@ def check() -> int:
     settings = settings_or_exit()
     if settings is None:
         return 2
-    if settings.redis_url is None:
+    if settings.redis_url is None and not settings.redis_cluster_nodes:
         try:
             binary = redis_server_binary()
             settings.data_dir.mkdir(parents=True, exist_ok=True)
@@ -113,23 +113,42 @@ def check() -> int:
             f"data folder {settings.data_dir} writable"
         )
         return 0
-    return asyncio.run(_check_redis(settings, settings.redis_url))
+    return asyncio.run(_check_redis(settings))
 
 
-async def _check_redis(settings: Settings, url: str) -> int:
-    from gql_presence.connection import redis_client  # noqa: PLC0415
-    from gql_presence.store import PresenceStore  # noqa: PLC0415
+async def _check_redis(settings: Settings) -> int:
+    from gql_presence.connection import AnyRedis, cluster_client, redis_client  # noqa: PLC0415
+    from gql_presence.shards import ShardedStore  # noqa: PLC0415
 
-    client = redis_client(url)
+    client: AnyRedis
+    if settings.redis_cluster_nodes:
+        client = cluster_client(settings.redis_cluster_nodes)
+        url = "the Redis Cluster of " + ",".join(
+            f"{h}:{p}" for h, p in settings.redis_cluster_nodes
+        )
+    else:
+        assert settings.redis_url is not None
+        client = redis_client(url := settings.redis_url)
     try:
-        await PresenceStore(client, settings).load_scripts()
+        store = ShardedStore(client, settings)
+        await store.load_scripts()
+        whole = not settings.redis_cluster_nodes or await store.takes_changes()
         version = (await client.info("server"))["redis_version"]
     except (PresenceError, RedisError) as error:
         print(f"gql-presence: {url} does not serve the store: {error}", file=sys.stderr)
         return 1
     finally:
         await client.aclose()
-    print(f"gql-presence: settings valid; Redis {version} at {url} answers and holds the scripts")
+    if not whole:
+        print(
+            f"gql-presence: {url} does not serve every slot (cluster_state is not ok)",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"gql-presence: settings valid; Redis {version} at {url} answers and holds the scripts "
+        f"({settings.shards} shard{'s' if settings.shards > 1 else ''})"
+    )
     return 0
 
 

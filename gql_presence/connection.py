@@ -1,8 +1,14 @@
-"""The Redis client every part of the service uses."""
+"""The Redis client every part of the service uses: one Redis, or a Redis Cluster."""
 
 from __future__ import annotations
 
-from redis.asyncio import BlockingConnectionPool, Redis
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -19,6 +25,13 @@ REPLY_TIMEOUT_S = 5
 RETRY = Retry(
     ExponentialBackoff(cap=0.2, base=0.02), retries=2, supported_errors=(RedisConnectionError,)
 )
+# redis-py's cluster client does not wait for a free connection: it fails at once when a
+# node's are all busy. A list query sends one script per shard at the same moment, so each
+# node gets room for that fan-out.
+MAX_CLUSTER_CONNECTIONS = 4 * MAX_CONNECTIONS
+
+# Either client: they take the same commands, and route a script by its keys' slot on a cluster.
+AnyRedis = Redis | RedisCluster
 
 
 def redis_client(
@@ -36,8 +49,50 @@ def redis_client(
     return Redis.from_pool(pool)  # the client owns the pool: closing it closes every connection
 
 
+def cluster_client(nodes: Sequence[tuple[str, int]]) -> RedisCluster:
+    """A Redis Cluster client that starts from the given nodes and finds the others (and
+    follows failovers and moved slots) by itself."""
+    return RedisCluster(
+        startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+        decode_responses=True,
+        max_connections=MAX_CLUSTER_CONNECTIONS,
+        socket_connect_timeout=CONNECT_TIMEOUT_S,
+        socket_timeout=REPLY_TIMEOUT_S,
+    )
+
+
+def connections_in_use(client: AnyRedis) -> int:
+    """How many of the client's connections are busy now (redis-py has no public count)."""
+    if isinstance(client, RedisCluster):
+        return sum(len(node._connections) - len(node._free) for node in client.get_nodes())
+    return len(list(client.connection_pool._get_in_use_connections()))
+
+
 def subscriber_client(url: str) -> Redis:
     """For the one pub/sub connection of a process: it waits for events without a reply
     timeout (the event hub PINGs it and notices silence itself). Replies stay bytes: with
     decode_responses, redis-py 8 misreads the PONG of a subscribed connection."""
     return Redis.from_url(url, socket_connect_timeout=CONNECT_TIMEOUT_S)
+
+
+class ClusterSubscriber(Redis):
+    """The pub/sub client of a process on Redis Cluster. Classic PUBLISH reaches the
+    subscribers of every node of a cluster, so one plain connection to any node hears every
+    event; each new subscription (the event hub makes one again after a failure) goes to the
+    next node the cluster client knows, so that a failed node is left behind."""
+
+    def __init__(self, nodes: Callable[[], Sequence[tuple[str, int]]]) -> None:
+        super().__init__(socket_connect_timeout=CONNECT_TIMEOUT_S)
+        self._nodes = nodes
+        self._turn = itertools.count()
+
+    def pubsub(self, **kwargs: Any) -> PubSub:
+        known = self._nodes()
+        host, port = known[next(self._turn) % len(known)]
+        pool = ConnectionPool(host=host, port=port, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        return PubSub(pool, **kwargs)
+
+
+def cluster_subscriber(client: RedisCluster, startup: Sequence[tuple[str, int]]) -> Redis:
+    """The pub/sub client for the cluster of `client`: its known nodes, else the start-up ones."""
+    return ClusterSubscriber(lambda: [(n.host, int(n.port)) for n in client.get_nodes()] or startup)

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.errors import BadInputError, PresenceError, StoreUnavailableError
-from gql_presence.store import PresenceStore
+from gql_presence.shards import ShardedStore
 from gql_presence.timeline import from_ms
 from gql_presence.validation import MAX_IDS_PER_CALL
 
@@ -108,7 +108,7 @@ class EventHub:
     def __init__(
         self,
         redis: Redis,
-        store: PresenceStore,
+        store: ShardedStore,
         capacity: int,
         *,
         ping_every_s: float = 5.0,

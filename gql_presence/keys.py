@@ -1,7 +1,9 @@
 """Every Redis key name of the service, and nothing else.
 
-All keys share one hash tag, so that every script call touches one Redis Cluster slot.
-A user id is always the last part of a key, so any id (even one with ':' or braces) is safe.
+The keys of one shard share one hash tag, `{i}` for shard i, so that every script call (which
+touches one shard) touches one Redis Cluster slot. Shard 0 is `gqlp:{0}:`, the keys of a
+deployment of one shard. A user id is always the last part of a key, so any id (even one with
+':' or braces) is safe.
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "gqlp:{0}:"
+    # Every shard announces on this one channel, which each process subscribes to once.
+    channel: str = "gqlp:{0}:events"
+
+    @classmethod
+    def of_shard(cls, shard: int) -> Keys:
+        """The keys of shard `shard` (0, 1, ...): all in the slot of the hash tag `{shard}`."""
+        return cls(f"gqlp:{{{shard}}}:")
 
     @property
     def last_seen(self) -> str:
@@ -40,8 +49,9 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """Pub/sub channel (not a key) of presence events; see gql_presence/events.py."""
-        return self.prefix + "events"
+        """Pub/sub channel (not a key, so in no slot) of presence events of every shard; see
+        gql_presence/events.py."""
+        return self.channel
 
     @property
     def scratch(self) -> str:
@@ -58,7 +68,7 @@ class Keys:
         return self.prefix + "revoked:" + user_id
 
     def friends(self, user_id: str) -> str:
-        """SET of the user's friends' ids."""
+        """SET of the user's friends' ids: those who live in this key's shard."""
         return self.prefix + "friends:" + user_id
 
     def day(self, label: str) -> str:

@@ -35,7 +35,7 @@ from gql_presence.context import Context
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
 from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_TOKENS
-from gql_presence.store import PresenceStore
+from gql_presence.shards import ShardedStore
 from gql_presence.telemetry import OperationLabel
 from gql_presence.validation import check_id, check_ids
 
@@ -228,7 +228,7 @@ SessionIdArg = Annotated[
 
 def _store(
     info: strawberry.Info[Context, None], need: Need, user_id: str | None = None
-) -> PresenceStore:
+) -> ShardedStore:
     """The store, once the caller may run this field (for this user)."""
     return info.context.store_for(need, info.field_name, user_id)
 
@@ -324,7 +324,7 @@ class Mutation:
         return UserPresence.of(await _store(info, Need.BACKEND).touch(user_id, session_id, at))
 
     @strawberry.mutation(
-        description="Record activity of many users at once, in one atomic step. Returns how many were recorded."
+        description="Record activity of many users at once, in one atomic step per shard. Returns how many were recorded."
     )
     async def touch_many(
         self,
@@ -529,8 +529,8 @@ def build_schema(*, introspection: bool = True) -> PresenceSchema:
     )
 
 
-def sessions_loader(presence_store: PresenceStore) -> DataLoader[str, tuple[store.Session, ...]]:
-    """Reads the sessions of every user on a page in one script call."""
+def sessions_loader(presence_store: ShardedStore) -> DataLoader[str, tuple[store.Session, ...]]:
+    """Reads the sessions of every user on a page in one script call per shard."""
 
     async def load(user_ids: list[str]) -> list[tuple[store.Session, ...]]:
         return [p.sessions for p in await presence_store.presence_many(user_ids)]

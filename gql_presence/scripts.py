@@ -11,8 +11,9 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+
+from gql_presence.connection import AnyRedis
 
 SCRIPT_NAMES = (
     "touch",
@@ -23,8 +24,8 @@ SCRIPT_NAMES = (
     "online_friends",
     "active_in_range",
     "weekly_stats",
-    "add_friends",
-    "remove_friends",
+    "add_friend_links",
+    "remove_friend_links",
     "sweep",
     "take_token",
 )
@@ -53,13 +54,14 @@ class Scripts:
     by_name: dict[str, AsyncScript]
 
     @classmethod
-    def register(cls, client: Redis) -> Scripts:
+    def register(cls, client: AnyRedis) -> Scripts:
         return cls({name: client.register_script(script_source(name)) for name in SCRIPT_NAMES})
 
-    async def load(self, client: Redis) -> None:
+    async def load(self, client: AnyRedis) -> None:
         """Loads the scripts Redis does not hold (all of them on a new Redis, or after a
         restart or SCRIPT FLUSH), so that a script Redis rejects fails now. One it holds was
-        compiled from this very text already: its sha is the text's."""
+        compiled from this very text already: its sha is the text's. On Redis Cluster the
+        client asks every primary, and loads on every primary."""
         held = await client.script_exists(*(self.by_name[name].sha for name in SCRIPT_NAMES))
         for name, present in zip(SCRIPT_NAMES, held, strict=True):
             if not present:

@@ -27,6 +27,12 @@ class SettingsError(ValueError):
 class Settings:
     # The Redis to use; None starts the embedded Redis that keeps its data in data_dir.
     redis_url: str | None = None
+    # A Redis Cluster to use instead, as (host, port) of some of its nodes: the client finds
+    # the others itself.
+    redis_cluster_nodes: tuple[tuple[str, int], ...] = ()
+    # How many shards users are spread over (each a hash tag, so a Redis Cluster slot). Fixed
+    # for a deployment's data: a user's shard is a hash of their id modulo this count.
+    shards: int = 1
     # A session is live while its last activity is at most this old.
     window_ms: int = 600 * _MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
@@ -125,6 +131,8 @@ class Settings:
             backend_rate=backend_rate,
             backend_burst=_burst(env, "PRESENCE_BACKEND_RATE_BURST", backend_rate),
             redis_url=_redis_url(env),
+            redis_cluster_nodes=_cluster_nodes(env),
+            shards=_shards(env),
             window_ms=window_ms,
             retention_ms=retention_ms,
             revoke_ms=revoke_ms,
@@ -185,6 +193,40 @@ def _redis_url(env: Mapping[str, str]) -> str | None:
             "for the embedded Redis."
         )
     return raw
+
+
+def _cluster_nodes(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
+    name = "REDIS_CLUSTER_NODES"
+    raw = env.get(name, "").strip()
+    if not raw:
+        return ()
+    if env.get("REDIS_URL", "").strip():
+        raise SettingsError(
+            f"Set REDIS_URL or {name}, not both: one is a Redis, the other a cluster."
+        )
+    nodes = []
+    for entry in filter(None, (e.strip() for e in raw.split(","))):
+        host, _, port = entry.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")  # [::1]:7000
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SettingsError(
+                f"{name} must list host:port of cluster nodes, separated by commas (e.g. "
+                f"redis-1:6379,redis-2:6379); {entry!r} is not one."
+            )
+        nodes.append((host, int(port)))
+    return tuple(nodes)
+
+
+MAX_SHARDS = 1024
+
+
+def _shards(env: Mapping[str, str]) -> int:
+    shards = _count(env, "PRESENCE_SHARDS", 1)
+    if shards > MAX_SHARDS:
+        raise SettingsError(
+            f"PRESENCE_SHARDS={shards} is more than {MAX_SHARDS}: every list reads every shard."
+        )
+    return shards
 
 
 def _timezone(env: Mapping[str, str]) -> str:

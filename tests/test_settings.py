@@ -66,11 +66,32 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_USER_RATE_LIMIT", "-1"),
         ("PRESENCE_BACKEND_RATE_LIMIT", "fast"),
         ("PRESENCE_BACKEND_TOKENS", "no-colon-here-and-long-enough-to-be-a-token"),
+        ("PRESENCE_SHARDS", "0"),
+        ("PRESENCE_SHARDS", "three"),
+        ("PRESENCE_SHARDS", "1025"),
+        ("REDIS_CLUSTER_NODES", "redis-1"),
+        ("REDIS_CLUSTER_NODES", "redis-1:6379,redis-2:port"),
+        ("REDIS_CLUSTER_NODES", "redis-1:70000"),
     ],
 )
 def test_a_bad_value_is_refused_naming_the_setting(name: str, value: str) -> None:
     with pytest.raises(SettingsError, match=name):
         Settings.from_env({name: value})
+
+
+def test_shards_and_cluster_nodes_are_read() -> None:
+    assert (Settings.from_env({}).shards, Settings.from_env({}).redis_cluster_nodes) == (1, ())
+    settings = Settings.from_env(
+        {"PRESENCE_SHARDS": "12", "REDIS_CLUSTER_NODES": "redis-1:6379, 10.0.0.2:7000,[::1]:7001"}
+    )
+    assert settings.shards == 12
+    assert settings.redis_cluster_nodes == (("redis-1", 6379), ("10.0.0.2", 7000), ("::1", 7001))
+    assert settings.redis_url is None
+
+
+def test_a_redis_and_a_cluster_are_not_both_given() -> None:
+    with pytest.raises(SettingsError, match="REDIS_URL or REDIS_CLUSTER_NODES"):
+        Settings.from_env({"REDIS_URL": "redis://cache:6379/0", "REDIS_CLUSTER_NODES": "a:1"})
 
 
 def test_production_switches_and_rate_limits_are_read() -> None:

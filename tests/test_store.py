@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import zlib
 from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,9 +14,12 @@ import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
+from gql_presence.connection import AnyRedis
 from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.keys import Keys
 from gql_presence.scripts import SCRIPT_NAMES, Scripts
+from gql_presence.settings import Settings
+from gql_presence.shards import ShardedStore, shard_of
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
 from tests.conftest import StoreFactory
@@ -495,7 +499,15 @@ async def test_sweep_work_is_bounded_per_call(make_store: StoreFactory, redis: R
     assert await redis.zcard(KEYS.online) == 150
 
 
-# --- one slot per script call -------------------------------------------------------------
+# --- shards, and one slot per script call -------------------------------------------------
+
+
+def test_a_users_shard_is_a_stable_hash_of_their_id() -> None:
+    # Data placement must never change between processes or releases: crc32 of the UTF-8 id.
+    assert [shard_of(user, 3) for user in ("a", "b", "alice", "用户")] == [0, 2, 2, 1]
+    assert shard_of("alice", 7) == zlib.crc32(b"alice") % 7
+    assert {shard_of(f"u{i}", 1) for i in range(100)} == {0}
+    assert {shard_of(f"u{i}", 3) for i in range(100)} == {0, 1, 2}
 
 
 async def test_every_script_call_touches_one_cluster_slot(
@@ -526,6 +538,44 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.take_token("backend:chat", 10, 10)
     assert set(slots_of_calls) == set(SCRIPT_NAMES)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
+
+
+@pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
+async def test_every_script_call_of_three_shards_touches_one_slot(
+    http_redis: AnyRedis, deployment: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On the cluster, a call whose keys spanned slots would fail with CROSSSLOT.
+    slots_of_each_call: list[set[int]] = []
+    names: set[str] = set()
+    run = Scripts.run
+
+    async def recording_run(
+        self: Scripts, name: str, keys: list[str], args: list[str | int]
+    ) -> Any:
+        names.add(name)
+        slots_of_each_call.append({key_slot(k.encode()) for k in keys})
+        return await run(self, name, keys, args)
+
+    monkeypatch.setattr(Scripts, "run", recording_run)
+    store = ShardedStore(http_redis, deployment)
+    users = [f"u{i}" for i in range(12)]
+    await store.add_friends("a", users)
+    await store.touch("a", "s")
+    await store.touch_many(users)
+    await store.kick("a", "s")
+    await store.kick("u1")
+    await store.presence_many(users)
+    await store.online_users()
+    await store.online_friends("a")
+    await store.active_in_range(ago(hours=1), datetime.now(UTC))
+    await store.weekly_stats()
+    await store.remove_friends("a", users[:6])
+    await store.sweep()
+    await store.take_token("backend:chat", 10, 10)
+    assert names == set(SCRIPT_NAMES)
+    assert all(len(slots) == 1 for slots in slots_of_each_call)
+    shard_slots = {key_slot(f"{{{i}}}".encode()) for i in range(3)}
+    assert set().union(*slots_of_each_call) == shard_slots
 
 
 async def test_a_session_touched_at_the_edge_of_the_window_is_live_until_it_passes(
