@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -15,13 +14,14 @@ from hypothesis.stateful import run_state_machine_as_test
 from redis.asyncio import RedisCluster
 
 from gql_presence.connection import AnyRedis, cluster_subscriber, subscriber_client
-from gql_presence.events import EventHub, Feed, FeedDroppedError
+from gql_presence.events import EventHub
 from gql_presence.keys import Keys
 from gql_presence.settings import Settings
 from gql_presence.shards import ShardedStore, shard_of
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
 from tests.conftest import TEST_SETTINGS, deployment_client
+from tests.test_events import first_event, ignore
 from tests.test_model import USERS, PresenceModel
 
 SHARDED = pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
@@ -260,16 +260,6 @@ async def hub(
     yield events
     await events.stop()
     await asyncio.wait_for(subscriber.aclose(), 5)
-
-
-async def ignore(_: FeedDroppedError) -> None:
-    pass
-
-
-async def first_event(feed: Feed) -> Any:
-    async for event in feed:
-        return event
-    return None
 
 
 async def test_friends_of_follows_friends_of_every_shard(
