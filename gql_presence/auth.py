@@ -81,13 +81,6 @@ class Caller:
         """For logs: the backend's name, or the kind of caller (never a user's id)."""
         return f"backend:{self.name}" if self.kind is CallerKind.BACKEND else self.kind.value
 
-    @property
-    def rate_key(self) -> str | None:
-        """Whose token bucket a request takes from; None when none applies."""
-        if self.kind in {CallerKind.BACKEND, CallerKind.USER}:
-            return f"{self.kind.value}:{self.name}"
-        return None
-
 
 def public_key_algorithm(pem: str) -> str:
     """The one JWT algorithm a public key verifies: RS256 for RSA, ES256 for EC P-256."""
@@ -117,10 +110,6 @@ class Authenticator:
         self._issuer = settings.jwt_issuer
         self._audience = settings.jwt_audience
         self._users_see_everyone = settings.users_see_everyone
-
-    @property
-    def secured(self) -> bool:
-        return self._secured
 
     def caller(self, authorization: object) -> Caller:
         """The caller an Authorization value (header, or connection_init entry) names.

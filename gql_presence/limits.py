@@ -40,10 +40,10 @@ class RateLimiter:
 
     async def admit(self, caller: Caller) -> None:
         """Raises RateLimitedError when the caller has no token left."""
+        # Open and anonymous callers have no bucket: they name no one to count against.
         rate, burst = self._buckets.get(caller.kind, (0.0, 0))
-        key = caller.rate_key
-        if not rate or key is None:
+        if not rate:
             return
-        wait_ms = await self._store.take_token(key, rate, burst)
+        wait_ms = await self._store.take_token(f"{caller.kind.value}:{caller.name}", rate, burst)
         if wait_ms:
             raise RateLimitedError(math.ceil(wait_ms / 1000))

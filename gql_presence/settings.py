@@ -278,8 +278,9 @@ def _rate(env: Mapping[str, str], name: str) -> float:
 
 def _burst(env: Mapping[str, str], name: str, rate: float) -> int:
     """How many requests may come at once; by default one second's worth (at least one)."""
-    default = max(1, math.ceil(rate)) if rate else 0
-    return _count(env, name, default) if rate else 0
+    if not rate:
+        return 0
+    return _count(env, name, max(1, math.ceil(rate)))
 
 
 def _backend_tokens(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:

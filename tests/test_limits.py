@@ -191,6 +191,7 @@ async def test_callers_over_their_rate_are_refused_with_when_to_retry(
     assert (await send("c" * 40))[0] == 200  # another backend has a bucket of its own
     alice = user_token("alice")
     assert [(await send(alice))[0] for _ in range(2)] == [200, 429]
+    assert (await send(user_token("bob")))[0] == 200  # each user has a bucket of their own
 
 
 async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
