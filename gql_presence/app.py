@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
 from aiohttp import WSCloseCode, web
 from cross_web import HTTPException  # Strawberry's own dependency
@@ -141,6 +141,13 @@ class PresenceView(GraphQLView[Context, None]):
         context.caller = caller
         context.request[CALLER] = caller.label
         return await super().on_ws_connect(context)
+
+    def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
+        # Strawberry tries a whole WebSocket handshake on every request; only a GET that
+        # asks for an upgrade can be one.
+        if request.method != "GET" or "Upgrade" not in request.headers:
+            return False
+        return super().is_websocket_request(request)
 
     def parse_json(self, data: str | bytes) -> Any:
         try:

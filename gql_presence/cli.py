@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import ipaddress
 import logging
 import random
@@ -56,8 +57,10 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
             return serve_workers(settings, host, port, workers)
         from gql_presence.app import create_app  # noqa: PLC0415
 
+        app = create_app(settings)
+        app.on_startup.append(freeze_start_up_objects)
         web.run_app(
-            create_app(settings),
+            app,
             host=host,
             port=port,
             reuse_port=reuse_port or None,  # a worker shares the port with the others
@@ -74,6 +77,14 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
         print(f"gql-presence: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+async def freeze_start_up_objects(app: web.Application) -> None:
+    """Hides what start-up made (modules, the schema, the scripts) from the garbage
+    collector: they live as long as the process, and every full collection would walk them
+    again. Halves the time spent in full collections under load (bench/RESULTS.md)."""
+    gc.collect()
+    gc.freeze()
 
 
 def is_loopback(host: str) -> bool:

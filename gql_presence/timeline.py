@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
+from functools import lru_cache
 from zoneinfo import ZoneInfo
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -33,7 +34,15 @@ def days(first: date, count: int, zone: ZoneInfo) -> tuple[list[str], list[int]]
     return [d.isoformat() for d in dates[:count]], [day_start_ms(d, zone) for d in dates]
 
 
-def days_around(ms: int, zone: ZoneInfo) -> tuple[list[str], list[int]]:
+def days_around(ms: int, zone: ZoneInfo) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The day holding `ms` with its neighbours, so that a script can pick the day of its
     own clock even when this process's clock differs from the server's by some seconds."""
-    return days(local_date(ms, zone) - timedelta(days=1), 3, zone)
+    return _days_around(local_date(ms, zone), zone)
+
+
+@lru_cache(maxsize=64)
+def _days_around(day: date, zone: ZoneInfo) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    # Every touch asks for today's; working the boundaries out takes longer than the rest
+    # of the call's arguments together.
+    labels, boundaries = days(day - timedelta(days=1), 3, zone)
+    return tuple(labels), tuple(boundaries)
