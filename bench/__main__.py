@@ -358,7 +358,7 @@ async def three_masters() -> AsyncIterator[tuple[str, Deployment]]:
         # Redis's default node timeout instead of the tests' 2 s: the textbook recipe blocks its
         # node for seconds at a million users online, and with 2 s the other masters mark that
         # node as failing and the whole cluster refuses commands until it is cleared.
-        await redis.config_set("cluster-node-timeout", 15_000)  # every node
+        await redis.config_set("cluster-node-timeout", 15_000, target_nodes=RedisCluster.PRIMARIES)
         place = {f"shard {i}": Keys.of_shard(i).online for i in range(3)}
         place["textbook recipe"] = TEXTBOOK_KEYS[1]
         where = {name: node_of(redis, key) for name, key in place.items()}
