@@ -1,5 +1,6 @@
-"""Benchmarks: `python -m bench [--quick]` prints a table of figures, each beside its baseline
-measured in the same run. Every Redis is a private one started here and stopped after."""
+"""Benchmarks: `python -m bench [--quick] [--only {single,cluster}]` prints a table of figures,
+each beside its baseline measured in the same run, on one Redis and then on a Redis Cluster of
+three masters. Every Redis is a private one started here and stopped after."""
 
 from __future__ import annotations
 
@@ -12,22 +13,26 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import aiohttp
 from aiohttp import web
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
+from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
-from gql_presence.connection import redis_client
+from gql_presence.connection import AnyRedis, cluster_client, redis_client
 from gql_presence.keys import Keys
-from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.redis_server import free_port, start_redis_cluster, start_redis_server
 from gql_presence.settings import Settings
+from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
 
-KEYS = Keys()
 SETTINGS = Settings()
+Store = PresenceStore | ShardedStore
 
 # The textbook recipe for online friends (shared/seeds/000): copy the whole online set,
 # trim the stale part, intersect with the friends. Run as one script, like ours.
@@ -41,15 +46,34 @@ local page = redis.call('ZREVRANGE', KEYS[3], 0, 49, 'WITHSCORES')
 redis.call('DEL', KEYS[3])
 return page
 """
+# Its keys share one hash tag: on a Redis Cluster they must live in one slot, so a deployment of
+# the recipe keeps the online set and every friend set on one node.
+TEXTBOOK_KEYS = ["{textbook}:friends:me", "{textbook}:online", "{textbook}:tmp"]
 
 Row = tuple[str, str, str, str]
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """What the figures are measured on: a client without reply timeout (the textbook recipe
+    blocks Redis for seconds at a million users online), our store on it, and the environment
+    that points a service process at the same Redis."""
+
+    redis: AnyRedis
+    store: Store
+    shards: int
+    env: dict[str, str]
 
 
 def fmt(value: float, unit: str = "") -> str:
     return f"{value:,.1f}{unit}" if value < 100 else f"{value:,.0f}{unit}"
 
 
-async def used_memory(redis: Redis) -> int:
+async def used_memory(redis: AnyRedis) -> int:
+    """Bytes in use: on a cluster, the sum over its masters."""
+    if isinstance(redis, RedisCluster):
+        nodes = await redis.info("memory", target_nodes=RedisCluster.PRIMARIES)
+        return sum(int(info["used_memory"]) for info in nodes.values())
     return int((await redis.info("memory"))["used_memory"])
 
 
@@ -63,7 +87,7 @@ async def timed(call: Callable[[], Awaitable[object]], repeat: int) -> list[floa
     return times
 
 
-async def fill_online(store: PresenceStore, count: int) -> None:
+async def fill_online(store: Store, count: int) -> None:
     for start in range(0, count, 10_000):
         await store.touch_many([f"u{i}" for i in range(start, min(start + 10_000, count))])
 
@@ -71,15 +95,17 @@ async def fill_online(store: PresenceStore, count: int) -> None:
 # --- memory ---------------------------------------------------------------------------------
 
 
-async def bench_memory(redis: Redis, users: int) -> list[Row]:
+async def bench_memory(target: Deployment, users: int) -> list[Row]:
+    redis = target.redis
     await redis.flushall()
-    store = PresenceStore(redis, SETTINGS)
     before = await used_memory(redis)
-    await fill_online(store, users)
+    await fill_online(target.store, users)
     per_online = (await used_memory(redis) - before) / users
-    day_key = next(iter([k async for k in redis.scan_iter(match="*:day:*")]))
-    bitmap = int(await redis.memory_usage(day_key) or 0)
-    index = int(await redis.memory_usage(KEYS.user_index, samples=0) or 0)
+    # Each shard has its own day bitmap and id -> bit index mapping: the sum over the shards.
+    bitmap = sum([int(await redis.memory_usage(k) or 0) async for k in redis.scan_iter("*:day:*")])
+    index = 0
+    for shard in range(target.shards):
+        index += int(await redis.memory_usage(Keys.of_shard(shard).user_index, samples=0) or 0)
     ids = [f"u{i}" for i in range(users)]
     for start in range(0, users, 10_000):
         chunk = ids[start : start + 10_000]
@@ -105,13 +131,14 @@ async def bench_memory(redis: Redis, users: int) -> list[Row]:
 # --- onlineFriends against the textbook recipe ----------------------------------------------
 
 
-async def bench_online_friends(redis: Redis, sizes: list[int], friends: int) -> list[Row]:
+async def bench_online_friends(target: Deployment, sizes: list[int], friends: int) -> list[Row]:
+    redis, store = target.redis, target.store
     await redis.flushall()
-    store = PresenceStore(redis, SETTINGS)
     textbook = redis.register_script(TEXTBOOK_ONLINE_FRIENDS)
     # The textbook keeps one sorted set scored by last activity; build it beside ours.
     friend_ids = [f"u{i * 7}" for i in range(friends)]
     await store.add_friends("me", friend_ids, mutual=False)
+    await redis.sadd(TEXTBOOK_KEYS[0], *friend_ids)
     rows: list[Row] = []
     loaded = 0
     first_ours = 0.0
@@ -120,16 +147,13 @@ async def bench_online_friends(redis: Redis, sizes: list[int], friends: int) -> 
             chunk = [f"u{i}" for i in range(start, min(start + 10_000, size))]
             await store.touch_many(chunk)
             now_ms = int(time.time() * 1000)
-            await redis.zadd("bench:online", dict.fromkeys(chunk, now_ms))
+            await redis.zadd(TEXTBOOK_KEYS[1], dict.fromkeys(chunk, now_ms))
         loaded = size
         repeat = 200 if size <= 100_000 else 50
         ours = statistics.median(await timed(lambda: store.online_friends("me", first=50), repeat))
         base = statistics.median(
             await timed(
-                lambda: textbook(
-                    keys=[KEYS.friends("me"), "bench:online", "bench:tmp"], args=[600_000]
-                ),
-                3 if size > 100_000 else 10,
+                lambda: textbook(keys=TEXTBOOK_KEYS, args=[600_000]), 3 if size > 100_000 else 10
             )
         )
         first_ours = first_ours or ours
@@ -148,9 +172,9 @@ async def bench_online_friends(redis: Redis, sizes: list[int], friends: int) -> 
 # --- touchMany and weeklyStats --------------------------------------------------------------
 
 
-async def bench_touch_many(redis: Redis, calls: int) -> list[Row]:
+async def bench_touch_many(target: Deployment, calls: int) -> list[Row]:
+    redis, store = target.redis, target.store
     await redis.flushall()
-    store = PresenceStore(redis, SETTINGS)
     batches = [[f"m{c}-{i}" for i in range(1000)] for c in range(calls)]
     rates = []
     for _ in ("new", "online already"):
@@ -165,9 +189,9 @@ async def bench_touch_many(redis: Redis, calls: int) -> list[Row]:
     ]
 
 
-async def bench_weekly_stats(redis: Redis, users: int) -> list[Row]:
+async def bench_weekly_stats(target: Deployment, users: int) -> list[Row]:
+    redis, store = target.redis, target.store
     await redis.flushall()
-    store = PresenceStore(redis, SETTINGS)
     await fill_online(store, users)
     times = await timed(store.weekly_stats, 50)
     stats = await store.weekly_stats()
@@ -189,11 +213,16 @@ TOUCH = "mutation($u: ID!) { touch(userId: $u) { online } }"
 TYPENAME = "{ __typename }"
 
 
-def bare_app(redis_url: str) -> web.Application:
-    """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL."""
+def bare_app(settings: Settings) -> web.Application:
+    """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL, with
+    the store and client the service builds from the same settings."""
     app = web.Application()
-    client = redis_client(redis_url)
-    store = PresenceStore(client, SETTINGS)
+    if settings.redis_cluster_nodes:
+        client: AnyRedis = cluster_client(settings.redis_cluster_nodes)
+    else:
+        assert settings.redis_url is not None
+        client = redis_client(settings.redis_url)
+    store = ShardedStore(client, settings)
 
     async def touch(request: web.Request) -> web.Response:
         body = await request.json()
@@ -204,8 +233,8 @@ def bare_app(redis_url: str) -> web.Application:
     return app
 
 
-def serve_bare(redis_url: str, port: int) -> None:
-    web.run_app(bare_app(redis_url), host="127.0.0.1", port=port, print=None)
+def serve_bare(port: int) -> None:
+    web.run_app(bare_app(Settings.from_env()), host="127.0.0.1", port=port, print=None)
 
 
 def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -225,26 +254,22 @@ async def wait_for(url: str) -> None:
     raise RuntimeError(f"{url} did not start")
 
 
-def serve_ours(redis_url: str, port: int, workers: int) -> subprocess.Popen[bytes]:
+def serve_ours(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:
     return start_process(
         [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
-        {"REDIS_URL": redis_url, "PRESENCE_WORKERS": str(workers)},
+        {**env, "PRESENCE_WORKERS": str(workers)},
     )
 
 
-async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[Row]:
+async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> list[Row]:
     ours_port, bare_port, many_port = free_port(), free_port(), free_port()
     workers = os.cpu_count() or 1
     clients = min(workers, 2)
-    ours = serve_ours(redis_url, ours_port, 1)
-    many = serve_ours(redis_url, many_port, workers)
+    ours = serve_ours(env, ours_port, 1)
+    many = serve_ours(env, many_port, workers)
     bare = start_process(
-        [
-            sys.executable,
-            "-c",
-            f"from bench.__main__ import serve_bare; serve_bare({redis_url!r}, {bare_port})",
-        ],
-        {"PYTHONPATH": os.getcwd()},
+        [sys.executable, "-c", f"from bench.__main__ import serve_bare; serve_bare({bare_port})"],
+        {**env, "PYTHONPATH": os.getcwd()},
     )
     try:
         ours_url, bare_url, many_url = (
@@ -296,36 +321,106 @@ async def bench_http(redis_url: str, seconds: float, concurrency: int) -> list[R
     ]
 
 
-async def main(quick: bool) -> None:
+@asynccontextmanager
+async def one_redis() -> AsyncIterator[tuple[str, Deployment]]:
     server = start_redis_server()
-    # No reply timeout: the textbook recipe blocks Redis for seconds at a million users online.
     redis = Redis.from_url(server.url, decode_responses=True, socket_timeout=600)
-    rows: list[Row] = []
+    env = {"REDIS_URL": server.url, "REDIS_CLUSTER_NODES": "", "PRESENCE_SHARDS": "1"}
     try:
-        version = (await redis.info("server"))["redis_version"]
-        rows += await bench_memory(redis, 100_000)
-        rows += await bench_online_friends(
-            redis, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000], 1000
-        )
-        rows += await bench_touch_many(redis, 50 if quick else 300)
-        rows += await bench_weekly_stats(redis, 100_000 if quick else 1_000_000)
-        await redis.flushall()
-        rows += await bench_http(server.url, 3 if quick else 10, 50)
+        yield "One Redis, one shard", Deployment(redis, PresenceStore(redis, SETTINGS), 1, env)
     finally:
         await redis.aclose()
         server.stop()
-    python = platform.python_version()
-    print(
-        f"gql-presence benchmarks, {datetime.now(UTC):%Y-%m-%d}, Redis {version}, "
-        f"Python {python}, {os.cpu_count()} cores\n"
+
+
+# Master i serves the slots from the i-th start on: the hash tags {0}, {1}, {2} of the three
+# shards (slots 13907, 9842, 5649) each land on a master of their own. (The even split
+# 0/5461/10923 would put shards 1 and 2 on one master and none on the first.)
+CLUSTER_SLOT_STARTS = (0, 7000, 11000)
+
+
+def node_of(redis: RedisCluster, key: str) -> str:
+    node = redis.get_node_from_key(key)
+    assert node is not None, key  # the client knows every slot's node once initialized
+    return node.name
+
+
+@asynccontextmanager
+async def three_masters() -> AsyncIterator[tuple[str, Deployment]]:
+    cluster = start_redis_cluster(CLUSTER_SLOT_STARTS)
+    startup = [ClusterNode(host, port) for host, port in cluster.nodes]
+    redis = RedisCluster(startup_nodes=startup, decode_responses=True, socket_timeout=600)
+    settings = replace(SETTINGS, redis_cluster_nodes=cluster.nodes, shards=3)
+    nodes = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
+    env = {"REDIS_URL": "", "REDIS_CLUSTER_NODES": nodes, "PRESENCE_SHARDS": "3"}
+    try:
+        await redis.initialize()
+        # Redis's default node timeout instead of the tests' 2 s: the textbook recipe blocks its
+        # node for seconds at a million users online, and with 2 s the other masters mark that
+        # node as failing and the whole cluster refuses commands until it is cleared.
+        await redis.config_set("cluster-node-timeout", 15_000, target_nodes=RedisCluster.PRIMARIES)
+        place = {f"shard {i}": Keys.of_shard(i).online for i in range(3)}
+        place["textbook recipe"] = TEXTBOOK_KEYS[1]
+        where = {name: node_of(redis, key) for name, key in place.items()}
+        if len({where[f"shard {i}"] for i in range(3)}) < 3:
+            raise RuntimeError(f"the shards do not each have a master of their own: {where}")
+        title = "Redis Cluster of 3 masters, 3 shards: " + "; ".join(
+            f"{name} (slot {redis.keyslot(place[name])}) on {node}" for name, node in where.items()
+        )
+        yield title, Deployment(redis, ShardedStore(redis, settings), 3, env)
+    finally:
+        await redis.aclose()
+        cluster.stop()
+
+
+DEPLOYMENTS: dict[str, Callable[[], AbstractAsyncContextManager[tuple[str, Deployment]]]] = {
+    "single": one_redis,
+    "cluster": three_masters,
+}
+
+
+async def run(target: Deployment, quick: bool) -> tuple[str, list[Row]]:
+    """The Redis version and the rows of the table, measured on `target`."""
+    redis = target.redis
+    version = (await redis.info("server"))["redis_version"]
+    rows: list[Row] = []
+    rows += await bench_memory(target, 100_000)
+    rows += await bench_online_friends(
+        target, [10_000, 100_000] if quick else [10_000, 100_000, 1_000_000], 1000
     )
+    rows += await bench_touch_many(target, 50 if quick else 300)
+    rows += await bench_weekly_stats(target, 100_000 if quick else 1_000_000)
+    await redis.flushall()
+    rows += await bench_http(target.env, 3 if quick else 10, 50)
+    return version, rows
+
+
+def print_table(rows: list[Row]) -> None:
     header: Row = ("what", "ours", "baseline (same run)", "ratio")
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
     for row in [header, tuple("-" * w for w in widths), *rows]:
         print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
 
 
+async def main(quick: bool, only: str | None) -> None:
+    for kind, deployment in DEPLOYMENTS.items():
+        if only not in (None, kind):
+            continue
+        async with deployment() as (title, target):
+            version, rows = await run(target, quick)
+        print(
+            f"gql-presence benchmarks, {datetime.now(UTC):%Y-%m-%d}, Redis {version}, "
+            f"Python {platform.python_version()}, {os.cpu_count()} cores\n{title}\n"
+        )
+        print_table(rows)
+        print(flush=True)
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller sizes and shorter runs")
-    asyncio.run(main(parser.parse_args().quick))
+    parser.add_argument(
+        "--only", choices=list(DEPLOYMENTS), help="one of the deployments (default: both)"
+    )
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.quick, arguments.only))

@@ -1,7 +1,8 @@
 """Serving with several worker processes on one port.
 
-The parent starts the embedded Redis once (when REDIS_URL is unset), then starts each worker as
-`gql-presence serve --workers 1` with the Redis URL handed down. Every worker binds the same
+The parent starts the embedded Redis once (when neither REDIS_URL nor REDIS_CLUSTER_NODES is
+set), then starts each worker as `gql-presence serve --workers 1`, with the embedded Redis's URL
+handed down (or else the parent's own settings). Every worker binds the same
 address with SO_REUSEPORT, so the kernel spreads new connections over them. The parent only
 watches: SIGTERM (or Ctrl-C) is passed on to every worker, which drains as a single process
 does; when all have exited the parent stops the embedded Redis. A worker that exits by itself
@@ -41,7 +42,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> int
     signal.signal(signal.SIGINT, request_stop)
     with contextlib.ExitStack() as stack:
         url = settings.redis_url
-        if url is None:
+        if url is None and not settings.redis_cluster_nodes:
             server = start_embedded_redis(settings.data_dir)
             stack.callback(server.stop)  # after every worker has exited: see below
             url = server.url
@@ -71,11 +72,14 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> int
     return status
 
 
-def _start_worker(host: str, port: int, redis_url: str) -> subprocess.Popen[bytes]:
+def _start_worker(host: str, port: int, redis_url: str | None) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "gql_presence", "serve", "--host", host, "--port", str(port)]
+    env = {**os.environ, "PRESENCE_WORKERS": "1"}
+    if redis_url is not None:
+        env["REDIS_URL"] = redis_url
     return subprocess.Popen(
         [*command, "--workers", "1", "--reuse-port"],
-        env={**os.environ, "REDIS_URL": redis_url, "PRESENCE_WORKERS": "1"},
+        env=env,
         # Signals reach the workers from the parent only, once (not from the terminal too).
         start_new_session=True,
         # prctl is Linux's; elsewhere workers are stopped by the parent's own shutdown only.

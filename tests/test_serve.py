@@ -246,6 +246,24 @@ def test_several_workers_share_the_port_and_sigterm_stops_them_and_redis(data_di
     assert not (data_dir / "redis.sock").exists(), "the embedded Redis was stopped"
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="finds the workers in Linux's /proc")
+def test_several_workers_serve_a_redis_cluster(redis_cluster: LocalCluster, data_dir: Path) -> None:
+    port = free_port()
+    nodes = ",".join(f"{host}:{port}" for host, port in redis_cluster.nodes)
+    service = run_service(
+        data_dir, port, REDIS_CLUSTER_NODES=nodes, PRESENCE_SHARDS="3", PRESENCE_WORKERS="2"
+    )
+    try:
+        wait_until_serving(service, port)
+        assert len(children_of(service.pid)) == 2, "two workers and no embedded Redis"
+        touched = post(port, 'mutation { touch(userId: "alice") { online } }')
+        assert touched["data"]["touch"]["online"]
+    finally:
+        output = stop(service)
+    assert service.returncode == 0, output
+    assert not data_dir.exists(), "no embedded Redis was started"
+
+
 def test_a_worker_that_dies_stops_the_service(redis_server: RedisServer, data_dir: Path) -> None:
     port = free_port()
     service = run_service(data_dir, port, REDIS_URL=redis_server.url, PRESENCE_WORKERS="2")
