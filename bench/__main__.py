@@ -219,7 +219,7 @@ def bare_app(settings: Settings) -> web.Application:
     the store and client the service builds from the same settings."""
     app = web.Application()
     if settings.redis_cluster_nodes:
-        client: AnyRedis = cluster_client(settings.redis_cluster_nodes)
+        client: AnyRedis = cluster_client(settings)
     else:
         assert settings.redis_url is not None
         client = redis_client(settings.redis_url)

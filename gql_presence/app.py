@@ -327,7 +327,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
     async with contextlib.AsyncExitStack() as stack:
         client: AnyRedis
         if settings.redis_cluster_nodes:
-            client = cluster_client(settings.redis_cluster_nodes)
+            client = cluster_client(settings)
             subscriber = cluster_subscriber(client, settings.redis_cluster_nodes)
         else:
             url = settings.redis_url

@@ -76,7 +76,15 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
     except RedisStartError as error:
         print(f"gql-presence: {error}", file=sys.stderr)
         return 1
+    except PresenceError as error:  # Redis does not answer at start-up
+        print(f"gql-presence: cannot start: {with_cause(error)}", file=sys.stderr)
+        return 1
     return 0
+
+
+def with_cause(error: PresenceError) -> str:
+    """The error's message, and for an operator what Redis (or the network) said."""
+    return error.message if error.__cause__ is None else f"{error.message} ({error.__cause__})"
 
 
 async def freeze_start_up_objects(app: web.Application) -> None:
@@ -134,7 +142,7 @@ async def _check_redis(settings: Settings) -> int:
 
     client: AnyRedis
     if settings.redis_cluster_nodes:
-        client = cluster_client(settings.redis_cluster_nodes)
+        client = cluster_client(settings)
         url = "the Redis Cluster of " + ",".join(
             f"{h}:{p}" for h, p in settings.redis_cluster_nodes
         )
@@ -147,7 +155,8 @@ async def _check_redis(settings: Settings) -> int:
         whole = not settings.redis_cluster_nodes or await store.takes_changes()
         version = (await client.info("server"))["redis_version"]
     except (PresenceError, RedisError) as error:
-        print(f"gql-presence: {url} does not serve the store: {error}", file=sys.stderr)
+        reason = with_cause(error) if isinstance(error, PresenceError) else str(error)
+        print(f"gql-presence: {url} does not serve the store: {reason}", file=sys.stderr)
         return 1
     finally:
         await client.aclose()

@@ -13,6 +13,8 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from gql_presence.settings import Settings
+
 # Enough for the concurrency of one process; a request that finds them all busy waits for
 # one (up to POOL_WAIT_S) instead of failing at once or opening connections without bound.
 MAX_CONNECTIONS = 64
@@ -49,11 +51,13 @@ def redis_client(
     return Redis.from_pool(pool)  # the client owns the pool: closing it closes every connection
 
 
-def cluster_client(nodes: Sequence[tuple[str, int]]) -> RedisCluster:
-    """A Redis Cluster client that starts from the given nodes and finds the others (and
-    follows failovers and moved slots) by itself."""
+def cluster_client(settings: Settings) -> RedisCluster:
+    """A client of the Redis Cluster of REDIS_CLUSTER_NODES: it starts from those nodes and
+    finds the others (and follows failovers and moved slots) by itself."""
     return RedisCluster(
-        startup_nodes=[ClusterNode(host, port) for host, port in nodes],
+        startup_nodes=[ClusterNode(host, port) for host, port in settings.redis_cluster_nodes],
+        username=settings.redis_cluster_username,
+        password=settings.redis_cluster_password,
         decode_responses=True,
         max_connections=MAX_CLUSTER_CONNECTIONS,
         socket_connect_timeout=CONNECT_TIMEOUT_S,
@@ -81,18 +85,29 @@ class ClusterSubscriber(Redis):
     event; each new subscription (the event hub makes one again after a failure) goes to the
     next node the cluster client knows, so that a failed node is left behind."""
 
-    def __init__(self, nodes: Callable[[], Sequence[tuple[str, int]]]) -> None:
+    def __init__(
+        self, nodes: Callable[[], Sequence[tuple[str, int]]], credentials: dict[str, Any]
+    ) -> None:
         super().__init__(socket_connect_timeout=CONNECT_TIMEOUT_S)
         self._nodes = nodes
+        self._credentials = credentials
         self._turn = itertools.count()
 
     def pubsub(self, **kwargs: Any) -> PubSub:
         known = self._nodes()
         host, port = known[next(self._turn) % len(known)]
-        pool = ConnectionPool(host=host, port=port, socket_connect_timeout=CONNECT_TIMEOUT_S)
+        pool = ConnectionPool(
+            host=host, port=port, socket_connect_timeout=CONNECT_TIMEOUT_S, **self._credentials
+        )
         return PubSub(pool, **kwargs)
 
 
 def cluster_subscriber(client: RedisCluster, startup: Sequence[tuple[str, int]]) -> Redis:
-    """The pub/sub client for the cluster of `client`: its known nodes, else the start-up ones."""
-    return ClusterSubscriber(lambda: [(n.host, int(n.port)) for n in client.get_nodes()] or startup)
+    """The pub/sub client for the cluster of `client`: its known nodes, else the start-up
+    ones, with the client's user and password."""
+    used = client.get_connection_kwargs()
+
+    def nodes() -> Sequence[tuple[str, int]]:
+        return [(n.host, int(n.port)) for n in client.get_nodes()] or startup
+
+    return ClusterSubscriber(nodes, {key: used.get(key) for key in ("username", "password")})

@@ -41,9 +41,7 @@ async def demo_store(settings: Settings) -> AsyncIterator[ShardedStore]:
             url = server.url
         finally:
             await probe.aclose()
-    client: AnyRedis = (
-        cluster_client(settings.redis_cluster_nodes) if url is None else redis_client(url)
-    )
+    client: AnyRedis = cluster_client(settings) if url is None else redis_client(url)
     try:
         store = ShardedStore(client, settings)
         await store.load_scripts()

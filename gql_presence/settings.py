@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -30,6 +30,10 @@ class Settings:
     # A Redis Cluster to use instead, as (host, port) of some of its nodes: the client finds
     # the others itself.
     redis_cluster_nodes: tuple[tuple[str, int], ...] = ()
+    # The cluster's ACL user (None: "default") and password (None: no AUTH). A single Redis
+    # takes both in REDIS_URL.
+    redis_cluster_username: str | None = None
+    redis_cluster_password: str | None = field(default=None, repr=False)
     # How many shards users are spread over (each a hash tag, so a Redis Cluster slot). Fixed
     # for a deployment's data: a user's shard is a hash of their id modulo this count.
     shards: int = 1
@@ -132,6 +136,8 @@ class Settings:
             backend_burst=_burst(env, "PRESENCE_BACKEND_RATE_BURST", backend_rate),
             redis_url=_redis_url(env),
             redis_cluster_nodes=_cluster_nodes(env),
+            redis_cluster_username=_cluster_credential(env, "REDIS_CLUSTER_USERNAME"),
+            redis_cluster_password=_cluster_credential(env, "REDIS_CLUSTER_PASSWORD"),
             shards=_shards(env),
             window_ms=window_ms,
             retention_ms=retention_ms,
@@ -215,6 +221,16 @@ def _cluster_nodes(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
             )
         nodes.append((host, int(port)))
     return tuple(nodes)
+
+
+def _cluster_credential(env: Mapping[str, str], name: str) -> str | None:
+    value = env.get(name) or None
+    if value is not None and not env.get("REDIS_CLUSTER_NODES", "").strip():
+        raise SettingsError(
+            f"{name} is for a Redis Cluster (REDIS_CLUSTER_NODES); a single Redis takes the "
+            "user and password in REDIS_URL: redis://user:password@host:6379/0."
+        )
+    return value
 
 
 MAX_SHARDS = 1024

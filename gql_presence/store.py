@@ -448,7 +448,12 @@ class PresenceStore:
     async def _guarded(call: Awaitable[Any]) -> Any:
         try:
             return await call
-        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as error:
+        # RedisClusterException: no node of the cluster could be reached (or authenticated to).
+        except (
+            redis_errors.ConnectionError,
+            redis_errors.TimeoutError,
+            redis_errors.RedisClusterException,
+        ) as error:
             raise StoreUnavailableError(
                 "The presence store cannot be reached right now; try again shortly."
             ) from error

@@ -61,6 +61,19 @@ def redis_cluster() -> Iterator[LocalCluster]:
     cluster.stop()
 
 
+CLUSTER_PASSWORD = "a-cluster-password-for-tests"  # noqa: S105 - a throwaway cluster
+
+
+@pytest.fixture(scope="session")
+def password_cluster() -> Iterator[LocalCluster]:
+    """Three masters that require CLUSTER_PASSWORD, as a managed cluster requires AUTH."""
+    cluster = start_redis_cluster(
+        (0, 7000, 11000), binary=redis_server_binary(), password=CLUSTER_PASSWORD
+    )
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A server for one test, which it may stop and restart."""
@@ -127,7 +140,7 @@ def deployment(request: pytest.FixtureRequest) -> Settings:
 
 def deployment_client(settings: Settings) -> AnyRedis:
     if settings.redis_cluster_nodes:
-        return cluster_client(settings.redis_cluster_nodes)
+        return cluster_client(settings)
     assert settings.redis_url is not None
     return redis_client(settings.redis_url)
 

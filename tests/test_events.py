@@ -205,11 +205,11 @@ async def test_on_a_cluster_the_subscription_moves_to_the_next_node_when_one_fai
     # The first node the subscriber tries does not answer; events of every shard arrive
     # through the next one, as a classic PUBLISH reaches every node of a cluster.
     settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=redis_cluster.nodes, shards=3)
-    client = cluster_client(settings.redis_cluster_nodes)
+    client = cluster_client(settings)
     await client.flushall()
     store = ShardedStore(client, settings)
     nodes = [("127.0.0.1", free_port()), *redis_cluster.nodes]
-    subscriber = ClusterSubscriber(lambda: nodes)
+    subscriber = ClusterSubscriber(lambda: nodes, {})
     events = EventHub(subscriber, store, 100)
     try:
         await events.start()

@@ -17,7 +17,12 @@ from redis.asyncio import Redis
 
 from gql_presence.app import create_app
 from gql_presence.connection import redis_client
-from gql_presence.redis_server import RedisServer, start_redis_server
+from gql_presence.redis_server import (
+    RedisServer,
+    redis_server_binary,
+    start_redis_cluster,
+    start_redis_server,
+)
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 
 TOUCH = 'mutation { touch(userId: "alice", sessionId: "s") { online } }'
@@ -72,6 +77,18 @@ async def test_redis_down_fails_fast_with_unavailable_then_recovers(
     assert time.monotonic() - started < 10
     persistent_server.restart()
     assert (await graphql(api, READ))["data"]["presence"]["online"] is True
+
+
+async def test_a_cluster_gone_entirely_answers_unavailable(aiohttp_client: ClientFactory) -> None:
+    cluster = start_redis_cluster((0, 7000, 11000), binary=redis_server_binary())
+    try:
+        settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=cluster.nodes, shards=3)
+        api = await aiohttp_client(create_app(settings))
+        assert (await graphql(api, TOUCH))["data"]["touch"]["online"] is True
+    finally:
+        cluster.stop()
+    body = await graphql(api, TOUCH)
+    assert [e["extensions"]["code"] for e in body["errors"]] == ["UNAVAILABLE"]
 
 
 async def test_scripts_are_loaded_at_start_up(own_redis_server: RedisServer) -> None:

@@ -21,10 +21,16 @@ from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 from gql.transport.exceptions import TransportQueryError
 
 from gql_presence.app import EVENTS, create_app
-from gql_presence.redis_server import RedisServer, free_port
+from gql_presence.redis_server import LocalCluster, RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.timeline import to_ms
-from tests.conftest import EVERY_DEPLOYMENT, TEST_SETTINGS, ClientFactory, graphql
+from tests.conftest import (
+    CLUSTER_PASSWORD,
+    EVERY_DEPLOYMENT,
+    TEST_SETTINGS,
+    ClientFactory,
+    graphql,
+)
 from tests.test_serve import run_service, stop, wait_until_serving
 
 FIELDS = "userId kind at sessionId online"
@@ -171,6 +177,29 @@ async def test_online_kicked_and_offline_arrive_in_order_with_their_fields(
         assert to_ms(expired_at) == to_ms(touched_at) + 60_000
         assert received - expired_at < timedelta(seconds=2)
         await alice.nothing_more()
+
+
+async def test_a_cluster_that_requires_a_password_serves_requests_and_events(
+    aiohttp_client: ClientFactory, password_cluster: LocalCluster
+) -> None:
+    # The requests' client and the event subscription's connection both authenticate.
+    service = await start_service(
+        aiohttp_client,
+        redis_cluster_nodes=password_cluster.nodes,
+        redis_cluster_password=CLUSTER_PASSWORD,
+        shards=3,
+    )
+    users = ["u0", "u2", "u7"]  # one in each of the three shards
+    document = subscription(f"userIds: {ids(*users)}")
+    async with subscribed(ws_url(service), document, feeds_above(service, 0)) as subscriber:
+        body = await graphql(
+            service, "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }", ids=users
+        )
+        assert body == {"data": {"touchMany": 3}}
+        received = {(await subscriber.next())["userId"] for _ in users}
+        assert received == set(users)
+    readiness = await service.get("/readyz")
+    assert readiness.status == 200, await readiness.text()
 
 
 @EVERY_DEPLOYMENT

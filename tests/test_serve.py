@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from gql_presence.redis_server import LocalCluster, RedisServer, free_port
+from tests.conftest import CLUSTER_PASSWORD
 
 
 def run_service(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
@@ -110,6 +111,15 @@ def test_a_bad_setting_stops_the_start_naming_it(data_dir: Path) -> None:
     assert not data_dir.exists(), "nothing was started"
 
 
+def test_a_redis_that_does_not_answer_stops_the_start_saying_why(data_dir: Path) -> None:
+    unreachable = f"redis://127.0.0.1:{free_port()}/0"
+    service = run_service(data_dir, free_port(), REDIS_URL=unreachable, PRESENCE_WORKERS="1")
+    output, _ = service.communicate(timeout=30)
+    assert service.returncode == 1
+    assert "cannot start: The presence store cannot be reached" in output.decode()
+    assert "Traceback" not in output.decode()
+
+
 def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
     environment.update(env)
@@ -135,6 +145,26 @@ def test_check_reaches_a_redis_cluster(redis_cluster: LocalCluster) -> None:
     assert done.returncode == 0, done.stderr
     assert "Redis Cluster" in done.stdout
     assert "holds the scripts (3 shards)" in done.stdout
+
+
+def test_check_needs_the_password_of_a_cluster_that_requires_one(
+    password_cluster: LocalCluster,
+) -> None:
+    nodes = ",".join(f"{host}:{port}" for host, port in password_cluster.nodes)
+    without = run_command("check", REDIS_CLUSTER_NODES=nodes, PRESENCE_SHARDS="3")
+    assert without.returncode == 1
+    assert "authenticated" in without.stderr
+    assert "Traceback" not in without.stderr
+    wrong = run_command(
+        "check",
+        REDIS_CLUSTER_NODES=nodes,
+        REDIS_CLUSTER_PASSWORD="not-it",  # noqa: S106
+    )
+    assert wrong.returncode == 1
+    assert CLUSTER_PASSWORD not in wrong.stderr + wrong.stdout
+    done = run_command("check", REDIS_CLUSTER_NODES=nodes, REDIS_CLUSTER_PASSWORD=CLUSTER_PASSWORD)
+    assert done.returncode == 0, done.stderr
+    assert "holds the scripts" in done.stdout
 
 
 def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:

@@ -89,6 +89,27 @@ def test_shards_and_cluster_nodes_are_read() -> None:
     assert settings.redis_url is None
 
 
+def test_the_clusters_user_and_password_are_read_and_kept_out_of_the_repr() -> None:
+    settings = Settings.from_env(
+        {
+            "REDIS_CLUSTER_NODES": "redis-1:6379",
+            "REDIS_CLUSTER_USERNAME": "presence",
+            "REDIS_CLUSTER_PASSWORD": "s3cret-password",
+        }
+    )
+    assert (settings.redis_cluster_username, settings.redis_cluster_password) == (
+        "presence",
+        "s3cret-password",
+    )
+    assert "s3cret-password" not in repr(settings)
+
+
+@pytest.mark.parametrize("name", ["REDIS_CLUSTER_USERNAME", "REDIS_CLUSTER_PASSWORD"])
+def test_a_cluster_credential_without_a_cluster_is_refused(name: str) -> None:
+    with pytest.raises(SettingsError, match=r"redis://user:password@"):
+        Settings.from_env({name: "x", "REDIS_URL": "redis://cache:6379/0"})
+
+
 def test_a_redis_and_a_cluster_are_not_both_given() -> None:
     with pytest.raises(SettingsError, match="REDIS_URL or REDIS_CLUSTER_NODES"):
         Settings.from_env({"REDIS_URL": "redis://cache:6379/0", "REDIS_CLUSTER_NODES": "a:1"})
