@@ -154,6 +154,7 @@ async def _check_redis(settings: Settings) -> int:
         await store.load_scripts()
         whole = not settings.redis_cluster_nodes or await store.takes_changes()
         version = (await client.info("server"))["redis_version"]
+        placement = store.placement() if whole else {}
     except (PresenceError, RedisError) as error:
         reason = with_cause(error) if isinstance(error, PresenceError) else str(error)
         print(f"gql-presence: {url} does not serve the store: {reason}", file=sys.stderr)
@@ -170,6 +171,23 @@ async def _check_redis(settings: Settings) -> int:
         f"gql-presence: settings valid; Redis {version} at {url} answers and holds the scripts "
         f"({settings.shards} shard{'s' if settings.shards > 1 else ''})"
     )
+    if placement:
+        print(
+            "gql-presence: shards per master: "
+            + "; ".join(
+                f"{node} {', '.join(map(str, shards)) or 'none'}"
+                for node, shards in placement.items()
+            )
+        )
+        counts = [len(shards) for shards in placement.values()]
+        if max(counts) - min(counts) > 1:
+            print(
+                "gql-presence: warning: the shards are spread unevenly over the masters, so "
+                "some masters take more of the load than others. Move slots (redis-cli "
+                "--cluster reshard) so that each master serves as many of the shards' slots "
+                "(shard i's is CLUSTER KEYSLOT {i}), or choose another PRESENCE_SHARDS.",
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -18,6 +18,8 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 
+from redis.asyncio import RedisCluster
+
 from gql_presence.connection import AnyRedis, connections_in_use
 from gql_presence.cursor import encode_cursor
 from gql_presence.keys import Keys
@@ -83,6 +85,18 @@ class ShardedStore:
 
     async def takes_changes(self) -> bool:
         return await self.shards[0].takes_changes()
+
+    def placement(self) -> dict[str, list[int]]:
+        """Which shards each master of a Redis Cluster serves, by the slot of their hash tag
+        (empty on a single Redis). Call once the client knows the cluster (after a call)."""
+        if not isinstance(self._redis, RedisCluster):
+            return {}
+        placement: dict[str, list[int]] = {n.name: [] for n in self._redis.get_primaries()}
+        for i in range(len(self.shards)):
+            node = self._redis.get_node_from_key(Keys.of_shard(i).online)
+            if node is not None:
+                placement.setdefault(node.name, []).append(i)
+        return placement
 
     # --- one user: their shard ----------------------------------------------------------
 

@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from gql_presence.redis_server import LocalCluster, RedisServer, free_port
+from gql_presence.redis_server import (
+    LocalCluster,
+    RedisServer,
+    free_port,
+    redis_server_binary,
+    start_redis_cluster,
+)
 from tests.conftest import CLUSTER_PASSWORD
 
 
@@ -145,6 +151,32 @@ def test_check_reaches_a_redis_cluster(redis_cluster: LocalCluster) -> None:
     assert done.returncode == 0, done.stderr
     assert "Redis Cluster" in done.stdout
     assert "holds the scripts (3 shards)" in done.stdout
+    # The fixture's slots give each shard a master of its own.
+    first, second, third = (f"{host}:{port}" for host, port in redis_cluster.nodes)
+    assert shards_per_master(done.stdout) == {first: "2", second: "1", third: "0"}
+    assert "unevenly" not in done.stderr
+
+
+def test_check_warns_of_shards_spread_unevenly_over_the_masters() -> None:
+    # With the slots split evenly over three masters, the slots of {1} and {2} (9842, 5649)
+    # fall on the second master, and the first serves none of the three shards.
+    cluster = start_redis_cluster(binary=redis_server_binary())
+    try:
+        nodes = ",".join(f"{host}:{port}" for host, port in cluster.nodes)
+        done = run_command("check", REDIS_CLUSTER_NODES=nodes, PRESENCE_SHARDS="3")
+    finally:
+        cluster.stop()
+    assert done.returncode == 0, done.stderr
+    first, second, third = (f"{host}:{port}" for host, port in cluster.nodes)
+    assert shards_per_master(done.stdout) == {first: "none", second: "1, 2", third: "0"}
+    assert "spread unevenly over the masters" in done.stderr
+
+
+def shards_per_master(output: str) -> dict[str, str]:
+    """From check's line "shards per master: host:port 0, 3; host:port none; ..."."""
+    line = next(line for line in output.splitlines() if "shards per master: " in line)
+    entries = line.split("shards per master: ", 1)[1].split("; ")
+    return dict(entry.split(" ", 1) for entry in entries)
 
 
 def test_check_needs_the_password_of_a_cluster_that_requires_one(
