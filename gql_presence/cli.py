@@ -12,12 +12,12 @@ import sys
 from pathlib import Path
 
 from aiohttp import web
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from gql_presence.errors import PresenceError
 from gql_presence.logs import configure_logging
 from gql_presence.redis_server import RedisStartError, redis_server_binary
-from gql_presence.settings import Settings, SettingsError
+from gql_presence.settings import Settings, SettingsError, without_password
 
 SCHEMA_FILE = Path("schema.graphql")
 log = logging.getLogger("gql_presence")
@@ -76,14 +76,16 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
     except RedisStartError as error:
         print(f"gql-presence: {error}", file=sys.stderr)
         return 1
-    except PresenceError as error:  # Redis does not answer at start-up
-        print(f"gql-presence: cannot start: {with_cause(error)}", file=sys.stderr)
+    except (PresenceError, RedisError, RedisClusterException) as error:  # Redis, at start-up
+        print(f"gql-presence: cannot start: {described(error)}", file=sys.stderr)
         return 1
     return 0
 
 
-def with_cause(error: PresenceError) -> str:
-    """The error's message, and for an operator what Redis (or the network) said."""
+def described(error: Exception) -> str:
+    """What went wrong, for an operator: our message, and what Redis (or the network) said."""
+    if not isinstance(error, PresenceError):
+        return str(error)
     return error.message if error.__cause__ is None else f"{error.message} ({error.__cause__})"
 
 
@@ -148,16 +150,16 @@ async def _check_redis(settings: Settings) -> int:
         )
     else:
         assert settings.redis_url is not None
-        client = redis_client(url := settings.redis_url)
+        client = redis_client(settings.redis_url)
+        url = without_password(settings.redis_url)
     try:
         store = ShardedStore(client, settings)
         await store.load_scripts()
         whole = not settings.redis_cluster_nodes or await store.takes_changes()
         version = (await client.info("server"))["redis_version"]
         placement = store.placement() if whole else {}
-    except (PresenceError, RedisError) as error:
-        reason = with_cause(error) if isinstance(error, PresenceError) else str(error)
-        print(f"gql-presence: {url} does not serve the store: {reason}", file=sys.stderr)
+    except (PresenceError, RedisError, RedisClusterException) as error:
+        print(f"gql-presence: {url} does not serve the store: {described(error)}", file=sys.stderr)
         return 1
     finally:
         await client.aclose()

@@ -169,13 +169,9 @@ def _wait_until_ready(server: RedisServer) -> None:
                 raise RedisStartError(
                     f"redis-server exited at start-up; its log:\n{_tail(server.log_path)}"
                 )
-            try:
+            with contextlib.suppress(redis_errors.ConnectionError, redis_errors.BusyLoadingError):
                 if client.ping():
                     return
-            except redis_errors.AuthenticationError:
-                return  # it answers, asking for a password
-            except (redis_errors.ConnectionError, redis_errors.BusyLoadingError):
-                pass
             if time.monotonic() > deadline:
                 server.stop()
                 raise RedisStartError(f"redis-server did not answer within {_START_TIMEOUT_S:g} s")
@@ -238,28 +234,33 @@ def start_redis_cluster(
     """Starts one master per entry of slot_starts, master i serving the slots from
     slot_starts[i] up to the next start, joins them (CLUSTER ADDSLOTS, MEET) and waits until
     every node says cluster_state:ok. No replicas: a throwaway cluster for tests. With a
-    password, every node requires it (AUTH)."""
+    password, every node requires it (AUTH) from then on."""
     cluster = LocalCluster([], ())
     extra = [*_CLUSTER_NODE, "--cluster-node-timeout", "2000"]
-    if password is not None:
-        extra += ["--requirepass", password, "--masterauth", password]
     try:
         for _ in slot_starts:
             port = free_cluster_port()
             cluster.servers.append(start_redis_server(binary=binary, port=port, extra=extra))
             cluster.nodes += (("127.0.0.1", port),)
-        _join(cluster.nodes, [*slot_starts, _CLUSTER_SLOTS], password)
+        _join(cluster.nodes, [*slot_starts, _CLUSTER_SLOTS])
+        if password is not None:
+            _require_password(cluster.nodes, password)
     except BaseException:
         cluster.stop()
         raise
     return cluster
 
 
-def _join(nodes: tuple[tuple[str, int], ...], bounds: list[int], password: str | None) -> None:
-    clients = [
-        Redis(host=host, port=port, password=password, decode_responses=True)
-        for host, port in nodes
-    ]
+def _require_password(nodes: tuple[tuple[str, int], ...], password: str) -> None:
+    # Set once the nodes are up (not on their command line, where any process can read it).
+    for host, port in nodes:
+        with Redis(host=host, port=port) as client:
+            client.config_set("masterauth", password)
+            client.config_set("requirepass", password)
+
+
+def _join(nodes: tuple[tuple[str, int], ...], bounds: list[int]) -> None:
+    clients = [Redis(host=host, port=port, decode_responses=True) for host, port in nodes]
     try:
         for i, client in enumerate(clients):
             client.cluster("ADDSLOTS", *range(bounds[i], bounds[i + 1]))

@@ -25,8 +25,9 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class Settings:
-    # The Redis to use; None starts the embedded Redis that keeps its data in data_dir.
-    redis_url: str | None = None
+    # The Redis to use; None starts the embedded Redis that keeps its data in data_dir. It may
+    # hold a password, so it is left out of the repr, as are the other secrets.
+    redis_url: str | None = field(default=None, repr=False)
     # A Redis Cluster to use instead, as (host, port) of some of its nodes: the client finds
     # the others itself.
     redis_cluster_nodes: tuple[tuple[str, int], ...] = ()
@@ -54,10 +55,10 @@ class Settings:
     # "text" for people, "json" for log collectors: one JSON object per line.
     log_format: str = "text"
     # Backend services' bearer tokens, (name, secret) each; the name shows in logs.
-    backend_tokens: tuple[tuple[str, str], ...] = ()
+    backend_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     # End users' JWTs: an HS256 secret and/or a PEM public key (RS256 or ES256), and the
     # issuer and audience every token must name.
-    jwt_secret: str | None = None
+    jwt_secret: str | None = field(default=None, repr=False)
     jwt_public_key: str | None = None
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
@@ -187,6 +188,16 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
+def without_password(url: str) -> str:
+    """The URL to show an operator: any password in it replaced by ***."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+
+
 def _redis_url(env: Mapping[str, str]) -> str | None:
     raw = env.get("REDIS_URL", "").strip()
     if not raw:
@@ -194,7 +205,7 @@ def _redis_url(env: Mapping[str, str]) -> str | None:
     parts = urlsplit(raw)
     if parts.scheme not in _REDIS_SCHEMES or not (parts.hostname or parts.path):
         raise SettingsError(
-            f"REDIS_URL={raw!r} is not a Redis URL: use redis://host:port/db, "
+            f"REDIS_URL={without_password(raw)!r} is not a Redis URL: use redis://host:port/db, "
             "rediss://host:port/db or unix:///path/to/redis.sock, or leave it unset "
             "for the embedded Redis."
         )

@@ -55,6 +55,7 @@ _SCRIPT_REFUSALS: dict[str, tuple[type[Exception], str]] = {
     ),
 }
 
+_UNREACHABLE = "The presence store cannot be reached right now; try again shortly."
 # A read-only replica (during a failover, or a REDIS_URL pointing at one), or maxmemory hit.
 _WRITES_REFUSED = ("READONLY", "read only replica", "OOM command not allowed")
 
@@ -448,15 +449,16 @@ class PresenceStore:
     async def _guarded(call: Awaitable[Any]) -> Any:
         try:
             return await call
-        # RedisClusterException: no node of the cluster could be reached (or authenticated to).
-        except (
-            redis_errors.ConnectionError,
-            redis_errors.TimeoutError,
-            redis_errors.RedisClusterException,
-        ) as error:
-            raise StoreUnavailableError(
-                "The presence store cannot be reached right now; try again shortly."
-            ) from error
+        except (redis_errors.ConnectionError, redis_errors.TimeoutError) as error:
+            raise StoreUnavailableError(_UNREACHABLE) from error
+        except redis_errors.RedisClusterException as error:
+            # No node of the cluster could be reached (or authenticated to), or a slot has no
+            # master; any other is a fault of ours (keys of two slots) and must show as one.
+            if isinstance(error, redis_errors.SlotNotCoveredError) or isinstance(
+                error.__cause__, (redis_errors.ConnectionError, redis_errors.TimeoutError)
+            ):
+                raise StoreUnavailableError(_UNREACHABLE) from error
+            raise
 
 
 def _local_now_ms() -> int:

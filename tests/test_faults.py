@@ -14,16 +14,21 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
+from redis.exceptions import RedisClusterException, ResponseError
 
 from gql_presence.app import create_app
 from gql_presence.connection import redis_client
+from gql_presence.errors import StoreUnavailableError
+from gql_presence.keys import Keys
 from gql_presence.redis_server import (
+    LocalCluster,
     RedisServer,
     redis_server_binary,
     start_redis_cluster,
     start_redis_server,
 )
-from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
+from gql_presence.shards import ShardedStore
+from tests.conftest import TEST_SETTINGS, ClientFactory, deployment_client, graphql
 
 TOUCH = 'mutation { touch(userId: "alice", sessionId: "s") { online } }'
 READ = '{ presence(userId: "alice") { online lastSeen } onlineUsers { totalCount } }'
@@ -160,3 +165,24 @@ async def wait_for_replication(replica: RedisServer) -> None:
         assert time.monotonic() < deadline, "the replica did not catch up"
         await asyncio.sleep(0.02)
     await client.aclose()
+
+
+async def test_keys_of_two_slots_are_a_fault_of_ours_not_an_outage(
+    redis_cluster: LocalCluster,
+) -> None:
+    # A script called with keys of two shards can never succeed: it must surface as the fault
+    # it is (INTERNAL, with its stack trace logged), not as UNAVAILABLE that clients retry.
+    settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=redis_cluster.nodes, shards=3)
+    client = deployment_client(settings)
+    try:
+        store = ShardedStore(client, settings)
+        await store.load_scripts()  # as at start-up: the client then checks slots itself
+        shard = store.shards[0]
+        keys = [Keys.of_shard(0).online, Keys.of_shard(1).online]
+        with pytest.raises(
+            (RedisClusterException, ResponseError), match=r"same (key )?slot"
+        ) as raised:
+            await shard._run("presence", keys, [])
+        assert not isinstance(raised.value, StoreUnavailableError)
+    finally:
+        await client.aclose()

@@ -104,6 +104,15 @@ def test_the_clusters_user_and_password_are_read_and_kept_out_of_the_repr() -> N
     assert "s3cret-password" not in repr(settings)
 
 
+def test_a_password_in_redis_url_stays_out_of_the_repr_and_of_errors() -> None:
+    settings = Settings.from_env({"REDIS_URL": "redis://:pw-secret@cache:6379/0"})
+    assert settings.redis_url == "redis://:pw-secret@cache:6379/0"
+    assert "pw-secret" not in repr(settings)
+    with pytest.raises(SettingsError, match=r"'http://user:\*\*\*@cache:6379/0'") as refused:
+        Settings.from_env({"REDIS_URL": "http://user:pw-secret@cache:6379/0"})
+    assert "pw-secret" not in str(refused.value)
+
+
 @pytest.mark.parametrize("name", ["REDIS_CLUSTER_USERNAME", "REDIS_CLUSTER_PASSWORD"])
 def test_a_cluster_credential_without_a_cluster_is_refused(name: str) -> None:
     with pytest.raises(SettingsError, match=r"redis://user:password@"):
