@@ -24,8 +24,7 @@ SCRIPT_NAMES = (
     "online_friends",
     "active_in_range",
     "weekly_stats",
-    "add_friend_links",
-    "remove_friend_links",
+    "change_friend_links",
     "sweep",
     "take_token",
 )

@@ -350,23 +350,23 @@ class PresenceStore:
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
         """Adds friends, all of them kept in this shard (a deployment of one shard)."""
-        return await self._change_friends("add_friend_links", user_id, friend_ids, mutual)
+        return await self._change_friends("SADD", user_id, friend_ids, mutual)
 
     async def remove_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
         """Removes friends, all of them kept in this shard (a deployment of one shard)."""
-        return await self._change_friends("remove_friend_links", user_id, friend_ids, mutual)
+        return await self._change_friends("SREM", user_id, friend_ids, mutual)
 
     async def add_friend_links(self, links: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """Adds to each owner's friend set in this shard the given friends (who must live in
         this shard), in one atomic step. Ids must be valid, distinct per owner and not the
         owner's own. Returns how many links each owner's set gained."""
-        return await self._change_links("add_friend_links", links)
+        return await self._change_links("SADD", links)
 
     async def remove_friend_links(self, links: Mapping[str, Sequence[str]]) -> dict[str, int]:
         """The reverse of add_friend_links: returns how many links each owner's set lost."""
-        return await self._change_links("remove_friend_links", links)
+        return await self._change_links("SREM", links)
 
     async def sweep(self, batch: int = SWEEP_BATCH) -> SweepResult:
         """Removes up to `batch` expired online entries and `batch` users past the retention."""
@@ -379,7 +379,7 @@ class PresenceStore:
         return SweepResult(int(offline), int(purged), int(online))
 
     async def _change_friends(
-        self, script: str, user_id: str, friend_ids: Sequence[str], mutual: bool
+        self, change: str, user_id: str, friend_ids: Sequence[str], mutual: bool
     ) -> int:
         check_id(user_id, "userId")
         others = [f for f in check_ids(friend_ids, "friendIds") if f != user_id]
@@ -387,19 +387,20 @@ class PresenceStore:
             return 0
         links = {other: [user_id] for other in others} if mutual else {}
         links[user_id] = others  # last: its FRIENDS event follows the friends' own
-        return (await self._change_links(script, links))[user_id]
+        return (await self._change_links(change, links))[user_id]
 
     async def _change_links(
-        self, script: str, links: Mapping[str, Sequence[str]]
+        self, change: str, links: Mapping[str, Sequence[str]]
     ) -> dict[str, int]:
+        """Runs change_friend_links: `change` is "SADD" or "SREM"."""
         owners = [owner for owner, friend_ids in links.items() if friend_ids]
         if not owners:
             return dict.fromkeys(links, 0)
         k = self._keys
-        args: list[str | int] = [k.events]
+        args: list[str | int] = [change, k.events]
         for owner in owners:
             args += [owner, len(links[owner]), *links[owner]]
-        reply = await self._run(script, list(map(k.friends, owners)), args)
+        reply = await self._run("change_friend_links", list(map(k.friends, owners)), args)
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
         return changed

@@ -1,0 +1,30 @@
+--[[
+  change_friend_links: add or remove friend links of several users, all of them kept in one
+  shard.
+
+  KEYS[1..k]  friends  SET  owner i's friends' ids (those who live in this key's shard)
+  ARGV[1]     change   string: "SADD" to add the links, "SREM" to remove them
+  ARGV[2]     channel  string: the events channel
+  ARGV[3..]   for each owner i, in the order of KEYS: owner_id, n_i, then n_i friend ids,
+              distinct and none equal to owner_id
+  Events   FRIENDS (for subscribers of friendsOf) for each owner whose friend set changed
+  Returns  {changed_1, ..., changed_k}: how many links each owner's set gained (SADD) or
+           lost (SREM)
+  Errors   "BAD_CHANGE" for any other ARGV[1]; nothing is written when it is returned
+  Work     O(links): the store sends at most 10,000 friend ids per owner and 10,001 owners
+]]
+--- @include "chunks"
+--- @include "events"
+local change, channel = ARGV[1], ARGV[2]
+if change ~= 'SADD' and change ~= 'SREM' then return redis.error_reply('BAD_CHANGE') end
+local reply = {}
+local at = 3
+for i = 1, #KEYS do
+  local owner_id, n = ARGV[at], tonumber(ARGV[at + 1])
+  local friend_ids = {}
+  for j = 1, n do friend_ids[j] = ARGV[at + 1 + j] end
+  at = at + 2 + n
+  reply[i] = call_in_chunks(change, KEYS[i], friend_ids)
+  if reply[i] > 0 then announce(channel, 'FRIENDS', owner_id, 0, '', 0) end
+end
+return reply
