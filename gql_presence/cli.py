@@ -201,8 +201,8 @@ def demo(users: int, seed: int, keep_alive: bool) -> int:
         asyncio.run(_demo(settings, users, seed, keep_alive))
     except KeyboardInterrupt:
         pass
-    except (RedisStartError, PresenceError, RedisError) as error:
-        print(f"gql-presence: {error}", file=sys.stderr)
+    except (RedisStartError, PresenceError, RedisError, RedisClusterException) as error:
+        print(f"gql-presence: {described(error)}", file=sys.stderr)
         return 1
     return 0
 
