@@ -1,5 +1,5 @@
 """The presence store: each operation builds its keys, runs one Lua script, and returns
-plain dataclasses. It knows Redis and the rules of SEMANTICS.md, and nothing of GraphQL."""
+plain dataclasses. It knows Redis and the rules of docs/semantics.md, and nothing of GraphQL."""
 
 from __future__ import annotations
 
