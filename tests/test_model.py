@@ -236,16 +236,21 @@ class PresenceModel(RuleBasedStateMachine):
         )
 
 
+def runs(max_examples: int) -> settings:
+    """max_examples runs of 20 steps each, however long a step on real Redis takes."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
 def test_store_agrees_with_the_model(redis_server: RedisServer) -> None:
     PresenceModel.redis_url = redis_server.url
     run_state_machine_as_test(
         PresenceModel,
-        settings=settings(
-            max_examples=40,
-            stateful_step_count=20,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+        settings=runs(max_examples=40),
     )
 
 
@@ -267,10 +272,5 @@ def test_sharded_store_agrees_with_the_model(deployment: Settings) -> None:
     ShardedModel.deployment = deployment
     run_state_machine_as_test(
         ShardedModel,
-        settings=settings(
-            max_examples=20,
-            stateful_step_count=20,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+        settings=runs(max_examples=20),
     )

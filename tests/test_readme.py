@@ -102,6 +102,19 @@ def environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
 
 
+def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Runs a snippet to its end, with a user's environment."""
+    return subprocess.run(
+        command,
+        cwd=cwd,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def test_every_marker_names_a_known_kind_and_a_reason() -> None:
     text = README.read_text(encoding="utf-8")
     markers = [line for line in text.splitlines() if "readme-test" in line]
@@ -112,15 +125,8 @@ def test_every_marker_names_a_known_kind_and_a_reason() -> None:
 
 @pytest.mark.parametrize("snippet", by_language("sh", "bash", "shell"))
 def test_shell_snippet_runs(snippet: Snippet, port: int) -> None:
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", runnable(snippet, port)],  # noqa: S607 - bash of PATH
-        cwd=ROOT,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bash = ["bash", "-euo", "pipefail", "-c", runnable(snippet, port)]
+    done = run(bash, ROOT)
     assert done.returncode == 0, done.stderr
     assert '"errors"' not in done.stdout, done.stdout
 
@@ -129,16 +135,7 @@ def test_shell_snippet_runs(snippet: Snippet, port: int) -> None:
 async def test_python_snippet_runs(snippet: Snippet, port: int, tmp_path: Path) -> None:
     code = runnable(snippet, port)
     if snippet.marker != "until-output":
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-c", code],
-            cwd=tmp_path,
-            env=environment(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        done = await asyncio.to_thread(run, [sys.executable, "-c", code], tmp_path)
         assert done.returncode == 0, done.stderr
         return
     # A snippet that runs until stopped: make "bob" come and go until it prints.
@@ -176,15 +173,7 @@ def test_javascript_snippet_runs(snippet: Snippet, port: int, tmp_path: Path) ->
     node = shutil.which("node")
     if node is None:
         pytest.skip("runs JavaScript snippets with Node 18 or later: apt-get install nodejs")
-    done = subprocess.run(
-        [node, "--input-type=module", "-e", runnable(snippet, port)],
-        cwd=tmp_path,
-        env=environment(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run([node, "--input-type=module", "-e", runnable(snippet, port)], tmp_path)
     assert done.returncode == 0, done.stderr
 
 
