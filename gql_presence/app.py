@@ -43,6 +43,7 @@ from gql_presence.errors import (
 )
 from gql_presence.events import EventHub, FeedDroppedError
 from gql_presence.graphql_errors import outcomes, refusal, with_codes
+from gql_presence.ide import GRAPHIQL_ASSETS, graphiql_page
 from gql_presence.limits import (
     CONNECTION_INIT_WAIT_S,
     MAX_BODY_BYTES,
@@ -141,6 +142,9 @@ class PresenceView(GraphQLView[Context, None]):
         context.caller = caller
         context.request[CALLER] = caller.label
         return await super().on_ws_connect(context)
+
+    async def render_graphql_ide(self, request: web.Request) -> web.Response:
+        return graphiql_page()  # its scripts from this service, not from a CDN
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # Strawberry tries a whole WebSocket handshake on every request; only a GET that
@@ -271,6 +275,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(event_hub)
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
     app.router.add_route("*", "/graphql", PresenceView(settings))
+    if settings.graphiql:  # GraphiQL's scripts and styles, for the page at /graphql
+        app.router.add_static("/graphiql", GRAPHIQL_ASSETS)
     # Probes in the shape Kubernetes uses: alive, and able to serve.
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)

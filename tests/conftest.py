@@ -7,11 +7,13 @@ on a 3-master Redis Cluster."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from playwright.async_api import Browser, async_playwright
 from redis.asyncio import Redis
 
 from gql_presence.app import create_app
@@ -188,3 +190,38 @@ async def graphql(client: TestClient[Any, Any], query: str, **variables: Any) ->
 
 def error_codes(body: dict[str, Any]) -> list[str]:
     return [e["extensions"]["code"] for e in body.get("errors", [])]
+
+
+# --- browsers --------------------------------------------------------------------------------
+
+# Flags that keep a headless Chromium quiet on a machine with no network but loopback.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+INSTALL_CHROMIUM = "sudo apt-get install chromium"
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    """Debian's chromium, which .ci/run installs; without it the test is skipped with the
+    command that installs it."""
+    found = shutil.which("chromium")
+    if found is None:
+        pytest.skip(f"needs Debian's chromium: {INSTALL_CHROMIUM}")
+    return found
+
+
+@pytest.fixture
+async def browser(chromium_path: str) -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(
+            executable_path=chromium_path, args=CHROMIUM_FLAGS
+        )
+        yield launched
+        await launched.close()

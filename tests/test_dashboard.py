@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 
 from gql_presence.app import create_app
 from gql_presence.demo import fill
@@ -26,44 +24,7 @@ Service = TestClient[Any, Any]
 # A browser per test.
 pytestmark = pytest.mark.slow
 
-# Flags that keep a headless Chromium quiet on a machine with no network but loopback.
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
-
-
-INSTALL_CHROMIUM = "sudo apt-get install chromium"
-
-
-def chromium() -> str:
-    """Debian's chromium, which .ci/run installs; without it the test is skipped with the
-    command that installs it."""
-    found = shutil.which("chromium")
-    if found is None:
-        pytest.skip(f"needs Debian's chromium: {INSTALL_CHROMIUM}")
-    return found
-
-
-@pytest.fixture(scope="session")
-def chromium_path() -> str:
-    return chromium()
-
-
-@pytest.fixture
-async def browser(chromium_path: str) -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(
-            executable_path=chromium_path, args=CHROMIUM_FLAGS
-        )
-        yield launched
-        await launched.close()
 
 
 async def open_dashboard(
