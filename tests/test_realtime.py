@@ -20,8 +20,9 @@ from gql import Client, GraphQLRequest
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 from gql.transport.exceptions import TransportQueryError
 
-from gql_presence.app import EVENTS, create_app
-from gql_presence.redis_server import LocalCluster, RedisServer, free_port
+from gql_presence.app import create_app
+from gql_presence.app_state import EVENTS
+from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.timeline import to_ms
 from tests.conftest import (
@@ -31,6 +32,7 @@ from tests.conftest import (
     ClientFactory,
     graphql,
 )
+from tests.redis_cluster import LocalCluster
 from tests.test_serve import run_service, stop, wait_until_serving
 
 FIELDS = "userId kind at sessionId online"

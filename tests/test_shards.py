@@ -13,14 +13,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import run_state_machine_as_test
 from redis.asyncio import RedisCluster
 
-from gql_presence.connection import AnyRedis, cluster_subscriber, subscriber_client
+from gql_presence.connection import AnyRedis, client_for, cluster_subscriber, subscriber_client
 from gql_presence.events import EventHub
 from gql_presence.keys import Keys
 from gql_presence.settings import Settings
 from gql_presence.shards import ShardedStore, shard_of
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
-from tests.conftest import TEST_SETTINGS, deployment_client
+from tests.conftest import TEST_SETTINGS
 from tests.test_events import first_event, ignore
 from tests.test_model import USERS, PresenceModel
 
@@ -224,7 +224,7 @@ class ShardedModel(PresenceModel):
     deployment = TEST_SETTINGS
 
     def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
-        redis = deployment_client(self.deployment)
+        redis = client_for(self.deployment)
         return redis, ShardedStore(redis, self.deployment)
 
 
