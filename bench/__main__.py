@@ -25,12 +25,13 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
-from gql_presence.connection import AnyRedis, cluster_client, redis_client
+from gql_presence.connection import AnyRedis, client_for
 from gql_presence.keys import Keys
-from gql_presence.redis_server import free_port, start_redis_cluster, start_redis_server
+from gql_presence.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
+from tests.redis_cluster import start_redis_cluster
 
 SETTINGS = Settings()
 Store = PresenceStore | ShardedStore
@@ -218,12 +219,7 @@ def bare_app(settings: Settings) -> web.Application:
     """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL, with
     the store and client the service builds from the same settings."""
     app = web.Application()
-    if settings.redis_cluster_nodes:
-        client: AnyRedis = cluster_client(settings)
-    else:
-        assert settings.redis_url is not None
-        client = redis_client(settings.redis_url)
-    store = ShardedStore(client, settings)
+    store = ShardedStore(client_for(settings), settings)
 
     async def touch(request: web.Request) -> web.Response:
         body = await request.json()

@@ -33,3 +33,12 @@ class Context:
         """The store, once the caller is known to be allowed this operation."""
         self.caller.authorize(need, operation, user_id)
         return self.store
+
+
+def sessions_loader(store: ShardedStore) -> DataLoader[str, tuple[Session, ...]]:
+    """Reads the sessions of every user on a page in one script call per shard."""
+
+    async def load(user_ids: list[str]) -> list[tuple[Session, ...]]:
+        return [p.sessions for p in await store.presence_many(user_ids)]
+
+    return DataLoader(load_fn=load)

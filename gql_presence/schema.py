@@ -14,7 +14,6 @@ from typing import Annotated, Any
 
 import strawberry
 from graphql import ASTValidationRule, GraphQLError
-from strawberry.dataloader import DataLoader
 from strawberry.extensions import (
     AddValidationRules,
     DisableIntrospection,
@@ -527,12 +526,3 @@ def build_schema(*, introspection: bool = True) -> PresenceSchema:
         execution_context_class=EventExecutionContext,
         config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
     )
-
-
-def sessions_loader(presence_store: ShardedStore) -> DataLoader[str, tuple[store.Session, ...]]:
-    """Reads the sessions of every user on a page in one script call per shard."""
-
-    async def load(user_ids: list[str]) -> list[tuple[store.Session, ...]]:
-        return [p.sessions for p in await presence_store.presence_many(user_ids)]
-
-    return DataLoader(load_fn=load)

@@ -17,12 +17,13 @@ from redis.asyncio.client import PubSub
 from gql_presence.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.events import EventHub, FeedDroppedError
-from gql_presence.redis_server import LocalCluster, free_port
+from gql_presence.redis_server import free_port
 from gql_presence.shards import ShardedStore, shard_of
 from gql_presence.store import PresenceStore
 from gql_presence.timeline import to_ms
 from tests.conftest import TEST_SETTINGS, StoreFactory
 from tests.helpers import eventually, first_event, ignore
+from tests.redis_cluster import LocalCluster
 
 Event = tuple[str, str, int, str, int]
 

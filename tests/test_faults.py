@@ -16,19 +16,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gql_presence.app import create_app
-from gql_presence.connection import redis_client
+from gql_presence.connection import client_for, redis_client
 from gql_presence.errors import StoreUnavailableError
 from gql_presence.keys import Keys
-from gql_presence.redis_server import (
-    LocalCluster,
-    RedisServer,
-    redis_server_binary,
-    start_redis_cluster,
-    start_redis_server,
-)
+from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.shards import ShardedStore
-from tests.conftest import TEST_SETTINGS, ClientFactory, deployment_client, graphql
+from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 from tests.helpers import eventually
+from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 TOUCH = 'mutation { touch(userId: "alice", sessionId: "s") { online } }'
 READ = '{ presence(userId: "alice") { online lastSeen } onlineUsers { totalCount } }'
@@ -174,7 +169,7 @@ async def test_keys_of_two_slots_are_a_fault_of_ours_not_an_outage(
     # A script called with keys of two shards can never succeed: it must surface as the fault
     # it is (INTERNAL, with its stack trace logged), not as UNAVAILABLE that clients retry.
     settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=redis_cluster.nodes, shards=3)
-    client = deployment_client(settings)
+    client = client_for(settings)
     try:
         store = ShardedStore(client, settings)
         await store.load_scripts()  # as at start-up: the client then checks slots itself

@@ -26,14 +26,14 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gql_presence.connection import AnyRedis, redis_client
+from gql_presence.connection import AnyRedis, client_for, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
 from gql_presence.settings import Settings
 from gql_presence.shards import ShardedStore, shard_of
 from gql_presence.store import Page, PresenceStore
 from gql_presence.timeline import from_ms, to_ms
-from tests.conftest import TEST_SETTINGS, deployment_client
+from tests.conftest import TEST_SETTINGS
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
@@ -261,7 +261,7 @@ class ShardedModel(PresenceModel):
     deployment = TEST_SETTINGS
 
     def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
-        redis = deployment_client(self.deployment)
+        redis = client_for(self.deployment)
         return redis, ShardedStore(redis, self.deployment)
 
 
