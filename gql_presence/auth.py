@@ -52,10 +52,16 @@ class Caller:
     name: str = ""
     users_see_everyone: bool = False
 
-    def authorize(self, need: Need, operation: str, user_id: str | None = None) -> None:
-        """Raises UnauthenticatedError or ForbiddenError unless the caller may do this."""
+    def require_credentials(self) -> None:
+        """Raises UnauthenticatedError for a caller who sent no credentials where they are
+        required: every field needs them, so the request is refused before its document is
+        even read."""
         if self.kind is CallerKind.ANONYMOUS:
             raise UnauthenticatedError(_NEEDS_CREDENTIALS)
+
+    def authorize(self, need: Need, operation: str, user_id: str | None = None) -> None:
+        """Raises UnauthenticatedError or ForbiddenError unless the caller may do this."""
+        self.require_credentials()
         if self.kind is not CallerKind.USER:
             return
         if need is Need.BACKEND:

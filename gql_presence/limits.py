@@ -23,6 +23,16 @@ MAX_TOKENS = 2000
 MAX_DEPTH = 10
 # Each alias of a root field is one more script call in the same request.
 MAX_ALIASES = 15
+# Fragments let a short document stand for a huge one (each spreading the one before it
+# twice doubles it): the selections it stands for, every spread expanded, are bounded. The
+# largest document a client sends is GraphiQL's introspection query, 487 selections once
+# expanded; an operation using every alias and every field is about 200.
+MAX_SELECTIONS = 1000
+# Fields of one response name at one place are compared in pairs to check that they can be
+# merged. Fragments that overlap make a few pairs (a page spreading three fragments that
+# each select userId under every alias: 136); 300 pairs cost about as much to validate as
+# the largest valid operation.
+MAX_SAME_FIELD_PAIRS = 300
 MAX_SUBSCRIPTIONS_PER_SOCKET = 20
 # A WebSocket that has not authenticated (connection_init) by then is closed.
 CONNECTION_INIT_WAIT_S = 10

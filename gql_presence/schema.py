@@ -13,17 +13,13 @@ from functools import partial
 from typing import Annotated, Any
 
 import strawberry
-from graphql import ASTValidationRule, GraphQLError
+from graphql import GraphQLError
 from strawberry.extensions import (
-    AddValidationRules,
     DisableIntrospection,
     MaxTokensLimiter,
     ParserCache,
     SchemaExtension,
-    ValidationCache,
 )
-from strawberry.extensions.max_aliases import create_validator as aliases_rule
-from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, StreamResult
 from strawberry.types import ExecutionResult
@@ -31,9 +27,10 @@ from strawberry.types import ExecutionResult
 from gql_presence import events, store
 from gql_presence.auth import Need
 from gql_presence.context import Context
+from gql_presence.document_limits import DocumentValidation
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
-from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_TOKENS
+from gql_presence.limits import MAX_TOKENS
 from gql_presence.shards import ShardedStore
 from gql_presence.telemetry import OperationLabel
 from gql_presence.validation import check_id, check_ids
@@ -489,32 +486,16 @@ async def _with_codes(source: StreamResult) -> StreamResult:
             yield result
 
 
-# Strawberry's own limit rules, made once: the validation cache keys on the rules, so rules
-# made anew per request would never hit it.
-_LIMIT_RULES: list[type[ASTValidationRule]] = [
-    depth_rule(MAX_DEPTH, None, None),
-    aliases_rule(MAX_ALIASES),
-]
-
-
-class DocumentLimits(AddValidationRules):
-    """At most MAX_DEPTH levels and MAX_ALIASES aliases, fragments included."""
-
-    def __init__(self) -> None:
-        super().__init__(_LIMIT_RULES)
-
-
 def build_schema(*, introspection: bool = True) -> PresenceSchema:
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         OperationLabel,
         ErrorCodes,
-        # Parsing and validating the same few documents again is most of GraphQL's cost per
-        # request: keep their results (the caches are shared by every request).
+        # Parsing the same few documents again is much of GraphQL's cost per request: keep
+        # their results (the cache is shared by every request; validation keeps its own).
         partial(ParserCache, maxsize=256),
-        partial(ValidationCache, maxsize=256),
         # Bounds on one document's work; their reasons are in gql_presence/limits.py.
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
-        DocumentLimits,
+        partial(DocumentValidation, hide_suggestions=not introspection),
     ]
     if not introspection:
         extensions.append(DisableIntrospection)

@@ -154,12 +154,13 @@ class PresenceView(GraphQLView[Context, None]):
         root_value: None,
         request_data: GraphQLRequestData,
     ) -> ExecutionResult:
-        # Over plain HTTP a subscription cannot be answered; say where it can be.
-        if is_subscription(request_data.query, request_data.operation_name):
-            return ExecutionResult(data=None, errors=[GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)])
         try:
             async with asyncio.timeout(self._budget_s):
                 await self._admit(request, context, request_data)
+                # Over plain HTTP a subscription cannot be answered; say where it can be.
+                if is_subscription(request_data.query, request_data.operation_name):
+                    error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
+                    return ExecutionResult(data=None, errors=[error])
                 return await super().execute_single(
                     request, request_adapter, sub_response, context, root_value, request_data
                 )
@@ -180,10 +181,12 @@ class PresenceView(GraphQLView[Context, None]):
     async def _admit(
         request: web.Request, context: Context, request_data: GraphQLRequestData
     ) -> None:
-        """Refuses bad credentials, an oversized document, and a caller over its rate."""
+        """Refuses bad or missing credentials, an oversized document, and a caller over its
+        rate: all before the document is parsed."""
         bad_credentials = request.get(BAD_CREDENTIALS)
         if bad_credentials is not None:
             raise bad_credentials
+        context.caller.require_credentials()
         size = len(request_data.query or "")
         if size > MAX_DOCUMENT_CHARS:
             raise BadInputError(
