@@ -54,8 +54,7 @@ from gql_presence.metrics import CONTENT_TYPE, Metrics
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.schema import build_schema, sessions_loader
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
-from gql_presence.store import SWEEP_BATCH
+from gql_presence.store import SWEEP_BATCH, PresenceStore
 from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation, request_telemetry
 
 if TYPE_CHECKING:
@@ -64,7 +63,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("gql_presence")
 
 SETTINGS = web.AppKey("settings", Settings)
-STORE = web.AppKey("store", ShardedStore)
+STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
 # The client of the process's one pub/sub connection (it connects when the hub subscribes).
 SUBSCRIBER = web.AppKey("subscriber", Redis)
@@ -339,7 +338,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
             client = redis_client(url)
             subscriber = subscriber_client(url)
         stack.push_async_callback(client.aclose)
-        store = ShardedStore(client, settings, observe_script=app[METRICS].observe_script)
+        store = PresenceStore(client, settings, observe_script=app[METRICS].observe_script)
         await store.load_scripts()
         app[STORE] = store
         app[LIMITER] = RateLimiter(store, settings)
@@ -376,7 +375,7 @@ async def sweeper(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def sweep_forever(store: ShardedStore, interval_s: float, metrics: Metrics) -> None:
+async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
     Every API process runs one; they need no coordination, as each sweep is one script."""

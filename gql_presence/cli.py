@@ -140,7 +140,7 @@ def check() -> int:
 
 async def _check_redis(settings: Settings) -> int:
     from gql_presence.connection import AnyRedis, cluster_client, redis_client  # noqa: PLC0415
-    from gql_presence.shards import ShardedStore  # noqa: PLC0415
+    from gql_presence.store import PresenceStore  # noqa: PLC0415
 
     client: AnyRedis
     if settings.redis_cluster_nodes:
@@ -153,7 +153,7 @@ async def _check_redis(settings: Settings) -> int:
         client = redis_client(settings.redis_url)
         url = without_password(settings.redis_url)
     try:
-        store = ShardedStore(client, settings)
+        store = PresenceStore(client, settings)
         await store.load_scripts()
         whole = not settings.redis_cluster_nodes or await store.takes_changes()
         version = (await client.info("server"))["redis_version"]

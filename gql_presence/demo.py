@@ -19,14 +19,14 @@ from gql_presence.connection import AnyRedis, cluster_client, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore
 
 DEVICES = ("web", "phone", "tablet")
 _CONCURRENCY = 64
 
 
 @contextlib.asynccontextmanager
-async def demo_store(settings: Settings) -> AsyncIterator[ShardedStore]:
+async def demo_store(settings: Settings) -> AsyncIterator[PresenceStore]:
     """The store of REDIS_CLUSTER_NODES or REDIS_URL; else the running service's embedded
     Redis; else one started here for the time of the demo."""
     url = settings.redis_url
@@ -43,7 +43,7 @@ async def demo_store(settings: Settings) -> AsyncIterator[ShardedStore]:
             await probe.aclose()
     client: AnyRedis = cluster_client(settings) if url is None else redis_client(url)
     try:
-        store = ShardedStore(client, settings)
+        store = PresenceStore(client, settings)
         await store.load_scripts()
         yield store
     finally:
@@ -64,7 +64,7 @@ async def _bounded(calls: list[Awaitable[object]]) -> None:
 
 
 async def fill(
-    store: ShardedStore, users: int, settings: Settings, rng: random.Random
+    store: PresenceStore, users: int, settings: Settings, rng: random.Random
 ) -> dict[str, int]:
     """Writes the sample; returns what it wrote, for the command to report."""
     ids = [f"user-{i:05d}" for i in range(users)]
@@ -100,7 +100,7 @@ async def fill(
     return {"users": users, "touches": touches, "online": len(online_now)}
 
 
-async def keep_alive(store: ShardedStore, users: int, rng: random.Random) -> None:
+async def keep_alive(store: PresenceStore, users: int, rng: random.Random) -> None:
     """Every second, some users come back and a few are kicked, until interrupted."""
     ids = [f"user-{i:05d}" for i in range(users)]
     while True:

@@ -28,9 +28,8 @@ from hypothesis.stateful import (
 from gql_presence.connection import AnyRedis, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
-from gql_presence.shards import ShardedStore
 from gql_presence.store import Page, PresenceStore
-from gql_presence.timeline import from_ms, to_ms
+from gql_presence.store.days import from_ms, to_ms
 from tests.conftest import TEST_SETTINGS
 
 USERS = ["ann", "bob", "cy", "dee"]
@@ -58,7 +57,7 @@ class PresenceModel(RuleBasedStateMachine):
         self.friends: dict[str, set[str]] = {u: set() for u in USERS}
         self.active_days: dict[str, set[str]] = {}
 
-    def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
+    def connect(self) -> tuple[AnyRedis, PresenceStore]:
         """The client and the store under test: one shard of redis_url (tests/test_shards.py
         checks shards against this model too)."""
         redis = redis_client(self.redis_url)

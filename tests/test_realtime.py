@@ -23,7 +23,7 @@ from gql.transport.exceptions import TransportQueryError
 from gql_presence.app import EVENTS, create_app
 from gql_presence.redis_server import LocalCluster, RedisServer, free_port
 from gql_presence.settings import Settings
-from gql_presence.timeline import to_ms
+from gql_presence.store.days import to_ms
 from tests.conftest import (
     CLUSTER_PASSWORD,
     EVERY_DEPLOYMENT,
