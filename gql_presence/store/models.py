@@ -8,12 +8,17 @@ from datetime import date, datetime
 
 @dataclass(frozen=True)
 class Session:
+    """A live session: its id and its last activity."""
+
     session_id: str
     last_seen: datetime
 
 
 @dataclass(frozen=True)
 class Presence:
+    """A user's presence: online while a session is live; last_seen is None once their
+    last activity lies further back than the retention (or for a user never seen)."""
+
     user_id: str
     online: bool
     last_seen: datetime | None
@@ -31,6 +36,9 @@ class ListedUser:
 
 @dataclass(frozen=True)
 class Page:
+    """A page of a list, newest last activity first; end_cursor (None for an empty page)
+    continues after its last user."""
+
     total_count: int
     nodes: tuple[ListedUser, ...]
     has_next_page: bool
@@ -39,6 +47,8 @@ class Page:
 
 @dataclass(frozen=True)
 class KickResult:
+    """What a kick ended, and whether the user stays online through another session."""
+
     user_id: str
     kicked_sessions: int
     online: bool
@@ -46,12 +56,17 @@ class KickResult:
 
 @dataclass(frozen=True)
 class DailyActiveUsers:
+    """How many users were active on one day of the stats time zone."""
+
     day: date
     active_users: int
 
 
 @dataclass(frozen=True)
 class WeeklyStats:
+    """Seven days ending on end_date: each day's active users, the users active on any
+    day, on every day, and on end_date but not the day before."""
+
     start_date: date
     end_date: date
     days: tuple[DailyActiveUsers, ...]
@@ -62,6 +77,8 @@ class WeeklyStats:
 
 @dataclass(frozen=True)
 class SweepResult:
+    """What one sweep did: users gone offline, users forgotten, and users online now."""
+
     offline: int
     purged: int
     online: int
