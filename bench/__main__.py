@@ -34,7 +34,7 @@ from gql_presence.store.keys import Keys
 SETTINGS = Settings()
 Store = PresenceStore
 
-# The textbook recipe for online friends (shared/seeds/000): copy the whole online set,
+# The textbook recipe for online friends: copy the whole online set,
 # trim the stale part, intersect with the friends. Run as one script, like ours.
 TEXTBOOK_ONLINE_FRIENDS = """
 local now = redis.call('TIME')

@@ -1,4 +1,4 @@
-"""Every error a client sees carries an `extensions.code` of SEMANTICS.md.
+"""Every error a client sees carries an `extensions.code` of docs/semantics.md.
 
 - Refusals of ours (PresenceError) keep their message and code.
 - Errors before execution (syntax, validation, a variable or literal of the wrong type) are

@@ -137,6 +137,16 @@ def deployment(request: pytest.FixtureRequest) -> Settings:
     return dataclasses.replace(TEST_SETTINGS, redis_url=server.url, shards=shards)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test on a Redis Cluster is slow: starting one takes a few seconds."""
+    clusters = {"redis_cluster", "password_cluster"}
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_cluster = callspec is not None and callspec.params.get("deployment") == "cluster"
+        if on_cluster or clusters & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+
+
 def deployment_client(settings: Settings) -> AnyRedis:
     if settings.redis_cluster_nodes:
         return cluster_client(settings)

@@ -3,8 +3,8 @@ WebSocket, with real tokens signed by real keys."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
+import contextlib
 import dataclasses
 import hmac
 import json
@@ -14,48 +14,27 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import jwt
 import pytest
 from aiohttp.test_utils import TestClient
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gql_presence.app import EVENTS, create_app
 from gql_presence.cli import main
 from gql_presence.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
-from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes
-
-ISSUER, AUDIENCE = "https://id.example.test", "gql-presence"
-BACKEND_TOKEN = "b" * 40
-HS_SECRET = "s" * 40
-RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-EC_KEY = ec.generate_private_key(ec.SECP256R1())
-
-
-def pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
-    return (
-        key.public_key()
-        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
-        .decode()
-    )
-
-
-SECURED = dataclasses.replace(
-    TEST_SETTINGS,
-    backend_tokens=(("chat", BACKEND_TOKEN),),
-    jwt_secret=HS_SECRET,
-    jwt_public_key=pem(RSA_KEY),
-    jwt_issuer=ISSUER,
-    jwt_audience=AUDIENCE,
+from tests.conftest import ClientFactory, error_codes
+from tests.helpers import (
+    AUDIENCE,
+    BACKEND_TOKEN,
+    EC_KEY,
+    HS_SECRET,
+    ISSUER,
+    RSA_KEY,
+    SECURED,
+    eventually,
+    pem,
+    user_token,
 )
-
-
-def user_token(
-    sub: str = "alice", key: Any = HS_SECRET, algorithm: str = "HS256", **claims: Any
-) -> str:
-    payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 300, **claims}
-    return jwt.encode(payload, key, algorithm=algorithm)
 
 
 def b64(value: bytes) -> str:
@@ -209,10 +188,8 @@ async def subscribe(api: TestClient[Any, Any], authorization: str | None, docume
     url = str(api.make_url("/graphql")).replace("http://", "ws://")
     payload = {} if authorization is None else {"Authorization": authorization}
     hub = api.app[EVENTS]
-    deadline = time.monotonic() + 3
-    while hub.feed_count:  # the previous subscription's feed is still closing
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    # The previous subscription's feed may still be closing.
+    await eventually(lambda: not hub.feed_count, 3, "the previous feed to end")
     async with (
         aiohttp.ClientSession() as session,
         session.ws_connect(url, protocols=["graphql-transport-ws"]) as socket,
@@ -226,13 +203,17 @@ async def subscribe(api: TestClient[Any, Any], authorization: str | None, docume
             return "UNAUTHENTICATED"
         assert json.loads(reply.data)["type"] == "connection_ack"
         await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
-        deadline = time.monotonic() + 3
-        while not hub.feed_count:
-            try:
-                message = await socket.receive_json(timeout=0.05)
-            except TimeoutError:
-                assert time.monotonic() < deadline, "neither subscribed nor refused"
-                continue
+        refusal: dict[str, Any] = {}
+
+        async def subscribed_or_refused() -> bool:
+            if not hub.feed_count:
+                with contextlib.suppress(TimeoutError):
+                    refusal.update(await socket.receive_json(timeout=0.05))
+            return bool(hub.feed_count or refusal)
+
+        await eventually(subscribed_or_refused, 3, "a subscription or its refusal")
+        if refusal:
+            message = refusal
             # A refusal: an `error` message, or a result with errors, then the end.
             assert message["type"] in {"error", "next"}, message
             errors = (

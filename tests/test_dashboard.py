@@ -7,7 +7,6 @@ import dataclasses
 import os
 import random
 import shutil
-import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,12 @@ from gql_presence.demo import fill
 from gql_presence.redis_server import RedisServer
 from gql_presence.store import PresenceStore
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
-from tests.test_auth import BACKEND_TOKEN, SECURED
+from tests.helpers import BACKEND_TOKEN, SECURED
 
 Service = TestClient[Any, Any]
+# A browser per test.
+pytestmark = pytest.mark.slow
+
 # Flags that keep a headless Chromium quiet on a machine with no network but loopback.
 CHROMIUM_FLAGS = [
     "--no-sandbox",
@@ -37,19 +39,15 @@ CHROMIUM_FLAGS = [
 SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
 
 
+INSTALL_CHROMIUM = "sudo apt-get install chromium"
+
+
 def chromium() -> str:
-    """Debian's chromium; installed here when missing and this is a root shell with apt-get
-    (as on CI), otherwise the test is skipped with the command to run."""
+    """Debian's chromium, which .ci/run installs; without it the test is skipped with the
+    command that installs it."""
     found = shutil.which("chromium")
-    apt_get = shutil.which("apt-get")
-    if found is None and os.geteuid() == 0 and apt_get:
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run([apt_get, "update", "-qq"], check=True, env=env, timeout=600)
-        install = [apt_get, "install", "-y", "-qq", "chromium"]
-        subprocess.run(install, check=True, env=env, timeout=900)
-        found = shutil.which("chromium")
     if found is None:
-        pytest.skip("needs Debian's chromium: apt-get install chromium")
+        pytest.skip(f"needs Debian's chromium: {INSTALL_CHROMIUM}")
     return found
 
 

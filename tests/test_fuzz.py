@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import graphql
+import pytest
 from aiohttp.test_utils import TestClient
 from graphql import (
     ArgumentNode,
@@ -430,6 +431,7 @@ def record(errors: list[dict[str, Any]]) -> None:
         event(f"executed, refused in part: {','.join(codes)}")
 
 
+@pytest.mark.slow
 @FUZZ_SETTINGS
 @given(document=OPERATIONS)
 async def test_generated_operations_are_answered_without_a_fault(
@@ -439,6 +441,7 @@ async def test_generated_operations_are_answered_without_a_fault(
     record(await answer(api, document, None))
 
 
+@pytest.mark.slow
 @FUZZ_SETTINGS
 @given(operation=with_variables())
 async def test_generated_operations_with_variables_are_answered_without_a_fault(
@@ -472,6 +475,7 @@ def several_operations(draw: st.DrawFn) -> tuple[str, str | None]:
     return text, draw(st.none() | st.sampled_from(names))
 
 
+@pytest.mark.slow
 @settings(FUZZ_SETTINGS, max_examples=max(EXAMPLES // 3, 1))
 @given(operations=several_operations())
 async def test_documents_of_several_operations_are_answered_without_a_fault(
@@ -482,6 +486,7 @@ async def test_documents_of_several_operations_are_answered_without_a_fault(
     record(await answer(api, document, None, operation_name))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(document=OPERATIONS)
 def test_generated_documents_are_well_within_the_limits(document: str) -> None:

@@ -25,7 +25,7 @@ from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
-from tests.test_auth import BACKEND_TOKEN, SECURED, user_token
+from tests.helpers import BACKEND_TOKEN, SECURED, user_token
 
 Client = TestClient[Any, Any]
 JSON = {"Content-Type": "application/json"}
@@ -71,6 +71,7 @@ async def test_tokens_and_document_size_are_limited(api: Client) -> None:
     assert "variables" in body["errors"][0]["message"]
 
 
+@pytest.mark.slow
 async def test_the_largest_valid_request_fits_and_a_larger_body_gets_413(api: Client) -> None:
     # 10,000 ids of 128 characters, each of them 4 bytes of UTF-8: the most a request needs.
     ids = [f"{i:05}" + "😀" * (MAX_ID_LENGTH - 5) for i in range(MAX_IDS_PER_CALL)]
@@ -124,6 +125,7 @@ async def test_introspection_and_graphiql_can_be_turned_off(
     assert "errors" not in await graphql(production, '{ presence(userId: "a") { online } }')
 
 
+@pytest.mark.slow
 async def test_a_request_over_its_time_budget_gets_unavailable_and_no_other_reply(
     aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
 ) -> None:

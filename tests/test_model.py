@@ -1,4 +1,4 @@
-"""The store agrees with a simple in-memory model of SEMANTICS.md, whatever the order of
+"""The store agrees with a simple in-memory model of docs/semantics.md, whatever the order of
 touches (now and backfilled), kicks, and friend changes: a hypothesis state machine on real
 Redis, checking every read after every step.
 
@@ -15,6 +15,7 @@ from collections.abc import Awaitable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -28,15 +29,18 @@ from hypothesis.stateful import (
 from gql_presence.connection import AnyRedis, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
-from gql_presence.store import Page, PresenceStore
+from gql_presence.settings import Settings
+from gql_presence.store import Page, PresenceStore, shard_of
 from gql_presence.store.days import from_ms, to_ms
-from tests.conftest import TEST_SETTINGS
+from tests.conftest import TEST_SETTINGS, deployment_client
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
 AGES_S = [0, 20, 40, 90, 7200]
 WINDOW_MS = TEST_SETTINGS.window_ms
 T = TypeVar("T")
+# Hundreds of steps on real Redis.
+pytestmark = pytest.mark.slow
 
 
 @dataclasses.dataclass
@@ -58,7 +62,7 @@ class PresenceModel(RuleBasedStateMachine):
         self.active_days: dict[str, set[str]] = {}
 
     def connect(self) -> tuple[AnyRedis, PresenceStore]:
-        """The client and the store under test: one shard of redis_url (tests/test_shards.py
+        """The client and the store under test: one shard of redis_url (ShardedModel below
         checks shards against this model too)."""
         redis = redis_client(self.redis_url)
         return redis, PresenceStore(redis, TEST_SETTINGS)
@@ -231,14 +235,41 @@ class PresenceModel(RuleBasedStateMachine):
         )
 
 
+def runs(max_examples: int) -> settings:
+    """max_examples runs of 20 steps each, however long a step on real Redis takes."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+
+
 def test_store_agrees_with_the_model(redis_server: RedisServer) -> None:
     PresenceModel.redis_url = redis_server.url
     run_state_machine_as_test(
         PresenceModel,
-        settings=settings(
-            max_examples=40,
-            stateful_step_count=20,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow],
-        ),
+        settings=runs(max_examples=40),
+    )
+
+
+# --- the same model, with users spread over three shards ----------------------------------
+
+
+class ShardedModel(PresenceModel):
+    deployment = TEST_SETTINGS
+
+    def connect(self) -> tuple[AnyRedis, PresenceStore]:
+        redis = deployment_client(self.deployment)
+        return redis, PresenceStore(redis, self.deployment)
+
+
+@pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
+def test_sharded_store_agrees_with_the_model(deployment: Settings) -> None:
+    # "ann" lives in shard 0, "bob", "cy" and "dee" in shard 2.
+    assert {shard_of(user, 3) for user in USERS} == {0, 2}
+    ShardedModel.deployment = deployment
+    run_state_machine_as_test(
+        ShardedModel,
+        settings=runs(max_examples=20),
     )

@@ -3,7 +3,6 @@ with no secrets in it."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -15,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gql_presence.logs import JsonLines
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import graphql
-from tests.test_realtime import feeds_above, ids, subscribed, subscription, ws_url
+from tests.helpers import eventually, feeds_above, ids, subscribed, subscription, ws_url
 
 Service = TestClient[Any, Any]
 
@@ -64,14 +63,25 @@ async def test_metrics_count_requests_by_operation_and_outcome_and_time_scripts(
     assert metrics[("gqlp_redis_connections_max", ())] == 64
 
 
+@pytest.mark.slow
 async def test_gauges_follow_users_online_and_subscribers(api: Service) -> None:
     await graphql(api, 'mutation { touchMany(userIds: ["a", "b", "c"]) }')
-    await asyncio.sleep(1.2)  # the sweep runs every second and counts who is online
-    assert (await scrape(api))[("gqlp_users_online", ())] == 3
+
+    async def gauge(name: str) -> float | None:
+        return (await scrape(api)).get((name, ()))
+
+    async def three_online() -> bool:
+        return await gauge("gqlp_users_online") == 3
+
+    # The sweep runs every second and counts who is online.
+    await eventually(three_online, 2, "the sweep's count")
     async with subscribed(ws_url(api), subscription(f"userIds: {ids('a')}"), feeds_above(api, 0)):
         assert (await scrape(api))[("gqlp_websocket_subscribers", ())] == 1
-    await asyncio.sleep(0.1)
-    assert (await scrape(api))[("gqlp_websocket_subscribers", ())] == 0
+
+    async def none_subscribed() -> bool:
+        return await gauge("gqlp_websocket_subscribers") == 0
+
+    await eventually(none_subscribed, 2, "the subscriber's leaving")
 
 
 async def test_one_json_log_line_per_request_without_secrets(

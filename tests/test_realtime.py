@@ -4,20 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import json
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
-from gql import Client, GraphQLRequest
-from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 from gql.transport.exceptions import TransportQueryError
 
 from gql_presence.app import EVENTS, create_app
@@ -31,22 +26,21 @@ from tests.conftest import (
     ClientFactory,
     graphql,
 )
-from tests.test_serve import run_service, stop, wait_until_serving
+from tests.helpers import (
+    FIELDS,
+    Subscriber,
+    eventually,
+    feeds_above,
+    ids,
+    run_service,
+    stop,
+    subscribed,
+    subscription,
+    wait_until_serving,
+    ws_url,
+)
 
-FIELDS = "userId kind at sessionId online"
 Service = TestClient[Any, Any]
-
-
-def subscription(arguments: str) -> str:
-    return f"subscription {{ presenceChanged({arguments}) {{ {FIELDS} }} }}"
-
-
-def ids(*user_ids: str) -> str:
-    return json.dumps(list(user_ids))
-
-
-def ws_url(service: Service) -> str:
-    return str(service.make_url("/graphql")).replace("http://", "ws://")
 
 
 async def start_service(aiohttp_client: ClientFactory, **changes: Any) -> Service:
@@ -59,66 +53,11 @@ async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redi
     return await aiohttp_client(create_app(deployment))
 
 
-class Subscriber:
-    """One `gql` client subscribed to one document, collecting what it receives."""
-
-    def __init__(self, url: str, document: str, variables: dict[str, Any] | None = None) -> None:
-        self.url = url
-        self.document = document
-        self.variables = variables
-        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.ended: BaseException | None = None
-        self.done = asyncio.Event()
-
-    async def run(self) -> None:
-        transport = AIOHTTPWebsocketsTransport(url=self.url, subprotocols=["graphql-transport-ws"])
-        try:
-            async with Client(transport=transport) as session:
-                request = GraphQLRequest(self.document, variable_values=self.variables)
-                async for result in session.subscribe(request):
-                    self.events.put_nowait(result["presenceChanged"])
-        except Exception as error:  # recorded for the test to look at
-            self.ended = error
-        else:
-            self.ended = StopAsyncIteration("the server completed the subscription")
-        finally:
-            self.done.set()
-
-    async def next(self, within_s: float = 3.0) -> dict[str, Any]:
-        return await asyncio.wait_for(self.events.get(), within_s)
-
-    async def nothing_more(self, wait_s: float = 0.3) -> None:
-        await asyncio.sleep(wait_s)
-        assert self.events.empty(), self.events.get_nowait()
-
-
-@contextlib.asynccontextmanager
-async def subscribed(
-    url: str, document: str, ready: Callable[[], bool] | None = None
-) -> AsyncIterator[Subscriber]:
-    subscriber = Subscriber(url, document)
-    task = asyncio.create_task(subscriber.run())
-    deadline = time.monotonic() + 5
-    while ready is not None and not ready():
-        assert time.monotonic() < deadline, f"not subscribed: {subscriber.ended!r}"
-        await asyncio.sleep(0.02)
-    try:
-        yield subscriber
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-def feeds_above(service: Service, count: int) -> Callable[[], bool]:
-    hub = service.app[EVENTS]
-    return lambda: hub.feed_count > count
-
-
 def without_at(event: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in event.items() if k != "at"}
 
 
+@pytest.mark.slow
 @EVERY_DEPLOYMENT
 async def test_online_kicked_and_offline_arrive_in_order_with_their_fields(
     service: Service,
@@ -329,7 +268,7 @@ async def test_lost_redis_closes_subscriptions_so_clients_subscribe_again(
     document = subscription(f"userIds: {ids('alice')}")
     async with aiohttp.ClientSession() as session:
         socket = await raw_subscription(session, ws_url(service), document)
-        await wait_until(lambda: hub.feed_count == 1)
+        await eventually(lambda: hub.feed_count == 1)
         own_redis_server.stop()
         closed = await socket.receive(timeout=10)
         assert (closed.type, closed.data) == (
@@ -345,19 +284,13 @@ async def test_lost_redis_closes_subscriptions_so_clients_subscribe_again(
     assert [e["extensions"]["code"] for e in refused.ended.errors or []] == ["UNAVAILABLE"]
 
     own_redis_server.restart()
-    await wait_until(lambda: hub.subscribed, within_s=10)
+    await eventually(lambda: hub.subscribed, within_s=10)
     async with subscribed(ws_url(service), document, feeds_above(service, 0)) as after:
         await graphql(service, 'mutation { touch(userId: "alice") { online } }')
         assert (await after.next(within_s=5))["kind"] == "ONLINE"
 
 
-async def wait_until(condition: Callable[[], bool], within_s: float = 5) -> None:
-    deadline = time.monotonic() + within_s
-    while not condition():
-        assert time.monotonic() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0.02)
-
-
+@pytest.mark.slow
 def test_events_cross_api_processes_and_expiry_is_announced_once(
     tmp_path: Any, redis_server: RedisServer
 ) -> None:
@@ -396,6 +329,7 @@ def test_settings_give_the_subscriber_buffer() -> None:
     assert Settings.from_env({"PRESENCE_SUBSCRIBER_BUFFER": "250"}).subscriber_buffer == 250
 
 
+@pytest.mark.slow
 def test_shutdown_closes_subscriptions_and_ends_promptly(
     tmp_path: Any, redis_server: RedisServer
 ) -> None:

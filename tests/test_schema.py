@@ -1,4 +1,6 @@
-"""The schema keeps the contract, the committed SDL matches the code, and it documents itself."""
+"""The committed schema.graphql (the service's contract) matches the code, the schema still
+contains the contract it was first written to where that contract lies beside the repository,
+and it documents itself."""
 
 from __future__ import annotations
 
@@ -6,6 +8,7 @@ import tracemalloc
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import strawberry
 from graphql import (
     ExecutionResult,
@@ -20,6 +23,8 @@ from gql_presence import schema as presence_schema
 from gql_presence.cli import main, schema_sdl
 
 ROOT = Path(__file__).parent.parent
+# The contract the schema was first written to, where a checkout keeps it beside the
+# repository; a clone of the repository alone has no such folder.
 CONTRACT = ROOT.parent / "shared" / "contract"
 
 
@@ -37,6 +42,10 @@ def test_export_schema_check_fails_on_drift(tmp_path: Path) -> None:
     assert main(["export-schema", "--check", str(target)]) == 1
 
 
+@pytest.mark.skipif(
+    not CONTRACT.is_dir(),
+    reason=f"no contract folder at {CONTRACT}: schema.graphql is the contract of this clone",
+)
 def test_schema_keeps_the_contract() -> None:
     contract = build_schema(
         (CONTRACT / "schema.graphql").read_text(encoding="utf-8")

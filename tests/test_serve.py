@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -25,48 +24,10 @@ from gql_presence.redis_server import (
     start_redis_cluster,
 )
 from tests.conftest import CLUSTER_PASSWORD
+from tests.helpers import post, run_service, stop, wait_until_serving
 
-
-def run_service(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
-    environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
-    environment.update(PRESENCE_DATA_DIR=str(data_dir), **env)
-    return subprocess.Popen(
-        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-
-
-def post(port: int, query: str) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/graphql",
-        data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - our own loopback
-        body: dict[str, Any] = json.load(response)
-        return body
-
-
-def wait_until_serving(service: subprocess.Popen[bytes], port: int) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        assert service.poll() is None, service.stdout.read().decode() if service.stdout else ""
-        try:
-            post(port, "{ __typename }")
-        except OSError:
-            time.sleep(0.1)
-        else:
-            return
-    pytest.fail("the service did not start within 20 s")
-
-
-def stop(service: subprocess.Popen[bytes]) -> str:
-    service.send_signal(signal.SIGTERM)
-    # The parent gives its workers 15 s to drain, then kills them: it is gone well within 30.
-    output, _ = service.communicate(timeout=30)
-    return output.decode()
+# Every test starts a process of its own, some of them several.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture

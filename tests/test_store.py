@@ -1,4 +1,4 @@
-"""The store against real Redis 6.2 and Valkey 9: each rule of SEMANTICS.md."""
+"""The store against real Redis 6.2 and Valkey 9: each rule of docs/semantics.md."""
 
 from __future__ import annotations
 

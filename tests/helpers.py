@@ -1,0 +1,223 @@
+"""Plain functions and values that several test modules use: waiting for a condition, running
+`gql-presence serve` as a user does, subscribing as a frontend does, and real credentials.
+Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import jwt
+import pytest
+from aiohttp.test_utils import TestClient
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from gql import Client, GraphQLRequest
+from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
+
+from gql_presence.app import EVENTS
+from gql_presence.events import Feed, FeedDroppedError
+from tests.conftest import TEST_SETTINGS
+
+Service = TestClient[Any, Any]
+
+
+# --- waiting ---------------------------------------------------------------------------------
+
+
+async def eventually(
+    condition: Callable[[], bool] | Callable[[], Awaitable[bool]],
+    within_s: float = 5,
+    what: str = "the condition",
+) -> None:
+    """Returns as soon as `condition()` (a plain or an async function) is true; fails the test
+    when it is still false after `within_s` seconds."""
+    deadline = time.monotonic() + within_s
+    while True:
+        outcome = condition()
+        if inspect.isawaitable(outcome):
+            outcome = await outcome
+        if outcome:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {within_s} s for {what} in vain")
+        await asyncio.sleep(0.02)
+
+
+# --- `gql-presence serve` in a process of its own ----------------------------------------------
+
+
+def run_service(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes]:
+    """`gql-presence serve` on `port`, with only the given settings (none of this shell's)."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
+    environment.update(PRESENCE_DATA_DIR=str(data_dir), **env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def post(port: int, query: str) -> dict[str, Any]:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/graphql",
+        data=json.dumps({"query": query}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - our own loopback
+        body: dict[str, Any] = json.load(response)
+        return body
+
+
+def wait_until_serving(service: subprocess.Popen[bytes], port: int) -> None:
+    """Blocks until the service answers a query (a process starts in a second or two)."""
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        assert service.poll() is None, service.stdout.read().decode() if service.stdout else ""
+        try:
+            post(port, "{ __typename }")
+        except OSError:
+            time.sleep(0.1)
+        else:
+            return
+    pytest.fail("the service did not start within 20 s")
+
+
+def stop(service: subprocess.Popen[bytes]) -> str:
+    service.send_signal(signal.SIGTERM)
+    # The parent gives its workers 15 s to drain, then kills them: it is gone well within 30.
+    output, _ = service.communicate(timeout=30)
+    return output.decode()
+
+
+# --- subscriptions, as a frontend makes them ----------------------------------------------------
+
+FIELDS = "userId kind at sessionId online"
+
+
+def subscription(arguments: str) -> str:
+    return f"subscription {{ presenceChanged({arguments}) {{ {FIELDS} }} }}"
+
+
+def ids(*user_ids: str) -> str:
+    return json.dumps(list(user_ids))
+
+
+def ws_url(service: Service) -> str:
+    return str(service.make_url("/graphql")).replace("http://", "ws://")
+
+
+class Subscriber:
+    """One `gql` client subscribed to one document, collecting what it receives."""
+
+    def __init__(self, url: str, document: str, variables: dict[str, Any] | None = None) -> None:
+        self.url = url
+        self.document = document
+        self.variables = variables
+        self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.ended: BaseException | None = None
+        self.done = asyncio.Event()
+
+    async def run(self) -> None:
+        transport = AIOHTTPWebsocketsTransport(url=self.url, subprotocols=["graphql-transport-ws"])
+        try:
+            async with Client(transport=transport) as session:
+                request = GraphQLRequest(self.document, variable_values=self.variables)
+                async for result in session.subscribe(request):
+                    self.events.put_nowait(result["presenceChanged"])
+        except Exception as error:  # recorded for the test to look at
+            self.ended = error
+        else:
+            self.ended = StopAsyncIteration("the server completed the subscription")
+        finally:
+            self.done.set()
+
+    async def next(self, within_s: float = 3.0) -> dict[str, Any]:
+        return await asyncio.wait_for(self.events.get(), within_s)
+
+    async def nothing_more(self, wait_s: float = 0.3) -> None:
+        await asyncio.sleep(wait_s)
+        assert self.events.empty(), self.events.get_nowait()
+
+
+@contextlib.asynccontextmanager
+async def subscribed(
+    url: str, document: str, ready: Callable[[], bool] | None = None
+) -> AsyncIterator[Subscriber]:
+    """A Subscriber running for the time of the block, once `ready()` says it is subscribed."""
+    subscriber = Subscriber(url, document)
+    task = asyncio.create_task(subscriber.run())
+    if ready is not None:
+        await eventually(
+            lambda: ready() or subscriber.done.is_set(), what="the subscription to begin"
+        )
+        assert ready(), f"not subscribed: {subscriber.ended!r}"
+    try:
+        yield subscriber
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def feeds_above(service: Service, count: int) -> Callable[[], bool]:
+    hub = service.app[EVENTS]
+    return lambda: hub.feed_count > count
+
+
+async def ignore(_: FeedDroppedError) -> None:
+    pass
+
+
+async def first_event(feed: Feed) -> Any:
+    async for event in feed:
+        return event
+    return None
+
+
+# --- credentials ---------------------------------------------------------------------------------
+
+ISSUER, AUDIENCE = "https://id.example.test", "gql-presence"
+BACKEND_TOKEN = "b" * 40
+HS_SECRET = "s" * 40
+RSA_KEY = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+EC_KEY = ec.generate_private_key(ec.SECP256R1())
+
+
+def pem(key: rsa.RSAPrivateKey | ec.EllipticCurvePrivateKey) -> str:
+    return (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+
+
+# Every kind of credential: a backend token, HS256 JWTs and RS256 JWTs.
+SECURED = dataclasses.replace(
+    TEST_SETTINGS,
+    backend_tokens=(("chat", BACKEND_TOKEN),),
+    jwt_secret=HS_SECRET,
+    jwt_public_key=pem(RSA_KEY),
+    jwt_issuer=ISSUER,
+    jwt_audience=AUDIENCE,
+)
+
+
+def user_token(
+    sub: str = "alice", key: Any = HS_SECRET, algorithm: str = "HS256", **claims: Any
+) -> str:
+    payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 300, **claims}
+    return jwt.encode(payload, key, algorithm=algorithm)
