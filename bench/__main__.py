@@ -26,15 +26,14 @@ from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
 from gql_presence.connection import AnyRedis, client_for
-from gql_presence.keys import Keys
 from gql_presence.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
+from gql_presence.store.keys import Keys
 from tests.redis_cluster import start_redis_cluster
 
 SETTINGS = Settings()
-Store = PresenceStore | ShardedStore
+Store = PresenceStore
 
 # The textbook recipe for online friends: copy the whole online set,
 # trim the stale part, intersect with the friends. Run as one script, like ours.
@@ -219,7 +218,7 @@ def bare_app(settings: Settings) -> web.Application:
     """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL, with
     the store and client the service builds from the same settings."""
     app = web.Application()
-    store = ShardedStore(client_for(settings), settings)
+    store = PresenceStore(client_for(settings), settings)
 
     async def touch(request: web.Request) -> web.Response:
         body = await request.json()
@@ -404,7 +403,7 @@ async def three_masters() -> AsyncIterator[tuple[str, Deployment]]:
         title = "Redis Cluster of 3 masters, 3 shards: " + "; ".join(
             f"{name} (slot {redis.keyslot(place[name])}) on {node}" for name, node in where.items()
         )
-        yield title, Deployment(redis, ShardedStore(redis, settings), 3, env)
+        yield title, Deployment(redis, PresenceStore(redis, settings), 3, env)
     finally:
         await redis.aclose()
         cluster.stop()

@@ -25,7 +25,7 @@ from gql_presence.limits import MAX_BODY_BYTES, RateLimiter
 from gql_presence.metrics import Metrics
 from gql_presence.probes import dashboard, healthz, metrics_page, readyz
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore
 from gql_presence.sweeper import sweeper
 from gql_presence.telemetry import request_telemetry
 from gql_presence.view import PresenceView
@@ -69,7 +69,7 @@ async def close_sockets(app: web.Application) -> None:
 async def redis_store(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     async with connect(settings) as redis:
-        store = ShardedStore(redis.client, settings, observe_script=app[METRICS].observe_script)
+        store = PresenceStore(redis.client, settings, observe_script=app[METRICS].observe_script)
         await store.load_scripts()  # a script that does not load fails the start, not a request
         app[REDIS] = redis
         app[STORE] = store

@@ -14,12 +14,12 @@ from gql_presence.events import EventHub
 from gql_presence.limits import RateLimiter
 from gql_presence.metrics import Metrics
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore
 
 SETTINGS = web.AppKey("settings", Settings)
 # The Redis clients of this process (commands, and the one pub/sub connection).
 REDIS = web.AppKey("redis", Connection)
-STORE = web.AppKey("store", ShardedStore)
+STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
 METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from gql_presence.errors import BadInputError, ForbiddenError, UnauthenticatedError
 from gql_presence.settings import Settings, public_key_algorithm
-from gql_presence.validation import check_id
+from gql_presence.store import check_id
 
 # How far apart the token issuer's clock and ours may be, for `exp`, `nbf` and `iat`.
 CLOCK_SKEW_S = 30

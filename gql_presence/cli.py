@@ -158,11 +158,11 @@ def check() -> int:
 
 async def _check_redis(settings: Settings) -> int:
     from gql_presence.connection import connect  # noqa: PLC0415
-    from gql_presence.shards import ShardedStore  # noqa: PLC0415
+    from gql_presence.store import PresenceStore  # noqa: PLC0415
 
     async with connect(settings) as redis:
         try:
-            store = ShardedStore(redis.client, settings)
+            store = PresenceStore(redis.client, settings)
             await store.load_scripts()
             whole = not settings.redis_cluster_nodes or await store.takes_changes()
             version = (await redis.client.info("server"))["redis_version"]

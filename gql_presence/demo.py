@@ -19,14 +19,14 @@ from redis import exceptions as redis_errors
 from gql_presence.connection import connect, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore
 
 DEVICES = ("web", "phone", "tablet")
 _CONCURRENCY = 64
 
 
 @contextlib.asynccontextmanager
-async def demo_store(settings: Settings) -> AsyncIterator[ShardedStore]:
+async def demo_store(settings: Settings) -> AsyncIterator[PresenceStore]:
     """The store of REDIS_CLUSTER_NODES or REDIS_URL; else the running service's embedded
     Redis; else one started here for the time of the demo."""
     if settings.embedded_redis:
@@ -41,7 +41,7 @@ async def demo_store(settings: Settings) -> AsyncIterator[ShardedStore]:
         finally:
             await probe.aclose()
     async with connect(settings) as redis:
-        store = ShardedStore(redis.client, settings)
+        store = PresenceStore(redis.client, settings)
         await store.load_scripts()
         yield store
 
@@ -58,7 +58,7 @@ async def _bounded(calls: list[Awaitable[object]]) -> None:
 
 
 async def fill(
-    store: ShardedStore, users: int, settings: Settings, rng: random.Random
+    store: PresenceStore, users: int, settings: Settings, rng: random.Random
 ) -> dict[str, int]:
     """Writes the sample; returns what it wrote, for the command to report."""
     ids = [f"user-{i:05d}" for i in range(users)]
@@ -94,7 +94,7 @@ async def fill(
     return {"users": users, "touches": touches, "online": len(online_now)}
 
 
-async def keep_alive(store: ShardedStore, users: int, rng: random.Random) -> None:
+async def keep_alive(store: PresenceStore, users: int, rng: random.Random) -> None:
     """Every second, some users come back and a few are kicked, until interrupted."""
     ids = [f"user-{i:05d}" for i in range(users)]
     while True:

@@ -10,8 +10,7 @@ import math
 from gql_presence.auth import Caller, CallerKind
 from gql_presence.errors import RateLimitedError
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
-from gql_presence.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
+from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore
 
 # The largest valid request: 10,000 ids of 128 characters (each up to 4 bytes of UTF-8, and
 # quotes and a comma), plus the document and the JSON around it.
@@ -41,7 +40,7 @@ CONNECTION_INIT_WAIT_S = 10
 class RateLimiter:
     """A token bucket per caller, kept in Redis so that every API process shares it."""
 
-    def __init__(self, store: ShardedStore, settings: Settings) -> None:
+    def __init__(self, store: PresenceStore, settings: Settings) -> None:
         self._store = store
         self._buckets = {
             CallerKind.USER: (settings.user_rate, settings.user_burst),

@@ -24,16 +24,15 @@ from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, StreamResult
 from strawberry.types import ExecutionResult
 
-from gql_presence import events, store
+from gql_presence import events
 from gql_presence.auth import Need
 from gql_presence.context import Context
 from gql_presence.document_limits import DocumentValidation
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
 from gql_presence.limits import MAX_TOKENS
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
-from gql_presence.validation import check_id, check_ids
 
 ID = strawberry.ID
 
@@ -89,7 +88,7 @@ class Session:
     last_seen: datetime = strawberry.field(description="The session's last activity.")
 
     @classmethod
-    def of(cls, session: store.Session) -> Session:
+    def of(cls, session: models.Session) -> Session:
         return cls(session_id=ID(session.session_id), last_seen=session.last_seen)
 
 
@@ -102,7 +101,7 @@ class UserPresence:
     last_seen: datetime | None = strawberry.field(
         description="The last recorded activity; null when none is kept."
     )
-    known_sessions: strawberry.Private[tuple[store.Session, ...] | None] = None
+    known_sessions: strawberry.Private[tuple[models.Session, ...] | None] = None
 
     @strawberry.field(description="The live sessions, most recently active first.")
     async def sessions(self, info: strawberry.Info[Context, None]) -> list[Session]:
@@ -112,7 +111,7 @@ class UserPresence:
         return [Session.of(s) for s in found]
 
     @classmethod
-    def of(cls, presence: store.Presence) -> UserPresence:
+    def of(cls, presence: models.Presence) -> UserPresence:
         return cls(
             user_id=ID(presence.user_id),
             online=presence.online,
@@ -136,7 +135,7 @@ class PresenceConnection:
     page_info: PageInfo = strawberry.field(description="Where this page ended.")
 
     @classmethod
-    def of(cls, page: store.Page) -> PresenceConnection:
+    def of(cls, page: models.Page) -> PresenceConnection:
         return cls(
             total_count=page.total_count,
             nodes=[
@@ -180,7 +179,7 @@ class WeeklyStats:
     )
 
     @classmethod
-    def of(cls, stats: store.WeeklyStats) -> WeeklyStats:
+    def of(cls, stats: models.WeeklyStats) -> WeeklyStats:
         return cls(
             start_date=stats.start_date,
             end_date=stats.end_date,
@@ -224,7 +223,7 @@ SessionIdArg = Annotated[
 
 def _store(
     info: strawberry.Info[Context, None], need: Need, user_id: str | None = None
-) -> ShardedStore:
+) -> PresenceStore:
     """The store, once the caller may run this field (for this user)."""
     return info.context.store_for(need, info.field_name, user_id)
 

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 _MS_PER_SECOND = 1000
-_MS_PER_DAY = 86_400_000
+DAY_MS = 86_400_000
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -44,7 +44,7 @@ class Settings:
     # A session is live while its last activity is at most this old.
     window_ms: int = 600 * _MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
-    retention_ms: int = 35 * _MS_PER_DAY
+    retention_ms: int = 35 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * _MS_PER_SECOND
     # Where a day starts and ends, for weeklyStats.
@@ -103,7 +103,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         window_ms = _duration_ms(env, "PRESENCE_WINDOW_SECONDS", 600, _MS_PER_SECOND)
-        retention_ms = _duration_ms(env, "PRESENCE_RETENTION_DAYS", 35, _MS_PER_DAY)
+        retention_ms = _duration_ms(env, "PRESENCE_RETENTION_DAYS", 35, DAY_MS)
         if retention_ms < window_ms:
             raise SettingsError(
                 "PRESENCE_RETENTION_DAYS must be at least the presence window "

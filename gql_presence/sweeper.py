@@ -12,8 +12,7 @@ from aiohttp import web
 from gql_presence.app_state import METRICS, SETTINGS, STORE
 from gql_presence.errors import PresenceError
 from gql_presence.metrics import Metrics
-from gql_presence.shards import ShardedStore
-from gql_presence.store import SWEEP_BATCH
+from gql_presence.store import SWEEP_BATCH, PresenceStore
 
 log = logging.getLogger("gql_presence")
 
@@ -29,7 +28,7 @@ async def sweeper(app: web.Application) -> AsyncIterator[None]:
         await task
 
 
-async def sweep_forever(store: ShardedStore, interval_s: float, metrics: Metrics) -> None:
+async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
     Every API process runs one; they need no coordination, as each sweep is one script."""

@@ -18,7 +18,6 @@ from gql_presence.app import create_app
 from gql_presence.connection import AnyRedis, connect, redis_client
 from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
 from tests.redis_cluster import LocalCluster, start_redis_cluster
 
@@ -155,9 +154,9 @@ async def api(
 
 
 @pytest.fixture
-def store_of_api(http_redis: AnyRedis, deployment: Settings) -> ShardedStore:
+def store_of_api(http_redis: AnyRedis, deployment: Settings) -> PresenceStore:
     """A store on the same Redis as the `api` service, to write data behind its back."""
-    return ShardedStore(http_redis, deployment)
+    return PresenceStore(http_redis, deployment)
 
 
 async def graphql(client: TestClient[Any, Any], query: str, **variables: Any) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from gql_presence.app import create_app
 from gql_presence.app_state import EVENTS
 from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
-from gql_presence.timeline import to_ms
+from gql_presence.store.days import to_ms
 from tests.conftest import (
     CLUSTER_PASSWORD,
     EVERY_DEPLOYMENT,
