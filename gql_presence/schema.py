@@ -5,7 +5,7 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from datetime import UTC, date, datetime
 from enum import Enum
@@ -299,6 +299,22 @@ class Query:
         return [ID(f) for f in await _store(info, Need.OWN, user_id).friends(user_id)]
 
 
+def _friend_links_mutation(
+    change: Callable[[PresenceStore, str, Sequence[str], bool], Awaitable[int]], description: str
+) -> Any:
+    """addFriends and removeFriends: the same arguments and rights, one store method each."""
+
+    async def resolve(
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        friend_ids: FriendIdsArg,
+        mutual: MutualArg = True,
+    ) -> int:
+        return await change(_store(info, Need.BACKEND), user_id, friend_ids, mutual)
+
+    return strawberry.mutation(resolver=resolve, description=description)
+
+
 @strawberry.type(description="Reporting activity and managing sessions and friends (for backends).")
 class Mutation:
     @strawberry.mutation(
@@ -350,29 +366,14 @@ class Mutation:
             user_id=ID(result.user_id), kicked_sessions=result.kicked_sessions, online=result.online
         )
 
-    @strawberry.mutation(
-        description="Add friendIds to userId's friend set (and userId to theirs when mutual). Returns how many links were added."
+    add_friends = _friend_links_mutation(
+        PresenceStore.add_friends,
+        "Add friendIds to userId's friend set (and userId to theirs when mutual). Returns how many links were added.",
     )
-    async def add_friends(
-        self,
-        info: strawberry.Info[Context, None],
-        user_id: UserIdArg,
-        friend_ids: FriendIdsArg,
-        mutual: MutualArg = True,
-    ) -> int:
-        return await _store(info, Need.BACKEND).add_friends(user_id, friend_ids, mutual)
-
-    @strawberry.mutation(
-        description="Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed."
+    remove_friends = _friend_links_mutation(
+        PresenceStore.remove_friends,
+        "Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed.",
     )
-    async def remove_friends(
-        self,
-        info: strawberry.Info[Context, None],
-        user_id: UserIdArg,
-        friend_ids: FriendIdsArg,
-        mutual: MutualArg = True,
-    ) -> int:
-        return await _store(info, Need.BACKEND).remove_friends(user_id, friend_ids, mutual)
 
 
 @strawberry.enum(description="What changed in a user's presence.")
