@@ -25,15 +25,15 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
-from gql_presence.connection import AnyRedis, cluster_client, redis_client
-from gql_presence.keys import Keys
-from gql_presence.redis_server import free_port, start_redis_cluster, start_redis_server
+from gql_presence.connection import AnyRedis, client_for
+from gql_presence.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
+from gql_presence.store.keys import Keys
+from tests.redis_cluster import start_redis_cluster
 
 SETTINGS = Settings()
-Store = PresenceStore | ShardedStore
+Store = PresenceStore
 
 # The textbook recipe for online friends: copy the whole online set,
 # trim the stale part, intersect with the friends. Run as one script, like ours.
@@ -218,12 +218,7 @@ def bare_app(settings: Settings) -> web.Application:
     """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL, with
     the store and client the service builds from the same settings."""
     app = web.Application()
-    if settings.redis_cluster_nodes:
-        client: AnyRedis = cluster_client(settings)
-    else:
-        assert settings.redis_url is not None
-        client = redis_client(settings.redis_url)
-    store = ShardedStore(client, settings)
+    store = PresenceStore(client_for(settings), settings)
 
     async def touch(request: web.Request) -> web.Response:
         body = await request.json()
@@ -408,7 +403,7 @@ async def three_masters() -> AsyncIterator[tuple[str, Deployment]]:
         title = "Redis Cluster of 3 masters, 3 shards: " + "; ".join(
             f"{name} (slot {redis.keyslot(place[name])}) on {node}" for name, node in where.items()
         )
-        yield title, Deployment(redis, ShardedStore(redis, settings), 3, env)
+        yield title, Deployment(redis, PresenceStore(redis, settings), 3, env)
     finally:
         await redis.aclose()
         cluster.stop()

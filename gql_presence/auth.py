@@ -13,16 +13,14 @@ from enum import Enum, StrEnum
 from typing import Any
 
 import jwt
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from gql_presence.errors import BadInputError, ForbiddenError, UnauthenticatedError
-from gql_presence.settings import Settings
-from gql_presence.validation import check_id
+from gql_presence.settings import Settings, public_key_algorithm
+from gql_presence.store import check_id
 
 # How far apart the token issuer's clock and ours may be, for `exp`, `nbf` and `iat`.
 CLOCK_SKEW_S = 30
-_MIN_RSA_BITS = 2048
 _REQUIRED_CLAIMS = ["exp", "iss", "aud", "sub"]
 
 
@@ -54,10 +52,16 @@ class Caller:
     name: str = ""
     users_see_everyone: bool = False
 
-    def authorize(self, need: Need, operation: str, user_id: str | None = None) -> None:
-        """Raises UnauthenticatedError or ForbiddenError unless the caller may do this."""
+    def require_credentials(self) -> None:
+        """Raises UnauthenticatedError for a caller who sent no credentials where they are
+        required: every field needs them, so the request is refused before its document is
+        even read."""
         if self.kind is CallerKind.ANONYMOUS:
             raise UnauthenticatedError(_NEEDS_CREDENTIALS)
+
+    def authorize(self, need: Need, operation: str, user_id: str | None = None) -> None:
+        """Raises UnauthenticatedError or ForbiddenError unless the caller may do this."""
+        self.require_credentials()
         if self.kind is not CallerKind.USER:
             return
         if need is Need.BACKEND:
@@ -80,19 +84,6 @@ class Caller:
     def label(self) -> str:
         """For logs: the backend's name, or the kind of caller (never a user's id)."""
         return f"backend:{self.name}" if self.kind is CallerKind.BACKEND else self.kind.value
-
-
-def public_key_algorithm(pem: str) -> str:
-    """The one JWT algorithm a public key verifies: RS256 for RSA, ES256 for EC P-256."""
-    try:
-        key = load_pem_public_key(pem.encode())
-    except ValueError as error:
-        raise ValueError("not a PEM public key (-----BEGIN PUBLIC KEY-----)") from error
-    if isinstance(key, rsa.RSAPublicKey) and key.key_size >= _MIN_RSA_BITS:
-        return "RS256"
-    if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
-        return "ES256"
-    raise ValueError(f"use an RSA key of {_MIN_RSA_BITS} bits or more, or an EC P-256 key")
 
 
 class Authenticator:

@@ -9,6 +9,7 @@ import ipaddress
 import logging
 import random
 import sys
+from importlib import metadata
 from pathlib import Path
 
 from aiohttp import web
@@ -16,8 +17,10 @@ from redis.exceptions import RedisClusterException, RedisError
 
 from gql_presence.errors import PresenceError
 from gql_presence.logs import configure_logging
-from gql_presence.redis_server import RedisStartError, redis_server_binary
-from gql_presence.settings import Settings, SettingsError, without_password
+from gql_presence.ports import refusal_to_listen
+from gql_presence.redis_server import RedisStartError, make_data_dir, redis_server_binary
+from gql_presence.settings import Settings, SettingsError
+from gql_presence.workers import SHUTDOWN_TIMEOUT_S, serve_workers
 
 SCHEMA_FILE = Path("schema.graphql")
 log = logging.getLogger("gql_presence")
@@ -43,43 +46,58 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
         )
         return 2
     configure_logging(settings.log_format)
-    if not settings.secured and not reuse_port:  # said once, by the parent of the workers
+    # A worker's parent has made sure that no other process listens on the port.
+    refusal = None if reuse_port else refusal_to_listen(host, port)
+    if refusal is not None:
+        print(f"gql-presence: cannot start: {refusal}", file=sys.stderr)
+        return 1
+    try:
+        return _serve(settings, host, port, workers or settings.workers, reuse_port)
+    # Redis at start-up (the embedded one, or one that does not answer), or the data folder.
+    except (RedisStartError, PresenceError, RedisError, RedisClusterException, OSError) as error:
+        print(f"gql-presence: cannot start: {described(error)}", file=sys.stderr)
+        return 1
+
+
+def _serve(settings: Settings, host: str, port: int, workers: int, reuse_port: bool) -> int:
+    if workers > 1:
+        detail = f" ({workers} worker processes)"
+        return serve_workers(
+            settings, host, port, workers, announce=lambda: announce(settings, host, port, detail)
+        )
+    from gql_presence.app import create_app  # noqa: PLC0415 - keeps `--help` fast
+
+    app = create_app(settings)
+    app.on_startup.append(freeze_start_up_objects)
+    web.run_app(
+        app,
+        host=host,
+        port=port,
+        reuse_port=reuse_port or None,  # a worker shares the port with the others
+        access_log=None,  # each request gets one line of our own, with its operation
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        # A worker's parent says where the service is, once for all workers.
+        print=None if reuse_port else lambda _: announce(settings, host, port),
+    )
+    return 0
+
+
+def announce(settings: Settings, host: str, port: int, detail: str = "") -> None:
+    """Says where the service answers, once it does (and, in open mode, that anyone may)."""
+    if not settings.secured:
         log.warning(
             "OPEN MODE: no credentials are configured (PRESENCE_BACKEND_TOKENS, "
             "PRESENCE_JWT_SECRET, PRESENCE_JWT_PUBLIC_KEY_FILE); every caller may read and "
             "change all presence. For local development only."
         )
-    workers = workers or settings.workers
-    try:
-        if workers > 1:
-            from gql_presence.workers import serve_workers  # noqa: PLC0415
+    print(f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql{detail}", flush=True)
 
-            return serve_workers(settings, host, port, workers)
-        from gql_presence.app import create_app  # noqa: PLC0415
 
-        app = create_app(settings)
-        app.on_startup.append(freeze_start_up_objects)
-        web.run_app(
-            app,
-            host=host,
-            port=port,
-            reuse_port=reuse_port or None,  # a worker shares the port with the others
-            access_log=None,  # each request gets one line of our own, with its operation
-            shutdown_timeout=10,  # how long requests in flight may take to finish on SIGTERM
-            # A worker's parent says where the service is, once for all workers.
-            print=None
-            if reuse_port
-            else lambda _: print(
-                f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql", flush=True
-            ),
-        )
-    except RedisStartError as error:
-        print(f"gql-presence: {error}", file=sys.stderr)
-        return 1
-    except (PresenceError, RedisError, RedisClusterException) as error:  # Redis, at start-up
-        print(f"gql-presence: cannot start: {described(error)}", file=sys.stderr)
-        return 1
-    return 0
+def what_redis_said(error: Exception) -> str:
+    """What Redis (or the network) answered, for an operator; our message if it said nothing."""
+    if isinstance(error, PresenceError):
+        return str(error.__cause__ or error.message).rstrip(".")
+    return str(error).rstrip(".")
 
 
 def described(error: Exception) -> str:
@@ -120,10 +138,10 @@ def check() -> int:
     settings = settings_or_exit()
     if settings is None:
         return 2
-    if settings.redis_url is None and not settings.redis_cluster_nodes:
+    if settings.embedded_redis:
         try:
             binary = redis_server_binary()
-            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            make_data_dir(settings.data_dir)
             probe = settings.data_dir / ".check"
             probe.write_bytes(b"")
             probe.unlink()
@@ -139,39 +157,32 @@ def check() -> int:
 
 
 async def _check_redis(settings: Settings) -> int:
-    from gql_presence.connection import AnyRedis, cluster_client, redis_client  # noqa: PLC0415
-    from gql_presence.shards import ShardedStore  # noqa: PLC0415
+    from gql_presence.connection import connect  # noqa: PLC0415
+    from gql_presence.store import PresenceStore  # noqa: PLC0415
 
-    client: AnyRedis
-    if settings.redis_cluster_nodes:
-        client = cluster_client(settings)
-        url = "the Redis Cluster of " + ",".join(
-            f"{h}:{p}" for h, p in settings.redis_cluster_nodes
-        )
-    else:
-        assert settings.redis_url is not None
-        client = redis_client(settings.redis_url)
-        url = without_password(settings.redis_url)
-    try:
-        store = ShardedStore(client, settings)
-        await store.load_scripts()
-        whole = not settings.redis_cluster_nodes or await store.takes_changes()
-        version = (await client.info("server"))["redis_version"]
-        placement = store.placement() if whole else {}
-    except (PresenceError, RedisError, RedisClusterException) as error:
-        print(f"gql-presence: {url} does not serve the store: {described(error)}", file=sys.stderr)
-        return 1
-    finally:
-        await client.aclose()
+    async with connect(settings) as redis:
+        try:
+            store = PresenceStore(redis.client, settings)
+            await store.load_scripts()
+            whole = not settings.redis_cluster_nodes or await store.takes_changes()
+            version = (await redis.client.info("server"))["redis_version"]
+            placement = store.placement() if whole else {}
+        except (PresenceError, RedisError, RedisClusterException) as error:
+            print(
+                f"gql-presence: {redis.where} does not serve the store: {what_redis_said(error)}. "
+                f"Check {redis.settings_to_check}, and that this Redis is running.",
+                file=sys.stderr,
+            )
+            return 1
     if not whole:
         print(
-            f"gql-presence: {url} does not serve every slot (cluster_state is not ok)",
+            f"gql-presence: {redis.where} does not serve every slot (cluster_state is not ok)",
             file=sys.stderr,
         )
         return 1
     print(
-        f"gql-presence: settings valid; Redis {version} at {url} answers and holds the scripts "
-        f"({settings.shards} shard{'s' if settings.shards > 1 else ''})"
+        f"gql-presence: settings valid; Redis {version} at {redis.where} answers and holds "
+        f"the scripts ({settings.shards} shard{'s' if settings.shards > 1 else ''})"
     )
     if placement:
         print(
@@ -233,6 +244,7 @@ def export_schema(path: Path, check: bool) -> int:
                 file=sys.stderr,
             )
             return 1
+        print(f"gql-presence: {path} matches the schema in the code")
         return 0
     path.write_text(sdl, encoding="utf-8")
     return 0
@@ -252,6 +264,9 @@ def _user_count(raw: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="gql-presence", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {metadata.version('gql-presence')}"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("serve", help="serve GraphQL (and GraphiQL) at /graphql")
     run.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

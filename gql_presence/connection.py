@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import itertools
-from collections.abc import Callable, Sequence
+import logging
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCluster
@@ -13,7 +18,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gql_presence.settings import Settings
+from gql_presence.redis_server import start_embedded_redis
+from gql_presence.settings import Settings, without_password
+
+log = logging.getLogger("gql_presence")
 
 # Enough for the concurrency of one process; a request that finds them all busy waits for
 # one (up to POOL_WAIT_S) instead of failing at once or opening connections without bound.
@@ -34,6 +42,84 @@ MAX_CLUSTER_CONNECTIONS = 4 * MAX_CONNECTIONS
 
 # Either client: they take the same commands, and route a script by its keys' slot on a cluster.
 AnyRedis = Redis | RedisCluster
+# How long closing the pub/sub connection may take before it is given up.
+_SUBSCRIBER_CLOSE_S = 5
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The Redis of a deployment, as `connect` opened it."""
+
+    # For commands and scripts.
+    client: AnyRedis
+    # For the one pub/sub subscription of a process; it connects when something subscribes.
+    subscriber: Redis
+    # Which Redis this is, for an operator (any password masked).
+    where: str
+    # The settings that name what to fix when this Redis cannot be reached.
+    settings_to_check: str
+
+
+@contextlib.contextmanager
+def started_if_embedded(settings: Settings) -> Iterator[Settings]:
+    """The settings, with REDIS_URL pointing at the embedded Redis when they name no Redis:
+    it is started here and stopped on leaving."""
+    if not settings.embedded_redis:
+        yield settings
+        return
+    server = start_embedded_redis(settings.data_dir)
+    try:
+        log.info("embedded Redis at %s, data in %s", server.url, settings.data_dir)
+        yield dataclasses.replace(settings, redis_url=server.url)
+    finally:
+        server.stop()
+
+
+def client_for(settings: Settings) -> AnyRedis:
+    """A client of the Redis the settings name: the cluster of REDIS_CLUSTER_NODES, or else
+    REDIS_URL (set: the embedded Redis is `connect`'s to start). Its caller closes it."""
+    if settings.redis_cluster_nodes:
+        return cluster_client(settings)
+    if settings.redis_url is None:
+        raise ValueError("no Redis is named: set REDIS_URL or REDIS_CLUSTER_NODES")
+    return redis_client(settings.redis_url)
+
+
+@contextlib.asynccontextmanager
+async def connect(settings: Settings) -> AsyncIterator[Connection]:
+    """The Redis Cluster of REDIS_CLUSTER_NODES, or the Redis of REDIS_URL, or else the
+    embedded one (started now); every client and the embedded Redis are closed on leaving."""
+    with started_if_embedded(settings) as reachable:
+        client = client_for(reachable)
+        if isinstance(client, RedisCluster):
+            nodes = ",".join(f"{host}:{port}" for host, port in reachable.redis_cluster_nodes)
+            connection = Connection(
+                client=client,
+                subscriber=cluster_subscriber(client, reachable.redis_cluster_nodes),
+                where=f"the Redis Cluster of {nodes}",
+                settings_to_check=(
+                    "REDIS_CLUSTER_NODES, REDIS_CLUSTER_USERNAME and REDIS_CLUSTER_PASSWORD"
+                ),
+            )
+        else:
+            url = str(reachable.redis_url)
+            connection = Connection(
+                client=client,
+                subscriber=subscriber_client(url),
+                where=without_password(url),
+                settings_to_check="REDIS_URL",
+            )
+        try:
+            yield connection
+        finally:
+            try:
+                await asyncio.wait_for(connection.subscriber.aclose(), _SUBSCRIBER_CLOSE_S)
+            except TimeoutError:
+                log.warning(
+                    "the event subscription's connection did not close in %d s",
+                    _SUBSCRIBER_CLOSE_S,
+                )
+            await connection.client.aclose()
 
 
 def redis_client(

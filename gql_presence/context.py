@@ -10,14 +10,13 @@ from strawberry.dataloader import DataLoader
 from gql_presence.auth import Caller, Need
 from gql_presence.events import EventHub, OnDrop
 from gql_presence.limits import RateLimiter
-from gql_presence.shards import ShardedStore
-from gql_presence.store import Session
+from gql_presence.store import PresenceStore, Session
 
 
 @dataclass
 class Context:
     request: web.Request
-    store: ShardedStore
+    store: PresenceStore
     # Made anew for each request, so that no request reads another's cached sessions.
     sessions: DataLoader[str, tuple[Session, ...]]
     events: EventHub
@@ -29,7 +28,16 @@ class Context:
     # A WebSocket's connection_init payload, as the client sent it.
     connection_params: dict[str, object] = field(default_factory=dict)
 
-    def store_for(self, need: Need, operation: str, user_id: str | None = None) -> ShardedStore:
+    def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""
         self.caller.authorize(need, operation, user_id)
         return self.store
+
+
+def sessions_loader(store: PresenceStore) -> DataLoader[str, tuple[Session, ...]]:
+    """Reads the sessions of every user on a page in one script call per shard."""
+
+    async def load(user_ids: list[str]) -> list[tuple[Session, ...]]:
+        return [p.sessions for p in await store.presence_many(user_ids)]
+
+    return DataLoader(load_fn=load)

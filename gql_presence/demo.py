@@ -9,47 +9,41 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import random
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, time, timedelta
 
 from redis import exceptions as redis_errors
 
-from gql_presence.connection import AnyRedis, cluster_client, redis_client
+from gql_presence.connection import connect, redis_client
 from gql_presence.errors import SessionRevokedError
-from gql_presence.redis_server import start_embedded_redis
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore
 
 DEVICES = ("web", "phone", "tablet")
 _CONCURRENCY = 64
 
 
 @contextlib.asynccontextmanager
-async def demo_store(settings: Settings) -> AsyncIterator[ShardedStore]:
+async def demo_store(settings: Settings) -> AsyncIterator[PresenceStore]:
     """The store of REDIS_CLUSTER_NODES or REDIS_URL; else the running service's embedded
     Redis; else one started here for the time of the demo."""
-    url = settings.redis_url
-    server = None
-    if url is None and not settings.redis_cluster_nodes:
-        url = f"unix://{settings.data_dir / 'redis.sock'}"
-        probe = redis_client(url)
+    if settings.embedded_redis:
+        running = f"unix://{settings.data_dir / 'redis.sock'}"
+        probe = redis_client(running)
         try:
             await probe.ping()
         except (redis_errors.ConnectionError, OSError):
-            server = start_embedded_redis(settings.data_dir)
-            url = server.url
+            pass  # no service runs: connect starts the embedded Redis
+        else:
+            settings = dataclasses.replace(settings, redis_url=running)
         finally:
             await probe.aclose()
-    client: AnyRedis = cluster_client(settings) if url is None else redis_client(url)
-    try:
-        store = ShardedStore(client, settings)
+    async with connect(settings) as redis:
+        store = PresenceStore(redis.client, settings)
         await store.load_scripts()
         yield store
-    finally:
-        await client.aclose()
-        if server is not None:
-            server.stop()
 
 
 async def _bounded(calls: list[Awaitable[object]]) -> None:
@@ -64,7 +58,7 @@ async def _bounded(calls: list[Awaitable[object]]) -> None:
 
 
 async def fill(
-    store: ShardedStore, users: int, settings: Settings, rng: random.Random
+    store: PresenceStore, users: int, settings: Settings, rng: random.Random
 ) -> dict[str, int]:
     """Writes the sample; returns what it wrote, for the command to report."""
     ids = [f"user-{i:05d}" for i in range(users)]
@@ -100,7 +94,7 @@ async def fill(
     return {"users": users, "touches": touches, "online": len(online_now)}
 
 
-async def keep_alive(store: ShardedStore, users: int, rng: random.Random) -> None:
+async def keep_alive(store: PresenceStore, users: int, rng: random.Random) -> None:
     """Every second, some users come back and a few are kicked, until interrupted."""
     ids = [f"user-{i:05d}" for i in range(users)]
     while True:

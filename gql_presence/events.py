@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -23,13 +22,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.errors import BadInputError, PresenceError, StoreUnavailableError
-from gql_presence.shards import ShardedStore
-from gql_presence.timeline import from_ms
-from gql_presence.validation import MAX_IDS_PER_CALL
+from gql_presence.store import MAX_IDS_PER_CALL, Announced, EventKind, PresenceStore, read_events
+from gql_presence.store.days import from_ms
 
 log = logging.getLogger("gql_presence.events")
 
-FRIENDS_CHANGED = "FRIENDS"
 _RECONNECT_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _STOP_WAIT_S = 5.0
 
@@ -37,7 +34,7 @@ _STOP_WAIT_S = 5.0
 @dataclass(frozen=True)
 class PresenceEvent:
     user_id: str
-    kind: str  # ONLINE, OFFLINE or KICKED
+    kind: EventKind  # ONLINE, OFFLINE or KICKED
     at: datetime
     session_id: str | None
     online: bool
@@ -108,7 +105,7 @@ class EventHub:
     def __init__(
         self,
         redis: Redis,
-        store: ShardedStore,
+        store: PresenceStore,
         capacity: int,
         *,
         ping_every_s: float = 5.0,
@@ -286,21 +283,17 @@ class EventHub:
             feed.drop(FeedDroppedError(_again(why), violation=False))
 
     def _dispatch(self, data: bytes) -> None:
-        # One message holds one or more events, five values each (lua/includes/events.lua).
         try:
-            values = json.loads(data)
-            if not isinstance(values, list) or len(values) % 5:
-                raise ValueError("not a list of events")  # noqa: TRY301 - logged just below
+            announced = read_events(data)
         except ValueError:
             log.exception("unreadable presence events %r", data[:200])
             return
-        for i in range(0, len(values), 5):
-            self._dispatch_one(*values[i : i + 5])
+        for one in announced:
+            self._dispatch_one(one)
 
-    def _dispatch_one(
-        self, kind: str, user_id: str, at_ms: int, session_id: str, online: int
-    ) -> None:
-        if kind == FRIENDS_CHANGED:
+    def _dispatch_one(self, announced: Announced) -> None:
+        kind, user_id, at_ms, session_id, online = announced
+        if kind == EventKind.FRIENDS:
             for feed in list(self._by_friends_of.get(user_id, ())):
                 self.spawn(self._follow_friend_change(feed))
             return
@@ -308,11 +301,12 @@ class EventHub:
         if not feeds:
             return  # most events concern users nobody here follows
         try:
-            at = from_ms(int(at_ms))
+            event = PresenceEvent(
+                user_id, EventKind(kind), from_ms(int(at_ms)), session_id or None, bool(online)
+            )
         except (ValueError, TypeError):
-            log.exception("unreadable presence event %r", [kind, user_id, at_ms])
+            log.exception("unreadable presence event %r", list(announced))
             return
-        event = PresenceEvent(user_id, kind, at, session_id or None, bool(online))
         for feed in list(feeds):
             feed.offer(event)
 

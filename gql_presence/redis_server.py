@@ -1,19 +1,14 @@
 """Starting and stopping private redis-server processes: the embedded store of a service
-run with no REDIS_URL, and the throwaway servers (and Redis Clusters) of the tests and
-benchmarks."""
+run with no REDIS_URL, and the throwaway servers of the tests and benchmarks."""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import os
-import random
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -23,9 +18,12 @@ from pathlib import Path
 from redis import Redis
 from redis import exceptions as redis_errors
 
-_PR_SET_PDEATHSIG = 1
+from gql_presence.children import start_child
+
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0
+# The umask of a server: the files it creates are 0600, its folders 0700.
+_ONLY_THIS_USER = 0o077
 
 
 class RedisStartError(RuntimeError):
@@ -56,32 +54,6 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-# A cluster node also listens on its port + 10000 (the cluster bus), so its port is at most
-# 55535; ports are picked below the usual ephemeral range, with the bus port free as well.
-_CLUSTER_PORTS = (20000, 30000)
-_CLUSTER_BUS_OFFSET = 10000
-_CLUSTER_SLOTS = 16384
-
-
-def free_cluster_port() -> int:
-    while True:
-        port = random.randint(*_CLUSTER_PORTS)  # noqa: S311 - not a secret
-        with contextlib.ExitStack() as probes:
-            try:
-                for candidate in (port, port + _CLUSTER_BUS_OFFSET):
-                    probe = probes.enter_context(socket.socket())
-                    probe.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-            return port
-
-
-def _die_with_parent() -> None:
-    # The server must not outlive the process that started it, even one killed outright.
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 @dataclass
@@ -148,17 +120,26 @@ def start_redis_server(
 def _spawn(
     binary: str, args: list[str], log_path: Path, pass_fds: Sequence[int] = ()
 ) -> subprocess.Popen[bytes]:
-    with log_path.open("ab") as log:
-        return subprocess.Popen(
+    with open(log_path, "ab", opener=_private_file) as log:
+        # Ctrl-C reaches us, and we stop the server in order; it dies with us otherwise.
+        return start_child(
             [binary, *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
-            start_new_session=True,  # Ctrl-C reaches us, and we stop the server in order
-            # prctl is Linux's; elsewhere the server is stopped by our own shutdown only.
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             pass_fds=tuple(pass_fds),
+            umask=_ONLY_THIS_USER,  # the data files it writes are this user's alone
         )
+
+
+def _private_file(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+def make_data_dir(data_dir: Path) -> None:
+    """Creates the embedded Redis's folder, if missing, for this user alone (0700): it holds
+    every user's presence. A folder that exists is left as it is."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
 
 
 def _wait_until_ready(server: RedisServer) -> None:
@@ -191,7 +172,7 @@ def start_embedded_redis(data_dir: Path) -> RedisServer:
 
     A lock on data_dir, held by the server process as long as it runs, keeps a second
     service from starting a second Redis on the same files."""
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_data_dir(data_dir)
     lock_fd = os.open(data_dir / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -208,74 +189,3 @@ def start_embedded_redis(data_dir: Path) -> RedisServer:
         return start_redis_server(unix_socket=socket_path, data_dir=data_dir, pass_fds=[lock_fd])
     finally:
         os.close(lock_fd)  # the server holds its own copy of the locked descriptor
-
-
-@dataclass
-class LocalCluster:
-    """A Redis Cluster of masters on loopback, started by this process (tests, benchmarks)."""
-
-    servers: list[RedisServer]
-    nodes: tuple[tuple[str, int], ...]
-
-    def stop(self) -> None:
-        for server in self.servers:
-            server.stop()
-
-
-_CLUSTER_NODE = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-
-
-def start_redis_cluster(
-    slot_starts: Sequence[int] = (0, 5461, 10923),
-    *,
-    binary: str | None = None,
-    password: str | None = None,
-) -> LocalCluster:
-    """Starts one master per entry of slot_starts, master i serving the slots from
-    slot_starts[i] up to the next start, joins them (CLUSTER ADDSLOTS, MEET) and waits until
-    every node says cluster_state:ok. No replicas: a throwaway cluster for tests. With a
-    password, every node requires it (AUTH) from then on."""
-    cluster = LocalCluster([], ())
-    extra = [*_CLUSTER_NODE, "--cluster-node-timeout", "2000"]
-    try:
-        for _ in slot_starts:
-            port = free_cluster_port()
-            cluster.servers.append(start_redis_server(binary=binary, port=port, extra=extra))
-            cluster.nodes += (("127.0.0.1", port),)
-        _join(cluster.nodes, [*slot_starts, _CLUSTER_SLOTS])
-        if password is not None:
-            _require_password(cluster.nodes, password)
-    except BaseException:
-        cluster.stop()
-        raise
-    return cluster
-
-
-def _require_password(nodes: tuple[tuple[str, int], ...], password: str) -> None:
-    # Set once the nodes are up (not on their command line, where any process can read it).
-    for host, port in nodes:
-        with Redis(host=host, port=port) as client:
-            client.config_set("masterauth", password)
-            client.config_set("requirepass", password)
-
-
-def _join(nodes: tuple[tuple[str, int], ...], bounds: list[int]) -> None:
-    clients = [Redis(host=host, port=port, decode_responses=True) for host, port in nodes]
-    try:
-        for i, client in enumerate(clients):
-            client.cluster("ADDSLOTS", *range(bounds[i], bounds[i + 1]))
-            client.cluster("SET-CONFIG-EPOCH", i + 1)
-        for client in clients[1:]:
-            client.cluster("MEET", *nodes[0])
-        deadline = time.monotonic() + _START_TIMEOUT_S
-        while not all(
-            (info := client.cluster("INFO"))["cluster_state"] == "ok"
-            and int(info["cluster_known_nodes"]) == len(clients)
-            for client in clients
-        ):
-            if time.monotonic() > deadline:
-                raise RedisStartError(f"the cluster did not come up within {_START_TIMEOUT_S:g} s")
-            time.sleep(0.05)
-    finally:
-        for client in clients:
-            client.close()

@@ -5,7 +5,7 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from datetime import UTC, date, datetime
 from enum import Enum
@@ -13,31 +13,26 @@ from functools import partial
 from typing import Annotated, Any
 
 import strawberry
-from graphql import ASTValidationRule, GraphQLError
-from strawberry.dataloader import DataLoader
+from graphql import GraphQLError
 from strawberry.extensions import (
-    AddValidationRules,
     DisableIntrospection,
     MaxTokensLimiter,
     ParserCache,
     SchemaExtension,
-    ValidationCache,
 )
-from strawberry.extensions.max_aliases import create_validator as aliases_rule
-from strawberry.extensions.query_depth_limiter import create_validator as depth_rule
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, StreamResult
 from strawberry.types import ExecutionResult
 
-from gql_presence import events, store
+from gql_presence import events
 from gql_presence.auth import Need
 from gql_presence.context import Context
+from gql_presence.document_limits import DocumentValidation
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
-from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_TOKENS
-from gql_presence.shards import ShardedStore
+from gql_presence.limits import MAX_TOKENS
+from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
-from gql_presence.validation import check_id, check_ids
 
 ID = strawberry.ID
 
@@ -93,7 +88,7 @@ class Session:
     last_seen: datetime = strawberry.field(description="The session's last activity.")
 
     @classmethod
-    def of(cls, session: store.Session) -> Session:
+    def of(cls, session: models.Session) -> Session:
         return cls(session_id=ID(session.session_id), last_seen=session.last_seen)
 
 
@@ -106,7 +101,7 @@ class UserPresence:
     last_seen: datetime | None = strawberry.field(
         description="The last recorded activity; null when none is kept."
     )
-    known_sessions: strawberry.Private[tuple[store.Session, ...] | None] = None
+    known_sessions: strawberry.Private[tuple[models.Session, ...] | None] = None
 
     @strawberry.field(description="The live sessions, most recently active first.")
     async def sessions(self, info: strawberry.Info[Context, None]) -> list[Session]:
@@ -116,7 +111,7 @@ class UserPresence:
         return [Session.of(s) for s in found]
 
     @classmethod
-    def of(cls, presence: store.Presence) -> UserPresence:
+    def of(cls, presence: models.Presence) -> UserPresence:
         return cls(
             user_id=ID(presence.user_id),
             online=presence.online,
@@ -140,7 +135,7 @@ class PresenceConnection:
     page_info: PageInfo = strawberry.field(description="Where this page ended.")
 
     @classmethod
-    def of(cls, page: store.Page) -> PresenceConnection:
+    def of(cls, page: models.Page) -> PresenceConnection:
         return cls(
             total_count=page.total_count,
             nodes=[
@@ -184,7 +179,7 @@ class WeeklyStats:
     )
 
     @classmethod
-    def of(cls, stats: store.WeeklyStats) -> WeeklyStats:
+    def of(cls, stats: models.WeeklyStats) -> WeeklyStats:
         return cls(
             start_date=stats.start_date,
             end_date=stats.end_date,
@@ -228,7 +223,7 @@ SessionIdArg = Annotated[
 
 def _store(
     info: strawberry.Info[Context, None], need: Need, user_id: str | None = None
-) -> ShardedStore:
+) -> PresenceStore:
     """The store, once the caller may run this field (for this user)."""
     return info.context.store_for(need, info.field_name, user_id)
 
@@ -304,6 +299,22 @@ class Query:
         return [ID(f) for f in await _store(info, Need.OWN, user_id).friends(user_id)]
 
 
+def _friend_links_mutation(
+    change: Callable[[PresenceStore, str, Sequence[str], bool], Awaitable[int]], description: str
+) -> Any:
+    """addFriends and removeFriends: the same arguments and rights, one store method each."""
+
+    async def resolve(
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        friend_ids: FriendIdsArg,
+        mutual: MutualArg = True,
+    ) -> int:
+        return await change(_store(info, Need.BACKEND), user_id, friend_ids, mutual)
+
+    return strawberry.mutation(resolver=resolve, description=description)
+
+
 @strawberry.type(description="Reporting activity and managing sessions and friends (for backends).")
 class Mutation:
     @strawberry.mutation(
@@ -355,29 +366,14 @@ class Mutation:
             user_id=ID(result.user_id), kicked_sessions=result.kicked_sessions, online=result.online
         )
 
-    @strawberry.mutation(
-        description="Add friendIds to userId's friend set (and userId to theirs when mutual). Returns how many links were added."
+    add_friends = _friend_links_mutation(
+        PresenceStore.add_friends,
+        "Add friendIds to userId's friend set (and userId to theirs when mutual). Returns how many links were added.",
     )
-    async def add_friends(
-        self,
-        info: strawberry.Info[Context, None],
-        user_id: UserIdArg,
-        friend_ids: FriendIdsArg,
-        mutual: MutualArg = True,
-    ) -> int:
-        return await _store(info, Need.BACKEND).add_friends(user_id, friend_ids, mutual)
-
-    @strawberry.mutation(
-        description="Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed."
+    remove_friends = _friend_links_mutation(
+        PresenceStore.remove_friends,
+        "Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed.",
     )
-    async def remove_friends(
-        self,
-        info: strawberry.Info[Context, None],
-        user_id: UserIdArg,
-        friend_ids: FriendIdsArg,
-        mutual: MutualArg = True,
-    ) -> int:
-        return await _store(info, Need.BACKEND).remove_friends(user_id, friend_ids, mutual)
 
 
 @strawberry.enum(description="What changed in a user's presence.")
@@ -490,32 +486,16 @@ async def _with_codes(source: StreamResult) -> StreamResult:
             yield result
 
 
-# Strawberry's own limit rules, made once: the validation cache keys on the rules, so rules
-# made anew per request would never hit it.
-_LIMIT_RULES: list[type[ASTValidationRule]] = [
-    depth_rule(MAX_DEPTH, None, None),
-    aliases_rule(MAX_ALIASES),
-]
-
-
-class DocumentLimits(AddValidationRules):
-    """At most MAX_DEPTH levels and MAX_ALIASES aliases, fragments included."""
-
-    def __init__(self) -> None:
-        super().__init__(_LIMIT_RULES)
-
-
 def build_schema(*, introspection: bool = True) -> PresenceSchema:
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         OperationLabel,
         ErrorCodes,
-        # Parsing and validating the same few documents again is most of GraphQL's cost per
-        # request: keep their results (the caches are shared by every request).
+        # Parsing the same few documents again is much of GraphQL's cost per request: keep
+        # their results (the cache is shared by every request; validation keeps its own).
         partial(ParserCache, maxsize=256),
-        partial(ValidationCache, maxsize=256),
         # Bounds on one document's work; their reasons are in gql_presence/limits.py.
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
-        DocumentLimits,
+        partial(DocumentValidation, hide_suggestions=not introspection),
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
@@ -527,12 +507,3 @@ def build_schema(*, introspection: bool = True) -> PresenceSchema:
         execution_context_class=EventExecutionContext,
         config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
     )
-
-
-def sessions_loader(presence_store: ShardedStore) -> DataLoader[str, tuple[store.Session, ...]]:
-    """Reads the sessions of every user on a page in one script call per shard."""
-
-    async def load(user_ids: list[str]) -> list[tuple[store.Session, ...]]:
-        return [p.sessions for p in await presence_store.presence_many(user_ids)]
-
-    return DataLoader(load_fn=load)

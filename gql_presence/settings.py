@@ -14,8 +14,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
 _MS_PER_SECOND = 1000
-_MS_PER_DAY = 86_400_000
+DAY_MS = 86_400_000
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -41,7 +44,7 @@ class Settings:
     # A session is live while its last activity is at most this old.
     window_ms: int = 600 * _MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
-    retention_ms: int = 35 * _MS_PER_DAY
+    retention_ms: int = 35 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * _MS_PER_SECOND
     # Where a day starts and ends, for weeklyStats.
@@ -88,6 +91,11 @@ class Settings:
     workers: int = 1
 
     @property
+    def embedded_redis(self) -> bool:
+        """Whether the service runs its own Redis: neither REDIS_URL nor a cluster is set."""
+        return self.redis_url is None and not self.redis_cluster_nodes
+
+    @property
     def stats_zone(self) -> ZoneInfo:
         return ZoneInfo(self.stats_timezone)
 
@@ -95,7 +103,7 @@ class Settings:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         window_ms = _duration_ms(env, "PRESENCE_WINDOW_SECONDS", 600, _MS_PER_SECOND)
-        retention_ms = _duration_ms(env, "PRESENCE_RETENTION_DAYS", 35, _MS_PER_DAY)
+        retention_ms = _duration_ms(env, "PRESENCE_RETENTION_DAYS", 35, DAY_MS)
         if retention_ms < window_ms:
             raise SettingsError(
                 "PRESENCE_RETENTION_DAYS must be at least the presence window "
@@ -157,13 +165,13 @@ def _duration_ms(
     raw = env.get(name, "").strip()
     if not raw:
         return round(default * unit_ms)
-    lowest = "0" if allow_zero else "a positive number"
+    allowed = "0 or more" if allow_zero else "a positive number"
     try:
         value = float(raw)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise SettingsError(f"{name}={raw!r} is not valid: use {lowest} or more, e.g. {default:g}.")
+        raise SettingsError(f"{name}={raw!r} is not valid: use {allowed}, e.g. {default:g}.")
     ms = round(value * unit_ms)
     if ms == 0 and not allow_zero:
         raise SettingsError(f"{name}={raw!r} is shorter than one millisecond.")
@@ -341,10 +349,24 @@ def _jwt_keys(env: Mapping[str, str]) -> tuple[str | None, str | None]:
         raise SettingsError(
             f"PRESENCE_JWT_PUBLIC_KEY_FILE={path!r} cannot be read: {error}"
         ) from error
-    from gql_presence.auth import public_key_algorithm  # noqa: PLC0415 - needs cryptography
-
     try:
         public_key_algorithm(pem)
     except ValueError as error:
         raise SettingsError(f"PRESENCE_JWT_PUBLIC_KEY_FILE={path!r}: {error}") from error
     return secret, pem
+
+
+_MIN_RSA_BITS = 2048
+
+
+def public_key_algorithm(pem: str) -> str:
+    """The one JWT algorithm a public key verifies: RS256 for RSA, ES256 for EC P-256."""
+    try:
+        key = load_pem_public_key(pem.encode())
+    except ValueError as error:
+        raise ValueError("not a PEM public key (-----BEGIN PUBLIC KEY-----)") from error
+    if isinstance(key, rsa.RSAPublicKey) and key.key_size >= _MIN_RSA_BITS:
+        return "RS256"
+    if isinstance(key, ec.EllipticCurvePublicKey) and isinstance(key.curve, ec.SECP256R1):
+        return "ES256"
+    raise ValueError(f"use an RSA key of {_MIN_RSA_BITS} bits or more, or an EC P-256 key")

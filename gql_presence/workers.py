@@ -2,7 +2,8 @@
 
 The parent starts the embedded Redis once (when neither REDIS_URL nor REDIS_CLUSTER_NODES is
 set), then starts each worker as `gql-presence serve --workers 1`, with the embedded Redis's URL
-handed down (or else the parent's own settings). Every worker binds the same
+handed down (or else the parent's own settings). The parent has made sure that no other process
+listens on the port; every worker binds the same
 address with SO_REUSEPORT, so the kernel spreads new connections over them. The parent only
 watches: SIGTERM (or Ctrl-C) is passed on to every worker, which drains as a single process
 does; when all have exited the parent stops the embedded Redis. A worker that exits by itself
@@ -11,27 +12,31 @@ stops the whole service with status 1, for its supervisor (systemd, Kubernetes) 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 
-from gql_presence.redis_server import start_embedded_redis
+from gql_presence.children import start_child
+from gql_presence.connection import started_if_embedded
 from gql_presence.settings import Settings
 
-# Each worker drains for up to 10 s (cli.SHUTDOWN_TIMEOUT_S); then it is killed.
-_STOP_GRACE_S = 15.0
+# How long requests in flight may take to finish on SIGTERM, in each serving process.
+SHUTDOWN_TIMEOUT_S = 10
+# A worker that has not finished draining by then is killed.
+_STOP_GRACE_S = SHUTDOWN_TIMEOUT_S + 5
 _POLL_S = 0.1
-_PR_SET_PDEATHSIG = 1
 
 
-def serve_workers(settings: Settings, host: str, port: int, workers: int) -> int:
-    """Runs `workers` worker processes until SIGTERM or SIGINT; returns the exit status."""
+def serve_workers(
+    settings: Settings, host: str, port: int, workers: int, announce: Callable[[], None]
+) -> int:
+    """Runs `workers` worker processes until SIGTERM or SIGINT; returns the exit status.
+    `announce` is called once, when the first worker accepts connections."""
     stop_requested = False
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
@@ -40,13 +45,9 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> int
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with contextlib.ExitStack() as stack:
-        url = settings.redis_url
-        if url is None and not settings.redis_cluster_nodes:
-            server = start_embedded_redis(settings.data_dir)
-            stack.callback(server.stop)  # after every worker has exited: see below
-            url = server.url
-        processes = [_start_worker(host, port, url) for _ in range(workers)]
+    # The embedded Redis, if any, is stopped after every worker has exited: see below.
+    with started_if_embedded(settings) as reachable:
+        processes = [_start_worker(host, port, reachable.redis_url) for _ in range(workers)]
         status = 0
         announced = False
         while not stop_requested:
@@ -62,11 +63,7 @@ def serve_workers(settings: Settings, host: str, port: int, workers: int) -> int
                 break
             if not announced and _accepts(host, port):
                 announced = True
-                print(
-                    f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql "
-                    f"({workers} worker processes)",
-                    flush=True,
-                )
+                announce()
             time.sleep(_POLL_S)
         _stop_all(processes)
     return status
@@ -77,19 +74,8 @@ def _start_worker(host: str, port: int, redis_url: str | None) -> subprocess.Pop
     env = {**os.environ, "PRESENCE_WORKERS": "1"}
     if redis_url is not None:
         env["REDIS_URL"] = redis_url
-    return subprocess.Popen(
-        [*command, "--workers", "1", "--reuse-port"],
-        env=env,
-        # Signals reach the workers from the parent only, once (not from the terminal too).
-        start_new_session=True,
-        # prctl is Linux's; elsewhere workers are stopped by the parent's own shutdown only.
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
-    )
-
-
-def _die_with_parent() -> None:
     # A worker must not outlive a parent killed outright (it would hold the port).
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    return start_child([*command, "--workers", "1", "--reuse-port"], env=env)
 
 
 def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:

@@ -14,6 +14,7 @@
 ]]
 --- @include "clock"
 --- @include "page"
+--- @include "live"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local first = tonumber(ARGV[4])
@@ -23,8 +24,7 @@ from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
 local total = redis.call('ZCOUNT', last_seen_key, -to_ms, -from_ms)
 local function online_of(user_id)
-  local expiry = redis.call('ZSCORE', online_key, user_id)
-  if expiry and tonumber(expiry) >= now then return 1 end
+  if live_expiry(online_key, user_id, now) then return 1 end
   return 0
 end
 local start = math.max(

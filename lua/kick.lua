@@ -16,7 +16,6 @@
 ]]
 --- @include "clock"
 --- @include "activity"
---- @include "events"
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms, channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -33,17 +32,17 @@ if session_id == '' then
   kicked = #revoke
   redis.call('DEL', sessions_key)
 else
-  local last = redis.call('ZSCORE', sessions_key, session_id)
-  if last and tonumber(last) >= cutoff then kicked = 1 end
+  local last = tonumber(redis.call('ZSCORE', sessions_key, session_id))
+  if last and is_live(last + window_ms, now) then kicked = 1 end
   redis.call('ZREM', sessions_key, session_id)
   revoke = {session_id}
 end
 
 local online_after = 0
-local newest = redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2]
-if newest and tonumber(newest) >= cutoff then
+local newest = tonumber(redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2])
+if newest and is_live(newest + window_ms, now) then
   online_after = 1
-  redis.call('ZADD', online_key, tonumber(newest) + window_ms, user_id)
+  redis.call('ZADD', online_key, newest + window_ms, user_id)
 else
   redis.call('ZREM', online_key, user_id)
 end

@@ -17,6 +17,8 @@
 ]]
 --- @include "clock"
 --- @include "page"
+--- @include "chunks"
+--- @include "live"
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local first = tonumber(ARGV[1])
 local EXPIRED_LIST_MAX = 1000
@@ -32,17 +34,12 @@ if total > 0 then
     gone = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now)
   elseif expired > 0 then
     local members = redis.call('ZRANGE', scratch_key, 0, -1)
-    for from = 1, #members, 1000 do
-      local to = math.min(from + 999, #members)
-      local expiries = redis.call('ZMSCORE', online_key, unpack(members, from, to))
-      for i = from, to do
-        if tonumber(expiries[i - from + 1]) < now then gone[#gone + 1] = members[i] end
-      end
+    local expiries = read_in_chunks('ZMSCORE', online_key, members)
+    for i = 1, #members do
+      if not is_live(tonumber(expiries[i]), now) then gone[#gone + 1] = members[i] end
     end
   end
-  for from = 1, #gone, 1000 do
-    total = total - redis.call('ZREM', scratch_key, unpack(gone, from, math.min(from + 999, #gone)))
-  end
+  total = total - call_in_chunks('ZREM', scratch_key, gone)
 end
 local rows = {}
 if total > 0 then

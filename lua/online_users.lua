@@ -13,14 +13,14 @@
 ]]
 --- @include "clock"
 --- @include "page"
+--- @include "live"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local window_ms, first = tonumber(ARGV[1]), tonumber(ARGV[2])
 
 local now = now_ms()
 local total = redis.call('ZCOUNT', online_key, now, '+inf')
 local function online_of(user_id)
-  local expiry = redis.call('ZSCORE', online_key, user_id)
-  if expiry and tonumber(expiry) >= now then return 1 end
+  if live_expiry(online_key, user_id, now) then return 1 end
   return nil
 end
 local start = page_start(last_seen_key, ARGV[3], ARGV[4])

@@ -28,10 +28,8 @@ for i = 3, #ARGV do
   if redis.call('EXISTS', sessions_key) == 1 then
     live = redis.call('ZRANGEBYSCORE', sessions_key, now - window_ms, '+inf', 'WITHSCORES')
   else
-    local expiry = redis.call('ZSCORE', online_key, user_id)
-    if expiry and tonumber(expiry) >= now then
-      live = {DEFAULT_SESSION, tonumber(expiry) - window_ms}
-    end
+    local expiry = live_expiry(online_key, user_id, now)
+    if expiry then live = {DEFAULT_SESSION, expiry - window_ms} end
   end
   reply[#reply + 1] = {last_seen, live}
 end

@@ -27,7 +27,6 @@
 ]]
 --- @include "clock"
 --- @include "activity"
---- @include "events"
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local index_key, next_key, free_key = KEYS[5], KEYS[6], KEYS[7]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])

@@ -26,14 +26,13 @@
            its own few commands; the others need no key of their own (includes/activity.lua).
 ]]
 --- @include "clock"
+--- @include "chunks"
 --- @include "activity"
---- @include "events"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
 local channel, sessions_prefix, revoked_prefix = ARGV[7], ARGV[8], ARGV[9]
-local CHUNK = 1000 -- users per command: Lua's unpack takes a few thousand values at most
 
 local now = now_ms()
 local day = day_of(now, boundaries)
@@ -41,41 +40,34 @@ if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
 local cutoff = now - window_ms
 
--- Calls `command key [fixed] items...` once per CHUNK of `count` entries: put(args, n, i)
--- appends entry i's items to args after position n and returns the new length.
-local function call_chunked(command, key, fixed, count, put)
-  for first = 1, count, CHUNK do
-    local args, n = {}, 0
-    if fixed then args[1], n = fixed, 1 end
-    for i = first, math.min(first + CHUNK - 1, count) do n = put(args, n, i) end
-    redis.call(command, key, unpack(args, 1, n))
+-- Marks in `found` which of keys[first..last] exist: one EXISTS over the whole range, then
+-- halves of it only where some but not all exist (they are few): O(existing * log CHUNK).
+local function find_existing(keys, first, last, found)
+  local count = redis.call('EXISTS', unpack(keys, first, last))
+  if count == 0 then return end
+  if count == last - first + 1 then
+    for i = first, last do found[i] = true end
+    return
   end
+  local middle = math.floor((first + last) / 2)
+  find_existing(keys, first, middle, found)
+  find_existing(keys, middle + 1, last, found)
 end
 
--- Which of `ids` have a revocation key, and which a session key: EXISTS over a chunk of keys
--- at a time, then over single keys only in a chunk where some exist (they are few).
-local function with_keys(ids)
-  local revoked, own_key = {}, {}
-  for first = 1, #ids, 64 do
-    local keys, n = {}, 0
-    for i = first, math.min(first + 63, #ids) do
-      keys[n + 1], keys[n + 2], n = revoked_prefix .. ids[i], sessions_prefix .. ids[i], n + 2
-    end
-    if redis.call('EXISTS', unpack(keys, 1, n)) > 0 then
-      for j = 1, n, 2 do
-        local id = ids[first + (j - 1) / 2]
-        revoked[id] = redis.call('EXISTS', keys[j]) == 1
-        own_key[id] = redis.call('EXISTS', keys[j + 1]) == 1
-      end
-    end
-  end
-  return revoked, own_key
+-- The ids of `ids` whose key (the prefix followed by the id) exists.
+local function with_key(prefix, ids)
+  local keys = {}
+  for i = 1, #ids do keys[i] = prefix .. ids[i] end
+  local found, having = {}, {}
+  for first, last in chunks(#keys) do find_existing(keys, first, last, found) end
+  for i in pairs(found) do having[ids[i]] = true end
+  return having
 end
 
 -- The users to record: those whose default session is not revoked now.
 local given = {}
 for id in string.gmatch(ARGV[10], '[^\n]+') do given[#given + 1] = id end
-local revoked, own_key = with_keys(given)
+local revoked, own_key = with_key(revoked_prefix, given), with_key(sessions_prefix, given)
 local users, n = {}, 0
 for _, id in ipairs(given) do
   local until_ms = revoked[id] and redis.call('ZSCORE', revoked_prefix .. id, DEFAULT_SESSION)
@@ -84,15 +76,10 @@ end
 if n == 0 then return 0 end
 
 -- Their bit indexes, handing out free ones, then new ones, to users seen first, in order.
-local indexes = {}
+local indexes = read_in_chunks('HMGET', index_key, users)
 local missing = {}
-for first = 1, n, CHUNK do
-  local last = math.min(first + CHUNK - 1, n)
-  local found = redis.call('HMGET', index_key, unpack(users, first, last))
-  for i = first, last do
-    indexes[i] = found[i - first + 1]
-    if not indexes[i] then missing[#missing + 1] = i end
-  end
+for i = 1, n do
+  if not indexes[i] then missing[#missing + 1] = i end
 end
 if #missing > 0 then
   local given_back = redis.call('LPOP', free_key, #missing) or {}
@@ -118,27 +105,16 @@ end)
 redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
 
 -- Presence: settle expired entries, then record the default session of each user.
-local expiries = {}
-for first = 1, n, CHUNK do
-  local last = math.min(first + CHUNK - 1, n)
-  local found = redis.call('ZMSCORE', online_key, unpack(users, first, last))
-  for i = first, last do expiries[i] = found[i - first + 1] end
-end
-local events, e, expired = {}, 0, {}
+local expiries = read_in_chunks('ZMSCORE', online_key, users)
+local events, expired = {}, {}
 for i = 1, n do
-  local user_id, expiry = users[i], expiries[i] and tonumber(expiries[i])
-  if expiry and expiry < now then
+  local user_id, expiry = users[i], tonumber(expiries[i])
+  if expiry and not is_live(expiry, now) then
     expired[#expired + 1] = user_id
-    events[e + 1], events[e + 2], events[e + 3], events[e + 4], events[e + 5] =
-      'OFFLINE', user_id, expiry, '', 0
-    e = e + 5
+    add_event(events, 'OFFLINE', user_id, expiry, '', 0)
     expiry = nil
   end
-  if not expiry then
-    events[e + 1], events[e + 2], events[e + 3], events[e + 4], events[e + 5] =
-      'ONLINE', user_id, now, '', 1
-    e = e + 5
-  end
+  if not expiry then add_event(events, 'ONLINE', user_id, now, '', 1) end
 end
 if #expired > 0 then
   call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)

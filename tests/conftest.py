@@ -17,17 +17,11 @@ from playwright.async_api import Browser, async_playwright
 from redis.asyncio import Redis
 
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis, cluster_client, redis_client
-from gql_presence.redis_server import (
-    LocalCluster,
-    RedisServer,
-    redis_server_binary,
-    start_redis_cluster,
-    start_redis_server,
-)
+from gql_presence.connection import AnyRedis, connect, redis_client
+from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore
 from gql_presence.store import PresenceStore
+from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 TEST_SETTINGS = Settings(window_ms=60_000, revoke_ms=60_000)
 
@@ -90,15 +84,10 @@ def any_server(request: pytest.FixtureRequest) -> RedisServer:
     return server
 
 
-async def _client(server: RedisServer) -> Redis:
-    client = redis_client(server.url)
-    await client.flushall()
-    return client
-
-
 @pytest.fixture
 async def redis(any_server: RedisServer) -> AsyncIterator[Redis]:
-    client = await _client(any_server)
+    client = redis_client(any_server.url)
+    await client.flushall()
     yield client
     await client.aclose()
 
@@ -150,20 +139,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
 
 
-def deployment_client(settings: Settings) -> AnyRedis:
-    if settings.redis_cluster_nodes:
-        return cluster_client(settings)
-    assert settings.redis_url is not None
-    return redis_client(settings.redis_url)
-
-
 @pytest.fixture
 async def http_redis(deployment: Settings) -> AsyncIterator[AnyRedis]:
     """A client of the deployment's Redis, emptied (every primary of a cluster) first."""
-    client = deployment_client(deployment)
-    await client.flushall()
-    yield client
-    await client.aclose()
+    async with connect(deployment) as redis:
+        await redis.client.flushall()
+        yield redis.client
 
 
 @pytest.fixture
@@ -175,9 +156,9 @@ async def api(
 
 
 @pytest.fixture
-def store_of_api(http_redis: AnyRedis, deployment: Settings) -> ShardedStore:
+def store_of_api(http_redis: AnyRedis, deployment: Settings) -> PresenceStore:
     """A store on the same Redis as the `api` service, to write data behind its back."""
-    return ShardedStore(http_redis, deployment)
+    return PresenceStore(http_redis, deployment)
 
 
 async def graphql(client: TestClient[Any, Any], query: str, **variables: Any) -> dict[str, Any]:

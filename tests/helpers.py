@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 
-from gql_presence.app import EVENTS
+from gql_presence.app_state import EVENTS
 from gql_presence.events import Feed, FeedDroppedError
 from tests.conftest import TEST_SETTINGS
 

@@ -13,10 +13,9 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
-from gql_presence.keys import Keys
 from gql_presence.settings import Settings
-from gql_presence.shards import shard_of
-from gql_presence.store import PresenceStore
+from gql_presence.store import PresenceStore, shard_of
+from gql_presence.store.keys import Keys
 from tests.conftest import EVERY_DEPLOYMENT, graphql
 
 pytestmark = EVERY_DEPLOYMENT

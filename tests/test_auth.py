@@ -18,7 +18,8 @@ import pytest
 from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from gql_presence.app import EVENTS, create_app
+from gql_presence.app import create_app
+from gql_presence.app_state import EVENTS
 from gql_presence.cli import main
 from gql_presence.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError

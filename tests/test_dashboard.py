@@ -16,7 +16,7 @@ from playwright.async_api import Browser, Page
 from gql_presence.app import create_app
 from gql_presence.demo import fill
 from gql_presence.redis_server import RedisServer
-from gql_presence.shards import ShardedStore
+from gql_presence.store import PresenceStore
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED
 
@@ -75,7 +75,7 @@ async def test_the_count_follows_a_touch_live_and_the_page_is_clean(
     not os.environ.get("UPDATE_SCREENSHOT"), reason="UPDATE_SCREENSHOT=1 redraws it"
 )
 async def test_screenshot_for_the_readme(
-    browser: Browser, api: Service, store_of_api: ShardedStore
+    browser: Browser, api: Service, store_of_api: PresenceStore
 ) -> None:
     await fill(store_of_api, 600, TEST_SETTINGS, random.Random(7))  # noqa: S311 - sample data
     page, problems = await open_dashboard(browser, api, viewport={"width": 1000, "height": 600})

@@ -17,12 +17,12 @@ from redis.asyncio.client import PubSub
 from gql_presence.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.events import EventHub, FeedDroppedError
-from gql_presence.redis_server import LocalCluster, free_port
-from gql_presence.shards import ShardedStore, shard_of
-from gql_presence.store import PresenceStore
-from gql_presence.timeline import to_ms
+from gql_presence.redis_server import free_port
+from gql_presence.store import PresenceStore, shard_of
+from gql_presence.store.days import to_ms
 from tests.conftest import TEST_SETTINGS, StoreFactory
 from tests.helpers import eventually, first_event, ignore
+from tests.redis_cluster import LocalCluster
 
 Event = tuple[str, str, int, str, int]
 
@@ -172,7 +172,7 @@ async def hub(redis: Redis, any_server: Any) -> AsyncIterator[EventHub]:
     """A hub that PINGs every 0.1 s and counts 0.5 s of silence as a lost connection."""
     subscriber = subscriber_client(any_server.url)
     events = EventHub(
-        subscriber, ShardedStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
+        subscriber, PresenceStore(redis, TEST_SETTINGS), 100, ping_every_s=0.1, silence_limit_s=0.5
     )
     await events.start()
     yield events
@@ -199,7 +199,7 @@ async def test_on_a_cluster_the_subscription_moves_to_the_next_node_when_one_fai
     settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=redis_cluster.nodes, shards=3)
     client = cluster_client(settings)
     await client.flushall()
-    store = ShardedStore(client, settings)
+    store = PresenceStore(client, settings)
     nodes = [("127.0.0.1", free_port()), *redis_cluster.nodes]
     subscriber = ClusterSubscriber(lambda: nodes, {})
     events = EventHub(subscriber, store, 100)

@@ -16,19 +16,14 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gql_presence.app import create_app
-from gql_presence.connection import redis_client
+from gql_presence.connection import client_for, redis_client
 from gql_presence.errors import StoreUnavailableError
-from gql_presence.keys import Keys
-from gql_presence.redis_server import (
-    LocalCluster,
-    RedisServer,
-    redis_server_binary,
-    start_redis_cluster,
-    start_redis_server,
-)
-from gql_presence.shards import ShardedStore
-from tests.conftest import TEST_SETTINGS, ClientFactory, deployment_client, graphql
+from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
+from gql_presence.store import PresenceStore
+from gql_presence.store.keys import Keys
+from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 from tests.helpers import eventually
+from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 TOUCH = 'mutation { touch(userId: "alice", sessionId: "s") { online } }'
 READ = '{ presence(userId: "alice") { online lastSeen } onlineUsers { totalCount } }'
@@ -99,11 +94,11 @@ async def test_a_cluster_gone_entirely_answers_unavailable(aiohttp_client: Clien
 
 async def test_scripts_are_loaded_at_start_up(own_redis_server: RedisServer) -> None:
     client = redis_client(own_redis_server.url)
-    from gql_presence.scripts import SCRIPT_NAMES, Scripts  # noqa: PLC0415
+    from gql_presence.store.scripts import ScriptName, Scripts  # noqa: PLC0415
 
     scripts = Scripts.register(client)
     await scripts.load(client)
-    shas = [scripts.by_name[name].sha for name in SCRIPT_NAMES]
+    shas = [scripts.by_name[name].sha for name in ScriptName]
     assert await client.script_exists(*shas) == [True] * len(shas)
     await client.aclose()
 
@@ -123,9 +118,9 @@ async def test_probes_say_alive_and_ready_and_follow_redis(
     persistent_server.restart()  # an empty script cache: readiness loads the scripts again
     assert (await api.get("/readyz")).status == 200
     client = redis_client(persistent_server.url)
-    from gql_presence.scripts import SCRIPT_NAMES, Scripts  # noqa: PLC0415
+    from gql_presence.store.scripts import ScriptName, Scripts  # noqa: PLC0415
 
-    shas = [Scripts.register(client).by_name[name].sha for name in SCRIPT_NAMES]
+    shas = [Scripts.register(client).by_name[name].sha for name in ScriptName]
     assert await client.script_exists(*shas) == [True] * len(shas)
     await client.aclose()
 
@@ -169,21 +164,22 @@ async def wait_for_replication(replica: RedisServer) -> None:
 
 
 async def test_keys_of_two_slots_are_a_fault_of_ours_not_an_outage(
-    redis_cluster: LocalCluster,
+    redis_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A script called with keys of two shards can never succeed: it must surface as the fault
     # it is (INTERNAL, with its stack trace logged), not as UNAVAILABLE that clients retry.
     settings = dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=redis_cluster.nodes, shards=3)
-    client = deployment_client(settings)
+    client = client_for(settings)
     try:
-        store = ShardedStore(client, settings)
+        store = PresenceStore(client, settings)
         await store.load_scripts()  # as at start-up: the client then checks slots itself
-        shard = store.shards[0]
-        keys = [Keys.of_shard(0).online, Keys.of_shard(1).online]
+        # A key named in the wrong shard: "a" lives in shard 0, its session key in shard 1.
+        in_shard_1 = Keys.of_shard(1).prefix
+        monkeypatch.setattr(Keys, "sessions", lambda _, user_id: f"{in_shard_1}sess:{user_id}")
         with pytest.raises(
             (RedisClusterException, ResponseError), match=r"same (key )?slot"
         ) as raised:
-            await shard._run("presence", keys, [])
+            await store.presence("a")
         assert not isinstance(raised.value, StoreUnavailableError)
     finally:
         await client.aclose()

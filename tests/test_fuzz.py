@@ -47,8 +47,8 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 from hypothesis_graphql import from_schema, nodes
 
-from gql_presence.cursor import encode_cursor
 from gql_presence.errors import ErrorCode
+from gql_presence.store.cursor import encode_cursor
 
 Client = TestClient[Any, Any]
 

@@ -18,12 +18,12 @@ from redis.asyncio import Redis
 from gql_presence.app import create_app
 from gql_presence.connection import redis_client
 from gql_presence.errors import StoreUnavailableError
-from gql_presence.keys import Keys
 from gql_presence.limits import MAX_ALIASES, MAX_BODY_BYTES, MAX_DOCUMENT_CHARS, MAX_TOKENS
 from gql_presence.redis_server import RedisServer
-from gql_presence.scripts import Scripts
 from gql_presence.store import PresenceStore
-from gql_presence.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
+from gql_presence.store.keys import Keys
+from gql_presence.store.scripts import ScriptName, Scripts
+from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED, user_token
 
@@ -209,7 +209,7 @@ async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
     bucket = [Keys().rate_bucket("backend:chat")]
 
     async def take(request_id: str) -> list[int]:
-        reply: list[int] = await scripts.run("take_token", bucket, ["1", 2, request_id])
+        reply: list[int] = await scripts.run(ScriptName.TAKE_TOKEN, bucket, ["1", 2, request_id])
         return reply
 
     assert await take("request-1") == await take("request-1") == [1, 0]

@@ -26,14 +26,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gql_presence.connection import AnyRedis, redis_client
+from gql_presence.connection import AnyRedis, client_for, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore, shard_of
-from gql_presence.store import Page, PresenceStore
-from gql_presence.timeline import from_ms, to_ms
-from tests.conftest import TEST_SETTINGS, deployment_client
+from gql_presence.store import Page, PresenceStore, shard_of
+from gql_presence.store.days import from_ms, to_ms
+from tests.conftest import TEST_SETTINGS
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
@@ -62,7 +61,7 @@ class PresenceModel(RuleBasedStateMachine):
         self.friends: dict[str, set[str]] = {u: set() for u in USERS}
         self.active_days: dict[str, set[str]] = {}
 
-    def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
+    def connect(self) -> tuple[AnyRedis, PresenceStore]:
         """The client and the store under test: one shard of redis_url (ShardedModel below
         checks shards against this model too)."""
         redis = redis_client(self.redis_url)
@@ -260,9 +259,9 @@ def test_store_agrees_with_the_model(redis_server: RedisServer) -> None:
 class ShardedModel(PresenceModel):
     deployment = TEST_SETTINGS
 
-    def connect(self) -> tuple[AnyRedis, PresenceStore | ShardedStore]:
-        redis = deployment_client(self.deployment)
-        return redis, ShardedStore(redis, self.deployment)
+    def connect(self) -> tuple[AnyRedis, PresenceStore]:
+        redis = client_for(self.deployment)
+        return redis, PresenceStore(redis, self.deployment)
 
 
 @pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)

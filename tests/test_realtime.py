@@ -15,10 +15,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 from gql.transport.exceptions import TransportQueryError
 
-from gql_presence.app import EVENTS, create_app
-from gql_presence.redis_server import LocalCluster, RedisServer, free_port
+from gql_presence.app import create_app
+from gql_presence.app_state import EVENTS
+from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
-from gql_presence.timeline import to_ms
+from gql_presence.store.days import to_ms
 from tests.conftest import (
     CLUSTER_PASSWORD,
     EVERY_DEPLOYMENT,
@@ -39,6 +40,7 @@ from tests.helpers import (
     wait_until_serving,
     ws_url,
 )
+from tests.redis_cluster import LocalCluster
 
 Service = TestClient[Any, Any]
 

@@ -34,10 +34,13 @@ def test_committed_schema_matches_the_code() -> None:
     )
 
 
-def test_export_schema_check_fails_on_drift(tmp_path: Path) -> None:
+def test_export_schema_check_fails_on_drift(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     target = tmp_path / "schema.graphql"
     assert main(["export-schema", str(target)]) == 0
     assert main(["export-schema", "--check", str(target)]) == 0
+    assert capsys.readouterr().out == f"gql-presence: {target} matches the schema in the code\n"
     target.write_text(target.read_text() + "\ntype Drift { x: Int }\n")
     assert main(["export-schema", "--check", str(target)]) == 1
 

@@ -7,13 +7,13 @@ import re
 import pytest
 from redis.asyncio import Redis
 
-from gql_presence.scripts import SCRIPT_NAMES, lua_dir, script_source
+from gql_presence.store.scripts import ScriptName, lua_dir, script_source
 
 # A header entry names one index, KEYS[3], or a range from one: KEYS[8..10], KEYS[2..n+1].
 HEADER_ENTRY = re.compile(r"\b(KEYS|ARGV)\[(\d+)(\.\.)?[^\]]*\]")
 
 
-@pytest.mark.parametrize("name", SCRIPT_NAMES)
+@pytest.mark.parametrize("name", ScriptName)
 def test_every_script_has_a_header_naming_its_keys_arguments_and_reply(name: str) -> None:
     text = (lua_dir() / f"{name}.lua").read_text()
     header, body = text.split("]]", 1)
@@ -29,14 +29,14 @@ def test_every_script_has_a_header_naming_its_keys_arguments_and_reply(name: str
 
 
 def test_every_lua_file_is_a_script_of_the_store() -> None:
-    assert sorted(p.stem for p in lua_dir().glob("*.lua")) == sorted(SCRIPT_NAMES)
+    assert sorted(p.stem for p in lua_dir().glob("*.lua")) == sorted(ScriptName)
 
 
 async def test_every_script_compiles_on_the_server(redis: Redis) -> None:
-    for name in SCRIPT_NAMES:
+    for name in ScriptName:
         assert await redis.script_load(script_source(name))
 
 
 def test_includes_are_written_in() -> None:
-    for name in SCRIPT_NAMES:
+    for name in ScriptName:
         assert "@include" not in script_source(name)

@@ -7,24 +7,28 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from importlib import metadata
 from pathlib import Path
+from stat import S_IMODE
 from typing import Any
 
 import pytest
+from redis import Redis
 
 from gql_presence.redis_server import (
-    LocalCluster,
     RedisServer,
     free_port,
     redis_server_binary,
-    start_redis_cluster,
+    start_embedded_redis,
 )
 from tests.conftest import CLUSTER_PASSWORD
 from tests.helpers import post, run_service, stop, wait_until_serving
+from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 # Every test starts a process of its own, some of them several.
 pytestmark = pytest.mark.slow
@@ -85,6 +89,53 @@ def test_a_redis_that_does_not_answer_stops_the_start_saying_why(data_dir: Path)
     assert service.returncode == 1
     assert "cannot start: The presence store cannot be reached" in output.decode()
     assert "Traceback" not in output.decode()
+    assert "OPEN MODE" not in output.decode(), "a service that did not start warns of nothing"
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_serve_refuses_a_port_another_process_serves(data_dir: Path, workers: str) -> None:
+    with socket.socket() as other:
+        # As the workers of a service already running there bind it.
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        service = run_service(data_dir, port, PRESENCE_WORKERS=workers)
+        try:
+            output, _ = service.communicate(timeout=20)
+        finally:
+            if service.poll() is None:
+                stop(service)
+    assert service.returncode == 1
+    assert output.decode().splitlines() == [
+        f"gql-presence: cannot start: port {port} of 127.0.0.1 is in use by another process; "
+        "stop it, or choose another --port."
+    ]
+    assert not data_dir.exists(), "nothing was started"
+
+
+def test_the_embedded_data_is_this_users_alone(data_dir: Path) -> None:
+    umask = os.umask(0o022)  # a usual umask, under which files are readable by all
+    try:
+        server = start_embedded_redis(data_dir)
+    finally:
+        os.umask(umask)
+    try:
+        with Redis.from_url(server.url) as client:
+            client.set("presence", "of someone")
+    finally:
+        server.stop()
+    paths = [data_dir, *data_dir.rglob("*")]
+    assert {p.name for p in paths} >= {"data", "appendonly.aof", "redis.log", "lock"}
+    for path in paths:
+        expected = 0o700 if path.is_dir() else 0o600
+        assert S_IMODE(path.stat().st_mode) == expected, path
+
+
+def test_version_is_the_installed_one() -> None:
+    done = run_command("--version")
+    assert done.returncode == 0
+    assert done.stdout == f"gql-presence {metadata.version('gql-presence')}\n"
 
 
 def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -170,6 +221,9 @@ def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:
     unreachable = run_command("check", REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     assert unreachable.returncode == 1
     assert "does not serve the store" in unreachable.stderr
+    assert "Connection refused" in unreachable.stderr or "Connect call failed" in unreachable.stderr
+    assert "Check REDIS_URL" in unreachable.stderr
+    assert "try again shortly" not in unreachable.stderr
     bad = run_command("check", PRESENCE_STATS_TIMEZONE="Nowhere/Atlantis")
     assert bad.returncode == 2
     assert "PRESENCE_STATS_TIMEZONE" in bad.stderr
@@ -271,6 +325,7 @@ def test_several_workers_share_the_port_and_sigterm_stops_them_and_redis(data_di
         output = stop(service)
     assert service.returncode == 0, output
     assert "(2 worker processes)" in output
+    assert "OPEN MODE" in output, "a service open to every caller says so"
     assert not any(alive(pid) for pid in children)
     assert not (data_dir / "redis.sock").exists(), "the embedded Redis was stopped"
 

@@ -153,3 +153,17 @@ def test_workers_are_one_per_core_unless_set() -> None:
     for bad in ("0", "two"):
         with pytest.raises(SettingsError, match="PRESENCE_WORKERS"):
             Settings.from_env({"PRESENCE_WORKERS": bad})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "allowed"),
+    [
+        ("PRESENCE_WINDOW_SECONDS", "0", "use a positive number, e.g. 600."),
+        ("PRESENCE_RETENTION_DAYS", "soon", "use a positive number, e.g. 35."),
+        ("PRESENCE_REVOKE_SECONDS", "-1", "use 0 or more, e.g. 600."),
+    ],
+)
+def test_a_bad_duration_is_told_what_is_allowed(name: str, value: str, allowed: str) -> None:
+    with pytest.raises(SettingsError) as refused:
+        Settings.from_env({name: value})
+    assert str(refused.value) == f"{name}={value!r} is not valid: {allowed}"

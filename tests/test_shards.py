@@ -13,11 +13,10 @@ from redis.asyncio import RedisCluster
 
 from gql_presence.connection import AnyRedis, cluster_subscriber, subscriber_client
 from gql_presence.events import EventHub
-from gql_presence.keys import Keys
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore, shard_of
-from gql_presence.store import Page
-from gql_presence.timeline import from_ms, to_ms
+from gql_presence.store import Page, PresenceStore, shard_of
+from gql_presence.store.days import from_ms, to_ms
+from gql_presence.store.keys import Keys
 from tests.helpers import eventually, first_event, ignore
 
 SHARDED = pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
@@ -25,8 +24,8 @@ pytestmark = SHARDED
 
 
 @pytest.fixture
-def store(http_redis: AnyRedis, deployment: Settings) -> ShardedStore:
-    return ShardedStore(http_redis, deployment)
+def store(http_redis: AnyRedis, deployment: Settings) -> PresenceStore:
+    return PresenceStore(http_redis, deployment)
 
 
 def ids_in_every_shard(prefix: str, per_shard: int, shards: int = 3) -> list[str]:
@@ -71,7 +70,7 @@ def in_list_order(last_seen: dict[str, datetime]) -> list[str]:
     return sorted(last_seen, key=lambda user: (-to_ms(last_seen[user]), user))
 
 
-async def touch_at(store: ShardedStore, moments: dict[str, datetime]) -> None:
+async def touch_at(store: PresenceStore, moments: dict[str, datetime]) -> None:
     await asyncio.gather(*(store.touch(user, at=at) for user, at in moments.items()))
 
 
@@ -79,7 +78,7 @@ async def touch_at(store: ShardedStore, moments: dict[str, datetime]) -> None:
 
 
 async def test_each_users_own_data_lives_in_their_shard(
-    store: ShardedStore, http_redis: AnyRedis
+    store: PresenceStore, http_redis: AnyRedis
 ) -> None:
     users = ids_in_every_shard("u", 2)
     await store.touch_many(users)
@@ -97,7 +96,7 @@ async def test_each_users_own_data_lives_in_their_shard(
     assert await http_redis.exists(Keys.of_shard(0).revoked(users[0]))
 
 
-async def test_touch_many_and_presence_many_group_by_shard(store: ShardedStore) -> None:
+async def test_touch_many_and_presence_many_group_by_shard(store: PresenceStore) -> None:
     users = ids_in_every_shard("u", 3)
     assert await store.touch_many([*users, users[0], users[-1]]) == 9
     asked = [users[8], "nobody", users[0], users[4], users[8]]
@@ -110,7 +109,7 @@ async def test_touch_many_and_presence_many_group_by_shard(store: ShardedStore) 
 # --- lists merged across shards ------------------------------------------------------------
 
 
-async def test_pages_merge_across_shards_over_ties_with_one_cursor(store: ShardedStore) -> None:
+async def test_pages_merge_across_shards_over_ties_with_one_cursor(store: PresenceStore) -> None:
     tied = ids_in_every_shard("tied", 4)
     others = ids_in_every_shard("other", 2)
     moments = dict.fromkeys(tied, ms(ago(seconds=10)))
@@ -137,7 +136,7 @@ async def test_pages_merge_across_shards_over_ties_with_one_cursor(store: Sharde
     )
 
 
-async def test_a_cursor_stays_correct_when_users_move_between_pages(store: ShardedStore) -> None:
+async def test_a_cursor_stays_correct_when_users_move_between_pages(store: PresenceStore) -> None:
     users = ids_in_every_shard("u", 3)
     moments = {user: ms(ago(seconds=30 - i)) for i, user in enumerate(users)}
     await touch_at(store, moments)
@@ -153,7 +152,7 @@ async def test_a_cursor_stays_correct_when_users_move_between_pages(store: Shard
     assert rest[0] == [u for u in in_list_order(moments)[3:] if u != gone]
 
 
-async def test_online_friends_merge_the_friends_of_every_shard(store: ShardedStore) -> None:
+async def test_online_friends_merge_the_friends_of_every_shard(store: PresenceStore) -> None:
     friends = ids_in_every_shard("f", 3)
     offline, online = friends[::3], [f for f in friends if f not in friends[::3]]
     await store.add_friends("me", friends)
@@ -171,7 +170,7 @@ async def test_online_friends_merge_the_friends_of_every_shard(store: ShardedSto
         assert [n.user_id for n in (await store.online_friends(friend)).nodes] == ["me"]
 
 
-async def test_weekly_stats_add_up_the_shards(store: ShardedStore) -> None:
+async def test_weekly_stats_add_up_the_shards(store: PresenceStore, http_redis: AnyRedis) -> None:
     users = ids_in_every_shard("u", 3)  # three in each shard
     await touch_at(store, dict.fromkeys(users[:6], ago(days=1)))
     await store.touch_many(users[3:])
@@ -179,15 +178,15 @@ async def test_weekly_stats_add_up_the_shards(store: ShardedStore) -> None:
     assert stats.end_date == datetime.now(UTC).date()
     assert [d.active_users for d in stats.days] == [0, 0, 0, 0, 0, 6, 6]
     assert (stats.unique_users, stats.active_every_day, stats.new_on_end_date) == (9, 0, 3)
-    shard_of_each = [await store.shards[s].weekly_stats(stats.end_date) for s in range(3)]
-    assert [s.unique_users for s in shard_of_each] == [3, 3, 3]
+    # Each shard counted its own three users.
+    assert [await http_redis.hlen(Keys.of_shard(s).user_index) for s in range(3)] == [3, 3, 3]
 
 
 # --- friends: each link kept with the friend -----------------------------------------------
 
 
 async def test_friend_links_live_in_the_friends_shard(
-    store: ShardedStore, http_redis: AnyRedis
+    store: PresenceStore, http_redis: AnyRedis
 ) -> None:
     me = "me"  # lives in shard 0
     friends = ids_in_every_shard("f", 2)
@@ -218,7 +217,7 @@ async def test_friend_links_live_in_the_friends_shard(
 
 @pytest.fixture
 async def hub(
-    store: ShardedStore, http_redis: AnyRedis, deployment: Settings
+    store: PresenceStore, http_redis: AnyRedis, deployment: Settings
 ) -> AsyncIterator[EventHub]:
     if isinstance(http_redis, RedisCluster):
         subscriber = cluster_subscriber(http_redis, deployment.redis_cluster_nodes)
@@ -233,7 +232,7 @@ async def hub(
 
 
 async def test_friends_of_follows_friends_of_every_shard(
-    hub: EventHub, store: ShardedStore
+    hub: EventHub, store: PresenceStore
 ) -> None:
     first, second, third = ids_in_every_shard("f", 1)
     await store.add_friends("me", [first])

@@ -16,12 +16,11 @@ from redis.crc import key_slot
 
 from gql_presence.connection import AnyRedis
 from gql_presence.errors import BadInputError, SessionRevokedError
-from gql_presence.keys import Keys
-from gql_presence.scripts import SCRIPT_NAMES, Scripts
 from gql_presence.settings import Settings
-from gql_presence.shards import ShardedStore, shard_of
-from gql_presence.store import Page, PresenceStore
-from gql_presence.timeline import from_ms, to_ms
+from gql_presence.store import Page, PresenceStore, shard_of
+from gql_presence.store.days import from_ms, to_ms
+from gql_presence.store.keys import Keys
+from gql_presence.store.scripts import ScriptName, Scripts
 from tests.conftest import StoreFactory
 
 KEYS = Keys()
@@ -517,7 +516,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     run = Scripts.run
 
     async def recording_run(
-        self: Scripts, name: str, keys: list[str], args: list[str | int]
+        self: Scripts, name: ScriptName, keys: list[str], args: list[str | int]
     ) -> Any:
         slots_of_calls.setdefault(name, set()).update(key_slot(k.encode()) for k in keys)
         return await run(self, name, keys, args)
@@ -536,7 +535,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.remove_friends("a", ["b"])
     await store.sweep()
     await store.take_token("backend:chat", 10, 10)
-    assert set(slots_of_calls) == set(SCRIPT_NAMES)
+    assert set(slots_of_calls) == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
 
 
@@ -550,14 +549,14 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     run = Scripts.run
 
     async def recording_run(
-        self: Scripts, name: str, keys: list[str], args: list[str | int]
+        self: Scripts, name: ScriptName, keys: list[str], args: list[str | int]
     ) -> Any:
         names.add(name)
         slots_of_each_call.append({key_slot(k.encode()) for k in keys})
         return await run(self, name, keys, args)
 
     monkeypatch.setattr(Scripts, "run", recording_run)
-    store = ShardedStore(http_redis, deployment)
+    store = PresenceStore(http_redis, deployment)
     users = [f"u{i}" for i in range(12)]
     await store.add_friends("a", users)
     await store.touch("a", "s")
@@ -572,7 +571,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.remove_friends("a", users[:6])
     await store.sweep()
     await store.take_token("backend:chat", 10, 10)
-    assert names == set(SCRIPT_NAMES)
+    assert names == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_each_call)
     shard_slots = {key_slot(f"{{{i}}}".encode()) for i in range(3)}
     assert set().union(*slots_of_each_call) == shard_slots

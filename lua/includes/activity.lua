@@ -1,3 +1,5 @@
+--- @include "live"
+--- @include "events"
 -- The session of a touch without a session id (the store's DEFAULT_SESSION).
 local DEFAULT_SESSION = 'default'
 
@@ -28,9 +30,8 @@ end
 -- holds it, before a change that needs the key (another session, a kick).
 local function keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
   if redis.call('EXISTS', sessions_key) == 1 then return end
-  local expiry = redis.call('ZSCORE', online_key, user_id)
-  if not expiry or tonumber(expiry) < now then return end
-  expiry = tonumber(expiry)
+  local expiry = live_expiry(online_key, user_id, now)
+  if not expiry then return end
   redis.call('ZADD', sessions_key, expiry - window_ms, DEFAULT_SESSION)
   redis.call('PEXPIREAT', sessions_key, expiry + 1)
 end
@@ -62,4 +63,15 @@ local function record_session(online_key, sessions_key, user_id, session_id, t_m
   redis.call('PEXPIREAT', sessions_key, newest + window_ms + 1)
   redis.call('ZADD', online_key, newest + window_ms, user_id)
   return newest
+end
+
+-- Removes the user's online entry if it has expired, announcing OFFLINE at the moment it
+-- expired (the sweep would have, had it run yet). Returns 1 if the user is online now, else 0.
+local function settle_expiry(online_key, channel, user_id, now)
+  local expiry = tonumber(redis.call('ZSCORE', online_key, user_id))
+  if not expiry then return 0 end
+  if is_live(expiry, now) then return 1 end
+  redis.call('ZREM', online_key, user_id)
+  announce(channel, 'OFFLINE', user_id, expiry, '', 0)
+  return 0
 end

@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
+from datetime import date, datetime, timedelta
 
 from gql_presence.errors import BadInputError
+from gql_presence.settings import DAY_MS
 
 MAX_ID_LENGTH = 128
 MAX_IDS_PER_CALL = 10_000
 MAX_PAGE_SIZE = 1000
+# How far ahead of the server's clock a backfilled `at` may lie: clock skew between hosts.
+MAX_FUTURE_MS = 5000
+AT_IN_FUTURE = f"at may lie at most {MAX_FUTURE_MS // 1000} seconds ahead of the server's clock."
+AT_BEFORE_RETENTION = "at lies further back than the retention (PRESENCE_RETENTION_DAYS) allows."
+# The first and last end dates whose seven days can be written as dates.
+FIRST_END_DATE = date.min + timedelta(days=6)
+LAST_END_DATE = date.max - timedelta(days=1)
 
 
 def check_id(value: str, name: str) -> str:
@@ -46,3 +55,27 @@ def check_page_size(first: int) -> int:
     if not 0 <= first <= MAX_PAGE_SIZE:
         raise BadInputError(f"first must be between 0 and {MAX_PAGE_SIZE}; got {first}.")
     return first
+
+
+def check_at(at_ms: int, now_ms: int, retention_ms: int) -> int:
+    """Refuses a backfilled time a day or more outside what the touch script accepts, by this
+    host's clock (`now_ms`); the script checks the exact bounds by the server's clock."""
+    if at_ms > now_ms + DAY_MS:
+        raise BadInputError(AT_IN_FUTURE)
+    if at_ms < now_ms - retention_ms - DAY_MS:
+        raise BadInputError(AT_BEFORE_RETENTION)
+    return at_ms
+
+
+def check_range(start: datetime, end: datetime) -> None:
+    if start > end:
+        raise BadInputError("from must not be later than to.")
+
+
+def check_end_date(end_date: date) -> date:
+    if not FIRST_END_DATE <= end_date <= LAST_END_DATE:
+        raise BadInputError(
+            f"endDate must lie between {FIRST_END_DATE} and {LAST_END_DATE}, "
+            "so that its seven days are calendar dates."
+        )
+    return end_date

@@ -1,57 +1,65 @@
-"""Users spread over shards: the store the service uses.
+"""The presence store the service uses: users spread over shards, behind one facade.
 
-Shard i is a PresenceStore whose keys carry the hash tag `{i}`, so each of its script calls
-touches one Redis Cluster slot. A user lives in shard `crc32(UTF-8 id) % PRESENCE_SHARDS`, with
-all of their own data. The friends of a user U are split by the friend's shard: those who live
-in shard j are kept in shard j's `friends:U`, next to their presence, so that onlineFriends is
-one single-shard script per shard.
+Shard i's keys carry the hash tag `{i}`, so each of its script calls touches one Redis
+Cluster slot. A user lives in shard `crc32(UTF-8 id) % PRESENCE_SHARDS`, with all of their own
+data. The friends of a user U are split by the friend's shard: those who live in shard j are
+kept in shard j's `friends:U`, next to their presence, so that onlineFriends is one
+single-shard script per shard.
 
-This store routes each operation to the shards of its users, runs the shards' scripts in
-parallel, and merges what they answer. Each script call is atomic in its shard; an operation
-over several shards is one script per shard, not one atomic step.
+The store checks every input once, routes each operation to the shards of its users, runs
+the shards' scripts in parallel, and merges what they answer; it alone reads and makes page
+cursors. Each script call is atomic in its shard; an operation over several shards is one
+script per shard, not one atomic step. It knows Redis and the rules of docs/semantics.md, and
+nothing of GraphQL.
 """
 
 from __future__ import annotations
 
 import asyncio
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import date, datetime, timedelta
 
 from redis.asyncio import RedisCluster
 
 from gql_presence.connection import AnyRedis, connections_in_use
-from gql_presence.cursor import encode_cursor
-from gql_presence.keys import Keys
 from gql_presence.settings import Settings
-from gql_presence.store import (
-    SWEEP_BATCH,
+from gql_presence.store.cursor import decode_cursor, encode_cursor
+from gql_presence.store.days import local_date, local_now_ms, to_ms
+from gql_presence.store.keys import Keys
+from gql_presence.store.models import (
     DailyActiveUsers,
     KickResult,
     ListedUser,
     Page,
     Presence,
-    PresenceStore,
     SweepResult,
     WeeklyStats,
 )
-from gql_presence.timeline import to_ms
-from gql_presence.validation import check_id, check_ids
+from gql_presence.store.scripts import Scripts
+from gql_presence.store.shard import LinkChange, Position, Shard, ShardPage, guarded
+from gql_presence.store.validation import (
+    check_at,
+    check_end_date,
+    check_id,
+    check_ids,
+    check_page_size,
+    check_range,
+)
 
-ChangeLinks = Callable[[PresenceStore, Mapping[str, Sequence[str]]], Awaitable[dict[str, int]]]
+DEFAULT_SESSION = "default"
+SWEEP_BATCH = 1000
 
 
 def shard_of(user_id: str, shards: int) -> int:
     """The shard a user lives in: a hash of the id that every process and release agrees on
     (never Python's hash(), which differs between processes). An id that is not valid text
-    still hashes, so that the shard's own check refuses it with its usual message."""
+    still hashes, so that the id's check refuses it with its usual message."""
     return zlib.crc32(user_id.encode("utf-8", "surrogatepass")) % shards
 
 
-class ShardedStore:
-    """The presence store over PRESENCE_SHARDS shards, with the methods of PresenceStore.
-
-    With one shard every call goes straight to it, so the results are those of PresenceStore."""
+class PresenceStore:
+    """The presence store over PRESENCE_SHARDS shards. With one shard every call goes to it."""
 
     def __init__(
         self,
@@ -60,14 +68,17 @@ class ShardedStore:
         observe_script: Callable[[str, float], None] | None = None,
     ) -> None:
         self._redis = redis
-        self.shards = tuple(
-            PresenceStore(redis, settings, Keys.of_shard(i), observe_script)
+        self._zone = settings.stats_zone
+        self._retention_ms = settings.retention_ms
+        self._scripts = Scripts.register(redis)
+        self._shards = tuple(
+            Shard(redis, settings, Keys.of_shard(i), self._scripts, observe_script)
             for i in range(settings.shards)
         )
 
-    def shard(self, user_id: str) -> PresenceStore:
+    def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""
-        return self.shards[shard_of(user_id, len(self.shards))]
+        return self._shards[shard_of(user_id, len(self._shards))]
 
     def connections_in_use(self) -> int:
         return connections_in_use(self._redis)
@@ -76,15 +87,28 @@ class ShardedStore:
     def events_channel(self) -> str:
         """The one pub/sub channel of every shard's events (a channel is not a key: on Redis
         Cluster, a classic PUBLISH reaches the subscribers of every node)."""
-        return self.shards[0].events_channel
+        return Keys().events
 
     async def load_scripts(self) -> None:
-        """Every shard runs the same scripts, which Redis (each primary of a cluster) holds
-        once: loading them for one shard loads them for all."""
-        await self.shards[0].load_scripts()
+        """Makes sure Redis holds every script, loading what it lacks: at start-up, so that a
+        broken script fails the boot, and for readiness. Every shard runs the same scripts,
+        which Redis (each primary of a cluster) holds once. Raises StoreUnavailableError when
+        Redis cannot be reached."""
+        await guarded(self._scripts.load(self._redis))
 
     async def takes_changes(self) -> bool:
-        return await self.shards[0].takes_changes()
+        """Whether the Redis answering is a primary (a replica refuses every change); on Redis
+        Cluster, whose client sends changes to primaries only, whether every slot is served."""
+        if isinstance(self._redis, RedisCluster):
+            cluster = await guarded(self._redis.cluster_info())
+            return bool(cluster.get("cluster_state") == "ok")
+        replication = await guarded(self._redis.info("replication"))
+        return bool(replication.get("role") == "master")
+
+    async def today(self) -> date:
+        """Today in the stats time zone, by the Redis server's clock."""
+        seconds, micros = await guarded(self._redis.time())
+        return local_date(seconds * 1000 + micros // 1000, self._zone)
 
     def placement(self) -> dict[str, list[int]]:
         """Which shards each master of a Redis Cluster serves, by the slot of their hash tag
@@ -92,7 +116,7 @@ class ShardedStore:
         if not isinstance(self._redis, RedisCluster):
             return {}
         placement: dict[str, list[int]] = {n.name: [] for n in self._redis.get_primaries()}
-        for i in range(len(self.shards)):
+        for i in range(len(self._shards)):
             node = self._redis.get_node_from_key(Keys.of_shard(i).online)
             if node is not None:
                 placement.setdefault(node.name, []).append(i)
@@ -103,32 +127,42 @@ class ShardedStore:
     async def touch(
         self, user_id: str, session_id: str | None = None, at: datetime | None = None
     ) -> Presence:
-        return await self.shard(user_id).touch(user_id, session_id, at)
+        check_id(user_id, "userId")
+        session = DEFAULT_SESSION if session_id is None else check_id(session_id, "sessionId")
+        at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
+        return await self._shard(user_id).touch(user_id, session, at_ms)
 
     async def kick(self, user_id: str, session_id: str | None = None) -> KickResult:
-        return await self.shard(user_id).kick(user_id, session_id)
+        check_id(user_id, "userId")
+        if session_id is not None:
+            check_id(session_id, "sessionId")
+        return await self._shard(user_id).kick(user_id, session_id)
 
     async def presence(self, user_id: str) -> Presence:
-        return await self.shard(user_id).presence(user_id)
+        check_id(user_id, "userId")
+        (found,) = await self._shard(user_id).presence_many([user_id])
+        return found
 
     async def take_token(self, caller: str, rate: float, burst: int) -> int:
-        """Rate-limit buckets are not users' data: they all live in shard 0."""
-        return await self.shards[0].take_token(caller, rate, burst)
+        """Takes one token from the caller's bucket (rate per second, at most burst).
+        Returns 0 when granted, else how many ms until a token is there. Rate-limit buckets
+        are not users' data: they all live in shard 0."""
+        return await self._shards[0].take_token(caller, rate, burst)
 
     # --- many users: grouped by shard -------------------------------------------------------
 
     async def touch_many(self, user_ids: Sequence[str]) -> int:
         """One script per shard that holds any of the users, in parallel."""
-        users = check_ids(user_ids, "userIds")
-        groups = self._by_shard(users)
-        recorded = await asyncio.gather(*(self.shards[i].touch_many(g) for i, g in groups.items()))
+        groups = self._by_shard(check_ids(user_ids, "userIds"))
+        recorded = await asyncio.gather(*(self._shards[i].touch_many(g) for i, g in groups.items()))
         return sum(recorded)
 
     async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
-        """The presence of each user, in the order given: one read per shard."""
+        """The presence of each user, in the order given: one read per shard, each read at
+        one moment."""
         groups = self._by_shard(user_ids)
         answers = await asyncio.gather(
-            *(self.shards[i].presence_many(g) for i, g in groups.items())
+            *(self._shards[i].presence_many(g) for i, g in groups.items())
         )
         found = {p.user_id: p for answer in answers for p in answer}
         return [found[user_id] for user_id in user_ids]
@@ -136,35 +170,45 @@ class ShardedStore:
     def _by_shard(self, user_ids: Iterable[str]) -> dict[int, list[str]]:
         groups: dict[int, list[str]] = {}
         for user_id in dict.fromkeys(user_ids):
-            groups.setdefault(shard_of(user_id, len(self.shards)), []).append(user_id)
+            groups.setdefault(shard_of(user_id, len(self._shards)), []).append(user_id)
         return groups
 
     # --- lists: a page from every shard, merged ---------------------------------------------
 
     async def online_users(self, first: int = 50, after: str | None = None) -> Page:
-        return await self._merged(lambda shard: shard.online_users(first, after), first)
+        check_page_size(first)
+        return await self._merged(lambda shard, at: shard.online_users(first, at), first, after)
 
     async def online_friends(self, user_id: str, first: int = 50, after: str | None = None) -> Page:
         """Each shard pages the friends who live in it (an empty set answers at once)."""
-        return await self._merged(lambda shard: shard.online_friends(user_id, first, after), first)
+        check_id(user_id, "userId")
+        check_page_size(first)
+        return await self._merged(
+            lambda shard, at: shard.online_friends(user_id, first, at), first, after
+        )
 
     async def active_in_range(
         self, start: datetime, end: datetime, first: int = 50, after: str | None = None
     ) -> Page:
+        check_page_size(first)
+        check_range(start, end)
+        start_ms, end_ms = to_ms(start), to_ms(end)
         return await self._merged(
-            lambda shard: shard.active_in_range(start, end, first, after), first
+            lambda shard, at: shard.active_in_range(start_ms, end_ms, first, at), first, after
         )
 
     async def _merged(
-        self, page_of: Callable[[PresenceStore], Awaitable[Page]], first: int
+        self,
+        page_of: Callable[[Shard, Position | None], Awaitable[ShardPage]],
+        first: int,
+        after: str | None,
     ) -> Page:
         """Every shard pages its users from the same cursor position, (lastSeen, userId): as
         a user lives in one shard, the first `first` users after that position over all shards
-        are among the first `first` of some shard. The cursor stays the position of the last
+        are among the first `first` of some shard. The cursor is the position of the last
         user listed, so it means the same whatever shard that user lives in."""
-        if len(self.shards) == 1:
-            return await page_of(self.shards[0])
-        pages = await asyncio.gather(*map(page_of, self.shards))
+        position = None if after is None else decode_cursor(after)
+        pages = await asyncio.gather(*(page_of(shard, position) for shard in self._shards))
         rows = sorted((node for page in pages for node in page.nodes), key=_position)
         nodes = tuple(rows[:first])
         return Page(
@@ -176,11 +220,8 @@ class ShardedStore:
 
     async def weekly_stats(self, end_date: date | None = None) -> WeeklyStats:
         """The sum of every shard's figures: exact, as each user is counted in one shard."""
-        if len(self.shards) == 1:
-            return await self.shards[0].weekly_stats(end_date)
-        if end_date is None:
-            end_date = await self.shards[0].today()
-        parts = await asyncio.gather(*(shard.weekly_stats(end_date) for shard in self.shards))
+        end_date = check_end_date(await self.today() if end_date is None else end_date)
+        parts = await asyncio.gather(*(shard.weekly_stats(end_date) for shard in self._shards))
         start_date = end_date - timedelta(days=6)
         return WeeklyStats(
             start_date=start_date,
@@ -199,25 +240,22 @@ class ShardedStore:
     # --- friends: each link kept in the friend's shard --------------------------------------
 
     async def friends(self, user_id: str) -> list[str]:
-        parts = await asyncio.gather(*(shard.friends(user_id) for shard in self.shards))
+        check_id(user_id, "userId")
+        parts = await asyncio.gather(*(shard.friends(user_id) for shard in self._shards))
         return sorted({friend for part in parts for friend in part})
 
     async def add_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
-        return await self._change_friends(
-            PresenceStore.add_friend_links, user_id, friend_ids, mutual
-        )
+        return await self._change_friends("SADD", user_id, friend_ids, mutual)
 
     async def remove_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
-        return await self._change_friends(
-            PresenceStore.remove_friend_links, user_id, friend_ids, mutual
-        )
+        return await self._change_friends("SREM", user_id, friend_ids, mutual)
 
     async def _change_friends(
-        self, change: ChangeLinks, user_id: str, friend_ids: Sequence[str], mutual: bool
+        self, change: LinkChange, user_id: str, friend_ids: Sequence[str], mutual: bool
     ) -> int:
         """The link user → f goes to f's shard, as friends:user; with mutual, f → user goes to
         the user's shard, as friends:f. One script per shard written, in parallel."""
@@ -225,7 +263,7 @@ class ShardedStore:
         others = [f for f in check_ids(friend_ids, "friendIds") if f != user_id]
         if not others:
             return 0
-        count = len(self.shards)
+        count = len(self._shards)
         links: dict[int, dict[str, list[str]]] = {}
         if mutual:
             home = links.setdefault(shard_of(user_id, count), {})
@@ -236,16 +274,17 @@ class ShardedStore:
             owners = links.setdefault(shard_of(other, count), {})
             owners.setdefault(user_id, []).append(other)
         changed = await asyncio.gather(
-            *(change(self.shards[i], owners) for i, owners in links.items())
+            *(self._shards[i].change_links(change, owners) for i, owners in links.items())
         )
         return sum(part.get(user_id, 0) for part in changed)
 
     # --- upkeep ------------------------------------------------------------------------------
 
     async def sweep(self, batch: int = SWEEP_BATCH) -> SweepResult:
-        """Sweeps every shard, summing what they did: a sum of a full batch or more makes the
-        sweeper sweep again at once, as it may be one shard's full batch."""
-        parts = await asyncio.gather(*(shard.sweep(batch) for shard in self.shards))
+        """Removes up to `batch` expired online entries and `batch` users past the retention
+        in each shard, summing what they did: a sum of a full batch or more makes the sweeper
+        sweep again at once, as it may be one shard's full batch."""
+        parts = await asyncio.gather(*(shard.sweep(batch) for shard in self._shards))
         return SweepResult(
             offline=sum(p.offline for p in parts),
             purged=sum(p.purged for p in parts),
@@ -253,7 +292,7 @@ class ShardedStore:
         )
 
 
-def _position(node: ListedUser) -> tuple[int, str]:
+def _position(node: ListedUser) -> Position:
     """Where a user stands in every list: the score of the shards' sorted sets, -(lastSeen ms),
     then the id, whose order as text is Redis's order of its UTF-8 bytes."""
     return -to_ms(node.last_seen), node.user_id

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
 from functools import lru_cache
+from time import time_ns
 from zoneinfo import ZoneInfo
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -46,3 +47,8 @@ def _days_around(day: date, zone: ZoneInfo) -> tuple[tuple[str, ...], tuple[int,
     # of the call's arguments together.
     labels, boundaries = days(day - timedelta(days=1), 3, zone)
     return tuple(labels), tuple(boundaries)
+
+
+def local_now_ms() -> int:
+    """This process's clock: only good for guessing which day the server's clock is in."""
+    return time_ns() // 1_000_000

@@ -1,0 +1,48 @@
+"""The pages beside the API: Kubernetes-style probes, Prometheus metrics, and the live
+dashboard for people."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from gql_presence.app_state import METRICS, SETTINGS, STORE
+from gql_presence.errors import PresenceError
+from gql_presence.metrics import CONTENT_TYPE
+
+DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
+
+
+async def dashboard(request: web.Request) -> web.Response:
+    return web.Response(body=DASHBOARD, content_type="text/html", charset="utf-8")
+
+
+async def metrics_page(request: web.Request) -> web.Response:
+    """Prometheus metrics of this process."""
+    return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+async def healthz(request: web.Request) -> web.Response:
+    """The process is up and answering."""
+    return web.json_response({"status": "ok"})
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """Redis answers, holds every script and takes changes: requests can be served."""
+    store = request.app[STORE]
+    try:
+        await store.load_scripts()
+        if not await store.takes_changes():
+            reason = (
+                "the Redis Cluster does not serve every slot (a node failed)"
+                if request.app[SETTINGS].redis_cluster_nodes
+                else "Redis is a read-only replica (a failover in progress, or REDIS_URL)"
+            )
+            return web.json_response({"status": "not ready", "reason": reason}, status=503)
+    except PresenceError as error:
+        return web.json_response({"status": "not ready", "reason": error.message}, status=503)
+    except RedisError as error:  # answers, but refuses (read-only replica, ACL, out of memory)
+        return web.json_response({"status": "not ready", "reason": str(error)}, status=503)
+    return web.json_response({"status": "ready"})

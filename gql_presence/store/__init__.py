@@ -1,0 +1,39 @@
+"""The presence store: one facade, PresenceStore, over shards that each run one Lua script
+per operation. Callers use what this module exports; the rest is the store's own."""
+
+from gql_presence.store.keys import Keys
+from gql_presence.store.models import (
+    DailyActiveUsers,
+    KickResult,
+    ListedUser,
+    Page,
+    Presence,
+    Session,
+    SweepResult,
+    WeeklyStats,
+)
+from gql_presence.store.presence import SWEEP_BATCH, PresenceStore, shard_of
+from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL, check_id, check_ids
+from gql_presence.store.wire import Announced, EventKind, read_events
+
+__all__ = [
+    "MAX_IDS_PER_CALL",
+    "MAX_ID_LENGTH",
+    "SWEEP_BATCH",
+    "Announced",
+    "DailyActiveUsers",
+    "EventKind",
+    "Keys",
+    "KickResult",
+    "ListedUser",
+    "Page",
+    "Presence",
+    "PresenceStore",
+    "Session",
+    "SweepResult",
+    "WeeklyStats",
+    "check_id",
+    "check_ids",
+    "read_events",
+    "shard_of",
+]

@@ -1,0 +1,84 @@
+"""What the store answers: plain frozen dataclasses, for the schema and every other caller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import date, datetime
+
+
+@dataclass(frozen=True)
+class Session:
+    """A live session: its id and its last activity."""
+
+    session_id: str
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class Presence:
+    """A user's presence: online while a session is live; last_seen is None once their
+    last activity lies further back than the retention (or for a user never seen)."""
+
+    user_id: str
+    online: bool
+    last_seen: datetime | None
+    sessions: tuple[Session, ...]
+
+
+@dataclass(frozen=True)
+class ListedUser:
+    """A user on a page of a list; their sessions are read separately, when asked for."""
+
+    user_id: str
+    online: bool
+    last_seen: datetime
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of a list, newest last activity first; end_cursor (None for an empty page)
+    continues after its last user."""
+
+    total_count: int
+    nodes: tuple[ListedUser, ...]
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@dataclass(frozen=True)
+class KickResult:
+    """What a kick ended, and whether the user stays online through another session."""
+
+    user_id: str
+    kicked_sessions: int
+    online: bool
+
+
+@dataclass(frozen=True)
+class DailyActiveUsers:
+    """How many users were active on one day of the stats time zone."""
+
+    day: date
+    active_users: int
+
+
+@dataclass(frozen=True)
+class WeeklyStats:
+    """Seven days ending on end_date: each day's active users, the users active on any
+    day, on every day, and on end_date but not the day before."""
+
+    start_date: date
+    end_date: date
+    days: tuple[DailyActiveUsers, ...]
+    unique_users: int
+    active_every_day: int
+    new_on_end_date: int
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep did: users gone offline, users forgotten, and users online now."""
+
+    offline: int
+    purged: int
+    online: int

@@ -1,0 +1,39 @@
+"""The presence events the scripts publish, as they travel on the events channel.
+
+lua/includes/events.lua writes them and this module reads them: a message is a JSON array of
+one or more events in order, each the five fields of `Announced`, in that order.
+"""
+
+from __future__ import annotations
+
+import json
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class EventKind(StrEnum):
+    ONLINE = "ONLINE"  # the user's first live session began
+    OFFLINE = "OFFLINE"  # the user's last live session expired
+    KICKED = "KICKED"  # a session, or every session, of the user was kicked
+    FRIENDS = "FRIENDS"  # the user's friend set changed (for subscribers of friendsOf)
+
+
+class Announced(NamedTuple):
+    """One event as published: values straight from the JSON, checked only when read."""
+
+    kind: str  # an EventKind
+    user_id: str
+    at_ms: int  # on the Redis server's clock; 0 for FRIENDS
+    session_id: str  # "" unless one session was kicked
+    online: int  # 1 if the user is online after the event, else 0
+
+
+_FIELDS = len(Announced._fields)
+
+
+def read_events(message: bytes | str) -> list[Announced]:
+    """The events of one message, in order. Raises ValueError for a message not in this format."""
+    values = json.loads(message)
+    if not isinstance(values, list) or len(values) % _FIELDS:
+        raise ValueError("not a list of events")
+    return [Announced(*values[i : i + _FIELDS]) for i in range(0, len(values), _FIELDS)]

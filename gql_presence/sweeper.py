@@ -1,0 +1,48 @@
+"""The bounded sweep of expired presence, run by every API process on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+from gql_presence.app_state import METRICS, SETTINGS, STORE
+from gql_presence.errors import PresenceError
+from gql_presence.metrics import Metrics
+from gql_presence.store import SWEEP_BATCH, PresenceStore
+
+log = logging.getLogger("gql_presence")
+
+
+async def sweeper(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(
+        sweep_forever(app[STORE], app[SETTINGS].sweep_interval_ms / 1000, app[METRICS]),
+        name="sweeper",
+    )
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:
+    """Runs the bounded sweep every interval, and at once again while a batch came back full.
+
+    Every API process runs one; they need no coordination, as each sweep is one script."""
+    while True:
+        try:
+            result = await store.sweep()
+        except PresenceError as error:
+            log.warning("sweep skipped: %s", error.message)
+        except Exception:
+            # The sweeper must outlive any one failed sweep; the next one tries again.
+            log.exception("sweep failed")
+        else:
+            metrics.users_online.set(result.online)
+            if max(result.offline, result.purged) >= SWEEP_BATCH:
+                await asyncio.sleep(0)
+                continue
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,235 @@
+"""The GraphQL endpoint: queries and mutations over HTTP, subscriptions over WebSocket, and
+GraphiQL, at one address. Every operation passes one admission step (credentials, document
+size, rate) and one time budget; refusals become GraphQL errors with a code."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
+
+from aiohttp import WSCloseCode, web
+from cross_web import HTTPException  # what Strawberry answers as an HTTP error
+from graphql import GraphQLError, OperationType, parse
+from strawberry.aiohttp.views import GraphQLView
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.types import ExecutionResult
+from strawberry.types.unset import UnsetType
+
+from gql_presence.app_state import (
+    AUTHENTICATOR,
+    BAD_CREDENTIALS,
+    EVENTS,
+    LIMITER,
+    SOCKET,
+    SOCKETS,
+    STORE,
+)
+from gql_presence.auth import Caller, CallerKind
+from gql_presence.context import Context, sessions_loader
+from gql_presence.errors import (
+    BadInputError,
+    PresenceError,
+    RateLimitedError,
+    StoreUnavailableError,
+    UnauthenticatedError,
+)
+from gql_presence.events import FeedDroppedError
+from gql_presence.graphql_errors import outcomes, refusal, with_codes
+from gql_presence.ide import graphiql_page
+from gql_presence.limits import (
+    CONNECTION_INIT_WAIT_S,
+    MAX_DOCUMENT_CHARS,
+    MAX_SUBSCRIPTIONS_PER_SOCKET,
+)
+from gql_presence.schema import build_schema
+from gql_presence.settings import Settings
+from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation
+
+if TYPE_CHECKING:
+    from cross_web import AsyncHTTPRequestAdapter
+
+
+class PresenceView(GraphQLView[Context, None]):
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(
+            schema=build_schema(introspection=settings.introspection),
+            graphql_ide="graphiql" if settings.graphiql else None,
+            allow_queries_via_get=settings.queries_over_get,
+            # The one protocol the README documents, with authentication in connection_init.
+            subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
+            connection_init_wait_timeout=timedelta(seconds=CONNECTION_INIT_WAIT_S),
+            max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_SOCKET,
+        )
+        self._budget_s = settings.request_timeout_ms / 1000
+
+    async def get_context(
+        self, request: web.Request, response: web.Response | web.WebSocketResponse
+    ) -> Context:
+        store = request.app[STORE]
+        authenticator = request.app[AUTHENTICATOR]
+        if isinstance(response, web.WebSocketResponse):
+            request.app[SOCKETS].add(response)
+            request[SOCKET] = response
+            caller = authenticator.caller(None)  # until connection_init says who it is
+        else:
+            try:
+                caller = authenticator.caller(request.headers.get("Authorization"))
+            except UnauthenticatedError as error:
+                request[BAD_CREDENTIALS] = error
+                caller = Caller(CallerKind.ANONYMOUS)
+            request[CALLER] = caller.label
+
+        async def close_socket(reason: FeedDroppedError) -> None:
+            if isinstance(response, web.WebSocketResponse) and not response.closed:
+                code = (
+                    WSCloseCode.POLICY_VIOLATION
+                    if reason.violation
+                    else WSCloseCode.SERVICE_RESTART
+                )
+                await response.close(code=code, message=reason.reason.encode()[:123])
+
+        return Context(
+            request=request,
+            store=store,
+            sessions=sessions_loader(store),
+            events=request.app[EVENTS],
+            close_socket=close_socket,
+            caller=caller,
+            limiter=request.app[LIMITER],
+        )
+
+    async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
+        """Authenticates a WebSocket: connection_init's payload carries `Authorization`."""
+        params = context.connection_params
+        authorization = params.get("Authorization", params.get("authorization"))
+        try:
+            caller = context.request.app[AUTHENTICATOR].caller(authorization)
+        except UnauthenticatedError as error:
+            await _reject_socket(context.request, error.message)
+        if caller.kind is CallerKind.ANONYMOUS:
+            await _reject_socket(
+                context.request,
+                'Send {"Authorization": "Bearer <token>"} as the payload of connection_init.',
+            )
+        context.caller = caller
+        context.request[CALLER] = caller.label
+        return await super().on_ws_connect(context)
+
+    async def render_graphql_ide(self, request: web.Request) -> web.Response:
+        return graphiql_page()  # its scripts from this service, not from a CDN
+
+    def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
+        # Strawberry tries a whole WebSocket handshake on every request; only a GET that
+        # asks for an upgrade can be one.
+        if request.method != "GET" or "Upgrade" not in request.headers:
+            return False
+        return super().is_websocket_request(request)
+
+    def parse_json(self, data: str | bytes) -> Any:
+        try:
+            return self.decode_json(data)
+        # Strawberry expects only JSONDecodeError; json.loads also raises ValueError for an
+        # integer of more than 4,300 digits and RecursionError for nesting too deep.
+        except (ValueError, RecursionError) as error:
+            raise HTTPException(400, "Unable to parse request body as JSON") from error
+
+    async def parse_http_body(
+        self, request: AsyncHTTPRequestAdapter
+    ) -> GraphQLRequestData | list[GraphQLRequestData]:
+        try:
+            return await super().parse_http_body(request)
+        except AttributeError as error:
+            # Strawberry reads the body with .get(), which a JSON string, number, boolean or
+            # null lacks.
+            if error.name != "get" or isinstance(error.obj, dict):
+                raise
+            raise HTTPException(400, _NOT_AN_OBJECT) from error
+
+    async def execute_single(  # noqa: PLR0917 - Strawberry's signature
+        self,
+        request: web.Request,
+        request_adapter: AsyncHTTPRequestAdapter,
+        sub_response: web.Response,
+        context: Context,
+        root_value: None,
+        request_data: GraphQLRequestData,
+    ) -> ExecutionResult:
+        try:
+            async with asyncio.timeout(self._budget_s):
+                await self._admit(request, context, request_data)
+                # Over plain HTTP a subscription cannot be answered; say where it can be.
+                if is_subscription(request_data.query, request_data.operation_name):
+                    error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
+                    return ExecutionResult(data=None, errors=[error])
+                return await super().execute_single(
+                    request, request_adapter, sub_response, context, root_value, request_data
+                )
+        except RateLimitedError as error:
+            sub_response.set_status(HTTPStatus.TOO_MANY_REQUESTS)
+            sub_response.headers["Retry-After"] = str(error.retry_after_s)
+            return ExecutionResult(data=None, errors=[refusal(error)])
+        except PresenceError as error:
+            return ExecutionResult(data=None, errors=[refusal(error)])
+        except TimeoutError:
+            late = StoreUnavailableError(
+                f"The request took longer than {self._budget_s:g} s and was stopped; "
+                "try again shortly."
+            )
+            return ExecutionResult(data=None, errors=[refusal(late)])
+
+    @staticmethod
+    async def _admit(
+        request: web.Request, context: Context, request_data: GraphQLRequestData
+    ) -> None:
+        """Refuses bad or missing credentials, an oversized document, and a caller over its
+        rate: all before the document is parsed."""
+        bad_credentials = request.get(BAD_CREDENTIALS)
+        if bad_credentials is not None:
+            raise bad_credentials
+        context.caller.require_credentials()
+        size = len(request_data.query or "")
+        if size > MAX_DOCUMENT_CHARS:
+            raise BadInputError(
+                f"The document is {size:,} characters long; at most {MAX_DOCUMENT_CHARS:,} "
+                "are allowed. Pass long lists of ids as variables."
+            )
+        await context.limiter.admit(context.caller)
+
+    async def process_result(
+        self, request: web.Request, result: ExecutionResult
+    ) -> GraphQLHTTPResponse:
+        if result.errors:
+            result.errors = with_codes(result.errors)
+        request[OUTCOMES] = outcomes(result.errors)
+        return await super().process_result(request, result)
+
+
+async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
+    """Closes a WebSocket that did not authenticate, saying why (the protocol's own close
+    says only "Forbidden")."""
+    socket = request.get(SOCKET)
+    if socket is not None:
+        await socket.close(code=4403, message=reason.encode()[:123])
+    raise ConnectionRejectionError
+
+
+_NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
+_SUBSCRIBE_OVER_WEBSOCKET = (
+    "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
+    "not over plain HTTP."
+)
+
+
+def is_subscription(query: str | None, operation_name: str | None) -> bool:
+    if not query or "subscription" not in query:  # cheap: most documents are not
+        return False
+    try:
+        document = parse(query)
+    except GraphQLError:
+        return False  # refused as a syntax error where it is executed
+    operation = chosen_operation(document, operation_name)
+    return operation is not None and operation.operation == OperationType.SUBSCRIPTION

@@ -1,0 +1,107 @@
+"""Throwaway Redis Clusters on loopback, for the tests and the benchmarks (which import this
+module from here: the package itself never starts a cluster)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from redis import Redis
+
+from gql_presence.redis_server import RedisServer, RedisStartError, start_redis_server
+
+_START_TIMEOUT_S = 10.0
+
+# A cluster node also listens on its port + 10000 (the cluster bus), so its port is at most
+# 55535; ports are picked below the usual ephemeral range, with the bus port free as well.
+_CLUSTER_PORTS = (20000, 30000)
+_CLUSTER_BUS_OFFSET = 10000
+_CLUSTER_SLOTS = 16384
+
+
+def free_cluster_port() -> int:
+    while True:
+        port = random.randint(*_CLUSTER_PORTS)  # noqa: S311 - not a secret
+        with contextlib.ExitStack() as probes:
+            try:
+                for candidate in (port, port + _CLUSTER_BUS_OFFSET):
+                    probe = probes.enter_context(socket.socket())
+                    probe.bind(("127.0.0.1", candidate))
+            except OSError:
+                continue
+            return port
+
+
+@dataclass
+class LocalCluster:
+    """A Redis Cluster of masters on loopback, started by this process (tests, benchmarks)."""
+
+    servers: list[RedisServer]
+    nodes: tuple[tuple[str, int], ...]
+
+    def stop(self) -> None:
+        for server in self.servers:
+            server.stop()
+
+
+_CLUSTER_NODE = ("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+
+
+def start_redis_cluster(
+    slot_starts: Sequence[int] = (0, 5461, 10923),
+    *,
+    binary: str | None = None,
+    password: str | None = None,
+) -> LocalCluster:
+    """Starts one master per entry of slot_starts, master i serving the slots from
+    slot_starts[i] up to the next start, joins them (CLUSTER ADDSLOTS, MEET) and waits until
+    every node says cluster_state:ok. No replicas: a throwaway cluster for tests. With a
+    password, every node requires it (AUTH) from then on."""
+    cluster = LocalCluster([], ())
+    extra = [*_CLUSTER_NODE, "--cluster-node-timeout", "2000"]
+    try:
+        for _ in slot_starts:
+            port = free_cluster_port()
+            cluster.servers.append(start_redis_server(binary=binary, port=port, extra=extra))
+            cluster.nodes += (("127.0.0.1", port),)
+        _join(cluster.nodes, [*slot_starts, _CLUSTER_SLOTS])
+        if password is not None:
+            _require_password(cluster.nodes, password)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _require_password(nodes: tuple[tuple[str, int], ...], password: str) -> None:
+    # Set once the nodes are up (not on their command line, where any process can read it).
+    for host, port in nodes:
+        with Redis(host=host, port=port) as client:
+            client.config_set("masterauth", password)
+            client.config_set("requirepass", password)
+
+
+def _join(nodes: tuple[tuple[str, int], ...], bounds: list[int]) -> None:
+    clients = [Redis(host=host, port=port, decode_responses=True) for host, port in nodes]
+    try:
+        for i, client in enumerate(clients):
+            client.cluster("ADDSLOTS", *range(bounds[i], bounds[i + 1]))
+            client.cluster("SET-CONFIG-EPOCH", i + 1)
+        for client in clients[1:]:
+            client.cluster("MEET", *nodes[0])
+        deadline = time.monotonic() + _START_TIMEOUT_S
+        while not all(
+            (info := client.cluster("INFO"))["cluster_state"] == "ok"
+            and int(info["cluster_known_nodes"]) == len(clients)
+            for client in clients
+        ):
+            if time.monotonic() > deadline:
+                raise RedisStartError(f"the cluster did not come up within {_START_TIMEOUT_S:g} s")
+            time.sleep(0.05)
+    finally:
+        for client in clients:
+            client.close()
