@@ -43,6 +43,7 @@ local newest = tonumber(redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')
 if newest and is_live(newest + window_ms, now) then
   online_after = 1
   redis.call('ZADD', online_key, newest + window_ms, user_id)
+  expire_with_newest(sessions_key, newest, window_ms)
 else
   redis.call('ZREM', online_key, user_id)
 end

@@ -67,5 +67,6 @@ if keyless then
   return reply
 end
 local live = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf', 'WITHSCORES')
+if newest then expire_with_newest(sessions_key, newest, window_ms) end
 for i = 1, #live do reply[#reply + 1] = live[i] end
 return reply

@@ -130,7 +130,9 @@ local keyless = {}
 for i = 1, n do
   local user_id = users[i]
   if own_key[user_id] then
-    record_session(online_key, sessions_prefix .. user_id, user_id, DEFAULT_SESSION, now, cutoff, window_ms)
+    local sessions_key = sessions_prefix .. user_id
+    local newest = record_session(online_key, sessions_key, user_id, DEFAULT_SESSION, now, cutoff, window_ms)
+    expire_with_newest(sessions_key, newest, window_ms)
   else
     keyless[#keyless + 1] = user_id
   end

@@ -590,3 +590,21 @@ async def test_a_session_touched_at_the_edge_of_the_window_is_live_until_it_pass
         listed = await redis.zscore(KEYS.online, f"u{attempt}") is not None
         assert touched.online == listed
         assert bool(touched.sessions) == listed
+
+
+async def test_a_touch_that_outlasts_the_window_answers_the_session_it_recorded(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    # Clearing many ended sessions keeps the script busy for longer than this window, so the
+    # server's clock passes the new session's end before the script answers: the answer is
+    # still the one of the script's now, and agrees with the online entry it wrote. (A kick
+    # leaves a key whose sessions have all ended until the kicked session's expiry.)
+    store = make_store(window_ms=5)
+    sessions_key = KEYS.sessions("u")
+    for first in range(0, 100_000, 10_000):
+        await redis.zadd(sessions_key, {f"ended{i}": 1 for i in range(first, first + 10_000)})
+    await redis.pexpire(sessions_key, 60_000)
+    touched = await store.touch("u", "s")
+    assert [session.session_id for session in touched.sessions] == ["s"]
+    assert touched.online
+    assert await redis.zscore(KEYS.online, "u") is not None

@@ -26,14 +26,25 @@ local function day_of(t_ms, boundaries)
   return nil
 end
 
+-- A session key expires once its newest session is no longer live. The script sets that
+-- expiry after its last read of the key: Redis 6.2 deletes a key at once when given an expiry
+-- its own clock has reached, and that clock moves on while the script runs, though the
+-- script's `now` does not. Set earlier, the expiry of a session live at `now` could delete it
+-- before the script has answered from it; set last, it deletes only what no later `now` holds
+-- live.
+local function expire_with_newest(sessions_key, newest_ms, window_ms)
+  -- Live through newest + window_ms inclusive: the key outlives that moment by a millisecond.
+  redis.call('PEXPIREAT', sessions_key, newest_ms + window_ms + 1)
+end
+
 -- Gives a user whose default session is kept by their online entry alone a session key that
--- holds it, before a change that needs the key (another session, a kick).
+-- holds it, before a change that needs the key (another session, a kick). The key has no
+-- expiry yet: the caller sets it with expire_with_newest once it is done reading the key.
 local function keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
   if redis.call('EXISTS', sessions_key) == 1 then return end
   local expiry = live_expiry(online_key, user_id, now)
   if not expiry then return end
   redis.call('ZADD', sessions_key, expiry - window_ms, DEFAULT_SESSION)
-  redis.call('PEXPIREAT', sessions_key, expiry + 1)
 end
 
 -- Records activity of the default session of a user with no session key, at t_ms (never
@@ -49,7 +60,8 @@ local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms)
 end
 
 -- Records activity of the session at t_ms (never moving a time backwards), and returns the
--- session's newest time if the user has a live session afterwards, else nil.
+-- newest time of the user's sessions if one is live afterwards, else nil (the key is empty
+-- then). The caller sets the key's expiry with expire_with_newest once it is done reading it.
 local function record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff_ms, window_ms)
   if t_ms >= cutoff_ms then
     redis.call('ZADD', sessions_key, 'GT', t_ms, session_id)
@@ -58,9 +70,6 @@ local function record_session(online_key, sessions_key, user_id, session_id, t_m
   local newest = redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2]
   if not newest then return nil end
   newest = tonumber(newest)
-  -- A session is live through newest + window_ms inclusive; Redis deletes a key whose expiry
-  -- time has come, so the key must outlive that moment by a millisecond.
-  redis.call('PEXPIREAT', sessions_key, newest + window_ms + 1)
   redis.call('ZADD', online_key, newest + window_ms, user_id)
   return newest
 end
