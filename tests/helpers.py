@@ -200,11 +200,19 @@ async def over_socket(
     `error`."""
     payload = {"query": document, "variables": variables}
     message = {"id": operation_id, "type": "subscribe", "payload": payload}
-    # As a browser sends it (JSON.stringify): UTF-8, no \u escapes.
-    await socket.send_str(json.dumps(message, ensure_ascii=False))
+    # As a browser sends it (JSON.stringify): UTF-8, with \u escapes only for what UTF-8
+    # cannot carry (lone surrogates).
+    text = json.dumps(message, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = json.dumps(message)
+    await socket.send_str(text)
     messages: list[dict[str, Any]] = []
     while not messages or messages[-1]["type"] not in {"complete", "error"}:
-        message = await socket.receive_json(timeout=5)
+        received = await socket.receive(timeout=5)
+        assert received.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {received}"
+        message = json.loads(received.data)
         assert message.get("id") == operation_id, message
         messages.append(message)
     return messages
