@@ -1,6 +1,7 @@
 """The GraphQL endpoint: queries and mutations over HTTP, subscriptions over WebSocket, and
-GraphiQL, at one address. Every operation passes one admission step (credentials, document
-size, rate) and one time budget; refusals become GraphQL errors with a code."""
+GraphiQL, at one address. Every operation passes the one admission step of admission.py,
+over HTTP here and over WebSocket in PresenceSchema.stream; an HTTP request also has a time
+budget. Refusals become GraphQL errors with a code."""
 
 from __future__ import annotations
 
