@@ -3,6 +3,7 @@ probes and the sweeper."""
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 
 from aiohttp import web
@@ -25,6 +26,9 @@ METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 LIMITER = web.AppKey("limiter", RateLimiter)
-# Credentials a request sent but that are not valid: refused when its operation is admitted.
-BAD_CREDENTIALS = web.RequestKey("bad_credentials", UnauthenticatedError)
+# Why an HTTP request's credentials (its Authorization header) are refused: bad, or missing
+# where credentials are configured. Its body is then never read, and admission refuses it.
+CREDENTIALS_REFUSED = web.RequestKey("credentials_refused", UnauthenticatedError)
 SOCKET = web.RequestKey("socket", web.WebSocketResponse)
+# Closes a WebSocket when its caller's credentials expire.
+EXPIRY_TIMER = web.RequestKey("expiry_timer", asyncio.Task[None])

@@ -8,6 +8,7 @@ every caller may do everything.
 from __future__ import annotations
 
 import hmac
+import time
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any
@@ -39,6 +40,7 @@ class Need(Enum):
     LISTING = "listing"  # everyone's presence and statistics
 
 
+EXPIRED = "The JWT has expired: send a fresh one (over WebSocket, connect again with it)."
 _NEEDS_CREDENTIALS = (
     "This operation needs credentials: send `Authorization: Bearer <token>` with a backend "
     "token or a user's JWT (over WebSocket, in connection_init's payload)."
@@ -51,13 +53,19 @@ class Caller:
     # The backend's name, the user's id, or "" for open and anonymous callers.
     name: str = ""
     users_see_everyone: bool = False
+    # When a user's credentials stop being valid (the JWT's `exp` plus the clock skew
+    # allowed), in seconds since the epoch; None for credentials that do not expire.
+    expires_at_s: float | None = None
 
     def require_credentials(self) -> None:
         """Raises UnauthenticatedError for a caller who sent no credentials where they are
-        required: every field needs them, so the request is refused before its document is
-        even read."""
+        required (every field needs them, so the request is refused before its document is
+        even read), or whose credentials have expired since they were checked (a WebSocket
+        outlives its JWT)."""
         if self.kind is CallerKind.ANONYMOUS:
             raise UnauthenticatedError(_NEEDS_CREDENTIALS)
+        if self.expires_at_s is not None and time.time() >= self.expires_at_s:
+            raise UnauthenticatedError(EXPIRED)
 
     def authorize(self, need: Need, operation: str, user_id: str | None = None) -> None:
         """Raises UnauthenticatedError or ForbiddenError unless the caller may do this."""
@@ -119,7 +127,8 @@ class Authenticator:
             return Caller(CallerKind.BACKEND, backend)
         if token.count(".") != 2:
             raise UnauthenticatedError("The bearer token is not valid.")
-        return Caller(CallerKind.USER, self._subject(token), self._users_see_everyone)
+        subject, expires_at_s = self._user(token)
+        return Caller(CallerKind.USER, subject, self._users_see_everyone, expires_at_s)
 
     def _backend(self, token: bytes) -> str | None:
         # Every secret is compared, in constant time, whichever matches.
@@ -129,7 +138,8 @@ class Authenticator:
                 found = name
         return found
 
-    def _subject(self, token: str) -> str:
+    def _user(self, token: str) -> tuple[str, float]:
+        """The JWT's subject, and when the token stops being valid here."""
         try:
             algorithm = jwt.get_unverified_header(token).get("alg")
         except jwt.InvalidTokenError as error:
@@ -151,7 +161,7 @@ class Authenticator:
                 options={"require": _REQUIRED_CLAIMS},
             )
         except jwt.ExpiredSignatureError as error:
-            raise UnauthenticatedError("The JWT has expired.") from error
+            raise UnauthenticatedError(EXPIRED) from error
         except jwt.InvalidAudienceError as error:
             raise UnauthenticatedError("The JWT is not meant for this service (aud).") from error
         except jwt.InvalidIssuerError as error:
@@ -162,6 +172,8 @@ class Authenticator:
             raise UnauthenticatedError("The JWT's signature or form is not valid.") from error
         subject = claims["sub"]
         try:
-            return check_id(subject if isinstance(subject, str) else "", "sub")
+            user_id = check_id(subject if isinstance(subject, str) else "", "sub")
         except BadInputError as error:
             raise UnauthenticatedError(f"The JWT's subject is not a user id: {error}") from error
+        # As PyJWT counts it: valid while now < int(exp) + leeway.
+        return user_id, int(claims["exp"]) + CLOCK_SKEW_S

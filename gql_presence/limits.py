@@ -15,6 +15,9 @@ from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore
 # The largest valid request: 10,000 ids of 128 characters (each up to 4 bytes of UTF-8, and
 # quotes and a comma), plus the document and the JSON around it.
 MAX_BODY_BYTES = MAX_IDS_PER_CALL * (MAX_ID_LENGTH * 4 + 3) + 64 * 1024
+# A WebSocket's `subscribe` message carries what a request body does (a document and its
+# variables): its messages are bounded alike (aiohttp closes the socket with 1009 above).
+MAX_SOCKET_MESSAGE_BYTES = MAX_BODY_BYTES
 # Documents are short; long lists belong in variables, which neither limit counts.
 MAX_DOCUMENT_CHARS = 32 * 1024
 MAX_TOKENS = 2000

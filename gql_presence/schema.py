@@ -5,7 +5,7 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from datetime import UTC, date, datetime
 from enum import Enum
@@ -23,13 +23,16 @@ from strawberry.extensions import (
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, StreamResult
 from strawberry.types import ExecutionResult
+from strawberry.types.execution import PreExecutionError
+from strawberry.types.graphql import OperationType
 
 from gql_presence import events
+from gql_presence.admission import admit
 from gql_presence.auth import Need
 from gql_presence.context import Context
 from gql_presence.document_limits import DocumentValidation
-from gql_presence.errors import BadInputError
-from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
+from gql_presence.errors import BadInputError, PresenceError
+from gql_presence.graphql_errors import ErrorCodes, log_unexpected, refusal, with_codes
 from gql_presence.limits import MAX_TOKENS
 from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
@@ -443,7 +446,6 @@ class Subscription:
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
-        await context.limiter.admit(context.caller)
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of
         ) as feed:
@@ -473,9 +475,44 @@ class PresenceSchema(strawberry.Schema):
         # Refusals are answers, not faults: only unexpected errors are logged.
         log_unexpected(errors, execution_context)
 
-    async def stream(self, *args: Any, **kwargs: Any) -> StreamResult:
-        """Subscriptions' results, their errors coded like those of queries."""
-        return _with_codes(await super().stream(*args, **kwargs))
+    async def stream(  # noqa: PLR0917 - Strawberry's signature
+        self,
+        query: str | None,
+        variable_values: dict[str, Any] | None = None,
+        context_value: Any | None = None,
+        root_value: Any | None = None,
+        operation_name: str | None = None,
+        operation_extensions: dict[str, Any] | None = None,
+        allowed_operation_types: Iterable[OperationType] | None = None,
+    ) -> StreamResult:
+        """Runs an operation over WebSocket, once admitted; its errors coded like those of
+        queries.
+
+        Strawberry's graphql-transport-ws handler (BaseGraphQLTransportWSHandler.run_operation,
+        strawberry-graphql 0.341) runs every `subscribe` message's operation, be it a query, a
+        mutation or a subscription, through this public method with the connection's context:
+        the one place all of them pass, and the one internal relied upon here. A refusal is
+        the operation's `error` message; the socket stays open."""
+        if not isinstance(context_value, Context):
+            raise TypeError("Operations run with the service's Context.")
+        try:
+            await admit(context_value, query, variable_values)
+        except PresenceError as error:
+            return _refused(error)
+        results = await super().stream(
+            query,
+            variable_values=variable_values,
+            context_value=context_value,
+            root_value=root_value,
+            operation_name=operation_name,
+            operation_extensions=operation_extensions,
+            allowed_operation_types=allowed_operation_types,
+        )
+        return _with_codes(results)
+
+
+async def _refused(error: PresenceError) -> StreamResult:
+    yield PreExecutionError(data=None, errors=[refusal(error)])
 
 
 async def _with_codes(source: StreamResult) -> StreamResult:

@@ -1,16 +1,21 @@
 """The GraphQL endpoint: queries and mutations over HTTP, subscriptions over WebSocket, and
-GraphiQL, at one address. Every operation passes one admission step (credentials, document
-size, rate) and one time budget; refusals become GraphQL errors with a code."""
+GraphiQL, at one address. Every operation passes the one admission step of admission.py,
+over HTTP here and over WebSocket in PresenceSchema.stream; an HTTP request also has a time
+budget. Refusals become GraphQL errors with a code."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
 from aiohttp import WSCloseCode, web
-from cross_web import HTTPException  # what Strawberry answers as an HTTP error
+from cross_web import (
+    AiohttpHTTPRequestAdapter,
+    HTTPException,  # what Strawberry answers as an HTTP error
+)
 from graphql import GraphQLError, OperationType, parse
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
@@ -19,19 +24,20 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
+from gql_presence.admission import admit
 from gql_presence.app_state import (
     AUTHENTICATOR,
-    BAD_CREDENTIALS,
+    CREDENTIALS_REFUSED,
     EVENTS,
+    EXPIRY_TIMER,
     LIMITER,
     SOCKET,
     SOCKETS,
     STORE,
 )
-from gql_presence.auth import Caller, CallerKind
+from gql_presence.auth import EXPIRED, Caller, CallerKind
 from gql_presence.context import Context, sessions_loader
 from gql_presence.errors import (
-    BadInputError,
     PresenceError,
     RateLimitedError,
     StoreUnavailableError,
@@ -42,7 +48,7 @@ from gql_presence.graphql_errors import outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
 from gql_presence.limits import (
     CONNECTION_INIT_WAIT_S,
-    MAX_DOCUMENT_CHARS,
+    MAX_SOCKET_MESSAGE_BYTES,
     MAX_SUBSCRIPTIONS_PER_SOCKET,
 )
 from gql_presence.schema import build_schema
@@ -78,8 +84,9 @@ class PresenceView(GraphQLView[Context, None]):
         else:
             try:
                 caller = authenticator.caller(request.headers.get("Authorization"))
+                caller.require_credentials()
             except UnauthenticatedError as error:
-                request[BAD_CREDENTIALS] = error
+                request[CREDENTIALS_REFUSED] = error
                 caller = Caller(CallerKind.ANONYMOUS)
             request[CALLER] = caller.label
 
@@ -117,10 +124,35 @@ class PresenceView(GraphQLView[Context, None]):
             )
         context.caller = caller
         context.request[CALLER] = caller.label
+        socket = context.request.get(SOCKET)
+        if caller.expires_at_s is not None and socket is not None:
+            context.request[EXPIRY_TIMER] = asyncio.create_task(
+                _close_at(socket, caller.expires_at_s)
+            )
         return await super().on_ws_connect(context)
 
     async def render_graphql_ide(self, request: web.Request) -> web.Response:
         return graphiql_page()  # its scripts from this service, not from a CDN
+
+    async def __call__(self, request: web.Request) -> web.StreamResponse:
+        try:
+            return await super().__call__(request)
+        finally:
+            # A WebSocket's: it has ended, and its credentials need watching no more.
+            timer = request.get(EXPIRY_TIMER)
+            if timer is not None:
+                timer.cancel()
+
+    async def create_websocket_response(
+        self, request: web.Request, subprotocol: str | None
+    ) -> web.WebSocketResponse:
+        # Strawberry's own, with the size of a message bounded as a request body is.
+        socket = web.WebSocketResponse(
+            protocols=[subprotocol] if subprotocol else [],
+            max_msg_size=MAX_SOCKET_MESSAGE_BYTES,
+        )
+        await socket.prepare(request)
+        return socket
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # Strawberry tries a whole WebSocket handshake on every request; only a GET that
@@ -140,6 +172,13 @@ class PresenceView(GraphQLView[Context, None]):
     async def parse_http_body(
         self, request: AsyncHTTPRequestAdapter
     ) -> GraphQLRequestData | list[GraphQLRequestData]:
+        # A caller whose credentials are refused gets its body left unread, however large:
+        # admission refuses the operation as it would any other of this caller's.
+        if (
+            isinstance(request, AiohttpHTTPRequestAdapter)
+            and CREDENTIALS_REFUSED in request.request
+        ):
+            return _UNREAD
         try:
             return await super().parse_http_body(request)
         except AttributeError as error:
@@ -160,7 +199,7 @@ class PresenceView(GraphQLView[Context, None]):
     ) -> ExecutionResult:
         try:
             async with asyncio.timeout(self._budget_s):
-                await self._admit(request, context, request_data)
+                await admit(context, request_data.query, request_data.variables)
                 # Over plain HTTP a subscription cannot be answered; say where it can be.
                 if is_subscription(request_data.query, request_data.operation_name):
                     error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
@@ -181,24 +220,6 @@ class PresenceView(GraphQLView[Context, None]):
             )
             return ExecutionResult(data=None, errors=[refusal(late)])
 
-    @staticmethod
-    async def _admit(
-        request: web.Request, context: Context, request_data: GraphQLRequestData
-    ) -> None:
-        """Refuses bad or missing credentials, an oversized document, and a caller over its
-        rate: all before the document is parsed."""
-        bad_credentials = request.get(BAD_CREDENTIALS)
-        if bad_credentials is not None:
-            raise bad_credentials
-        context.caller.require_credentials()
-        size = len(request_data.query or "")
-        if size > MAX_DOCUMENT_CHARS:
-            raise BadInputError(
-                f"The document is {size:,} characters long; at most {MAX_DOCUMENT_CHARS:,} "
-                "are allowed. Pass long lists of ids as variables."
-            )
-        await context.limiter.admit(context.caller)
-
     async def process_result(
         self, request: web.Request, result: ExecutionResult
     ) -> GraphQLHTTPResponse:
@@ -217,6 +238,17 @@ async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
     raise ConnectionRejectionError
 
 
+async def _close_at(socket: web.WebSocketResponse, expires_at_s: float) -> None:
+    """Closes the socket when its credentials expire (admission refuses its operations from
+    then on, should one arrive before the close)."""
+    await asyncio.sleep(expires_at_s - time.time())
+    await socket.close(code=CREDENTIALS_EXPIRED, message=EXPIRED.encode()[:123])
+
+
+# graphql-transport-ws's own code for a socket whose credentials are not (or no longer) valid.
+CREDENTIALS_EXPIRED = 4401
+# Stands in for the body of a request refused for its credentials.
+_UNREAD = GraphQLRequestData(query=None, variables=None, operation_name=None, extensions=None)
 _NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
 _SUBSCRIBE_OVER_WEBSOCKET = (
     "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import jwt
 import pytest
 from aiohttp.test_utils import TestClient
@@ -171,6 +172,61 @@ async def subscribed(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+@contextlib.asynccontextmanager
+async def graphql_socket(
+    service: Service, authorization: str | None = None
+) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+    """A graphql-transport-ws connection to the service, acknowledged, with these credentials
+    in connection_init."""
+    socket = await service.ws_connect("/graphql", protocols=["graphql-transport-ws"])
+    try:
+        payload = {} if authorization is None else {"Authorization": authorization}
+        await socket.send_json({"type": "connection_init", "payload": payload})
+        assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+        yield socket
+    finally:
+        await socket.close()
+
+
+async def over_socket(
+    socket: aiohttp.ClientWebSocketResponse,
+    document: str,
+    variables: dict[str, Any] | None = None,
+    operation_id: str = "1",
+) -> list[dict[str, Any]]:
+    """Runs one query or mutation over the socket: its messages, up to its `complete` or its
+    `error`."""
+    payload = {"query": document, "variables": variables}
+    message = {"id": operation_id, "type": "subscribe", "payload": payload}
+    # As a browser sends it (JSON.stringify): UTF-8, with \u escapes only for what UTF-8
+    # cannot carry (lone surrogates).
+    text = json.dumps(message, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = json.dumps(message)
+    await socket.send_str(text)
+    messages: list[dict[str, Any]] = []
+    while not messages or messages[-1]["type"] not in {"complete", "error"}:
+        received = await socket.receive(timeout=5)
+        assert received.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {received}"
+        message = json.loads(received.data)
+        assert message.get("id") == operation_id, message
+        messages.append(message)
+    return messages
+
+
+def socket_errors(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The errors an operation's messages carry: an `error` message's, or its results'."""
+    errors: list[dict[str, Any]] = []
+    for message in messages:
+        if message["type"] == "error":
+            errors += message["payload"]
+        elif message["type"] == "next":
+            errors += message["payload"].get("errors") or []
+    return errors
 
 
 def feeds_above(service: Service, count: int) -> Callable[[], bool]:

@@ -1,8 +1,10 @@
 """Fuzzing the running service: generated queries and mutations, with values literal and in
-variables, valid and not, each sent over HTTP to the app on a real socket and a real Redis.
+variables, valid and not, each sent over HTTP and over WebSocket (graphql-transport-ws) to the
+app on a real socket and a real Redis.
 
 Whatever the document, the service must answer it as GraphQL: no 5xx, a JSON body with
-`data` or `errors`, and every error coded, none INTERNAL. Refusals are fine; faults are not.
+`data` or `errors` (over WebSocket: results or an `error` message, then the operation's end,
+the socket still open), and every error coded, none INTERNAL. Refusals are fine; faults are not.
 The documents come from the committed schema.graphql through hypothesis-graphql, with
 strategies of our own for the scalars that matter here (ids, times, dates, page sizes,
 cursors), so that input validation is exercised at and beyond its edges while most
@@ -49,6 +51,7 @@ from hypothesis_graphql import from_schema, nodes
 
 from gql_presence.errors import ErrorCode
 from gql_presence.store.cursor import encode_cursor
+from tests.helpers import graphql_socket, over_socket, socket_errors
 
 Client = TestClient[Any, Any]
 
@@ -420,6 +423,23 @@ async def answer(
     return errors
 
 
+async def answer_over_socket(
+    api: Client, document: str, variables: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """The same as answer(), over a WebSocket of its own."""
+    async with graphql_socket(api) as socket:
+        messages = await over_socket(socket, document, variables)
+        shown = f"{document}\nvariables: {variables!r}\n-> {json.dumps(messages)[:2000]}"
+        kinds = [m["type"] for m in messages]
+        assert kinds in (["next", "complete"], ["error"]), shown
+        errors = socket_errors(messages)
+        codes = [(e.get("extensions") or {}).get("code") for e in errors]
+        assert all(code in ErrorCode.__members__ for code in codes), shown
+        assert ErrorCode.INTERNAL not in codes, shown
+        assert not socket.closed, shown
+    return errors
+
+
 def record(errors: list[dict[str, Any]]) -> None:
     """What the example came to, for --hypothesis-show-statistics."""
     codes = sorted({e["extensions"]["code"] for e in errors})
@@ -439,6 +459,7 @@ async def test_generated_operations_are_answered_without_a_fault(
 ) -> None:
     assume(within_limits(document))
     record(await answer(api, document, None))
+    await answer_over_socket(api, document, None)
 
 
 @pytest.mark.slow
@@ -450,6 +471,7 @@ async def test_generated_operations_with_variables_are_answered_without_a_fault(
     document, variables = operation
     assume(within_limits(document))
     record(await answer(api, document, variables))
+    await answer_over_socket(api, document, variables)
 
 
 # A subscription, which plain HTTP refuses, among the operations of a document.

@@ -1,0 +1,42 @@
+"""The one admission step of every operation, whatever its transport: an HTTP POST or GET,
+or a WebSocket's `subscribe` message (queries, mutations and subscriptions alike). It runs
+before the document is parsed, so a refused operation costs next to nothing."""
+
+from __future__ import annotations
+
+from gql_presence.app_state import CREDENTIALS_REFUSED
+from gql_presence.context import Context
+from gql_presence.errors import BadInputError
+from gql_presence.limits import MAX_DOCUMENT_CHARS
+from gql_presence.store import MAX_IDS_PER_CALL
+
+
+async def admit(context: Context, document: str | None, variables: object) -> None:
+    """Raises the refusal (a PresenceError) of an operation whose caller sent bad or no
+    credentials, or whose credentials have expired; whose document is too long; whose list
+    variables are longer than any argument takes; or whose caller is over its rate."""
+    refused = context.request.get(CREDENTIALS_REFUSED)
+    if refused is not None:
+        raise refused
+    context.caller.require_credentials()
+    size = len(document or "")
+    if size > MAX_DOCUMENT_CHARS:
+        raise BadInputError(
+            f"The document is {size:,} characters long; at most {MAX_DOCUMENT_CHARS:,} "
+            "are allowed. Pass long lists of ids as variables."
+        )
+    _check_lists(variables)
+    await context.limiter.admit(context.caller)
+
+
+def _check_lists(variables: object) -> None:
+    """Every list argument takes at most 10,000 ids: a longer list is refused here, before
+    GraphQL coerces each of its values (millions of them fit in a body)."""
+    if not isinstance(variables, dict):
+        return  # refused where the variables are read
+    for name, value in variables.items():
+        if isinstance(value, list) and len(value) > MAX_IDS_PER_CALL:
+            raise BadInputError(
+                f"${name} holds {len(value):,} values; a list argument takes at most "
+                f"{MAX_IDS_PER_CALL:,}."
+            )
