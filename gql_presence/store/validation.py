@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import unicodedata
+import re
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 
@@ -19,6 +19,11 @@ AT_BEFORE_RETENTION = "at lies further back than the retention (PRESENCE_RETENTI
 # The first and last end dates whose seven days can be written as dates.
 FIRST_END_DATE = date.min + timedelta(days=6)
 LAST_END_DATE = date.max - timedelta(days=1)
+# Unicode's control characters (category Cc) and lone surrogates (Cs), as ranges: one regex
+# search per id instead of a category look-up per character (10,000 ids of 128 emoji took
+# ~250 ms that way).
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def check_id(value: str, name: str) -> str:
@@ -29,12 +34,11 @@ def check_id(value: str, name: str) -> str:
         )
     if value.isascii() and value.isprintable():  # the common case, without a look-up per char
         return value
-    categories = {unicodedata.category(char) for char in value}
-    if "Cc" in categories:
+    if _CONTROL.search(value):
         raise BadInputError(
             f"{name} must not contain control characters (such as newlines or tabs)."
         )
-    if "Cs" in categories:
+    if _SURROGATE.search(value):
         raise BadInputError(f"{name} must be valid Unicode text; it holds a lone surrogate.")
     return value
 
