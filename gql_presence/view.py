@@ -46,6 +46,7 @@ from gql_presence.limits import (
 )
 from gql_presence.schema import build_schema
 from gql_presence.settings import Settings
+from gql_presence.sockets import BoundedWebSocketResponse
 from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation
 
 if TYPE_CHECKING:
@@ -117,6 +118,14 @@ class PresenceView(GraphQLView[Context, None]):
         context.caller = caller
         context.request[CALLER] = caller.label
         return await super().on_ws_connect(context)
+
+    async def create_websocket_response(
+        self, request: web.Request, subprotocol: str | None
+    ) -> web.WebSocketResponse:
+        # As Strawberry's, but every close of it ends in bounded time (sockets.py).
+        socket = BoundedWebSocketResponse(protocols=[subprotocol] if subprotocol else [])
+        await socket.prepare(request)
+        return socket
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
         # Strawberry tries a whole WebSocket handshake on every request; only a GET that

@@ -5,12 +5,14 @@ Fixtures live in conftest.py."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -171,6 +173,51 @@ async def subscribed(
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+
+
+def masked_frame(message: dict[str, Any]) -> bytes:
+    """One WebSocket text frame of `message` as JSON, masked as a client must send it."""
+    payload = json.dumps(message).encode()
+    mask = os.urandom(4)
+    size = len(payload)
+    if size < 126:
+        header = bytes([0x81, 0x80 | size])
+    elif size < 1 << 16:
+        header = bytes([0x81, 0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big")
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def subscriber_that_stops_reading(
+    service: Service, document: str, variables: dict[str, Any]
+) -> socket.socket:
+    """A raw WebSocket client with a small receive buffer that subscribes to `document` and
+    from then on reads nothing, as a client on a stalled link does. Close it when done."""
+    loop = asyncio.get_running_loop()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.setblocking(False)
+    host, port = service.host, service.port
+    await loop.sock_connect(client, (host, port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    handshake = (
+        f"GET /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+    )
+    await loop.sock_sendall(client, handshake.encode())
+    await loop.sock_sendall(client, masked_frame({"type": "connection_init"}))
+    received = b""
+    while b"connection_ack" not in received:
+        chunk = await asyncio.wait_for(loop.sock_recv(client, 4096), 5)
+        assert chunk, f"the service closed the connection: {received!r}"
+        received += chunk
+    subscribe = {"query": document, "variables": variables}
+    await loop.sock_sendall(
+        client, masked_frame({"id": "1", "type": "subscribe", "payload": subscribe})
+    )
+    return client
 
 
 def feeds_above(service: Service, count: int) -> Callable[[], bool]:

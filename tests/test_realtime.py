@@ -4,18 +4,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import signal
+import socket
 import time
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
+from aiohttp.web_protocol import RequestHandler
 from gql.transport.exceptions import TransportQueryError
 
-from gql_presence.app import create_app
+from gql_presence.app import close_sockets, create_app
 from gql_presence.app_state import EVENTS
 from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
@@ -36,6 +40,7 @@ from tests.helpers import (
     run_service,
     stop,
     subscribed,
+    subscriber_that_stops_reading,
     subscription,
     wait_until_serving,
     ws_url,
@@ -252,6 +257,88 @@ async def test_a_subscriber_that_stops_reading_is_dropped_without_stalling_other
         assert close.data == aiohttp.WSCloseCode.POLICY_VIOLATION
         assert "too slow" in str(close.extra)
         await stalled.close()
+
+
+# Long ids make long events: the 10,000 users' come to a few megabytes.
+STALLED_USERS = [f"{i:0>120}" for i in range(10_000)]
+TOUCH_MANY = "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }"
+
+
+@contextlib.asynccontextmanager
+async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler[Any]]:
+    """A subscriber to STALLED_USERS that reads nothing once subscribed; yields the server's
+    connection to it, with small kernel buffers so that what is sent piles up in the
+    service."""
+    server = service.server.runner.server if service.server.runner else None
+    assert server is not None
+    document = f"subscription($ids: [ID!]) {{ presenceChanged(userIds: $ids) {{ {FIELDS} }} }}"
+    stalled = await subscriber_that_stops_reading(service, document, {"ids": STALLED_USERS})
+    try:
+        await eventually(lambda: service.app[EVENTS].feed_count == 1, what="the subscription")
+        port = stalled.getsockname()[1]
+        [connection] = [
+            c
+            for c in server.connections
+            if c.transport and c.transport.get_extra_info("peername")[1] == port
+        ]
+        assert connection.transport is not None
+        connection.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+        )
+        yield connection
+    finally:
+        stalled.close()
+
+
+async def released(service: Service, connection: RequestHandler[Any]) -> None:
+    """Waits until the server has closed the connection and let go of it."""
+    server = service.server.runner.server if service.server.runner else None
+    assert server is not None
+    await eventually(
+        lambda: connection.transport is None and connection not in server.connections,
+        within_s=3,
+        what="the server to release the connection",
+    )
+
+
+async def test_a_dropped_subscriber_that_reads_nothing_is_released_within_a_second_or_two(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100)
+    hub = service.app[EVENTS]
+    async with stalled_subscriber(service) as connection:
+        # Events in batches smaller than the feed's buffer, so that they pile up in the
+        # connection first, until the feed overflows and the subscriber is dropped.
+        for start in range(0, len(STALLED_USERS), 50):
+            await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 50])
+            if hub.feed_count == 0:
+                break
+        assert hub.feed_count == 0, "the subscriber was not dropped"
+        # What was queued for it is discarded and its connection ends, although it never reads.
+        await released(service, connection)
+
+
+async def test_shutdown_closes_a_socket_that_reads_nothing_within_a_second_or_two(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(
+        aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100_000
+    )
+    async with stalled_subscriber(service) as connection:
+        for start in range(0, len(STALLED_USERS), 500):
+            await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 500])
+        await eventually(
+            lambda: (
+                connection.transport is not None
+                and connection.transport.get_write_buffer_size() > 0
+            ),
+            what="events to pile up in the service",
+        )
+        started = time.monotonic()
+        await close_sockets(service.app)
+        assert time.monotonic() - started < 2
+        await released(service, connection)
+        await eventually(lambda: service.app[EVENTS].feed_count == 0, what="the feed to end")
 
 
 async def raw_subscription(session: aiohttp.ClientSession, url: str, document: str) -> Any:
