@@ -265,7 +265,7 @@ TOUCH_MANY = "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }"
 
 
 @contextlib.asynccontextmanager
-async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler[Any]]:
+async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler]:
     """A subscriber to STALLED_USERS that reads nothing once subscribed; yields the server's
     connection to it, with small kernel buffers so that what is sent piles up in the
     service."""
@@ -290,7 +290,7 @@ async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler[A
         stalled.close()
 
 
-async def released(service: Service, connection: RequestHandler[Any]) -> None:
+async def released(service: Service, connection: RequestHandler) -> None:
     """Waits until the server has closed the connection and let go of it."""
     server = service.server.runner.server if service.server.runner else None
     assert server is not None
