@@ -24,6 +24,7 @@ from typing import Any
 import jwt
 import pytest
 from aiohttp.test_utils import TestClient
+from aiohttp.web_protocol import RequestHandler
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
@@ -218,6 +219,48 @@ async def subscriber_that_stops_reading(
         client, masked_frame({"id": "1", "type": "subscribe", "payload": subscribe})
     )
     return client
+
+
+# Long ids make long events: the 10,000 users' come to a few megabytes.
+STALLED_USERS = [f"{i:0>120}" for i in range(10_000)]
+TOUCH_MANY = "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }"
+
+
+@contextlib.asynccontextmanager
+async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler]:
+    """A subscriber to STALLED_USERS that reads nothing once subscribed; yields the server's
+    connection to it, with small kernel buffers so that what is sent piles up in the
+    service."""
+    server = service.server.runner.server if service.server.runner else None
+    assert server is not None
+    document = f"subscription($ids: [ID!]) {{ presenceChanged(userIds: $ids) {{ {FIELDS} }} }}"
+    stalled = await subscriber_that_stops_reading(service, document, {"ids": STALLED_USERS})
+    try:
+        await eventually(lambda: service.app[EVENTS].feed_count == 1, what="the subscription")
+        port = stalled.getsockname()[1]
+        [connection] = [
+            c
+            for c in server.connections
+            if c.transport and c.transport.get_extra_info("peername")[1] == port
+        ]
+        assert connection.transport is not None
+        connection.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+        )
+        yield connection
+    finally:
+        stalled.close()
+
+
+async def released(service: Service, connection: RequestHandler) -> None:
+    """Waits until the server has closed the connection and let go of it."""
+    server = service.server.runner.server if service.server.runner else None
+    assert server is not None
+    await eventually(
+        lambda: connection.transport is None and connection not in server.connections,
+        within_s=3,
+        what="the server to release the connection",
+    )
 
 
 def feeds_above(service: Service, count: int) -> Callable[[], bool]:

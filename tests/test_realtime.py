@@ -4,19 +4,15 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import signal
-import socket
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
-from aiohttp.web_protocol import RequestHandler
 from gql.transport.exceptions import TransportQueryError
 
 from gql_presence.app import close_sockets, create_app
@@ -33,14 +29,17 @@ from tests.conftest import (
 )
 from tests.helpers import (
     FIELDS,
+    STALLED_USERS,
+    TOUCH_MANY,
     Subscriber,
     eventually,
     feeds_above,
     ids,
+    released,
     run_service,
+    stalled_subscriber,
     stop,
     subscribed,
-    subscriber_that_stops_reading,
     subscription,
     wait_until_serving,
     ws_url,
@@ -257,48 +256,6 @@ async def test_a_subscriber_that_stops_reading_is_dropped_without_stalling_other
         assert close.data == aiohttp.WSCloseCode.POLICY_VIOLATION
         assert "too slow" in str(close.extra)
         await stalled.close()
-
-
-# Long ids make long events: the 10,000 users' come to a few megabytes.
-STALLED_USERS = [f"{i:0>120}" for i in range(10_000)]
-TOUCH_MANY = "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }"
-
-
-@contextlib.asynccontextmanager
-async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler]:
-    """A subscriber to STALLED_USERS that reads nothing once subscribed; yields the server's
-    connection to it, with small kernel buffers so that what is sent piles up in the
-    service."""
-    server = service.server.runner.server if service.server.runner else None
-    assert server is not None
-    document = f"subscription($ids: [ID!]) {{ presenceChanged(userIds: $ids) {{ {FIELDS} }} }}"
-    stalled = await subscriber_that_stops_reading(service, document, {"ids": STALLED_USERS})
-    try:
-        await eventually(lambda: service.app[EVENTS].feed_count == 1, what="the subscription")
-        port = stalled.getsockname()[1]
-        [connection] = [
-            c
-            for c in server.connections
-            if c.transport and c.transport.get_extra_info("peername")[1] == port
-        ]
-        assert connection.transport is not None
-        connection.transport.get_extra_info("socket").setsockopt(
-            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
-        )
-        yield connection
-    finally:
-        stalled.close()
-
-
-async def released(service: Service, connection: RequestHandler) -> None:
-    """Waits until the server has closed the connection and let go of it."""
-    server = service.server.runner.server if service.server.runner else None
-    assert server is not None
-    await eventually(
-        lambda: connection.transport is None and connection not in server.connections,
-        within_s=3,
-        what="the server to release the connection",
-    )
 
 
 async def test_a_dropped_subscriber_that_reads_nothing_is_released_within_a_second_or_two(
