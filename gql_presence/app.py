@@ -23,6 +23,7 @@ from gql_presence.connection import MAX_CONNECTIONS, connect
 from gql_presence.events import EventHub
 from gql_presence.hosts import host_check
 from gql_presence.limits import MAX_BODY_BYTES, RateLimiter
+from gql_presence.logs import log_client_faults_quietly
 from gql_presence.metrics import Metrics
 from gql_presence.probes import dashboard, healthz, metrics_page, readyz
 from gql_presence.settings import Settings
@@ -33,6 +34,8 @@ from gql_presence.view import PresenceView
 
 
 def create_app(settings: Settings) -> web.Application:
+    # What a client causes is logged without a stack trace, whichever library logs it.
+    log_client_faults_quietly()
     metrics = Metrics()
     # One log line and the metrics of every request; then, in open mode, only requests
     # addressed to loopback names or PRESENCE_ALLOWED_HOSTS (against DNS rebinding).
