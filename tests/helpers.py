@@ -32,7 +32,7 @@ from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 
 from gql_presence.app_state import EVENTS
 from gql_presence.events import Feed, FeedDroppedError
-from tests.conftest import TEST_SETTINGS
+from tests.conftest import TEST_SETTINGS, graphql
 
 Service = TestClient[Any, Any]
 
@@ -250,6 +250,29 @@ async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler]:
         yield connection
     finally:
         stalled.close()
+
+
+async def pile_up_events(service: Service, connection: RequestHandler) -> None:
+    """Events for a stalled subscriber with a large buffer, until they wait in the service."""
+    for start in range(0, len(STALLED_USERS), 500):
+        await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 500])
+    await eventually(
+        lambda: (
+            connection.transport is not None and connection.transport.get_write_buffer_size() > 0
+        ),
+        what="events to pile up in the service",
+    )
+
+
+async def flood_until_dropped(service: Service) -> None:
+    """Events for a stalled subscriber in batches smaller than its feed's buffer, so that they
+    pile up in its connection first, until the feed overflows and the subscriber is dropped."""
+    hub = service.app[EVENTS]
+    for start in range(0, len(STALLED_USERS), 50):
+        await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 50])
+        if hub.feed_count == 0:
+            return
+    pytest.fail("the subscriber was not dropped")
 
 
 async def released(service: Service, connection: RequestHandler) -> None:

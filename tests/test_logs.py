@@ -18,7 +18,13 @@ from gql_presence.app_state import EVENTS, STORE
 from gql_presence.logs import CLIENT_FACING_LOGGERS
 from gql_presence.redis_server import RedisServer
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
-from tests.helpers import STALLED_USERS, TOUCH_MANY, eventually, released, stalled_subscriber
+from tests.helpers import (
+    eventually,
+    flood_until_dropped,
+    pile_up_events,
+    released,
+    stalled_subscriber,
+)
 
 Service = TestClient[Any, Any]
 
@@ -69,14 +75,9 @@ async def test_a_dropped_slow_subscriber_logs_no_trace(
 ) -> None:
     settings = dataclasses.replace(TEST_SETTINGS, redis_url=redis_server.url, subscriber_buffer=100)
     service = await aiohttp_client(create_app(settings))
-    hub = service.app[EVENTS]
     with caplog.at_level(logging.DEBUG):
         async with stalled_subscriber(service) as connection:
-            for start in range(0, len(STALLED_USERS), 50):
-                await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 50])
-                if hub.feed_count == 0:
-                    break
-            assert hub.feed_count == 0, "the subscriber was not dropped"
+            await flood_until_dropped(service)
             await released(service, connection)
         await asyncio.sleep(0.2)  # whatever the end of its tasks logs
     nothing_above_warning_nor_traces(caplog)
@@ -94,15 +95,7 @@ async def test_a_subscriber_that_vanishes_while_events_are_sent_logs_no_trace(
     service = await aiohttp_client(create_app(settings))
     with caplog.at_level(logging.DEBUG):
         async with stalled_subscriber(service) as connection:
-            for start in range(0, len(STALLED_USERS), 500):
-                await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 500])
-            await eventually(
-                lambda: (
-                    connection.transport is not None
-                    and connection.transport.get_write_buffer_size() > 0
-                ),
-                what="events to pile up in the service",
-            )
+            await pile_up_events(service, connection)
         # The client is gone (its socket closed with events unread: a reset).
         await released(service, connection)
         await eventually(lambda: service.app[EVENTS].feed_count == 0, what="the feed to end")

@@ -29,12 +29,12 @@ from tests.conftest import (
 )
 from tests.helpers import (
     FIELDS,
-    STALLED_USERS,
-    TOUCH_MANY,
     Subscriber,
     eventually,
     feeds_above,
+    flood_until_dropped,
     ids,
+    pile_up_events,
     released,
     run_service,
     stalled_subscriber,
@@ -262,15 +262,8 @@ async def test_a_dropped_subscriber_that_reads_nothing_is_released_within_a_seco
     aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
 ) -> None:
     service = await start_service(aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100)
-    hub = service.app[EVENTS]
     async with stalled_subscriber(service) as connection:
-        # Events in batches smaller than the feed's buffer, so that they pile up in the
-        # connection first, until the feed overflows and the subscriber is dropped.
-        for start in range(0, len(STALLED_USERS), 50):
-            await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 50])
-            if hub.feed_count == 0:
-                break
-        assert hub.feed_count == 0, "the subscriber was not dropped"
+        await flood_until_dropped(service)
         # What was queued for it is discarded and its connection ends, although it never reads.
         await released(service, connection)
 
@@ -282,15 +275,7 @@ async def test_shutdown_closes_a_socket_that_reads_nothing_within_a_second_or_tw
         aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100_000
     )
     async with stalled_subscriber(service) as connection:
-        for start in range(0, len(STALLED_USERS), 500):
-            await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 500])
-        await eventually(
-            lambda: (
-                connection.transport is not None
-                and connection.transport.get_write_buffer_size() > 0
-            ),
-            what="events to pile up in the service",
-        )
+        await pile_up_events(service, connection)
         started = time.monotonic()
         await close_sockets(service.app)
         assert time.monotonic() - started < 2
