@@ -21,8 +21,10 @@ from gql_presence.app_state import (
 from gql_presence.auth import Authenticator
 from gql_presence.connection import MAX_CONNECTIONS, connect
 from gql_presence.events import EventHub
+from gql_presence.hosts import host_check
 from gql_presence.ide import GRAPHIQL_ASSETS
 from gql_presence.limits import MAX_BODY_BYTES, RateLimiter
+from gql_presence.logs import log_client_faults_quietly
 from gql_presence.metrics import Metrics
 from gql_presence.probes import dashboard, healthz, metrics_page, readyz
 from gql_presence.settings import Settings
@@ -33,9 +35,16 @@ from gql_presence.view import PresenceView
 
 
 def create_app(settings: Settings) -> web.Application:
+    # What a client causes is logged without a stack trace, whichever library logs it.
+    log_client_faults_quietly()
     metrics = Metrics()
-    # One log line and the metrics of every request; bodies over the limit get 413 unread.
-    app = web.Application(middlewares=[request_telemetry(metrics)], client_max_size=MAX_BODY_BYTES)
+    # One log line and the metrics of every request; then, in open mode, only requests
+    # addressed to loopback names or PRESENCE_ALLOWED_HOSTS (against DNS rebinding).
+    middlewares = [request_telemetry(metrics)]
+    if (checks_host := host_check(settings)) is not None:
+        middlewares.append(checks_host)
+    # Bodies over the limit get 413 unread.
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_BODY_BYTES)
     # What every part reads: the settings, the metrics, who may call.
     app[SETTINGS] = settings
     app[METRICS] = metrics

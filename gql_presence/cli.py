@@ -19,7 +19,7 @@ from gql_presence.errors import PresenceError
 from gql_presence.logs import configure_logging
 from gql_presence.ports import refusal_to_listen
 from gql_presence.redis_server import RedisStartError, make_data_dir, redis_server_binary
-from gql_presence.settings import Settings, SettingsError
+from gql_presence.settings import ANY_HOST, Settings, SettingsError
 from gql_presence.workers import SHUTDOWN_TIMEOUT_S, serve_workers
 
 SCHEMA_FILE = Path("schema.graphql")
@@ -88,9 +88,17 @@ def announce(settings: Settings, host: str, port: int, detail: str = "") -> None
         log.warning(
             "OPEN MODE: no credentials are configured (PRESENCE_BACKEND_TOKENS, "
             "PRESENCE_JWT_SECRET, PRESENCE_JWT_PUBLIC_KEY_FILE); every caller may read and "
-            "change all presence. For local development only."
+            "change all presence. For local development only. Requests are answered only when "
+            "addressed to %s (PRESENCE_ALLOWED_HOSTS).",
+            accepted_hosts(settings),
         )
     print(f"gql-presence: GraphQL and GraphiQL at http://{host}:{port}/graphql{detail}", flush=True)
+
+
+def accepted_hosts(settings: Settings) -> str:
+    if ANY_HOST in settings.allowed_hosts:
+        return "any host name"
+    return ", ".join(("localhost", "a loopback address", *settings.allowed_hosts))
 
 
 def what_redis_said(error: Exception) -> str:

@@ -6,8 +6,10 @@ message that names the variable, so it never runs on a half-understood configura
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 _MS_PER_SECOND = 1000
+ANY_HOST = "*"
 DAY_MS = 86_400_000
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
@@ -69,6 +72,11 @@ class Settings:
     users_see_everyone: bool = False
     # Whether the service may run without credentials on an address other than loopback.
     allow_open: bool = False
+    # Host names (lower-case; IPv6 addresses without brackets) that requests may be addressed
+    # to besides localhost, *.localhost and loopback addresses, which are always answered:
+    # the defence against DNS rebinding (hosts.py). Empty: in open mode only loopback names
+    # are answered, with credentials any name. ANY_HOST alone answers any name.
+    allowed_hosts: tuple[str, ...] = ()
     # Development conveniences that production turns off.
     graphiql: bool = True
     introspection: bool = True
@@ -133,6 +141,7 @@ class Settings:
             jwt_audience=jwt_audience,
             users_see_everyone=_flag(env, "PRESENCE_USERS_SEE_EVERYONE", default=False),
             allow_open=_flag(env, "PRESENCE_ALLOW_OPEN", default=False),
+            allowed_hosts=_allowed_hosts(env),
             graphiql=_flag(env, "PRESENCE_GRAPHIQL", default=True),
             introspection=_flag(env, "PRESENCE_INTROSPECTION", default=True),
             queries_over_get=_flag(env, "PRESENCE_QUERIES_OVER_GET", default=False),
@@ -240,6 +249,32 @@ def _cluster_nodes(env: Mapping[str, str]) -> tuple[tuple[str, int], ...]:
             )
         nodes.append((host, int(port)))
     return tuple(nodes)
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+
+
+def _allowed_hosts(env: Mapping[str, str]) -> tuple[str, ...]:
+    name = "PRESENCE_ALLOWED_HOSTS"
+    hosts = []
+    for entry in filter(None, (e.strip() for e in env.get(name, "").split(","))):
+        host = entry.lower().removeprefix("[").removesuffix("]").rstrip(".")
+        if host == ANY_HOST:
+            hosts.append(host)
+            continue
+        try:
+            host = str(ipaddress.ip_address(host))  # as hosts.host_name writes it
+        except ValueError:
+            if not _HOST_NAME.fullmatch(host):
+                raise SettingsError(
+                    f"{name} must list host names or addresses as clients address the service, "
+                    "without scheme or port, separated by commas (e.g. "
+                    f"presence.internal,10.0.0.5), or be * for any; {entry!r} is not one."
+                ) from None
+        hosts.append(host)
+    if ANY_HOST in hosts and len(hosts) > 1:
+        raise SettingsError(f"{name}=* answers any host name: list no others beside it.")
+    return tuple(hosts)
 
 
 def _cluster_credential(env: Mapping[str, str], name: str) -> str | None:

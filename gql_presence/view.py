@@ -53,6 +53,7 @@ from gql_presence.limits import (
 )
 from gql_presence.schema import build_schema
 from gql_presence.settings import Settings
+from gql_presence.sockets import BoundedWebSocketResponse
 from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation
 
 if TYPE_CHECKING:
@@ -146,8 +147,9 @@ class PresenceView(GraphQLView[Context, None]):
     async def create_websocket_response(
         self, request: web.Request, subprotocol: str | None
     ) -> web.WebSocketResponse:
-        # Strawberry's own, with the size of a message bounded as a request body is.
-        socket = web.WebSocketResponse(
+        # As Strawberry's, with the size of a message bounded as a request body is, and every
+        # close of it ending in bounded time (sockets.py).
+        socket = BoundedWebSocketResponse(
             protocols=[subprotocol] if subprotocol else [],
             max_msg_size=MAX_SOCKET_MESSAGE_BYTES,
         )

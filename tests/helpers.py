@@ -5,12 +5,14 @@ Fixtures live in conftest.py."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import dataclasses
 import inspect
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -23,6 +25,7 @@ import aiohttp
 import jwt
 import pytest
 from aiohttp.test_utils import TestClient
+from aiohttp.web_protocol import RequestHandler
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
@@ -30,7 +33,7 @@ from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 
 from gql_presence.app_state import EVENTS
 from gql_presence.events import Feed, FeedDroppedError
-from tests.conftest import TEST_SETTINGS
+from tests.conftest import TEST_SETTINGS, graphql
 
 Service = TestClient[Any, Any]
 
@@ -227,6 +230,116 @@ def socket_errors(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         elif message["type"] == "next":
             errors += message["payload"].get("errors") or []
     return errors
+
+
+def masked_frame(message: dict[str, Any]) -> bytes:
+    """One WebSocket text frame of `message` as JSON, masked as a client must send it."""
+    payload = json.dumps(message).encode()
+    mask = os.urandom(4)
+    size = len(payload)
+    if size < 126:
+        header = bytes([0x81, 0x80 | size])
+    elif size < 1 << 16:
+        header = bytes([0x81, 0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big")
+    return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+
+
+async def subscriber_that_stops_reading(
+    service: Service, document: str, variables: dict[str, Any]
+) -> socket.socket:
+    """A raw WebSocket client with a small receive buffer that subscribes to `document` and
+    from then on reads nothing, as a client on a stalled link does. Close it when done."""
+    loop = asyncio.get_running_loop()
+    client = socket.socket()
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.setblocking(False)
+    host, port = service.host, service.port
+    await loop.sock_connect(client, (host, port))
+    key = base64.b64encode(os.urandom(16)).decode()
+    handshake = (
+        f"GET /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+        f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+        "Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+    )
+    await loop.sock_sendall(client, handshake.encode())
+    await loop.sock_sendall(client, masked_frame({"type": "connection_init"}))
+    received = b""
+    while b"connection_ack" not in received:
+        chunk = await asyncio.wait_for(loop.sock_recv(client, 4096), 5)
+        assert chunk, f"the service closed the connection: {received!r}"
+        received += chunk
+    subscribe = {"query": document, "variables": variables}
+    await loop.sock_sendall(
+        client, masked_frame({"id": "1", "type": "subscribe", "payload": subscribe})
+    )
+    return client
+
+
+# Long ids make long events: the 10,000 users' come to a few megabytes.
+STALLED_USERS = [f"{i:0>120}" for i in range(10_000)]
+TOUCH_MANY = "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }"
+
+
+@contextlib.asynccontextmanager
+async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler]:
+    """A subscriber to STALLED_USERS that reads nothing once subscribed; yields the server's
+    connection to it, with small kernel buffers so that what is sent piles up in the
+    service."""
+    server = service.server.runner.server if service.server.runner else None
+    assert server is not None
+    document = f"subscription($ids: [ID!]) {{ presenceChanged(userIds: $ids) {{ {FIELDS} }} }}"
+    stalled = await subscriber_that_stops_reading(service, document, {"ids": STALLED_USERS})
+    try:
+        await eventually(lambda: service.app[EVENTS].feed_count == 1, what="the subscription")
+        port = stalled.getsockname()[1]
+        [connection] = [
+            c
+            for c in server.connections
+            if c.transport and c.transport.get_extra_info("peername")[1] == port
+        ]
+        assert connection.transport is not None
+        connection.transport.get_extra_info("socket").setsockopt(
+            socket.SOL_SOCKET, socket.SO_SNDBUF, 4096
+        )
+        yield connection
+    finally:
+        stalled.close()
+
+
+async def pile_up_events(service: Service, connection: RequestHandler) -> None:
+    """Events for a stalled subscriber with a large buffer, until they wait in the service."""
+    for start in range(0, len(STALLED_USERS), 500):
+        await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 500])
+    await eventually(
+        lambda: (
+            connection.transport is not None and connection.transport.get_write_buffer_size() > 0
+        ),
+        what="events to pile up in the service",
+    )
+
+
+async def flood_until_dropped(service: Service) -> None:
+    """Events for a stalled subscriber in batches smaller than its feed's buffer, so that they
+    pile up in its connection first, until the feed overflows and the subscriber is dropped."""
+    hub = service.app[EVENTS]
+    for start in range(0, len(STALLED_USERS), 50):
+        await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 50])
+        if hub.feed_count == 0:
+            return
+    pytest.fail("the subscriber was not dropped")
+
+
+async def released(service: Service, connection: RequestHandler) -> None:
+    """Waits until the server has closed the connection and let go of it."""
+    server = service.server.runner.server if service.server.runner else None
+    assert server is not None
+    await eventually(
+        lambda: connection.transport is None and connection not in server.connections,
+        within_s=3,
+        what="the server to release the connection",
+    )
 
 
 def feeds_above(service: Service, count: int) -> Callable[[], bool]:

@@ -15,7 +15,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from gql.transport.exceptions import TransportQueryError
 
-from gql_presence.app import create_app
+from gql_presence.app import close_sockets, create_app
 from gql_presence.app_state import EVENTS
 from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
@@ -32,8 +32,12 @@ from tests.helpers import (
     Subscriber,
     eventually,
     feeds_above,
+    flood_until_dropped,
     ids,
+    pile_up_events,
+    released,
     run_service,
+    stalled_subscriber,
     stop,
     subscribed,
     subscription,
@@ -252,6 +256,31 @@ async def test_a_subscriber_that_stops_reading_is_dropped_without_stalling_other
         assert close.data == aiohttp.WSCloseCode.POLICY_VIOLATION
         assert "too slow" in str(close.extra)
         await stalled.close()
+
+
+async def test_a_dropped_subscriber_that_reads_nothing_is_released_within_a_second_or_two(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100)
+    async with stalled_subscriber(service) as connection:
+        await flood_until_dropped(service)
+        # What was queued for it is discarded and its connection ends, although it never reads.
+        await released(service, connection)
+
+
+async def test_shutdown_closes_a_socket_that_reads_nothing_within_a_second_or_two(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(
+        aiohttp_client, redis_url=redis_server.url, subscriber_buffer=100_000
+    )
+    async with stalled_subscriber(service) as connection:
+        await pile_up_events(service, connection)
+        started = time.monotonic()
+        await close_sockets(service.app)
+        assert time.monotonic() - started < 2
+        await released(service, connection)
+        await eventually(lambda: service.app[EVENTS].feed_count == 0, what="the feed to end")
 
 
 async def raw_subscription(session: aiohttp.ClientSession, url: str, document: str) -> Any:
