@@ -13,7 +13,12 @@ from typing import Any, Literal
 from redis import exceptions as redis_errors
 
 from gql_presence.connection import AnyRedis
-from gql_presence.errors import BadInputError, SessionRevokedError, StoreUnavailableError
+from gql_presence.errors import (
+    BadInputError,
+    SessionRevokedError,
+    StoreUnavailableError,
+    WritesRefusedError,
+)
 from gql_presence.settings import DAY_MS, Settings
 from gql_presence.store.days import days, days_around, from_ms, local_now_ms
 from gql_presence.store.keys import Keys
@@ -282,7 +287,7 @@ class Shard:
             # Redis refuses a script's first write: nothing of it was applied, and the store
             # takes changes again once a primary with room answers (after a failover).
             if any(refused in str(error) for refused in _WRITES_REFUSED):
-                raise StoreUnavailableError(
+                raise WritesRefusedError(
                     "The presence store takes no changes right now; try again shortly."
                 ) from error
             raise
