@@ -265,6 +265,12 @@ class Shard:
         )
         return 0 if int(granted) else max(1, int(retry_after_ms))
 
+    async def cursor_secret(self, candidate: str) -> str:
+        """The deployment's cursor secret, `candidate` if it has none yet ("": none is made,
+        and "" is the answer then)."""
+        secret = await self._run(ScriptName.CURSOR_SECRET, [self._keys.cursor_secret], [candidate])
+        return _text(secret)
+
     async def _page(
         self, script: ScriptName, keys: list[str], args: list[str | int], after: Position | None
     ) -> ShardPage:
