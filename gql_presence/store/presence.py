@@ -16,6 +16,7 @@ nothing of GraphQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import date, datetime, timedelta
@@ -24,6 +25,7 @@ from redis.asyncio import RedisCluster
 
 from gql_presence.connection import AnyRedis, connections_in_use
 from gql_presence.cursor_secret import new_secret
+from gql_presence.errors import WritesRefusedError
 from gql_presence.settings import Settings
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.days import local_date, local_now_ms, to_ms
@@ -99,6 +101,13 @@ class PresenceStore:
         which Redis (each primary of a cluster) holds once. Raises StoreUnavailableError when
         Redis cannot be reached."""
         await guarded(self._scripts.load(self._redis))
+
+    async def make_cursor_secret(self) -> None:
+        """At start-up: makes sure the deployment's cursor secret is in Redis (with no
+        PRESENCE_CURSOR_SECRET), so that a replica holds it too when it serves reads during a
+        failover. While Redis takes no writes, it is left to the first cursor made."""
+        with contextlib.suppress(WritesRefusedError):
+            await self._deployment_cursors(make=True)
 
     async def takes_changes(self) -> bool:
         """Whether the Redis answering is a primary (a replica refuses every change); on Redis
