@@ -83,6 +83,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
     async with connect(settings) as redis:
         store = PresenceStore(redis.client, settings, observe_script=app[METRICS].observe_script)
         await store.load_scripts()  # a script that does not load fails the start, not a request
+        await store.make_cursor_secret()  # every process, and any replica, reads the same
         app[REDIS] = redis
         app[STORE] = store
         app[LIMITER] = RateLimiter(store, settings)

@@ -18,6 +18,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from gql_presence.cursor_secret import secret_kept_in
 from gql_presence.redis_server import start_embedded_redis
 from gql_presence.settings import Settings, without_password
 
@@ -63,14 +64,16 @@ class Connection:
 @contextlib.contextmanager
 def started_if_embedded(settings: Settings) -> Iterator[Settings]:
     """The settings, with REDIS_URL pointing at the embedded Redis when they name no Redis:
-    it is started here and stopped on leaving."""
+    it is started here and stopped on leaving. Its cursor secret, unless set, is the one its
+    data folder keeps."""
     if not settings.embedded_redis:
         yield settings
         return
     server = start_embedded_redis(settings.data_dir)
     try:
         log.info("embedded Redis at %s, data in %s", server.url, settings.data_dir)
-        yield dataclasses.replace(settings, redis_url=server.url)
+        cursor_secret = settings.cursor_secret or secret_kept_in(settings.data_dir)
+        yield dataclasses.replace(settings, redis_url=server.url, cursor_secret=cursor_secret)
     finally:
         server.stop()
 

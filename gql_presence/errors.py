@@ -45,6 +45,10 @@ class StoreUnavailableError(PresenceError):
     code = ErrorCode.UNAVAILABLE
 
 
+class WritesRefusedError(StoreUnavailableError):
+    """Redis answers but takes no writes: a read-only replica (during a failover), or full."""
+
+
 class UnauthenticatedError(PresenceError):
     code = ErrorCode.UNAUTHENTICATED
 

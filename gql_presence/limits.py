@@ -5,10 +5,13 @@ README's "Running in production" gives the reason for each figure.
 
 from __future__ import annotations
 
+import logging
 import math
+import time
+from collections.abc import Callable
 
 from gql_presence.auth import Caller, CallerKind
-from gql_presence.errors import RateLimitedError
+from gql_presence.errors import RateLimitedError, WritesRefusedError
 from gql_presence.settings import Settings
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore
 
@@ -39,9 +42,18 @@ MAX_SUBSCRIPTIONS_PER_SOCKET = 20
 # A WebSocket that has not authenticated (connection_init) by then is closed.
 CONNECTION_INIT_WAIT_S = 10
 
+# How many of a process's own rate buckets may be kept before the full ones are looked for.
+_FORGET_ABOVE = 1024
+
+log = logging.getLogger("gql_presence")
+
 
 class RateLimiter:
-    """A token bucket per caller, kept in Redis so that every API process shares it."""
+    """A token bucket per caller, kept in Redis so that every API process shares it. While
+    Redis takes no writes (a read-only replica during a failover), each process counts with
+    buckets of its own, of the same rate and burst, so that reads are still served within a
+    limit; the shared bucket is tried first on every request, so it is back in use as soon as
+    Redis takes writes again."""
 
     def __init__(self, store: PresenceStore, settings: Settings) -> None:
         self._store = store
@@ -49,6 +61,8 @@ class RateLimiter:
             CallerKind.USER: (settings.user_rate, settings.user_burst),
             CallerKind.BACKEND: (settings.backend_rate, settings.backend_burst),
         }
+        self._own_buckets = LocalBuckets()
+        self._shared = True
 
     async def admit(self, caller: Caller) -> None:
         """Raises RateLimitedError when the caller has no token left."""
@@ -56,6 +70,60 @@ class RateLimiter:
         rate, burst = self._buckets.get(caller.kind, (0.0, 0))
         if not rate:
             return
-        wait_ms = await self._store.take_token(f"{caller.kind.value}:{caller.name}", rate, burst)
+        bucket = f"{caller.kind.value}:{caller.name}"
+        try:
+            wait_ms = await self._store.take_token(bucket, rate, burst)
+            self._note_shared(shared=True)
+        except WritesRefusedError:
+            self._note_shared(shared=False)
+            wait_ms = self._own_buckets.take(bucket, rate, burst)
         if wait_ms:
             raise RateLimitedError(math.ceil(wait_ms / 1000))
+
+    def _note_shared(self, *, shared: bool) -> None:
+        if shared == self._shared:
+            return
+        self._shared = shared
+        if shared:
+            log.info("rate limits: Redis takes writes again, the shared buckets are back in use")
+        else:
+            log.warning(
+                "rate limits: Redis takes no writes (a read-only replica?); this process "
+                "counts with buckets of its own until it does"
+            )
+
+
+class LocalBuckets:
+    """Token buckets of this process alone. A bucket that would be full again is forgotten
+    (it means the same as no bucket), so idle callers cost no memory."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        # caller -> (tokens left, when counted, when it is full again), in seconds of the clock
+        self._buckets: dict[str, tuple[float, float, float]] = {}
+        self._forget_above = _FORGET_ABOVE
+
+    def __len__(self) -> int:
+        """How many callers' buckets are kept."""
+        return len(self._buckets)
+
+    def take(self, caller: str, rate: float, burst: int) -> int:
+        """Takes one token (rate per second, at most burst). Returns 0 when granted, else
+        how many ms until a token is there."""
+        now = self._clock()
+        tokens, at, _ = self._buckets.get(caller, (burst, now, now))
+        tokens = min(burst, tokens + max(0.0, now - at) * rate)
+        wait_ms = 0
+        if tokens >= 1:
+            tokens -= 1
+        else:
+            wait_ms = max(1, math.ceil((1 - tokens) * 1000 / rate))
+        self._buckets[caller] = (tokens, now, now + (burst - tokens) / rate)
+        if len(self._buckets) > self._forget_above:
+            self._forget_full(now)
+        return wait_ms
+
+    def _forget_full(self, now: float) -> None:
+        self._buckets = {c: b for c, b in self._buckets.items() if b[2] > now}
+        # Checked again once the callers still counting have doubled: amortised O(1) a take.
+        self._forget_above = max(_FORGET_ABOVE, 2 * len(self._buckets))

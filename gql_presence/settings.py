@@ -68,6 +68,9 @@ class Settings:
     jwt_public_key: str | None = None
     jwt_issuer: str | None = None
     jwt_audience: str | None = None
+    # The secret that keys page cursors' tags, the same for every process of a deployment;
+    # None: the embedded Redis's data folder keeps a generated one, else Redis keeps one.
+    cursor_secret: str | None = field(default=None, repr=False)
     # Whether end users may list everyone (onlineUsers, activeInRange, weeklyStats).
     users_see_everyone: bool = False
     # Whether the service may run without credentials on an address other than loopback.
@@ -139,6 +142,7 @@ class Settings:
             jwt_public_key=jwt_public_key,
             jwt_issuer=jwt_issuer,
             jwt_audience=jwt_audience,
+            cursor_secret=_cursor_secret(env),
             users_see_everyone=_flag(env, "PRESENCE_USERS_SEE_EVERYONE", default=False),
             allow_open=_flag(env, "PRESENCE_ALLOW_OPEN", default=False),
             allowed_hosts=_allowed_hosts(env),
@@ -366,6 +370,18 @@ def _backend_tokens(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
             )
         tokens.append((backend, secret))
     return tuple(tokens)
+
+
+def _cursor_secret(env: Mapping[str, str]) -> str | None:
+    secret = env.get("PRESENCE_CURSOR_SECRET", "").strip() or None
+    if secret is not None and len(secret) < _MIN_SECRET_CHARS:
+        raise SettingsError(
+            f"PRESENCE_CURSOR_SECRET is too short: use at least {_MIN_SECRET_CHARS} random "
+            "characters (e.g. made by `python3 -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))'`), the same for every process, or leave it "
+            "unset for one the service makes and keeps itself."
+        )
+    return secret
 
 
 def _jwt_keys(env: Mapping[str, str]) -> tuple[str | None, str | None]:

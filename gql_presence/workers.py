@@ -2,12 +2,12 @@
 
 The parent starts the embedded Redis once (when neither REDIS_URL nor REDIS_CLUSTER_NODES is
 set), then starts each worker as `gql-presence serve --workers 1`, with the embedded Redis's URL
-handed down (or else the parent's own settings). The parent has made sure that no other process
-listens on the port; every worker binds the same
-address with SO_REUSEPORT, so the kernel spreads new connections over them. The parent only
-watches: SIGTERM (or Ctrl-C) is passed on to every worker, which drains as a single process
-does; when all have exited the parent stops the embedded Redis. A worker that exits by itself
-stops the whole service with status 1, for its supervisor (systemd, Kubernetes) to restart.
+and cursor secret handed down (or else the parent's own settings). The parent has made sure
+that no other process listens on the port; every worker binds the same address with
+SO_REUSEPORT, so the kernel spreads new connections over them. The parent only watches:
+SIGTERM (or Ctrl-C) is passed on to every worker, which drains as a single process does; when
+all have exited the parent stops the embedded Redis. A worker that exits by itself stops the
+whole service with status 1, for its supervisor (systemd, Kubernetes) to restart.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def serve_workers(
     signal.signal(signal.SIGINT, request_stop)
     # The embedded Redis, if any, is stopped after every worker has exited: see below.
     with started_if_embedded(settings) as reachable:
-        processes = [_start_worker(host, port, reachable.redis_url) for _ in range(workers)]
+        processes = [_start_worker(host, port, reachable) for _ in range(workers)]
         status = 0
         announced = False
         while not stop_requested:
@@ -69,11 +69,14 @@ def serve_workers(
     return status
 
 
-def _start_worker(host: str, port: int, redis_url: str | None) -> subprocess.Popen[bytes]:
+def _start_worker(host: str, port: int, settings: Settings) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "gql_presence", "serve", "--host", host, "--port", str(port)]
     env = {**os.environ, "PRESENCE_WORKERS": "1"}
-    if redis_url is not None:
-        env["REDIS_URL"] = redis_url
+    if settings.redis_url is not None:
+        env["REDIS_URL"] = settings.redis_url
+    # The embedded Redis's cursor secret (from its data folder), for cursors valid on every worker.
+    if settings.cursor_secret is not None:
+        env["PRESENCE_CURSOR_SECRET"] = settings.cursor_secret
     # A worker must not outlive a parent killed outright (it would hold the port).
     return start_child([*command, "--workers", "1", "--reuse-port"], env=env)
 

@@ -3,6 +3,9 @@ one shard, one Redis with three shards, and a three-master Redis Cluster with th
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import json
 import logging
 import re
 from datetime import UTC, datetime, timedelta
@@ -13,10 +16,12 @@ import pytest
 from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
+from gql_presence.app import create_app
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore, shard_of
+from gql_presence.store.cursor import Cursors
 from gql_presence.store.keys import Keys
-from tests.conftest import EVERY_DEPLOYMENT, graphql
+from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
 
 pytestmark = EVERY_DEPLOYMENT
 
@@ -182,11 +187,12 @@ async def test_kick_touch_many_friends_and_weekly_stats(api: Client) -> None:
 async def test_bad_input_is_refused_with_a_helpful_message_and_changes_nothing(
     api: Client, http_redis: Redis, document: str, variables: dict[str, Any], says: str
 ) -> None:
+    keys_before = await http_redis.dbsize()  # the service's cursor secret, made at start-up
     body = await graphql(api, document, **variables)
     assert codes(body) == ["BAD_USER_INPUT"]
     assert says in body["errors"][0]["message"]
     assert body.get("data") is None
-    assert await http_redis.dbsize() == 0
+    assert await http_redis.dbsize() == keys_before
 
 
 async def test_revoked_session_is_refused_with_its_code(
@@ -276,3 +282,34 @@ async def test_a_subscription_first_of_several_operations_is_refused_over_plain_
     )
     assert codes(body) == ["BAD_USER_INPUT"]
     assert "WebSocket" in body["errors"][0]["message"]
+
+
+BAD_CURSOR = "after must be an endCursor returned by this service (or null for the first page)."
+
+
+def cursor_keyed_by(key: bytes, score: int, user_id: str) -> str:
+    """A cursor of the shape the service makes, its tag keyed by `key`."""
+    payload = json.dumps([score, user_id], separators=(",", ":")).encode()
+    tag = hashlib.blake2b(payload, key=key, digest_size=8).digest()
+    return base64.urlsafe_b64encode(tag + payload).decode().rstrip("=")
+
+
+async def test_a_cursor_is_valid_on_every_process_and_a_forged_one_is_refused(
+    api: Client, aiohttp_client: ClientFactory, deployment: Settings
+) -> None:
+    other_process = await aiohttp_client(create_app(deployment))
+    await graphql(api, 'mutation { touchMany(userIds: ["a", "b"]) }')
+    page = f"query($after: String) {{ onlineUsers(first: 1, after: $after) {{ {PAGE} }} }}"
+    first = (await graphql(api, page))["data"]["onlineUsers"]
+    second = await graphql(other_process, page, after=first["pageInfo"]["endCursor"])
+    listed = [n["userId"] for n in first["nodes"] + second["data"]["onlineUsers"]["nodes"]]
+    assert sorted(listed) == ["a", "b"]
+    score = -int(datetime.fromisoformat(first["nodes"][0]["lastSeen"]).timestamp() * 1000)
+    forged = (
+        cursor_keyed_by(b"gql-presence cursor v1", score, listed[0]),  # the key in the source once
+        Cursors("the secret of another deployment").encode(score, listed[0]),
+    )
+    for cursor in forged:
+        body = await graphql(api, page, after=cursor)
+        assert codes(body) == ["BAD_USER_INPUT"]
+        assert body["errors"][0]["message"] == BAD_CURSOR

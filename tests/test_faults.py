@@ -21,8 +21,8 @@ from gql_presence.errors import StoreUnavailableError
 from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.store import PresenceStore
 from gql_presence.store.keys import Keys
-from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
-from tests.helpers import eventually
+from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
+from tests.helpers import BACKEND_TOKEN, SECURED, eventually
 from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 TOUCH = 'mutation { touch(userId: "alice", sessionId: "s") { online } }'
@@ -152,12 +152,12 @@ async def test_a_failover_to_a_promoted_replica_is_followed_without_a_restart(
         replica.stop()
 
 
-async def wait_for_replication(replica: RedisServer) -> None:
+async def wait_for_replication(replica: RedisServer, *, has_data: bool = True) -> None:
     client = redis_client(replica.url)
 
     async def caught_up() -> bool:
         linked = (await client.info("replication"))["master_link_status"] == "up"
-        return linked and bool(await client.dbsize())
+        return linked and (bool(await client.dbsize()) or not has_data)
 
     await eventually(caught_up, 5, "the replica to catch up")
     await client.aclose()
@@ -183,3 +183,36 @@ async def test_keys_of_two_slots_are_a_fault_of_ours_not_an_outage(
         assert not isinstance(raised.value, StoreUnavailableError)
     finally:
         await client.aclose()
+
+
+async def test_a_read_only_replica_serves_reads_within_a_rate_limit_of_this_process(
+    aiohttp_client: ClientFactory, own_redis_server: RedisServer
+) -> None:
+    """Taking a token from the shared bucket writes: while Redis refuses writes, each process
+    counts with a bucket of its own, of the same rate and burst, and returns to the shared
+    bucket as soon as Redis takes writes again."""
+    settings = dataclasses.replace(
+        SECURED, redis_url=own_redis_server.url, backend_rate=0.5, backend_burst=2
+    )
+    api = await aiohttp_client(create_app(settings))
+    headers = {"Authorization": f"Bearer {BACKEND_TOKEN}"}
+
+    async def send(query: str) -> tuple[int, list[str]]:
+        response = await api.post("/graphql", json={"query": query}, headers=headers)
+        return response.status, error_codes(await response.json())
+
+    other = start_redis_server()
+    client = redis_client(own_redis_server.url)
+    try:
+        address = urlsplit(other.url)
+        await client.replicaof(str(address.hostname), str(address.port))
+        await wait_for_replication(own_redis_server, has_data=False)
+        assert await send(TOUCH) == (200, ["UNAVAILABLE"])  # a change still needs a primary
+        assert await send(READ) == (200, [])
+        assert await send(READ) == (429, ["RATE_LIMITED"])  # this process's burst is spent
+        await client.replicaof("NO", "ONE")
+        assert await send(READ) == (200, [])  # the shared bucket, full: a new one
+        assert await client.exists(Keys().rate_bucket("backend:chat")) == 1
+    finally:
+        await client.aclose()
+        other.stop()

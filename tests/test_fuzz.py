@@ -50,7 +50,10 @@ from hypothesis import strategies as st
 from hypothesis_graphql import from_schema, nodes
 
 from gql_presence.errors import ErrorCode
-from gql_presence.store.cursor import encode_cursor
+from gql_presence.redis_server import RedisServer
+from gql_presence.settings import Settings
+from gql_presence.store.cursor import Cursors
+from tests.conftest import TEST_SETTINGS
 from tests.helpers import graphql_socket, over_socket, socket_errors
 
 Client = TestClient[Any, Any]
@@ -190,8 +193,20 @@ _BAD_DATE = st.one_of(
 )
 ANY_DATE_TEXT = mostly(_VALID_DATE, _BAD_DATE, odds=2)
 
-# --- Cursors: text that is none, and cursors forged with a valid tag (the key is no secret)
-# holding any position, so that the list scripts meet extreme scores and odd ids.
+# --- Cursors: text that is none, and cursors forged with a valid tag (the fuzz knows the
+# service's secret) holding any position, so that the list scripts meet extreme scores and odd ids.
+
+CURSOR_SECRET = "the cursor secret of the fuzzed service"  # noqa: S105 - a test's own
+encode_cursor = Cursors(CURSOR_SECRET).encode
+
+
+@pytest.fixture
+def deployment(redis_server: RedisServer) -> Settings:
+    """The service under test (the `api` fixture), with the secret the fuzz's cursors use."""
+    return dataclasses.replace(
+        TEST_SETTINGS, redis_url=redis_server.url, cursor_secret=CURSOR_SECRET
+    )
+
 
 CURSOR_TEXT = st.one_of(
     st.text(max_size=40),

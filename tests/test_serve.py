@@ -39,24 +39,38 @@ def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
-def test_serve_with_no_settings_keeps_its_data_across_restarts(data_dir: Path) -> None:
+FIRST_PAGE = "{ onlineUsers(first: 1) { nodes { userId } pageInfo { endCursor } } }"
+
+
+def next_page(cursor: str) -> str:
+    return f'{{ onlineUsers(first: 1, after: "{cursor}") {{ nodes {{ userId }} }} }}'
+
+
+def test_serve_with_no_settings_keeps_its_data_and_cursors_across_restarts(data_dir: Path) -> None:
     port = free_port()
     service = run_service(data_dir, port)
     try:
         wait_until_serving(service, port)
         touched = post(port, 'mutation { touch(userId: "alice") { lastSeen } }')
         assert touched["data"]["touch"]["lastSeen"]
+        post(port, 'mutation { touch(userId: "bob") { lastSeen } }')
+        cursor = post(port, FIRST_PAGE)["data"]["onlineUsers"]["pageInfo"]["endCursor"]
     finally:
         output = stop(service)
     assert service.returncode == 0, output
     assert (data_dir / "appendonly.aof").stat().st_size > 0
     assert not (data_dir / "redis.sock").exists(), "the embedded Redis was stopped"
+    # The generated cursor secret, this user's alone, beside the embedded Redis's data.
+    assert S_IMODE((data_dir / "cursor-secret").stat().st_mode) == 0o600
 
     service = run_service(data_dir, port)
     try:
         wait_until_serving(service, port)
         presence = post(port, '{ presence(userId: "alice") { lastSeen } }')
         assert presence["data"]["presence"]["lastSeen"] == touched["data"]["touch"]["lastSeen"]
+        assert post(port, next_page(cursor)) == {
+            "data": {"onlineUsers": {"nodes": [{"userId": "alice"}]}}
+        }
     finally:
         stop(service)
 
@@ -217,6 +231,17 @@ def test_check_does_not_print_the_password_of_redis_url(redis_server: RedisServe
     assert "hunter2-secret" not in done.stderr + done.stdout
 
 
+def test_check_does_not_print_the_cursor_secret(redis_server: RedisServer) -> None:
+    chosen = "a-cursor-chosen-that-check-keeps-to-itself"
+    done = run_command("check", REDIS_URL=redis_server.url, PRESENCE_CURSOR_SECRET=chosen)
+    assert done.returncode == 0, done.stderr
+    assert chosen not in done.stderr + done.stdout
+    short = run_command("check", REDIS_URL=redis_server.url, PRESENCE_CURSOR_SECRET="x" * 31)
+    assert short.returncode != 0
+    assert "PRESENCE_CURSOR_SECRET is too short" in short.stderr
+    assert "x" * 31 not in short.stderr + short.stdout
+
+
 def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:
     unreachable = run_command("check", REDIS_URL=f"redis://127.0.0.1:{free_port()}/0")
     assert unreachable.returncode == 1
@@ -321,6 +346,10 @@ def test_several_workers_share_the_port_and_sigterm_stops_them_and_redis(data_di
         assert post(port, "{ onlineUsers { totalCount } }")["data"]["onlineUsers"] == {
             "totalCount": 40
         }
+        # A cursor from one worker is valid on the other (new connections reach both).
+        cursor = post(port, FIRST_PAGE)["data"]["onlineUsers"]["pageInfo"]["endCursor"]
+        for _ in range(10):
+            assert "errors" not in post(port, next_page(cursor))
     finally:
         output = stop(service)
     assert service.returncode == 0, output

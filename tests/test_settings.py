@@ -104,6 +104,16 @@ def test_the_clusters_user_and_password_are_read_and_kept_out_of_the_repr() -> N
     assert "s3cret-password" not in repr(settings)
 
 
+def test_the_cursor_secret_is_read_checked_for_length_and_kept_out_of_the_repr() -> None:
+    chosen = "a-cursor-chosen-of-forty-characters-long"
+    settings = Settings.from_env({"PRESENCE_CURSOR_SECRET": chosen})
+    assert settings.cursor_secret == chosen
+    assert chosen not in repr(settings)
+    assert Settings.from_env({}).cursor_secret is None
+    with pytest.raises(SettingsError, match="PRESENCE_CURSOR_SECRET is too short: use at least 32"):
+        Settings.from_env({"PRESENCE_CURSOR_SECRET": "short-secret"})
+
+
 def test_a_password_in_redis_url_stays_out_of_the_repr_and_of_errors() -> None:
     settings = Settings.from_env({"REDIS_URL": "redis://:pw-secret@cache:6379/0"})
     assert settings.redis_url == "redis://:pw-secret@cache:6379/0"

@@ -1,5 +1,7 @@
-"""Opaque page cursors: the (score, user id) of the last user on a page, with a short tag so
-that a cursor made or altered by hand is refused rather than read as some other position."""
+"""Opaque page cursors: the (score, user id) of the last user on a page, with a tag keyed by
+the deployment's secret, so that a cursor made or altered by anyone else is refused rather than
+read as some other position. Every process of a deployment holds the same secret, so a cursor
+from one is valid on all."""
 
 from __future__ import annotations
 
@@ -13,29 +15,32 @@ from gql_presence.errors import BadInputError
 
 _BAD_CURSOR = "after must be an endCursor returned by this service (or null for the first page)."
 _TAG_BYTES = 8
-# Cursors carry no secret (only a position in a list anyone may read), so a fixed key is
-# enough to tell our cursors from anything else, in every process alike.
-_KEY = b"gql-presence cursor v1"
 
 
-def _tag(payload: bytes) -> bytes:
-    return hashlib.blake2b(payload, key=_KEY, digest_size=_TAG_BYTES).digest()
+class Cursors:
+    """Makes and reads cursors, their tags keyed by one secret."""
 
+    def __init__(self, secret: str) -> None:
+        # BLAKE2b takes a key of at most 64 bytes: a secret of any length is hashed to one.
+        self._key = hashlib.sha256(b"gql-presence cursor v2\0" + secret.encode()).digest()
 
-def encode_cursor(score: int, user_id: str) -> str:
-    payload = json.dumps([score, user_id], separators=(",", ":"), ensure_ascii=False).encode()
-    return base64.urlsafe_b64encode(_tag(payload) + payload).decode().rstrip("=")
+    def _tag(self, payload: bytes) -> bytes:
+        return hashlib.blake2b(payload, key=self._key, digest_size=_TAG_BYTES).digest()
 
+    def encode(self, score: int, user_id: str) -> str:
+        payload = json.dumps([score, user_id], separators=(",", ":"), ensure_ascii=False).encode()
+        return base64.urlsafe_b64encode(self._tag(payload) + payload).decode().rstrip("=")
 
-def decode_cursor(cursor: str) -> tuple[int, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        tag, payload = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
-        if not hmac.compare_digest(tag, _tag(payload)):
+    def decode(self, cursor: str) -> tuple[int, str]:
+        """The position a cursor holds; BadInputError for anything this secret did not tag."""
+        try:
+            raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+            tag, payload = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
+            if not hmac.compare_digest(tag, self._tag(payload)):
+                raise BadInputError(_BAD_CURSOR)
+            score, user_id = json.loads(payload)
+        except (binascii.Error, UnicodeDecodeError, ValueError, TypeError) as error:
+            raise BadInputError(_BAD_CURSOR) from error
+        if type(score) is not int or not isinstance(user_id, str) or not user_id:
             raise BadInputError(_BAD_CURSOR)
-        score, user_id = json.loads(payload)
-    except (binascii.Error, UnicodeDecodeError, ValueError, TypeError) as error:
-        raise BadInputError(_BAD_CURSOR) from error
-    if type(score) is not int or not isinstance(user_id, str) or not user_id:
-        raise BadInputError(_BAD_CURSOR)
-    return score, user_id
+        return score, user_id

@@ -78,3 +78,9 @@ class Keys:
     def rate_bucket(self, caller: str) -> str:
         """HASH: a caller's token bucket for rate limiting (see lua/take_token.lua)."""
         return self.prefix + "rate:" + caller
+
+    @property
+    def cursor_secret(self) -> str:
+        """STRING: the secret that keys page cursors' tags, when no PRESENCE_CURSOR_SECRET is
+        set (see lua/cursor_secret.lua). Kept in shard 0."""
+        return self.prefix + "cursor-secret"

@@ -16,6 +16,7 @@ nothing of GraphQL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import date, datetime, timedelta
@@ -23,8 +24,10 @@ from datetime import date, datetime, timedelta
 from redis.asyncio import RedisCluster
 
 from gql_presence.connection import AnyRedis, connections_in_use
+from gql_presence.cursor_secret import new_secret
+from gql_presence.errors import WritesRefusedError
 from gql_presence.settings import Settings
-from gql_presence.store.cursor import decode_cursor, encode_cursor
+from gql_presence.store.cursor import Cursors
 from gql_presence.store.days import local_date, local_now_ms, to_ms
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
@@ -71,6 +74,9 @@ class PresenceStore:
         self._zone = settings.stats_zone
         self._retention_ms = settings.retention_ms
         self._scripts = Scripts.register(redis)
+        # Without PRESENCE_CURSOR_SECRET, the deployment's own, read from Redis when first used.
+        secret = settings.cursor_secret
+        self._cursors = None if secret is None else Cursors(secret)
         self._shards = tuple(
             Shard(redis, settings, Keys.of_shard(i), self._scripts, observe_script)
             for i in range(settings.shards)
@@ -95,6 +101,13 @@ class PresenceStore:
         which Redis (each primary of a cluster) holds once. Raises StoreUnavailableError when
         Redis cannot be reached."""
         await guarded(self._scripts.load(self._redis))
+
+    async def make_cursor_secret(self) -> None:
+        """At start-up: makes sure the deployment's cursor secret is in Redis (with no
+        PRESENCE_CURSOR_SECRET), so that a replica holds it too when it serves reads during a
+        failover. While Redis takes no writes, it is left to the first cursor made."""
+        with contextlib.suppress(WritesRefusedError):
+            await self._deployment_cursors(make=True)
 
     async def takes_changes(self) -> bool:
         """Whether the Redis answering is a primary (a replica refuses every change); on Redis
@@ -207,7 +220,9 @@ class PresenceStore:
         a user lives in one shard, the first `first` users after that position over all shards
         are among the first `first` of some shard. The cursor is the position of the last
         user listed, so it means the same whatever shard that user lives in."""
-        position = None if after is None else decode_cursor(after)
+        position = None
+        if after is not None:
+            position = (await self._deployment_cursors(make=False)).decode(after)
         pages = await asyncio.gather(*(page_of(shard, position) for shard in self._shards))
         rows = sorted((node for page in pages for node in page.nodes), key=_position)
         nodes = tuple(rows[:first])
@@ -215,8 +230,26 @@ class PresenceStore:
             total_count=sum(page.total_count for page in pages),
             nodes=nodes,
             has_next_page=len(rows) > first or any(page.has_next_page for page in pages),
-            end_cursor=encode_cursor(*_position(nodes[-1])) if nodes else None,
+            end_cursor=await self._end_cursor(nodes),
         )
+
+    async def _end_cursor(self, nodes: Sequence[ListedUser]) -> str | None:
+        if not nodes:
+            return None
+        return (await self._deployment_cursors(make=True)).encode(*_position(nodes[-1]))
+
+    async def _deployment_cursors(self, *, make: bool) -> Cursors:
+        """What makes and reads this deployment's cursors. Without PRESENCE_CURSOR_SECRET, the
+        secret kept in Redis, made by the first process that makes a cursor: every process
+        reads the same, so a cursor from one is valid on all. Read once, then kept. Reading a
+        cursor makes no secret (bad input changes nothing): with none yet, none is valid."""
+        if self._cursors is not None:
+            return self._cursors
+        secret = await self._shards[0].cursor_secret(new_secret() if make else "")
+        if not secret:
+            return Cursors(new_secret())  # one that no cursor was made with
+        self._cursors = Cursors(secret)
+        return self._cursors
 
     async def weekly_stats(self, end_date: date | None = None) -> WeeklyStats:
         """The sum of every shard's figures: exact, as each user is counted in one shard."""

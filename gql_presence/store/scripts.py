@@ -32,6 +32,7 @@ class ScriptName(StrEnum):
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
+    CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
 
 
 class ScriptError(StrEnum):

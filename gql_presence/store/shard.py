@@ -13,7 +13,12 @@ from typing import Any, Literal
 from redis import exceptions as redis_errors
 
 from gql_presence.connection import AnyRedis
-from gql_presence.errors import BadInputError, SessionRevokedError, StoreUnavailableError
+from gql_presence.errors import (
+    BadInputError,
+    SessionRevokedError,
+    StoreUnavailableError,
+    WritesRefusedError,
+)
 from gql_presence.settings import DAY_MS, Settings
 from gql_presence.store.days import days, days_around, from_ms, local_now_ms
 from gql_presence.store.keys import Keys
@@ -260,6 +265,12 @@ class Shard:
         )
         return 0 if int(granted) else max(1, int(retry_after_ms))
 
+    async def cursor_secret(self, candidate: str) -> str:
+        """The deployment's cursor secret, `candidate` if it has none yet ("": none is made,
+        and "" is the answer then)."""
+        secret = await self._run(ScriptName.CURSOR_SECRET, [self._keys.cursor_secret], [candidate])
+        return _text(secret)
+
     async def _page(
         self, script: ScriptName, keys: list[str], args: list[str | int], after: Position | None
     ) -> ShardPage:
@@ -282,7 +293,7 @@ class Shard:
             # Redis refuses a script's first write: nothing of it was applied, and the store
             # takes changes again once a primary with room answers (after a failover).
             if any(refused in str(error) for refused in _WRITES_REFUSED):
-                raise StoreUnavailableError(
+                raise WritesRefusedError(
                     "The presence store takes no changes right now; try again shortly."
                 ) from error
             raise
