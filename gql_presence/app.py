@@ -20,6 +20,7 @@ from gql_presence.app_state import (
 )
 from gql_presence.auth import Authenticator
 from gql_presence.connection import MAX_CONNECTIONS, connect
+from gql_presence.cors import cors
 from gql_presence.events import EventHub
 from gql_presence.ide import GRAPHIQL_ASSETS
 from gql_presence.limits import MAX_BODY_BYTES, RateLimiter
@@ -34,8 +35,12 @@ from gql_presence.view import PresenceView
 
 def create_app(settings: Settings) -> web.Application:
     metrics = Metrics()
-    # One log line and the metrics of every request; bodies over the limit get 413 unread.
-    app = web.Application(middlewares=[request_telemetry(metrics)], client_max_size=MAX_BODY_BYTES)
+    # One log line and the metrics of every request; bodies over the limit get 413 unread;
+    # CORS headers for browser pages on the origins PRESENCE_CORS_ORIGINS lists.
+    app = web.Application(
+        middlewares=[request_telemetry(metrics), cors(settings.cors_origins)],
+        client_max_size=MAX_BODY_BYTES,
+    )
     # What every part reads: the settings, the metrics, who may call.
     app[SETTINGS] = settings
     app[METRICS] = metrics

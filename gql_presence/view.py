@@ -63,6 +63,8 @@ class PresenceView(GraphQLView[Context, None]):
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
             connection_init_wait_timeout=timedelta(seconds=CONNECTION_INIT_WAIT_S),
             max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_SOCKET,
+            # Pages on other origins may open a WebSocket only from PRESENCE_CORS_ORIGINS.
+            allowed_origins=settings.cors_origins,
         )
         self._budget_s = settings.request_timeout_ms / 1000
 
