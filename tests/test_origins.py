@@ -80,7 +80,7 @@ async def test_any_origin_with_a_star(
 
 
 @pytest.mark.parametrize(
-    ("listed", "origin", "accepted"),
+    "case",
     [
         ((APP,), APP, True),
         ((APP,), OTHER, False),
@@ -92,10 +92,9 @@ async def test_websocket_handshakes_are_checked_against_the_same_list(
     aiohttp_client: AiohttpClient,
     deployment: Settings,
     http_redis: AnyRedis,
-    listed: tuple[str, ...],
-    origin: str,
-    accepted: bool,
+    case: tuple[tuple[str, ...], str, bool],
 ) -> None:
+    listed, origin, accepted = case
     client = await service(aiohttp_client, deployment, *listed)
     if accepted:
         async with client.ws_connect(
