@@ -17,7 +17,6 @@ from graphql import GraphQLError
 from strawberry.extensions import (
     DisableIntrospection,
     MaxTokensLimiter,
-    ParserCache,
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
@@ -31,6 +30,7 @@ from gql_presence.document_limits import DocumentValidation
 from gql_presence.errors import BadInputError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
 from gql_presence.limits import MAX_TOKENS
+from gql_presence.persisted import Kept, PersistedDocumentCache
 from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
 
@@ -491,8 +491,9 @@ def build_schema(*, introspection: bool = True) -> PresenceSchema:
         OperationLabel,
         ErrorCodes,
         # Parsing the same few documents again is much of GraphQL's cost per request: keep
-        # their results (the cache is shared by every request; validation keeps its own).
-        partial(ParserCache, maxsize=256),
+        # their results (shared by every request), and for documents known by their hash
+        # the validated syntax tree, of this schema.
+        partial(PersistedDocumentCache, maxsize=256, checked=Kept()),
         # Bounds on one document's work; their reasons are in gql_presence/limits.py.
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
         partial(DocumentValidation, hide_suggestions=not introspection),

@@ -32,6 +32,8 @@ class ScriptName(StrEnum):
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
+    PERSIST_DOCUMENT = "persist_document"
+    PERSISTED_DOCUMENT = "persisted_document"
 
 
 class ScriptError(StrEnum):
