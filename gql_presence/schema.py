@@ -468,6 +468,22 @@ class EventExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return executor
 
 
+@strawberry.federation.type(
+    keys=["id"],
+    description="A user, as other subgraphs of a federated graph know them: this one adds their presence.",
+)
+class User:
+    id: ID
+
+    @strawberry.field(description="The user's presence.")
+    async def presence(self, info: strawberry.Info[Context, None]) -> UserPresence:
+        return UserPresence.of(await _store(info, Need.OWN, self.id).presence(self.id))
+
+    @classmethod
+    def resolve_reference(cls, id: ID) -> User:
+        return cls(id=id)
+
+
 class PresenceSchema(strawberry.Schema):
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Refusals are answers, not faults: only unexpected errors are logged.
@@ -486,7 +502,11 @@ async def _with_codes(source: StreamResult) -> StreamResult:
             yield result
 
 
-def build_schema(*, introspection: bool = True) -> PresenceSchema:
+class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
+    """The same schema as an Apollo Federation 2 subgraph: User, _entities and _service."""
+
+
+def build_schema(*, introspection: bool = True, federation: bool = False) -> PresenceSchema:
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         OperationLabel,
         ErrorCodes,
@@ -500,11 +520,22 @@ def build_schema(*, introspection: bool = True) -> PresenceSchema:
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
+    config = StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar})
+    if federation:
+        return FederatedPresenceSchema(
+            query=Query,
+            mutation=Mutation,
+            subscription=Subscription,
+            types=[User],
+            extensions=extensions,
+            execution_context_class=EventExecutionContext,
+            config=config,
+        )
     return PresenceSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
         execution_context_class=EventExecutionContext,
-        config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
+        config=config,
     )

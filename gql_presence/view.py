@@ -59,7 +59,9 @@ if TYPE_CHECKING:
 class PresenceView(GraphQLView[Context, None]):
     def __init__(self, settings: Settings) -> None:
         super().__init__(
-            schema=build_schema(introspection=settings.introspection),
+            schema=build_schema(
+                introspection=settings.introspection, federation=settings.federation
+            ),
             graphql_ide="graphiql" if settings.graphiql else None,
             allow_queries_via_get=settings.queries_over_get,
             # The one protocol the README documents, with authentication in connection_init.
