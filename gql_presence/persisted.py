@@ -69,7 +69,9 @@ class Kept(Generic[K, V]):
 
 
 def sha256_hex(document: str) -> str:
-    return hashlib.sha256(document.encode()).hexdigest()
+    # A lone surrogate cannot be UTF-8; hashed as it is, it matches no document, and parsing
+    # refuses it as a syntax error.
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def lift_document_id(data: Any) -> Any:
@@ -102,6 +104,8 @@ class PersistedDocuments:
         sha256 = _requested_hash(data.extensions)
         trusted_only = self._trusted is not None and context.caller.kind is not CallerKind.BACKEND
         if data.query is not None:
+            if sha256 is None and not trusted_only:
+                return data  # a document sent as text, as most are
             text_hash = sha256_hex(data.query)
             if sha256 is not None and sha256 != text_hash:
                 raise BadInputError(
@@ -113,8 +117,7 @@ class PersistedDocuments:
             elif sha256 is not None and self._texts.get(sha256) is None:
                 await context.store.persist_document(sha256, data.query)
                 self._texts.put(sha256, data.query)
-            if sha256 is not None or trusted_only:  # known by its hash from now on
-                context.document_hash = text_hash
+            context.document_hash = text_hash  # known by its hash from now on
             return data
         if sha256 is None:
             return data  # Strawberry answers: no GraphQL query found in the request

@@ -347,7 +347,7 @@ def _trusted_documents(env: Mapping[str, str]) -> Mapping[str, str] | None:
     except (OSError, UnicodeDecodeError, ValueError) as error:
         raise SettingsError(f"{name}={path!r} cannot be read as JSON: {error}") from error
     if not isinstance(manifest, dict) or not all(
-        isinstance(d, str) and hashlib.sha256(d.encode()).hexdigest() == h
+        isinstance(d, str) and hashlib.sha256(d.encode("utf-8", "surrogatepass")).hexdigest() == h
         for h, d in manifest.items()
     ):
         raise SettingsError(
