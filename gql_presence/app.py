@@ -20,6 +20,7 @@ from gql_presence.app_state import (
 )
 from gql_presence.auth import Authenticator
 from gql_presence.connection import MAX_CONNECTIONS, connect
+from gql_presence.cors import cors
 from gql_presence.events import EventHub
 from gql_presence.hosts import host_check
 from gql_presence.ide import GRAPHIQL_ASSETS
@@ -38,9 +39,10 @@ def create_app(settings: Settings) -> web.Application:
     # What a client causes is logged without a stack trace, whichever library logs it.
     log_client_faults_quietly()
     metrics = Metrics()
-    # One log line and the metrics of every request; then, in open mode, only requests
-    # addressed to loopback names or PRESENCE_ALLOWED_HOSTS (against DNS rebinding).
-    middlewares = [request_telemetry(metrics)]
+    # One log line and the metrics of every request; CORS headers for browser pages on the
+    # origins PRESENCE_CORS_ORIGINS lists; then, in open mode, only requests addressed to
+    # loopback names or PRESENCE_ALLOWED_HOSTS (against DNS rebinding).
+    middlewares = [request_telemetry(metrics), cors(settings.cors_origins)]
     if (checks_host := host_check(settings)) is not None:
         middlewares.append(checks_host)
     # Bodies over the limit get 413 unread.

@@ -27,6 +27,8 @@ class Context:
     limiter: RateLimiter
     # A WebSocket's connection_init payload, as the client sent it.
     connection_params: dict[str, object] = field(default_factory=dict)
+    # The SHA-256 of the request's document once checked against its text (persisted.py).
+    document_hash: str | None = None
 
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""

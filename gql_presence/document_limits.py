@@ -288,6 +288,9 @@ class DocumentValidation(SchemaExtension):
 
     def on_validate(self) -> Iterator[None]:
         context = self.execution_context
+        if context.pre_execution_errors is not None:  # a document validated before
+            yield
+            return
         assert context.graphql_document is not None  # parsed before validation
         context.pre_execution_errors = validate_document(
             context.schema._schema,  # graphql-core's schema, as Strawberry's own cache uses

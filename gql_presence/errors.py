@@ -16,6 +16,8 @@ class ErrorCode(StrEnum):
     RATE_LIMITED = "RATE_LIMITED"
     UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
+    # Apollo's automatic persisted queries: the client sends the document with its hash next.
+    PERSISTED_QUERY_NOT_FOUND = "PERSISTED_QUERY_NOT_FOUND"
 
 
 class PresenceError(Exception):
@@ -55,6 +57,15 @@ class UnauthenticatedError(PresenceError):
 
 class ForbiddenError(PresenceError):
     code = ErrorCode.FORBIDDEN
+
+
+class PersistedQueryNotFoundError(PresenceError):
+    """The exact message Apollo clients look for before they send the document itself."""
+
+    code = ErrorCode.PERSISTED_QUERY_NOT_FOUND
+
+    def __init__(self) -> None:
+        super().__init__("PersistedQueryNotFound")
 
 
 class RateLimitedError(PresenceError):

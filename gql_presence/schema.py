@@ -17,7 +17,6 @@ from graphql import GraphQLError
 from strawberry.extensions import (
     DisableIntrospection,
     MaxTokensLimiter,
-    ParserCache,
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
@@ -34,6 +33,7 @@ from gql_presence.document_limits import DocumentValidation
 from gql_presence.errors import BadInputError, PresenceError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, refusal, with_codes
 from gql_presence.limits import MAX_TOKENS
+from gql_presence.persisted import Kept, PersistedDocumentCache
 from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
 
@@ -470,6 +470,22 @@ class EventExecutionContext(StrawberryGraphQLCoreExecutionContext):
         return executor
 
 
+@strawberry.federation.type(
+    keys=["id"],
+    description="A user, as other subgraphs of a federated graph know them: this one adds their presence.",
+)
+class User:
+    id: ID
+
+    @strawberry.field(description="The user's presence.")
+    async def presence(self, info: strawberry.Info[Context, None]) -> UserPresence:
+        return UserPresence.of(await _store(info, Need.OWN, self.id).presence(self.id))
+
+    @classmethod
+    def resolve_reference(cls, id: ID) -> User:
+        return cls(id=id)
+
+
 class PresenceSchema(strawberry.Schema):
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Refusals are answers, not faults: only unexpected errors are logged.
@@ -523,24 +539,40 @@ async def _with_codes(source: StreamResult) -> StreamResult:
             yield result
 
 
-def build_schema(*, introspection: bool = True) -> PresenceSchema:
+class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
+    """The same schema as an Apollo Federation 2 subgraph: User, _entities and _service."""
+
+
+def build_schema(*, introspection: bool = True, federation: bool = False) -> PresenceSchema:
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         OperationLabel,
         ErrorCodes,
         # Parsing the same few documents again is much of GraphQL's cost per request: keep
-        # their results (the cache is shared by every request; validation keeps its own).
-        partial(ParserCache, maxsize=256),
+        # their results (shared by every request), and for documents known by their hash
+        # the validated syntax tree, of this schema.
+        partial(PersistedDocumentCache, maxsize=256, checked=Kept()),
         # Bounds on one document's work; their reasons are in gql_presence/limits.py.
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
         partial(DocumentValidation, hide_suggestions=not introspection),
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
+    config = StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar})
+    if federation:
+        return FederatedPresenceSchema(
+            query=Query,
+            mutation=Mutation,
+            subscription=Subscription,
+            types=[User],
+            extensions=extensions,
+            execution_context_class=EventExecutionContext,
+            config=config,
+        )
     return PresenceSchema(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
         extensions=extensions,
         execution_context_class=EventExecutionContext,
-        config=StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar}),
+        config=config,
     )

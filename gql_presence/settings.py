@@ -6,13 +6,16 @@ message that names the variable, so it never runs on a half-understood configura
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import json
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -92,6 +95,17 @@ class Settings:
     user_burst: int = 0
     backend_rate: float = 0.0
     backend_burst: int = 0
+    # Origins of browser pages on other sites that may call the API (CORS) and open its
+    # WebSockets, exactly as browsers send them ("https://app.example.com"); ("*",) for any;
+    # empty: only pages served by the service itself.
+    cors_origins: tuple[str, ...] = ()
+    # The trusted-documents manifest {sha256 hex: document}: when set, end users and anonymous
+    # callers may run only these documents. Not hashed or shown: it may be large.
+    trusted_documents: Mapping[str, str] | None = field(
+        default=None, repr=False, hash=False, compare=False
+    )
+    # Whether the schema is an Apollo Federation 2 subgraph (User @key(fields: "id")).
+    federation: bool = False
 
     @property
     def secured(self) -> bool:
@@ -152,6 +166,9 @@ class Settings:
             request_timeout_ms=_duration_ms(
                 env, "PRESENCE_REQUEST_TIMEOUT_SECONDS", 5, _MS_PER_SECOND
             ),
+            cors_origins=_cors_origins(env),
+            trusted_documents=_trusted_documents(env),
+            federation=_flag(env, "PRESENCE_FEDERATION", default=False),
             user_rate=user_rate,
             user_burst=_burst(env, "PRESENCE_USER_RATE_BURST", user_rate),
             backend_rate=backend_rate,
@@ -322,6 +339,62 @@ def _data_dir(env: Mapping[str, str]) -> Path:
     xdg = env.get("XDG_DATA_HOME", "").strip()
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "share"
     return base / "gql-presence"
+
+
+_ANY_ORIGIN = "*"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _cors_origins(env: Mapping[str, str]) -> tuple[str, ...]:
+    name = "PRESENCE_CORS_ORIGINS"
+    entries = [e.strip() for e in env.get(name, "").split(",") if e.strip()]
+    if entries == [_ANY_ORIGIN]:
+        return (_ANY_ORIGIN,)
+    for entry in entries:
+        if not _is_origin(entry):
+            raise SettingsError(
+                f"{name} must list origins exactly as browsers send them, separated by commas "
+                "(scheme, host and any non-default port, lowercase, no path or trailing "
+                f"slash: https://app.example.com,http://localhost:5173), or be *; {entry!r} "
+                "is not one."
+            )
+    return tuple(entries)
+
+
+def _is_origin(text: str) -> bool:
+    """Whether `text` is an origin in the form a browser's Origin header has it, which is
+    compared with it character for character."""
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        return False
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return False
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    shown_port = "" if port in (None, _DEFAULT_PORTS[parts.scheme]) else f":{port}"
+    return text == f"{parts.scheme}://{host}{shown_port}"
+
+
+def _trusted_documents(env: Mapping[str, str]) -> Mapping[str, str] | None:
+    name = "PRESENCE_TRUSTED_DOCUMENTS"
+    path = env.get(name, "").strip()
+    if not path:
+        return None
+    try:
+        manifest = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise SettingsError(f"{name}={path!r} cannot be read as JSON: {error}") from error
+    if not isinstance(manifest, dict) or not all(
+        isinstance(d, str) and hashlib.sha256(d.encode("utf-8", "surrogatepass")).hexdigest() == h
+        for h, d in manifest.items()
+    ):
+        raise SettingsError(
+            f"{name}={path!r} must be a JSON object mapping each document's sha256 (lowercase "
+            'hex) to the document: {"<sha256>": "query ..."}, as GraphQL Code Generator\'s '
+            "client preset writes it (persisted-documents.json)."
+        )
+    return MappingProxyType(manifest)
 
 
 _MIN_SECRET_CHARS = 32

@@ -20,6 +20,8 @@ from graphql import GraphQLError, OperationType, parse
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
+from strawberry.http.base import BaseRequestProtocol
+from strawberry.http.types import QueryParams
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
@@ -51,6 +53,7 @@ from gql_presence.limits import (
     MAX_SOCKET_MESSAGE_BYTES,
     MAX_SUBSCRIPTIONS_PER_SOCKET,
 )
+from gql_presence.persisted import PersistedDocuments, lift_document_id, names_a_document
 from gql_presence.schema import build_schema
 from gql_presence.settings import Settings
 from gql_presence.sockets import BoundedWebSocketResponse
@@ -63,15 +66,20 @@ if TYPE_CHECKING:
 class PresenceView(GraphQLView[Context, None]):
     def __init__(self, settings: Settings) -> None:
         super().__init__(
-            schema=build_schema(introspection=settings.introspection),
+            schema=build_schema(
+                introspection=settings.introspection, federation=settings.federation
+            ),
             graphql_ide="graphiql" if settings.graphiql else None,
             allow_queries_via_get=settings.queries_over_get,
             # The one protocol the README documents, with authentication in connection_init.
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
             connection_init_wait_timeout=timedelta(seconds=CONNECTION_INIT_WAIT_S),
             max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_SOCKET,
+            # Pages on other origins may open a WebSocket only from PRESENCE_CORS_ORIGINS.
+            allowed_origins=settings.cors_origins,
         )
         self._budget_s = settings.request_timeout_ms / 1000
+        self._persisted = PersistedDocuments(settings.trusted_documents)
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -165,11 +173,20 @@ class PresenceView(GraphQLView[Context, None]):
 
     def parse_json(self, data: str | bytes) -> Any:
         try:
-            return self.decode_json(data)
+            return lift_document_id(self.decode_json(data))
         # Strawberry expects only JSONDecodeError; json.loads also raises ValueError for an
         # integer of more than 4,300 digits and RecursionError for nesting too deep.
         except (ValueError, RecursionError) as error:
             raise HTTPException(400, "Unable to parse request body as JSON") from error
+
+    def should_render_graphql_ide(self, request: BaseRequestProtocol) -> bool:
+        # A GET naming a persisted document by hash has no `query` either.
+        return super().should_render_graphql_ide(request) and not names_a_document(
+            request.query_params
+        )
+
+    def parse_query_params(self, params: QueryParams) -> dict[str, Any]:
+        return lift_document_id(super().parse_query_params(params))  # type: ignore[no-any-return]
 
     async def parse_http_body(
         self, request: AsyncHTTPRequestAdapter
@@ -202,6 +219,7 @@ class PresenceView(GraphQLView[Context, None]):
         try:
             async with asyncio.timeout(self._budget_s):
                 await admit(context, request_data.query, request_data.variables)
+                request_data = await self._persisted.resolve(request_data, context)
                 # Over plain HTTP a subscription cannot be answered; say where it can be.
                 if is_subscription(request_data.query, request_data.operation_name):
                     error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -206,3 +208,29 @@ async def browser(chromium_path: str) -> AsyncIterator[Browser]:
         )
         yield launched
         await launched.close()
+
+
+# --- JavaScript clients from the npm registry ------------------------------------------------
+
+JS_CLIENTS = Path(__file__).parent / "js"
+
+
+@pytest.fixture(scope="session")
+def js_clients() -> Path:
+    """tests/js with its pinned packages installed (`npm ci`, from its lockfile); skipped with
+    the command that installs npm when it is missing."""
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        pytest.skip("needs Node.js 20+ and npm for the gateway and graphql-ws: apt-get install npm")
+    installed = JS_CLIENTS / "node_modules" / ".package-lock.json"
+    lockfile = JS_CLIENTS / "package-lock.json"
+    if not installed.exists() or installed.stat().st_mtime < lockfile.stat().st_mtime:
+        done = subprocess.run(
+            [npm, "ci", "--no-audit", "--no-fund"],
+            cwd=JS_CLIENTS,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    return JS_CLIENTS

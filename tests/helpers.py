@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -58,6 +59,45 @@ async def eventually(
         if time.monotonic() > deadline:
             pytest.fail(f"waited {within_s} s for {what} in vain")
         await asyncio.sleep(0.02)
+
+
+# --- README.md's snippets ----------------------------------------------------------------------
+
+README = Path(__file__).parent.parent / "README.md"
+# `<!-- readme-test: skip (why) -->` or `<!-- readme-test: until-output (why) -->`, alone on
+# the line right before a snippet's opening fence.
+MARKER = re.compile(r"<!-- readme-test: (skip|until-output) \((.+)\) -->")
+FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+
+
+@dataclasses.dataclass(frozen=True)
+class Snippet:
+    language: str
+    code: str
+    line: int
+    marker: str | None  # "skip", "until-output", or None: run as it is
+    reason: str = ""
+
+
+def readme_snippets() -> list[Snippet]:
+    """Every fenced snippet of README.md, with the marker on the line before it."""
+    text = README.read_text(encoding="utf-8")
+    found = []
+    for fence in FENCE.finditer(text):
+        line = text.count("\n", 0, fence.start()) + 1
+        before = text[: fence.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
+        marker = MARKER.fullmatch(before)
+        assert marker or "readme-test" not in before, f"README.md:{line - 1}: a malformed marker"
+        found.append(
+            Snippet(
+                fence[1],
+                fence[2],
+                line,
+                marker[1] if marker else None,
+                marker[2] if marker else "",
+            )
+        )
+    return found
 
 
 # --- `gql-presence serve` in a process of its own ----------------------------------------------

@@ -4,6 +4,7 @@ whole service on a real port."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import random
 from pathlib import Path
@@ -100,10 +101,25 @@ async def test_it_fits_a_phone_screen(browser: Browser, api: Service) -> None:
     assert problems == []
 
 
+# Browser apps on another origin, a trusted-documents manifest and federation change nothing
+# for the dashboard, which calls with a backend token from its own origin.
+FRONTEND_SETTINGS = {
+    "cors_origins": ("https://app.example.com",),
+    "trusted_documents": {hashlib.sha256(b"{ __typename }").hexdigest(): "{ __typename }"},
+    "federation": True,
+}
+
+
+@pytest.mark.parametrize("extra", [{}, FRONTEND_SETTINGS], ids=["plain", "frontend-settings"])
 async def test_with_credentials_it_uses_the_token_in_its_address(
-    browser: Browser, aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+    browser: Browser,
+    aiohttp_client: ClientFactory,
+    redis_server: RedisServer,
+    http_redis: Any,
+    extra: dict[str, Any],
 ) -> None:
-    api = await aiohttp_client(create_app(dataclasses.replace(SECURED, redis_url=redis_server.url)))
+    settings = dataclasses.replace(SECURED, redis_url=redis_server.url, **extra)
+    api = await aiohttp_client(create_app(settings))
     backend = {"Authorization": f"Bearer {BACKEND_TOKEN}"}
     touch = {"query": 'mutation { touch(userId: "a") { online } }'}
     assert (await (await api.post("/graphql", json=touch, headers=backend)).json())["data"]

@@ -7,10 +7,8 @@ cannot run in a test carries a marker on the line before it (see CONTRIBUTING.md
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -22,49 +20,23 @@ import pytest
 from graphql import DocumentNode, OperationDefinitionNode, build_schema, parse, validate
 
 from gql_presence.redis_server import free_port, redis_server_binary, start_redis_server
-from tests.helpers import eventually, post, run_service, stop, wait_until_serving
+from tests.helpers import (
+    MARKER,
+    README,
+    Snippet,
+    eventually,
+    post,
+    readme_snippets,
+    run_service,
+    stop,
+    wait_until_serving,
+)
 
 pytestmark = pytest.mark.slow  # starts the service in a process of its own
 
 ROOT = Path(__file__).parent.parent
-README = ROOT / "README.md"
 DEFAULT_ADDRESS = "127.0.0.1:8080"
-# `<!-- readme-test: skip (why) -->` or `<!-- readme-test: until-output (why) -->`, alone on
-# the line right before a snippet's opening fence.
-MARKER = re.compile(r"<!-- readme-test: (skip|until-output) \((.+)\) -->")
-FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
-
-
-@dataclasses.dataclass(frozen=True)
-class Snippet:
-    language: str
-    code: str
-    line: int
-    marker: str | None  # "skip", "until-output", or None: run as it is
-    reason: str = ""
-
-
-def snippets() -> list[Snippet]:
-    text = README.read_text(encoding="utf-8")
-    found = []
-    for fence in FENCE.finditer(text):
-        line = text.count("\n", 0, fence.start()) + 1
-        before = text[: fence.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
-        marker = MARKER.fullmatch(before)
-        assert marker or "readme-test" not in before, f"README.md:{line - 1}: a malformed marker"
-        found.append(
-            Snippet(
-                fence[1],
-                fence[2],
-                line,
-                marker[1] if marker else None,
-                marker[2] if marker else "",
-            )
-        )
-    return found
-
-
-SNIPPETS = snippets()
+SNIPPETS = readme_snippets()
 
 
 def by_language(*languages: str) -> list[Any]:

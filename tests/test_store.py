@@ -535,6 +535,8 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.remove_friends("a", ["b"])
     await store.sweep()
     await store.take_token("backend:chat", 10, 10)
+    await store.persist_document("0" * 64, "{ __typename }")
+    await store.persisted_document("0" * 64)
     assert set(slots_of_calls) == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
 
@@ -571,6 +573,8 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.remove_friends("a", users[:6])
     await store.sweep()
     await store.take_token("backend:chat", 10, 10)
+    await store.persist_document("0" * 64, "{ __typename }")
+    await store.persisted_document("0" * 64)
     assert names == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_each_call)
     shard_slots = {key_slot(f"{{{i}}}".encode()) for i in range(3)}

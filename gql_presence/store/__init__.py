@@ -12,13 +12,19 @@ from gql_presence.store.models import (
     SweepResult,
     WeeklyStats,
 )
-from gql_presence.store.presence import SWEEP_BATCH, PresenceStore, shard_of
+from gql_presence.store.presence import (
+    MAX_PERSISTED_DOCUMENTS,
+    SWEEP_BATCH,
+    PresenceStore,
+    shard_of,
+)
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL, check_id, check_ids
 from gql_presence.store.wire import Announced, EventKind, read_events
 
 __all__ = [
     "MAX_IDS_PER_CALL",
     "MAX_ID_LENGTH",
+    "MAX_PERSISTED_DOCUMENTS",
     "SWEEP_BATCH",
     "Announced",
     "DailyActiveUsers",

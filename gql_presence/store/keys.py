@@ -58,6 +58,16 @@ class Keys:
         """Temporary key a script may use; every script deletes it before it returns."""
         return self.prefix + "scratch"
 
+    @property
+    def persisted_documents(self) -> str:
+        """HASH sha256 hex -> GraphQL document: automatic persisted queries (shard 0 only)."""
+        return self.prefix + "docs"
+
+    @property
+    def persisted_documents_used(self) -> str:
+        """ZSET member=sha256 hex score=last registration or use, ms: which to forget first."""
+        return self.prefix + "docs:used"
+
     def sessions(self, user_id: str) -> str:
         """ZSET member=session_id score=last activity, ms. A user whose only live session is
         the default one may have none: their online entry alone keeps that session then."""

@@ -52,6 +52,10 @@ from gql_presence.store.validation import (
 
 DEFAULT_SESSION = "default"
 SWEEP_BATCH = 1000
+# Automatic persisted queries kept at most: an app has tens to hundreds of documents, a few
+# versions of it a few times that; each is at most MAX_DOCUMENT_CHARS (32 KiB), so Redis
+# holds 32 MiB at the very worst and well under 1 MiB for real apps.
+MAX_PERSISTED_DOCUMENTS = 1000
 
 
 def shard_of(user_id: str, shards: int) -> int:
@@ -161,6 +165,16 @@ class PresenceStore:
         Returns 0 when granted, else how many ms until a token is there. Rate-limit buckets
         are not users' data: they all live in shard 0."""
         return await self._shards[0].take_token(caller, rate, burst)
+
+    async def persist_document(self, sha256: str, document: str) -> None:
+        """Keeps a GraphQL document under its SHA-256 (lowercase hex, checked by the caller)
+        for every process of the deployment; beyond MAX_PERSISTED_DOCUMENTS the least
+        recently used are forgotten. Like rate-limit buckets, they all live in shard 0."""
+        await self._shards[0].persist_document(sha256, document, MAX_PERSISTED_DOCUMENTS)
+
+    async def persisted_document(self, sha256: str) -> str | None:
+        """The document kept under this SHA-256, or None (never kept, or forgotten)."""
+        return await self._shards[0].persisted_document(sha256)
 
     # --- many users: grouped by shard -------------------------------------------------------
 

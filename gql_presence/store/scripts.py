@@ -33,6 +33,8 @@ class ScriptName(StrEnum):
     SWEEP = "sweep"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
     CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
+    PERSIST_DOCUMENT = "persist_document"
+    PERSISTED_DOCUMENT = "persisted_document"
 
 
 class ScriptError(StrEnum):

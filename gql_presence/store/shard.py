@@ -271,6 +271,23 @@ class Shard:
         secret = await self._run(ScriptName.CURSOR_SECRET, [self._keys.cursor_secret], [candidate])
         return _text(secret)
 
+    async def persist_document(self, sha256: str, document: str, max_count: int) -> None:
+        k = self._keys
+        await self._run(
+            ScriptName.PERSIST_DOCUMENT,
+            [k.persisted_documents, k.persisted_documents_used],
+            [sha256, document, max_count],
+        )
+
+    async def persisted_document(self, sha256: str) -> str | None:
+        k = self._keys
+        document = await self._run(
+            ScriptName.PERSISTED_DOCUMENT,
+            [k.persisted_documents, k.persisted_documents_used],
+            [sha256],
+        )
+        return None if document is None else _text(document)
+
     async def _page(
         self, script: ScriptName, keys: list[str], args: list[str | int], after: Position | None
     ) -> ShardPage:

@@ -1,0 +1,204 @@
+"""Persisted documents: a request may name its GraphQL document by SHA-256 instead of sending it.
+
+- Automatic persisted queries, as Apollo clients speak them: `extensions.persistedQuery =
+  {version: 1, sha256Hash}`. An unknown hash alone gets `PersistedQueryNotFound`; the hash with
+  its document registers it in the store (Redis), for every process of the deployment.
+- Trusted documents (PRESENCE_TRUSTED_DOCUMENTS): the manifest {sha256: document} of a
+  frontend's build. With it, end users and anonymous callers may run only those documents, by
+  hash (or with the very text); backends may still send any.
+- A document known by its hash is parsed and validated once per process and schema: later
+  requests run the kept syntax tree (PersistedDocumentCache).
+
+Persisted documents are resolved for HTTP requests (POST and GET); WebSocket `subscribe`
+messages carry their document as text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from typing import Any, Generic, TypeVar
+
+from graphql import DocumentNode
+from strawberry.extensions import ParserCache
+from strawberry.http import GraphQLRequestData
+
+from gql_presence.auth import CallerKind
+from gql_presence.context import Context
+from gql_presence.errors import BadInputError, ForbiddenError, PersistedQueryNotFoundError
+
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# What GraphQL over HTTP's persisted documents put before the hash of a `documentId`.
+_DOCUMENT_ID_PREFIX = "sha256:"
+# Documents kept per process: their text by hash (saves a Redis call), and their checked
+# syntax trees (saves parsing and validation). A few hundred documents make an app.
+_KEPT_PER_PROCESS = 1000
+
+_NOT_TRUSTED = (
+    "This service runs only its trusted documents for end users: send the document's "
+    "SHA-256 from the manifest of your build (extensions.persistedQuery.sha256Hash or "
+    "documentId), or call with a backend token."
+)
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class Kept(Generic[K, V]):
+    """At most `size` entries; the least recently used goes first."""
+
+    def __init__(self, size: int = _KEPT_PER_PROCESS) -> None:
+        self._size = size
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        if len(self._entries) > self._size:
+            self._entries.popitem(last=False)
+
+
+def sha256_hex(document: str) -> str:
+    # A lone surrogate cannot be UTF-8; hashed as it is, it matches no document, and parsing
+    # refuses it as a syntax error.
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def lift_document_id(data: Any) -> Any:
+    """Moves a request's top-level `documentId` (GraphQL over HTTP's persisted documents),
+    which Strawberry does not read, into its extensions, where `resolve` finds it."""
+    if isinstance(data, dict) and "documentId" in data:
+        extensions = data.get("extensions")
+        data["extensions"] = {
+            **(extensions if isinstance(extensions, dict) else {}),
+            "documentId": data.pop("documentId"),
+        }
+    return data
+
+
+def names_a_document(query_params: Mapping[str, object]) -> bool:
+    """Whether a GET request names its document by hash rather than sending it."""
+    return "extensions" in query_params or "documentId" in query_params
+
+
+class PersistedDocuments:
+    """Resolves a request's document from its hash, and holds the trusted documents."""
+
+    def __init__(self, trusted: Mapping[str, str] | None) -> None:
+        self._trusted = trusted
+        self._texts: Kept[str, str] = Kept()
+
+    async def resolve(self, data: GraphQLRequestData, context: Context) -> GraphQLRequestData:
+        """The request with its document written in, once the caller may run it. Records
+        the verified hash in `context.document_hash` for PersistedDocumentCache."""
+        sha256 = _requested_hash(data.extensions)
+        trusted_only = self._trusted is not None and context.caller.kind is not CallerKind.BACKEND
+        if data.query is not None:
+            if sha256 is None and not trusted_only:
+                return data  # a document sent as text, as most are
+            text_hash = sha256_hex(data.query)
+            if sha256 is not None and sha256 != text_hash:
+                raise BadInputError(
+                    "extensions.persistedQuery.sha256Hash is not the SHA-256 (lowercase hex) "
+                    "of the query sent with it: send the hash of that exact text."
+                )
+            if trusted_only:
+                self._require_trusted(text_hash)
+            elif sha256 is not None and self._texts.get(sha256) is None:
+                await context.store.persist_document(sha256, data.query)
+                self._texts.put(sha256, data.query)
+            context.document_hash = text_hash  # known by its hash from now on
+            return data
+        if sha256 is None:
+            return data  # Strawberry answers: no GraphQL query found in the request
+        if trusted_only:
+            self._require_trusted(sha256)
+        document = await self._document(sha256, context)
+        context.document_hash = sha256
+        return dataclasses.replace(data, query=document)
+
+    def _require_trusted(self, sha256: str) -> None:
+        assert self._trusted is not None
+        if sha256 not in self._trusted:
+            raise ForbiddenError(_NOT_TRUSTED)
+
+    async def _document(self, sha256: str, context: Context) -> str:
+        if self._trusted is not None and sha256 in self._trusted:
+            return self._trusted[sha256]
+        document = self._texts.get(sha256)
+        if document is None:
+            document = await context.store.persisted_document(sha256)
+        if document is None:
+            raise PersistedQueryNotFoundError
+        self._texts.put(sha256, document)
+        return document
+
+
+def _requested_hash(extensions: Mapping[str, Any] | None) -> str | None:
+    """The SHA-256 a request names its document by, if it names one; a malformed one is
+    refused saying what is expected."""
+    if not extensions:
+        return None
+    persisted = extensions.get("persistedQuery")
+    document_id = extensions.get("documentId")
+    if persisted is not None:
+        if not isinstance(persisted, dict) or persisted.get("version") != 1:
+            raise BadInputError(
+                'extensions.persistedQuery must be {"version": 1, "sha256Hash": "<hex>"}.'
+            )
+        sha256 = persisted.get("sha256Hash")
+    elif document_id is not None:
+        sha256 = (
+            document_id.removeprefix(_DOCUMENT_ID_PREFIX) if isinstance(document_id, str) else None
+        )
+    else:
+        return None
+    if not isinstance(sha256, str) or not _SHA256_HEX.fullmatch(sha256):
+        raise BadInputError(
+            "A persisted document's hash is its SHA-256 as 64 lowercase hex digits "
+            '(documentId may put "sha256:" before it).'
+        )
+    return sha256
+
+
+class PersistedDocumentCache(ParserCache):
+    """ParserCache (documents parsed once per process, by text), and for a document known by
+    its verified hash (`Context.document_hash`), no parsing or validation after its first
+    successful use. One per schema: validation depends on the schema."""
+
+    def __init__(self, *, maxsize: int, checked: Kept[str, DocumentNode]) -> None:
+        super().__init__(maxsize=maxsize)
+        self._checked = checked
+
+    def _hash(self) -> str | None:
+        return getattr(self.execution_context.context, "document_hash", None)
+
+    def on_parse(self) -> Iterator[None]:
+        sha256 = self._hash()
+        document = self._checked.get(sha256) if sha256 else None
+        if document is None:
+            yield from super().on_parse()
+            return
+        self.execution_context.graphql_document = document
+        yield
+
+    def on_validate(self) -> Iterator[None]:
+        context = self.execution_context
+        sha256 = self._hash()
+        if sha256 is not None and self._checked.get(sha256) is context.graphql_document:
+            context.pre_execution_errors = []  # validated when it was kept
+            yield
+            return
+        yield
+        if sha256 is not None and context.graphql_document and context.pre_execution_errors == []:
+            self._checked.put(sha256, context.graphql_document)

@@ -1,0 +1,26 @@
+--[[
+  persist_document: keep a persisted GraphQL document (automatic persisted queries) for every
+  process of the deployment, forgetting the least recently used beyond a cap.
+
+  KEYS[1]  documents   HASH  sha256 hex -> document text
+  KEYS[2]  used        ZSET  member=sha256 hex  score=last registration or use, ms
+  ARGV[1]  sha256      string: lowercase hex SHA-256 of the document (checked by the caller)
+  ARGV[2]  document    string: the document, at most the service's document size limit
+  ARGV[3]  max_count   int: how many documents are kept at most
+  Returns  how many documents were forgotten to make room (0 or more)
+]]
+--- @include "clock"
+local documents_key, used_key = KEYS[1], KEYS[2]
+local sha256, document, max_count = ARGV[1], ARGV[2], tonumber(ARGV[3])
+
+redis.call('HSET', documents_key, sha256, document)
+redis.call('ZADD', used_key, now_ms(), sha256)
+-- One registration adds one document, so at most one is over the cap (a few if the cap was
+-- lowered): the loop is bounded by that difference.
+local over = redis.call('ZCARD', used_key) - max_count
+if over <= 0 then return 0 end
+local oldest = redis.call('ZPOPMIN', used_key, over)
+for i = 1, #oldest, 2 do
+  redis.call('HDEL', documents_key, oldest[i])
+end
+return over

@@ -1,0 +1,173 @@
+"""A frontend on another origin, in Chromium: a page served from another port queries and
+mutates with fetch and an Authorization header, follows presenceChanged over a WebSocket with
+the graphql-ws client, and runs README.md's JavaScript as written. Without
+PRESENCE_CORS_ORIGINS the same page is refused."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from playwright.async_api import Browser, Page
+from pytest_aiohttp import AiohttpServer
+
+from gql_presence.app import create_app
+from gql_presence.connection import AnyRedis
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+from tests.helpers import BACKEND_TOKEN, SECURED, eventually, readme_snippets, user_token
+
+pytestmark = pytest.mark.slow  # a browser
+
+# The page a frontend's build would serve; graphql-ws straight from its package, by import map.
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>friends</title>
+<script type="importmap">{"imports": {"graphql-ws": "/graphql-ws/client.js"}}</script>
+</head><body><ul id="friends"></ul></body></html>"""
+
+CALL = """async ({ url, query, token }) => {
+  const response = await fetch(url, {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Authorization: `Bearer ${token}` },
+    body: JSON.stringify({ query }),
+  });
+  return response.json();
+}"""
+
+SUBSCRIBE = """async ({ url, token }) => {
+  const { createClient } = await import("graphql-ws");
+  window.events = [];
+  const client = createClient({ url, connectionParams: { Authorization: `Bearer ${token}` } });
+  client.subscribe(
+    { query: 'subscription { presenceChanged(friendsOf: "alice") { userId kind online } }' },
+    { next: ({ data }) => window.events.push(data.presenceChanged),
+      error: (e) => window.events.push({ error: String(e.reason || e.message || e) }),
+      complete: () => {} },
+  );
+}"""
+
+Serve = Callable[..., Awaitable[tuple[str, str]]]
+
+
+@pytest.fixture
+async def serve(
+    aiohttp_server: AiohttpServer, js_clients: Path, deployment: Settings, http_redis: AnyRedis
+) -> Serve:
+    """Serves the page on one port and the service on another; returns (page URL, service
+    URL). `listed` says whether the page's origin is in PRESENCE_CORS_ORIGINS."""
+
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html")
+
+    async def start(*, listed: bool, secured: bool = True) -> tuple[str, str]:
+        site = web.Application()
+        site.router.add_get("/", page)
+        site.router.add_static("/graphql-ws", js_clients / "node_modules" / "graphql-ws" / "dist")
+        frontend: TestServer = await aiohttp_server(site)
+        origin = str(frontend.make_url("")).rstrip("/")
+        base = SECURED if secured else deployment
+        settings = dataclasses.replace(
+            base, redis_url=deployment.redis_url, cors_origins=(origin,) if listed else ()
+        )
+        service: TestServer = await aiohttp_server(create_app(settings))
+        return str(frontend.make_url("/")), str(service.make_url("/graphql"))
+
+    return start
+
+
+async def opened(browser: Browser, url: str) -> Page:
+    page = await browser.new_page()
+    await page.goto(url)
+    return page
+
+
+async def test_a_page_on_another_origin_queries_mutates_and_subscribes(
+    serve: Serve, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    page_url, service = await serve(listed=True)
+    page = await opened(browser, page_url)
+    alice = user_token("alice")
+
+    async def call(query: str, token: str) -> Any:
+        return await page.evaluate(CALL, {"url": service, "query": query, "token": token})
+
+    touched = await call('mutation { touch(userId: "alice") { online } }', BACKEND_TOKEN)
+    assert touched == {"data": {"touch": {"online": True}}}
+    read = await call('{ presence(userId: "alice") { online } }', alice)
+    assert read == {"data": {"presence": {"online": True}}}
+
+    store = PresenceStore(http_redis, deployment)
+    await store.add_friends("alice", ["bob"])
+    sessions = itertools.count()  # a kicked session id is refused for a while
+    await page.evaluate(SUBSCRIBE, {"url": service.replace("http", "ws", 1), "token": alice})
+
+    async def bob_seen() -> bool:
+        await store.touch("bob", f"s{next(sessions)}")
+        await store.kick("bob")
+        events = await page.evaluate("window.events")
+        assert not [e for e in events if "error" in e], events
+        return any(e["userId"] == "bob" for e in events)
+
+    await eventually(bob_seen, 10, "bob's change in the page")
+
+
+async def test_without_the_setting_the_same_page_is_refused(serve: Serve, browser: Browser) -> None:
+    page_url, service = await serve(listed=False)
+    page = await opened(browser, page_url)
+    refused = await page.evaluate(
+        f"""async () => {{
+          try {{ await ({CALL})({{ url: "{service}", query: "{{ __typename }}", token: "x" }}); }}
+          catch (error) {{ return String(error); }}
+          return "answered";
+        }}"""
+    )
+    assert "Failed to fetch" in refused
+    await page.evaluate(SUBSCRIBE, {"url": service.replace("http", "ws", 1), "token": "x"})
+    await eventually(lambda: page.evaluate("window.events.length > 0"), 10, "the refused WebSocket")
+    assert "error" in (await page.evaluate("window.events"))[0]
+
+
+READMES_JAVASCRIPT = [s for s in readme_snippets() if s.language in {"js", "javascript"}]
+
+
+async def test_the_readmes_javascript_runs_as_written_in_a_page_on_another_origin(
+    serve: Serve, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    assert len(READMES_JAVASCRIPT) >= 2
+    page_url, service = await serve(listed=True, secured=False)  # as the README's open mode
+    page = await opened(browser, page_url)
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    # What the README's page would have: a token (none in open mode), and a list to update.
+    await page.evaluate(
+        "window.token = undefined; window.seen = [];"
+        "window.updateFriend = (change) => window.seen.push(change);"
+    )
+    address = service.removeprefix("http://").removesuffix("/graphql")
+    for number, snippet in enumerate(READMES_JAVASCRIPT):
+        code = snippet.code.replace("127.0.0.1:8080", address)
+        await page.add_script_tag(content=f"{code}\nwindow.ran{number} = true;", type="module")
+        await eventually(
+            lambda n=number: page.evaluate(f"window.ran{n} === true || undefined"),
+            10,
+            f"README.md:{snippet.line} to run",
+        )
+        assert errors == [], f"README.md:{snippet.line}: {errors}"
+
+    store = PresenceStore(http_redis, deployment)
+    await store.add_friends("alice", ["bob"])
+    sessions = itertools.count()  # a kicked session id is refused for a while
+
+    async def bob_seen() -> bool:
+        await store.touch("bob", f"s{next(sessions)}")
+        await store.kick("bob")
+        seen = await page.evaluate("window.seen")
+        return any(change and change["userId"] == "bob" for change in seen)
+
+    await eventually(bob_seen, 10, "the README's subscription to update the page")

@@ -1,0 +1,238 @@
+"""Persisted documents: Apollo's automatic persisted queries, shared through Redis, and the
+trusted-documents allow-list (PRESENCE_TRUSTED_DOCUMENTS)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient
+from pytest_aiohttp import AiohttpClient
+from redis.asyncio import Redis
+
+from gql_presence import document_limits
+from gql_presence.app import create_app
+from gql_presence.connection import AnyRedis
+from gql_presence.settings import Settings, SettingsError
+from gql_presence.store import PresenceStore
+from gql_presence.store.keys import Keys
+from gql_presence.store.scripts import ScriptName, Scripts
+from tests.helpers import BACKEND_TOKEN, SECURED, user_token
+
+PRESENCE = 'query Alice { presence(userId: "alice") { online } }'
+TOUCH = 'mutation { touch(userId: "alice") { online } }'
+OTHER = '{ presence(userId: "alice") { online lastSeen } }'
+
+
+def sha256(document: str) -> str:
+    return hashlib.sha256(document.encode()).hexdigest()
+
+
+def persisted(document: str) -> dict[str, Any]:
+    return {"persistedQuery": {"version": 1, "sha256Hash": sha256(document)}}
+
+
+async def post(
+    client: TestClient[Any, Any], body: dict[str, Any], token: str | None = None
+) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    response = await client.post("/graphql", json=body, headers=headers)
+    assert response.status == 200, await response.text()
+    answer: dict[str, Any] = await response.json()
+    return answer
+
+
+def codes(body: dict[str, Any]) -> list[str]:
+    return [e["extensions"]["code"] for e in body.get("errors", [])]
+
+
+async def service(
+    aiohttp_client: AiohttpClient, settings: Settings, **changes: Any
+) -> TestClient[Any, Any]:
+    return await aiohttp_client(create_app(dataclasses.replace(settings, **changes)))
+
+
+# --- the store ---------------------------------------------------------------------------------
+
+
+async def test_the_store_keeps_documents_by_hash(store: PresenceStore) -> None:
+    assert await store.persisted_document(sha256(PRESENCE)) is None
+    await store.persist_document(sha256(PRESENCE), PRESENCE)
+    assert await store.persisted_document(sha256(PRESENCE)) == PRESENCE
+
+
+async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redis: Redis) -> None:
+    scripts = Scripts.register(redis)
+    keys = Keys()
+    both = [keys.persisted_documents, keys.persisted_documents_used]
+
+    async def persist(name: str) -> int:
+        return int(await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2]))
+
+    assert await persist("a") == 0
+    assert await persist("b") == 0
+    await redis.zadd(keys.persisted_documents_used, {"a": 10**15})  # "a" used most recently
+    assert await persist("c") == 1
+    assert await scripts.run(ScriptName.PERSISTED_DOCUMENT, both, ["b"]) is None
+    assert await scripts.run(ScriptName.PERSISTED_DOCUMENT, both, ["a"]) == "{a}"
+    assert await redis.hlen(keys.persisted_documents) == 2
+
+
+# --- automatic persisted queries --------------------------------------------------------------
+
+
+async def test_an_unknown_hash_is_not_found_then_registered_with_its_query_for_every_process(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    first = await service(aiohttp_client, deployment)
+    unknown = await post(first, {"extensions": persisted(PRESENCE)})
+    assert unknown["errors"][0]["message"] == "PersistedQueryNotFound"
+    assert codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
+
+    registered = await post(first, {"query": PRESENCE, "extensions": persisted(PRESENCE)})
+    assert registered == {"data": {"presence": {"online": False}}}
+    by_hash = await post(first, {"extensions": persisted(PRESENCE)})
+    assert by_hash == {"data": {"presence": {"online": False}}}
+
+    another_process = await service(aiohttp_client, deployment)
+    assert await post(another_process, {"extensions": persisted(PRESENCE)}) == by_hash
+
+
+async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
+    api: TestClient[Any, Any],
+) -> None:
+    wrong = await post(api, {"query": OTHER, "extensions": persisted(PRESENCE)})
+    assert codes(wrong) == ["BAD_USER_INPUT"]
+    assert "SHA-256" in wrong["errors"][0]["message"]
+    assert codes(await post(api, {"extensions": persisted(PRESENCE)})) == [
+        "PERSISTED_QUERY_NOT_FOUND"
+    ]
+
+
+@pytest.mark.parametrize(
+    "extensions",
+    [
+        {"persistedQuery": {"version": 2, "sha256Hash": sha256(PRESENCE)}},
+        {"persistedQuery": {"version": 1, "sha256Hash": sha256(PRESENCE).upper()}},
+        {"persistedQuery": {"version": 1}},
+        {"persistedQuery": "yes"},
+    ],
+)
+async def test_a_malformed_persisted_query_is_told_what_is_expected(
+    api: TestClient[Any, Any], extensions: dict[str, Any]
+) -> None:
+    assert codes(await post(api, {"extensions": extensions})) == ["BAD_USER_INPUT"]
+
+
+async def test_persisted_queries_over_get_where_get_is_allowed(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    client = await service(aiohttp_client, deployment, queries_over_get=True)
+
+    async def get(document: str, *, with_query: bool) -> Any:
+        params = {"extensions": json.dumps(persisted(document))}
+        if with_query:
+            params["query"] = document
+        response = await client.get("/graphql", params=params)
+        text = await response.text()
+        return response.status, json.loads(text) if response.status == 200 else text
+
+    assert (await get(PRESENCE, with_query=False))[1]["errors"][0]["message"] == (
+        "PersistedQueryNotFound"
+    )
+    assert await get(PRESENCE, with_query=True) == (200, {"data": {"presence": {"online": False}}})
+    assert await get(PRESENCE, with_query=False) == (200, {"data": {"presence": {"online": False}}})
+    # A mutation known by its hash is still no GET request.
+    await post(client, {"query": TOUCH, "extensions": persisted(TOUCH)})
+    status, text = await get(TOUCH, with_query=False)
+    assert status == 400
+    assert "mutations are not allowed" in text.lower()
+
+
+async def test_a_persisted_document_is_validated_once(
+    api: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    validated: list[object] = []
+    validate = document_limits.validate_document
+
+    def counting(*arguments: Any) -> Any:
+        validated.append(arguments)
+        return validate(*arguments)
+
+    monkeypatch.setattr(document_limits, "validate_document", counting)
+    await post(api, {"query": PRESENCE, "extensions": persisted(PRESENCE)})
+    for _ in range(3):
+        assert await post(api, {"extensions": persisted(PRESENCE)}) == {
+            "data": {"presence": {"online": False}}
+        }
+    assert len(validated) == 1
+    await post(api, {"query": OTHER})
+    await post(api, {"query": OTHER})
+    assert len(validated) == 3  # documents sent as text are validated every time
+
+
+# --- trusted documents ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def manifest(tmp_path: Path) -> Path:
+    path = tmp_path / "persisted-documents.json"
+    path.write_text(json.dumps({sha256(PRESENCE): PRESENCE}))
+    return path
+
+
+@pytest.fixture
+async def trusting(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis, manifest: Path
+) -> TestClient[Any, Any]:
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=deployment.redis_url,
+        trusted_documents=Settings.from_env(
+            {"PRESENCE_TRUSTED_DOCUMENTS": str(manifest)}
+        ).trusted_documents,
+    )
+    return await aiohttp_client(create_app(settings))
+
+
+async def test_end_users_run_trusted_documents_by_hash_or_document_id(
+    trusting: TestClient[Any, Any],
+) -> None:
+    alice = user_token("alice")
+    answer = {"data": {"presence": {"online": False}}}
+    assert await post(trusting, {"extensions": persisted(PRESENCE)}, alice) == answer
+    assert await post(trusting, {"documentId": f"sha256:{sha256(PRESENCE)}"}, alice) == answer
+    assert await post(trusting, {"documentId": sha256(PRESENCE)}, alice) == answer
+    assert await post(trusting, {"query": PRESENCE}, alice) == answer  # the very text
+
+
+async def test_end_users_are_refused_any_other_document(trusting: TestClient[Any, Any]) -> None:
+    alice = user_token("alice")
+    for body in (
+        {"query": OTHER},
+        {"query": OTHER, "extensions": persisted(OTHER)},
+        {"extensions": persisted(OTHER)},
+        {"documentId": sha256(OTHER)},
+    ):
+        refused = await post(trusting, body, alice)
+        assert codes(refused) == ["FORBIDDEN"], body
+        assert "trusted documents" in refused["errors"][0]["message"]
+
+
+async def test_backends_may_still_send_any_document(trusting: TestClient[Any, Any]) -> None:
+    body = await post(trusting, {"query": OTHER}, BACKEND_TOKEN)
+    assert body["data"]["presence"]["online"] is False
+
+
+def test_a_manifest_that_is_not_one_stops_the_start(tmp_path: Path) -> None:
+    path = tmp_path / "manifest.json"
+    for content in ("[]", "{", json.dumps({"0" * 64: PRESENCE}), json.dumps({sha256("x"): 1})):
+        path.write_text(content)
+        with pytest.raises(SettingsError, match="PRESENCE_TRUSTED_DOCUMENTS"):
+            Settings.from_env({"PRESENCE_TRUSTED_DOCUMENTS": str(path)})
+    with pytest.raises(SettingsError, match="cannot be read"):
+        Settings.from_env({"PRESENCE_TRUSTED_DOCUMENTS": str(tmp_path / "missing.json")})
