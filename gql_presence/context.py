@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from strawberry.dataloader import DataLoader
@@ -11,6 +12,9 @@ from gql_presence.auth import Caller, Need
 from gql_presence.events import EventHub, OnDrop
 from gql_presence.limits import RateLimiter
 from gql_presence.store import PresenceStore, Session
+
+if TYPE_CHECKING:
+    from gql_presence.persisted import PersistedDocuments
 
 
 @dataclass
@@ -25,6 +29,8 @@ class Context:
     # Who is calling: from the Authorization header, or a WebSocket's connection_init.
     caller: Caller
     limiter: RateLimiter
+    # Documents known by their hash, and the trusted ones (PRESENCE_TRUSTED_DOCUMENTS).
+    documents: PersistedDocuments
     # A WebSocket's connection_init payload, as the client sent it.
     connection_params: dict[str, object] = field(default_factory=dict)
     # The SHA-256 of the request's document once checked against its text (persisted.py).

@@ -127,6 +127,12 @@ class PersistedDocuments:
         context.document_hash = sha256
         return dataclasses.replace(data, query=document)
 
+    def check_text(self, query: str | None, context: Context) -> None:
+        """Over WebSocket, where a document comes only as its text: an end user's or an
+        anonymous caller's must be a trusted one, as over HTTP."""
+        if self._trusted is not None and context.caller.kind is not CallerKind.BACKEND:
+            self._require_trusted(sha256_hex(query or ""))
+
     def _require_trusted(self, sha256: str) -> None:
         assert self._trusted is not None
         if sha256 not in self._trusted:

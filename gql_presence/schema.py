@@ -513,6 +513,7 @@ class PresenceSchema(strawberry.Schema):
             raise TypeError("Operations run with the service's Context.")
         try:
             await admit(context_value, query, variable_values)
+            context_value.documents.check_text(query, context_value)
         except PresenceError as error:
             return _refused(error)
         results = await super().stream(

@@ -116,6 +116,7 @@ class PresenceView(GraphQLView[Context, None]):
             close_socket=close_socket,
             caller=caller,
             limiter=request.app[LIMITER],
+            documents=self._persisted,
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
@@ -219,7 +220,7 @@ class PresenceView(GraphQLView[Context, None]):
         try:
             async with asyncio.timeout(self._budget_s):
                 await admit(context, request_data.query, request_data.variables)
-                request_data = await self._persisted.resolve(request_data, context)
+                request_data = await context.documents.resolve(request_data, context)
                 # Over plain HTTP a subscription cannot be answered; say where it can be.
                 if is_subscription(request_data.query, request_data.operation_name):
                     error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)

@@ -21,7 +21,14 @@ from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
-from tests.helpers import BACKEND_TOKEN, SECURED, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    graphql_socket,
+    over_socket,
+    socket_errors,
+    user_token,
+)
 
 PRESENCE = 'query Alice { presence(userId: "alice") { online } }'
 TOUCH = 'mutation { touch(userId: "alice") { online } }'
@@ -226,6 +233,20 @@ async def test_end_users_are_refused_any_other_document(trusting: TestClient[Any
 async def test_backends_may_still_send_any_document(trusting: TestClient[Any, Any]) -> None:
     body = await post(trusting, {"query": OTHER}, BACKEND_TOKEN)
     assert body["data"]["presence"]["online"] is False
+
+
+async def test_over_a_websocket_end_users_run_only_trusted_documents(
+    trusting: TestClient[Any, Any],
+) -> None:
+    async with graphql_socket(trusting, f"Bearer {user_token('alice')}") as socket:
+        trusted = await over_socket(socket, PRESENCE, operation_id="1")
+        assert trusted[0]["payload"] == {"data": {"presence": {"online": False}}}
+        refused = socket_errors(await over_socket(socket, OTHER, operation_id="2"))
+        assert [e["extensions"]["code"] for e in refused] == ["FORBIDDEN"]
+        assert "trusted documents" in refused[0]["message"]
+    async with graphql_socket(trusting, f"Bearer {BACKEND_TOKEN}") as socket:
+        answer = await over_socket(socket, OTHER)
+        assert answer[0]["payload"]["data"]["presence"]["online"] is False
 
 
 def test_a_manifest_that_is_not_one_stops_the_start(tmp_path: Path) -> None:
