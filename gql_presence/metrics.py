@@ -57,7 +57,7 @@ class Metrics:
             registry=self.registry,
         )
 
-    def observe_script(self, script: str, seconds: float) -> None:
+    def observe_script(self, script: str, shard: int, seconds: float) -> None:
         self.script_seconds.labels(script).observe(seconds)
 
     def follow(self, subscribers: Callable[[], int], in_use: Callable[[], int], size: int) -> None:

@@ -33,6 +33,7 @@ from gql_presence.graphql_errors import ErrorCodes, log_unexpected, with_codes
 from gql_presence.limits import MAX_TOKENS
 from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
+from gql_presence.tracing import schema_extensions
 
 ID = strawberry.ID
 
@@ -488,6 +489,7 @@ async def _with_codes(source: StreamResult) -> StreamResult:
 
 def build_schema(*, introspection: bool = True) -> PresenceSchema:
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
+        *schema_extensions(),  # traces, when on: first, so that its span holds the others
         OperationLabel,
         ErrorCodes,
         # Parsing the same few documents again is much of GraphQL's cost per request: keep
