@@ -101,10 +101,13 @@ class PathOnly(SpanProcessor):
     """Cuts the query string off the URL attributes of every span as it starts."""
 
     def on_start(self, span: Span, parent_context: context.Context | None = None) -> None:
+        attributes = span.attributes or {}
         for name in _URL_ATTRIBUTES:
-            value = (span.attributes or {}).get(name)
+            value = attributes.get(name)
             if isinstance(value, str) and "?" in value:
                 span.set_attribute(name, value.split("?", 1)[0])
+        if attributes.get("url.query"):  # the newer conventions' query string alone
+            span.set_attribute("url.query", "")
 
 
 class OperationSpans(OpenTelemetryExtension):

@@ -100,8 +100,10 @@ def test_tracing_is_off_unless_an_endpoint_is_set() -> None:
 
 
 @pytest.mark.slow
+# The HTTP attributes of the older conventions (the default), then of both old and new.
+@pytest.mark.parametrize("conventions", ["", "http/dup"])
 async def test_a_request_is_traced_from_the_caller_to_the_script_without_ids(
-    collector: tuple[int, Received], redis_server: RedisServer, tmp_path: Path
+    collector: tuple[int, Received], redis_server: RedisServer, tmp_path: Path, conventions: str
 ) -> None:
     collector_port, received = collector
     port = free_port()
@@ -114,6 +116,7 @@ async def test_a_request_is_traced_from_the_caller_to_the_script_without_ids(
         OTEL_SERVICE_NAME="presence-under-test",
         OTEL_BSP_SCHEDULE_DELAY="50",
         PRESENCE_QUERIES_OVER_GET="true",
+        OTEL_SEMCONV_STABILITY_OPT_IN=conventions,
     )
     try:
         await asyncio.to_thread(wait_until_serving, service, port)
