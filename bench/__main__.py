@@ -233,6 +233,19 @@ def serve_bare(port: int) -> None:
     web.run_app(bare_app(Settings.from_env()), host="127.0.0.1", port=port, print=None)
 
 
+def serve_collector(port: int) -> None:
+    """An OTLP/HTTP receiver that takes every span and keeps none: what tracing costs the
+    service, with the collector's own work out of the picture."""
+
+    async def traces(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(content_type="application/x-protobuf")
+
+    app = web.Application(client_max_size=64 * 1024**2)
+    app.router.add_post("/v1/traces", traces)
+    web.run_app(app, host="127.0.0.1", port=port, print=None)
+
+
 def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
@@ -283,6 +296,7 @@ def median_figures(rounds: list[Figures]) -> Figures:
 
 async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> list[Row]:
     ours_port, bare_port, many_port = free_port(), free_port(), free_port()
+    traced_port, collector_port = free_port(), free_port()
     workers = os.cpu_count() or 1
     clients = min(workers, 2)
     ours = serve_ours(env, ours_port, 1)
@@ -291,23 +305,39 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
         [sys.executable, "-c", f"from bench.__main__ import serve_bare; serve_bare({bare_port})"],
         {**env, "PYTHONPATH": os.getcwd()},
     )
+    collector = start_process(
+        [
+            sys.executable,
+            "-c",
+            f"from bench.__main__ import serve_collector; serve_collector({collector_port})",
+        ],
+        {"PYTHONPATH": os.getcwd()},
+    )
+    # Every request traced (the default sampler) and exported to the local receiver.
+    endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
+    traced = serve_ours({**env, **endpoint}, traced_port, 1)
     try:
-        ours_url, bare_url, many_url = (
+        ours_url, bare_url, many_url, traced_url = (
             f"http://127.0.0.1:{ours_port}/graphql",
             f"http://127.0.0.1:{bare_port}/graphql",
             f"http://127.0.0.1:{many_port}/graphql",
+            f"http://127.0.0.1:{traced_port}/graphql",
         )
-        for url in (ours_url, bare_url, many_url):
+        for url in (ours_url, bare_url, many_url, traced_url):
             await wait_for(url)
         await load(ours_url, TOUCH, 1, concurrency)  # warm-up
+        await load(traced_url, TOUCH, 1, concurrency)
         # Rounds taken in turn, so that a burst of other work on the machine falls on all
         # three alike; the median of each.
-        rounds: dict[str, list[Figures]] = {"empty": [], "touch": [], "bare": []}
+        rounds: dict[str, list[Figures]] = {"empty": [], "touch": [], "bare": [], "traced": []}
         for _ in range(HTTP_ROUNDS):
             rounds["empty"].append(await measured(ours, ours_url, TYPENAME, seconds, concurrency))
             rounds["touch"].append(await measured(ours, ours_url, TOUCH, seconds, concurrency))
             rounds["bare"].append(await measured(bare, bare_url, TOUCH, seconds, concurrency))
-        empty, touch, baseline = (median_figures(rounds[k]) for k in ("empty", "touch", "bare"))
+            rounds["traced"].append(await measured(traced, traced_url, TOUCH, seconds, concurrency))
+        empty, touch, baseline, with_traces = (
+            median_figures(rounds[k]) for k in ("empty", "touch", "bare", "traced")
+        )
         # All workers against one process, each loaded from `clients` processes.
         await load_from_processes(many_url, TOUCH, 1, concurrency, clients)  # warm-up
         one = await load_from_processes(
@@ -317,9 +347,9 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
             many_url, TOUCH, HTTP_ROUNDS * seconds, concurrency, clients
         )
     finally:
-        for process in (ours, bare, many):
+        for process in (ours, bare, many, traced, collector):
             process.send_signal(signal.SIGTERM)
-        for process in (ours, bare, many):
+        for process in (ours, bare, many, traced, collector):
             process.wait(20)
 
     def figures(result: tuple[float, ...]) -> str:
@@ -346,6 +376,13 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
             f"`{{ __typename }}` {fmt(empty[3], ' µs')}; bare handler {fmt(baseline[3], ' µs')}",
             f"{empty[3] / touch[3]:.2f}x the empty query's rate; "
             f"{baseline[3] / touch[3]:.2f}x the bare handler's",
+        ),
+        (
+            "touch with tracing on (every request sampled, exported to a local receiver)",
+            f"{figures(with_traces)}; {fmt(with_traces[3], ' µs')} CPU per request",
+            f"tracing off (the rows above): {fmt(touch[3], ' µs')} CPU per request",
+            f"{with_traces[0] / touch[0]:.2f}x the rate; "
+            f"+{fmt(with_traces[3] - touch[3], ' µs')} CPU per request",
         ),
         (
             f"touch, {workers} worker processes, {concurrency} connections from {clients} "

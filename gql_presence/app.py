@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
 
+from gql_presence import tracing
 from gql_presence.app_state import (
     AUTHENTICATOR,
     EVENTS,
@@ -36,6 +37,7 @@ from gql_presence.view import PresenceView
 
 
 def create_app(settings: Settings) -> web.Application:
+    tracing.start()  # traces, when an OTLP endpoint is set: before the application is made
     # What a client causes is logged without a stack trace, whichever library logs it.
     log_client_faults_quietly()
     metrics = Metrics()
@@ -83,7 +85,8 @@ async def close_sockets(app: web.Application) -> None:
 async def redis_store(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     async with connect(settings) as redis:
-        store = PresenceStore(redis.client, settings, observe_script=app[METRICS].observe_script)
+        observe = tracing.observing(app[METRICS].observe_script)  # a span per call, when on
+        store = PresenceStore(redis.client, settings, observe_script=observe)
         await store.load_scripts()  # a script that does not load fails the start, not a request
         await store.make_cursor_secret()  # every process, and any replica, reads the same
         app[REDIS] = redis

@@ -36,6 +36,7 @@ from gql_presence.limits import MAX_TOKENS
 from gql_presence.persisted import Kept, PersistedDocumentCache
 from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
+from gql_presence.tracing import schema_extensions
 
 ID = strawberry.ID
 
@@ -546,6 +547,7 @@ class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
 
 def build_schema(*, introspection: bool = True, federation: bool = False) -> PresenceSchema:
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
+        *schema_extensions(),  # traces, when on: first, so that its span holds the others
         OperationLabel,
         ErrorCodes,
         # Parsing the same few documents again is much of GraphQL's cost per request: keep

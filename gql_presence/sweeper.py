@@ -45,4 +45,5 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             if max(result.offline, result.purged) >= SWEEP_BATCH:
                 await asyncio.sleep(0)
                 continue
+        metrics.refresh()  # for /metrics answered by another worker
         await asyncio.sleep(interval_s)

@@ -2,12 +2,14 @@
 
 The parent starts the embedded Redis once (when neither REDIS_URL nor REDIS_CLUSTER_NODES is
 set), then starts each worker as `gql-presence serve --workers 1`, with the embedded Redis's URL
-and cursor secret handed down (or else the parent's own settings). The parent has made sure
-that no other process listens on the port; every worker binds the same address with
-SO_REUSEPORT, so the kernel spreads new connections over them. The parent only watches:
-SIGTERM (or Ctrl-C) is passed on to every worker, which drains as a single process does; when
-all have exited the parent stops the embedded Redis. A worker that exits by itself stops the
-whole service with status 1, for its supervisor (systemd, Kubernetes) to restart.
+and cursor secret handed down (or else the parent's own settings), and PROMETHEUS_MULTIPROC_DIR
+set to a private folder of the parent's, which it removes at the end, where every worker writes
+its metrics for whichever worker is scraped. The parent has made sure that no other process
+listens on the port; every worker binds the same address with SO_REUSEPORT, so the kernel
+spreads new connections over them. The parent only watches: SIGTERM (or Ctrl-C) is passed on to
+every worker, which drains as a single process does; when all have exited the parent stops the
+embedded Redis. A worker that exits by itself stops the whole service with status 1, for its
+supervisor (systemd, Kubernetes) to restart.
 """
 
 from __future__ import annotations
@@ -17,12 +19,14 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from types import FrameType
 
 from gql_presence.children import start_child
 from gql_presence.connection import started_if_embedded
+from gql_presence.metrics import MULTIPROCESS_FOLDER
 from gql_presence.settings import Settings
 
 # How long requests in flight may take to finish on SIGTERM, in each serving process.
@@ -45,9 +49,13 @@ def serve_workers(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    # The embedded Redis, if any, is stopped after every worker has exited: see below.
-    with started_if_embedded(settings) as reachable:
-        processes = [_start_worker(host, port, reachable) for _ in range(workers)]
+    # The metrics folder is removed, and the embedded Redis (if any) stopped, once every
+    # worker has exited: see below.
+    with (
+        tempfile.TemporaryDirectory(prefix="gql-presence-metrics-") as metrics_folder,
+        started_if_embedded(settings) as reachable,
+    ):
+        processes = [_start_worker(host, port, reachable, metrics_folder) for _ in range(workers)]
         status = 0
         announced = False
         while not stop_requested:
@@ -69,9 +77,11 @@ def serve_workers(
     return status
 
 
-def _start_worker(host: str, port: int, settings: Settings) -> subprocess.Popen[bytes]:
+def _start_worker(
+    host: str, port: int, settings: Settings, metrics_folder: str
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "gql_presence", "serve", "--host", host, "--port", str(port)]
-    env = {**os.environ, "PRESENCE_WORKERS": "1"}
+    env = {**os.environ, "PRESENCE_WORKERS": "1", MULTIPROCESS_FOLDER: metrics_folder}
     if settings.redis_url is not None:
         env["REDIS_URL"] = settings.redis_url
     # The embedded Redis's cursor secret (from its data folder), for cursors valid on every worker.

@@ -16,11 +16,13 @@ class Keys:
     prefix: str = "gqlp:{0}:"
     # Every shard announces on this one channel, which each process subscribes to once.
     channel: str = "gqlp:{0}:events"
+    # Which shard: for the traces and logs that name it.
+    shard: int = 0
 
     @classmethod
     def of_shard(cls, shard: int) -> Keys:
         """The keys of shard `shard` (0, 1, ...): all in the slot of the hash tag `{shard}`."""
-        return cls(f"gqlp:{{{shard}}}:")
+        return cls(f"gqlp:{{{shard}}}:", shard=shard)
 
     @property
     def last_seen(self) -> str:

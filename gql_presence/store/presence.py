@@ -72,7 +72,7 @@ class PresenceStore:
         self,
         redis: AnyRedis,
         settings: Settings,
-        observe_script: Callable[[str, float], None] | None = None,
+        observe_script: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self._redis = redis
         self._zone = settings.stats_zone

@@ -81,7 +81,7 @@ class Shard:
         settings: Settings,
         keys: Keys,
         scripts: Scripts,
-        observe_script: Callable[[str, float], None] | None = None,
+        observe_script: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self._redis = redis
         self._settings = settings
@@ -316,7 +316,7 @@ class Shard:
             raise
         finally:
             if self._observe_script is not None:
-                self._observe_script(script, time.perf_counter() - started)
+                self._observe_script(script, self._keys.shard, time.perf_counter() - started)
 
 
 async def guarded(call: Awaitable[Any]) -> Any:
