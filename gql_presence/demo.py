@@ -84,10 +84,13 @@ async def fill(
     await _bounded(week)
 
     online_now = regulars | set(rng.sample(ids, k=users // 7))
+    # Within the window, and today: just after midnight the regulars are still active today.
+    since_midnight = now - datetime.combine(today, time(0), settings.stats_zone)
+    latest_ago_s = min(settings.window_ms / 1000 * 0.8, since_midnight.total_seconds())
     now_calls: list[Awaitable[object]] = []
     for user in online_now:
         for device in rng.sample(DEVICES, k=rng.randint(1, 3)):
-            seconds_ago = rng.uniform(0, settings.window_ms / 1000 * 0.8)
+            seconds_ago = rng.uniform(0, latest_ago_s)
             now_calls.append(store.touch(user, device, at=now - timedelta(seconds=seconds_ago)))
     touches += len(now_calls)
     await _bounded(now_calls)
