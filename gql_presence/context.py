@@ -10,6 +10,7 @@ from strawberry.dataloader import DataLoader
 from gql_presence.auth import Caller, Need
 from gql_presence.events import EventHub, OnDrop
 from gql_presence.limits import RateLimiter
+from gql_presence.sessions import HeldSessions
 from gql_presence.store import PresenceStore, Session
 
 
@@ -25,6 +26,8 @@ class Context:
     # Who is calling: from the Authorization header, or a WebSocket's connection_init.
     caller: Caller
     limiter: RateLimiter
+    # The connection-bound sessions (presenceSession) of this process.
+    held_sessions: HeldSessions
     # A WebSocket's connection_init payload, as the client sent it.
     connection_params: dict[str, object] = field(default_factory=dict)
 

@@ -30,6 +30,7 @@ from gql_presence.app_state import (
     CREDENTIALS_REFUSED,
     EVENTS,
     EXPIRY_TIMER,
+    HELD_SESSIONS,
     LIMITER,
     SOCKET,
     SOCKETS,
@@ -71,6 +72,9 @@ class PresenceView(GraphQLView[Context, None]):
             max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_SOCKET,
         )
         self._budget_s = settings.request_timeout_ms / 1000
+        # aiohttp pings every heartbeat and closes a socket whose pong is not back within
+        # half of it: a client gone silent is found within half the TTL of its sessions.
+        self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -107,6 +111,7 @@ class PresenceView(GraphQLView[Context, None]):
             close_socket=close_socket,
             caller=caller,
             limiter=request.app[LIMITER],
+            held_sessions=request.app[HELD_SESSIONS],
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
@@ -150,6 +155,7 @@ class PresenceView(GraphQLView[Context, None]):
         socket = web.WebSocketResponse(
             protocols=[subprotocol] if subprotocol else [],
             max_msg_size=MAX_SOCKET_MESSAGE_BYTES,
+            heartbeat=self._heartbeat_s,
         )
         await socket.prepare(request)
         return socket
