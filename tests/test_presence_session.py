@@ -28,6 +28,7 @@ from tests.helpers import (
 
 SESSION = "subscription($user: ID, $session: ID!) { presenceSession(userId: $user, sessionId: $session) { userId sessionId live at endReason } }"
 CHANGES = f"subscription($users: [ID!]) {{ presenceChanged(userIds: $users) {{ {FIELDS} }} }}"
+ONLINE = '{ presence(userId: "alice") { online } }'
 EVERYONE = f"subscription {{ presenceChanged(all: true) {{ {FIELDS} }} }}"
 
 
