@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,7 @@ from gql_presence import tracing
 from gql_presence.app_state import (
     AUTHENTICATOR,
     EVENTS,
+    HELD_SESSIONS,
     LIMITER,
     METRICS,
     REDIS,
@@ -29,6 +31,7 @@ from gql_presence.limits import MAX_BODY_BYTES, RateLimiter
 from gql_presence.logs import log_client_faults_quietly
 from gql_presence.metrics import Metrics
 from gql_presence.probes import dashboard, healthz, metrics_page, readyz
+from gql_presence.sessions import HeldSessions
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.sweeper import sweeper
@@ -62,6 +65,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(sweeper)
     # The one Redis subscription of this process, fanned out to its WebSocket subscribers.
     app.cleanup_ctx.append(event_hub)
+    # The connection-bound sessions of this process, renewed in batches, ended by the hub's kicks.
+    app.cleanup_ctx.append(held_sessions)
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
     app.router.add_route("*", "/graphql", PresenceView(settings))
     if settings.graphiql:  # GraphiQL's scripts and styles, for the page at /graphql
@@ -106,3 +111,14 @@ async def event_hub(app: web.Application) -> AsyncIterator[None]:
     )
     yield
     await hub.stop()
+
+
+async def held_sessions(app: web.Application) -> AsyncIterator[None]:
+    sessions = HeldSessions(app[STORE], app[SETTINGS].connection_ttl_ms)
+    app[HELD_SESSIONS] = sessions
+    app[EVENTS].watch_sessions(sessions.on_event)
+    renewals = asyncio.create_task(sessions.renew_forever(), name="renew-sessions")
+    yield
+    renewals.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await renewals

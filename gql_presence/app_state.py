@@ -14,6 +14,7 @@ from gql_presence.errors import UnauthenticatedError
 from gql_presence.events import EventHub
 from gql_presence.limits import RateLimiter
 from gql_presence.metrics import Metrics
+from gql_presence.sessions import HeldSessions
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 
@@ -22,6 +23,8 @@ SETTINGS = web.AppKey("settings", Settings)
 REDIS = web.AppKey("redis", Connection)
 STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
+# The connection-bound sessions (presenceSession) this process holds and renews.
+HELD_SESSIONS = web.AppKey("held_sessions", HeldSessions)
 METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)

@@ -11,6 +11,7 @@ from strawberry.dataloader import DataLoader
 from gql_presence.auth import Caller, Need
 from gql_presence.events import EventHub, OnDrop
 from gql_presence.limits import RateLimiter
+from gql_presence.sessions import HeldSessions
 from gql_presence.store import PresenceStore, Session
 
 if TYPE_CHECKING:
@@ -31,6 +32,8 @@ class Context:
     limiter: RateLimiter
     # Documents known by their hash, and the trusted ones (PRESENCE_TRUSTED_DOCUMENTS).
     documents: PersistedDocuments
+    # The connection-bound sessions (presenceSession) of this process.
+    held_sessions: HeldSessions
     # A WebSocket's connection_init payload, as the client sent it.
     connection_params: dict[str, object] = field(default_factory=dict)
     # The SHA-256 of the request's document once checked against its text (persisted.py).

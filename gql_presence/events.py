@@ -122,6 +122,8 @@ class EventHub:
         self._feeds: set[Feed] = set()
         self._by_user: dict[str, set[Feed]] = {}
         self._by_friends_of: dict[str, set[Feed]] = {}
+        self._everyone: set[Feed] = set()
+        self._session_watchers: list[Callable[[Announced], None]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
@@ -156,6 +158,11 @@ class EventHub:
                     "presence events: %d tasks did not end in %g s", len(pending), _STOP_WAIT_S
                 )
 
+    def watch_sessions(self, watcher: Callable[[Announced], None]) -> None:
+        """Hands every KICKED and REPLACED event to `watcher` as well: the holder of this
+        process's connection-bound sessions ends those they concern."""
+        self._session_watchers.append(watcher)
+
     @contextlib.asynccontextmanager
     async def feed(
         self,
@@ -163,8 +170,10 @@ class EventHub:
         *,
         user_ids: Iterable[str] = (),
         friends_of: str | None = None,
+        everyone: bool = False,
     ) -> AsyncIterator[Feed]:
-        """A feed of the events of user_ids, or of friends_of's friends as that set changes."""
+        """A feed of the events of user_ids, of friends_of's friends as that set changes, or
+        of every user."""
         if not self.subscribed:
             raise StoreUnavailableError(
                 "The event stream is reconnecting to the store; subscribe again shortly."
@@ -172,7 +181,9 @@ class EventHub:
         feed = Feed(self, self._capacity, on_drop)
         self._feeds.add(feed)
         try:
-            if friends_of is None:
+            if everyone:
+                self._everyone.add(feed)
+            elif friends_of is None:
                 self._follow(feed, frozenset(user_ids))
             else:
                 feed.friends_of = friends_of
@@ -184,6 +195,7 @@ class EventHub:
 
     def forget(self, feed: Feed) -> None:
         self._feeds.discard(feed)
+        self._everyone.discard(feed)
         self._follow(feed, frozenset())
         if feed.friends_of is not None:
             _discard(self._by_friends_of, feed.friends_of, feed)
@@ -297,8 +309,13 @@ class EventHub:
             for feed in list(self._by_friends_of.get(user_id, ())):
                 self.spawn(self._follow_friend_change(feed))
             return
+        if kind in {EventKind.KICKED, EventKind.REPLACED}:
+            for watcher in self._session_watchers:
+                watcher(announced)
+        if kind == EventKind.REPLACED:
+            return  # the holders' business only
         feeds = self._by_user.get(user_id)
-        if not feeds:
+        if not feeds and not self._everyone:
             return  # most events concern users nobody here follows
         try:
             event = PresenceEvent(
@@ -307,7 +324,7 @@ class EventHub:
         except (ValueError, TypeError):
             log.exception("unreadable presence event %r", list(announced))
             return
-        for feed in list(feeds):
+        for feed in [*(feeds or ()), *self._everyone]:
             feed.offer(event)
 
 

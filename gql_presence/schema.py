@@ -27,7 +27,7 @@ from strawberry.types.graphql import OperationType
 
 from gql_presence import events
 from gql_presence.admission import admit
-from gql_presence.auth import Need
+from gql_presence.auth import CallerKind, Need
 from gql_presence.context import Context
 from gql_presence.document_limits import DocumentValidation
 from gql_presence.errors import BadInputError, PresenceError
@@ -416,12 +416,37 @@ class PresenceEvent:
         )
 
 
+@strawberry.enum(description="Why the service ended a presenceSession.")
+class SessionEndReason(Enum):
+    KICKED = strawberry.enum_value(
+        "KICKED",
+        description="The session, or every session of the user, was kicked; its id is revoked as for any kick.",
+    )
+    REPLACED = strawberry.enum_value(
+        "REPLACED",
+        description="Another presenceSession with the same userId and sessionId took over.",
+    )
+
+
+@strawberry.type(description="The state of a connection-bound session (presenceSession).")
+class SessionState:
+    user_id: ID = strawberry.field(description="The user whose session this is.")
+    session_id: ID = strawberry.field(description="The session (device, tab) kept live.")
+    live: bool = strawberry.field(
+        description="True while the session is live; false in the last message."
+    )
+    at: datetime = strawberry.field(description="When this state began, on the one clock.")
+    end_reason: SessionEndReason | None = strawberry.field(
+        description="Why the service ended the session; null while live."
+    )
+
+
 @strawberry.type(
     description="Presence changes as they happen, over WebSocket (graphql-transport-ws)."
 )
 class Subscription:
     @strawberry.subscription(
-        description="Presence changes of the given users, or of userId's friends (exactly one of the two arguments)."
+        description="Presence changes of the given users, of userId's friends, or of everyone (exactly one of the three arguments)."
     )
     async def presence_changed(
         self,
@@ -436,11 +461,18 @@ class Subscription:
                 description="Follow this user's friends, as their friend set changes."
             ),
         ] = None,
+        all: Annotated[
+            bool | None,
+            strawberry.argument(description="Follow every user (backends only)."),
+        ] = False,
     ) -> AsyncGenerator[PresenceEvent, None]:
-        if (user_ids is None) == (friends_of is None):
-            raise BadInputError("Give exactly one of userIds and friendsOf.")
+        everyone = bool(all)  # null means false, as the contract's type allows
+        if [user_ids is not None, friends_of is not None, everyone].count(True) != 1:
+            raise BadInputError("Give exactly one of userIds, friendsOf and all: true.")
         context = info.context
-        if friends_of is None:
+        if everyone:
+            context.caller.authorize(Need.BACKEND, "presenceChanged(all)")
+        elif friends_of is None:
             context.caller.authorize(Need.BACKEND, "presenceChanged(userIds)")
         else:
             context.caller.authorize(Need.OWN, "presenceChanged(friendsOf)", friends_of)
@@ -448,7 +480,7 @@ class Subscription:
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
         async with context.events.feed(
-            context.close_socket, user_ids=followed, friends_of=friends_of
+            context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
         ) as feed:
             try:
                 async for event in feed:
@@ -457,6 +489,50 @@ class Subscription:
                 # Close the whole connection, with the reason, rather than complete this
                 # one subscription as if nothing had been missed.
                 await context.close_socket(dropped)
+
+    @strawberry.subscription(
+        description="Keeps `sessionId` of `userId` live for as long as this subscription lasts: a browser tab's or an app's presence, with no heartbeats sent by anyone. An end user gives no userId (or their own); a backend gives the userId. The first message says the session is live; the last one, when the service ends it (a kick, or the same session opened on another connection), says why."
+    )
+    async def presence_session(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="Whose session: an end user's own id (or null for it); a backend gives it."
+            ),
+        ] = None,
+        *,
+        session_id: Annotated[
+            ID, strawberry.argument(description="The session (device, tab) to keep live.")
+        ],
+    ) -> AsyncGenerator[SessionState, None]:
+        context = info.context
+        caller = context.caller
+        if user_id is None:
+            caller.require_credentials()
+            if caller.kind is not CallerKind.USER or caller.name is None:
+                raise BadInputError("Give the userId whose session this is.")
+            user_id = ID(caller.name)
+        caller.authorize(Need.OWN, "presenceSession", user_id)
+        check_id(user_id, "userId")
+        check_id(session_id, "sessionId")
+        async with context.held_sessions.hold(user_id, session_id) as holding:
+            yield SessionState(
+                user_id=user_id,
+                session_id=session_id,
+                live=True,
+                at=holding.opened_at,
+                end_reason=None,
+            )
+            ended = await holding.ended()
+            yield SessionState(
+                user_id=user_id,
+                session_id=session_id,
+                live=False,
+                at=ended.at,
+                end_reason=SessionEndReason(ended.reason.value),
+            )
 
 
 class EventExecutionContext(StrawberryGraphQLCoreExecutionContext):

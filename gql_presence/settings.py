@@ -53,6 +53,9 @@ class Settings:
     retention_ms: int = 35 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * _MS_PER_SECOND
+    # A connection-bound session (presenceSession) expires this long after its last renewal
+    # when its process stops renewing it; the process renews at least every half of it.
+    connection_ttl_ms: int = 30 * _MS_PER_SECOND
     # Where a day starts and ends, for weeklyStats.
     stats_timezone: str = "UTC"
     # Where the embedded Redis keeps its append-only file.
@@ -181,6 +184,9 @@ class Settings:
             window_ms=window_ms,
             retention_ms=retention_ms,
             revoke_ms=revoke_ms,
+            connection_ttl_ms=_duration_ms(
+                env, "PRESENCE_CONNECTION_TTL_SECONDS", 30, _MS_PER_SECOND
+            ),
             stats_timezone=_timezone(env),
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),

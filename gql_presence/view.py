@@ -32,6 +32,7 @@ from gql_presence.app_state import (
     CREDENTIALS_REFUSED,
     EVENTS,
     EXPIRY_TIMER,
+    HELD_SESSIONS,
     LIMITER,
     SOCKET,
     SOCKETS,
@@ -80,6 +81,9 @@ class PresenceView(GraphQLView[Context, None]):
         )
         self._budget_s = settings.request_timeout_ms / 1000
         self._persisted = PersistedDocuments(settings.trusted_documents)
+        # aiohttp pings every heartbeat and closes a socket whose pong is not back within
+        # half of it: a client gone silent is found within half the TTL of its sessions.
+        self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -117,6 +121,7 @@ class PresenceView(GraphQLView[Context, None]):
             caller=caller,
             limiter=request.app[LIMITER],
             documents=self._persisted,
+            held_sessions=request.app[HELD_SESSIONS],
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
@@ -161,6 +166,7 @@ class PresenceView(GraphQLView[Context, None]):
         socket = BoundedWebSocketResponse(
             protocols=[subprotocol] if subprotocol else [],
             max_msg_size=MAX_SOCKET_MESSAGE_BYTES,
+            heartbeat=self._heartbeat_s,
         )
         await socket.prepare(request)
         return socket

@@ -5,6 +5,9 @@
   KEYS[2]  sessions  ZSET  member=session_id  score=last activity, ms (this user's; created
                          to hold a "default" session kept by the online entry alone)
   KEYS[3]  revoked   ZSET  member=session_id  score=end of revocation, ms (this user's)
+  KEYS[4]  conn      HASH  session_id -> "generation score renewed_ms" of this user's
+                         connection-bound sessions (includes/connections.lua): a kicked one's
+                         entry goes, so that its holder's renewals stop
   ARGV[1]  user_id     string
   ARGV[2]  session_id  string, or "" for every live session
   ARGV[3]  window_ms   int ms
@@ -12,11 +15,12 @@
   ARGV[5]  channel     string: the events channel
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired unswept; KICKED if a live session ended
+           (the process holding a connection-bound session ends its subscription on it)
   A named session is revoked even when it is no longer live, so that it cannot come back.
 ]]
 --- @include "clock"
 --- @include "activity"
-local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
+local online_key, sessions_key, revoked_key, conn_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms, channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
@@ -30,11 +34,12 @@ local kicked = 0
 if session_id == '' then
   revoke = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf')
   kicked = #revoke
-  redis.call('DEL', sessions_key)
+  redis.call('DEL', sessions_key, conn_key)
 else
   local last = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   if last and is_live(last + window_ms, now) then kicked = 1 end
   redis.call('ZREM', sessions_key, session_id)
+  redis.call('HDEL', conn_key, session_id)
   revoke = {session_id}
 end
 

@@ -11,6 +11,8 @@
   KEYS[6]  next_index    STRING  the next never-used bit index
   KEYS[7]  free_indexes  LIST    bit indexes of purged users
   KEYS[8..10]  days      bitmaps of three consecutive days, oldest first
+  KEYS[11] conn          HASH    session_id -> "generation score renewed_ms" of this user's
+                                 connection-bound sessions (includes/connections.lua)
   ARGV[1]  user_id          string
   ARGV[2]  session_id       string
   ARGV[3]  at_ms            int ms, or "" for now
@@ -20,7 +22,8 @@
   ARGV[7..10]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[11] channel          string: the events channel
   Returns  {online_before 0|1, last_seen_ms, session_id, last_activity_ms, ...}: the live
-           sessions after the touch, in no particular order
+           sessions after the touch, in no particular order. A live connection-bound session
+           keeps its own expiry: touching it moves lastSeen only.
   Events   OFFLINE if the user's presence had expired unswept; ONLINE if they come online
   Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
            (mirrored by the store's error mapping); nothing is written when one is returned
@@ -29,6 +32,7 @@
 --- @include "activity"
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local index_key, next_key, free_key = KEYS[5], KEYS[6], KEYS[7]
+local conn_key = KEYS[11]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
@@ -56,7 +60,7 @@ if keyless then
   newest = record_default(online_key, user_id, t_ms, cutoff, window_ms)
 else
   keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
-  newest = record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff, window_ms)
+  newest = record_session(online_key, sessions_key, conn_key, user_id, session_id, t_ms, cutoff, window_ms)
 end
 if newest and online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
@@ -68,5 +72,6 @@ if keyless then
 end
 local live = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf', 'WITHSCORES')
 if newest then expire_with_newest(sessions_key, newest, window_ms) end
+live = with_renewals(live, conn_key)
 for i = 1, #live do reply[#reply + 1] = live[i] end
 return reply

@@ -17,6 +17,8 @@
                             characters); sorted, for speed only. Each user's session and
                             revocation keys are derived from the prefixes, which hold the
                             hash tag of KEYS: one slot.
+  ARGV[11] conn_prefix      string: a user's conn key (includes/connections.lua) is this
+                            followed by the user id; derived like the two above
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired unswept, then ONLINE if they come
            online; all in one message (lua/includes/events.lua), in the order of user_ids
@@ -33,6 +35,7 @@ local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
 local channel, sessions_prefix, revoked_prefix = ARGV[7], ARGV[8], ARGV[9]
+local conn_prefix = ARGV[11]
 
 local now = now_ms()
 local day = day_of(now, boundaries)
@@ -131,7 +134,7 @@ for i = 1, n do
   local user_id = users[i]
   if own_key[user_id] then
     local sessions_key = sessions_prefix .. user_id
-    local newest = record_session(online_key, sessions_key, user_id, DEFAULT_SESSION, now, cutoff, window_ms)
+    local newest = record_session(online_key, sessions_key, conn_prefix .. user_id, user_id, DEFAULT_SESSION, now, cutoff, window_ms)
     expire_with_newest(sessions_key, newest, window_ms)
   else
     keyless[#keyless + 1] = user_id

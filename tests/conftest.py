@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from playwright.async_api import Browser, async_playwright
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 from gql_presence.app import create_app
 from gql_presence.connection import AnyRedis, connect, redis_client
@@ -110,6 +111,16 @@ def make_store(redis: Redis) -> StoreFactory:
 @pytest.fixture
 def store(make_store: StoreFactory) -> PresenceStore:
     return make_store()
+
+
+@pytest.fixture
+async def channel(redis: Redis, store: PresenceStore) -> AsyncIterator[PubSub]:
+    """The events channel, subscribed before the test changes anything."""
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(store.events_channel)
+    await pubsub.get_message(timeout=1)  # the subscription's confirmation, which it hides
+    yield pubsub
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
 
 DEPLOYMENTS = ("one-redis", "three-shards", "cluster")

@@ -31,6 +31,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
+from redis.asyncio.client import PubSub
 
 from gql_presence.app_state import EVENTS
 from gql_presence.events import Feed, FeedDroppedError
@@ -98,6 +99,26 @@ def readme_snippets() -> list[Snippet]:
             )
         )
     return found
+
+
+# --- events as the scripts publish them -------------------------------------------------------
+
+Event = tuple[str, str, int, str, int]
+
+
+async def published(pubsub: PubSub, wait_s: float = 0.2) -> list[Event]:
+    """Every event published until none came for wait_s."""
+    events: list[Event] = []
+    while (message := await pubsub.get_message(timeout=wait_s)) is not None:
+        values = json.loads(message["data"])  # one or more events, five values each
+        for i in range(0, len(values), 5):
+            kind, user, at, session, online = values[i : i + 5]
+            events.append((kind, user, int(at), session, int(online)))
+    return events
+
+
+def kinds(events: list[Event]) -> list[tuple[Any, ...]]:
+    return [(kind, user, session, online) for kind, user, _, session, online in events]
 
 
 # --- `gql-presence serve` in a process of its own ----------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,34 +20,8 @@ from gql_presence.redis_server import free_port
 from gql_presence.store import PresenceStore, shard_of
 from gql_presence.store.days import to_ms
 from tests.conftest import TEST_SETTINGS, StoreFactory
-from tests.helpers import eventually, first_event, ignore
+from tests.helpers import eventually, first_event, ignore, kinds, published
 from tests.redis_cluster import LocalCluster
-
-Event = tuple[str, str, int, str, int]
-
-
-@pytest.fixture
-async def channel(redis: Redis, store: PresenceStore) -> AsyncIterator[PubSub]:
-    pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(store.events_channel)
-    await pubsub.get_message(timeout=1)  # the subscription's confirmation, which it hides
-    yield pubsub
-    await pubsub.aclose()  # type: ignore[no-untyped-call]
-
-
-async def published(pubsub: PubSub, wait_s: float = 0.2) -> list[Event]:
-    """Every event published until none came for wait_s."""
-    events: list[Event] = []
-    while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        values = json.loads(message["data"])  # one or more events, five values each
-        for i in range(0, len(values), 5):
-            kind, user, at, session, online = values[i : i + 5]
-            events.append((kind, user, int(at), session, int(online)))
-    return events
-
-
-def kinds(events: list[Event]) -> list[tuple[Any, ...]]:
-    return [(kind, user, session, online) for kind, user, _, session, online in events]
 
 
 async def test_online_is_announced_once_when_the_first_session_begins(

@@ -1,10 +1,12 @@
 """The store agrees with a simple in-memory model of docs/semantics.md, whatever the order of
-touches (now and backfilled), kicks, and friend changes: a hypothesis state machine on real
-Redis, checking every read after every step.
+touches (now and backfilled), connection-bound sessions (opened, renewed, closed, replaced,
+and left to expire when their process crashes), kicks, and friend changes: a hypothesis state
+machine on real Redis, checking every read after every step.
 
 Time passing is modelled by backfilled activity: a touch at 0, 20 or 40 s ago is live, one at
-90 s or 2 h ago is not (the window is 60 s), far enough from the edge that the test's own
-running time does not matter.
+90 s or 2 h ago is not (the window is 60 s); a connection-bound session opened or renewed 0 or
+20 s ago is live, one 40 or 90 s ago is not (its TTL is 30 s). Every edge is far enough away
+that the test's own running time does not matter.
 """
 
 from __future__ import annotations
@@ -30,23 +32,33 @@ from gql_presence.connection import AnyRedis, client_for, redis_client
 from gql_presence.errors import SessionRevokedError
 from gql_presence.redis_server import RedisServer
 from gql_presence.settings import Settings
-from gql_presence.store import Page, PresenceStore, shard_of
+from gql_presence.store import HeldSession, Page, PresenceStore, shard_of
 from gql_presence.store.days import from_ms, to_ms
 from tests.conftest import TEST_SETTINGS
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
 AGES_S = [0, 20, 40, 90, 7200]
-WINDOW_MS = TEST_SETTINGS.window_ms
+CONNECTION_AGES_S = [0, 20, 40, 90]
+MODEL_SETTINGS = dataclasses.replace(TEST_SETTINGS, connection_ttl_ms=30_000)
+WINDOW_MS = MODEL_SETTINGS.window_ms
+TTL_MS = MODEL_SETTINGS.connection_ttl_ms
 T = TypeVar("T")
 # Hundreds of steps on real Redis.
 pytestmark = pytest.mark.slow
 
 
 @dataclasses.dataclass
+class ModelSession:
+    activity_ms: int  # the last touch, or the last renewal of a connection-bound session
+    expiry_ms: int  # live through this moment
+    generation: int | None = None  # the holder of a connection-bound session
+
+
+@dataclasses.dataclass
 class ModelUser:
     last_seen: int | None = None
-    sessions: dict[str, int] = dataclasses.field(default_factory=dict)
+    sessions: dict[str, ModelSession] = dataclasses.field(default_factory=dict)
     revoked: set[str] = dataclasses.field(default_factory=set)
 
 
@@ -60,12 +72,14 @@ class PresenceModel(RuleBasedStateMachine):
         self.users: dict[str, ModelUser] = {u: ModelUser() for u in USERS}
         self.friends: dict[str, set[str]] = {u: set() for u in USERS}
         self.active_days: dict[str, set[str]] = {}
+        # The connection-bound sessions a running process holds and renews.
+        self.held: list[HeldSession] = []
 
     def connect(self) -> tuple[AnyRedis, PresenceStore]:
         """The client and the store under test: one shard of redis_url (ShardedModel below
         checks shards against this model too)."""
         redis = redis_client(self.redis_url)
-        return redis, PresenceStore(redis, TEST_SETTINGS)
+        return redis, PresenceStore(redis, MODEL_SETTINGS)
 
     def run(self, call: Awaitable[T]) -> T:
         return self.loop.run_until_complete(call)
@@ -84,8 +98,31 @@ class PresenceModel(RuleBasedStateMachine):
         return to_ms(datetime.now(UTC))
 
     def live(self, user: str) -> dict[str, int]:
-        cutoff = self.now_ms() - WINDOW_MS
-        return {s: t for s, t in self.users[user].sessions.items() if t >= cutoff}
+        """The user's live sessions and their activity."""
+        now = self.now_ms()
+        sessions = self.users[user].sessions.items()
+        return {s: one.activity_ms for s, one in sessions if one.expiry_ms >= now}
+
+    def live_connection(self, user: str, session: str) -> ModelSession | None:
+        one = self.users[user].sessions.get(session)
+        if one is None or one.generation is None or one.expiry_ms < self.now_ms():
+            return None
+        return one
+
+    def record_activity(self, user: str, at_ms: int) -> None:
+        model = self.users[user]
+        model.last_seen = max(model.last_seen or at_ms, at_ms)
+        self.active_days.setdefault(from_ms(at_ms).date().isoformat(), set()).add(user)
+
+    def record_touch(self, user: str, session: str, at_ms: int) -> None:
+        """A touch moves a session's activity, unless the session is connection-bound."""
+        self.record_activity(user, at_ms)
+        if at_ms < self.now_ms() - WINDOW_MS or self.live_connection(user, session):
+            return
+        old = self.users[user].sessions.get(session)
+        if old is not None and old.generation is None:
+            at_ms = max(at_ms, old.activity_ms)
+        self.users[user].sessions[session] = ModelSession(at_ms, at_ms + WINDOW_MS)
 
     def listing(self, users: set[str]) -> list[str]:
         seen = [(self.users[u].last_seen, u) for u in users if self.users[u].last_seen is not None]
@@ -107,10 +144,7 @@ class PresenceModel(RuleBasedStateMachine):
                 return
             raise AssertionError("a revoked session was accepted")
         self.run(self.store.touch(user, session, at))
-        model.last_seen = max(model.last_seen or at_ms, at_ms)
-        if at_ms >= self.now_ms() - WINDOW_MS:
-            model.sessions[session] = max(model.sessions.get(session, at_ms), at_ms)
-        self.active_days.setdefault(at.date().isoformat(), set()).add(user)
+        self.record_touch(user, session, at_ms)
 
     @rule(users=st.lists(st.sampled_from(USERS), max_size=4))
     def touch_many(self, users: list[str]) -> None:
@@ -124,17 +158,75 @@ class PresenceModel(RuleBasedStateMachine):
         # The server's clock chose the moment (one per shard, each its own script): learn it
         # from each user, and check it.
         for user in accepted:
-            sessions = self.run(self.store.presence(user)).sessions
-            at_ms = next(to_ms(s.last_seen) for s in sessions if s.session_id == "default")
+            last_seen = self.run(self.store.presence(user)).last_seen
+            assert last_seen is not None
+            at_ms = to_ms(last_seen)
             assert before <= at_ms <= after
-            model = self.users[user]
-            model.last_seen = max(model.last_seen or at_ms, at_ms)
-            model.sessions["default"] = max(model.sessions.get("default", at_ms), at_ms)
-            self.active_days.setdefault(from_ms(at_ms).date().isoformat(), set()).add(user)
+            self.record_touch(user, "default", at_ms)
 
     def server_ms(self) -> int:
         seconds, micros = self.run(self.redis.time())
         return int(seconds) * 1000 + int(micros) // 1000
+
+    @rule(
+        user=st.sampled_from(USERS),
+        session=st.sampled_from(SESSIONS),
+        age=st.sampled_from(CONNECTION_AGES_S),
+    )
+    def open_session(self, user: str, session: str, age: int) -> None:
+        at = datetime.now(UTC) - timedelta(seconds=age)
+        model = self.users[user]
+        if session in model.revoked:
+            try:
+                self.run(self.store.open_session(user, session, at))
+            except SessionRevokedError:
+                return
+            raise AssertionError("a revoked session was opened")
+        opened = self.run(self.store.open_session(user, session, at))
+        at_ms = to_ms(opened.at)
+        assert at_ms == to_ms(at)
+        self.record_activity(user, at_ms)
+        if at_ms + TTL_MS < self.now_ms():
+            assert opened.held is None
+            return
+        assert opened.held is not None
+        # A holder of the same session is replaced: its renewals and close find it gone.
+        model.sessions[session] = ModelSession(at_ms, at_ms + TTL_MS, opened.held.generation)
+        self.held.append(opened.held)
+
+    @rule(age=st.sampled_from(CONNECTION_AGES_S))
+    def renew_sessions(self, age: int) -> None:
+        at_ms = to_ms(datetime.now(UTC) - timedelta(seconds=age))
+        lost = self.run(self.store.renew_sessions(self.held, from_ms(at_ms)))
+        expected_lost = []
+        for held in self.held:
+            one = self.live_connection(held.user_id, held.session_id)
+            if one is None or one.generation != held.generation:
+                expected_lost.append(held)
+                continue
+            self.record_activity(held.user_id, at_ms)
+            if at_ms + TTL_MS > one.expiry_ms:
+                one.activity_ms, one.expiry_ms = at_ms, at_ms + TTL_MS
+        assert lost == expected_lost
+        self.held = [held for held in self.held if held not in lost]
+
+    @rule(data=st.data())
+    def close_session(self, data: st.DataObject) -> None:
+        if not self.held:
+            return
+        held = data.draw(st.sampled_from(self.held))
+        self.held.remove(held)
+        one = self.users[held.user_id].sessions.get(held.session_id)
+        live = self.live_connection(held.user_id, held.session_id)
+        closed = self.run(self.store.close_session(held))
+        assert closed == (live is not None and live.generation == held.generation)
+        if one is not None and one.generation == held.generation:
+            del self.users[held.user_id].sessions[held.session_id]
+
+    @rule()
+    def crash(self) -> None:
+        """The process holding the sessions dies: nobody renews or closes them."""
+        self.held.clear()
 
     @rule(user=st.sampled_from(USERS), session=st.none() | st.sampled_from(SESSIONS))
     def kick(self, user: str, session: str | None) -> None:

@@ -537,6 +537,10 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")
     await store.persisted_document("0" * 64)
+    opened = await store.open_session("c", "tab")
+    assert opened.held is not None
+    await store.renew_sessions([opened.held])
+    await store.close_session(opened.held)
     assert set(slots_of_calls) == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
 
@@ -575,6 +579,10 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")
     await store.persisted_document("0" * 64)
+    opened = [await store.open_session(user, "tab") for user in users]
+    held = [one.held for one in opened if one.held is not None]
+    assert await store.renew_sessions(held) == []
+    await store.close_session(held[0])
     assert names == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_each_call)
     shard_slots = {key_slot(f"{{{i}}}".encode()) for i in range(3)}

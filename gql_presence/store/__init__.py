@@ -4,8 +4,10 @@ per operation. Callers use what this module exports; the rest is the store's own
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
+    HeldSession,
     KickResult,
     ListedUser,
+    OpenedSession,
     Page,
     Presence,
     Session,
@@ -29,9 +31,11 @@ __all__ = [
     "Announced",
     "DailyActiveUsers",
     "EventKind",
+    "HeldSession",
     "Keys",
     "KickResult",
     "ListedUser",
+    "OpenedSession",
     "Page",
     "Presence",
     "PresenceStore",

@@ -71,9 +71,22 @@ class Keys:
         return self.prefix + "docs:used"
 
     def sessions(self, user_id: str) -> str:
-        """ZSET member=session_id score=last activity, ms. A user whose only live session is
-        the default one may have none: their online entry alone keeps that session then."""
+        """ZSET member=session_id score=last activity, ms, or for a connection-bound session
+        its expiry minus the window, ms: every session is live while score + window >= now.
+        A user whose only live session is the default one may have none: their online entry
+        alone keeps that session then."""
         return self.prefix + "sess:" + user_id
+
+    @property
+    def generations(self) -> str:
+        """STRING counter: the last holder generation of a connection-bound session handed
+        out in this shard (see conn)."""
+        return self.prefix + "conngen"
+
+    def conn(self, user_id: str) -> str:
+        """HASH session_id -> "generation score renewed_ms" of the user's connection-bound
+        sessions (see lua/includes/connections.lua)."""
+        return self.prefix + "conn:" + user_id
 
     def revoked(self, user_id: str) -> str:
         """ZSET member=session_id score=moment the revocation ends, ms."""

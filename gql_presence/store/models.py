@@ -76,6 +76,25 @@ class WeeklyStats:
 
 
 @dataclass(frozen=True)
+class HeldSession:
+    """A connection-bound session as its holder knows it: the generation tells this holder
+    from one that replaced it."""
+
+    user_id: str
+    session_id: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class OpenedSession:
+    """A connection-bound session just opened: held (None when a backfilled opening had
+    expired already), since `at`."""
+
+    held: HeldSession | None
+    at: datetime
+
+
+@dataclass(frozen=True)
 class SweepResult:
     """What one sweep did: users gone offline, users forgotten, and users online now."""
 

@@ -32,8 +32,10 @@ from gql_presence.store.days import local_date, local_now_ms, to_ms
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
+    HeldSession,
     KickResult,
     ListedUser,
+    OpenedSession,
     Page,
     Presence,
     SweepResult,
@@ -56,6 +58,9 @@ SWEEP_BATCH = 1000
 # versions of it a few times that; each is at most MAX_DOCUMENT_CHARS (32 KiB), so Redis
 # holds 32 MiB at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
+# Connection-bound sessions renewed per script call: about ten commands each, so a call
+# blocks Redis for a few milliseconds at most.
+RENEW_BATCH = 1000
 
 
 def shard_of(user_id: str, shards: int) -> int:
@@ -154,6 +159,41 @@ class PresenceStore:
         if session_id is not None:
             check_id(session_id, "sessionId")
         return await self._shard(user_id).kick(user_id, session_id)
+
+    async def open_session(
+        self, user_id: str, session_id: str, at: datetime | None = None
+    ) -> OpenedSession:
+        """Makes the session connection-bound: live until PRESENCE_CONNECTION_TTL_SECONDS
+        after its last renewal, or until closed. A second opening of the same session replaces
+        the first holder (announced as REPLACED). `at` backfills the opening (a past moment),
+        as touch(at=) does. Raises SessionRevokedError for a kicked session id."""
+        check_id(user_id, "userId")
+        check_id(session_id, "sessionId")
+        at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
+        return await self._shard(user_id).open_session(user_id, session_id, at_ms)
+
+    async def close_session(self, held: HeldSession) -> bool:
+        """Ends the session at once if `held` still holds it; OFFLINE goes out when it was
+        the user's last live one. Returns whether a live session ended."""
+        return await self._shard(held.user_id).close_session(held)
+
+    async def renew_sessions(
+        self, held: Sequence[HeldSession], at: datetime | None = None
+    ) -> list[HeldSession]:
+        """Renews every session given, RENEW_BATCH per script call, the calls of all shards in
+        parallel. Returns the sessions no longer held (kicked, replaced, closed or expired):
+        their holders end them. `at` backfills the renewal (a past moment)."""
+        at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
+        by_shard: dict[int, list[HeldSession]] = {}
+        for one in held:
+            by_shard.setdefault(shard_of(one.user_id, len(self._shards)), []).append(one)
+        calls = [
+            self._shards[i].renew_sessions(group[start : start + RENEW_BATCH], at_ms)
+            for i, group in by_shard.items()
+            for start in range(0, len(group), RENEW_BATCH)
+        ]
+        lost = await asyncio.gather(*calls)
+        return [one for part in lost for one in part]
 
     async def presence(self, user_id: str) -> Presence:
         check_id(user_id, "userId")

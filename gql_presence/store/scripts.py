@@ -31,6 +31,9 @@ class ScriptName(StrEnum):
     WEEKLY_STATS = "weekly_stats"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
+    OPEN_SESSION = "open_session"
+    RENEW_SESSIONS = "renew_sessions"
+    CLOSE_SESSION = "close_session"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
     CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
     PERSIST_DOCUMENT = "persist_document"

@@ -24,8 +24,10 @@ from gql_presence.store.days import days, days_around, from_ms, local_now_ms
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
+    HeldSession,
     KickResult,
     ListedUser,
+    OpenedSession,
     Presence,
     Session,
     SweepResult,
@@ -104,6 +106,7 @@ class Shard:
                 k.next_index,
                 k.free_indexes,
                 *map(k.day, labels),
+                k.conn(user_id),
             ],
             [
                 user_id,
@@ -145,6 +148,7 @@ class Shard:
                 # Sorted, the users' sorted-set entries are written next to each other,
                 # which takes Redis a third less time than in the caller's order.
                 "\n".join(sorted(user_ids)),
+                k.conn(""),
             ],
         )
         return int(recorded)
@@ -153,7 +157,7 @@ class Shard:
         k = self._keys
         kicked, online = await self._run(
             ScriptName.KICK,
-            [k.online, k.sessions(user_id), k.revoked(user_id)],
+            [k.online, k.sessions(user_id), k.revoked(user_id), k.conn(user_id)],
             [
                 user_id,
                 session_id or "",
@@ -164,12 +168,89 @@ class Shard:
         )
         return KickResult(user_id, int(kicked), bool(online))
 
+    async def open_session(self, user_id: str, session_id: str, at_ms: int | None) -> OpenedSession:
+        labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
+        k = self._keys
+        generation, opened_ms = await self._run(
+            ScriptName.OPEN_SESSION,
+            [
+                k.last_seen,
+                k.online,
+                k.sessions(user_id),
+                k.revoked(user_id),
+                k.conn(user_id),
+                k.generations,
+                k.user_index,
+                k.next_index,
+                k.free_indexes,
+                *map(k.day, labels),
+            ],
+            [
+                user_id,
+                session_id,
+                "" if at_ms is None else at_ms,
+                self._settings.window_ms,
+                self._settings.connection_ttl_ms,
+                self._settings.retention_ms,
+                *boundaries,
+                k.events,
+            ],
+        )
+        held = HeldSession(user_id, session_id, int(generation)) if int(generation) else None
+        return OpenedSession(held, from_ms(int(opened_ms)))
+
+    async def renew_sessions(
+        self, held: Sequence[HeldSession], at_ms: int | None
+    ) -> list[HeldSession]:
+        """Renews the sessions (at most RENEW_BATCH); returns those no longer held."""
+        labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
+        k = self._keys
+        args: list[str | int] = [
+            self._settings.window_ms,
+            self._settings.connection_ttl_ms,
+            self._settings.retention_ms,
+            *boundaries,
+            k.sessions(""),
+            k.conn(""),
+            "" if at_ms is None else at_ms,
+        ]
+        for one in held:
+            args += [one.user_id, one.session_id, one.generation]
+        lost = await self._run(
+            ScriptName.RENEW_SESSIONS,
+            [
+                k.last_seen,
+                k.online,
+                k.user_index,
+                k.next_index,
+                k.free_indexes,
+                *map(k.day, labels),
+            ],
+            args,
+        )
+        return [held[int(position) - 1] for position in lost]
+
+    async def close_session(self, held: HeldSession) -> bool:
+        k = self._keys
+        closed, _ = await self._run(
+            ScriptName.CLOSE_SESSION,
+            [k.online, k.sessions(held.user_id), k.conn(held.user_id)],
+            [
+                held.user_id,
+                held.session_id,
+                held.generation,
+                self._settings.window_ms,
+                k.events,
+            ],
+        )
+        return bool(closed)
+
     async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
         """The presence of each user, in the order given, read at one moment."""
         k = self._keys
         reply = await self._run(
             ScriptName.PRESENCE,
-            [k.last_seen, k.online, *map(k.sessions, user_ids)],
+            [k.last_seen, k.online, *map(k.sessions, user_ids), *map(k.conn, user_ids)],
             [self._settings.window_ms, self._settings.retention_ms, *user_ids],
         )
         found = []

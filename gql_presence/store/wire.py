@@ -16,6 +16,9 @@ class EventKind(StrEnum):
     OFFLINE = "OFFLINE"  # the user's last live session expired
     KICKED = "KICKED"  # a session, or every session, of the user was kicked
     FRIENDS = "FRIENDS"  # the user's friend set changed (for subscribers of friendsOf)
+    # A connection-bound session was opened again, by the holder whose generation is in the
+    # `online` field: the process holding an older generation ends its subscription.
+    REPLACED = "REPLACED"
 
 
 class Announced(NamedTuple):
@@ -25,7 +28,7 @@ class Announced(NamedTuple):
     user_id: str
     at_ms: int  # on the Redis server's clock; 0 for FRIENDS
     session_id: str  # "" unless one session was kicked
-    online: int  # 1 if the user is online after the event, else 0
+    online: int  # 1 if the user is online after the event, else 0; REPLACED: a generation
 
 
 _FIELDS = len(Announced._fields)

@@ -1,5 +1,6 @@
 --- @include "live"
 --- @include "events"
+--- @include "connections"
 -- The session of a touch without a session id (the store's DEFAULT_SESSION).
 local DEFAULT_SESSION = 'default'
 
@@ -62,8 +63,9 @@ end
 -- Records activity of the session at t_ms (never moving a time backwards), and returns the
 -- newest time of the user's sessions if one is live afterwards, else nil (the key is empty
 -- then). The caller sets the key's expiry with expire_with_newest once it is done reading it.
-local function record_session(online_key, sessions_key, user_id, session_id, t_ms, cutoff_ms, window_ms)
-  if t_ms >= cutoff_ms then
+-- A live connection-bound session keeps its own expiry: activity moves only lastSeen.
+local function record_session(online_key, sessions_key, conn_key, user_id, session_id, t_ms, cutoff_ms, window_ms)
+  if t_ms >= cutoff_ms and not live_conn_entry(sessions_key, conn_key, session_id, cutoff_ms) then
     redis.call('ZADD', sessions_key, 'GT', t_ms, session_id)
   end
   redis.call('ZREMRANGEBYSCORE', sessions_key, '-inf', '(' .. cutoff_ms)

@@ -1,0 +1,153 @@
+"""Connection-bound sessions held by this process: opened by presenceSession subscriptions,
+renewed together in one batched task, closed when their subscription ends, and ended early
+when a kick or a newer opening of the same session is announced (through the event hub)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from gql_presence.errors import PresenceError, StoreUnavailableError
+from gql_presence.store import Announced, EventKind, HeldSession, PresenceStore
+from gql_presence.store.days import from_ms
+
+log = logging.getLogger("gql_presence.sessions")
+
+# Renewals come at least this many times per TTL, so that one late or failed renewal still
+# leaves time for the next before the sessions expire.
+RENEWALS_PER_TTL = 3
+
+
+class EndReason(StrEnum):
+    KICKED = "KICKED"  # the session, or every session of the user, was kicked
+    REPLACED = "REPLACED"  # another connection opened the same session
+
+
+@dataclass(frozen=True)
+class Ended:
+    reason: EndReason
+    at: datetime
+
+
+class Holding:
+    """One subscription's hold of its session, until it ends or is ended."""
+
+    def __init__(self, held: HeldSession, opened_at: datetime) -> None:
+        self.held = held
+        self.opened_at = opened_at
+        self._ended: asyncio.Future[Ended] = asyncio.get_running_loop().create_future()
+
+    def end(self, outcome: Ended | PresenceError) -> None:
+        if self._ended.done():
+            return
+        if isinstance(outcome, PresenceError):
+            self._ended.set_exception(outcome)
+        else:
+            self._ended.set_result(outcome)
+
+    @property
+    def ended_by_service(self) -> bool:
+        return self._ended.done()
+
+    async def ended(self) -> Ended:
+        """Waits until the service ends the session: a kick or a replacement (returned), or
+        a renewal that found it gone (raised)."""
+        return await asyncio.shield(self._ended)
+
+
+class HeldSessions:
+    """Every connection-bound session of this process."""
+
+    def __init__(self, store: PresenceStore, ttl_ms: int) -> None:
+        self._store = store
+        self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
+        self._holdings: dict[HeldSession, Holding] = {}
+        self._by_user: dict[str, set[Holding]] = {}
+
+    @property
+    def count(self) -> int:
+        return len(self._holdings)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, user_id: str, session_id: str) -> AsyncIterator[Holding]:
+        """Opens the session and holds it until the block ends, then closes it at once
+        (unless the service ended it first). Raises SessionRevokedError for a kicked id."""
+        opened = await self._store.open_session(user_id, session_id)
+        assert opened.held is not None  # an opening at the current time is always live
+        holding = Holding(opened.held, opened.at)
+        self._holdings[opened.held] = holding
+        self._by_user.setdefault(user_id, set()).add(holding)
+        try:
+            yield holding
+        finally:
+            self._forget(holding)
+            if not holding.ended_by_service:
+                # The subscription was cancelled (the client completed it, or the socket
+                # closed): the close must still happen, so it is not cancelled with it.
+                await asyncio.shield(self._close(holding.held))
+
+    async def _close(self, held: HeldSession) -> None:
+        try:
+            await self._store.close_session(held)
+        except PresenceError as error:
+            # The session expires by itself within the TTL, as after a crash.
+            log.warning("closing a connection-bound session failed: %s", error.message)
+
+    def _forget(self, holding: Holding) -> None:
+        self._holdings.pop(holding.held, None)
+        holdings = self._by_user.get(holding.held.user_id)
+        if holdings is not None:
+            holdings.discard(holding)
+            if not holdings:
+                del self._by_user[holding.held.user_id]
+
+    def on_event(self, announced: Announced) -> None:
+        """Ends the holdings a kick or a newer opening of their session has ended."""
+        kind, user_id, at_ms, session_id, generation = announced
+        if kind not in {EventKind.KICKED, EventKind.REPLACED}:
+            return
+        holdings = self._by_user.get(user_id)
+        if not holdings:
+            return
+        at = from_ms(int(at_ms))
+        for holding in list(holdings):
+            held = holding.held
+            if kind == EventKind.KICKED and session_id in {"", held.session_id}:
+                holding.end(Ended(EndReason.KICKED, at))
+            elif (
+                kind == EventKind.REPLACED
+                and session_id == held.session_id
+                and held.generation < int(generation)
+            ):
+                holding.end(Ended(EndReason.REPLACED, at))
+
+    async def renew_forever(self) -> None:
+        """Renews every held session, all in one batched call per shard, every TTL/3."""
+        while True:
+            await asyncio.sleep(self._renew_every_s)
+            if not self._holdings:
+                continue
+            try:
+                lost = await self._store.renew_sessions(list(self._holdings))
+            except PresenceError as error:
+                log.warning("renewing connection-bound sessions failed: %s", error.message)
+                continue
+            except Exception:
+                # The renewals must outlive any one failure; the next one tries again.
+                log.exception("renewing connection-bound sessions failed")
+                continue
+            for held in lost:
+                holding = self._holdings.get(held)
+                # A kick or a replacement announced is usually here first, with its reason.
+                if holding is not None:
+                    holding.end(
+                        StoreUnavailableError(
+                            "This session ended without this connection being told why (it "
+                            "expired or was kicked meanwhile); subscribe again."
+                        )
+                    )

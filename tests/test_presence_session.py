@@ -1,0 +1,151 @@
+"""presenceSession over WebSocket, against the whole service: a session that lives with its
+subscription, ended by the client, by a kick through any process, or by a second opening."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gql_presence.app import create_app
+from gql_presence.app_state import HELD_SESSIONS
+from gql_presence.settings import Settings
+from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
+from tests.helpers import (
+    BACKEND_TOKEN,
+    FIELDS,
+    SECURED,
+    Service,
+    eventually,
+    feeds_above,
+    graphql_socket,
+    user_token,
+)
+
+SESSION = "subscription($user: ID, $session: ID!) { presenceSession(userId: $user, sessionId: $session) { userId sessionId live at endReason } }"
+CHANGES = f"subscription($users: [ID!]) {{ presenceChanged(userIds: $users) {{ {FIELDS} }} }}"
+ONLINE = '{ presence(userId: "alice") { online } }'
+EVERYONE = f"subscription {{ presenceChanged(all: true) {{ {FIELDS} }} }}"
+
+
+@pytest.fixture
+async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
+    return await aiohttp_client(create_app(deployment))
+
+
+async def start(
+    socket: aiohttp.ClientWebSocketResponse, operation_id: str, document: str, **variables: Any
+) -> None:
+    payload = {"query": document, "variables": variables}
+    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+
+
+async def receive(socket: aiohttp.ClientWebSocketResponse, within_s: float = 3) -> dict[str, Any]:
+    message = await socket.receive(timeout=within_s)
+    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
+    return dict(json.loads(message.data))
+
+
+def data(message: dict[str, Any]) -> dict[str, Any]:
+    assert message["type"] == "next", message
+    return dict(next(iter(message["payload"]["data"].values())))
+
+
+async def presence_online(service: Service, user: str) -> bool:
+    body = await graphql(service, f'{{ presence(userId: "{user}") {{ online }} }}')
+    return bool(body["data"]["presence"]["online"])
+
+
+@pytest.mark.slow
+@EVERY_DEPLOYMENT
+async def test_a_session_lives_with_its_subscription(service: Service) -> None:
+    async with graphql_socket(service) as watcher, graphql_socket(service) as tab:
+        await start(watcher, "w", CHANGES, users=["alice"])
+        await eventually(feeds_above(service, 0), what="the watcher to subscribe")
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        first = data(await receive(tab))
+        assert {k: first[k] for k in ("userId", "sessionId", "live", "endReason")} == {
+            "userId": "alice",
+            "sessionId": "tab-1",
+            "live": True,
+            "endReason": None,
+        }
+        assert data(await receive(watcher))["kind"] == "ONLINE"
+        assert await presence_online(service, "alice")
+        await tab.send_json({"id": "s", "type": "complete"})
+        started = time.monotonic()
+        offline = data(await receive(watcher))
+        assert (offline["kind"], offline["online"]) == ("OFFLINE", False)
+        assert time.monotonic() - started < 2
+        assert not await presence_online(service, "alice")
+
+
+async def test_a_closed_socket_ends_its_sessions_at_once(service: Service) -> None:
+    async with graphql_socket(service) as watcher:
+        await start(watcher, "w", EVERYONE)
+        await eventually(feeds_above(service, 0), what="the watcher to subscribe")
+        async with graphql_socket(service) as tab:
+            await start(tab, "s", SESSION, user="alice", session="tab-1")
+            assert data(await receive(tab))["live"]
+            assert data(await receive(watcher))["kind"] == "ONLINE"
+        started = time.monotonic()
+        assert data(await receive(watcher))["kind"] == "OFFLINE"
+        assert time.monotonic() - started < 2
+        assert service.app[HELD_SESSIONS].count == 0
+
+
+@pytest.mark.slow
+@EVERY_DEPLOYMENT
+async def test_a_kick_ends_the_subscription_and_the_socket_stays_open(service: Service) -> None:
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        assert data(await receive(tab))["live"]
+        await start(tab, "w", CHANGES, users=["bob"])
+        started = time.monotonic()
+        await graphql(service, 'mutation { kick(userId: "alice") { kickedSessions } }')
+        last = data(await receive(tab))
+        assert (last["live"], last["endReason"]) == (False, "KICKED")
+        assert await receive(tab) == {"id": "s", "type": "complete"}
+        assert time.monotonic() - started < 1
+        # The socket's other subscription goes on.
+        await graphql(service, 'mutation { touch(userId: "bob") { online } }')
+        assert data(await receive(tab))["kind"] == "ONLINE"
+        # The kicked id is revoked.
+        await start(tab, "again", SESSION, user="alice", session="tab-1")
+        refused = await receive(tab)
+        assert refused["type"] in {"error", "next"}
+        assert "SESSION_REVOKED" in json.dumps(refused)
+
+
+async def test_a_second_opening_replaces_the_first(service: Service) -> None:
+    async with graphql_socket(service) as first, graphql_socket(service) as second:
+        await start(first, "s", SESSION, user="alice", session="tab-1")
+        assert data(await receive(first))["live"]
+        await start(second, "s", SESSION, user="alice", session="tab-1")
+        assert data(await receive(second))["live"]
+        last = data(await receive(first))
+        assert (last["live"], last["endReason"]) == (False, "REPLACED")
+        assert await receive(first) == {"id": "s", "type": "complete"}
+        assert await presence_online(service, "alice")
+
+
+async def test_end_users_hold_their_own_sessions_only(
+    aiohttp_client: ClientFactory, redis_server: Any
+) -> None:
+    settings = dataclasses.replace(SECURED, redis_url=redis_server.url)
+    service = await aiohttp_client(create_app(settings))
+    async with graphql_socket(service, f"Bearer {user_token('alice')}") as tab:
+        await start(tab, "own", SESSION, session="tab-1")
+        assert data(await receive(tab))["userId"] == "alice"
+        await start(tab, "other", SESSION, user="bob", session="tab-1")
+        assert "FORBIDDEN" in json.dumps(await receive(tab))
+        assert await receive(tab) == {"id": "other", "type": "complete"}
+        await start(tab, "all", EVERYONE)
+        assert "FORBIDDEN" in json.dumps(await receive(tab))
+    async with graphql_socket(service, f"Bearer {BACKEND_TOKEN}") as backend:
+        await start(backend, "any", SESSION, user="bob", session="tab-1")
+        assert data(await receive(backend))["userId"] == "bob"
