@@ -4,11 +4,14 @@ before the document is parsed, so a refused operation costs next to nothing."""
 
 from __future__ import annotations
 
+from graphql import GraphQLError, OperationType, parse
+
 from gql_presence.app_state import CREDENTIALS_REFUSED
 from gql_presence.context import Context
-from gql_presence.errors import BadInputError
+from gql_presence.errors import BadInputError, StoreUnavailableError
 from gql_presence.limits import MAX_DOCUMENT_CHARS
 from gql_presence.store import MAX_IDS_PER_CALL
+from gql_presence.telemetry import chosen_operation
 
 
 async def admit(context: Context, document: str | None, variables: object) -> None:
@@ -40,3 +43,22 @@ def _check_lists(variables: object) -> None:
                 f"${name} holds {len(value):,} values; a list argument takes at most "
                 f"{MAX_IDS_PER_CALL:,}."
             )
+
+
+def over_budget(budget_s: float) -> StoreUnavailableError:
+    """The answer to an operation that took longer than its time budget
+    (PRESENCE_REQUEST_TIMEOUT_SECONDS), over HTTP and WebSocket alike."""
+    return StoreUnavailableError(
+        f"The request took longer than {budget_s:g} s and was stopped; try again shortly."
+    )
+
+
+def is_subscription(query: str | None, operation_name: str | None) -> bool:
+    if not query or "subscription" not in query:  # cheap: most documents are not
+        return False
+    try:
+        document = parse(query)
+    except GraphQLError:
+        return False  # refused as a syntax error where it is executed
+    operation = chosen_operation(document, operation_name)
+    return operation is not None and operation.operation == OperationType.SUBSCRIPTION

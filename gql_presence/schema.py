@@ -5,6 +5,7 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Sequence
 from contextlib import aclosing
 from datetime import UTC, date, datetime
@@ -26,7 +27,8 @@ from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
 from gql_presence import events
-from gql_presence.admission import admit
+from gql_presence.admission import admit, is_subscription, over_budget
+from gql_presence.app_state import SETTINGS
 from gql_presence.auth import CallerKind, Need
 from gql_presence.context import Context
 from gql_presence.document_limits import DocumentValidation
@@ -588,11 +590,18 @@ class PresenceSchema(strawberry.Schema):
         the operation's `error` message; the socket stays open."""
         if not isinstance(context_value, Context):
             raise TypeError("Operations run with the service's Context.")
+        # The time budget of an HTTP request holds for a query or a mutation here too; a
+        # subscription's budget ends with its admission.
+        budget_s = context_value.request.app[SETTINGS].request_timeout_ms / 1000
+        deadline = asyncio.get_running_loop().time() + budget_s
         try:
-            await admit(context_value, query, variable_values)
+            async with asyncio.timeout_at(deadline):
+                await admit(context_value, query, variable_values)
             context_value.documents.check_text(query, context_value)
         except PresenceError as error:
             return _refused(error)
+        except TimeoutError:
+            return _refused(over_budget(budget_s))
         results = await super().stream(
             query,
             variable_values=variable_values,
@@ -602,11 +611,26 @@ class PresenceSchema(strawberry.Schema):
             operation_extensions=operation_extensions,
             allowed_operation_types=allowed_operation_types,
         )
+        if not is_subscription(query, operation_name):
+            results = _within(results, deadline, budget_s)
         return _with_codes(results)
 
 
 async def _refused(error: PresenceError) -> StreamResult:
     yield PreExecutionError(data=None, errors=[refusal(error)])
+
+
+async def _within(results: StreamResult, deadline: float, budget_s: float) -> StreamResult:
+    """A query's or a mutation's results, or UNAVAILABLE once its time budget is spent: its
+    Redis calls are cancelled, as over HTTP."""
+    try:
+        async with aclosing(results), asyncio.timeout_at(deadline):
+            answered = [result async for result in results]
+    except TimeoutError:
+        yield PreExecutionError(data=None, errors=[refusal(over_budget(budget_s))])
+        return
+    for result in answered:
+        yield result
 
 
 async def _with_codes(source: StreamResult) -> StreamResult:

@@ -16,7 +16,7 @@ from cross_web import (
     AiohttpHTTPRequestAdapter,
     HTTPException,  # what Strawberry answers as an HTTP error
 )
-from graphql import GraphQLError, OperationType, parse
+from graphql import GraphQLError
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
@@ -26,7 +26,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
-from gql_presence.admission import admit
+from gql_presence.admission import admit, is_subscription, over_budget
 from gql_presence.app_state import (
     AUTHENTICATOR,
     CREDENTIALS_REFUSED,
@@ -43,7 +43,6 @@ from gql_presence.context import Context, sessions_loader
 from gql_presence.errors import (
     PresenceError,
     RateLimitedError,
-    StoreUnavailableError,
     UnauthenticatedError,
 )
 from gql_presence.events import FeedDroppedError
@@ -58,7 +57,7 @@ from gql_presence.persisted import PersistedDocuments, lift_document_id, names_a
 from gql_presence.schema import build_schema
 from gql_presence.settings import Settings
 from gql_presence.sockets import BoundedWebSocketResponse
-from gql_presence.telemetry import CALLER, OUTCOMES, chosen_operation
+from gql_presence.telemetry import CALLER, OUTCOMES
 
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter
@@ -241,11 +240,7 @@ class PresenceView(GraphQLView[Context, None]):
         except PresenceError as error:
             return ExecutionResult(data=None, errors=[refusal(error)])
         except TimeoutError:
-            late = StoreUnavailableError(
-                f"The request took longer than {self._budget_s:g} s and was stopped; "
-                "try again shortly."
-            )
-            return ExecutionResult(data=None, errors=[refusal(late)])
+            return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
 
     async def process_result(
         self, request: web.Request, result: ExecutionResult
@@ -281,14 +276,3 @@ _SUBSCRIBE_OVER_WEBSOCKET = (
     "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
     "not over plain HTTP."
 )
-
-
-def is_subscription(query: str | None, operation_name: str | None) -> bool:
-    if not query or "subscription" not in query:  # cheap: most documents are not
-        return False
-    try:
-        document = parse(query)
-    except GraphQLError:
-        return False  # refused as a syntax error where it is executed
-    operation = chosen_operation(document, operation_name)
-    return operation is not None and operation.operation == OperationType.SUBSCRIPTION

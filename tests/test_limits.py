@@ -31,7 +31,14 @@ from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, SECURED, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    graphql_socket,
+    over_socket,
+    socket_errors,
+    user_token,
+)
 
 Client = TestClient[Any, Any]
 JSON = {"Content-Type": "application/json"}
@@ -158,6 +165,35 @@ async def test_a_request_over_its_time_budget_gets_unavailable_and_no_other_repl
             assert body == {"data": {"presence": {"userId": user, "online": user == "a"}}}
     finally:
         gc.enable()
+
+
+async def test_an_operation_over_a_websocket_meets_the_same_time_budget(
+    aiohttp_client: ClientFactory, redis_server: RedisServer
+) -> None:
+    api = await service(aiohttp_client, redis_server, request_timeout_ms=300)
+    await graphql(api, 'mutation { touch(userId: "a") { online } }')
+    sleeper = redis_client(redis_server.url)
+    gc.collect()  # as above: the suite's collections are not the service's time
+    gc.disable()
+    try:
+        async with graphql_socket(api) as socket:
+            busy = asyncio.create_task(block_redis(sleeper, 1.5))
+            await asyncio.sleep(0.05)
+            started = time.monotonic()
+            late = socket_errors(await over_socket(socket, '{ presence(userId: "a") { online } }'))
+            assert time.monotonic() - started < 1.4  # not held until Redis answered
+            assert [e["extensions"]["code"] for e in late] == ["UNAVAILABLE"]
+            assert "0.3 s" in late[0]["message"]
+            await busy
+            # The socket goes on, and each later operation gets its own answer.
+            for number, user in enumerate(("b", "a"), start=2):
+                answer = await over_socket(
+                    socket, f'{{ presence(userId: "{user}") {{ online }} }}', None, str(number)
+                )
+                assert answer[0]["payload"] == {"data": {"presence": {"online": user == "a"}}}
+    finally:
+        gc.enable()
+        await sleeper.aclose()
 
 
 async def test_a_full_pool_makes_requests_wait_then_fail_cleanly(redis_server: RedisServer) -> None:
