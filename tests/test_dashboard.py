@@ -72,6 +72,33 @@ async def test_the_count_follows_a_touch_live_and_the_page_is_clean(
     assert problems == []
 
 
+async def test_the_online_list_is_read_on_events_not_polled(browser: Browser, api: Service) -> None:
+    await graphql(api, 'mutation { touch(userId: "first-user") { online } }')
+    page, problems = await open_dashboard(browser, api)
+    await page.wait_for_function(
+        "document.getElementById('status').textContent === 'live'", timeout=5000
+    )
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '1'", timeout=5000
+    )
+    await page.wait_for_timeout(500)  # the reads of the page's start are over
+    reads: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            reads.append(request.url) if "onlineUsers" in (request.post_data or "") else None
+        ),
+    )
+    await page.wait_for_timeout(2200)  # longer than the page's old poll, every 2 s
+    assert reads == []
+    await graphql(api, 'mutation { touch(userId: "second-user") { online } }')
+    await page.wait_for_function(
+        "document.getElementById('online-count').textContent === '2'", timeout=5000
+    )
+    assert len(reads) == 1  # one event, one read
+    assert problems == []
+
+
 @pytest.mark.skipif(
     not os.environ.get("UPDATE_SCREENSHOT"), reason="UPDATE_SCREENSHOT=1 redraws it"
 )
