@@ -136,7 +136,12 @@ async def service() -> AsyncIterator[tuple[str, int, Redis]]:
 
 
 async def run(count: int, closes: int, ticks: int) -> None:
-    async with service() as (url, pid, redis), aiohttp.ClientSession() as http:
+    async with (
+        service() as (url, pid, redis),
+        aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0)  # a socket per 20 sessions, all at once
+        ) as http,
+    ):
         watcher: Socket | None = None
         for _ in range(100):  # the process starts in a second or two
             try:
