@@ -68,6 +68,10 @@ class HeldSessions:
         self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
         self._holdings: dict[HeldSession, Holding] = {}
         self._by_user: dict[str, set[Holding]] = {}
+        # Per user, the lists that collect the announcements made while one of their
+        # sessions is being opened: a kick or a replacement can be announced before the
+        # opening's reply arrives, and so before its holding is there to be ended.
+        self._openings: dict[str, list[list[Announced]]] = {}
 
     @property
     def count(self) -> int:
@@ -77,12 +81,21 @@ class HeldSessions:
     async def hold(self, user_id: str, session_id: str) -> AsyncIterator[Holding]:
         """Opens the session and holds it until the block ends, then closes it at once
         (unless the service ended it first). Raises SessionRevokedError for a kicked id."""
-        opened = await self._store.open_session(user_id, session_id)
+        early: list[Announced] = []
+        openings = self._openings.setdefault(user_id, [])
+        openings.append(early)
+        try:
+            opened = await self._store.open_session(user_id, session_id)
+        finally:
+            openings.remove(early)
+            if not openings:
+                del self._openings[user_id]
         assert opened.held is not None  # an opening at the current time is always live
         holding = Holding(opened.held, opened.at)
         self._holdings[opened.held] = holding
         self._by_user.setdefault(user_id, set()).add(holding)
         try:
+            await self._catch_up(holding, early)
             yield holding
         finally:
             self._forget(holding)
@@ -108,23 +121,31 @@ class HeldSessions:
 
     def on_event(self, announced: Announced) -> None:
         """Ends the holdings a kick or a newer opening of their session has ended."""
-        kind, user_id, at_ms, session_id, generation = announced
+        kind, user_id, _, _, _ = announced
         if kind not in {EventKind.KICKED, EventKind.REPLACED}:
             return
-        holdings = self._by_user.get(user_id)
-        if not holdings:
-            return
-        at = from_ms(int(at_ms))
-        for holding in list(holdings):
-            held = holding.held
-            if kind == EventKind.KICKED and session_id in {"", held.session_id}:
-                holding.end(Ended(EndReason.KICKED, at))
-            elif (
-                kind == EventKind.REPLACED
-                and session_id == held.session_id
-                and held.generation < int(generation)
-            ):
-                holding.end(Ended(EndReason.REPLACED, at))
+        for early in self._openings.get(user_id, ()):
+            early.append(announced)
+        for holding in list(self._by_user.get(user_id, ())):
+            ending = _ending(holding.held, announced)
+            if ending is not None:
+                holding.end(ending)
+
+    async def _catch_up(self, holding: Holding, early: list[Announced]) -> None:
+        """Applies what was announced while the session was being opened. A replacement
+        names its generation, so it ends the holding only if it came after the opening; a
+        kick does not, so the store says whether it ended this opening or one before it."""
+        kicked: Ended | None = None
+        for announced in early:
+            ending = _ending(holding.held, announced)
+            if ending is None:
+                continue
+            if ending.reason is EndReason.REPLACED:
+                holding.end(ending)
+                return
+            kicked = ending
+        if kicked is not None and await self._store.renew_sessions([holding.held]):
+            holding.end(kicked)
 
     async def renew_forever(self) -> None:
         """Renews every held session, all in one batched call per shard, every TTL/3."""
@@ -151,3 +172,21 @@ class HeldSessions:
                             "expired or was kicked meanwhile); subscribe again."
                         )
                     )
+
+
+def _ending(held: HeldSession, announced: Announced) -> Ended | None:
+    """How the announcement ends the held session, if it does: a kick of the session or of
+    every session of its user, or an opening of it by a newer holder."""
+    kind, user_id, at_ms, session_id, generation = announced
+    if user_id != held.user_id:
+        return None
+    at = from_ms(int(at_ms))
+    if kind == EventKind.KICKED and session_id in {"", held.session_id}:
+        return Ended(EndReason.KICKED, at)
+    if (
+        kind == EventKind.REPLACED
+        and session_id == held.session_id
+        and held.generation < int(generation)
+    ):
+        return Ended(EndReason.REPLACED, at)
+    return None

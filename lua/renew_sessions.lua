@@ -7,8 +7,10 @@
   KEYS[3]  user_index    HASH    user_id -> bit index in the day bitmaps
   KEYS[4]  next_index    STRING  the next never-used bit index
   KEYS[5]  free_indexes  LIST    bit indexes of purged users
-  KEYS[6..8]  days       bitmaps of three consecutive days, oldest first
-  ARGV[1]  window_ms        int ms
+  KEYS[6..8]  days       bitmaps of three consecutive days, oldest first: the renewal's
+                         day gets the bit of each user renewed
+  ARGV[1]  window_ms        int ms: a session's score is its expiry minus this
+                            (includes/connections.lua)
   ARGV[2]  conn_ttl_ms      int ms: each session expires this long after its renewal
   ARGV[3]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[4..7]  boundaries    int ms: the start of each of the three days, then the end of the last
@@ -52,13 +54,12 @@ for i = 11, #ARGV, 3 do
     end
     local newest = tonumber(redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2])
     redis.call('ZADD', online_key, newest + window_ms, user_id)
-    redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
-    redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
+    mark_active(last_seen_key, day_key, index_key, next_key, free_key, user_id, t_ms)
     expire_with_newest(sessions_key, newest, window_ms)
     redis.call('PEXPIREAT', conn_key, newest + window_ms + 1)
   else
     lost[#lost + 1] = (i - 8) / 3
   end
 end
-redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
+keep_day(day_key, day, boundaries, retention_ms)
 return lost

@@ -31,7 +31,8 @@
 --- @include "clock"
 --- @include "activity"
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local index_key, next_key, free_key = KEYS[5], KEYS[6], KEYS[7]
+local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[5],
+  next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local conn_key = KEYS[11]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -42,17 +43,9 @@ local now = now_ms()
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
-local revoked_until = redis.call('ZSCORE', revoked_key, session_id)
-if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
-local day = day_of(t_ms, boundaries)
-if not day then return redis.error_reply('DAY_NOT_GIVEN') end
-
+local refused = record_activity(activity_keys, user_id, session_id, t_ms, now, boundaries, retention_ms)
+if refused then return refused end
 local online_before = settle_expiry(online_key, channel, user_id, now)
-
-local day_key = KEYS[7 + day]
-redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
-redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
-redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
 local cutoff = now - window_ms
 local newest
 local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0

@@ -113,7 +113,7 @@ call_chunked('BITFIELD', day_key, nil, n, function(args, k, i)
   args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u1', indexes[i], 1
   return k + 4
 end)
-redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
+keep_day(day_key, day, boundaries, retention_ms)
 
 -- Presence: settle expired entries, then record the default session of each user.
 local expiries = read_in_chunks('ZMSCORE', online_key, users)

@@ -202,7 +202,7 @@ class Subscriber:
             async with Client(transport=transport) as session:
                 request = GraphQLRequest(self.document, variable_values=self.variables)
                 async for result in session.subscribe(request):
-                    self.events.put_nowait(result["presenceChanged"])
+                    self.events.put_nowait(next(iter(result.values())))  # the one root field
         except Exception as error:  # recorded for the test to look at
             self.ended = error
         else:

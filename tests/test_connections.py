@@ -4,6 +4,7 @@ sessions (events, kicks, revocation) kept."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -11,7 +12,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.errors import SessionRevokedError
-from gql_presence.store import HeldSession, PresenceStore
+from gql_presence.sessions import EndReason, HeldSessions
+from gql_presence.store import Announced, HeldSession, OpenedSession, PresenceStore
 from gql_presence.store.days import to_ms
 from tests.conftest import StoreFactory
 from tests.helpers import eventually, kinds, published
@@ -196,3 +198,52 @@ async def test_many_sessions_are_renewed_in_batches(store: PresenceStore) -> Non
     assert await store.renew_sessions(held) == []
     await store.kick("u7")
     assert await store.renew_sessions(held) == [held[7]]
+
+
+def open_then(
+    monkeypatch: pytest.MonkeyPatch,
+    store: PresenceStore,
+    channel: PubSub,
+    sessions: HeldSessions,
+    *,
+    before: bool,
+    kick: tuple[str, str | None],
+) -> None:
+    """Makes the store's openings kick (before or after the opening), then hand the events
+    published meanwhile to `sessions`, all before the opening returns: as when a kick's event
+    reaches the process before the reply of an opening."""
+    open_session = store.open_session
+
+    async def opening(user: str, session: str, at: datetime | None = None) -> OpenedSession:
+        if before:
+            await store.kick(*kick)
+        result = await open_session(user, session, at)
+        if not before:
+            await store.kick(*kick)
+        for event in await published(channel):
+            sessions.on_event(Announced(*event))
+        return result
+
+    monkeypatch.setattr(store, "open_session", opening)
+
+
+async def test_a_kick_announced_before_the_opening_returned_ends_the_holding(
+    monkeypatch: pytest.MonkeyPatch, store: PresenceStore, channel: PubSub
+) -> None:
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    open_then(monkeypatch, store, channel, sessions, before=False, kick=("ann", "tab"))
+    async with sessions.hold("ann", "tab") as holding:
+        ended = await asyncio.wait_for(holding.ended(), 1)
+    assert ended.reason is EndReason.KICKED
+    assert sessions.count == 0
+
+
+async def test_a_kick_of_every_session_just_before_an_opening_leaves_it_held(
+    monkeypatch: pytest.MonkeyPatch, store: PresenceStore, channel: PubSub
+) -> None:
+    await store.touch("ann", "phone")
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    open_then(monkeypatch, store, channel, sessions, before=True, kick=("ann", None))
+    async with sessions.hold("ann", "tab") as holding:
+        assert not holding.ended_by_service
+        assert await online(store, "ann")

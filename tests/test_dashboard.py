@@ -43,21 +43,22 @@ async def open_dashboard(
     return page, problems
 
 
+async def shows(page: Page, element: str, text: str) -> None:
+    """Waits (5 s at most) until the element with that id shows that text."""
+    await page.wait_for_function(
+        f"document.getElementById('{element}').textContent === '{text}'", timeout=5000
+    )
+
+
 async def test_the_count_follows_a_touch_live_and_the_page_is_clean(
     browser: Browser, api: Service
 ) -> None:
     await graphql(api, 'mutation { touch(userId: "first-user", sessionId: "web") { online } }')
     page, problems = await open_dashboard(browser, api)
-    await page.wait_for_function(
-        "document.getElementById('online-count').textContent === '1'", timeout=5000
-    )
-    await page.wait_for_function(
-        "document.getElementById('status').textContent === 'live'", timeout=5000
-    )
+    await shows(page, "online-count", "1")
+    await shows(page, "status", "live")
     await graphql(api, 'mutation { touch(userId: "second-user", sessionId: "phone") { online } }')
-    await page.wait_for_function(
-        "document.getElementById('online-count').textContent === '2'", timeout=5000
-    )
+    await shows(page, "online-count", "2")
     assert "second-user" in await page.inner_text("#recent")
     await page.wait_for_function(
         "document.querySelectorAll('#chart rect').length === 7", timeout=5000
@@ -65,10 +66,29 @@ async def test_the_count_follows_a_touch_live_and_the_page_is_clean(
     assert await page.inner_text("#unique") == "1"  # read when the page loaded
     # A kick of a listed user reaches the page through its subscription.
     await graphql(api, 'mutation { kick(userId: "first-user") { online } }')
-    await page.wait_for_function(
-        "document.getElementById('online-count').textContent === '1'", timeout=5000
-    )
+    await shows(page, "online-count", "1")
     assert "first-user" not in await page.inner_text("#recent")
+    assert problems == []
+
+
+async def test_the_online_list_is_read_on_events_not_polled(browser: Browser, api: Service) -> None:
+    await graphql(api, 'mutation { touch(userId: "first-user") { online } }')
+    page, problems = await open_dashboard(browser, api)
+    await shows(page, "status", "live")
+    await shows(page, "online-count", "1")
+    await page.wait_for_timeout(500)  # the reads of the page's start are over
+    reads: list[str] = []
+    page.on(
+        "request",
+        lambda request: (
+            reads.append(request.url) if "onlineUsers" in (request.post_data or "") else None
+        ),
+    )
+    await page.wait_for_timeout(2200)  # longer than the page's old poll, every 2 s
+    assert reads == []
+    await graphql(api, 'mutation { touch(userId: "second-user") { online } }')
+    await shows(page, "online-count", "2")
+    assert len(reads) == 1  # one event, one read
     assert problems == []
 
 

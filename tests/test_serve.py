@@ -3,6 +3,7 @@ the service, and a clear refusal of bad settings."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -10,13 +11,16 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.request
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from importlib import metadata
 from pathlib import Path
 from stat import S_IMODE
 from typing import Any
 
+import aiohttp
 import pytest
 from redis import Redis
 
@@ -27,7 +31,15 @@ from gql_presence.redis_server import (
     start_embedded_redis,
 )
 from tests.conftest import CLUSTER_PASSWORD
-from tests.helpers import post, run_service, stop, wait_until_serving
+from tests.helpers import (
+    FIELDS,
+    Subscriber,
+    post,
+    run_service,
+    stop,
+    subscribed,
+    wait_until_serving,
+)
 from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 # Every test starts a process of its own, some of them several.
@@ -389,3 +401,85 @@ def test_a_worker_that_dies_stops_the_service(redis_server: RedisServer, data_di
             stop(service)
     assert service.returncode == 1
     assert "exited with status -9; stopping the service" in output.decode()
+
+
+async def test_the_sessions_of_a_killed_process_expire_within_the_ttl(
+    own_redis_server: RedisServer, tmp_path: Path
+) -> None:
+    ttl_s, sweep_s = 2, 1
+    # The data lives in the test's own Redis, so that it outlives the process that is killed.
+    settings = {
+        "REDIS_URL": own_redis_server.url,
+        "PRESENCE_CONNECTION_TTL_SECONDS": str(ttl_s),
+        "PRESENCE_WORKERS": "1",
+    }
+    holder_port, watcher_port = free_port(), free_port()
+    holder = run_service(tmp_path / "holder", holder_port, **settings)
+    watcher = run_service(tmp_path / "watcher", watcher_port, **settings)
+    try:
+        await asyncio.to_thread(wait_until_serving, holder, holder_port)
+        await asyncio.to_thread(wait_until_serving, watcher, watcher_port)
+        everyone = f"subscription {{ presenceChanged(all: true) {{ {FIELDS} }} }}"
+        async with subscribed(f"ws://127.0.0.1:{watcher_port}/graphql", everyone) as changes:
+            await _until_subscribed(changes, watcher_port)
+            async with _held_session(holder_port) as socket:
+                assert (await _next_change(changes, "alice"))["kind"] == "ONLINE"
+                holder.kill()  # SIGKILL: no close, no clean-up of any kind
+                killed_at = time.monotonic()
+                await asyncio.to_thread(holder.wait, 5)
+                # The killed process's socket ends with it.
+                assert (await socket.receive(timeout=3)).type in CLOSED
+                offline = await _next_change(changes, "alice", within_s=ttl_s + sweep_s + 2)
+            assert offline["kind"] == "OFFLINE"
+            assert time.monotonic() - killed_at <= ttl_s + sweep_s + 1
+            assert post(watcher_port, ALICE_ONLINE)["data"]["presence"]["online"] is False
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        holder.communicate(timeout=5)
+        stop(watcher)
+
+
+ALICE_ONLINE = '{ presence(userId: "alice") { online } }'
+HOLD = 'subscription { presenceSession(userId: "alice", sessionId: "tab") { live endReason } }'
+CLOSED = {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR}
+
+
+async def _until_subscribed(changes: Subscriber, port: int) -> None:
+    """Touches new users until the subscriber hears of one: then it is surely subscribed."""
+    for attempt in range(50):
+        await asyncio.to_thread(
+            post, port, f'mutation {{ touch(userId: "probe-{attempt}") {{ online }} }}'
+        )
+        with contextlib.suppress(TimeoutError):
+            await changes.next(within_s=0.2)
+            return
+    pytest.fail(f"not subscribed: {changes.ended!r}")
+
+
+async def _next_change(changes: Subscriber, user: str, within_s: float = 3) -> dict[str, Any]:
+    deadline = time.monotonic() + within_s
+    while True:
+        change = await changes.next(within_s=max(deadline - time.monotonic(), 0.01))
+        if change["userId"] == user:
+            return change
+
+
+@contextlib.asynccontextmanager
+async def _held_session(port: int) -> AsyncIterator[aiohttp.ClientWebSocketResponse]:
+    """alice's session held by a raw WebSocket, once the service said it is live."""
+    async with aiohttp.ClientSession() as http:
+        socket = await http.ws_connect(
+            f"ws://127.0.0.1:{port}/graphql",
+            protocols=["graphql-transport-ws"],
+            timeout=aiohttp.ClientWSTimeout(ws_close=2),
+        )
+        await socket.send_json({"type": "connection_init", "payload": {}})
+        assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+        await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": HOLD}})
+        first = await socket.receive_json(timeout=3)
+        assert first["payload"]["data"]["presenceSession"]["live"] is True, first
+        try:
+            yield socket
+        finally:
+            await socket.close()

@@ -55,7 +55,8 @@ LinkChange = Literal["SADD", "SREM"]
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
     ScriptError.SESSION_REVOKED: (
         SessionRevokedError,
-        "This session was kicked and is revoked for now; touch with a new sessionId.",
+        "This session was kicked and is revoked for now: "
+        "give touch or presenceSession a new sessionId.",
     ),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),

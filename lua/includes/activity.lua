@@ -27,6 +27,34 @@ local function day_of(t_ms, boundaries)
   return nil
 end
 
+-- Marks the user active at t_ms: their bit in the day's bitmap, and their lastSeen (which
+-- never moves backwards).
+local function mark_active(last_seen_key, day_key, index_key, next_key, free_key, user_id, t_ms)
+  redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
+  redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
+end
+
+-- Keeps a day's bitmap until retention_ms after the end of the day (its position `day`).
+local function keep_day(day_key, day, boundaries, retention_ms)
+  redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
+end
+
+-- Records that a session of the user was active at t_ms: the user's bit in the bitmap of
+-- t_ms's day (kept until retention_ms after the day) and their lastSeen. `keys` names
+-- last_seen, revoked (the user's), index, next and free (the bit indexes), and days (the
+-- bitmaps of the days whose boundaries are given). Returns nil, or the error to return when
+-- nothing may be recorded (nothing is written then): the session is revoked now, or no day
+-- holds t_ms.
+local function record_activity(keys, user_id, session_id, t_ms, now, boundaries, retention_ms)
+  local revoked_until = redis.call('ZSCORE', keys.revoked, session_id)
+  if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
+  local day = day_of(t_ms, boundaries)
+  if not day then return redis.error_reply('DAY_NOT_GIVEN') end
+  mark_active(keys.last_seen, keys.days[day], keys.index, keys.next, keys.free, user_id, t_ms)
+  keep_day(keys.days[day], day, boundaries, retention_ms)
+  return nil
+end
+
 -- A session key expires once its newest session is no longer live. The script sets that
 -- expiry after its last read of the key: Redis 6.2 deletes a key at once when given an expiry
 -- its own clock has reached, and that clock moves on while the script runs, though the
