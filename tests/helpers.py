@@ -186,18 +186,28 @@ def ws_url(service: Service) -> str:
 
 
 class Subscriber:
-    """One `gql` client subscribed to one document, collecting what it receives."""
+    """One `gql` client subscribed to one document, collecting what it receives; with
+    `authorization` (say `Bearer <token>`) in its connection_init."""
 
-    def __init__(self, url: str, document: str, variables: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        document: str,
+        variables: dict[str, Any] | None = None,
+        authorization: str | None = None,
+    ) -> None:
         self.url = url
         self.document = document
         self.variables = variables
+        self.init_payload = {} if authorization is None else {"Authorization": authorization}
         self.events: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.ended: BaseException | None = None
         self.done = asyncio.Event()
 
     async def run(self) -> None:
-        transport = AIOHTTPWebsocketsTransport(url=self.url, subprotocols=["graphql-transport-ws"])
+        transport = AIOHTTPWebsocketsTransport(
+            url=self.url, subprotocols=["graphql-transport-ws"], init_payload=self.init_payload
+        )
         try:
             async with Client(transport=transport) as session:
                 request = GraphQLRequest(self.document, variable_values=self.variables)
@@ -220,10 +230,13 @@ class Subscriber:
 
 @contextlib.asynccontextmanager
 async def subscribed(
-    url: str, document: str, ready: Callable[[], bool] | None = None
+    url: str,
+    document: str,
+    ready: Callable[[], bool] | None = None,
+    authorization: str | None = None,
 ) -> AsyncIterator[Subscriber]:
     """A Subscriber running for the time of the block, once `ready()` says it is subscribed."""
-    subscriber = Subscriber(url, document)
+    subscriber = Subscriber(url, document, authorization=authorization)
     task = asyncio.create_task(subscriber.run())
     if ready is not None:
         await eventually(

@@ -1,12 +1,14 @@
 """A frontend on another origin, in Chromium: a page served from another port queries and
 mutates with fetch and an Authorization header, follows presenceChanged over a WebSocket with
-the graphql-ws client, and runs README.md's JavaScript as written. Without
-PRESENCE_CORS_ORIGINS the same page is refused."""
+the graphql-ws client, keeps its user online with presenceSession until the tab is closed, and
+runs README.md's JavaScript as written. Without PRESENCE_CORS_ORIGINS the same page is
+refused."""
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,15 @@ from gql_presence.app import create_app
 from gql_presence.connection import AnyRedis
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
-from tests.helpers import BACKEND_TOKEN, SECURED, eventually, readme_snippets, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    FIELDS,
+    SECURED,
+    eventually,
+    readme_snippets,
+    subscribed,
+    user_token,
+)
 
 pytestmark = pytest.mark.slow  # a browser
 
@@ -48,6 +58,20 @@ SUBSCRIBE = """async ({ url, token }) => {
     { query: 'subscription { presenceChanged(friendsOf: "alice") { userId kind online } }' },
     { next: ({ data }) => window.events.push(data.presenceChanged),
       error: (e) => window.events.push({ error: String(e.reason || e.message || e) }),
+      complete: () => {} },
+  );
+}"""
+
+# As README.md's frontend holds its user's session: one subscription, one id per tab.
+HOLD_SESSION = """async ({ url, token }) => {
+  const { createClient } = await import("graphql-ws");
+  window.session = [];
+  const client = createClient({ url, connectionParams: { Authorization: `Bearer ${token}` } });
+  client.subscribe(
+    { query: "subscription($s: ID!) { presenceSession(sessionId: $s) { live endReason } }",
+      variables: { s: crypto.randomUUID() } },
+    { next: ({ data }) => window.session.push(data.presenceSession),
+      error: (e) => window.session.push({ error: String(e.reason || e.message || e) }),
       complete: () => {} },
   );
 }"""
@@ -188,3 +212,37 @@ async def test_the_readmes_javascript_runs_as_written_in_a_page_on_another_origi
         return any(change["userId"] == "bob" for change in seen)
 
     await eventually(bob_seen, 10, "the README's subscription to update the page")
+
+
+async def test_closing_the_tab_that_holds_a_session_is_offline_within_2_s(
+    serve: Serve, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    page_url, service = await serve(listed=True)
+    socket_url = service.replace("http", "ws", 1)
+    store = PresenceStore(http_redis, deployment)
+    everyone = f"subscription {{ presenceChanged(all: true) {{ {FIELDS} }} }}"
+    async with subscribed(socket_url, everyone, authorization=f"Bearer {BACKEND_TOKEN}") as watcher:
+        sessions = itertools.count()  # a kicked session id is refused for a while
+
+        async def watching() -> bool:
+            await store.touch("probe", f"s{next(sessions)}")
+            await store.kick("probe")
+            return not watcher.events.empty()
+
+        await eventually(watching, 10, "the watcher to subscribe")
+        page = await opened(browser, page_url)
+        await page.evaluate(HOLD_SESSION, {"url": socket_url, "token": user_token("alice")})
+        await eventually(lambda: page.evaluate("window.session.length > 0"), 10, "the session")
+        assert await page.evaluate("window.session") == [{"live": True, "endReason": None}]
+
+        async def alices_next() -> dict[str, Any]:
+            while (event := await watcher.next())["userId"] != "alice":
+                pass
+            return event
+
+        assert (await alices_next())["kind"] == "ONLINE"
+        started = time.monotonic()
+        await page.close()
+        offline = await alices_next()
+        assert (offline["kind"], offline["online"]) == ("OFFLINE", False)
+        assert time.monotonic() - started < 2
