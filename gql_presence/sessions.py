@@ -9,7 +9,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
 from gql_presence.errors import PresenceError, StoreUnavailableError
@@ -163,15 +163,30 @@ class HeldSessions:
                 log.exception("renewing connection-bound sessions failed")
                 continue
             for held in lost:
-                holding = self._holdings.get(held)
                 # A kick or a replacement announced is usually here first, with its reason.
-                if holding is not None:
-                    holding.end(
-                        StoreUnavailableError(
-                            "This session ended without this connection being told why (it "
-                            "expired or was kicked meanwhile); subscribe again."
-                        )
-                    )
+                if held in self._holdings:
+                    await self._end_lost(held)
+
+    async def _end_lost(self, held: HeldSession) -> None:
+        """Ends the holding of a session a renewal found gone with no announcement seen: a
+        revoked id was kicked; otherwise why it ended is not known here."""
+        try:
+            kicked = await self._store.session_revoked(held)
+        except PresenceError as error:
+            log.warning("reading whether a lost session was kicked failed: %s", error.message)
+            kicked = False
+        holding = self._holdings.get(held)
+        if holding is None:
+            return
+        if kicked:
+            holding.end(Ended(EndReason.KICKED, datetime.now(UTC)))
+        else:
+            holding.end(
+                StoreUnavailableError(
+                    "This session ended without this connection being told why (it expired "
+                    "or was replaced meanwhile); subscribe again."
+                )
+            )
 
 
 def _ending(held: HeldSession, announced: Announced) -> Ended | None:

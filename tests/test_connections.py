@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.errors import SessionRevokedError
+from gql_presence.errors import SessionRevokedError, StoreUnavailableError
 from gql_presence.sessions import EndReason, HeldSessions
 from gql_presence.store import Announced, HeldSession, OpenedSession, PresenceStore
 from gql_presence.store.days import to_ms
@@ -247,3 +247,21 @@ async def test_a_kick_of_every_session_just_before_an_opening_leaves_it_held(
     async with sessions.hold("ann", "tab") as holding:
         assert not holding.ended_by_service
         assert await online(store, "ann")
+
+
+async def test_a_renewal_that_finds_its_session_kicked_unannounced_ends_it_as_kicked(
+    store: PresenceStore,
+) -> None:
+    # Nothing hands this process the events channel: the kick is never announced to it.
+    sessions = HeldSessions(store, ttl_ms=300)
+    renewals = asyncio.create_task(sessions.renew_forever())
+    try:
+        async with sessions.hold("ann", "tab") as kicked, sessions.hold("bob", "tab") as closed:
+            await store.kick("ann", "tab")
+            await store.close_session(closed.held)
+            ended = await asyncio.wait_for(kicked.ended(), 1)
+            assert ended.reason is EndReason.KICKED
+            with pytest.raises(StoreUnavailableError):
+                await asyncio.wait_for(closed.ended(), 1)
+    finally:
+        renewals.cancel()

@@ -195,6 +195,10 @@ class PresenceStore:
         lost = await asyncio.gather(*calls)
         return [one for part in lost for one in part]
 
+    async def session_revoked(self, held: HeldSession) -> bool:
+        """Whether the held session's id is revoked: it was kicked."""
+        return await self._shard(held.user_id).session_revoked(held)
+
     async def presence(self, user_id: str) -> Presence:
         check_id(user_id, "userId")
         (found,) = await self._shard(user_id).presence_many([user_id])

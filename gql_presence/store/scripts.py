@@ -34,6 +34,7 @@ class ScriptName(StrEnum):
     OPEN_SESSION = "open_session"
     RENEW_SESSIONS = "renew_sessions"
     CLOSE_SESSION = "close_session"
+    SESSION_REVOKED = "session_revoked"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
     CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
     PERSIST_DOCUMENT = "persist_document"

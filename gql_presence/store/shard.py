@@ -244,6 +244,13 @@ class Shard:
         )
         return bool(closed)
 
+    async def session_revoked(self, held: HeldSession) -> bool:
+        k = self._keys
+        revoked = await self._run(
+            ScriptName.SESSION_REVOKED, [k.revoked(held.user_id)], [held.session_id]
+        )
+        return bool(revoked)
+
     async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
         """The presence of each user, in the order given, read at one moment."""
         k = self._keys
