@@ -558,6 +558,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     opened = await store.open_session("c", "tab")
     assert opened.held is not None
     await store.renew_sessions([opened.held])
+    await store.session_revoked(opened.held)
     await store.close_session(opened.held)
     assert set(slots_of_calls) == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
@@ -600,6 +601,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     opened = [await store.open_session(user, "tab") for user in users]
     held = [one.held for one in opened if one.held is not None]
     assert await store.renew_sessions(held) == []
+    await store.session_revoked(held[0])
     await store.close_session(held[0])
     assert names == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_each_call)
