@@ -21,7 +21,7 @@ from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore, shard_of
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.keys import Keys
-from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
+from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
 
 pytestmark = EVERY_DEPLOYMENT
 
@@ -33,10 +33,6 @@ PAGE = "totalCount nodes { userId online lastSeen sessions { sessionId } } pageI
 
 def iso(moment: datetime) -> str:
     return moment.isoformat()
-
-
-def codes(body: dict[str, Any]) -> list[str]:
-    return [e["extensions"]["code"] for e in body.get("errors", [])]
 
 
 async def test_touch_and_read_presence(api: Client) -> None:
@@ -189,7 +185,7 @@ async def test_bad_input_is_refused_with_a_helpful_message_and_changes_nothing(
 ) -> None:
     keys_before = await http_redis.dbsize()  # the service's cursor secret, made at start-up
     body = await graphql(api, document, **variables)
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert says in body["errors"][0]["message"]
     assert body.get("data") is None
     assert await http_redis.dbsize() == keys_before
@@ -204,7 +200,7 @@ async def test_revoked_session_is_refused_with_its_code(
     before = await http_redis.zrange(last_seen, 0, -1, withscores=True)
     assert before
     body = await graphql(api, 'mutation { touch(userId: "a", sessionId: "s") { online } }')
-    assert codes(body) == ["SESSION_REVOKED"]
+    assert error_codes(body) == ["SESSION_REVOKED"]
     assert "new sessionId" in body["errors"][0]["message"]
     assert await http_redis.zrange(last_seen, 0, -1, withscores=True) == before
 
@@ -218,7 +214,7 @@ async def test_unexpected_errors_are_masked_for_clients_and_logged(
     monkeypatch.setattr(PresenceStore, "presence", broken)
     with caplog.at_level(logging.ERROR, logger="gql_presence.errors"):
         body = await graphql(api, '{ presence(userId: "a") { online } }')
-    assert codes(body) == ["INTERNAL"]
+    assert error_codes(body) == ["INTERNAL"]
     assert "secret" not in str(body)
     assert "gqlp" not in str(body)
     assert "secret detail" in caplog.text
@@ -268,7 +264,7 @@ async def test_json_beyond_what_python_reads_is_refused_as_bad_input(
 
 async def test_a_subscription_over_plain_http_is_refused_with_where_to_go(api: Client) -> None:
     body = await graphql(api, 'subscription { presenceChanged(userIds: ["a"]) { userId } }')
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert "WebSocket" in body["errors"][0]["message"]
 
 
@@ -280,7 +276,7 @@ async def test_a_subscription_first_of_several_operations_is_refused_over_plain_
         api,
         'subscription S { presenceChanged(userIds: ["a"]) { userId } } query Q { __typename }',
     )
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert "WebSocket" in body["errors"][0]["message"]
 
 
@@ -311,5 +307,5 @@ async def test_a_cursor_is_valid_on_every_process_and_a_forged_one_is_refused(
     )
     for cursor in forged:
         body = await graphql(api, page, after=cursor)
-        assert codes(body) == ["BAD_USER_INPUT"]
+        assert error_codes(body) == ["BAD_USER_INPUT"]
         assert body["errors"][0]["message"] == BAD_CURSOR

@@ -17,6 +17,7 @@ from gql_presence.connection import AnyRedis
 from gql_presence.document_limits import measure
 from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_SAME_FIELD_PAIRS, MAX_SELECTIONS
 from gql_presence.settings import Settings
+from tests.conftest import error_codes
 
 Client = TestClient[Any, Any]
 
@@ -25,10 +26,6 @@ async def post(api: Client, query: str, headers: dict[str, str] | None = None) -
     response = await api.post("/graphql", json={"query": query}, headers=headers or {})
     body: dict[str, Any] = await response.json()
     return body
-
-
-def codes(body: dict[str, Any]) -> list[str]:
-    return [e["extensions"]["code"] for e in body.get("errors", [])]
 
 
 def messages(body: dict[str, Any]) -> str:
@@ -52,11 +49,11 @@ def nested(levels: int, leaf: str = "x") -> str:
 @pytest.mark.timeout(20)
 async def test_a_fragment_fan_out_is_refused_with_the_bound_it_exceeds(api: Client) -> None:
     body = await post(api, fan_out(30))
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert f"at most {MAX_SELECTIONS:,} are allowed" in messages(body)
     assert "6,442,450,879 selections" in messages(body)  # each fragment's expansion, counted
     body = await post(api, fan_out(7))  # 64 copies of one field: far fewer, still refused
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert f"at most {MAX_SAME_FIELD_PAIRS:,} pairs are allowed" in messages(body)
     assert "'weeklyStats' is selected 64 times" in messages(body)
 
@@ -85,7 +82,7 @@ async def test_fields_repeated_at_one_place_are_refused_beyond_the_pairs_allowed
     body = await post(api, "{ " + " ".join([copies] * 17) + " }")
     assert body == {"data": {"presence": {"online": False}}}
     body = await post(api, "{ " + " ".join([copies] * 220) + " }")
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert "'presence' is selected 220 times" in messages(body)
     assert f"at most {MAX_SAME_FIELD_PAIRS:,} pairs are allowed" in messages(body)
     # Fragments count where they are spread: one fragment, many times side by side.
@@ -99,7 +96,7 @@ async def test_depth_is_limited_through_fragments_and_says_the_limit(api: Client
     message = f"'Deep' exceeds maximum operation depth of {MAX_DEPTH}"
     # Fields the schema lacks are nested all the same, so that the depth is the document's.
     body = await post(api, f"query Deep {{ {nested(MAX_DEPTH + 1)} }}")
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert messages(body) == message
     body = await post(api, f"query Deep {{ {nested(MAX_DEPTH)} }}")
     assert message not in messages(body)  # refused only for the unknown fields
@@ -113,7 +110,7 @@ async def test_depth_is_limited_through_fragments_and_says_the_limit(api: Client
 async def test_aliases_are_counted_every_time_their_fragment_is_spread(api: Client) -> None:
     document = fan_out(4, leaf="t: __typename")  # 8 spreads of F0
     body = await post(api, document.replace("{ ...F3 }", "{ ...F3 ...F3 }"))
-    assert codes(body) == ["BAD_USER_INPUT"]
+    assert error_codes(body) == ["BAD_USER_INPUT"]
     assert messages(body) == f"16 aliases found. Allowed: {MAX_ALIASES}"
     assert "errors" not in await post(api, document)
 
@@ -130,8 +127,8 @@ async def test_fragments_that_spread_each_other_are_refused_promptly(api: Client
         "{ ...A } fragment A on Query { ...B ...B __typename } fragment B on Query { ...A ...A }"
     )
     body = await post(api, cycle)
-    assert codes(body)
-    assert set(codes(body)) == {"BAD_USER_INPUT"}
+    assert error_codes(body)
+    assert set(error_codes(body)) == {"BAD_USER_INPUT"}
     assert "Cannot spread fragment 'A' within itself" in messages(body)
 
 
@@ -153,7 +150,7 @@ async def test_a_caller_without_credentials_is_refused_before_the_document_is_re
         'subscription { presenceChanged(friendsOf: "a") { kind } }',
     ):
         body = await post(secured, document)
-        assert codes(body) == ["UNAUTHENTICATED"], body
+        assert error_codes(body) == ["UNAUTHENTICATED"], body
         assert "Authorization: Bearer" in messages(body)
         assert "data" not in body or body["data"] is None
     with_token = {"Authorization": "Bearer " + "b" * 40}
@@ -177,6 +174,6 @@ async def test_errors_suggest_no_names_when_introspection_is_off(
     for kind, document in SUGGESTING.items():
         assert "Did you mean" in messages(await post(open_schema, document)), kind
         body = await post(closed, document)
-        assert codes(body), kind
-        assert set(codes(body)) == {"BAD_USER_INPUT"}, kind
+        assert error_codes(body), kind
+        assert set(error_codes(body)) == {"BAD_USER_INPUT"}, kind
         assert "Did you mean" not in messages(body), (kind, body)

@@ -21,6 +21,7 @@ from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
+from tests.conftest import error_codes
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
@@ -51,10 +52,6 @@ async def post(
     assert response.status == 200, await response.text()
     answer: dict[str, Any] = await response.json()
     return answer
-
-
-def codes(body: dict[str, Any]) -> list[str]:
-    return [e["extensions"]["code"] for e in body.get("errors", [])]
 
 
 async def service(
@@ -98,7 +95,7 @@ async def test_an_unknown_hash_is_not_found_then_registered_with_its_query_for_e
     first = await service(aiohttp_client, deployment)
     unknown = await post(first, {"extensions": persisted(PRESENCE)})
     assert unknown["errors"][0]["message"] == "PersistedQueryNotFound"
-    assert codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
+    assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
 
     registered = await post(first, {"query": PRESENCE, "extensions": persisted(PRESENCE)})
     assert registered == {"data": {"presence": {"online": False}}}
@@ -113,9 +110,9 @@ async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
     api: TestClient[Any, Any],
 ) -> None:
     wrong = await post(api, {"query": OTHER, "extensions": persisted(PRESENCE)})
-    assert codes(wrong) == ["BAD_USER_INPUT"]
+    assert error_codes(wrong) == ["BAD_USER_INPUT"]
     assert "SHA-256" in wrong["errors"][0]["message"]
-    assert codes(await post(api, {"extensions": persisted(PRESENCE)})) == [
+    assert error_codes(await post(api, {"extensions": persisted(PRESENCE)})) == [
         "PERSISTED_QUERY_NOT_FOUND"
     ]
 
@@ -132,7 +129,7 @@ async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
 async def test_a_malformed_persisted_query_is_told_what_is_expected(
     api: TestClient[Any, Any], extensions: dict[str, Any]
 ) -> None:
-    assert codes(await post(api, {"extensions": extensions})) == ["BAD_USER_INPUT"]
+    assert error_codes(await post(api, {"extensions": extensions})) == ["BAD_USER_INPUT"]
 
 
 async def test_persisted_queries_over_get_where_get_is_allowed(
@@ -226,7 +223,7 @@ async def test_end_users_are_refused_any_other_document(trusting: TestClient[Any
         {"documentId": sha256(OTHER)},
     ):
         refused = await post(trusting, body, alice)
-        assert codes(refused) == ["FORBIDDEN"], body
+        assert error_codes(refused) == ["FORBIDDEN"], body
         assert "trusted documents" in refused["errors"][0]["message"]
 
 
