@@ -45,7 +45,7 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
             file=sys.stderr,
         )
         return 2
-    configure_logging(settings.log_format)
+    configure_logging(settings.log_format, settings.log_level)
     # A worker's parent has made sure that no other process listens on the port.
     refusal = None if reuse_port else refusal_to_listen(host, port)
     if refusal is not None:
