@@ -78,8 +78,21 @@ def _serve(settings: Settings, host: str, port: int, workers: int, reuse_port: b
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         # A worker's parent says where the service is, once for all workers.
         print=None if reuse_port else lambda _: announce(settings, host, port),
+        loop=new_event_loop(settings.event_loop),
     )
     return 0
+
+
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """uvloop's event loop for "uvloop" where it is installed, else Python's own."""
+    if kind == "uvloop":
+        try:
+            import uvloop  # noqa: PLC0415 - not installed everywhere (Windows)
+        except ImportError:
+            log.info("uvloop is not installed: serving on asyncio's event loop")
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def announce(settings: Settings, host: str, port: int, detail: str = "") -> None:
