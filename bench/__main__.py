@@ -26,6 +26,7 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
+from gql_presence.cli import new_event_loop
 from gql_presence.connection import AnyRedis, client_for
 from gql_presence.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
@@ -305,8 +306,17 @@ def bare_app(settings: Settings) -> web.Application:
 
 
 def serve_bare(port: int, reuse_port: bool = False) -> None:
-    app = bare_app(Settings.from_env())
-    web.run_app(app, host="127.0.0.1", port=port, reuse_port=reuse_port or None, print=None)
+    """On the event loop the service runs on with the same settings (uvloop by default)."""
+    settings = Settings.from_env()
+    loop = new_event_loop(settings.event_loop)
+    web.run_app(
+        bare_app(settings),
+        host="127.0.0.1",
+        port=port,
+        reuse_port=reuse_port or None,
+        print=None,
+        loop=loop,
+    )
 
 
 def serve_collector(port: int) -> None:
