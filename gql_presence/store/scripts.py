@@ -14,10 +14,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
 from gql_presence.connection import AnyRedis
+from gql_presence.store.auto_pipeline import AutoPipeline
 
 
 class ScriptName(StrEnum):
@@ -94,10 +96,15 @@ class Scripts:
     """Registered scripts: each re-loads itself if Redis answers NOSCRIPT (after a restart)."""
 
     by_name: dict[ScriptName, AsyncScript]
+    # On one Redis, calls made in the same turn of the event loop leave together.
+    auto_pipeline: AutoPipeline | None = None
 
     @classmethod
     def register(cls, client: AnyRedis) -> Scripts:
-        return cls({name: client.register_script(script_source(name)) for name in ScriptName})
+        by_name = {name: client.register_script(script_source(name)) for name in ScriptName}
+        if isinstance(client, Redis):
+            return cls(by_name, AutoPipeline(client))
+        return cls(by_name)
 
     async def load(self, client: AnyRedis) -> None:
         """Loads the scripts Redis does not hold (all of them on a new Redis, or after a
@@ -110,6 +117,8 @@ class Scripts:
                 await client.script_load(script_source(name))
 
     async def run(self, name: ScriptName, keys: list[str], args: list[str | int]) -> Any:
+        if self.auto_pipeline is not None:
+            return await self.auto_pipeline.run(self.by_name[name], keys, args)
         return await self.by_name[name](keys=keys, args=args)
 
     async def run_each(
