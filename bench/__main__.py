@@ -325,7 +325,13 @@ def bare_app(settings: Settings) -> web.Application:
         friends = {"totalCount": page.total_count, "nodes": nodes, "pageInfo": info}
         return web.json_response({"data": {"onlineFriends": friends}})
 
+    async def load_scripts(app: web.Application) -> None:
+        # As the service does at start-up: a cluster client also learns its nodes then, so
+        # that the first requests, many at once, do not each try to.
+        await store.load_scripts()
+
     app = web.Application()
+    app.on_startup.append(load_scripts)
     app.router.add_post("/touch", touch)
     app.router.add_post("/presence", presence)
     app.router.add_post("/online-friends", online_friends)
