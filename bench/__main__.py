@@ -13,8 +13,9 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections import defaultdict
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,10 +26,12 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
+from gql_presence.cli import new_event_loop
 from gql_presence.connection import AnyRedis, client_for
 from gql_presence.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store import shard as shard_module
 from gql_presence.store.keys import Keys
 from tests.redis_cluster import start_redis_cluster
 
@@ -173,21 +176,47 @@ async def bench_online_friends(target: Deployment, sizes: list[int], friends: in
 # --- touchMany and weeklyStats --------------------------------------------------------------
 
 
+@contextmanager
+def touch_many_batches_of(size: int) -> Iterator[None]:
+    saved = shard_module.TOUCH_MANY_BATCH
+    shard_module.TOUCH_MANY_BATCH = size
+    try:
+        yield
+    finally:
+        shard_module.TOUCH_MANY_BATCH = saved
+
+
 async def bench_touch_many(target: Deployment, calls: int) -> list[Row]:
+    """Ours (script calls of TOUCH_MANY_BATCH users, sent at once) against one script call
+    for all 1,000 users, which can hold Redis for long with long ids: in turn, three rounds."""
     redis, store = target.redis, target.store
     await redis.flushall()
-    batches = [[f"m{c}-{i}" for i in range(1000)] for c in range(calls)]
-    rates = []
-    for _ in ("new", "online already"):
-        start = time.perf_counter()
-        for batch in batches:
-            await store.touch_many(batch)
-        rates.append(calls * 1000 / (time.perf_counter() - start))
+    rates: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for turn in range(3):
+        for size in (shard_module.TOUCH_MANY_BATCH, 1000):
+            batches = [[f"m{size}-{turn}-{c}-{i}" for i in range(1000)] for c in range(calls // 3)]
+            for state in ("new", "online already"):
+                with touch_many_batches_of(size):
+                    start = time.perf_counter()
+                    for batch in batches:
+                        await store.touch_many(batch)
+                rates[size, state].append(len(batches) * 1000 / (time.perf_counter() - start))
     await redis.flushall()
-    return [
-        ("touchMany of 1,000 new users per call", fmt(rates[0], " users/s"), "", ""),
-        ("touchMany of the same users again (online already)", fmt(rates[1], " users/s"), "", ""),
-    ]
+    rows: list[Row] = []
+    for state in ("new", "online already"):
+        ours, whole = (
+            statistics.median(rates[size, state]) for size in (shard_module.TOUCH_MANY_BATCH, 1000)
+        )
+        rows.append(
+            (
+                f"touchMany of 1,000 users per call, {state} "
+                f"({1000 // shard_module.TOUCH_MANY_BATCH} script calls, sent at once)",
+                fmt(ours, " users/s"),
+                f"one script call of 1,000: {fmt(whole, ' users/s')}",
+                f"{ours / whole:.2f}x",
+            )
+        )
+    return rows
 
 
 async def bench_weekly_stats(target: Deployment, users: int) -> list[Row]:
@@ -208,29 +237,119 @@ async def bench_weekly_stats(target: Deployment, users: int) -> list[Row]:
     ]
 
 
-# --- touch over HTTP ------------------------------------------------------------------------
+# --- touch, presence and onlineFriends over HTTP --------------------------------------------
 
 TOUCH = "mutation($u: ID!) { touch(userId: $u) { online } }"
+PRESENCE = (
+    "query($u: ID!) { presence(userId: $u) "
+    "{ userId online lastSeen sessions { sessionId lastSeen } } }"
+)
+ONLINE_FRIENDS = (
+    "query($u: ID!) { onlineFriends(userId: $u, first: 20) "
+    "{ totalCount nodes { userId online lastSeen } pageInfo { hasNextPage endCursor } } }"
+)
 TYPENAME = "{ __typename }"
+# presence reads users seen in two sessions each; onlineFriends, users who have the same 200
+# friends, 180 of them online.
+PRESENCE_USERS = tuple(f"p{i}" for i in range(1000))
+FRIENDLY_USERS = tuple(f"f{i}" for i in range(10))
+FRIENDS = tuple(f"friend{i}" for i in range(200))
+FRIENDS_ONLINE = 180
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A request measured through the service and through the bare handler at `path`, for
+    the users given (by default, ids of each client's own)."""
+
+    name: str
+    query: str
+    path: str
+    users: tuple[str, ...] = ()
+
+
+OPERATIONS = (
+    Operation("touch", TOUCH, "/touch"),
+    Operation("presence with sessions", PRESENCE, "/presence", PRESENCE_USERS),
+    Operation(
+        "onlineFriends(first: 20) of 200 friends", ONLINE_FRIENDS, "/online-friends", FRIENDLY_USERS
+    ),
+)
+EMPTY = Operation("`{ __typename }`", TYPENAME, "")
+
+
+async def seed_http(store: Store) -> None:
+    for user in PRESENCE_USERS:
+        for session in ("phone", "laptop"):
+            await store.touch(user, session)
+    await store.touch_many(FRIENDS[:FRIENDS_ONLINE])
+    for user in FRIENDLY_USERS:
+        await store.add_friends(user, FRIENDS, mutual=False)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """As the schema's DateTime writes it."""
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def bare_app(settings: Settings) -> web.Application:
-    """The baseline: aiohttp calling the same touch script through redis-py, no GraphQL, with
-    the store and client the service builds from the same settings."""
-    app = web.Application()
+    """The baseline: aiohttp calling the same store methods through redis-py and answering
+    the same JSON, no GraphQL, with the store and client the service builds from the same
+    settings."""
     store = PresenceStore(client_for(settings), settings)
 
+    async def user_of(request: web.Request) -> str:
+        return str((await request.json())["variables"]["u"])
+
     async def touch(request: web.Request) -> web.Response:
-        body = await request.json()
-        presence = await store.touch(body["variables"]["u"])
+        presence = await store.touch(await user_of(request))
         return web.json_response({"data": {"touch": {"online": presence.online}}})
 
-    app.router.add_post("/graphql", touch)
+    async def presence(request: web.Request) -> web.Response:
+        found = await store.presence(await user_of(request))
+        sessions = [
+            {"sessionId": s.session_id, "lastSeen": iso(s.last_seen)} for s in found.sessions
+        ]
+        user = {"userId": found.user_id, "online": found.online, "lastSeen": iso(found.last_seen)}
+        return web.json_response({"data": {"presence": {**user, "sessions": sessions}}})
+
+    async def online_friends(request: web.Request) -> web.Response:
+        page = await store.online_friends(await user_of(request), first=20)
+        nodes = [
+            {"userId": u.user_id, "online": u.online, "lastSeen": iso(u.last_seen)}
+            for u in page.nodes
+        ]
+        info = {"hasNextPage": page.has_next_page, "endCursor": page.end_cursor}
+        friends = {"totalCount": page.total_count, "nodes": nodes, "pageInfo": info}
+        return web.json_response({"data": {"onlineFriends": friends}})
+
+    async def load_scripts(app: web.Application) -> None:
+        # As the service does at start-up: a cluster client also learns its nodes then, so
+        # that the first requests, many at once, do not each try to.
+        await store.load_scripts()
+
+    app = web.Application()
+    app.on_startup.append(load_scripts)
+    app.router.add_post("/touch", touch)
+    app.router.add_post("/presence", presence)
+    app.router.add_post("/online-friends", online_friends)
     return app
 
 
-def serve_bare(port: int) -> None:
-    web.run_app(bare_app(Settings.from_env()), host="127.0.0.1", port=port, print=None)
+def serve_bare(port: int, reuse_port: bool = False) -> None:
+    """On the event loop the service runs on with the same settings (uvloop by default)."""
+    settings = Settings.from_env()
+    loop = new_event_loop(settings.event_loop)
+    web.run_app(
+        bare_app(settings),
+        host="127.0.0.1",
+        port=port,
+        reuse_port=reuse_port or None,
+        print=None,
+        loop=loop,
+    )
 
 
 def serve_collector(port: int) -> None:
@@ -252,6 +371,27 @@ def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[byte
     )
 
 
+def start_bare(env: dict[str, str], port: int, processes: int) -> list[subprocess.Popen[bytes]]:
+    """`processes` bare servers on one port (SO_REUSEPORT when more than one)."""
+    code = f"from bench.__main__ import serve_bare; serve_bare({port}, {processes > 1})"
+    return [
+        start_process([sys.executable, "-c", code], {**env, "PYTHONPATH": os.getcwd()})
+        for _ in range(processes)
+    ]
+
+
+async def check_same_answers(ours_url: str, bare_url: str) -> None:
+    """The bare handler answers each read as the service does."""
+    async with aiohttp.ClientSession() as session:
+        for operation in OPERATIONS[1:]:
+            payload = {"query": operation.query, "variables": {"u": operation.users[0]}}
+            async with session.post(ours_url, json=payload) as response:
+                ours = await response.json()
+            async with session.post(bare_url + operation.path, json=payload) as response:
+                if await response.json() != ours:
+                    raise RuntimeError(f"the bare handler answers {operation.name} differently")
+
+
 async def wait_for(url: str) -> None:
     async with aiohttp.ClientSession() as session:
         for _ in range(200):
@@ -271,22 +411,45 @@ def serve_ours(env: dict[str, str], port: int, workers: int) -> subprocess.Popen
 
 
 HTTP_ROUNDS = 3
-# Requests per second, p50 and p99 in ms, and the server's CPU per request in µs.
+# Requests per second, p50 and p99 in ms, and the servers' CPU per request in µs.
 Figures = tuple[float, float, float, float]
 
 
-def cpu_seconds(process: subprocess.Popen[bytes]) -> float:
-    """The user and system CPU time a process has used so far (from Linux's /proc)."""
-    fields = Path(f"/proc/{process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(processes: list[subprocess.Popen[bytes]]) -> float:
+    """The user and system CPU time the processes and their children (a service's workers)
+    have used so far, from Linux's /proc."""
+
+    def tree(pid: int) -> list[int]:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        return [pid, *(p for child in children for p in tree(int(child)))]
+
+    def used(pid: int) -> int:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    ticks = sum(used(pid) for process in processes for pid in tree(process.pid))
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 async def measured(
-    server: subprocess.Popen[bytes], url: str, query: str, seconds: float, concurrency: int
+    servers: list[subprocess.Popen[bytes]],
+    url: str,
+    operation: Operation,
+    seconds: float,
+    concurrency: int,
+    *,
+    clients: int = 1,
 ) -> Figures:
-    before = cpu_seconds(server)
-    rate, p50, p99 = await load(url, query, seconds, concurrency)
-    return rate, p50, p99, (cpu_seconds(server) - before) / (rate * seconds) * 1e6
+    """Load from `clients` processes (1: this one); the CPU is that of every server process."""
+    before = cpu_seconds(servers)
+    query, users = operation.query, operation.users
+    if clients == 1:
+        rate, p50, p99 = await load(url, query, seconds, concurrency, users=users)
+    else:
+        rate, p50, p99 = await load_from_processes(
+            url, query, seconds, concurrency, clients, users=users
+        )
+    return rate, p50, p99, (cpu_seconds(servers) - before) / (rate * seconds) * 1e6
 
 
 def median_figures(rounds: list[Figures]) -> Figures:
@@ -294,17 +457,38 @@ def median_figures(rounds: list[Figures]) -> Figures:
     return rate, p50, p99, cpu
 
 
-async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> list[Row]:
-    ours_port, bare_port, many_port = free_port(), free_port(), free_port()
+def figures(result: Figures) -> str:
+    return f"{fmt(result[0], ' req/s')}, p50 {fmt(result[1], ' ms')}, p99 {fmt(result[2], ' ms')}"
+
+
+def against_bare(name: str, ours: Figures, bare: Figures) -> list[Row]:
+    return [
+        (
+            name,
+            figures(ours),
+            f"bare aiohttp + same store call {figures(bare)}",
+            f"{ours[0] / bare[0]:.2f}x the bare handler's req/s",
+        ),
+        (
+            "",
+            f"{fmt(ours[3], ' µs')} server CPU per request",
+            f"bare handler {fmt(bare[3], ' µs')}",
+            f"{ours[3] / bare[3]:.2f}x the bare handler's CPU",
+        ),
+    ]
+
+
+async def bench_http(target: Deployment, seconds: float, concurrency: int) -> list[Row]:
+    env = target.env
+    await seed_http(target.store)
+    ours_port, bare_port, many_port, bare_many_port = (free_port() for _ in range(4))
     traced_port, collector_port = free_port(), free_port()
     workers = os.cpu_count() or 1
     clients = min(workers, 2)
-    ours = serve_ours(env, ours_port, 1)
-    many = serve_ours(env, many_port, workers)
-    bare = start_process(
-        [sys.executable, "-c", f"from bench.__main__ import serve_bare; serve_bare({bare_port})"],
-        {**env, "PYTHONPATH": os.getcwd()},
-    )
+    ours = [serve_ours(env, ours_port, 1)]
+    many = [serve_ours(env, many_port, workers)]
+    bare = start_bare(env, bare_port, 1)
+    bare_many = start_bare(env, bare_many_port, workers)
     collector = start_process(
         [
             sys.executable,
@@ -315,83 +499,86 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
     )
     # Every request traced (the default sampler) and exported to the local receiver.
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
-    traced = serve_ours({**env, **endpoint}, traced_port, 1)
+    traced = [serve_ours({**env, **endpoint}, traced_port, 1)]
+    every = [*ours, *many, *bare, *bare_many, *traced, collector]
     try:
-        ours_url, bare_url, many_url, traced_url = (
-            f"http://127.0.0.1:{ours_port}/graphql",
-            f"http://127.0.0.1:{bare_port}/graphql",
-            f"http://127.0.0.1:{many_port}/graphql",
-            f"http://127.0.0.1:{traced_port}/graphql",
+        ours_url, many_url, traced_url = (
+            f"http://127.0.0.1:{port}/graphql" for port in (ours_port, many_port, traced_port)
         )
-        for url in (ours_url, bare_url, many_url, traced_url):
+        bare_url, bare_many_url = (
+            f"http://127.0.0.1:{bare_port}",
+            f"http://127.0.0.1:{bare_many_port}",
+        )
+        for url in (ours_url, many_url, traced_url, bare_url + "/touch", bare_many_url + "/touch"):
             await wait_for(url)
-        await load(ours_url, TOUCH, 1, concurrency)  # warm-up
+        await check_same_answers(ours_url, bare_url)
+        for operation in OPERATIONS:  # warm-up
+            await load(ours_url, operation.query, 1, concurrency, users=operation.users)
         await load(traced_url, TOUCH, 1, concurrency)
-        # Rounds taken in turn, so that a burst of other work on the machine falls on all
-        # three alike; the median of each.
-        rounds: dict[str, list[Figures]] = {"empty": [], "touch": [], "bare": [], "traced": []}
+        await load_from_processes(many_url, TOUCH, 1, concurrency, clients)
+        # Rounds taken in turn, so that a burst of other work on the machine falls on each
+        # alike; the median of each.
+        rounds: dict[str, list[Figures]] = defaultdict(list)
         for _ in range(HTTP_ROUNDS):
-            rounds["empty"].append(await measured(ours, ours_url, TYPENAME, seconds, concurrency))
-            rounds["touch"].append(await measured(ours, ours_url, TOUCH, seconds, concurrency))
-            rounds["bare"].append(await measured(bare, bare_url, TOUCH, seconds, concurrency))
-            rounds["traced"].append(await measured(traced, traced_url, TOUCH, seconds, concurrency))
-        empty, touch, baseline, with_traces = (
-            median_figures(rounds[k]) for k in ("empty", "touch", "bare", "traced")
-        )
-        # All workers against one process, each loaded from `clients` processes.
-        await load_from_processes(many_url, TOUCH, 1, concurrency, clients)  # warm-up
-        one = await load_from_processes(
-            ours_url, TOUCH, HTTP_ROUNDS * seconds, concurrency, clients
-        )
-        spread = await load_from_processes(
-            many_url, TOUCH, HTTP_ROUNDS * seconds, concurrency, clients
-        )
+            rounds["empty"].append(await measured(ours, ours_url, EMPTY, seconds, concurrency))
+            for op in OPERATIONS:
+                rounds[op.name].append(await measured(ours, ours_url, op, seconds, concurrency))
+                rounds[f"bare {op.name}"].append(
+                    await measured(bare, bare_url + op.path, op, seconds, concurrency)
+                )
+            rounds["traced"].append(
+                await measured(traced, traced_url, OPERATIONS[0], seconds, concurrency)
+            )
+        # All workers against as many bare processes, each loaded from `clients` processes.
+        for _ in range(HTTP_ROUNDS):
+            for op in OPERATIONS:
+                rounds[f"many {op.name}"].append(
+                    await measured(many, many_url, op, seconds, concurrency, clients=clients)
+                )
+                rounds[f"bare many {op.name}"].append(
+                    await measured(
+                        bare_many,
+                        bare_many_url + op.path,
+                        op,
+                        seconds,
+                        concurrency,
+                        clients=clients,
+                    )
+                )
     finally:
-        for process in (ours, bare, many, traced, collector):
+        for process in every:
             process.send_signal(signal.SIGTERM)
-        for process in (ours, bare, many, traced, collector):
+        for process in every:
             process.wait(20)
 
-    def figures(result: tuple[float, ...]) -> str:
-        return (
-            f"{fmt(result[0], ' req/s')}, p50 {fmt(result[1], ' ms')}, p99 {fmt(result[2], ' ms')}"
-        )
-
-    return [
+    median = {name: median_figures(taken) for name, taken in rounds.items()}
+    touch, empty, with_traces = median["touch"], median["empty"], median["traced"]
+    rows: list[Row] = []
+    for op in OPERATIONS:
+        name = f"{op.name} over HTTP+GraphQL, 1 process, {concurrency} connections"
+        rows += against_bare(name, median[op.name], median[f"bare {op.name}"])
+    rows += [
         (
-            f"touch over HTTP+GraphQL, 1 process, {concurrency} connections",
-            figures(touch),
-            f"`{{ __typename }}` {figures(empty)}",
-            f"{touch[0] / empty[0]:.2f}x the empty query",
-        ),
-        (
-            "",
-            "",
-            f"bare aiohttp + same script {figures(baseline)}",
-            f"{touch[0] / baseline[0]:.2f}x the bare handler",
-        ),
-        (
-            "touch, server CPU per request (less disturbed by other work than req/s)",
-            fmt(touch[3], " µs"),
-            f"`{{ __typename }}` {fmt(empty[3], ' µs')}; bare handler {fmt(baseline[3], ' µs')}",
-            f"{empty[3] / touch[3]:.2f}x the empty query's rate; "
-            f"{baseline[3] / touch[3]:.2f}x the bare handler's",
+            f"{EMPTY.name}, 1 process",
+            f"{figures(empty)}; {fmt(empty[3], ' µs')} CPU per request",
+            f"touch (above): {fmt(touch[3], ' µs')} CPU per request",
+            f"touch at {touch[0] / empty[0]:.2f}x the empty query's req/s",
         ),
         (
             "touch with tracing on (every request sampled, exported to a local receiver)",
             f"{figures(with_traces)}; {fmt(with_traces[3], ' µs')} CPU per request",
-            f"tracing off (the rows above): {fmt(touch[3], ' µs')} CPU per request",
+            f"tracing off (above): {fmt(touch[3], ' µs')} CPU per request",
             f"{with_traces[0] / touch[0]:.2f}x the rate; "
             f"+{fmt(with_traces[3] - touch[3], ' µs')} CPU per request",
         ),
-        (
-            f"touch, {workers} worker processes, {concurrency} connections from {clients} "
-            "client processes",
-            figures(spread),
-            f"1 process, same clients: {figures(one)}",
-            f"{spread[0] / one[0]:.2f}x one process",
-        ),
     ]
+    for op in OPERATIONS:
+        name = (
+            f"{op.name}, {workers} workers against {workers} bare processes, "
+            f"{concurrency} connections from {clients} client processes"
+        )
+        rows += against_bare(name, median[f"many {op.name}"], median[f"bare many {op.name}"])
+    return rows
 
 
 @asynccontextmanager
@@ -464,7 +651,7 @@ async def run(target: Deployment, quick: bool) -> tuple[str, list[Row]]:
     rows += await bench_touch_many(target, 50 if quick else 300)
     rows += await bench_weekly_stats(target, 100_000 if quick else 1_000_000)
     await redis.flushall()
-    rows += await bench_http(target.env, 1 if quick else 4, 50)
+    rows += await bench_http(target, 1 if quick else 4, 50)
     return version, rows
 
 

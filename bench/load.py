@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import time
+from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from functools import partial
 
 import aiohttp
 
 
 async def load(
-    url: str, query: str, seconds: float, concurrency: int
+    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[str] = ()
 ) -> tuple[float, float, float]:
-    """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`."""
-    elapsed, latencies = await _load(url, query, seconds, concurrency)
+    """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`. Each
+    request's `$u` is the next of `users`, or by default an id of the client's own."""
+    elapsed, latencies = await _load(url, query, seconds, concurrency, users=users)
     return _figures(elapsed, latencies)
 
 
@@ -29,13 +32,19 @@ def _figures(elapsed: float, latencies: list[float]) -> tuple[float, float, floa
 
 
 def _load_in_process(
-    url: str, query: str, seconds: float, concurrency: int, tag: int
+    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[str], tag: int
 ) -> tuple[float, list[float]]:
-    return asyncio.run(_load(url, query, seconds, concurrency, tag))
+    return asyncio.run(_load(url, query, seconds, concurrency, users=users, tag=tag))
 
 
 async def load_from_processes(
-    url: str, query: str, seconds: float, concurrency: int, processes: int
+    url: str,
+    query: str,
+    seconds: float,
+    concurrency: int,
+    processes: int,
+    *,
+    users: Sequence[str] = (),
 ) -> tuple[float, float, float]:
     """As `load`, with the clients spread over `processes` processes, so that one Python
     process of clients does not limit servers that use every core."""
@@ -44,7 +53,10 @@ async def load_from_processes(
         loop = asyncio.get_running_loop()
         done = await asyncio.gather(
             *(
-                loop.run_in_executor(pool, _load_in_process, url, query, seconds, share, i)
+                loop.run_in_executor(
+                    pool,
+                    partial(_load_in_process, url, query, seconds, share, users=users, tag=i),
+                )
                 for i in range(processes)
             )
         )
@@ -52,7 +64,7 @@ async def load_from_processes(
 
 
 async def _load(
-    url: str, query: str, seconds: float, concurrency: int, tag: int = 0
+    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[str], tag: int = 0
 ) -> tuple[float, list[float]]:
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
@@ -63,7 +75,11 @@ async def _load(
             n = 0
             while time.perf_counter() < deadline:
                 n += 1
-                payload = {"query": query, "variables": {"u": f"w{tag}-{worker}-{n % 5000}"}}
+                user = users[(n * concurrency + worker + tag) % len(users)] if users else None
+                payload = {
+                    "query": query,
+                    "variables": {"u": user or f"w{tag}-{worker}-{n % 5000}"},
+                }
                 start = time.perf_counter()
                 async with session.post(url, json=payload) as response:
                     body = await response.json()

@@ -45,7 +45,7 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
             file=sys.stderr,
         )
         return 2
-    configure_logging(settings.log_format)
+    configure_logging(settings.log_format, settings.log_level)
     # A worker's parent has made sure that no other process listens on the port.
     refusal = None if reuse_port else refusal_to_listen(host, port)
     if refusal is not None:
@@ -78,8 +78,21 @@ def _serve(settings: Settings, host: str, port: int, workers: int, reuse_port: b
         shutdown_timeout=SHUTDOWN_TIMEOUT_S,
         # A worker's parent says where the service is, once for all workers.
         print=None if reuse_port else lambda _: announce(settings, host, port),
+        loop=new_event_loop(settings.event_loop),
     )
     return 0
+
+
+def new_event_loop(kind: str) -> asyncio.AbstractEventLoop:
+    """uvloop's event loop for "uvloop" where it is installed, else Python's own."""
+    if kind == "uvloop":
+        try:
+            import uvloop  # noqa: PLC0415 - not installed everywhere (Windows)
+        except ImportError:
+            log.info("uvloop is not installed: serving on asyncio's event loop")
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
 
 
 def announce(settings: Settings, host: str, port: int, detail: str = "") -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Awaitable, Callable
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 from aiohttp import web
@@ -58,12 +59,17 @@ def host_check(settings: Settings) -> Middleware | None:
     listed = frozenset(settings.allowed_hosts)
     refusal = _refusal(settings)
 
+    # Clients send the same few Host headers again and again; the least recent of other ones
+    # are forgotten.
+    @lru_cache(maxsize=256)
+    def accepted(host_header: str) -> bool:
+        name = host_name(host_header)
+        return name is not None and (is_loopback_name(name) or name in listed)
+
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if request.path not in ANY_HOST_PATHS:
-            name = host_name(request.headers.get("Host", ""))
-            if name is None or not (is_loopback_name(name) or name in listed):
-                raise web.HTTPMisdirectedRequest(text=refusal)
+        if request.path not in ANY_HOST_PATHS and not accepted(request.headers.get("Host", "")):
+            raise web.HTTPMisdirectedRequest(text=refusal)
         return await handler(request)
 
     return check

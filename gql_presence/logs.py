@@ -81,10 +81,10 @@ def log_client_faults_quietly() -> None:
             logger.addFilter(ClientFaults())
 
 
-def configure_logging(log_format: str) -> None:
+def configure_logging(log_format: str, level: str = "info") -> None:
     handler = logging.StreamHandler()
     if log_format == "json":
         handler.setFormatter(JsonLines())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.basicConfig(level=logging.INFO, handlers=[handler], force=True)
+    logging.basicConfig(level=level.upper(), handlers=[handler], force=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import cache
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -76,9 +77,15 @@ class Metrics:
             multiprocess_mode="max",  # the same figure in every worker
         )
         self._followed: list[tuple[Gauge, Callable[[], int]]] = []
+        # The child of each set of labels, looked up once: `labels()` checks its arguments and
+        # takes a lock every time. Labels are bounded (operations, outcomes, scripts), and the
+        # metrics keep every child anyway.
+        self.request_counter = cache(self.requests.labels)
+        self.request_timer = cache(self.request_seconds.labels)
+        self._script_timer = cache(self.script_seconds.labels)
 
     def observe_script(self, script: str, shard: int, seconds: float) -> None:
-        self.script_seconds.labels(script).observe(seconds)
+        self._script_timer(script).observe(seconds)
 
     def follow(self, subscribers: Callable[[], int], in_use: Callable[[], int], size: int) -> None:
         """Gauges read from the process's state by `refresh`."""

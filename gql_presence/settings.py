@@ -66,6 +66,12 @@ class Settings:
     subscriber_buffer: int = 1000
     # "text" for people, "json" for log collectors: one JSON object per line.
     log_format: str = "text"
+    # The least severe log lines written: "info" writes a line per request; "warning" leaves
+    # those out (and the time they take), keeping what needs an operator.
+    log_level: str = "info"
+    # "uvloop" runs each serving process on uvloop's event loop where uvloop is installed (not
+    # on Windows); "asyncio" on Python's own.
+    event_loop: str = "uvloop"
     # Backend services' bearer tokens, (name, secret) each; the name shows in logs.
     backend_tokens: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     # End users' JWTs: an HS256 secret and/or a PEM public key (RS256 or ES256), and the
@@ -191,6 +197,8 @@ class Settings:
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
             log_format=_choice(env, "PRESENCE_LOG_FORMAT", ("text", "json")),
+            log_level=_choice(env, "PRESENCE_LOG_LEVEL", ("info", "warning", "error", "debug")),
+            event_loop=_choice(env, "PRESENCE_EVENT_LOOP", ("uvloop", "asyncio")),
             workers=_count(env, "PRESENCE_WORKERS", os.cpu_count() or 1),
         )
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gql_presence.logs import JsonLines
+from gql_presence.logs import JsonLines, configure_logging
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import graphql
 from tests.helpers import eventually, feeds_above, ids, subscribed, subscription, ws_url
@@ -120,3 +120,20 @@ def test_log_format_is_a_setting() -> None:
     assert Settings.from_env({}).log_format == "text"
     with pytest.raises(SettingsError, match="PRESENCE_LOG_FORMAT"):
         Settings.from_env({"PRESENCE_LOG_FORMAT": "xml"})
+
+
+def test_log_level_is_a_setting_and_warning_leaves_the_request_lines_out() -> None:
+    assert Settings.from_env({}).log_level == "info"
+    assert Settings.from_env({"PRESENCE_LOG_LEVEL": "warning"}).log_level == "warning"
+    with pytest.raises(SettingsError, match="PRESENCE_LOG_LEVEL"):
+        Settings.from_env({"PRESENCE_LOG_LEVEL": "verbose"})
+    root = logging.getLogger()
+    level, handlers = root.level, root.handlers[:]
+    try:
+        configure_logging("text", "warning")
+        requests = logging.getLogger("gql_presence.requests")
+        assert not requests.isEnabledFor(logging.INFO)
+        assert requests.isEnabledFor(logging.WARNING)
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)

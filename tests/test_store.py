@@ -6,7 +6,7 @@ import asyncio
 import base64
 import contextlib
 import zlib
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -20,7 +20,8 @@ from gql_presence.settings import Settings
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, Page, PresenceStore, shard_of
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.keys import Keys
-from gql_presence.store.scripts import ScriptName, Scripts
+from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
+from gql_presence.store.shard import TOUCH_MANY_BATCH
 from tests.conftest import StoreFactory
 
 KEYS = Keys()
@@ -419,6 +420,15 @@ async def test_ten_thousand_ids_per_call_and_no_more(store: PresenceStore, redis
     assert not await redis.exists(KEYS.friends("b"))
 
 
+async def test_a_touch_many_of_several_batches_loads_its_script_again_after_a_flush(
+    store: PresenceStore, redis: Redis
+) -> None:
+    users = [f"flushed-{i}" for i in range(3 * TOUCH_MANY_BATCH)]
+    await redis.script_flush()  # as after a restart of Redis: every batch meets NOSCRIPT
+    assert await store.touch_many(users) == len(users)
+    assert await redis.zcard(KEYS.online) == len(users)
+
+
 async def test_the_largest_touch_many_holds_redis_in_no_script_for_200_ms(
     store: PresenceStore, redis: Redis
 ) -> None:
@@ -539,7 +549,17 @@ async def test_every_script_call_touches_one_cluster_slot(
         slots_of_calls.setdefault(name, set()).update(key_slot(k.encode()) for k in keys)
         return await run(self, name, keys, args)
 
+    run_each = Scripts.run_each
+
+    async def recording_run_each(
+        self: Scripts, client: AnyRedis, name: ScriptName, calls: Sequence[ScriptCall]
+    ) -> list[Any]:
+        for keys, _ in calls:
+            slots_of_calls.setdefault(name, set()).update(key_slot(k.encode()) for k in keys)
+        return await run_each(self, client, name, calls)
+
     monkeypatch.setattr(Scripts, "run", recording_run)
+    monkeypatch.setattr(Scripts, "run_each", recording_run_each)
     await store.add_friends("a", ["b", "c"])
     await store.touch("a", "s")
     await store.touch_many(["b", "c"])
@@ -580,7 +600,18 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
         slots_of_each_call.append({key_slot(k.encode()) for k in keys})
         return await run(self, name, keys, args)
 
+    run_each = Scripts.run_each
+
+    async def recording_run_each(
+        self: Scripts, client: AnyRedis, name: ScriptName, calls: Sequence[ScriptCall]
+    ) -> list[Any]:
+        names.add(name)
+        # The calls sent together go to one node: their keys share one slot.
+        slots_of_each_call.append({key_slot(k.encode()) for keys, _ in calls for k in keys})
+        return await run_each(self, client, name, calls)
+
     monkeypatch.setattr(Scripts, "run", recording_run)
+    monkeypatch.setattr(Scripts, "run_each", recording_run_each)
     store = PresenceStore(http_redis, deployment)
     users = [f"u{i}" for i in range(12)]
     await store.add_friends("a", users)

@@ -7,15 +7,19 @@ A script or an include may pull in a shared piece of lua/includes/ with a line
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any
 
+from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
 
 from gql_presence.connection import AnyRedis
+from gql_presence.store.auto_pipeline import AutoPipeline
 
 
 class ScriptName(StrEnum):
@@ -92,10 +96,15 @@ class Scripts:
     """Registered scripts: each re-loads itself if Redis answers NOSCRIPT (after a restart)."""
 
     by_name: dict[ScriptName, AsyncScript]
+    # On one Redis, calls made in the same turn of the event loop leave together.
+    auto_pipeline: AutoPipeline | None = None
 
     @classmethod
     def register(cls, client: AnyRedis) -> Scripts:
-        return cls({name: client.register_script(script_source(name)) for name in ScriptName})
+        by_name = {name: client.register_script(script_source(name)) for name in ScriptName}
+        if isinstance(client, Redis):
+            return cls(by_name, AutoPipeline(client))
+        return cls(by_name)
 
     async def load(self, client: AnyRedis) -> None:
         """Loads the scripts Redis does not hold (all of them on a new Redis, or after a
@@ -108,4 +117,37 @@ class Scripts:
                 await client.script_load(script_source(name))
 
     async def run(self, name: ScriptName, keys: list[str], args: list[str | int]) -> Any:
+        if self.auto_pipeline is not None:
+            return await self.auto_pipeline.run(self.by_name[name], keys, args)
         return await self.by_name[name](keys=keys, args=args)
+
+    async def run_each(
+        self, client: AnyRedis, name: ScriptName, calls: Sequence[ScriptCall]
+    ) -> list[Any]:
+        """Calls of one script sent together, in one round trip: not a transaction, so each
+        runs on its own and other clients are served between them (no call holds Redis for
+        the time of all). Each call's reply, or the ResponseError it got. Calls that found the
+        script missing (Redis restarted, or its scripts flushed) are sent again once it is
+        loaded, as `run` does."""
+        script = self.by_name[name]
+        replies = await _pipelined(client, script.sha, calls)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            await client.script_load(script.script)
+            again = await _pipelined(client, script.sha, [calls[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+
+# The keys and the arguments of one script call.
+ScriptCall = tuple[list[str], list[str | int]]
+
+
+async def _pipelined(client: AnyRedis, sha: str, calls: Sequence[ScriptCall]) -> list[Any]:
+    pipeline = client.pipeline(transaction=False)
+    for keys, args in calls:
+        # As a command, not `evalsha()`: redis-py's cluster pipeline refuses that method (it
+        # does not load missing scripts, which run_each does), and routes EVALSHA by its keys.
+        pipeline.execute_command("EVALSHA", sha, len(keys), *keys, *args)
+    return await pipeline.execute(raise_on_error=False)

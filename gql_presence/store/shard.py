@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn
 
 from redis import exceptions as redis_errors
 
@@ -33,7 +33,7 @@ from gql_presence.store.models import (
     SweepResult,
     WeeklyStats,
 )
-from gql_presence.store.scripts import ScriptError, ScriptName, Scripts
+from gql_presence.store.scripts import ScriptCall, ScriptError, ScriptName, Scripts
 from gql_presence.store.validation import AT_BEFORE_RETENTION, AT_IN_FUTURE, MAX_FUTURE_MS
 
 # Users are forgotten (and their bit index reused) this long after the retention ends, so
@@ -131,7 +131,7 @@ class Shard:
         return Presence(user_id, bool(sessions), from_ms(int(reply[1])), sessions)
 
     async def touch_many(self, user_ids: Sequence[str]) -> int:
-        """One script call per TOUCH_MANY_BATCH users, one after another."""
+        """One script call per TOUCH_MANY_BATCH users, all sent at once."""
         labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
         keys = [k.last_seen, k.online, k.user_index, k.next_index, k.free_indexes]
@@ -143,14 +143,12 @@ class Shard:
         # Sorted, the users' sorted-set entries are written next to each other, which takes
         # Redis a third less time than in the caller's order.
         ordered = sorted(user_ids)
-        recorded = 0
-        for first in range(0, len(ordered), TOUCH_MANY_BATCH):
+        calls = [
             # One argument instead of one per user: ids hold no control characters.
-            batch = "\n".join(ordered[first : first + TOUCH_MANY_BATCH])
-            recorded += int(
-                await self._run(ScriptName.TOUCH_MANY, keys, [*args, batch, k.conn("")])
-            )
-        return recorded
+            (keys, [*args, "\n".join(ordered[first : first + TOUCH_MANY_BATCH]), k.conn("")])
+            for first in range(0, len(ordered), TOUCH_MANY_BATCH)
+        ]
+        return sum(int(recorded) for recorded in await self._run_each(ScriptName.TOUCH_MANY, calls))
 
     async def kick(self, user_id: str, session_id: str | None) -> KickResult:
         k = self._keys
@@ -390,20 +388,43 @@ class Shard:
         try:
             return await guarded(self._scripts.run(script, keys, args))
         except redis_errors.ResponseError as error:
-            code = ScriptError.of(str(error))
-            if code is not None and code in _REFUSALS:
-                refusal, message = _REFUSALS[code]
-                raise refusal(message) from None
-            # Redis refuses a script's first write: nothing of it was applied, and the store
-            # takes changes again once a primary with room answers (after a failover).
-            if any(refused in str(error) for refused in _WRITES_REFUSED):
-                raise WritesRefusedError(
-                    "The presence store takes no changes right now; try again shortly."
-                ) from error
-            raise
+            _raise_meaning(error)
         finally:
             if self._observe_script is not None:
                 self._observe_script(script, self._keys.shard, time.perf_counter() - started)
+
+    async def _run_each(self, script: ScriptName, calls: Sequence[ScriptCall]) -> list[Any]:
+        """As _run for each call, all sent at once (Scripts.run_each): each call's reply, or
+        the meaning of the first error, in the calls' order, once every call has run."""
+        started = time.perf_counter()
+        try:
+            replies: list[Any] = await guarded(self._scripts.run_each(self._redis, script, calls))
+        finally:
+            if self._observe_script is not None:
+                # Each call is measured as its share of the round trip they shared.
+                share = (time.perf_counter() - started) / max(1, len(calls))
+                for _ in calls:
+                    self._observe_script(script, self._keys.shard, share)
+        for reply in replies:
+            if isinstance(reply, redis_errors.ResponseError):
+                _raise_meaning(reply)
+        return replies
+
+
+def _raise_meaning(error: redis_errors.ResponseError) -> NoReturn:
+    """Raises what a script's error reply means for the caller; a reply not known is a fault
+    of ours, raised as it is."""
+    code = ScriptError.of(str(error))
+    if code is not None and code in _REFUSALS:
+        refusal, message = _REFUSALS[code]
+        raise refusal(message) from None
+    # Redis refuses a script's first write: nothing of it was applied, and the store
+    # takes changes again once a primary with room answers (after a failover).
+    if any(refused in str(error) for refused in _WRITES_REFUSED):
+        raise WritesRefusedError(
+            "The presence store takes no changes right now; try again shortly."
+        ) from error
+    raise error
 
 
 async def guarded(call: Awaitable[Any]) -> Any:
