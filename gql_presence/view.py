@@ -26,6 +26,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
+from gql_presence import tracing
 from gql_presence.admission import admit, is_subscription, over_budget
 from gql_presence.app_state import (
     AUTHENTICATOR,
@@ -46,7 +47,7 @@ from gql_presence.errors import (
     UnauthenticatedError,
 )
 from gql_presence.events import FeedDroppedError
-from gql_presence.graphql_errors import outcomes, refusal, with_codes
+from gql_presence.graphql_errors import log_unexpected, outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
 from gql_presence.limits import (
     CONNECTION_INIT_WAIT_S,
@@ -54,10 +55,11 @@ from gql_presence.limits import (
     MAX_SUBSCRIPTIONS_PER_SOCKET,
 )
 from gql_presence.persisted import PersistedDocuments, lift_document_id, names_a_document
+from gql_presence.planned import Plans
 from gql_presence.schema import build_schema
 from gql_presence.settings import Settings
 from gql_presence.sockets import BoundedWebSocketResponse
-from gql_presence.telemetry import CALLER, OUTCOMES
+from gql_presence.telemetry import CALLER, OPERATION, OUTCOMES
 
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter
@@ -65,9 +67,15 @@ if TYPE_CHECKING:
 
 class PresenceView(GraphQLView[Context, None]):
     def __init__(self, settings: Settings) -> None:
+        # Tracing's spans come from Strawberry's extension around graphql-core's execution:
+        # with tracing on, every request takes that path.
+        planned = settings.planned_execution and not tracing.enabled()
+        self._plans = Plans() if planned else None
         super().__init__(
             schema=build_schema(
-                introspection=settings.introspection, federation=settings.federation
+                introspection=settings.introspection,
+                federation=settings.federation,
+                plans=self._plans,
             ),
             graphql_ide="graphiql" if settings.graphiql else None,
             allow_queries_via_get=settings.queries_over_get,
@@ -230,6 +238,10 @@ class PresenceView(GraphQLView[Context, None]):
                 if is_subscription(request_data.query, request_data.operation_name):
                     error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
                     return ExecutionResult(data=None, errors=[error])
+                if request_adapter.method == "POST":
+                    planned = await self._run_planned(request, context, request_data)
+                    if planned is not None:
+                        return planned
                 return await super().execute_single(
                     request, request_adapter, sub_response, context, root_value, request_data
                 )
@@ -241,6 +253,23 @@ class PresenceView(GraphQLView[Context, None]):
             return ExecutionResult(data=None, errors=[refusal(error)])
         except TimeoutError:
             return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
+
+    async def _run_planned(
+        self, request: web.Request, context: Context, data: GraphQLRequestData
+    ) -> ExecutionResult | None:
+        """The result of a document planned before (planned.py), with what the full path's
+        extensions add: the log's operation label, unexpected errors logged. None when
+        there is no plan for it, or the plan does not cover this request."""
+        plan = self._plans.get(data.query, data.operation_name) if self._plans else None
+        if plan is None:
+            return None
+        result = await plan.run(context, data.variables, data.extensions)
+        if result is None:
+            return None
+        request[OPERATION] = plan.label
+        if result.errors:
+            log_unexpected(result.errors, plan.operation_name)
+        return result  # type: ignore[no-any-return]
 
     async def process_result(
         self, request: web.Request, result: ExecutionResult
