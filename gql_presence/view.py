@@ -157,6 +157,13 @@ class PresenceView(GraphQLView[Context, None]):
         return graphiql_page()  # its scripts from this service, not from a CDN
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
+        if self._plans is not None and request.method == "POST":
+            try:
+                answered = await self._answer_planned(request)
+            except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
+                return web.Response(body=error.reason, status=error.status_code)
+            if answered is not None:
+                return answered
         try:
             return await super().__call__(request)
         finally:
@@ -254,6 +261,38 @@ class PresenceView(GraphQLView[Context, None]):
         except TimeoutError:
             return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
 
+    async def _answer_planned(self, request: web.Request) -> web.Response | None:
+        """Strawberry's run() cut down to a JSON POST of a document planned before: the
+        same steps, hooks and answer, without the ones such a request does not need. None
+        (before anything is admitted) for any other request: the full path answers it,
+        reading the body again from aiohttp's copy. Only graphql-transport-ws is offered,
+        so no POST asks for a streamed answer."""
+        if request.content_type != "application/json":
+            return None
+        sub_response = web.Response()
+        context = await self.get_context(request, sub_response)
+        if CREDENTIALS_REFUSED in request:
+            return None  # refused with the body left unread
+        try:
+            body = self.parse_json(await request.read())
+        except HTTPException:
+            return None
+        data = _planned_request(body)
+        if data is None or self._plans is None or self._plans.get(*data) is None:
+            return None
+        query, operation_name = data
+        request_data = GraphQLRequestData(
+            query=query,
+            variables=body.get("variables"),
+            operation_name=operation_name,
+            extensions=body.get("extensions"),
+        )
+        adapter = AiohttpHTTPRequestAdapter(request)
+        result = await self.execute_single(
+            request, adapter, sub_response, context, None, request_data
+        )
+        return self.create_response(await self.process_result(request, result), sub_response)
+
     async def _run_planned(
         self, request: web.Request, context: Context, data: GraphQLRequestData
     ) -> ExecutionResult | None:
@@ -278,6 +317,21 @@ class PresenceView(GraphQLView[Context, None]):
             result.errors = with_codes(result.errors)
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
+
+
+def _planned_request(body: object) -> tuple[str, str | None] | None:
+    """The (document, operationName) of a body as Strawberry would take it, when every
+    member has the type Strawberry accepts; None for anything else."""
+    if not isinstance(body, dict):
+        return None
+    query, operation_name = body.get("query"), body.get("operationName")
+    if not isinstance(query, str) or not isinstance(operation_name, str | None):
+        return None
+    if not isinstance(body.get("variables"), dict | None):
+        return None
+    if not isinstance(body.get("extensions"), dict | None):
+        return None
+    return query, operation_name
 
 
 async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
