@@ -148,6 +148,7 @@ class Plan:
         )
         self._conditions = _condition_variables(operation, fragment_definitions.values())
         self._variants: dict[tuple[object, ...], _Field | None] = {}
+        self.runs = 0  # how many requests the plan answered
 
     async def run(
         self,
@@ -157,6 +158,21 @@ class Plan:
     ) -> Any:
         """The operation's ExecutionResult, as graphql-core's would be; None when the plan
         does not cover these variables (the full path then answers)."""
+        prepared = self._prepared(raw_variables)
+        if isinstance(prepared, str):
+            return None
+        variables, root = prepared
+        self.runs += 1
+        return await _Execution(self, context, variables, extensions).run(root)
+
+    def covers(self, raw_variables: dict[str, Any] | None) -> str | None:
+        """Why the plan does not run with these variables; None when it does."""
+        prepared = self._prepared(raw_variables)
+        return prepared if isinstance(prepared, str) else None
+
+    def _prepared(
+        self, raw_variables: dict[str, Any] | None
+    ) -> tuple[VariableValues, _Field] | str:
         variables = get_variable_values(
             self.schema,
             self.operation.variable_definitions or (),
@@ -164,11 +180,11 @@ class Plan:
             max_errors=_MAX_COERCION_ERRORS,
         )
         if isinstance(variables, list):
-            return None  # the full path reports the variables' errors
+            return "variables in error"  # reported by the full path
         root = self._compiled(variables)
         if root is None:
-            return None
-        return await _Execution(self, context, variables, extensions).run(root)
+            return "not covered"
+        return variables, root
 
     def _compiled(self, variables: VariableValues) -> _Field | None:
         key = tuple(variables.coerced.get(name, _MISSING) for name in self._conditions)

@@ -70,12 +70,12 @@ class PresenceView(GraphQLView[Context, None]):
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
         planned = settings.planned_execution and not tracing.enabled()
-        self._plans = Plans() if planned else None
+        self.plans = Plans() if planned else None
         super().__init__(
             schema=build_schema(
                 introspection=settings.introspection,
                 federation=settings.federation,
-                plans=self._plans,
+                plans=self.plans,
             ),
             graphql_ide="graphiql" if settings.graphiql else None,
             allow_queries_via_get=settings.queries_over_get,
@@ -157,7 +157,7 @@ class PresenceView(GraphQLView[Context, None]):
         return graphiql_page()  # its scripts from this service, not from a CDN
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
-        if self._plans is not None and request.method == "POST":
+        if self.plans is not None and request.method == "POST":
             try:
                 answered = await self._answer_planned(request)
             except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
@@ -278,7 +278,7 @@ class PresenceView(GraphQLView[Context, None]):
         except HTTPException:
             return None
         data = _planned_request(body)
-        if data is None or self._plans is None or self._plans.get(*data) is None:
+        if data is None or self.plans is None or self.plans.get(*data) is None:
             return None
         query, operation_name = data
         request_data = GraphQLRequestData(
@@ -299,7 +299,7 @@ class PresenceView(GraphQLView[Context, None]):
         """The result of a document planned before (planned.py), with what the full path's
         extensions add: the log's operation label, unexpected errors logged. None when
         there is no plan for it, or the plan does not cover this request."""
-        plan = self._plans.get(data.query, data.operation_name) if self._plans else None
+        plan = self.plans.get(data.query, data.operation_name) if self.plans else None
         if plan is None:
             return None
         result = await plan.run(context, data.variables, data.extensions)
