@@ -297,6 +297,7 @@ def median_figures(rounds: list[Figures]) -> Figures:
 async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> list[Row]:
     ours_port, bare_port, many_port = free_port(), free_port(), free_port()
     traced_port, collector_port = free_port(), free_port()
+    unplanned_port = free_port()
     workers = os.cpu_count() or 1
     clients = min(workers, 2)
     ours = serve_ours(env, ours_port, 1)
@@ -316,6 +317,9 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
     # Every request traced (the default sampler) and exported to the local receiver.
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
     traced = serve_ours({**env, **endpoint}, traced_port, 1)
+    # Every request through Strawberry's view and graphql-core's executor, as before plans.
+    unplanned = serve_ours({**env, "PRESENCE_PLANNED_EXECUTION": "false"}, unplanned_port, 1)
+    unplanned_url = f"http://127.0.0.1:{unplanned_port}/graphql"
     try:
         ours_url, bare_url, many_url, traced_url = (
             f"http://127.0.0.1:{ours_port}/graphql",
@@ -323,20 +327,30 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
             f"http://127.0.0.1:{many_port}/graphql",
             f"http://127.0.0.1:{traced_port}/graphql",
         )
-        for url in (ours_url, bare_url, many_url, traced_url):
+        for url in (ours_url, bare_url, many_url, traced_url, unplanned_url):
             await wait_for(url)
         await load(ours_url, TOUCH, 1, concurrency)  # warm-up
         await load(traced_url, TOUCH, 1, concurrency)
+        await load(unplanned_url, TOUCH, 1, concurrency)
         # Rounds taken in turn, so that a burst of other work on the machine falls on all
         # three alike; the median of each.
-        rounds: dict[str, list[Figures]] = {"empty": [], "touch": [], "bare": [], "traced": []}
+        rounds: dict[str, list[Figures]] = {
+            "empty": [],
+            "touch": [],
+            "bare": [],
+            "traced": [],
+            "unplanned": [],
+        }
         for _ in range(HTTP_ROUNDS):
             rounds["empty"].append(await measured(ours, ours_url, TYPENAME, seconds, concurrency))
             rounds["touch"].append(await measured(ours, ours_url, TOUCH, seconds, concurrency))
             rounds["bare"].append(await measured(bare, bare_url, TOUCH, seconds, concurrency))
             rounds["traced"].append(await measured(traced, traced_url, TOUCH, seconds, concurrency))
-        empty, touch, baseline, with_traces = (
-            median_figures(rounds[k]) for k in ("empty", "touch", "bare", "traced")
+            rounds["unplanned"].append(
+                await measured(unplanned, unplanned_url, TOUCH, seconds, concurrency)
+            )
+        empty, touch, baseline, with_traces, without_plans = (
+            median_figures(rounds[k]) for k in ("empty", "touch", "bare", "traced", "unplanned")
         )
         # All workers against one process, each loaded from `clients` processes.
         await load_from_processes(many_url, TOUCH, 1, concurrency, clients)  # warm-up
@@ -347,9 +361,9 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
             many_url, TOUCH, HTTP_ROUNDS * seconds, concurrency, clients
         )
     finally:
-        for process in (ours, bare, many, traced, collector):
+        for process in (ours, bare, many, traced, collector, unplanned):
             process.send_signal(signal.SIGTERM)
-        for process in (ours, bare, many, traced, collector):
+        for process in (ours, bare, many, traced, collector, unplanned):
             process.wait(20)
 
     def figures(result: tuple[float, ...]) -> str:
@@ -383,6 +397,13 @@ async def bench_http(env: dict[str, str], seconds: float, concurrency: int) -> l
             f"tracing off (the rows above): {fmt(touch[3], ' µs')} CPU per request",
             f"{with_traces[0] / touch[0]:.2f}x the rate; "
             f"+{fmt(with_traces[3] - touch[3], ' µs')} CPU per request",
+        ),
+        (
+            "touch with planned execution off (every request through graphql-core's executor)",
+            f"{figures(without_plans)}; {fmt(without_plans[3], ' µs')} CPU per request",
+            f"planned (the rows above): {fmt(touch[3], ' µs')} CPU per request",
+            f"planned: {touch[0] / without_plans[0]:.2f}x the rate; "
+            f"{without_plans[3] / touch[3]:.2f}x less CPU per request",
         ),
         (
             f"touch, {workers} worker processes, {concurrency} connections from {clients} "
