@@ -68,27 +68,23 @@ DIFFERENTIAL = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 
-_START = datetime.now(UTC).replace(microsecond=0)
-
-
-def _ago(seconds: int) -> str:
-    return (_START - timedelta(seconds=seconds)).isoformat()
-
-
 TOUCH_AT = "mutation($u: ID!, $s: ID, $at: DateTime) { touch(userId: $u, sessionId: $s, at: $at) { online } }"
-# The same data on both sides: users active at fixed times, in sessions, with friends.
-SEED: list[tuple[str, dict[str, Any]]] = [
-    *(
-        (TOUCH_AT, {"u": u, "s": s, "at": _ago(n)})
-        for n, (u, s) in enumerate(
-            [("alice", "phone"), ("alice", None), ("bob", None), ("carol", "tab"), ("dave", None)]
-        )
-    ),
-    (
-        "mutation($u: ID!, $f: [ID!]!) { addFriends(userId: $u, friendIds: $f) }",
-        {"u": "alice", "f": ["bob", "carol", "dave", "ß"]},
-    ),
-]
+SESSIONS = [("alice", "phone"), ("alice", None), ("bob", None), ("carol", "tab"), ("dave", None)]
+
+
+def seed() -> list[tuple[str, dict[str, Any]]]:
+    """The same data for both sides: users active a few seconds ago, one second apart, in
+    sessions, with friends."""
+    start = datetime.now(UTC).replace(microsecond=0)
+    touches = [
+        (TOUCH_AT, {"u": u, "s": s, "at": (start - timedelta(seconds=n)).isoformat()})
+        for n, (u, s) in enumerate(SESSIONS, start=1)
+    ]
+    friends = {"u": "alice", "f": ["bob", "carol", "dave", "ß"]}
+    return [
+        *touches,
+        ("mutation($u: ID!, $f: [ID!]!) { addFriends(userId: $u, friendIds: $f) }", friends),
+    ]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +212,7 @@ TwinsFactory = Callable[..., Awaitable[Twins]]
 def make_twins(
     aiohttp_client: ClientFactory, redis_server: RedisServer, twin_redis_server: RedisServer
 ) -> TwinsFactory:
-    async def make(base: Settings = TEST_SETTINGS, seed: bool = True) -> Twins:
+    async def make(base: Settings = TEST_SETTINGS) -> Twins:
         clients = []
         for server, planned in ((redis_server, False), (twin_redis_server, True)):
             settings = dataclasses.replace(
@@ -229,7 +225,7 @@ def make_twins(
         assert plans is not None
         twins = Twins(clients[0], clients[1], plans)
         backend = {"Authorization": f"Bearer {BACKEND_TOKEN}"} if base.backend_tokens else None
-        for query, variables in SEED if seed else ():
+        for query, variables in seed():
             answer, _ = await twins.both(query, variables, headers=backend)
             assert "errors" not in answer.body, answer
         return twins
