@@ -19,7 +19,9 @@ the full way and why, is counted with hypothesis `event()` (`--hypothesis-show-s
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import gc
 import inspect
 import json
 import logging
@@ -48,7 +50,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from gql_presence.app import create_app
-from gql_presence.connection import connect
+from gql_presence.connection import connect, redis_client
 from gql_presence.planned import Plan, Plans, make_plan
 from gql_presence.redis_server import RedisServer
 from gql_presence.schema import build_schema
@@ -350,6 +352,33 @@ async def test_refused_credentials_and_rates_answer_alike(make_twins: TwinsFacto
     assert how == "refused before execution"
     assert limited.status == 429
     assert limited.retry_after is not None
+
+
+@pytest.mark.slow
+async def test_a_planned_request_over_its_time_budget_gets_unavailable(
+    make_twins: TwinsFactory, redis_server: RedisServer, twin_redis_server: RedisServer
+) -> None:
+    twins = await make_twins(dataclasses.replace(TEST_SETTINGS, request_timeout_ms=300))
+    sleepers = [redis_client(s.url) for s in (redis_server, twin_redis_server)]
+    gc.collect()  # the suite's garbage collections are not the service's time
+    gc.disable()
+    try:
+        busy = [
+            asyncio.create_task(s.execute_command("DEBUG", "SLEEP", "1"))  # type: ignore[no-untyped-call]
+            for s in sleepers
+        ]
+        await asyncio.sleep(0.05)
+        late, how = await twins.both(PRESENCE, {"u": "alice"})
+        assert how == "planned"
+        assert [e["extensions"]["code"] for e in late.body["errors"]] == ["UNAVAILABLE"]
+        await asyncio.gather(*busy)
+        # Each later request gets its own reply, not the one the stopped request left behind.
+        answer, _ = await twins.both(PRESENCE, {"u": "bob"})
+        assert answer.body["data"]["presence"]["userId"] == "bob"
+    finally:
+        gc.enable()
+        for sleeper in sleepers:
+            await sleeper.aclose()
 
 
 SKIPPED = """query($u: ID!, $bare: Boolean!, $more: Boolean = true) {
