@@ -2,7 +2,7 @@
 graphql-core's generic per-field work.
 
 A document (with the operation name a request gives) that has passed parsing, the token
-limit and validation once is planned: its one root field, and for every object below it the
+limit and validation once is planned: its root fields, and for every object below them the
 fields to complete, collected from aliases, fragments and @skip/@include by graphql-core's
 own `collect_fields`, each with its resolver and how to complete its value. Later requests
 for the same text run the plan. Whatever the answer depends on is graphql-core's or
@@ -14,12 +14,13 @@ kept by graphql-core's `CollectedErrors`, with null propagation through non-null
 graphql-core does it. What is left out is the per-request and per-field generic work: the
 executor and its field collection, a resolve info for fields that are plain attributes.
 
-Covered: a query or a mutation whose selection comes to exactly one root field (or root
+Covered: mutations, and queries whose selection comes to exactly one root field (or root
 `__typename`) after fragments and @skip/@include, over object, list, non-null and leaf
-types. Not covered, and so run the full way (`None` from `Plan.run`): several root fields
-(graphql-core reports their errors in completion order), introspection (`__schema`,
-`__type`), federation's `_entities` and `_service`, subscriptions, abstract types, fragment
-variables, variables that do not coerce, and @skip/@include whose condition is in error.
+types. Not covered, and so run the full way (`None` from `Plan.run`): queries of several
+root fields (graphql-core runs them at once and reports their errors in the order they
+happen), introspection (`__schema`, `__type`), federation's `_entities` and `_service`,
+subscriptions, abstract types, fragment variables, variables that do not coerce, and
+@skip/@include whose condition is in error.
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ class Plan:
             for d in operation.directives or ()
         )
         self._conditions = _condition_variables(operation, fragment_definitions.values())
-        self._variants: dict[tuple[object, ...], _Field | None] = {}
+        self._variants: dict[tuple[object, ...], tuple[_Field, ...] | None] = {}
         self.runs = 0  # how many requests the plan answered
 
     async def run(
@@ -161,9 +162,9 @@ class Plan:
         prepared = self._prepared(raw_variables)
         if isinstance(prepared, str):
             return None
-        variables, root = prepared
+        variables, roots = prepared
         self.runs += 1
-        return await _Execution(self, context, variables, extensions).run(root)
+        return await _Execution(self, context, variables, extensions).run(roots)
 
     def covers(self, raw_variables: dict[str, Any] | None) -> str | None:
         """Why the plan does not run with these variables; None when it does."""
@@ -172,7 +173,7 @@ class Plan:
 
     def _prepared(
         self, raw_variables: dict[str, Any] | None
-    ) -> tuple[VariableValues, _Field] | str:
+    ) -> tuple[VariableValues, tuple[_Field, ...]] | str:
         variables = get_variable_values(
             self.schema,
             self.operation.variable_definitions or (),
@@ -181,31 +182,36 @@ class Plan:
         )
         if isinstance(variables, list):
             return "variables in error"  # reported by the full path
-        root = self._compiled(variables)
-        if root is None:
+        roots = self._compiled(variables)
+        if roots is None:
             return "not covered"
-        return variables, root
+        return variables, roots
 
-    def _compiled(self, variables: VariableValues) -> _Field | None:
+    def _compiled(self, variables: VariableValues) -> tuple[_Field, ...] | None:
         key = tuple(variables.coerced.get(name, _MISSING) for name in self._conditions)
         if key in self._variants:
             return self._variants[key]
         try:
-            root = self._compile(variables)
+            roots = self._compile(variables)
         except GraphQLError:
             return None  # a condition in error: reported by the full path
         if len(self._variants) < _VARIANTS_PER_PLAN:
-            self._variants[key] = root
-        return root
+            self._variants[key] = roots
+        return roots
 
-    def _compile(self, variables: VariableValues) -> _Field | None:
+    def _compile(self, variables: VariableValues) -> tuple[_Field, ...] | None:
         grouped = collect_fields(
             self.schema, self.fragments, variables, self.root_type, self.operation
         ).grouped_field_set
-        if len(grouped) != 1:
+        # A mutation's root fields run one after another, so its errors come in their
+        # order; a query's run at once, and graphql-core reports their errors in the order
+        # they happen: only a query of one root field is planned.
+        if len(grouped) != 1 and self.operation.operation is not OperationType.MUTATION:
             return None
-        ((key, details),) = grouped.items()
-        return self._field(self.root_type, key, details, variables)
+        roots = [self._field(self.root_type, k, d, variables) for k, d in grouped.items()]
+        if not roots or any(root is None for root in roots):
+            return None
+        return tuple(root for root in roots if root is not None)
 
     def _field(
         self,
@@ -329,16 +335,21 @@ class _Execution:
         self.variables = variables
         self.errors = CollectedErrors()
 
-    async def run(self, root: _Field) -> ExecutionResult:
-        path = Path(None, root.key, self.plan.root_type.name)
+    async def run(self, roots: tuple[_Field, ...]) -> ExecutionResult:
+        """The root fields one after another (a query has one): an error that propagates
+        from one of them nulls the whole answer, and no later field runs."""
+        data: dict[str, Any] = {}
+        typename = self.plan.root_type.name
         try:
-            result = self.execute_field(root, None, path)
-            if is_awaitable(result):
-                result = await result
+            for root in roots:
+                result = self.execute_field(root, None, Path(None, root.key, typename))
+                if is_awaitable(result):
+                    result = await result
+                data[root.key] = result
         except GraphQLError as error:
             self.errors.add(error, None)
             return ExecutionResult(data=None, errors=self.errors.errors or None)
-        return ExecutionResult(data={root.key: result}, errors=self.errors.errors or None)
+        return ExecutionResult(data=data, errors=self.errors.errors or None)
 
     def info(self, field: _Field, path: Path) -> ResolveInfo:
         # As Strawberry's executor builds it (the variables as a plain dict); resolvers here

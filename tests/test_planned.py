@@ -451,6 +451,25 @@ async def test_several_operations_and_no_name_run_the_first(twins: Twins) -> Non
     assert unknown.status == 400
 
 
+async def test_the_root_fields_of_a_mutation_run_in_turn_until_one_fails(twins: Twins) -> None:
+    mutation = """mutation($bad: ID!) {
+      a: touch(userId: "zed") { online }
+      b: touch(userId: $bad) { online }
+      c: kick(userId: "zed") { kickedSessions }
+    }"""
+    answer, how = await twins.both(mutation, {"bad": ""})
+    assert how == "planned"
+    assert answer.body["data"] is None
+    assert [e["path"] for e in answer.body["errors"]] == [["b"]]
+    still, _ = await twins.both(PRESENCE, {"u": "zed"})
+    assert still.body["data"]["presence"]["online"]  # the kick after the error never ran
+    answer, how = await twins.both(mutation, {"bad": "zoe"})
+    assert how == "planned"
+    assert answer.body == {
+        "data": {"a": {"online": True}, "b": {"online": True}, "c": {"kickedSessions": 1}}
+    }
+
+
 @pytest.mark.parametrize(
     ("query", "reason"),
     [
@@ -548,6 +567,12 @@ TREE = {
     "children": [{"name": "a"}, {"name": None}],
     "kids": [{"name": "b", "lateName": "x"}, None, {"name": None}],
 }
+
+
+async def _done(_value: object, info: Any) -> str:
+    return f"{info.field_name} done"
+
+
 FAILING = GraphQLSchema(
     GraphQLObjectType(
         "Query",
@@ -560,7 +585,16 @@ FAILING = GraphQLSchema(
                 resolve=lambda _v, _i, flag: str(flag),
             ),
         },
-    )
+    ),
+    GraphQLObjectType(
+        "Mutation",
+        {
+            "done": GraphQLField(GraphQLString, resolve=_done),
+            "soft": GraphQLField(GraphQLString, resolve=_fails),
+            "hard": GraphQLField(GraphQLNonNull(GraphQLString), resolve=_fails),
+            "item": GraphQLField(ITEM, resolve=lambda *_: TREE),
+        },
+    ),
 )
 
 
@@ -579,6 +613,9 @@ FAILING = GraphQLSchema(
         "{ sure { kids { name lateName } children { name } } }",
         "{ item { a: name b: name ... on Item { fails } } }",
         "query($f: Boolean!) { echo(flag: $f) }",
+        "mutation { a: done b: soft c: done item { mustNot } d: done }",
+        "mutation { a: done b: hard c: done }",
+        "mutation { __typename a: done item { kids { lateName } } }",
     ],
 )
 async def test_nulls_and_errors_propagate_as_in_graphql_core(query: str) -> None:
