@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from graphql import (
@@ -147,7 +148,6 @@ class Plan:
             d.name.value == "experimental_disableErrorPropagation"
             for d in operation.directives or ()
         )
-        self._conditions = _condition_variables(operation, fragment_definitions.values())
         self._variants: dict[tuple[object, ...], tuple[_Field, ...] | None] = {}
         self.runs = 0  # how many requests the plan answered
 
@@ -186,6 +186,11 @@ class Plan:
         if roots is None:
             return "not covered"
         return variables, roots
+
+    @cached_property
+    def _conditions(self) -> tuple[str, ...]:
+        # Worked out on the plan's first run: many documents are seen only once.
+        return _condition_variables(self.operation, self.fragment_definitions.values())
 
     def _compiled(self, variables: VariableValues) -> tuple[_Field, ...] | None:
         key = tuple(variables.coerced.get(name, _MISSING) for name in self._conditions)
