@@ -25,6 +25,7 @@ import gc
 import inspect
 import json
 import logging
+import os
 import re
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -62,9 +63,11 @@ from tests.helpers import BACKEND_TOKEN, SECURED, user_token
 
 Client = TestClient[Any, Any]
 
-# A few hundred generated documents in all keep this under about 15 s on a 2-core machine.
+# A few hundred generated documents in all keep this under about 15 s on a 2-core machine;
+# GQLP_FUZZ_EXAMPLES=5000 (say) runs a longer comparison, as it does the fuzz.
+EXAMPLES = int(os.environ.get("GQLP_FUZZ_EXAMPLES", "150"))
 DIFFERENTIAL = settings(
-    max_examples=150,
+    max_examples=EXAMPLES,
     deadline=None,
     # One pair of services for every example on purpose: their data only have to be alike.
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
@@ -285,7 +288,7 @@ async def test_generated_operations_answer_alike_planned_or_not(
     _count(how)
 
 
-@settings(DIFFERENTIAL, max_examples=50)
+@settings(DIFFERENTIAL, max_examples=max(EXAMPLES // 3, 1))
 @given(operations=several_operations())
 async def test_documents_of_several_operations_answer_alike_planned_or_not(
     twins: Twins, operations: tuple[str, str | None]
