@@ -156,7 +156,7 @@ class Plan:
         context: Any,
         raw_variables: dict[str, Any] | None,
         extensions: dict[str, Any] | None = None,
-    ) -> Any:
+    ) -> ExecutionResult | None:
         """The operation's ExecutionResult, as graphql-core's would be; None when the plan
         does not cover these variables (the full path then answers)."""
         prepared = self._prepared(raw_variables)

@@ -308,7 +308,7 @@ class PresenceView(GraphQLView[Context, None]):
         request[OPERATION] = plan.label
         if result.errors:
             log_unexpected(result.errors, plan.operation_name)
-        return result  # type: ignore[no-any-return]
+        return result
 
     async def process_result(
         self, request: web.Request, result: ExecutionResult

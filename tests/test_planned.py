@@ -632,5 +632,6 @@ async def test_nulls_and_errors_propagate_as_in_graphql_core(query: str) -> None
     plan = make_plan(FAILING, document, None)
     assert isinstance(plan, Plan)
     got = await plan.run(None, variables)
+    assert got is not None
     assert got.data == expected.data
     assert [e.formatted for e in got.errors or []] == [e.formatted for e in expected.errors or []]
