@@ -483,6 +483,7 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
     await seed_http(target.store)
     ours_port, bare_port, many_port, bare_many_port = (free_port() for _ in range(4))
     traced_port, collector_port = free_port(), free_port()
+    unplanned_port = free_port()
     workers = os.cpu_count() or 1
     clients = min(workers, 2)
     ours = [serve_ours(env, ours_port, 1)]
@@ -500,7 +501,10 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
     # Every request traced (the default sampler) and exported to the local receiver.
     endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{collector_port}"}
     traced = [serve_ours({**env, **endpoint}, traced_port, 1)]
-    every = [*ours, *many, *bare, *bare_many, *traced, collector]
+    # Every request through Strawberry's view and graphql-core's executor, as before plans.
+    unplanned = [serve_ours({**env, "PRESENCE_PLANNED_EXECUTION": "false"}, unplanned_port, 1)]
+    unplanned_url = f"http://127.0.0.1:{unplanned_port}/graphql"
+    every = [*ours, *many, *bare, *bare_many, *traced, *unplanned, collector]
     try:
         ours_url, many_url, traced_url = (
             f"http://127.0.0.1:{port}/graphql" for port in (ours_port, many_port, traced_port)
@@ -509,13 +513,21 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
             f"http://127.0.0.1:{bare_port}",
             f"http://127.0.0.1:{bare_many_port}",
         )
-        for url in (ours_url, many_url, traced_url, bare_url + "/touch", bare_many_url + "/touch"):
+        for url in (
+            ours_url,
+            many_url,
+            traced_url,
+            unplanned_url,
+            bare_url + "/touch",
+            bare_many_url + "/touch",
+        ):
             await wait_for(url)
         await check_same_answers(ours_url, bare_url)
         for operation in OPERATIONS:  # warm-up
             await load(ours_url, operation.query, 1, concurrency, users=operation.users)
         await load(traced_url, TOUCH, 1, concurrency)
         await load_from_processes(many_url, TOUCH, 1, concurrency, clients)
+        await load(unplanned_url, TOUCH, 1, concurrency)
         # Rounds taken in turn, so that a burst of other work on the machine falls on each
         # alike; the median of each.
         rounds: dict[str, list[Figures]] = defaultdict(list)
@@ -528,6 +540,9 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
                 )
             rounds["traced"].append(
                 await measured(traced, traced_url, OPERATIONS[0], seconds, concurrency)
+            )
+            rounds["unplanned"].append(
+                await measured(unplanned, unplanned_url, OPERATIONS[0], seconds, concurrency)
             )
         # All workers against as many bare processes, each loaded from `clients` processes.
         for _ in range(HTTP_ROUNDS):
@@ -553,6 +568,7 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
 
     median = {name: median_figures(taken) for name, taken in rounds.items()}
     touch, empty, with_traces = median["touch"], median["empty"], median["traced"]
+    without_plans = median["unplanned"]
     rows: list[Row] = []
     for op in OPERATIONS:
         name = f"{op.name} over HTTP+GraphQL, 1 process, {concurrency} connections"
@@ -570,6 +586,13 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
             f"tracing off (above): {fmt(touch[3], ' µs')} CPU per request",
             f"{with_traces[0] / touch[0]:.2f}x the rate; "
             f"+{fmt(with_traces[3] - touch[3], ' µs')} CPU per request",
+        ),
+        (
+            "touch with planned execution off (every request through graphql-core's executor)",
+            f"{figures(without_plans)}; {fmt(without_plans[3], ' µs')} CPU per request",
+            f"planned (the rows above): {fmt(touch[3], ' µs')} CPU per request",
+            f"planned: {touch[0] / without_plans[0]:.2f}x the rate; "
+            f"{without_plans[3] / touch[3]:.2f}x less CPU per request",
         ),
     ]
     for op in OPERATIONS:

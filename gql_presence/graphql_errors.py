@@ -14,7 +14,6 @@ from collections.abc import Iterator
 
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
-from strawberry.types.execution import ExecutionContext
 
 from gql_presence.errors import ErrorCode, PresenceError
 
@@ -65,8 +64,8 @@ def with_code(error: GraphQLError) -> GraphQLError:
     )
 
 
-def log_unexpected(errors: list[GraphQLError], context: ExecutionContext | None) -> None:
-    operation = context.operation_name if context else None
+def log_unexpected(errors: list[GraphQLError], operation: str | None) -> None:
+    """Logs the unexpected errors of the operation named `operation` (None: anonymous)."""
     for error in filter(is_unexpected, errors):
         log.error(
             "unexpected error in %r at %s",

@@ -36,6 +36,7 @@ from gql_presence.errors import BadInputError, PresenceError
 from gql_presence.graphql_errors import ErrorCodes, log_unexpected, refusal, with_codes
 from gql_presence.limits import MAX_TOKENS
 from gql_presence.persisted import Kept, PersistedDocumentCache
+from gql_presence.planned import PlanRecorder, Plans
 from gql_presence.store import PresenceStore, check_id, check_ids, models
 from gql_presence.telemetry import OperationLabel
 from gql_presence.tracing import schema_extensions
@@ -568,7 +569,7 @@ class User:
 class PresenceSchema(strawberry.Schema):
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Refusals are answers, not faults: only unexpected errors are logged.
-        log_unexpected(errors, execution_context)
+        log_unexpected(errors, execution_context.operation_name if execution_context else None)
 
     async def stream(  # noqa: PLR0917 - Strawberry's signature
         self,
@@ -645,7 +646,10 @@ class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
     """The same schema as an Apollo Federation 2 subgraph: User, _entities and _service."""
 
 
-def build_schema(*, introspection: bool = True, federation: bool = False) -> PresenceSchema:
+def build_schema(
+    *, introspection: bool = True, federation: bool = False, plans: Plans | None = None
+) -> PresenceSchema:
+    """The schema; with `plans`, each document that passes validation is planned there."""
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         *schema_extensions(),  # traces, when on: first, so that its span holds the others
         OperationLabel,
@@ -660,6 +664,8 @@ def build_schema(*, introspection: bool = True, federation: bool = False) -> Pre
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
+    if plans is not None:
+        extensions.append(partial(PlanRecorder, plans=plans))
     config = StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar})
     if federation:
         return FederatedPresenceSchema(

@@ -99,6 +99,9 @@ class Settings:
     queries_over_get: bool = False
     # How long one request may take before the client gets UNAVAILABLE, ms.
     request_timeout_ms: int = 5000
+    # Whether HTTP POST queries and mutations seen before run from their plan (planned.py)
+    # rather than through graphql-core's executor; off with tracing on.
+    planned_execution: bool = True
     # Token buckets per caller: requests per second, and how many may come at once (0: none).
     user_rate: float = 0.0
     user_burst: int = 0
@@ -172,6 +175,7 @@ class Settings:
             graphiql=_flag(env, "PRESENCE_GRAPHIQL", default=True),
             introspection=_flag(env, "PRESENCE_INTROSPECTION", default=True),
             queries_over_get=_flag(env, "PRESENCE_QUERIES_OVER_GET", default=False),
+            planned_execution=_flag(env, "PRESENCE_PLANNED_EXECUTION", default=True),
             request_timeout_ms=_duration_ms(
                 env, "PRESENCE_REQUEST_TIMEOUT_SECONDS", 5, _MS_PER_SECOND
             ),

@@ -26,6 +26,7 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
+from gql_presence import tracing
 from gql_presence.admission import admit, is_subscription, over_budget
 from gql_presence.app_state import (
     AUTHENTICATOR,
@@ -46,7 +47,7 @@ from gql_presence.errors import (
     UnauthenticatedError,
 )
 from gql_presence.events import FeedDroppedError
-from gql_presence.graphql_errors import outcomes, refusal, with_codes
+from gql_presence.graphql_errors import log_unexpected, outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
 from gql_presence.limits import (
     CONNECTION_INIT_WAIT_S,
@@ -54,10 +55,11 @@ from gql_presence.limits import (
     MAX_SUBSCRIPTIONS_PER_SOCKET,
 )
 from gql_presence.persisted import PersistedDocuments, lift_document_id, names_a_document
+from gql_presence.planned import Plans
 from gql_presence.schema import build_schema
 from gql_presence.settings import Settings
 from gql_presence.sockets import BoundedWebSocketResponse
-from gql_presence.telemetry import CALLER, OUTCOMES
+from gql_presence.telemetry import CALLER, OPERATION, OUTCOMES
 
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter
@@ -65,9 +67,15 @@ if TYPE_CHECKING:
 
 class PresenceView(GraphQLView[Context, None]):
     def __init__(self, settings: Settings) -> None:
+        # Tracing's spans come from Strawberry's extension around graphql-core's execution:
+        # with tracing on, every request takes that path.
+        planned = settings.planned_execution and not tracing.enabled()
+        self.plans = Plans() if planned else None
         super().__init__(
             schema=build_schema(
-                introspection=settings.introspection, federation=settings.federation
+                introspection=settings.introspection,
+                federation=settings.federation,
+                plans=self.plans,
             ),
             graphql_ide="graphiql" if settings.graphiql else None,
             allow_queries_via_get=settings.queries_over_get,
@@ -149,6 +157,13 @@ class PresenceView(GraphQLView[Context, None]):
         return graphiql_page()  # its scripts from this service, not from a CDN
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
+        if self.plans is not None and request.method == "POST":
+            try:
+                answered = await self._answer_planned(request)
+            except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
+                return web.Response(body=error.reason, status=error.status_code)
+            if answered is not None:
+                return answered
         try:
             return await super().__call__(request)
         finally:
@@ -230,6 +245,10 @@ class PresenceView(GraphQLView[Context, None]):
                 if is_subscription(request_data.query, request_data.operation_name):
                     error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
                     return ExecutionResult(data=None, errors=[error])
+                if request_adapter.method == "POST":
+                    planned = await self._run_planned(request, context, request_data)
+                    if planned is not None:
+                        return planned
                 return await super().execute_single(
                     request, request_adapter, sub_response, context, root_value, request_data
                 )
@@ -242,6 +261,55 @@ class PresenceView(GraphQLView[Context, None]):
         except TimeoutError:
             return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
 
+    async def _answer_planned(self, request: web.Request) -> web.Response | None:
+        """Strawberry's run() cut down to a JSON POST of a document planned before: the
+        same steps, hooks and answer, without the ones such a request does not need. None
+        (before anything is admitted) for any other request: the full path answers it,
+        reading the body again from aiohttp's copy. Only graphql-transport-ws is offered,
+        so no POST asks for a streamed answer."""
+        if request.content_type != "application/json":
+            return None
+        sub_response = web.Response()
+        context = await self.get_context(request, sub_response)
+        if CREDENTIALS_REFUSED in request:
+            return None  # refused with the body left unread
+        try:
+            body = self.parse_json(await request.read())
+        except HTTPException:
+            return None
+        data = _planned_request(body)
+        if data is None or self.plans is None or self.plans.get(*data) is None:
+            return None
+        query, operation_name = data
+        request_data = GraphQLRequestData(
+            query=query,
+            variables=body.get("variables"),
+            operation_name=operation_name,
+            extensions=body.get("extensions"),
+        )
+        adapter = AiohttpHTTPRequestAdapter(request)
+        result = await self.execute_single(
+            request, adapter, sub_response, context, None, request_data
+        )
+        return self.create_response(await self.process_result(request, result), sub_response)
+
+    async def _run_planned(
+        self, request: web.Request, context: Context, data: GraphQLRequestData
+    ) -> ExecutionResult | None:
+        """The result of a document planned before (planned.py), with what the full path's
+        extensions add: the log's operation label, unexpected errors logged. None when
+        there is no plan for it, or the plan does not cover this request."""
+        plan = self.plans.get(data.query, data.operation_name) if self.plans else None
+        if plan is None:
+            return None
+        result = await plan.run(context, data.variables, data.extensions)
+        if result is None:
+            return None
+        request[OPERATION] = plan.label
+        if result.errors:
+            log_unexpected(result.errors, plan.operation_name)
+        return result
+
     async def process_result(
         self, request: web.Request, result: ExecutionResult
     ) -> GraphQLHTTPResponse:
@@ -249,6 +317,21 @@ class PresenceView(GraphQLView[Context, None]):
             result.errors = with_codes(result.errors)
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
+
+
+def _planned_request(body: object) -> tuple[str, str | None] | None:
+    """The (document, operationName) of a body as Strawberry would take it, when every
+    member has the type Strawberry accepts; None for anything else."""
+    if not isinstance(body, dict):
+        return None
+    query, operation_name = body.get("query"), body.get("operationName")
+    if not isinstance(query, str) or not isinstance(operation_name, str | None):
+        return None
+    if not isinstance(body.get("variables"), dict | None):
+        return None
+    if not isinstance(body.get("extensions"), dict | None):
+        return None
+    return query, operation_name
 
 
 async def _reject_socket(request: web.Request, reason: str) -> NoReturn:

@@ -45,6 +45,14 @@ def redis_server() -> Iterator[RedisServer]:
 
 
 @pytest.fixture(scope="session")
+def twin_redis_server() -> Iterator[RedisServer]:
+    """A second Redis 6.2, for tests that run two services side by side on the same data."""
+    server = start_redis_server(binary=redis_server_binary())
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def valkey_server() -> Iterator[RedisServer]:
     server = start_redis_server(binary=valkey_binary())
     yield server

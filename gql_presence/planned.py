@@ -1,0 +1,587 @@
+"""Execution planned once per document: queries and mutations seen before, run without
+graphql-core's generic per-field work.
+
+A document (with the operation name a request gives) that has passed parsing, the token
+limit and validation once is planned: its root fields, and for every object below them the
+fields to complete, collected from aliases, fragments and @skip/@include by graphql-core's
+own `collect_fields`, each with its resolver and how to complete its value. Later requests
+for the same text run the plan. Whatever the answer depends on is graphql-core's or
+Strawberry's own code, called as graphql-core's executor (3.3) calls it: variables coerced by
+`get_variable_values`, arguments by `get_argument_values`, resolvers by the schema's
+`GraphQLField.resolve` (Strawberry's wrapper: argument conversion, permissions, our
+resolvers), leaves by the type's `coerce_output_value`, errors located by `located_error` and
+kept by graphql-core's `CollectedErrors`, with null propagation through non-null types as
+graphql-core does it. What is left out is the per-request and per-field generic work: the
+executor and its field collection, a resolve info for fields that are plain attributes.
+
+Covered: mutations, and queries whose selection comes to exactly one root field (or root
+`__typename`) after fragments and @skip/@include, over object, list, non-null and leaf
+types. Not covered, and so run the full way (`None` from `Plan.run`): queries of several
+root fields (graphql-core runs them at once and reports their errors in the order they
+happen), introspection (`__schema`, `__type`), federation's `_entities` and `_service`,
+subscriptions, abstract types, fragment variables, variables that do not coerce, and
+@skip/@include whose condition is in error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from graphql import (
+    DocumentNode,
+    FieldNode,
+    FragmentDefinitionNode,
+    GraphQLError,
+    GraphQLField,
+    GraphQLLeafType,
+    GraphQLList,
+    GraphQLNonNull,
+    GraphQLObjectType,
+    GraphQLOutputType,
+    GraphQLSchema,
+    OperationDefinitionNode,
+    OperationType,
+    TypeNameMetaFieldDef,
+    Undefined,
+    VariableNode,
+    is_leaf_type,
+    located_error,
+)
+from graphql.execution.collect_fields import (
+    FieldDetails,
+    FragmentDetails,
+    collect_fields,
+    collect_subfields,
+)
+from graphql.execution.executor import CollectedErrors
+from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
+from graphql.language import Visitor, visit
+from graphql.pyutils import Path, inspect, is_iterable
+from graphql.pyutils.gather_with_cancel import gather_with_cancel
+from strawberry.execution.is_awaitable import optimized_is_awaitable as is_awaitable
+from strawberry.extensions import SchemaExtension
+from strawberry.schema.schema import _OperationContextAwareGraphQLResolveInfo as ResolveInfo
+from strawberry.types import ExecutionResult
+
+from gql_presence.persisted import Kept
+from gql_presence.telemetry import operation_label, root_fields
+
+# What graphql-core's execute() is given by Strawberry: at most 50 variable errors.
+_MAX_COERCION_ERRORS = 50
+# Per plan, the sets of @skip/@include conditions kept compiled: a client cannot make a plan
+# grow by sending every combination.
+_VARIANTS_PER_PLAN = 8
+_MISSING = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _NonNull:
+    inner: _Completion
+
+
+@dataclass(frozen=True, slots=True)
+class _ListOf:
+    item: _Completion
+
+
+@dataclass(frozen=True, slots=True)
+class _Leaf:
+    type: GraphQLLeafType
+
+
+@dataclass(frozen=True, slots=True)
+class _Object:
+    type: GraphQLObjectType
+    fields: tuple[_Field, ...]
+
+
+_Completion = _NonNull | _ListOf | _Leaf | _Object
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    """One entry of a grouped field set: its response key, the field nodes merged under it,
+    and how its value is resolved and completed."""
+
+    key: str
+    name: str
+    parent: GraphQLObjectType
+    details: list[FieldDetails]
+    nodes: list[FieldNode]
+    definition: GraphQLField
+    # Strawberry's resolver of a plain attribute, which reads neither info nor arguments.
+    basic: bool
+    # The answer of `__typename`; None for every other field.
+    typename: str | None
+    completion: _Completion | None
+
+
+class Plan:
+    """One operation of one document, planned; compiled for each combination of the values
+    of the variables that @skip/@include read (usually none)."""
+
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        operation: OperationDefinitionNode,
+        fragments: dict[str, FragmentDetails],
+        fragment_definitions: dict[str, FragmentDefinitionNode],
+        *,
+        operation_name: str | None,
+        label: str,
+    ) -> None:
+        self.schema = schema
+        self.operation = operation
+        self.fragments = fragments
+        self.fragment_definitions = fragment_definitions
+        # As Strawberry names the operation (logs of unexpected errors), and its log label.
+        self.operation_name = operation_name
+        self.label = label
+        root_type = schema.get_root_type(operation.operation)
+        assert root_type is not None  # the document was validated against this schema
+        self.root_type = root_type
+        self.propagate_errors = not any(
+            d.name.value == "experimental_disableErrorPropagation"
+            for d in operation.directives or ()
+        )
+        self._variants: dict[tuple[object, ...], tuple[_Field, ...] | None] = {}
+        self.runs = 0  # how many requests the plan answered
+
+    async def run(
+        self,
+        context: Any,
+        raw_variables: dict[str, Any] | None,
+        extensions: dict[str, Any] | None = None,
+    ) -> ExecutionResult | None:
+        """The operation's ExecutionResult, as graphql-core's would be; None when the plan
+        does not cover these variables (the full path then answers)."""
+        prepared = self._prepared(raw_variables)
+        if isinstance(prepared, str):
+            return None
+        variables, roots = prepared
+        self.runs += 1
+        return await _Execution(self, context, variables, extensions).run(roots)
+
+    def covers(self, raw_variables: dict[str, Any] | None) -> str | None:
+        """Why the plan does not run with these variables; None when it does."""
+        prepared = self._prepared(raw_variables)
+        return prepared if isinstance(prepared, str) else None
+
+    def _prepared(
+        self, raw_variables: dict[str, Any] | None
+    ) -> tuple[VariableValues, tuple[_Field, ...]] | str:
+        variables = get_variable_values(
+            self.schema,
+            self.operation.variable_definitions or (),
+            raw_variables or {},
+            max_errors=_MAX_COERCION_ERRORS,
+        )
+        if isinstance(variables, list):
+            return "variables in error"  # reported by the full path
+        roots = self._compiled(variables)
+        if roots is None:
+            return "not covered"
+        return variables, roots
+
+    @cached_property
+    def _conditions(self) -> tuple[str, ...]:
+        # Worked out on the plan's first run: many documents are seen only once.
+        return _condition_variables(self.operation, self.fragment_definitions.values())
+
+    def _compiled(self, variables: VariableValues) -> tuple[_Field, ...] | None:
+        key = tuple(variables.coerced.get(name, _MISSING) for name in self._conditions)
+        if key in self._variants:
+            return self._variants[key]
+        try:
+            roots = self._compile(variables)
+        except GraphQLError:
+            return None  # a condition in error: reported by the full path
+        if len(self._variants) < _VARIANTS_PER_PLAN:
+            self._variants[key] = roots
+        return roots
+
+    def _compile(self, variables: VariableValues) -> tuple[_Field, ...] | None:
+        grouped = collect_fields(
+            self.schema, self.fragments, variables, self.root_type, self.operation
+        ).grouped_field_set
+        # A mutation's root fields run one after another, so its errors come in their
+        # order; a query's run at once, and graphql-core reports their errors in the order
+        # they happen: only a query of one root field is planned.
+        if len(grouped) != 1 and self.operation.operation is not OperationType.MUTATION:
+            return None
+        roots = [self._field(self.root_type, k, d, variables) for k, d in grouped.items()]
+        if not roots or any(root is None for root in roots):
+            return None
+        return tuple(root for root in roots if root is not None)
+
+    def _field(
+        self,
+        parent: GraphQLObjectType,
+        key: str,
+        details: list[FieldDetails],
+        variables: VariableValues,
+    ) -> _Field | None:
+        name = details[0].node.name.value
+        nodes = [d.node for d in details]
+        if name == "__typename":
+            return _Field(
+                key, name, parent, details, nodes, TypeNameMetaFieldDef, False, parent.name, None
+            )
+        definition = parent.fields.get(name)
+        if definition is None or definition.resolve is None or name.startswith("_"):
+            return None  # introspection, federation; every field of Strawberry's resolves
+        completion = self._completion(definition.type, details, variables)
+        if completion is None:
+            return None
+        basic = bool(getattr(definition.resolve, "_is_default", False)) and not definition.args
+        return _Field(key, name, parent, details, nodes, definition, basic, None, completion)
+
+    def _completion(
+        self, type_: GraphQLOutputType, details: list[FieldDetails], variables: VariableValues
+    ) -> _Completion | None:
+        if isinstance(type_, GraphQLNonNull):
+            inner = self._completion(type_.of_type, details, variables)
+            return None if inner is None else _NonNull(inner)
+        if isinstance(type_, GraphQLList):
+            item = self._completion(type_.of_type, details, variables)
+            return None if item is None else _ListOf(item)
+        if is_leaf_type(type_):
+            return _Leaf(type_)
+        if not isinstance(type_, GraphQLObjectType) or type_.is_type_of is not None:
+            return None  # abstract types, and objects that check their values
+        grouped = collect_subfields(
+            self.schema, self.fragments, variables, self.operation, type_, details
+        ).grouped_field_set
+        fields = [self._field(type_, k, d, variables) for k, d in grouped.items()]
+        if any(f is None for f in fields):
+            return None
+        return _Object(type_, tuple(f for f in fields if f is not None))
+
+
+def make_plan(
+    schema: GraphQLSchema, document: DocumentNode, operation_name: str | None
+) -> Plan | str:
+    """A plan for a validated document's operation (picked as graphql-core picks it given
+    `operation_name`), or why it is not planned."""
+    operation: OperationDefinitionNode | None = None
+    fragments: dict[str, FragmentDetails] = {}
+    fragment_definitions: dict[str, FragmentDefinitionNode] = {}
+    for definition in document.definitions:
+        if isinstance(definition, OperationDefinitionNode):
+            if operation_name is None:
+                if operation is not None:
+                    return "several operations and no name"
+                operation = definition
+            elif definition.name and definition.name.value == operation_name:
+                operation = definition
+        elif isinstance(definition, FragmentDefinitionNode):
+            if definition.variable_definitions:
+                return "fragment variables"
+            fragment_definitions[definition.name.value] = definition
+            fragments[definition.name.value] = FragmentDetails(definition)
+    if operation is None:
+        return "no such operation"
+    if operation.operation not in (OperationType.QUERY, OperationType.MUTATION):
+        return "subscription"
+    label = operation_label(document, operation_name, root_fields(schema))
+    return Plan(
+        schema,
+        operation,
+        fragments,
+        fragment_definitions,
+        operation_name=operation_name,
+        label=label,
+    )
+
+
+class _ConditionVariables(Visitor):
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def enter_directive(self, node: Any, *_: object) -> None:
+        if node.name.value in ("skip", "include"):
+            for argument in node.arguments or ():
+                value = argument.value
+                if isinstance(value, VariableNode) and value.name.value not in self.names:
+                    self.names.append(value.name.value)
+
+
+def _condition_variables(
+    operation: OperationDefinitionNode, fragments: Iterable[FragmentDefinitionNode]
+) -> tuple[str, ...]:
+    """The variables that @skip and @include read: what field collection depends on."""
+    found = _ConditionVariables()
+    for node in (operation, *fragments):
+        visit(node, found)
+    return tuple(found.names)
+
+
+class _Execution:
+    """One run of a plan: graphql-core's executor (3.3) for the covered cases, step for
+    step, with the fields collected beforehand."""
+
+    __slots__ = ("context", "errors", "extensions", "plan", "variables")
+
+    def __init__(
+        self,
+        plan: Plan,
+        context: Any,
+        variables: VariableValues,
+        extensions: dict[str, Any] | None,
+    ) -> None:
+        self.extensions = extensions
+        self.plan = plan
+        self.context = context
+        self.variables = variables
+        self.errors = CollectedErrors()
+
+    async def run(self, roots: tuple[_Field, ...]) -> ExecutionResult:
+        """The root fields one after another (a query has one): an error that propagates
+        from one of them nulls the whole answer, and no later field runs."""
+        data: dict[str, Any] = {}
+        typename = self.plan.root_type.name
+        try:
+            for root in roots:
+                result = self.execute_field(root, None, Path(None, root.key, typename))
+                if is_awaitable(result):
+                    result = await result
+                data[root.key] = result
+        except GraphQLError as error:
+            self.errors.add(error, None)
+            return ExecutionResult(data=None, errors=self.errors.errors or None)
+        return ExecutionResult(data=data, errors=self.errors.errors or None)
+
+    def info(self, field: _Field, path: Path) -> ResolveInfo:
+        # As Strawberry's executor builds it (the variables as a plain dict); resolvers here
+        # get no async helpers of graphql-core's executor, which none of ours use.
+        plan = self.plan
+        return ResolveInfo(
+            field.name,
+            field.nodes,
+            field.definition.type,
+            field.parent,
+            path,
+            plan.schema,
+            plan.fragment_definitions,
+            None,
+            plan.operation,
+            self.variables.coerced,
+            self.context,
+            is_awaitable,
+            None,
+            None,
+            self.extensions,  # type: ignore[arg-type] # None as Strawberry's when none
+        )
+
+    def execute_field(self, field: _Field, source: Any, path: Path) -> Any:
+        if field.typename is not None:
+            return field.typename
+        completion = field.completion
+        assert completion is not None
+        definition = field.definition
+        try:
+            if field.basic:
+                result = definition.resolve(source, None)  # type: ignore[misc]
+            else:
+                node = field.details[0]
+                args = (
+                    get_argument_values(
+                        definition, node.node, self.variables, node.fragment_variable_values
+                    )
+                    if definition.args or node.node.arguments
+                    else {}
+                )
+                resolve = definition.resolve
+                assert resolve is not None  # planned only so
+                result = resolve(source, self.info(field, path), **args)
+            if is_awaitable(result):
+                return self.complete_awaitable(field, completion, path, result)
+            completed = self.complete(field, completion, path, result)
+            if is_awaitable(completed):
+                return self.await_completed(field, completion, path, completed)
+        except Exception as raw_error:  # a field error, as graphql-core makes it
+            self.handle_field_error(raw_error, field, completion, path)
+            return None
+        return completed
+
+    def handle_field_error(
+        self, raw_error: Exception, field: _Field, completion: _Completion, path: Path
+    ) -> None:
+        error = located_error(raw_error, field.nodes, path.as_list())
+        if self.plan.propagate_errors and isinstance(completion, _NonNull):
+            raise error
+        self.errors.add(error, path)
+
+    async def complete_awaitable(
+        self, field: _Field, completion: _Completion, path: Path, result: Awaitable[Any]
+    ) -> Any:
+        try:
+            completed = self.complete(field, completion, path, await result)
+            if is_awaitable(completed):
+                completed = await completed
+        except Exception as raw_error:  # a field error, as graphql-core makes it
+            self.handle_field_error(raw_error, field, completion, path)
+            completed = None
+        return completed
+
+    async def await_completed(
+        self, field: _Field, completion: _Completion, path: Path, completed: Awaitable[Any]
+    ) -> Any:
+        try:
+            return await completed
+        except Exception as raw_error:  # a field error, as graphql-core makes it
+            self.handle_field_error(raw_error, field, completion, path)
+            return None
+
+    def complete(self, field: _Field, completion: _Completion, path: Path, result: Any) -> Any:
+        if isinstance(result, Exception):
+            raise result
+        if isinstance(completion, _NonNull):
+            completed = self.complete(field, completion.inner, path, result)
+            if completed is None:
+                raise TypeError(
+                    f"Cannot return null for non-nullable field {field.parent}.{field.name}."
+                )
+            return completed
+        if result is None or result is Undefined:
+            return None
+        if isinstance(completion, _Leaf):
+            coerced = completion.type.coerce_output_value(result)
+            if coerced is Undefined or coerced is None:
+                raise TypeError(
+                    f"Expected `{inspect(completion.type)}.coerce_output_value("
+                    f"{inspect(result)})` to return non-nullable value, returned:"
+                    f" {inspect(coerced)}"
+                )
+            return coerced
+        if isinstance(completion, _ListOf):
+            return self.complete_list(field, completion.item, path, result)
+        return self.execute_fields(completion, result, path)
+
+    def complete_list(self, field: _Field, item: _Completion, path: Path, result: Any) -> Any:
+        if not is_iterable(result):
+            raise GraphQLError(
+                f"Expected Iterable, but did not find one for field '{field.parent}.{field.name}'."
+            )
+        completed: list[Any] = []
+        pending: list[int] = []
+        try:
+            for index, value in enumerate(result):
+                item_path = path.add_key(index, None)
+                if is_awaitable(value):
+                    completed.append(self.complete_awaitable(field, item, item_path, value))
+                    pending.append(index)
+                    continue
+                try:
+                    done = self.complete(field, item, item_path, value)
+                except Exception as raw_error:  # as graphql-core does
+                    self.handle_field_error(raw_error, field, item, item_path)
+                    done = None
+                if is_awaitable(done):
+                    done = self.await_completed(field, item, item_path, done)
+                    pending.append(index)
+                completed.append(done)
+        except Exception:
+            _settle_in_background([completed[i] for i in pending])
+            raise
+        if not pending:
+            return completed
+        return _gathered(completed, pending)
+
+    def execute_fields(self, obj: _Object, source: Any, path: Path | None) -> Any:
+        results: dict[str, Any] = {}
+        pending: list[str] = []
+        try:
+            for field in obj.fields:
+                result = self.execute_field(field, source, Path(path, field.key, obj.type.name))
+                results[field.key] = result
+                if is_awaitable(result):
+                    pending.append(field.key)
+        except Exception:
+            _settle_in_background([results[k] for k in pending])
+            raise
+        if not pending:
+            return results
+        return _gathered(results, pending)
+
+
+async def _gathered(results: Any, pending: list[Any]) -> Any:
+    """`results` (a dict or a list) with its awaitable entries awaited together, as
+    graphql-core does: one on its own, several cancelled together when one fails."""
+    if len(pending) == 1:
+        results[pending[0]] = await results[pending[0]]
+        return results
+    awaited = await gather_with_cancel(*(results[k] for k in pending))
+    for k, value in zip(pending, awaited, strict=True):
+        results[k] = value
+    return results
+
+
+_background: set[asyncio.Future[Any]] = set()
+
+
+def _settle_in_background(awaitables: list[Any]) -> None:
+    """Siblings of an error that propagates still run to their end, their errors dropped,
+    as graphql-core settles them."""
+    if not awaitables:
+        return
+    future = asyncio.gather(*awaitables, return_exceptions=True)
+    _background.add(future)
+    future.add_done_callback(_background.discard)
+
+
+class Plans:
+    """The plans of the documents seen: at most `size`, the least recently used dropped."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._kept: Kept[tuple[str, str | None], Plan | str] = Kept(size)
+
+    def get(self, query: str | None, operation_name: str | None) -> Plan | None:
+        if query is None:
+            return None
+        plan = self._kept.get((query, operation_name))
+        return plan if isinstance(plan, Plan) else None
+
+    def learn(
+        self,
+        schema: GraphQLSchema,
+        query: str,
+        provided_name: str | None,
+        operation_name: str | None,
+        document: DocumentNode,
+    ) -> Plan | str:
+        """Plans a validated document for requests that give `provided_name`; Strawberry
+        runs it as `operation_name` (the first operation's name when none is given)."""
+        key = (query, provided_name)
+        known = self._kept.get(key)
+        if known is not None:
+            return known
+        plan = make_plan(schema, document, operation_name)
+        self._kept.put(key, plan)
+        return plan
+
+
+class PlanRecorder(SchemaExtension):
+    """Plans each document once it has passed parsing, the token limit and validation."""
+
+    def __init__(self, *, plans: Plans) -> None:
+        super().__init__()
+        self._plans = plans
+
+    def on_validate(self) -> Any:
+        yield
+        context = self.execution_context
+        document = context.graphql_document
+        if context.pre_execution_errors == [] and document is not None and context.query:
+            self._plans.learn(
+                context.schema._schema,  # graphql-core's schema
+                context.query,
+                context._provided_operation_name,
+                context.operation_name,
+                document,
+            )
