@@ -34,7 +34,16 @@ def code_of(error: GraphQLError) -> ErrorCode:
     document_fault = original is None or isinstance(original, GraphQLError | ValueError | TypeError)
     if error.path is None and document_fault:
         return ErrorCode.BAD_USER_INPUT
+    # During execution, graphql-core coerces each field's and directive's arguments as it
+    # reaches them: an explicit null for a variable with a default, in a place that takes no
+    # null, is found only there, with a path, and is the caller's as much as a bad variable.
+    if isinstance(original, GraphQLError) and original.message.startswith(_ARGUMENT_FAULTS):
+        return ErrorCode.BAD_USER_INPUT
     return ErrorCode.INTERNAL
+
+
+# How graphql-core's argument coercion (graphql.execution.values) begins its messages.
+_ARGUMENT_FAULTS = ("Argument '", "Variable '$")
 
 
 def is_unexpected(error: GraphQLError) -> bool:

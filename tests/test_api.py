@@ -191,6 +191,27 @@ async def test_bad_input_is_refused_with_a_helpful_message_and_changes_nothing(
     assert await http_redis.dbsize() == keys_before
 
 
+@pytest.mark.parametrize(
+    "document",
+    [
+        'query($v: Boolean = true) { presence(userId: "a") { online lastSeen @include(if: $v) } }',
+        'query($v: Boolean = true) { presence(userId: "a") @skip(if: $v) { online } }',
+        'query($u: ID = "a") { presence(userId: $u) { online } }',
+    ],
+)
+async def test_an_explicit_null_where_a_default_stood_is_bad_input_and_not_logged(
+    api: Client, caplog: pytest.LogCaptureFixture, document: str
+) -> None:
+    # GraphQL lets a variable with a default stand where null is not allowed; sending null for
+    # it explicitly is found only while the operation runs.
+    with caplog.at_level(logging.WARNING, logger="gql_presence.errors"):
+        for _ in range(2):  # the full path first, then (over HTTP) the document's plan
+            body = await graphql(api, document, v=None, u=None)
+            assert error_codes(body) == ["BAD_USER_INPUT"]
+            assert "not to be None" in body["errors"][0]["message"]
+    assert caplog.records == []
+
+
 async def test_revoked_session_is_refused_with_its_code(
     api: Client, http_redis: Redis, deployment: Settings
 ) -> None:
