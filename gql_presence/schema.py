@@ -26,7 +26,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
-from gql_presence import events
+from gql_presence import events, fanout
 from gql_presence.admission import admit, is_subscription, over_budget
 from gql_presence.app_state import SETTINGS
 from gql_presence.auth import CallerKind, Need
@@ -481,6 +481,28 @@ class Subscription:
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
+        operation = fanout.OPERATION.get()
+        socket = context.socket
+        selection = None
+        if operation is not None and socket is not None:
+            selection = context.selections.get(
+                operation, info, EventExecutionContext, PresenceEvent.of
+            )
+        if operation is not None and socket is not None and selection is not None:
+            # Multiplexed (fanout.py): the hub writes each event's message to the socket;
+            # this operation only waits for its end.
+            async with context.events.delivery(
+                context.close_socket,
+                socket.send_now,
+                operation.next_head(),
+                selection.render,
+                user_ids=followed,
+                friends_of=friends_of,
+                everyone=everyone,
+            ) as delivery:
+                dropped = await delivery.ended
+            await context.close_socket(dropped)
+            return
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
         ) as feed:

@@ -23,6 +23,10 @@ from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.http.base import BaseRequestProtocol
 from strawberry.http.types import QueryParams
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
@@ -46,6 +50,7 @@ from gql_presence.errors import (
     UnauthenticatedError,
 )
 from gql_presence.events import FeedDroppedError
+from gql_presence.fanout import OPERATION, Selections, SocketOperation
 from gql_presence.graphql_errors import outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
 from gql_presence.limits import (
@@ -63,7 +68,23 @@ if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter
 
 
+class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    """Strawberry's graphql-transport-ws handler, which tells each operation's resolvers
+    which operation of the socket they serve (fanout.py)."""
+
+    async def run_operation(self, operation: Operation[Context, None]) -> None:
+        # The operation's own task: the value is seen by its resolvers only.
+        OPERATION.set(
+            SocketOperation(
+                operation.id, operation.query, operation.operation_name, operation.variables
+            )
+        )
+        await super().run_operation(operation)
+
+
 class PresenceView(GraphQLView[Context, None]):
+    graphql_transport_ws_handler_class = TransportWSHandler
+
     def __init__(self, settings: Settings) -> None:
         super().__init__(
             schema=build_schema(
@@ -83,6 +104,7 @@ class PresenceView(GraphQLView[Context, None]):
         # aiohttp pings every heartbeat and closes a socket whose pong is not back within
         # half of it: a client gone silent is found within half the TTL of its sessions.
         self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
+        self._selections = Selections()
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -121,6 +143,8 @@ class PresenceView(GraphQLView[Context, None]):
             limiter=request.app[LIMITER],
             documents=self._persisted,
             held_sessions=request.app[HELD_SESSIONS],
+            socket=response if isinstance(response, BoundedWebSocketResponse) else None,
+            selections=self._selections,
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
