@@ -83,7 +83,9 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
 
 
 class PresenceView(GraphQLView[Context, None]):
-    graphql_transport_ws_handler_class = TransportWSHandler
+    graphql_transport_ws_handler_class: type[BaseGraphQLTransportWSHandler[Context, None]] = (
+        TransportWSHandler
+    )
 
     def __init__(self, settings: Settings) -> None:
         super().__init__(

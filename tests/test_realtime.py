@@ -423,7 +423,7 @@ def each_on_its_own(service: Service) -> None:
         for route in service.app.router.routes()
         if isinstance(route.handler, PresenceView)
     ]
-    view.graphql_transport_ws_handler_class = BaseGraphQLTransportWSHandler  # type: ignore[misc]
+    view.graphql_transport_ws_handler_class = BaseGraphQLTransportWSHandler
 
 
 async def raw_texts(socket: aiohttp.ClientWebSocketResponse, count: int) -> list[str]:
