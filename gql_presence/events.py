@@ -69,6 +69,17 @@ Rendered = dict[Render, bytes]
 class Follower:
     """One subscription's place in the hub: the users it follows, and whether it was dropped."""
 
+    __slots__ = (
+        "_capacity",
+        "_hub",
+        "_on_drop",
+        "dropped",
+        "friends_applied",
+        "friends_of",
+        "friends_read",
+        "user_ids",
+    )
+
     def __init__(self, hub: EventHub, capacity: int, on_drop: OnDrop) -> None:
         self._hub = hub
         self._capacity = capacity
@@ -109,6 +120,8 @@ class Follower:
 class Feed(Follower):
     """One subscription's events, in the order Redis published them, for a task to read."""
 
+    __slots__ = ("_queue",)
+
     def __init__(self, hub: EventHub, capacity: int, on_drop: OnDrop) -> None:
         super().__init__(hub, capacity, on_drop)
         self._queue: asyncio.Queue[PresenceEvent | FeedDroppedError] = asyncio.Queue(capacity + 1)
@@ -137,7 +150,9 @@ class Delivery(Follower):
     task, queue or execution of its own. Its messages are `head + payload + b"}"`, the
     payload rendered once per event for every delivery that shares `render`. The messages
     of one batch of events (those the store published at once) are written together when
-    the batch has been read."""
+    the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
+
+    __slots__ = ("_batch", "_head", "_render", "_write")
 
     def __init__(  # noqa: PLR0917 - each part is distinct
         self,
@@ -153,7 +168,6 @@ class Delivery(Follower):
         self._head = head
         self._render = render
         self._batch: list[bytes] = []
-        self.ended: asyncio.Future[FeedDroppedError] = asyncio.get_running_loop().create_future()
 
     def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
         if self.dropped is not None:
@@ -178,10 +192,6 @@ class Delivery(Follower):
         # bytes unsent, counted in messages of this batch's size.
         if waiting is not None and waiting * len(batch) > self._capacity * sum(map(len, batch)):
             self._too_slow()
-
-    def _dropped(self, reason: FeedDroppedError) -> None:
-        if not self.ended.done():
-            self.ended.set_result(reason)
 
 
 class EventHub:
@@ -267,11 +277,13 @@ class EventHub:
         of every user."""
         self._check_subscribed()
         feed = Feed(self, self._capacity, on_drop)
-        async with self._following(feed, user_ids, friends_of, everyone=everyone):
+        await self._follow_first(feed, user_ids, friends_of, everyone=everyone)
+        try:
             yield feed
+        finally:
+            self.forget(feed)
 
-    @contextlib.asynccontextmanager
-    async def delivery(
+    async def deliver(
         self,
         on_drop: OnDrop,
         write: WriteNow,
@@ -281,14 +293,14 @@ class EventHub:
         user_ids: Iterable[str] = (),
         friends_of: str | None = None,
         everyone: bool = False,
-    ) -> AsyncIterator[Delivery]:
+    ) -> Delivery:
         """As feed(), but each event's message is written at once with `write`: `head`, the
         payload that `render` makes of the event (once for every delivery that shares it),
-        and a closing brace. `ended` gives the reason when the service drops it."""
+        and a closing brace. It lasts until `forget(delivery)`, or until the hub drops it."""
         self._check_subscribed()
         delivery = Delivery(self, self._capacity, on_drop, write, head, render)
-        async with self._following(delivery, user_ids, friends_of, everyone=everyone):
-            yield delivery
+        await self._follow_first(delivery, user_ids, friends_of, everyone=everyone)
+        return delivery
 
     def _check_subscribed(self) -> None:
         if not self.subscribed:
@@ -296,15 +308,14 @@ class EventHub:
                 "The event stream is reconnecting to the store; subscribe again shortly."
             )
 
-    @contextlib.asynccontextmanager
-    async def _following(
+    async def _follow_first(
         self,
         follower: Follower,
         user_ids: Iterable[str],
         friends_of: str | None,
         *,
         everyone: bool,
-    ) -> AsyncIterator[None]:
+    ) -> None:
         self._feeds.add(follower)
         try:
             if everyone:
@@ -315,9 +326,9 @@ class EventHub:
                 follower.friends_of = friends_of
                 self._by_friends_of.setdefault(friends_of, set()).add(follower)
                 await self._reload_friends(follower)
-            yield
-        finally:
+        except BaseException:
             self.forget(follower)
+            raise
 
     def forget(self, feed: Follower) -> None:
         self._feeds.discard(feed)

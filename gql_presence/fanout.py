@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     import strawberry
     from graphql.execution import Executor
 
-    from gql_presence.events import PresenceEvent
+    from gql_presence.events import Delivery, PresenceEvent
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,20 @@ class SocketOperation:
 
 # As Strawberry encodes the messages it sends (strawberry.http.base's encode_json).
 _COMPACT = (",", ":")
+
+
+class HandedOverError(BaseException):
+    """Raised by a subscription's resolver once the event hub delivers its events: it ends the
+    operation's task, which has nothing left to do, without completing the operation. A
+    BaseException, as CancelledError is, so that neither graphql-core nor Strawberry (which
+    turn an Exception into an error result) takes it for an error of the operation; the
+    graphql-transport-ws handler (view.py) catches it and keeps the delivery until the
+    operation or its socket ends."""
+
+    def __init__(self, delivery: Delivery) -> None:
+        super().__init__("handed over to the event hub")
+        self.delivery = delivery
+
 
 # Set by the graphql-transport-ws handler in each operation's own task (view.py), so that the
 # subscription's resolver, running in that task, knows which operation it serves.

@@ -489,9 +489,9 @@ class Subscription:
                 operation, info, EventExecutionContext, PresenceEvent.of
             )
         if operation is not None and socket is not None and selection is not None:
-            # Multiplexed (fanout.py): the hub writes each event's message to the socket;
-            # this operation only waits for its end.
-            async with context.events.delivery(
+            # Multiplexed (fanout.py): the hub writes each event's message to the socket, and
+            # the socket's handler ends the delivery with the operation; nothing here waits.
+            delivery = await context.events.deliver(
                 context.close_socket,
                 socket.send_now,
                 operation.next_head(),
@@ -499,10 +499,8 @@ class Subscription:
                 user_ids=followed,
                 friends_of=friends_of,
                 everyone=everyone,
-            ) as delivery:
-                dropped = await delivery.ended
-            await context.close_socket(dropped)
-            return
+            )
+            raise fanout.HandedOverError(delivery)
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
         ) as feed:

@@ -49,8 +49,8 @@ from gql_presence.errors import (
     RateLimitedError,
     UnauthenticatedError,
 )
-from gql_presence.events import FeedDroppedError
-from gql_presence.fanout import OPERATION, Selections, SocketOperation
+from gql_presence.events import Delivery, FeedDroppedError
+from gql_presence.fanout import OPERATION, HandedOverError, Selections, SocketOperation
 from gql_presence.graphql_errors import outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
 from gql_presence.limits import (
@@ -70,7 +70,13 @@ if TYPE_CHECKING:
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
     """Strawberry's graphql-transport-ws handler, which tells each operation's resolvers
-    which operation of the socket they serve (fanout.py)."""
+    which operation of the socket they serve, and holds the subscriptions that the event hub
+    delivers (fanout.py): their operations have no task, only their place in the hub, until
+    the client completes them or the socket ends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deliveries: dict[str, Delivery] = {}
 
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         # The operation's own task: the value is seen by its resolvers only.
@@ -79,7 +85,19 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
                 operation.id, operation.query, operation.operation_name, operation.variables
             )
         )
-        await super().run_operation(operation)
+        try:
+            await super().run_operation(operation)
+        except HandedOverError as handed:
+            if self.operations.get(operation.id) is operation:
+                self._deliveries[operation.id] = handed.delivery
+            else:  # completed, or its socket ended, meanwhile
+                self.context.events.forget(handed.delivery)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        delivery = self._deliveries.pop(operation_id, None)
+        if delivery is not None:
+            self.context.events.forget(delivery)
+        await super().cleanup_operation(operation_id)
 
 
 class PresenceView(GraphQLView[Context, None]):

@@ -21,6 +21,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 
 from gql_presence.app import close_sockets, create_app
 from gql_presence.app_state import EVENTS
+from gql_presence.limits import MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.store.days import to_ms
@@ -505,4 +506,49 @@ async def test_compressed_sockets_take_multiplexed_events_between_other_messages
         answers = [m for m in messages if m["type"] == "next" and m["id"] != "s"]
         assert len(answers) == 3
         assert all(len(json.dumps(a)) > 16_384 for a in answers)
+        await socket.close()
+
+
+async def test_a_completed_multiplexed_subscription_ends_and_its_id_may_be_used_again(
+    service: Service,
+) -> None:
+    hub = service.app[EVENTS]
+    async with aiohttp.ClientSession() as session:
+        socket = await session.ws_connect(ws_url(service), protocols=["graphql-transport-ws"])
+        await socket.send_json({"type": "connection_init"})
+        assert (await socket.receive_json())["type"] == "connection_ack"
+        alice = {"query": subscription(f"userIds: {ids('alice')}")}
+        await socket.send_json({"id": "a", "type": "subscribe", "payload": alice})
+        await eventually(lambda: hub.delivery_count == 1, what="the subscription")
+        await socket.send_json({"id": "a", "type": "complete"})
+        await eventually(lambda: hub.feed_count == 0, what="the subscription's end")
+        await graphql(service, 'mutation { touch(userId: "alice", sessionId: "one") { online } }')
+
+        bob = {"query": subscription(f"userIds: {ids('bob')}")}
+        await socket.send_json({"id": "a", "type": "subscribe", "payload": bob})
+        await eventually(lambda: hub.delivery_count == 1, what="the subscription again")
+        await graphql(service, 'mutation { touch(userId: "bob") { online } }')
+        message = await socket.receive_json(timeout=3)
+        assert message["id"] == "a"
+        assert message["payload"]["data"]["presenceChanged"]["userId"] == "bob"
+        await socket.close()
+    await eventually(lambda: hub.feed_count == 0, what="the socket's subscriptions to end")
+
+
+async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
+    service: Service,
+) -> None:
+    hub = service.app[EVENTS]
+    async with aiohttp.ClientSession() as session:
+        socket = await session.ws_connect(ws_url(service), protocols=["graphql-transport-ws"])
+        await socket.send_json({"type": "connection_init"})
+        assert (await socket.receive_json())["type"] == "connection_ack"
+        alice = {"query": subscription(f"userIds: {ids('alice')}")}
+        for i in range(MAX_SUBSCRIPTIONS_PER_SOCKET):
+            await socket.send_json({"id": str(i), "type": "subscribe", "payload": alice})
+        await eventually(lambda: hub.delivery_count == MAX_SUBSCRIPTIONS_PER_SOCKET)
+        await socket.send_json({"id": "over", "type": "subscribe", "payload": alice})
+        refused = await socket.receive_json(timeout=3)
+        assert (refused["id"], refused["type"]) == ("over", "error")
+        assert "limit" in refused["payload"][0]["message"]
         await socket.close()
