@@ -1,10 +1,17 @@
-"""Real-time benchmark: `python -m bench.realtime [--subscribers N]`.
+"""Real-time benchmark: `python -m bench.realtime [--subscribers N] [--baseline REF]`.
 
 One API process (`gql-presence serve`) on a private Redis, N WebSocket subscribers (default
-1,000) speaking graphql-transport-ws, all following the same ten users. It measures:
-- throughput: a burst of presence changes, as fast as the API takes them, and how many
-  events per second reach the subscribers until each has all of them;
-- delay: changes at a steady, modest rate, and the time from sending each `kick`/`touch`
+1,000) speaking graphql-transport-ws, all subscribed to the same document following the same
+ten users. It measures, for this checkout and, with --baseline, for a git commit of it
+(extracted into a temporary folder and run from there), one after the other in one run:
+- connects and subscribes per second: N clients connect, send connection_init, subscribe,
+  and receive their first event;
+- process memory per idle subscription: the service's RSS before the subscribers and after,
+  over N (one subscription per socket), and in a second process over N/20 sockets of 20;
+- the service's CPU per delivered event: a burst of events published straight into the
+  events channel (so that no HTTP request is counted), the process's CPU time from
+  /proc/<pid>/stat over the burst, divided by the deliveries;
+- delay: changes (`touch`/`kick` mutations) at a steady rate, and the time from sending each
   to its event arriving, at every subscriber (p50, p99).
 """
 
@@ -12,38 +19,51 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
+from redis.asyncio import Redis
 
 from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.store.keys import Keys
 
 USERS = [f"bench-{i}" for i in range(10)]
 SUBSCRIBE = (
     "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) "
     "{ userId kind at sessionId online } }"
 )
+PER_SOCKET_MANY = 20  # the most subscriptions a socket may carry
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 class Subscriber:
     def __init__(self) -> None:
         self.received: list[tuple[float, str, str]] = []  # (arrival, user, kind)
+        self.first = asyncio.Event()
         self.ws: aiohttp.ClientWebSocketResponse | None = None
 
-    async def connect(self, session: aiohttp.ClientSession, url: str) -> None:
+    async def connect(self, session: aiohttp.ClientSession, url: str, subscriptions: int) -> None:
         self.ws = await session.ws_connect(url, protocols=["graphql-transport-ws"])
         await self.ws.send_json({"type": "connection_init"})
         assert (await self.ws.receive_json())["type"] == "connection_ack"
         payload = {"query": SUBSCRIBE, "variables": {"ids": USERS}}
-        await self.ws.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        for i in range(subscriptions):
+            await self.ws.send_json({"id": str(i), "type": "subscribe", "payload": payload})
 
     async def read(self) -> None:
         assert self.ws is not None
@@ -54,6 +74,7 @@ class Subscriber:
             if body["type"] == "next":
                 event = body["payload"]["data"]["presenceChanged"]
                 self.received.append((time.perf_counter(), event["userId"], event["kind"]))
+                self.first.set()
 
 
 def change(user: str, i: int) -> tuple[str, str]:
@@ -74,52 +95,160 @@ async def all_arrived(subscribers: list[Subscriber], count: int, limit_s: float)
     while time.perf_counter() < deadline:
         if all(len(s.received) >= count for s in subscribers):
             return time.perf_counter()
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.005)
     got = sorted(len(s.received) for s in subscribers)
     raise RuntimeError(f"only {got[0]}..{got[-1]} of {count} events arrived in {limit_s} s")
 
 
+@contextlib.contextmanager
+def checkout(ref: str | None) -> Iterator[Path | None]:
+    """The code of `ref` of this repository in a temporary folder (None: this checkout)."""
+    if ref is None:
+        yield None
+        return
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="gqlp-baseline-") as folder:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", ref],  # noqa: S607 - git on PATH
+            check=True,
+            capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        yield Path(folder)
+
+
+@dataclass
+class Service:
+    url: str
+    pid: int
+    redis_url: str
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
+
+    def rss_bytes(self) -> int:
+        return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE_BYTES
+
+
 @asynccontextmanager
-async def service(buffer: int) -> AsyncIterator[str]:
-    """A private Redis and one API process on it; yields the GraphQL URL."""
+async def service(code: Path | None, buffer: int) -> AsyncIterator[Service]:
+    """A private Redis and one API process on it, of `code` (None: this checkout)."""
     server = start_redis_server()
     port = free_port()
     env = {
         **os.environ,
         "REDIS_URL": server.url,
+        "PRESENCE_WORKERS": "1",
         "PRESENCE_REVOKE_SECONDS": "0",  # kicked sessions may come back at once
         "PRESENCE_SUBSCRIBER_BUFFER": str(buffer),
     }
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
         [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
         env=env,
+        cwd=code,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        yield f"127.0.0.1:{port}/graphql"
+        url = f"127.0.0.1:{port}/graphql"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(400):
+                try:
+                    await post(http, f"http://{url}", "{ __typename }")
+                    break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+        yield Service(url, process.pid, server.url)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
         server.stop()
 
 
-async def burst_phase(
-    session: aiohttp.ClientSession, url: str, subscribers: list[Subscriber], burst: int
-) -> tuple[float, float]:
-    """Changes/s the API took, and events/s delivered until every subscriber had them all."""
-    per_user = burst // len(USERS) // 2 * 2  # each user ends offline
+async def publish(redis: Redis, count: int, first: int) -> None:
+    """`count` events as the scripts announce them, each in a message of its own."""
+    channel = Keys().events
+    at_ms = int(time.time() * 1000)
+    for i in range(first, first + count):
+        user = USERS[i % len(USERS)]
+        online = i % 2 == 0
+        event = ["ONLINE" if online else "OFFLINE", user, at_ms, "", int(online)]
+        await redis.publish(channel, json.dumps(event))
 
-    async def publisher(user: str) -> None:  # one user's changes in order; users at once
-        for i in range(per_user):
-            await post(session, url, change(user, i)[1])
 
-    started = time.perf_counter()
-    await asyncio.gather(*(publisher(user) for user in USERS))
-    sent = time.perf_counter()
-    finished = await all_arrived(subscribers, per_user * len(USERS), 120)
-    changes = per_user * len(USERS)
-    return changes / (sent - started), changes * len(subscribers) / (finished - started)
+async def subscribe_all(
+    session: aiohttp.ClientSession, url: str, sockets: int, per_socket: int
+) -> list[Subscriber]:
+    subscribers = [Subscriber() for _ in range(sockets)]
+    for start in range(0, sockets, 50):
+        batch = subscribers[start : start + 50]
+        await asyncio.gather(*(s.connect(session, url, per_socket) for s in batch))
+    return subscribers
+
+
+async def first_events(redis: Redis, clients: list[Subscriber]) -> None:
+    """Publishes events until every client has had one: each is subscribed then."""
+    while not all(s.first.is_set() for s in clients):
+        await publish(redis, 1, 0)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(s.first.wait() for s in clients)), 0.2)
+
+
+async def measure(
+    code: Path | None, subscribers: int, burst: int, steady_s: float
+) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with (
+        service(code, max(1000, burst)) as svc,
+        aiohttp.ClientSession(connector=connector) as session,
+        Redis.from_url(svc.redis_url) as redis,
+    ):
+        http_url, ws_url = f"http://{svc.url}", f"ws://{svc.url}"
+        await asyncio.sleep(1)
+        rss_before = svc.rss_bytes()
+        started = time.perf_counter()
+        clients = await subscribe_all(session, ws_url, subscribers, 1)
+        readers = [asyncio.create_task(s.read()) for s in clients]
+        await first_events(redis, clients)
+        figures["connects"] = subscribers / (time.perf_counter() - started)
+        await asyncio.sleep(1)
+        figures["rss_one"] = (svc.rss_bytes() - rss_before) / subscribers
+
+        for s in clients:
+            s.received.clear()
+        cpu_before = svc.cpu_s()
+        await publish(redis, burst, 1)
+        await all_arrived(clients, burst, 300)
+        figures["cpu_us"] = (svc.cpu_s() - cpu_before) / (burst * subscribers) * 1e6
+
+        rate = 10_000 / subscribers  # changes/s for 10,000 deliveries/s
+        delays = await steady_phase(session, http_url, clients, int(steady_s * rate) // 2 * 2, rate)
+        figures["p50"] = delays[len(delays) // 2]
+        figures["p99"] = delays[int(len(delays) * 0.99)]
+        for task in readers:
+            task.cancel()
+
+    async with (
+        service(code, 1000) as svc,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+        Redis.from_url(svc.redis_url) as redis,
+    ):
+        await asyncio.sleep(1)
+        rss_before = svc.rss_bytes()
+        sockets = max(1, subscribers // PER_SOCKET_MANY)
+        clients = await subscribe_all(session, f"ws://{svc.url}", sockets, PER_SOCKET_MANY)
+        readers = [asyncio.create_task(s.read()) for s in clients]
+        await first_events(redis, clients)
+        await asyncio.sleep(1)
+        figures["rss_many"] = (svc.rss_bytes() - rss_before) / (sockets * PER_SOCKET_MANY)
+        for task in readers:
+            task.cancel()
+    return figures
 
 
 async def steady_phase(
@@ -129,12 +258,14 @@ async def steady_phase(
     for s in subscribers:
         s.received.clear()
     sent_at: dict[tuple[str, str], list[float]] = defaultdict(list)
+    started = time.perf_counter()
     for i in range(count):
+        # On schedule, whatever the time each request took.
+        await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
         kind, mutation = change(USERS[0], i)
         sent_at[(USERS[0], kind)].append(time.perf_counter())
         await post(session, url, mutation)
-        await asyncio.sleep(1 / rate)
-    await all_arrived(subscribers, count, 60)
+    await all_arrived(subscribers, count, 120)
     delays = []
     for s in subscribers:
         seen: dict[tuple[str, str], int] = defaultdict(int)
@@ -144,53 +275,50 @@ async def steady_phase(
     return sorted(delays)
 
 
-async def run(subscriber_count: int, burst: int, steady_s: float, steady_rate: float) -> None:
-    async with (
-        service(max(1000, burst)) as address,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-    ):
-        http_url, ws_url = f"http://{address}", f"ws://{address}"
-        for _ in range(200):
-            try:
-                await post(session, http_url, "{ __typename }")
-                break
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-        subscribers = [Subscriber() for _ in range(subscriber_count)]
-        for start in range(0, subscriber_count, 100):
-            batch = subscribers[start : start + 100]
-            await asyncio.gather(*(s.connect(session, ws_url) for s in batch))
-        readers = [asyncio.create_task(s.read()) for s in subscribers]
-        await asyncio.sleep(1)  # every subscription registered
-        accepted, delivered = await burst_phase(session, http_url, subscribers, burst)
-        steady = int(steady_s * steady_rate) // 2 * 2
-        delays = await steady_phase(session, http_url, subscribers, steady, steady_rate)
-        for task in readers:
-            task.cancel()
+ROWS = [
+    (
+        "connects",
+        "connects and subscribes per second (connect, init, subscribe, first event)",
+        "{:,.0f}/s",
+    ),
+    ("rss_one", "process memory per idle subscription, one per socket", "{:,.1f} KiB"),
+    ("rss_many", f"same, {PER_SOCKET_MANY} per socket", "{:,.1f} KiB"),
+    ("cpu_us", "service CPU per delivered event (burst published into Redis)", "{:,.1f} µs"),
+    ("p50", "steady 10,000 deliveries/s: change (request) to event, p50", "{:,.1f} ms"),
+    ("p99", "same, p99", "{:,.1f} ms"),
+]
 
-    rows = [
-        (f"burst of {burst:,} changes: changes/s the API took", f"{accepted:,.0f}"),
-        ("events delivered until every subscriber had all", f"{delivered:,.0f} events/s"),
-        (
-            f"steady {steady_rate:g} changes/s for {steady_s:g} s: request to event, p50",
-            f"{delays[len(delays) // 2]:,.1f} ms",
-        ),
-        ("same, p99", f"{delays[int(len(delays) * 0.99)]:,.1f} ms"),
-    ]
-    cores = os.cpu_count()
-    print(f"real-time: {subscriber_count:,} subscribers, one API process, {cores} cores\n")
-    print("| what | figure |\n|---|---|")
-    for what, figure in rows:
-        print(f"| {what} | {figure} |")
+
+async def run(options: argparse.Namespace) -> None:
+    targets: list[tuple[str, str | None]] = [("this checkout", None)]
+    if options.baseline:
+        targets.insert(0, (options.baseline, options.baseline))
+    results: dict[str, dict[str, float]] = {}
+    for name, ref in targets:
+        with checkout(ref) as code:
+            results[name] = await measure(
+                code, options.subscribers, options.burst, options.steady_seconds
+            )
+    load = os.getloadavg()
+    print(
+        f"real-time: {options.subscribers:,} subscribers of one document, one API process, "
+        f"{os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
+    )
+    names = list(results)
+    print("| what | " + " | ".join(names) + (" | ratio |" if len(names) == 2 else " |"))
+    print("|---" * (len(names) + 1 + (len(names) == 2)) + "|")
+    for key, what, shape in ROWS:
+        cells = [shape.format(results[n][key] / (1024 if "rss" in key else 1)) for n in names]
+        ratio = ""
+        if len(names) == 2 and results[names[1]][key]:
+            ratio = f" {results[names[0]][key] / results[names[1]][key]:,.1f}x |"
+        print(f"| {what} | " + " | ".join(cells) + " |" + ratio)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.realtime", description=__doc__)
     parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--burst", type=int, default=200, help="changes in the throughput burst")
-    parser.add_argument("--steady-seconds", type=float, default=10)
-    parser.add_argument("--steady-rate", type=float, default=2, help="changes per second")
-    options = parser.parse_args()
-    asyncio.run(
-        run(options.subscribers, options.burst, options.steady_seconds, options.steady_rate)
-    )
+    parser.add_argument("--burst", type=int, default=100, help="events in the CPU burst")
+    parser.add_argument("--steady-seconds", type=float, default=5)
+    parser.add_argument("--baseline", default=None, help="a git commit to measure first, e.g. main")
+    asyncio.run(run(parser.parse_args()))
