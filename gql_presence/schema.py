@@ -395,6 +395,8 @@ class PresenceEventKind(Enum):
     )
 
 
+# Its fields read only the event, never the caller: one rendering of an event is shared by
+# every subscriber of the same document (fanout.py). Keep it so.
 @strawberry.type(description="One change of one user's presence.")
 class PresenceEvent:
     user_id: ID = strawberry.field(description="The user whose presence changed.")
