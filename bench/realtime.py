@@ -5,7 +5,8 @@ One API process (`gql-presence serve`) on a private Redis, N WebSocket subscribe
 ten users. It measures, for this checkout and, with --baseline, for a git commit of it
 (extracted into a temporary folder and run from there), one after the other in one run:
 - connects and subscribes per second: N clients connect, send connection_init, subscribe,
-  and receive their first event;
+  and receive their first event (events are published until each has one), by the wall
+  clock and by the service's CPU time (without that of those events' deliveries);
 - process memory per idle subscription: the service's RSS before the subscribers and after,
   over N (one subscription per socket), and in a second process over N/20 sockets of 20;
 - the service's CPU per delivered event: a burst of events published straight into the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import contextlib
 import io
 import json
@@ -51,30 +53,96 @@ TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
-class Subscriber:
+class Subscriber(asyncio.Protocol):
+    """One graphql-transport-ws client on a raw connection: it records each message's arrival
+    time and bytes, and leaves JSON for later, so that the 1,000 clients in this process take
+    as little of the shared cores as they can while the service is measured."""
+
     def __init__(self) -> None:
-        self.received: list[tuple[float, str, str]] = []  # (arrival, user, kind)
+        self.received: list[tuple[float, bytes]] = []  # (arrival, message)
         self.first = asyncio.Event()
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self._buffer = b""
+        self._upgraded = False
+        self._handshake: asyncio.Future[None] | None = None
+        self._transport: asyncio.Transport | None = None
 
-    async def connect(self, session: aiohttp.ClientSession, url: str, subscriptions: int) -> None:
-        self.ws = await session.ws_connect(url, protocols=["graphql-transport-ws"])
-        await self.ws.send_json({"type": "connection_init"})
-        assert (await self.ws.receive_json())["type"] == "connection_ack"
+    async def connect(self, host: str, port: int, subscriptions: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._handshake = loop.create_future()
+        await loop.create_connection(lambda: self, host, port)
+        assert self._transport is not None
+        key = base64.b64encode(os.urandom(16)).decode()
+        self._transport.write(
+            f"GET /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n".encode()
+            + client_frame({"type": "connection_init"})
+        )
+        await self._handshake
         payload = {"query": SUBSCRIBE, "variables": {"ids": USERS}}
-        for i in range(subscriptions):
-            await self.ws.send_json({"id": str(i), "type": "subscribe", "payload": payload})
+        self._transport.write(
+            b"".join(
+                client_frame({"id": str(i), "type": "subscribe", "payload": payload})
+                for i in range(subscriptions)
+            )
+        )
 
-    async def read(self) -> None:
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type != aiohttp.WSMsgType.TEXT:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        buffer = self._buffer + data
+        if not self._upgraded:  # the HTTP response's headers come first
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                self._buffer = buffer
+                return
+            buffer = buffer[end + 4 :]
+            self._upgraded = True
+        while len(buffer) >= 2:
+            size, start = buffer[1] & 0x7F, 2
+            if size == 126:
+                size, start = int.from_bytes(buffer[2:4], "big"), 4
+            elif size == 127:
+                size, start = int.from_bytes(buffer[2:10], "big"), 10
+            if len(buffer) < start + size:
                 break
-            body = json.loads(message.data)
-            if body["type"] == "next":
-                event = body["payload"]["data"]["presenceChanged"]
-                self.received.append((time.perf_counter(), event["userId"], event["kind"]))
+            message = buffer[start : start + size]
+            buffer = buffer[start + size :]
+            if b'"connection_ack"' in message and self._handshake is not None:
+                self._handshake.set_result(None)
+            elif b'"next"' in message:
+                self.received.append((now, message))
                 self.first.set()
+        self._buffer = buffer
+
+    def events(self) -> list[tuple[float, str, str]]:
+        """(arrival, user, kind) of each event received."""
+        found = []
+        for arrival, message in self.received:
+            event = json.loads(message)["payload"]["data"]["presenceChanged"]
+            found.append((arrival, event["userId"], event["kind"]))
+        return found
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+def client_frame(message: dict[str, object]) -> bytes:
+    """A text frame as a client sends it: masked (here with a zero mask, which leaves the
+    bytes as they are)."""
+    data = json.dumps(message).encode()
+    size = len(data)
+    if size < 126:
+        header = bytes([0x81, 0x80 | size])
+    elif size < 1 << 16:
+        header = bytes([0x81, 0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        header = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big")
+    return header + bytes(4) + data
 
 
 def change(user: str, i: int) -> tuple[str, str]:
@@ -128,6 +196,10 @@ class Service:
         fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
 
+    def host_port(self) -> tuple[str, int]:
+        host, port = self.url.split("/", 1)[0].split(":")
+        return host, int(port)
+
     def rss_bytes(self) -> int:
         return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE_BYTES
 
@@ -180,13 +252,12 @@ async def publish(redis: Redis, count: int, first: int) -> None:
         await redis.publish(channel, json.dumps(event))
 
 
-async def subscribe_all(
-    session: aiohttp.ClientSession, url: str, sockets: int, per_socket: int
-) -> list[Subscriber]:
+async def subscribe_all(svc: Service, sockets: int, per_socket: int) -> list[Subscriber]:
     subscribers = [Subscriber() for _ in range(sockets)]
+    host, port = svc.host_port()
     for start in range(0, sockets, 50):
         batch = subscribers[start : start + 50]
-        await asyncio.gather(*(s.connect(session, url, per_socket) for s in batch))
+        await asyncio.gather(*(s.connect(host, port, per_socket) for s in batch))
     return subscribers
 
 
@@ -208,14 +279,16 @@ async def measure(
         aiohttp.ClientSession(connector=connector) as session,
         Redis.from_url(svc.redis_url) as redis,
     ):
-        http_url, ws_url = f"http://{svc.url}", f"ws://{svc.url}"
+        http_url = f"http://{svc.url}"
         await asyncio.sleep(1)
         rss_before = svc.rss_bytes()
+        cpu_before = svc.cpu_s()
         started = time.perf_counter()
-        clients = await subscribe_all(session, ws_url, subscribers, 1)
-        readers = [asyncio.create_task(s.read()) for s in clients]
+        clients = await subscribe_all(svc, subscribers, 1)
         await first_events(redis, clients)
         figures["connects"] = subscribers / (time.perf_counter() - started)
+        connect_cpu_s = svc.cpu_s() - cpu_before
+        first_deliveries = sum(len(s.received) for s in clients)
         await asyncio.sleep(1)
         figures["rss_one"] = (svc.rss_bytes() - rss_before) / subscribers
 
@@ -225,13 +298,17 @@ async def measure(
         await publish(redis, burst, 1)
         await all_arrived(clients, burst, 300)
         figures["cpu_us"] = (svc.cpu_s() - cpu_before) / (burst * subscribers) * 1e6
+        # The CPU of connecting, without that of the events that told the clients apart.
+        connect_cpu_s -= first_deliveries * figures["cpu_us"] / 1e6
+        figures["connect_cpu_us"] = connect_cpu_s / subscribers * 1e6
+        figures["connects_cpu"] = subscribers / connect_cpu_s
 
         rate = 10_000 / subscribers  # changes/s for 10,000 deliveries/s
         delays = await steady_phase(session, http_url, clients, int(steady_s * rate) // 2 * 2, rate)
         figures["p50"] = delays[len(delays) // 2]
         figures["p99"] = delays[int(len(delays) * 0.99)]
-        for task in readers:
-            task.cancel()
+        for client in clients:
+            client.close()
 
     async with (
         service(code, 1000) as svc,
@@ -241,13 +318,12 @@ async def measure(
         await asyncio.sleep(1)
         rss_before = svc.rss_bytes()
         sockets = max(1, subscribers // PER_SOCKET_MANY)
-        clients = await subscribe_all(session, f"ws://{svc.url}", sockets, PER_SOCKET_MANY)
-        readers = [asyncio.create_task(s.read()) for s in clients]
+        clients = await subscribe_all(svc, sockets, PER_SOCKET_MANY)
         await first_events(redis, clients)
         await asyncio.sleep(1)
         figures["rss_many"] = (svc.rss_bytes() - rss_before) / (sockets * PER_SOCKET_MANY)
-        for task in readers:
-            task.cancel()
+        for client in clients:
+            client.close()
     return figures
 
 
@@ -269,7 +345,7 @@ async def steady_phase(
     delays = []
     for s in subscribers:
         seen: dict[tuple[str, str], int] = defaultdict(int)
-        for arrival, user, kind in s.received:
+        for arrival, user, kind in s.events():
             delays.append((arrival - sent_at[(user, kind)][seen[(user, kind)]]) * 1000)
             seen[(user, kind)] += 1
     return sorted(delays)
@@ -278,9 +354,11 @@ async def steady_phase(
 ROWS = [
     (
         "connects",
-        "connects and subscribes per second (connect, init, subscribe, first event)",
+        "connects and subscribes per second (connect, init, subscribe, first event), wall clock",
         "{:,.0f}/s",
     ),
+    ("connect_cpu_us", "service CPU per connect and subscribe", "{:,.0f} µs"),
+    ("connects_cpu", "connects and subscribes per second of the service's CPU", "{:,.0f}/s"),
     ("rss_one", "process memory per idle subscription, one per socket", "{:,.1f} KiB"),
     ("rss_many", f"same, {PER_SOCKET_MANY} per socket", "{:,.1f} KiB"),
     ("cpu_us", "service CPU per delivered event (burst published into Redis)", "{:,.1f} µs"),
