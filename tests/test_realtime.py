@@ -39,6 +39,7 @@ from tests.helpers import (
     eventually,
     feeds_above,
     flood_until_dropped,
+    graphql_socket,
     ids,
     pile_up_events,
     released,
@@ -513,10 +514,7 @@ async def test_a_completed_multiplexed_subscription_ends_and_its_id_may_be_used_
     service: Service,
 ) -> None:
     hub = service.app[EVENTS]
-    async with aiohttp.ClientSession() as session:
-        socket = await session.ws_connect(ws_url(service), protocols=["graphql-transport-ws"])
-        await socket.send_json({"type": "connection_init"})
-        assert (await socket.receive_json())["type"] == "connection_ack"
+    async with graphql_socket(service) as socket:
         alice = {"query": subscription(f"userIds: {ids('alice')}")}
         await socket.send_json({"id": "a", "type": "subscribe", "payload": alice})
         await eventually(lambda: hub.delivery_count == 1, what="the subscription")
@@ -531,7 +529,6 @@ async def test_a_completed_multiplexed_subscription_ends_and_its_id_may_be_used_
         message = await socket.receive_json(timeout=3)
         assert message["id"] == "a"
         assert message["payload"]["data"]["presenceChanged"]["userId"] == "bob"
-        await socket.close()
     await eventually(lambda: hub.feed_count == 0, what="the socket's subscriptions to end")
 
 
@@ -539,10 +536,7 @@ async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
     service: Service,
 ) -> None:
     hub = service.app[EVENTS]
-    async with aiohttp.ClientSession() as session:
-        socket = await session.ws_connect(ws_url(service), protocols=["graphql-transport-ws"])
-        await socket.send_json({"type": "connection_init"})
-        assert (await socket.receive_json())["type"] == "connection_ack"
+    async with graphql_socket(service) as socket:
         alice = {"query": subscription(f"userIds: {ids('alice')}")}
         for i in range(MAX_SUBSCRIPTIONS_PER_SOCKET):
             await socket.send_json({"id": str(i), "type": "subscribe", "payload": alice})
@@ -551,4 +545,3 @@ async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
         refused = await socket.receive_json(timeout=3)
         assert (refused["id"], refused["type"]) == ("over", "error")
         assert "limit" in refused["payload"][0]["message"]
-        await socket.close()
