@@ -48,6 +48,7 @@ SUBSCRIBE = (
     "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) "
     "{ userId kind at sessionId online } }"
 )
+TEXT, PING, PONG = 0x1, 0x9, 0xA  # WebSocket opcodes
 PER_SOCKET_MANY = 20  # the most subscriptions a socket may carry
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -109,9 +110,11 @@ class Subscriber(asyncio.Protocol):
                 size, start = int.from_bytes(buffer[2:10], "big"), 10
             if len(buffer) < start + size:
                 break
-            message = buffer[start : start + size]
+            opcode, message = buffer[0] & 0x0F, buffer[start : start + size]
             buffer = buffer[start + size :]
-            if b'"connection_ack"' in message and self._handshake is not None:
+            if opcode == PING and self._transport is not None:  # the service's heartbeat
+                self._transport.write(client_frame(message, PONG))
+            elif b'"connection_ack"' in message and self._handshake is not None:
                 self._handshake.set_result(None)
             elif b'"next"' in message:
                 self.received.append((now, message))
@@ -131,17 +134,17 @@ class Subscriber(asyncio.Protocol):
             self._transport.close()
 
 
-def client_frame(message: dict[str, object]) -> bytes:
-    """A text frame as a client sends it: masked (here with a zero mask, which leaves the
-    bytes as they are)."""
-    data = json.dumps(message).encode()
+def client_frame(message: dict[str, object] | bytes, opcode: int = TEXT) -> bytes:
+    """A frame as a client sends it (JSON text by default): masked, here with a zero mask,
+    which leaves the bytes as they are."""
+    data = message if isinstance(message, bytes) else json.dumps(message).encode()
     size = len(data)
     if size < 126:
-        header = bytes([0x81, 0x80 | size])
+        header = bytes([0x80 | opcode, 0x80 | size])
     elif size < 1 << 16:
-        header = bytes([0x81, 0x80 | 126]) + size.to_bytes(2, "big")
+        header = bytes([0x80 | opcode, 0x80 | 126]) + size.to_bytes(2, "big")
     else:
-        header = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big")
+        header = bytes([0x80 | opcode, 0x80 | 127]) + size.to_bytes(8, "big")
     return header + bytes(4) + data
 
 
