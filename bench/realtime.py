@@ -413,6 +413,6 @@ if __name__ == "__main__":
     # Small enough that the baseline's burst (150 µs a delivery) stays within the 5 s a
     # heartbeat's pong may take: longer, and the service drops subscribers it cannot answer.
     parser.add_argument("--burst", type=int, default=25, help="events in the CPU burst")
-    parser.add_argument("--steady-seconds", type=float, default=5)
+    parser.add_argument("--steady-seconds", type=float, default=10)
     parser.add_argument("--baseline", default=None, help="a git commit to measure first, e.g. main")
     asyncio.run(run(parser.parse_args()))
