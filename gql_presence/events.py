@@ -6,9 +6,10 @@ which queue events for a task to read, and deliveries, which write the event's m
 their socket at once (multiplexed delivery, see fanout.py: one rendering per distinct
 document, shared by every delivery of it).
 A subscriber may fall at most `capacity` events behind: a feed holds that many undelivered
-events, a delivery that many messages unsent in its connection (counted as the bytes waiting
-there over the size of the message being written). One that falls further behind is dropped
-(its socket closed with a reason) instead of slowing the others or growing memory.
+events; a delivery takes that many messages in one batch of events, and its connection holds
+at most that many unsent (counted as the bytes waiting there over the mean size of the batch
+just written). One that falls further behind is dropped (its socket closed with a reason)
+instead of slowing the others or growing memory.
 When the Redis subscription is lost, every subscriber is dropped too, since events were
 missed; clients re-read presence and subscribe again. Events are never replayed.
 """

@@ -483,26 +483,24 @@ class Subscription:
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
-        operation = fanout.OPERATION.get()
-        socket = context.socket
-        selection = None
+        operation, socket = fanout.OPERATION.get(), context.socket
         if operation is not None and socket is not None:
             selection = context.selections.get(
                 operation, info, EventExecutionContext, PresenceEvent.of
             )
-        if operation is not None and socket is not None and selection is not None:
-            # Multiplexed (fanout.py): the hub writes each event's message to the socket, and
-            # the socket's handler ends the delivery with the operation; nothing here waits.
-            delivery = await context.events.deliver(
-                context.close_socket,
-                socket.send_now,
-                operation.next_head(),
-                selection.render,
-                user_ids=followed,
-                friends_of=friends_of,
-                everyone=everyone,
-            )
-            raise fanout.HandedOverError(delivery)
+            if selection is not None:
+                # Multiplexed (fanout.py): the hub writes each event's message to the socket,
+                # and the socket's handler ends the delivery with the operation.
+                delivery = await context.events.deliver(
+                    context.close_socket,
+                    socket.send_now,
+                    operation.next_head(),
+                    selection.render,
+                    user_ids=followed,
+                    friends_of=friends_of,
+                    everyone=everyone,
+                )
+                raise fanout.HandedOverError(delivery)
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
         ) as feed:
