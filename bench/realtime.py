@@ -377,6 +377,52 @@ ROWS = [
 ]
 
 
+# The floor of this stack for a connect and subscribe: an aiohttp WebSocket handler that
+# answers connection_init and reads the subscribe message, and nothing else.
+BARE_SERVER = """
+import json, sys
+from aiohttp import web
+
+async def graphql(request):
+    socket = web.WebSocketResponse(protocols=["graphql-transport-ws"])
+    await socket.prepare(request)
+    async for message in socket:
+        if json.loads(message.data)["type"] == "connection_init":
+            await socket.send_str(json.dumps({"type": "connection_ack"}))
+    return socket
+
+app = web.Application()
+app.router.add_get("/graphql", graphql)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+async def bare_connect_cpu_us(connections: int) -> float:
+    """The bare handler's CPU per connect, connection_init, ack and subscribe message."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(port)])  # noqa: ASYNC220
+    try:
+        bare = Service(f"127.0.0.1:{port}/graphql", process.pid, "")
+        for _ in range(400):  # until it listens
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        cpu_before = bare.cpu_s()
+        clients = await subscribe_all(bare, connections, 1)
+        await asyncio.sleep(1)  # the subscribe messages read
+        used_s = bare.cpu_s() - cpu_before
+        for client in clients:
+            client.close()
+        return used_s / connections * 1e6
+    finally:
+        process.kill()  # nothing of it to keep
+        process.wait(10)
+
+
 async def run(options: argparse.Namespace) -> None:
     targets: list[tuple[str, str | None]] = [("this checkout", None)]
     if options.baseline:
@@ -387,6 +433,7 @@ async def run(options: argparse.Namespace) -> None:
             results[name] = await measure(
                 code, options.subscribers, options.burst, options.steady_seconds
             )
+    bare_us = await bare_connect_cpu_us(options.subscribers)
     load = os.getloadavg()
     print(
         f"real-time: {options.subscribers:,} subscribers of one document, one API process, "
@@ -405,6 +452,11 @@ async def run(options: argparse.Namespace) -> None:
         if len(names) == 2 and results[names[1]][key]:
             ratio = f" {results[names[0]][key] / results[names[1]][key]:,.2f} |"
         print(f"| {what} | " + " | ".join(cells) + " |" + ratio)
+    print(
+        f"\nThe floor, a bare aiohttp WebSocket handler (connect, connection_init, ack, the "
+        f"subscribe message read): {bare_us:,.0f} µs of its CPU each, "
+        f"{1e6 / bare_us:,.0f}/s."
+    )
 
 
 if __name__ == "__main__":
