@@ -1,10 +1,18 @@
-"""Real-time benchmark: `python -m bench.realtime [--subscribers N]`.
+"""Real-time benchmark: `python -m bench.realtime [--subscribers N] [--baseline REF]`.
 
 One API process (`gql-presence serve`) on a private Redis, N WebSocket subscribers (default
-1,000) speaking graphql-transport-ws, all following the same ten users. It measures:
-- throughput: a burst of presence changes, as fast as the API takes them, and how many
-  events per second reach the subscribers until each has all of them;
-- delay: changes at a steady, modest rate, and the time from sending each `kick`/`touch`
+1,000) speaking graphql-transport-ws, all subscribed to the same document following the same
+ten users. It measures, for this checkout and, with --baseline, for a git commit of it
+(extracted into a temporary folder and run from there), one after the other in one run:
+- connects and subscribes per second: N clients connect, send connection_init, subscribe,
+  and receive their first event (events are published until each has one), by the wall
+  clock and by the service's CPU time (without that of those events' deliveries);
+- process memory per idle subscription: the service's RSS before the subscribers and after,
+  over N (one subscription per socket), and in a second process over N/20 sockets of 20;
+- the service's CPU per delivered event: a burst of events published straight into the
+  events channel (so that no HTTP request is counted), the process's CPU time from
+  /proc/<pid>/stat over the burst, divided by the deliveries;
+- delay: changes (`touch`/`kick` mutations) at a steady rate, and the time from sending each
   to its event arriving, at every subscriber (p50, p99).
 """
 
@@ -12,48 +20,136 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import contextlib
+import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import tarfile
+import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 import aiohttp
+from redis.asyncio import Redis
 
 from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.store.keys import Keys
 
 USERS = [f"bench-{i}" for i in range(10)]
 SUBSCRIBE = (
     "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) "
     "{ userId kind at sessionId online } }"
 )
+TEXT, PING, PONG = 0x1, 0x9, 0xA  # WebSocket opcodes
+PER_SOCKET_MANY = 20  # the most subscriptions a socket may carry
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
-class Subscriber:
+class Subscriber(asyncio.Protocol):
+    """One graphql-transport-ws client on a raw connection: it records each message's arrival
+    time and bytes, and leaves JSON for later, so that the 1,000 clients in this process take
+    as little of the shared cores as they can while the service is measured."""
+
     def __init__(self) -> None:
-        self.received: list[tuple[float, str, str]] = []  # (arrival, user, kind)
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self.received: list[tuple[float, bytes]] = []  # (arrival, message)
+        self.first = asyncio.Event()
+        self._buffer = b""
+        self._upgraded = False
+        self.disconnected = False
+        self._handshake: asyncio.Future[None] | None = None
+        self._transport: asyncio.Transport | None = None
 
-    async def connect(self, session: aiohttp.ClientSession, url: str) -> None:
-        self.ws = await session.ws_connect(url, protocols=["graphql-transport-ws"])
-        await self.ws.send_json({"type": "connection_init"})
-        assert (await self.ws.receive_json())["type"] == "connection_ack"
+    async def connect(self, host: str, port: int, subscriptions: int) -> None:
+        loop = asyncio.get_running_loop()
+        self._handshake = loop.create_future()
+        await loop.create_connection(lambda: self, host, port)
+        assert self._transport is not None
+        key = base64.b64encode(os.urandom(16)).decode()
+        self._transport.write(
+            f"GET /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+            "Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n".encode()
+            + client_frame({"type": "connection_init"})
+        )
+        await self._handshake
         payload = {"query": SUBSCRIBE, "variables": {"ids": USERS}}
-        await self.ws.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        self._transport.write(
+            b"".join(
+                client_frame({"id": str(i), "type": "subscribe", "payload": payload})
+                for i in range(subscriptions)
+            )
+        )
 
-    async def read(self) -> None:
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type != aiohttp.WSMsgType.TEXT:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        now = time.perf_counter()
+        buffer = self._buffer + data
+        if not self._upgraded:  # the HTTP response's headers come first
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                self._buffer = buffer
+                return
+            buffer = buffer[end + 4 :]
+            self._upgraded = True
+        while len(buffer) >= 2:
+            size, start = buffer[1] & 0x7F, 2
+            if size == 126:
+                size, start = int.from_bytes(buffer[2:4], "big"), 4
+            elif size == 127:
+                size, start = int.from_bytes(buffer[2:10], "big"), 10
+            if len(buffer) < start + size:
                 break
-            body = json.loads(message.data)
-            if body["type"] == "next":
-                event = body["payload"]["data"]["presenceChanged"]
-                self.received.append((time.perf_counter(), event["userId"], event["kind"]))
+            opcode, message = buffer[0] & 0x0F, buffer[start : start + size]
+            buffer = buffer[start + size :]
+            if opcode == PING and self._transport is not None:  # the service's heartbeat
+                self._transport.write(client_frame(message, PONG))
+            elif b'"connection_ack"' in message and self._handshake is not None:
+                self._handshake.set_result(None)
+            elif b'"next"' in message:
+                self.received.append((now, message))
+                self.first.set()
+        self._buffer = buffer
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.disconnected = True
+
+    def events(self) -> list[tuple[float, str, str]]:
+        """(arrival, user, kind) of each event received."""
+        found = []
+        for arrival, message in self.received:
+            event = json.loads(message)["payload"]["data"]["presenceChanged"]
+            found.append((arrival, event["userId"], event["kind"]))
+        return found
+
+    def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+
+def client_frame(message: dict[str, object] | bytes, opcode: int = TEXT) -> bytes:
+    """A frame as a client sends it (JSON text by default): masked, here with a zero mask,
+    which leaves the bytes as they are."""
+    data = message if isinstance(message, bytes) else json.dumps(message).encode()
+    size = len(data)
+    if size < 126:
+        header = bytes([0x80 | opcode, 0x80 | size])
+    elif size < 1 << 16:
+        header = bytes([0x80 | opcode, 0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        header = bytes([0x80 | opcode, 0x80 | 127]) + size.to_bytes(8, "big")
+    return header + bytes(4) + data
 
 
 def change(user: str, i: int) -> tuple[str, str]:
@@ -69,128 +165,316 @@ async def post(http: aiohttp.ClientSession, url: str, query: str) -> None:
         assert "errors" not in body, body
 
 
-async def all_arrived(subscribers: list[Subscriber], count: int, limit_s: float) -> float:
+async def all_arrived(subscribers: list[Subscriber], count: int, limit_s: float) -> None:
+    """Waits until every subscriber has `count` events or was disconnected by the service
+    (a process that cannot keep up drops its subscribers), for at most limit_s."""
     deadline = time.perf_counter() + limit_s
     while time.perf_counter() < deadline:
-        if all(len(s.received) >= count for s in subscribers):
-            return time.perf_counter()
-        await asyncio.sleep(0.01)
-    got = sorted(len(s.received) for s in subscribers)
-    raise RuntimeError(f"only {got[0]}..{got[-1]} of {count} events arrived in {limit_s} s")
+        if all(len(s.received) >= count or s.disconnected for s in subscribers):
+            return
+        await asyncio.sleep(0.005)
+
+
+@contextlib.contextmanager
+def checkout(ref: str | None) -> Iterator[Path | None]:
+    """The code of `ref` of this repository in a temporary folder (None: this checkout)."""
+    if ref is None:
+        yield None
+        return
+    root = Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory(prefix="gqlp-baseline-") as folder:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", ref],  # noqa: S607 - git on PATH
+            check=True,
+            capture_output=True,
+        ).stdout
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            tar.extractall(folder, filter="data")
+        yield Path(folder)
+
+
+@dataclass
+class Service:
+    url: str
+    pid: int
+    redis_url: str
+
+    def cpu_s(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
+
+    def host_port(self) -> tuple[str, int]:
+        host, port = self.url.split("/", 1)[0].split(":")
+        return host, int(port)
+
+    def rss_bytes(self) -> int:
+        return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE_BYTES
 
 
 @asynccontextmanager
-async def service(buffer: int) -> AsyncIterator[str]:
-    """A private Redis and one API process on it; yields the GraphQL URL."""
+async def service(code: Path | None, buffer: int) -> AsyncIterator[Service]:
+    """A private Redis and one API process on it, of `code` (None: this checkout)."""
     server = start_redis_server()
     port = free_port()
     env = {
         **os.environ,
         "REDIS_URL": server.url,
+        "PRESENCE_WORKERS": "1",
         "PRESENCE_REVOKE_SECONDS": "0",  # kicked sessions may come back at once
         "PRESENCE_SUBSCRIBER_BUFFER": str(buffer),
     }
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
         [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
         env=env,
+        cwd=code,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
-        yield f"127.0.0.1:{port}/graphql"
+        url = f"127.0.0.1:{port}/graphql"
+        async with aiohttp.ClientSession() as http:
+            for _ in range(400):
+                try:
+                    await post(http, f"http://{url}", "{ __typename }")
+                    break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+        yield Service(url, process.pid, server.url)
     finally:
         process.send_signal(signal.SIGTERM)
         process.wait(30)
         server.stop()
 
 
-async def burst_phase(
-    session: aiohttp.ClientSession, url: str, subscribers: list[Subscriber], burst: int
-) -> tuple[float, float]:
-    """Changes/s the API took, and events/s delivered until every subscriber had them all."""
-    per_user = burst // len(USERS) // 2 * 2  # each user ends offline
+async def publish(redis: Redis, count: int, first: int) -> None:
+    """`count` events as the scripts announce them, each in a message of its own."""
+    channel = Keys().events
+    at_ms = int(time.time() * 1000)
+    for i in range(first, first + count):
+        user = USERS[i % len(USERS)]
+        online = i % 2 == 0
+        event = ["ONLINE" if online else "OFFLINE", user, at_ms, "", int(online)]
+        await redis.publish(channel, json.dumps(event))
 
-    async def publisher(user: str) -> None:  # one user's changes in order; users at once
-        for i in range(per_user):
-            await post(session, url, change(user, i)[1])
 
-    started = time.perf_counter()
-    await asyncio.gather(*(publisher(user) for user in USERS))
-    sent = time.perf_counter()
-    finished = await all_arrived(subscribers, per_user * len(USERS), 120)
-    changes = per_user * len(USERS)
-    return changes / (sent - started), changes * len(subscribers) / (finished - started)
+async def subscribe_all(svc: Service, sockets: int, per_socket: int) -> list[Subscriber]:
+    subscribers = [Subscriber() for _ in range(sockets)]
+    host, port = svc.host_port()
+    for start in range(0, sockets, 50):
+        batch = subscribers[start : start + 50]
+        await asyncio.gather(*(s.connect(host, port, per_socket) for s in batch))
+    return subscribers
+
+
+async def quiet(clients: list[Subscriber]) -> None:
+    """Waits until no event has arrived for a second."""
+    while True:
+        before = sum(len(s.received) for s in clients)
+        await asyncio.sleep(1)
+        if sum(len(s.received) for s in clients) == before:
+            return
+
+
+async def first_events(redis: Redis, clients: list[Subscriber]) -> None:
+    """Publishes events until every client has had one: each is subscribed then."""
+    while not all(s.first.is_set() for s in clients):
+        await publish(redis, 1, 0)
+        await asyncio.sleep(0.05)
+
+
+async def measure(
+    code: Path | None, subscribers: int, burst: int, steady_s: float
+) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with (
+        service(code, max(1000, burst)) as svc,
+        aiohttp.ClientSession(connector=connector) as session,
+        Redis.from_url(svc.redis_url) as redis,
+    ):
+        http_url = f"http://{svc.url}"
+        await asyncio.sleep(1)
+        rss_before = svc.rss_bytes()
+        cpu_before = svc.cpu_s()
+        started = time.perf_counter()
+        clients = await subscribe_all(svc, subscribers, 1)
+        await first_events(redis, clients)
+        figures["connects"] = subscribers / (time.perf_counter() - started)
+        await quiet(clients)  # a slow service may still be delivering the first events
+        connect_cpu_s = svc.cpu_s() - cpu_before
+        first_deliveries = sum(len(s.received) for s in clients)
+        figures["rss_one"] = (svc.rss_bytes() - rss_before) / subscribers
+
+        for s in clients:
+            s.received.clear()
+        cpu_before = svc.cpu_s()
+        await publish(redis, burst, 1)
+        await all_arrived(clients, burst, 300)
+        delivered = sum(len(s.received) for s in clients)
+        figures["cpu_us"] = (svc.cpu_s() - cpu_before) / delivered * 1e6
+        # The CPU of connecting, without that of the events that told the clients apart.
+        connect_cpu_s -= first_deliveries * figures["cpu_us"] / 1e6
+        figures["connect_cpu_us"] = connect_cpu_s / subscribers * 1e6
+        figures["connects_cpu"] = subscribers / connect_cpu_s
+
+        rate = 10_000 / subscribers  # changes/s for 10,000 deliveries/s
+        delays = await steady_phase(session, http_url, clients, int(steady_s * rate) // 2 * 2, rate)
+        figures["p50"] = delays[len(delays) // 2] if delays else float("nan")
+        figures["p99"] = delays[int(len(delays) * 0.99)] if delays else float("nan")
+        figures["dropped"] = sum(s.disconnected for s in clients)
+        for client in clients:
+            client.close()
+
+    async with (
+        service(code, 1000) as svc,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
+        Redis.from_url(svc.redis_url) as redis,
+    ):
+        await asyncio.sleep(1)
+        rss_before = svc.rss_bytes()
+        sockets = max(1, subscribers // PER_SOCKET_MANY)
+        clients = await subscribe_all(svc, sockets, PER_SOCKET_MANY)
+        await first_events(redis, clients)
+        await asyncio.sleep(1)
+        figures["rss_many"] = (svc.rss_bytes() - rss_before) / (sockets * PER_SOCKET_MANY)
+        for client in clients:
+            client.close()
+    return figures
 
 
 async def steady_phase(
     session: aiohttp.ClientSession, url: str, subscribers: list[Subscriber], count: int, rate: float
 ) -> list[float]:
-    """Delays in ms from each change's request to its event, at every subscriber, sorted."""
+    """Delays in ms from each change's request to its event, at every subscriber, sorted
+    (those of subscribers the service disconnected left out)."""
     for s in subscribers:
         s.received.clear()
     sent_at: dict[tuple[str, str], list[float]] = defaultdict(list)
+    started = time.perf_counter()
     for i in range(count):
+        # On schedule, whatever the time each request took.
+        await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
         kind, mutation = change(USERS[0], i)
         sent_at[(USERS[0], kind)].append(time.perf_counter())
         await post(session, url, mutation)
-        await asyncio.sleep(1 / rate)
-    await all_arrived(subscribers, count, 60)
+    await all_arrived(subscribers, count, 120)
     delays = []
     for s in subscribers:
         seen: dict[tuple[str, str], int] = defaultdict(int)
-        for arrival, user, kind in s.received:
-            delays.append((arrival - sent_at[(user, kind)][seen[(user, kind)]]) * 1000)
-            seen[(user, kind)] += 1
+        for arrival, user, kind in s.events():
+            if user == USERS[0]:  # the burst's events, should any still arrive, are others'
+                delays.append((arrival - sent_at[(user, kind)][seen[(user, kind)]]) * 1000)
+                seen[(user, kind)] += 1
     return sorted(delays)
 
 
-async def run(subscriber_count: int, burst: int, steady_s: float, steady_rate: float) -> None:
-    async with (
-        service(max(1000, burst)) as address,
-        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session,
-    ):
-        http_url, ws_url = f"http://{address}", f"ws://{address}"
-        for _ in range(200):
-            try:
-                await post(session, http_url, "{ __typename }")
-                break
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-        subscribers = [Subscriber() for _ in range(subscriber_count)]
-        for start in range(0, subscriber_count, 100):
-            batch = subscribers[start : start + 100]
-            await asyncio.gather(*(s.connect(session, ws_url) for s in batch))
-        readers = [asyncio.create_task(s.read()) for s in subscribers]
-        await asyncio.sleep(1)  # every subscription registered
-        accepted, delivered = await burst_phase(session, http_url, subscribers, burst)
-        steady = int(steady_s * steady_rate) // 2 * 2
-        delays = await steady_phase(session, http_url, subscribers, steady, steady_rate)
-        for task in readers:
-            task.cancel()
+ROWS = [
+    (
+        "connects",
+        "connects and subscribes per second (connect, init, subscribe, first event), wall clock",
+        "{:,.0f}/s",
+    ),
+    ("connect_cpu_us", "service CPU per connect and subscribe", "{:,.0f} µs"),
+    ("connects_cpu", "connects and subscribes per second of the service's CPU", "{:,.0f}/s"),
+    ("rss_one", "process memory per idle subscription, one per socket", "{:,.1f} KiB"),
+    ("rss_many", f"same, {PER_SOCKET_MANY} per socket", "{:,.1f} KiB"),
+    ("cpu_us", "service CPU per delivered event (burst published into Redis)", "{:,.1f} µs"),
+    ("p50", "steady 10,000 deliveries/s: change (request) to event, p50", "{:,.1f} ms"),
+    ("p99", "same, p99", "{:,.1f} ms"),
+    ("dropped", "subscribers the service disconnected (could not keep up)", "{:,.0f}"),
+]
 
-    rows = [
-        (f"burst of {burst:,} changes: changes/s the API took", f"{accepted:,.0f}"),
-        ("events delivered until every subscriber had all", f"{delivered:,.0f} events/s"),
-        (
-            f"steady {steady_rate:g} changes/s for {steady_s:g} s: request to event, p50",
-            f"{delays[len(delays) // 2]:,.1f} ms",
-        ),
-        ("same, p99", f"{delays[int(len(delays) * 0.99)]:,.1f} ms"),
-    ]
-    cores = os.cpu_count()
-    print(f"real-time: {subscriber_count:,} subscribers, one API process, {cores} cores\n")
-    print("| what | figure |\n|---|---|")
-    for what, figure in rows:
-        print(f"| {what} | {figure} |")
+
+# The floor of this stack for a connect and subscribe: an aiohttp WebSocket handler that
+# answers connection_init and reads the subscribe message, and nothing else.
+BARE_SERVER = """
+import json, sys
+from aiohttp import web
+
+async def graphql(request):
+    socket = web.WebSocketResponse(protocols=["graphql-transport-ws"])
+    await socket.prepare(request)
+    async for message in socket:
+        if json.loads(message.data)["type"] == "connection_init":
+            await socket.send_str(json.dumps({"type": "connection_ack"}))
+    return socket
+
+app = web.Application()
+app.router.add_get("/graphql", graphql)
+web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
+"""
+
+
+async def bare_connect_cpu_us(connections: int) -> float:
+    """The bare handler's CPU per connect, connection_init, ack and subscribe message."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", BARE_SERVER, str(port)])  # noqa: ASYNC220
+    try:
+        bare = Service(f"127.0.0.1:{port}/graphql", process.pid, "")
+        for _ in range(400):  # until it listens
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)
+        cpu_before = bare.cpu_s()
+        clients = await subscribe_all(bare, connections, 1)
+        await asyncio.sleep(1)  # the subscribe messages read
+        used_s = bare.cpu_s() - cpu_before
+        for client in clients:
+            client.close()
+        return used_s / connections * 1e6
+    finally:
+        process.kill()  # nothing of it to keep
+        process.wait(10)
+
+
+async def run(options: argparse.Namespace) -> None:
+    targets: list[tuple[str, str | None]] = [("this checkout", None)]
+    if options.baseline:
+        targets.insert(0, (options.baseline, options.baseline))
+    results: dict[str, dict[str, float]] = {}
+    for name, ref in targets:
+        with checkout(ref) as code:
+            results[name] = await measure(
+                code, options.subscribers, options.burst, options.steady_seconds
+            )
+    bare_us = await bare_connect_cpu_us(options.subscribers)
+    load = os.getloadavg()
+    print(
+        f"real-time: {options.subscribers:,} subscribers of one document, one API process, "
+        f"{os.cpu_count()} cores, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
+    )
+    names = list(results)
+    print(
+        "| what | "
+        + " | ".join(names)
+        + (f" | {names[0]} ÷ {names[1]} |" if len(names) == 2 else " |")
+    )
+    print("|---" * (len(names) + 1 + (len(names) == 2)) + "|")
+    for key, what, shape in ROWS:
+        cells = [shape.format(results[n][key] / (1024 if "rss" in key else 1)) for n in names]
+        ratio = " - |" if len(names) == 2 else ""
+        if len(names) == 2 and results[names[1]][key]:
+            ratio = f" {results[names[0]][key] / results[names[1]][key]:,.2f} |"
+        print(f"| {what} | " + " | ".join(cells) + " |" + ratio)
+    print(
+        f"\nThe floor, a bare aiohttp WebSocket handler (connect, connection_init, ack, the "
+        f"subscribe message read): {bare_us:,.0f} µs of its CPU each, "
+        f"{1e6 / bare_us:,.0f}/s."
+    )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m bench.realtime", description=__doc__)
     parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--burst", type=int, default=200, help="changes in the throughput burst")
+    # Small enough that the baseline's burst (150 µs a delivery) stays within the 5 s a
+    # heartbeat's pong may take: longer, and the service drops subscribers it cannot answer.
+    parser.add_argument("--burst", type=int, default=25, help="events in the CPU burst")
     parser.add_argument("--steady-seconds", type=float, default=10)
-    parser.add_argument("--steady-rate", type=float, default=2, help="changes per second")
-    options = parser.parse_args()
-    asyncio.run(
-        run(options.subscribers, options.burst, options.steady_seconds, options.steady_rate)
-    )
+    parser.add_argument("--baseline", default=None, help="a git commit to measure first, e.g. main")
+    asyncio.run(run(parser.parse_args()))

@@ -4,6 +4,8 @@ before the document is parsed, so a refused operation costs next to nothing."""
 
 from __future__ import annotations
 
+import functools
+
 from graphql import GraphQLError, OperationType, parse
 
 from gql_presence.app_state import CREDENTIALS_REFUSED
@@ -56,6 +58,13 @@ def over_budget(budget_s: float) -> StoreUnavailableError:
 def is_subscription(query: str | None, operation_name: str | None) -> bool:
     if not query or "subscription" not in query:  # cheap: most documents are not
         return False
+    return _is_subscription(query, operation_name)
+
+
+# Every WebSocket operation asks, and a page's subscriptions are a few documents sent again
+# and again: parsing each anew was a third of the service's work of a subscribe.
+@functools.lru_cache(maxsize=128)
+def _is_subscription(query: str, operation_name: str | None) -> bool:
     try:
         document = parse(query)
     except GraphQLError:

@@ -10,8 +10,10 @@ from strawberry.dataloader import DataLoader
 
 from gql_presence.auth import Caller, Need
 from gql_presence.events import EventHub, OnDrop
+from gql_presence.fanout import Selections
 from gql_presence.limits import RateLimiter
 from gql_presence.sessions import HeldSessions
+from gql_presence.sockets import BoundedWebSocketResponse
 from gql_presence.store import PresenceStore, Session
 
 if TYPE_CHECKING:
@@ -38,6 +40,10 @@ class Context:
     connection_params: dict[str, object] = field(default_factory=dict)
     # The SHA-256 of the request's document once checked against its text (persisted.py).
     document_hash: str | None = None
+    # A WebSocket's connection, which multiplexed subscriptions write their events to.
+    socket: BoundedWebSocketResponse | None = None
+    # The subscription documents that this process renders once per event (fanout.py).
+    selections: Selections = field(default_factory=Selections)
 
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""

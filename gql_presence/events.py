@@ -1,11 +1,17 @@
 """Presence events: one Redis subscription per process, fanned out to its subscribers.
 
 The scripts publish every change on one channel as they make it (lua/includes/events.lua).
-Each API process subscribes once, and hands each event to the feeds that follow its user.
-A feed holds at most `capacity` undelivered events: a subscriber that falls that far behind
-is dropped (its socket closed with a reason) instead of slowing the others or growing memory.
-When the Redis subscription is lost, every feed is dropped too, since events were missed;
-clients re-read presence and subscribe again. Events are never replayed.
+Each API process subscribes once, and hands each event to the followers of its user: feeds,
+which queue events for a task to read, and deliveries, which write the event's message to
+their socket at once (multiplexed delivery, see fanout.py: one rendering per distinct
+document, shared by every delivery of it).
+A subscriber may fall at most `capacity` events behind: a feed holds that many undelivered
+events; a delivery takes that many messages in one batch of events, and its connection holds
+at most that many unsent (counted as the bytes waiting there over the mean size of the batch
+just written). One that falls further behind is dropped (its socket closed with a reason)
+instead of slowing the others or growing memory.
+When the Redis subscription is lost, every subscriber is dropped too, since events were
+missed; clients re-read presence and subscribe again. Events are never replayed.
 """
 
 from __future__ import annotations
@@ -52,14 +58,31 @@ class FeedDroppedError(Exception):
 
 
 OnDrop = Callable[[FeedDroppedError], Awaitable[None]]
+# Renders an event as the `payload` of a subscription's `next` message, JSON-encoded.
+Render = Callable[[PresenceEvent], bytes]
+# Writes messages to a socket at once; returns the bytes waiting to be sent there, or None
+# when the socket is closing.
+WriteNow = Callable[[list[bytes]], int | None]
+# One event's payloads, each rendered once, by the renderer that made it.
+Rendered = dict[Render, bytes]
 
 
-class Feed:
-    """One subscription's events, in the order Redis published them."""
+class Follower:
+    """One subscription's place in the hub: the users it follows, and whether it was dropped."""
+
+    __slots__ = (
+        "_capacity",
+        "_hub",
+        "_on_drop",
+        "dropped",
+        "friends_applied",
+        "friends_of",
+        "friends_read",
+        "user_ids",
+    )
 
     def __init__(self, hub: EventHub, capacity: int, on_drop: OnDrop) -> None:
         self._hub = hub
-        self._queue: asyncio.Queue[PresenceEvent | FeedDroppedError] = asyncio.Queue(capacity + 1)
         self._capacity = capacity
         self._on_drop = on_drop
         self.user_ids: frozenset[str] = frozenset()
@@ -70,28 +93,50 @@ class Feed:
         self.friends_applied = 0
         self.dropped: FeedDroppedError | None = None
 
-    def offer(self, event: PresenceEvent) -> None:
-        if self.dropped is not None:
-            return
-        if self._queue.qsize() >= self._capacity:
-            self.drop(
-                FeedDroppedError(
-                    f"subscriber too slow: more than {self._capacity} events were waiting; "
-                    "re-read presence and subscribe again",
-                    violation=True,
-                )
-            )
-            return
-        self._queue.put_nowait(event)
+    def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
+        raise NotImplementedError
 
     def drop(self, reason: FeedDroppedError) -> None:
         if self.dropped is not None:
             return
         self.dropped = reason
         self._hub.forget(self)
-        self._queue.put_nowait(reason)  # the one place kept free for it
+        self._dropped(reason)
         # The subscriber may be stuck writing to a client that does not read: tell it now.
         self._hub.spawn(self._on_drop(reason))
+
+    def _dropped(self, reason: FeedDroppedError) -> None:
+        """Hands the reason to whatever waits on this subscription."""
+
+    def _too_slow(self) -> None:
+        self.drop(
+            FeedDroppedError(
+                f"subscriber too slow: more than {self._capacity} events were waiting; "
+                "re-read presence and subscribe again",
+                violation=True,
+            )
+        )
+
+
+class Feed(Follower):
+    """One subscription's events, in the order Redis published them, for a task to read."""
+
+    __slots__ = ("_queue",)
+
+    def __init__(self, hub: EventHub, capacity: int, on_drop: OnDrop) -> None:
+        super().__init__(hub, capacity, on_drop)
+        self._queue: asyncio.Queue[PresenceEvent | FeedDroppedError] = asyncio.Queue(capacity + 1)
+
+    def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
+        if self.dropped is not None:
+            return
+        if self._queue.qsize() >= self._capacity:
+            self._too_slow()
+            return
+        self._queue.put_nowait(event)
+
+    def _dropped(self, reason: FeedDroppedError) -> None:
+        self._queue.put_nowait(reason)  # the one place kept free for it
 
     async def __aiter__(self) -> AsyncIterator[PresenceEvent]:
         while True:
@@ -99,6 +144,55 @@ class Feed:
             if isinstance(item, FeedDroppedError):
                 raise item
             yield item
+
+
+class Delivery(Follower):
+    """A subscription whose events are written to its socket as the hub receives them: no
+    task, queue or execution of its own. Its messages are `head + payload + b"}"`, the
+    payload rendered once per event for every delivery that shares `render`. The messages
+    of one batch of events (those the store published at once) are written together when
+    the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
+
+    __slots__ = ("_batch", "_head", "_render", "_write")
+
+    def __init__(  # noqa: PLR0917 - each part is distinct
+        self,
+        hub: EventHub,
+        capacity: int,
+        on_drop: OnDrop,
+        write: WriteNow,
+        head: bytes,
+        render: Render,
+    ) -> None:
+        super().__init__(hub, capacity, on_drop)
+        self._write = write
+        self._head = head
+        self._render = render
+        self._batch: list[bytes] = []
+
+    def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
+        if self.dropped is not None:
+            return
+        if len(self._batch) >= self._capacity:
+            self._batch.clear()
+            self._too_slow()
+            return
+        payload = rendered.get(self._render)
+        if payload is None:
+            payload = rendered[self._render] = self._render(event)
+        if not self._batch:
+            self._hub.to_flush.append(self)
+        self._batch.append(b"".join((self._head, payload, b"}")))
+
+    def flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if self.dropped is not None or not batch:
+            return
+        waiting = self._write(batch)
+        # None: the socket is closing, and this subscription ends with it. Otherwise the
+        # bytes unsent, counted in messages of this batch's size.
+        if waiting is not None and waiting * len(batch) > self._capacity * sum(map(len, batch)):
+            self._too_slow()
 
 
 class EventHub:
@@ -119,11 +213,13 @@ class EventHub:
         self._capacity = capacity
         self._channel = store.events_channel
         self._store = store
-        self._feeds: set[Feed] = set()
-        self._by_user: dict[str, set[Feed]] = {}
-        self._by_friends_of: dict[str, set[Feed]] = {}
-        self._everyone: set[Feed] = set()
+        self._feeds: set[Follower] = set()
+        self._by_user: dict[str, set[Follower]] = {}
+        self._by_friends_of: dict[str, set[Follower]] = {}
+        self._everyone: set[Follower] = set()
         self._session_watchers: list[Callable[[Announced], None]] = []
+        # Deliveries with messages of the batch being read, written once it has been read.
+        self.to_flush: list[Delivery] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
@@ -133,7 +229,13 @@ class EventHub:
 
     @property
     def feed_count(self) -> int:
+        """Subscriptions, multiplexed or not."""
         return len(self._feeds)
+
+    @property
+    def delivery_count(self) -> int:
+        """Subscriptions whose events the hub writes to their sockets (multiplexed)."""
+        return sum(isinstance(f, Delivery) for f in self._feeds)
 
     @property
     def subscribed(self) -> bool:
@@ -174,26 +276,62 @@ class EventHub:
     ) -> AsyncIterator[Feed]:
         """A feed of the events of user_ids, of friends_of's friends as that set changes, or
         of every user."""
-        if not self.subscribed:
-            raise StoreUnavailableError(
-                "The event stream is reconnecting to the store; subscribe again shortly."
-            )
+        self._check_subscribed()
         feed = Feed(self, self._capacity, on_drop)
-        self._feeds.add(feed)
+        await self._follow_first(feed, user_ids, friends_of, everyone=everyone)
         try:
-            if everyone:
-                self._everyone.add(feed)
-            elif friends_of is None:
-                self._follow(feed, frozenset(user_ids))
-            else:
-                feed.friends_of = friends_of
-                self._by_friends_of.setdefault(friends_of, set()).add(feed)
-                await self._reload_friends(feed)
             yield feed
         finally:
             self.forget(feed)
 
-    def forget(self, feed: Feed) -> None:
+    async def deliver(
+        self,
+        on_drop: OnDrop,
+        write: WriteNow,
+        head: bytes,
+        render: Render,
+        *,
+        user_ids: Iterable[str] = (),
+        friends_of: str | None = None,
+        everyone: bool = False,
+    ) -> Delivery:
+        """As feed(), but each event's message is written at once with `write`: `head`, the
+        payload that `render` makes of the event (once for every delivery that shares it),
+        and a closing brace. It lasts until `forget(delivery)`, or until the hub drops it."""
+        self._check_subscribed()
+        delivery = Delivery(self, self._capacity, on_drop, write, head, render)
+        await self._follow_first(delivery, user_ids, friends_of, everyone=everyone)
+        return delivery
+
+    def _check_subscribed(self) -> None:
+        if not self.subscribed:
+            raise StoreUnavailableError(
+                "The event stream is reconnecting to the store; subscribe again shortly."
+            )
+
+    async def _follow_first(
+        self,
+        follower: Follower,
+        user_ids: Iterable[str],
+        friends_of: str | None,
+        *,
+        everyone: bool,
+    ) -> None:
+        self._feeds.add(follower)
+        try:
+            if everyone:
+                self._everyone.add(follower)
+            elif friends_of is None:
+                self._follow(follower, frozenset(user_ids))
+            else:
+                follower.friends_of = friends_of
+                self._by_friends_of.setdefault(friends_of, set()).add(follower)
+                await self._reload_friends(follower)
+        except BaseException:
+            self.forget(follower)
+            raise
+
+    def forget(self, feed: Follower) -> None:
         self._feeds.discard(feed)
         self._everyone.discard(feed)
         self._follow(feed, frozenset())
@@ -210,14 +348,14 @@ class EventHub:
         if not task.cancelled() and (error := task.exception()) is not None:
             log.error("presence events: %s failed", task.get_coro(), exc_info=error)
 
-    def _follow(self, feed: Feed, user_ids: frozenset[str]) -> None:
+    def _follow(self, feed: Follower, user_ids: frozenset[str]) -> None:
         for user_id in feed.user_ids - user_ids:
             _discard(self._by_user, user_id, feed)
         for user_id in user_ids - feed.user_ids:
             self._by_user.setdefault(user_id, set()).add(feed)
         feed.user_ids = user_ids
 
-    async def _reload_friends(self, feed: Feed) -> None:
+    async def _reload_friends(self, feed: Follower) -> None:
         """Reads the friend set again; raises when the subscription cannot follow it."""
         assert feed.friends_of is not None
         feed.friends_read += 1
@@ -233,7 +371,7 @@ class EventHub:
             feed.friends_applied = this_read
             self._follow(feed, friends)
 
-    async def _follow_friend_change(self, feed: Feed) -> None:
+    async def _follow_friend_change(self, feed: Follower) -> None:
         """After a friend-set change: follow the new set, or end the feed if that fails, as
         following the old set would miss events without saying so."""
         try:
@@ -300,8 +438,13 @@ class EventHub:
         except ValueError:
             log.exception("unreadable presence events %r", data[:200])
             return
-        for one in announced:
-            self._dispatch_one(one)
+        try:
+            for one in announced:
+                self._dispatch_one(one)
+        finally:
+            to_flush, self.to_flush = self.to_flush, []
+            for delivery in to_flush:
+                delivery.flush()
 
     def _dispatch_one(self, announced: Announced) -> None:
         kind, user_id, at_ms, session_id, online = announced
@@ -324,15 +467,16 @@ class EventHub:
         except (ValueError, TypeError):
             log.exception("unreadable presence event %r", list(announced))
             return
+        rendered: Rendered = {}
         for feed in [*(feeds or ()), *self._everyone]:
-            feed.offer(event)
+            feed.offer(event, rendered)
 
 
 def _again(why: str) -> str:
     return f"{why}; re-read presence and subscribe again"
 
 
-def _discard(index: dict[str, set[Feed]], key: str, feed: Feed) -> None:
+def _discard(index: dict[str, set[Follower]], key: str, feed: Follower) -> None:
     feeds = index.get(key)
     if feeds is not None:
         feeds.discard(feed)

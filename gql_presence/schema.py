@@ -26,7 +26,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
-from gql_presence import events
+from gql_presence import events, fanout
 from gql_presence.admission import admit, is_subscription, over_budget
 from gql_presence.app_state import SETTINGS
 from gql_presence.auth import CallerKind, Need
@@ -396,6 +396,8 @@ class PresenceEventKind(Enum):
     )
 
 
+# Its fields read only the event, never the caller: one rendering of an event is shared by
+# every subscriber of the same document (fanout.py). Keep it so.
 @strawberry.type(description="One change of one user's presence.")
 class PresenceEvent:
     user_id: ID = strawberry.field(description="The user whose presence changed.")
@@ -482,6 +484,24 @@ class Subscription:
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
+        operation, socket = fanout.SOCKET_OPERATION.get(), context.socket
+        if operation is not None and socket is not None:
+            selection = context.selections.get(
+                operation, info, EventExecutionContext, PresenceEvent.of
+            )
+            if selection is not None:
+                # Multiplexed (fanout.py): the hub writes each event's message to the socket,
+                # and the socket's handler ends the delivery with the operation.
+                delivery = await context.events.deliver(
+                    context.close_socket,
+                    socket.send_now,
+                    operation.next_head(),
+                    selection.render,
+                    user_ids=followed,
+                    friends_of=friends_of,
+                    everyone=everyone,
+                )
+                raise fanout.HandedOverError(delivery)
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
         ) as feed:

@@ -1,8 +1,10 @@
-"""WebSockets whose close ends in bounded time, whatever the client does."""
+"""WebSockets whose close ends in bounded time, whatever the client does, and that take a
+text message written at once."""
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any
 
 from aiohttp import WSCloseCode, web
@@ -11,6 +13,11 @@ from aiohttp.abc import AbstractStreamWriter
 # How long a close may wait for the client: to take what is queued for it and the close
 # frame, and to answer with its own. A client that reads answers within milliseconds.
 CLOSE_WAIT_S = 1.0
+
+# The first byte of a frame that is a whole text message: FIN and opcode 1, no RSV bits (so
+# never compressed, which permessage-deflate allows message by message).
+_TEXT_FIN = 0x81
+_SHORT, _MEDIUM, _LONG = struct.Struct("!BB"), struct.Struct("!BBH"), struct.Struct("!BBQ")
 
 
 class BoundedWebSocketResponse(web.WebSocketResponse):
@@ -33,6 +40,22 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
         self._transport = request.transport
         return await super().prepare(request)
 
+    def send_now(self, messages: list[bytes]) -> int | None:
+        """Writes each of `messages` (UTF-8 JSON) as one uncompressed text frame, now, after
+        every frame written before them; returns the bytes waiting to be sent on this
+        connection, or None when the socket is closing and nothing was written.
+
+        aiohttp writes each of its frames with whole, synchronous transport writes (a
+        compressed one after compressing it, under its own lock), so a frame written here
+        never splits another; a large compressed message another operation sends may
+        follow a frame written here later, which is fine, since order is kept within an
+        operation only. A server's frames are not masked (RFC 6455, 5.1)."""
+        transport = self._transport
+        if self.closed or transport is None or transport.is_closing():
+            return None
+        transport.write(b"".join([part for m in messages for part in (_header(len(m)), m)]))
+        return transport.get_write_buffer_size()
+
     async def close(
         self, *, code: int = WSCloseCode.OK, message: bytes = b"", drain: bool = True
     ) -> bool:
@@ -47,3 +70,11 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
             transport = self._transport
             if transport is not None and transport.get_write_buffer_size():
                 transport.abort()
+
+
+def _header(size: int) -> bytes:
+    if size < 126:
+        return _SHORT.pack(_TEXT_FIN, size)
+    if size < 1 << 16:
+        return _MEDIUM.pack(_TEXT_FIN, 126, size)
+    return _LONG.pack(_TEXT_FIN, 127, size)

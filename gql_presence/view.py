@@ -23,6 +23,10 @@ from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.http.base import BaseRequestProtocol
 from strawberry.http.types import QueryParams
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
@@ -46,7 +50,8 @@ from gql_presence.errors import (
     RateLimitedError,
     UnauthenticatedError,
 )
-from gql_presence.events import FeedDroppedError
+from gql_presence.events import Delivery, FeedDroppedError
+from gql_presence.fanout import SOCKET_OPERATION, HandedOverError, Selections, SocketOperation
 from gql_presence.graphql_errors import log_unexpected, outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
 from gql_presence.limits import (
@@ -65,7 +70,43 @@ if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter
 
 
+class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    """Strawberry's graphql-transport-ws handler, which tells each operation's resolvers
+    which operation of the socket they serve, and holds the subscriptions that the event hub
+    delivers (fanout.py): their operations have no task, only their place in the hub, until
+    the client completes them or the socket ends."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deliveries: dict[str, Delivery] = {}
+
+    async def run_operation(self, operation: Operation[Context, None]) -> None:
+        # The operation's own task: the value is seen by its resolvers only.
+        SOCKET_OPERATION.set(
+            SocketOperation(
+                operation.id, operation.query, operation.operation_name, operation.variables
+            )
+        )
+        try:
+            await super().run_operation(operation)
+        except HandedOverError as handed:
+            if self.operations.get(operation.id) is operation:
+                self._deliveries[operation.id] = handed.delivery
+            else:  # completed, or its socket ended, meanwhile
+                self.context.events.forget(handed.delivery)
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        delivery = self._deliveries.pop(operation_id, None)
+        if delivery is not None:
+            self.context.events.forget(delivery)
+        await super().cleanup_operation(operation_id)
+
+
 class PresenceView(GraphQLView[Context, None]):
+    graphql_transport_ws_handler_class: type[BaseGraphQLTransportWSHandler[Context, None]] = (
+        TransportWSHandler
+    )
+
     def __init__(self, settings: Settings) -> None:
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
@@ -91,6 +132,7 @@ class PresenceView(GraphQLView[Context, None]):
         # aiohttp pings every heartbeat and closes a socket whose pong is not back within
         # half of it: a client gone silent is found within half the TTL of its sessions.
         self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
+        self._selections = Selections()
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -129,6 +171,8 @@ class PresenceView(GraphQLView[Context, None]):
             limiter=request.app[LIMITER],
             documents=self._persisted,
             held_sessions=request.app[HELD_SESSIONS],
+            socket=response if isinstance(response, BoundedWebSocketResponse) else None,
+            selections=self._selections,
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:

@@ -15,7 +15,7 @@ from redis.asyncio.client import PubSub
 
 from gql_presence.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.errors import BadInputError, SessionRevokedError
-from gql_presence.events import EventHub, FeedDroppedError
+from gql_presence.events import EventHub, FeedDroppedError, PresenceEvent
 from gql_presence.redis_server import free_port
 from gql_presence.store import PresenceStore, shard_of
 from gql_presence.store.days import to_ms
@@ -219,4 +219,74 @@ async def test_friends_of_follows_each_change_and_nothing_is_left_behind(
     assert hub.feed_count == 0
     await store.add_friends("me", ["c"])  # a change after the subscriber left
     await asyncio.sleep(0.2)
+    assert hub.feed_count == 0
+
+
+# --- deliveries: events written straight to a socket (multiplexed) ---------------------------
+
+
+class Socket:
+    """Stands in for a WebSocket's send_now: keeps what is written, reports `waiting` bytes."""
+
+    def __init__(self, waiting: int = 0) -> None:
+        self.writes: list[list[bytes]] = []
+        self.waiting = waiting
+
+    def __call__(self, messages: list[bytes]) -> int | None:
+        self.writes.append(messages)
+        return self.waiting
+
+
+class Renderer:
+    """Renders an event as its user and kind, counting how often it is asked."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, event: PresenceEvent) -> bytes:
+        self.calls += 1
+        return f'"{event.user_id} {event.kind}"'.encode()
+
+
+async def test_one_rendering_per_event_is_shared_and_a_batch_is_written_at_once(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    render, first, second = Renderer(), Socket(), Socket()
+    one = await hub.deliver(ignore, first, b'{"id":"1","payload":', render, user_ids=["a", "b"])
+    two = await hub.deliver(ignore, second, b'{"id":"2","payload":', render, user_ids=["a"])
+    await store.touch_many(["a", "b"])  # one message of two events
+    await eventually(lambda: len(first.writes) == 1 and len(second.writes) == 1)
+    assert first.writes == [
+        [b'{"id":"1","payload":"a ONLINE"}', b'{"id":"1","payload":"b ONLINE"}']
+    ]
+    assert second.writes == [[b'{"id":"2","payload":"a ONLINE"}']]
+    assert render.calls == 2  # once per event, not per delivery
+    hub.forget(one)
+    hub.forget(two)
+    assert hub.feed_count == 0
+
+
+async def test_a_delivery_is_dropped_for_a_batch_or_a_backlog_over_its_buffer(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    dropped: list[FeedDroppedError] = []
+
+    async def on_drop(reason: FeedDroppedError) -> None:
+        dropped.append(reason)
+
+    # The hub's buffer is 100 events: a batch of 101 is too many at once.
+    many = [f"u{i}" for i in range(101)]
+    await hub.deliver(on_drop, Socket(), b"{", Renderer(), user_ids=many)
+    await store.touch_many(many)
+    await eventually(lambda: len(dropped) == 1, 2, "the drop")
+    assert dropped[0].violation
+    assert "too slow: more than 100 events were waiting" in dropped[0].reason
+
+    # Fewer messages, but more than 100 messages' worth of bytes still unsent in the socket.
+    message_size = len(b'{"a ONLINE"}')
+    backlog = Socket(waiting=100 * message_size + 1)
+    await hub.deliver(on_drop, backlog, b"{", Renderer(), user_ids=["a"])
+    await store.touch("a")
+    await eventually(lambda: len(dropped) == 2, 2, "the second drop")
+    assert "too slow" in dropped[1].reason
     assert hub.feed_count == 0

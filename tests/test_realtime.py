@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import signal
 import time
 from datetime import UTC, datetime, timedelta
@@ -14,12 +15,17 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 from gql.transport.exceptions import TransportQueryError
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+)
 
 from gql_presence.app import close_sockets, create_app
 from gql_presence.app_state import EVENTS
+from gql_presence.limits import MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.store.days import to_ms
+from gql_presence.view import PresenceView
 from tests.conftest import (
     CLUSTER_PASSWORD,
     EVERY_DEPLOYMENT,
@@ -33,6 +39,7 @@ from tests.helpers import (
     eventually,
     feeds_above,
     flood_until_dropped,
+    graphql_socket,
     ids,
     pile_up_events,
     released,
@@ -392,3 +399,149 @@ async def _shutdown(tmp_path: Any, redis_server: RedisServer) -> None:
         await asyncio.to_thread(process.communicate, timeout=10)
         assert time.monotonic() - started < 10
         assert process.returncode == 0
+
+
+# --- multiplexed delivery ----------------------------------------------------------------------
+
+SHARED_DOCUMENT = """
+subscription Watch($ids: [ID!], $withSession: Boolean!, $noKind: Boolean!) {
+  changed: presenceChanged(userIds: $ids) {
+    __typename
+    who: userId
+    ...Parts
+    sessionId @include(if: $withSession)
+    kind @skip(if: $noKind)
+  }
+}
+fragment Parts on PresenceEvent { at online userId }
+"""
+
+
+def each_on_its_own(service: Service) -> None:
+    """Makes the service run every subscription as Strawberry does, an execution per event
+    and subscriber, by giving its view Strawberry's own graphql-transport-ws handler."""
+    [view] = [
+        route.handler
+        for route in service.app.router.routes()
+        if isinstance(route.handler, PresenceView)
+    ]
+    view.graphql_transport_ws_handler_class = BaseGraphQLTransportWSHandler
+
+
+async def raw_texts(socket: aiohttp.ClientWebSocketResponse, count: int) -> list[str]:
+    return [(await socket.receive(timeout=3)).data for _ in range(count)]
+
+
+async def test_a_multiplexed_subscriber_receives_what_one_executed_on_its_own_does(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    shared = await start_service(aiohttp_client, redis_url=redis_server.url)
+    alone = await start_service(aiohttp_client, redis_url=redis_server.url)
+    each_on_its_own(alone)
+    variants = [
+        {"ids": ["alice"], "withSession": True, "noKind": False},
+        {"ids": ["alice"], "withSession": False, "noKind": True},
+    ]
+    async with aiohttp.ClientSession() as session:
+        sockets = []
+        for service in (shared, alone):
+            for variables in variants:
+                socket = await session.ws_connect(
+                    ws_url(service), protocols=["graphql-transport-ws"]
+                )
+                await socket.send_json({"type": "connection_init"})
+                assert (await socket.receive_json())["type"] == "connection_ack"
+                payload = {"query": SHARED_DOCUMENT, "variables": variables}
+                await socket.send_json({"id": "op-1", "type": "subscribe", "payload": payload})
+                sockets.append(socket)
+        await eventually(lambda: shared.app[EVENTS].delivery_count == 2, what="multiplexed")
+        await eventually(lambda: alone.app[EVENTS].feed_count == 2, what="subscriptions")
+        assert alone.app[EVENTS].delivery_count == 0
+        await graphql(shared, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
+        await graphql(shared, 'mutation { kick(userId: "alice", sessionId: "phone") { online } }')
+        received = [await raw_texts(socket, 2) for socket in sockets]
+    # Byte for byte the same messages, and each variant's own.
+    assert received[:2] == received[2:]
+    first = json.loads(received[0][0])
+    assert first["id"] == "op-1"
+    changed = first["payload"]["data"]["changed"]
+    assert changed["__typename"] == "PresenceEvent"
+    assert (changed["who"], changed["userId"], changed["kind"]) == ("alice", "alice", "ONLINE")
+    assert "sessionId" in changed
+    assert "kind" not in json.loads(received[1][0])["payload"]["data"]["changed"]
+    assert "sessionId" not in json.loads(received[1][0])["payload"]["data"]["changed"]
+
+
+async def test_compressed_sockets_take_multiplexed_events_between_other_messages(
+    service: Service,
+) -> None:
+    async with aiohttp.ClientSession() as session:
+        socket = await session.ws_connect(
+            ws_url(service), protocols=["graphql-transport-ws"], compress=15
+        )
+        assert socket.compress == 15  # permessage-deflate was negotiated
+        await socket.send_json({"type": "connection_init"})
+        assert (await socket.receive_json())["type"] == "connection_ack"
+        document = subscription(f"userIds: {ids('alice')}")
+        await socket.send_json({"id": "s", "type": "subscribe", "payload": {"query": document}})
+        await eventually(lambda: service.app[EVENTS].delivery_count == 1, what="subscribed")
+        # A large answer (compressed in a thread, over 16 KiB) between events written at once.
+        introspection = (
+            "{ __schema { types { name description"
+            " fields { name description args { name description type { name } } } } } }"
+        )
+        for i in range(3):
+            query = {"query": introspection}
+            await socket.send_json({"id": f"q{i}", "type": "subscribe", "payload": query})
+            alices = f'userId: "alice", sessionId: "s{i}"'
+            await graphql(service, f"mutation {{ touch({alices}) {{ online }} }}")
+            await graphql(service, f"mutation {{ kick({alices}) {{ online }} }}")
+        messages: list[dict[str, Any]] = []
+        while sum(m["type"] == "complete" for m in messages) < 3 or len(messages) < 12:
+            messages.append(await socket.receive_json(timeout=3))
+        events = [m for m in messages if m["id"] == "s"]
+        assert [e["payload"]["data"]["presenceChanged"]["kind"] for e in events] == [
+            "ONLINE",
+            "KICKED",
+        ] * 3
+        answers = [m for m in messages if m["type"] == "next" and m["id"] != "s"]
+        assert len(answers) == 3
+        assert all(len(json.dumps(a)) > 16_384 for a in answers)
+        await socket.close()
+
+
+async def test_a_completed_multiplexed_subscription_ends_and_its_id_may_be_used_again(
+    service: Service,
+) -> None:
+    hub = service.app[EVENTS]
+    async with graphql_socket(service) as socket:
+        alice = {"query": subscription(f"userIds: {ids('alice')}")}
+        await socket.send_json({"id": "a", "type": "subscribe", "payload": alice})
+        await eventually(lambda: hub.delivery_count == 1, what="the subscription")
+        await socket.send_json({"id": "a", "type": "complete"})
+        await eventually(lambda: hub.feed_count == 0, what="the subscription's end")
+        await graphql(service, 'mutation { touch(userId: "alice", sessionId: "one") { online } }')
+
+        bob = {"query": subscription(f"userIds: {ids('bob')}")}
+        await socket.send_json({"id": "a", "type": "subscribe", "payload": bob})
+        await eventually(lambda: hub.delivery_count == 1, what="the subscription again")
+        await graphql(service, 'mutation { touch(userId: "bob") { online } }')
+        message = await socket.receive_json(timeout=3)
+        assert message["id"] == "a"
+        assert message["payload"]["data"]["presenceChanged"]["userId"] == "bob"
+    await eventually(lambda: hub.feed_count == 0, what="the socket's subscriptions to end")
+
+
+async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
+    service: Service,
+) -> None:
+    hub = service.app[EVENTS]
+    async with graphql_socket(service) as socket:
+        alice = {"query": subscription(f"userIds: {ids('alice')}")}
+        for i in range(MAX_SUBSCRIPTIONS_PER_SOCKET):
+            await socket.send_json({"id": str(i), "type": "subscribe", "payload": alice})
+        await eventually(lambda: hub.delivery_count == MAX_SUBSCRIPTIONS_PER_SOCKET)
+        await socket.send_json({"id": "over", "type": "subscribe", "payload": alice})
+        refused = await socket.receive_json(timeout=3)
+        assert (refused["id"], refused["type"]) == ("over", "error")
+        assert "limit" in refused["payload"][0]["message"]
