@@ -45,7 +45,9 @@ ID = strawberry.ID
 
 
 def _serialize_datetime(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # The store's times are in UTC already: no conversion to make for them.
+    moment = value if value.tzinfo is UTC else value.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _parse_datetime(value: object) -> datetime:
