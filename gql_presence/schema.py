@@ -21,6 +21,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
+from strawberry.schema.name_converter import NameConverter
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, StreamResult
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
@@ -648,6 +649,22 @@ class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
     """The same schema as an Apollo Federation 2 subgraph: User, _entities and _service."""
 
 
+class KeptNames(NameConverter):
+    """Strawberry's names, each worked out once: Strawberry works out the GraphQL name of
+    every argument again on each call of a resolver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Names of the schema's own fields, arguments and types: a bounded set.
+        self._names: dict[str, str] = {}
+
+    def apply_naming_config(self, name: str) -> str:
+        converted = self._names.get(name)
+        if converted is None:
+            converted = self._names[name] = super().apply_naming_config(name)
+        return converted
+
+
 def build_schema(
     *, introspection: bool = True, federation: bool = False, plans: Plans | None = None
 ) -> PresenceSchema:
@@ -668,7 +685,9 @@ def build_schema(
         extensions.append(DisableIntrospection)
     if plans is not None:
         extensions.append(partial(PlanRecorder, plans=plans))
-    config = StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar})
+    config = StrawberryConfig(
+        scalar_map={datetime: DateTimeScalar, date: DateScalar}, name_converter=KeptNames()
+    )
     if federation:
         return FederatedPresenceSchema(
             query=Query,
