@@ -28,7 +28,7 @@ subscriptions, abstract types, fragment variables, variables that do not coerce,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import date, datetime
 from functools import cached_property
@@ -67,9 +67,12 @@ from graphql.pyutils import Path, inspect, is_iterable
 from graphql.pyutils.gather_with_cancel import gather_with_cancel
 from strawberry.execution.is_awaitable import optimized_is_awaitable as is_awaitable
 from strawberry.extensions import SchemaExtension
+from strawberry.relay.types import GlobalID
+from strawberry.scalars import is_scalar
 from strawberry.schema.schema import _OperationContextAwareGraphQLResolveInfo as ResolveInfo
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types import ExecutionResult
+from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.field import StrawberryField
 
 from gql_presence.persisted import Kept
@@ -112,6 +115,28 @@ _Completion = _NonNull | _ListOf | _Leaf | _Object
 
 
 @dataclass(frozen=True, slots=True)
+class _Direct:
+    """A resolver of ours called as Strawberry's resolver wrapper calls it, for a field with
+    no field extensions (permissions are one) and no exception handlers, whose arguments
+    are all scalars: Strawberry's conversion gives each such value back as it is, so the
+    arguments are only renamed, the source passed as `self`, and a Strawberry Info made."""
+
+    function: Callable[..., Any]
+    pass_source: bool
+    info_name: str | None
+    info_class: Callable[..., Any]
+    field: StrawberryField
+    # (GraphQL name, Python name) of each argument.
+    names: tuple[tuple[str, str], ...]
+
+    def call(self, source: Any, info: ResolveInfo, args: dict[str, Any]) -> Any:
+        kwargs = {python: args[name] for name, python in self.names if name in args}
+        if self.info_name is not None:
+            kwargs[self.info_name] = self.info_class(_raw_info=info, _field=self.field)
+        return self.function(source, **kwargs) if self.pass_source else self.function(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
 class _Field:
     """One entry of a grouped field set: its response key, the field nodes merged under it,
     and how its value is resolved and completed."""
@@ -126,6 +151,8 @@ class _Field:
     basic: bool
     # The attribute that resolver reads, when it reads it with getattr: read here directly.
     attribute: str | None
+    # For other resolvers of Strawberry's, when it can be called without its wrapper.
+    direct: _Direct | None
     # The answer of `__typename`; None for every other field.
     typename: str | None
     completion: _Completion | None
@@ -254,6 +281,7 @@ class Plan:
                 TypeNameMetaFieldDef,
                 basic=False,
                 attribute=None,
+                direct=None,
                 typename=parent.name,
                 completion=None,
                 leaf=None,
@@ -277,6 +305,7 @@ class Plan:
             definition,
             basic=basic,
             attribute=_attribute_read(definition) if basic else None,
+            direct=None if basic else _direct_call(self.schema, definition),
             typename=None,
             completion=completion,
             leaf=leaf,
@@ -313,6 +342,47 @@ def _attribute_read(definition: GraphQLField) -> str | None:
     if not isinstance(field, StrawberryField) or field.base_resolver is not None:
         return None
     return field.python_name if field.default_resolver is getattr else None
+
+
+def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> _Direct | None:
+    """How to call the resolver of a field without Strawberry's wrapper (its `get_arguments`
+    and `get_result`), when the wrapper would do no more than `_Direct.call` does."""
+    strawberry_schema = getattr(schema, "_strawberry_schema", None)
+    field = definition.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if strawberry_schema is None or not isinstance(field, StrawberryField):
+        return None
+    converter = strawberry_schema.schema_converter
+    resolver = field.base_resolver
+    if (
+        resolver is None
+        or getattr(definition.resolve, "_is_default", None) is not False  # not the wrapper
+        or field.extensions
+        or getattr(converter, "_exception_handler_specs", None) != ()
+        or resolver.parent_parameter is not None
+        or resolver.root_parameter is not None
+    ):
+        return None
+    function = resolver.wrapped_func
+    if not callable(function):
+        return None  # Strawberry's wrapper raises its own error for it
+    names = []
+    for argument in field.arguments:
+        type_ = argument.type
+        if isinstance(type_, StrawberryOptional) and not isinstance(type_, StrawberryMaybe):
+            type_ = type_.of_type
+        if type_ is GlobalID or not is_scalar(type_, converter.scalar_registry):
+            return None  # converted by Strawberry: lists, enums, input types, IDs of relay
+        graphql_name = strawberry_schema.config.name_converter.from_argument(argument)
+        names.append((graphql_name, argument.python_name))
+    info = resolver.info_parameter
+    return _Direct(
+        function,
+        pass_source=resolver.self_parameter is not None,
+        info_name=None if info is None else info.name,
+        info_class=strawberry_schema.config.info_class,
+        field=field,
+        names=tuple(names),
+    )
 
 
 def make_plan(
@@ -454,7 +524,10 @@ class _Execution:
                 resolve = definition.resolve
                 assert resolve is not None  # planned only so
                 assert path is not None  # a resolver with info needs it
-                result = resolve(source, self.info(field, path), **args)
+                if field.direct is not None:
+                    result = field.direct.call(source, self.info(field, path), args)
+                else:
+                    result = resolve(source, self.info(field, path), **args)
             if field.leaf is not None and type(result) in _PLAIN_LEAF_VALUES:
                 completed = _leaf_value(field.leaf, result)  # all `complete` would do
             elif is_awaitable(result):

@@ -29,7 +29,7 @@ import os
 import re
 from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 import graphql
 import pytest
@@ -722,3 +722,98 @@ def test_a_plan_reads_the_attributes_strawberrys_resolvers_read() -> None:
         resolve = field.definition.resolve
         assert resolve is not None
         assert getattr(presence, field.attribute) == resolve(presence, None)
+
+
+# --- resolvers of Strawberry's called without its wrapper: arguments renamed, the source as
+# `self`, a Strawberry Info; fields with arguments Strawberry converts keep the wrapper.
+
+
+def _called(**kwargs: Any) -> str:
+    info = kwargs.pop("where", None)
+    shown = {name: getattr(value, "name", value) for name, value in sorted(kwargs.items())}
+    return f"{shown!r} {info.field_name if info else '-'} {info.path.as_list() if info else ''}"
+
+
+@strawberry.input
+class Range:
+    low: int = 0
+
+
+@strawberry.type
+class Echo:
+    tag: str
+
+    @strawberry.field
+    async def args(  # noqa: PLR0917 - a resolver's arguments are the field's
+        self,
+        where: strawberry.Info,
+        user_id: strawberry.ID,
+        first: int = 50,
+        after: str | None = None,
+        at: datetime | None = None,
+        named: Annotated[str | None, strawberry.argument(name="renamed")] = None,
+        limit: int | None = 5,
+    ) -> str:
+        return f"{self.tag} " + _called(
+            where=where, user_id=user_id, first=first, after=after, at=at, named=named, limit=limit
+        )
+
+    @strawberry.field
+    def plain(self, flag: bool) -> str:
+        return f"{self.tag} " + _called(flag=flag)
+
+    @strawberry.field
+    async def fails(self, n: int) -> str:
+        raise ValueError(f"no {n}")
+
+    @strawberry.field
+    def listed(self, ids: list[strawberry.ID], span: Range | None = None) -> str:
+        return _called(ids=ids, span=span)
+
+
+@strawberry.type
+class EchoQuery:
+    @strawberry.field
+    def echo(self) -> Echo:
+        return Echo(tag="e")
+
+
+ECHO_SCHEMA = strawberry.Schema(
+    EchoQuery, config=StrawberryConfig(scalar_map={datetime: DateTimeScalar})
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "variables"),
+    [
+        ('{ echo { args(userId: "u") } }', {}),
+        (
+            "query($u: ID!, $a: String, $t: DateTime) "
+            '{ echo { args(userId: $u, first: 3, after: $a, at: $t, renamed: "r", limit: null) } }',
+            {"u": "u", "a": None, "t": "2026-01-02T03:04:05.678Z"},
+        ),
+        ("query($a: String) { echo { x: args(userId: 7, after: $a) } }", {}),
+        ("{ echo { plain(flag: true) fails(n: 2) } }", {}),
+        ('{ echo { listed(ids: ["a", 2], span: { low: 3 }) } }', {}),
+    ],
+)
+async def test_resolvers_called_without_strawberrys_wrapper_answer_as_with_it(
+    query: str, variables: dict[str, Any]
+) -> None:
+    await _same_as_graphql_core(ECHO_SCHEMA._schema, query, variables)
+
+
+def test_only_resolvers_of_scalar_arguments_are_called_without_the_wrapper() -> None:
+    document = graphql.parse('{ echo { args(userId: "u") plain(flag: true) listed(ids: []) } }')
+    plan = make_plan(ECHO_SCHEMA._schema, document, None)
+    assert isinstance(plan, Plan)
+    prepared = plan._prepared({})
+    assert not isinstance(prepared, str)
+    echo = prepared[1][0].completion
+    assert isinstance(echo, _NonNull)
+    assert isinstance(echo.inner, _Object)
+    assert {f.name: f.direct is not None for f in echo.inner.fields} == {
+        "args": True,
+        "plain": True,
+        "listed": False,
+    }
