@@ -655,14 +655,20 @@ class KeptNames(NameConverter):
 
     def __init__(self) -> None:
         super().__init__()
-        # Names of the schema's own fields, arguments and types: a bounded set.
+        # Names of the schema's own fields, arguments and types; bounded all the same, should
+        # Strawberry ever convert a name it was sent.
         self._names: dict[str, str] = {}
 
     def apply_naming_config(self, name: str) -> str:
         converted = self._names.get(name)
         if converted is None:
-            converted = self._names[name] = super().apply_naming_config(name)
+            converted = super().apply_naming_config(name)
+            if len(self._names) < _NAMES_KEPT:
+                self._names[name] = converted
         return converted
+
+
+_NAMES_KEPT = 10_000
 
 
 def build_schema(
