@@ -148,20 +148,20 @@ class _Field:
     nodes: list[FieldNode]
     definition: GraphQLField
     # Strawberry's resolver of a plain attribute, which reads neither info nor arguments.
-    basic: bool
+    basic: bool = False
     # The attribute that resolver reads, when it reads it with getattr: read here directly.
-    attribute: str | None
+    attribute: str | None = None
     # For other resolvers of Strawberry's, when it can be called without its wrapper.
-    direct: _Direct | None
+    direct: _Direct | None = None
     # The answer of `__typename`; None for every other field.
-    typename: str | None
-    completion: _Completion | None
+    typename: str | None = None
+    completion: _Completion | None = None
     # The field's type when it is a leaf type (or a non-null one).
-    leaf: GraphQLLeafType | None
+    leaf: GraphQLLeafType | None = None
     # Whether the field's path is needed before an error: by its resolver's info, or by
     # the fields and items below it. A basic leaf (most fields) makes its path only when it
     # fails.
-    needs_path: bool
+    needs_path: bool = False
 
 
 class Plan:
@@ -272,21 +272,8 @@ class Plan:
         name = details[0].node.name.value
         nodes = [d.node for d in details]
         if name == "__typename":
-            return _Field(
-                key,
-                name,
-                parent,
-                details,
-                nodes,
-                TypeNameMetaFieldDef,
-                basic=False,
-                attribute=None,
-                direct=None,
-                typename=parent.name,
-                completion=None,
-                leaf=None,
-                needs_path=False,
-            )
+            meta = TypeNameMetaFieldDef
+            return _Field(key, name, parent, details, nodes, meta, typename=parent.name)
         definition = parent.fields.get(name)
         if definition is None or definition.resolve is None or name.startswith("_"):
             return None  # introspection, federation; every field of Strawberry's resolves
@@ -306,7 +293,6 @@ class Plan:
             basic=basic,
             attribute=_attribute_read(definition) if basic else None,
             direct=None if basic else _direct_call(self.schema, definition),
-            typename=None,
             completion=completion,
             leaf=leaf,
             needs_path=not (basic and leaf),

@@ -54,7 +54,7 @@ from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
 from gql_presence.connection import connect, redis_client
-from gql_presence.planned import Plan, Plans, _NonNull, _Object, make_plan
+from gql_presence.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
 from gql_presence.redis_server import RedisServer
 from gql_presence.schema import DateTimeScalar, UserPresence, build_schema
 from gql_presence.settings import Settings
@@ -706,18 +706,23 @@ async def test_lists_of_objects_with_odd_attributes_complete_as_in_graphql_core(
     await _same_as_graphql_core(ODD_SCHEMA._schema, "{ odds { maybe when size ids } }", {})
 
 
-def test_a_plan_reads_the_attributes_strawberrys_resolvers_read() -> None:
-    schema = build_schema(introspection=True, federation=False, plans=None)._schema
-    document = graphql.parse('{ odd: presence(userId: "u") { userId online lastSeen } }')
-    plan = make_plan(schema, document, None)
+def _fields_below_root(schema: GraphQLSchema, query: str) -> tuple[_Field, ...]:
+    """The planned fields of the object that the query's one root field gives (non-null)."""
+    plan = make_plan(schema, graphql.parse(query), None)
     assert isinstance(plan, Plan)
     prepared = plan._prepared({})
     assert not isinstance(prepared, str)
     completion = prepared[1][0].completion
     assert isinstance(completion, _NonNull)
     assert isinstance(completion.inner, _Object)
+    return completion.inner.fields
+
+
+def test_a_plan_reads_the_attributes_strawberrys_resolvers_read() -> None:
+    schema = build_schema(introspection=True, federation=False, plans=None)._schema
+    fields = _fields_below_root(schema, '{ odd: presence(userId: "u") { userId online lastSeen } }')
     presence = UserPresence(user_id=strawberry.ID("u"), online=True, last_seen=None)
-    for field in completion.inner.fields:
+    for field in fields:
         assert field.attribute is not None
         resolve = field.definition.resolve
         assert resolve is not None
@@ -804,15 +809,9 @@ async def test_resolvers_called_without_strawberrys_wrapper_answer_as_with_it(
 
 
 def test_only_resolvers_of_scalar_arguments_are_called_without_the_wrapper() -> None:
-    document = graphql.parse('{ echo { args(userId: "u") plain(flag: true) listed(ids: []) } }')
-    plan = make_plan(ECHO_SCHEMA._schema, document, None)
-    assert isinstance(plan, Plan)
-    prepared = plan._prepared({})
-    assert not isinstance(prepared, str)
-    echo = prepared[1][0].completion
-    assert isinstance(echo, _NonNull)
-    assert isinstance(echo.inner, _Object)
-    assert {f.name: f.direct is not None for f in echo.inner.fields} == {
+    query = '{ echo { args(userId: "u") plain(flag: true) listed(ids: []) } }'
+    fields = _fields_below_root(ECHO_SCHEMA._schema, query)
+    assert {f.name: f.direct is not None for f in fields} == {
         "args": True,
         "plain": True,
         "listed": False,
