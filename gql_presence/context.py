@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -24,8 +25,6 @@ if TYPE_CHECKING:
 class Context:
     request: web.Request
     store: PresenceStore
-    # Made anew for each request, so that no request reads another's cached sessions.
-    sessions: DataLoader[str, tuple[Session, ...]]
     events: EventHub
     # Ends the WebSocket connection of a subscription whose feed was dropped.
     close_socket: OnDrop
@@ -44,6 +43,12 @@ class Context:
     socket: BoundedWebSocketResponse | None = None
     # The subscription documents that this process renders once per event (fanout.py).
     selections: Selections = field(default_factory=Selections)
+
+    @cached_property
+    def sessions(self) -> DataLoader[str, tuple[Session, ...]]:
+        """The sessions of users, read in batches: made anew for each request (most never
+        use it), so that no request reads another's cached sessions."""
+        return sessions_loader(self.store)
 
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""

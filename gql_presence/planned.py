@@ -12,7 +12,9 @@ Strawberry's own code, called as graphql-core's executor (3.3) calls it: variabl
 resolvers), leaves by the type's `coerce_output_value`, errors located by `located_error` and
 kept by graphql-core's `CollectedErrors`, with null propagation through non-null types as
 graphql-core does it. What is left out is the per-request and per-field generic work: the
-executor and its field collection, a resolve info for fields that are plain attributes.
+executor and its field collection, a resolve info for fields that are plain attributes (read
+with getattr, as Strawberry's resolver of such a field does), and the path of a leaf field
+until it fails (an error's path is the only use it has).
 
 Covered: mutations, and queries whose selection comes to exactly one root field (or root
 `__typename`) after fragments and @skip/@include, over object, list, non-null and leaf
@@ -26,8 +28,9 @@ subscriptions, abstract types, fragment variables, variables that do not coerce,
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from datetime import date, datetime
 from functools import cached_property
 from typing import Any
 
@@ -64,8 +67,13 @@ from graphql.pyutils import Path, inspect, is_iterable
 from graphql.pyutils.gather_with_cancel import gather_with_cancel
 from strawberry.execution.is_awaitable import optimized_is_awaitable as is_awaitable
 from strawberry.extensions import SchemaExtension
+from strawberry.relay.types import GlobalID
+from strawberry.scalars import is_scalar
 from strawberry.schema.schema import _OperationContextAwareGraphQLResolveInfo as ResolveInfo
+from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types import ExecutionResult
+from strawberry.types.base import StrawberryMaybe, StrawberryOptional
+from strawberry.types.field import StrawberryField
 
 from gql_presence.persisted import Kept
 from gql_presence.telemetry import operation_label, root_fields
@@ -76,6 +84,10 @@ _MAX_COERCION_ERRORS = 50
 # grow by sending every combination.
 _VARIANTS_PER_PLAN = 8
 _MISSING = object()
+# Values of leaf fields that are neither awaitable, nor an error, nor null: all `complete`
+# would do with them is coerce them, so they are coerced at once. (Exact types: an instance
+# of a subclass could be awaitable.)
+_PLAIN_LEAF_VALUES = frozenset({str, bool, int, float, datetime, date})
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +115,28 @@ _Completion = _NonNull | _ListOf | _Leaf | _Object
 
 
 @dataclass(frozen=True, slots=True)
+class _Direct:
+    """A resolver of ours called as Strawberry's resolver wrapper calls it, for a field with
+    no field extensions (permissions are one) and no exception handlers, whose arguments
+    are all scalars: Strawberry's conversion gives each such value back as it is, so the
+    arguments are only renamed, the source passed as `self`, and a Strawberry Info made."""
+
+    function: Callable[..., Any]
+    pass_source: bool
+    info_name: str | None
+    info_class: Callable[..., Any]
+    field: StrawberryField
+    # (GraphQL name, Python name) of each argument.
+    names: tuple[tuple[str, str], ...]
+
+    def call(self, source: Any, info: ResolveInfo, args: dict[str, Any]) -> Any:
+        kwargs = {python: args[name] for name, python in self.names if name in args}
+        if self.info_name is not None:
+            kwargs[self.info_name] = self.info_class(_raw_info=info, _field=self.field)
+        return self.function(source, **kwargs) if self.pass_source else self.function(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
 class _Field:
     """One entry of a grouped field set: its response key, the field nodes merged under it,
     and how its value is resolved and completed."""
@@ -114,10 +148,20 @@ class _Field:
     nodes: list[FieldNode]
     definition: GraphQLField
     # Strawberry's resolver of a plain attribute, which reads neither info nor arguments.
-    basic: bool
+    basic: bool = False
+    # The attribute that resolver reads, when it reads it with getattr: read here directly.
+    attribute: str | None = None
+    # For other resolvers of Strawberry's, when it can be called without its wrapper.
+    direct: _Direct | None = None
     # The answer of `__typename`; None for every other field.
-    typename: str | None
-    completion: _Completion | None
+    typename: str | None = None
+    completion: _Completion | None = None
+    # The field's type when it is a leaf type (or a non-null one).
+    leaf: GraphQLLeafType | None = None
+    # Whether the field's path is needed before an error: by its resolver's info, or by
+    # the fields and items below it. A basic leaf (most fields) makes its path only when it
+    # fails.
+    needs_path: bool = False
 
 
 class Plan:
@@ -228,9 +272,8 @@ class Plan:
         name = details[0].node.name.value
         nodes = [d.node for d in details]
         if name == "__typename":
-            return _Field(
-                key, name, parent, details, nodes, TypeNameMetaFieldDef, False, parent.name, None
-            )
+            meta = TypeNameMetaFieldDef
+            return _Field(key, name, parent, details, nodes, meta, typename=parent.name)
         definition = parent.fields.get(name)
         if definition is None or definition.resolve is None or name.startswith("_"):
             return None  # introspection, federation; every field of Strawberry's resolves
@@ -238,7 +281,22 @@ class Plan:
         if completion is None:
             return None
         basic = bool(getattr(definition.resolve, "_is_default", False)) and not definition.args
-        return _Field(key, name, parent, details, nodes, definition, basic, None, completion)
+        inner = completion.inner if isinstance(completion, _NonNull) else completion
+        leaf = inner.type if isinstance(inner, _Leaf) else None
+        return _Field(
+            key,
+            name,
+            parent,
+            details,
+            nodes,
+            definition,
+            basic=basic,
+            attribute=_attribute_read(definition) if basic else None,
+            direct=None if basic else _direct_call(self.schema, definition),
+            completion=completion,
+            leaf=leaf,
+            needs_path=not (basic and leaf),
+        )
 
     def _completion(
         self, type_: GraphQLOutputType, details: list[FieldDetails], variables: VariableValues
@@ -260,6 +318,57 @@ class Plan:
         if any(f is None for f in fields):
             return None
         return _Object(type_, tuple(f for f in fields if f is not None))
+
+
+def _attribute_read(definition: GraphQLField) -> str | None:
+    """The attribute that Strawberry's resolver of a field without a resolver of its own
+    reads: it calls `StrawberryField.get_result`, which calls the field's `default_resolver`
+    with its `python_name`. None unless that default resolver is getattr (the default)."""
+    field = definition.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if not isinstance(field, StrawberryField) or field.base_resolver is not None:
+        return None
+    return field.python_name if field.default_resolver is getattr else None
+
+
+def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> _Direct | None:
+    """How to call the resolver of a field without Strawberry's wrapper (its `get_arguments`
+    and `get_result`), when the wrapper would do no more than `_Direct.call` does."""
+    strawberry_schema = getattr(schema, "_strawberry_schema", None)
+    field = definition.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
+    if strawberry_schema is None or not isinstance(field, StrawberryField):
+        return None
+    converter = strawberry_schema.schema_converter
+    resolver = field.base_resolver
+    if (
+        resolver is None
+        or getattr(definition.resolve, "_is_default", None) is not False  # not the wrapper
+        or field.extensions
+        or getattr(converter, "_exception_handler_specs", None) != ()
+        or resolver.parent_parameter is not None
+        or resolver.root_parameter is not None
+    ):
+        return None
+    function = resolver.wrapped_func
+    if not callable(function):
+        return None  # Strawberry's wrapper raises its own error for it
+    names = []
+    for argument in field.arguments:
+        type_ = argument.type
+        if isinstance(type_, StrawberryOptional) and not isinstance(type_, StrawberryMaybe):
+            type_ = type_.of_type
+        if type_ is GlobalID or not is_scalar(type_, converter.scalar_registry):
+            return None  # converted by Strawberry: lists, enums, input types, IDs of relay
+        graphql_name = strawberry_schema.config.name_converter.from_argument(argument)
+        names.append((graphql_name, argument.python_name))
+    info = resolver.info_parameter
+    return _Direct(
+        function,
+        pass_source=resolver.self_parameter is not None,
+        info_name=None if info is None else info.name,
+        info_class=strawberry_schema.config.info_class,
+        field=field,
+        names=tuple(names),
+    )
 
 
 def make_plan(
@@ -344,10 +453,9 @@ class _Execution:
         """The root fields one after another (a query has one): an error that propagates
         from one of them nulls the whole answer, and no later field runs."""
         data: dict[str, Any] = {}
-        typename = self.plan.root_type.name
         try:
             for root in roots:
-                result = self.execute_field(root, None, Path(None, root.key, typename))
+                result = self.execute_field(root, None, None)
                 if is_awaitable(result):
                     result = await result
                 data[root.key] = result
@@ -378,14 +486,17 @@ class _Execution:
             self.extensions,  # type: ignore[arg-type] # None as Strawberry's when none
         )
 
-    def execute_field(self, field: _Field, source: Any, path: Path) -> Any:
+    def execute_field(self, field: _Field, source: Any, parent: Path | None) -> Any:
         if field.typename is not None:
             return field.typename
         completion = field.completion
         assert completion is not None
         definition = field.definition
+        path = Path(parent, field.key, field.parent.name) if field.needs_path else None
         try:
-            if field.basic:
+            if field.attribute is not None:
+                result = getattr(source, field.attribute)
+            elif field.basic:
                 result = definition.resolve(source, None)  # type: ignore[misc]
             else:
                 node = field.details[0]
@@ -398,13 +509,23 @@ class _Execution:
                 )
                 resolve = definition.resolve
                 assert resolve is not None  # planned only so
-                result = resolve(source, self.info(field, path), **args)
-            if is_awaitable(result):
+                assert path is not None  # a resolver with info needs it
+                if field.direct is not None:
+                    result = field.direct.call(source, self.info(field, path), args)
+                else:
+                    result = resolve(source, self.info(field, path), **args)
+            if field.leaf is not None and type(result) in _PLAIN_LEAF_VALUES:
+                completed = _leaf_value(field.leaf, result)  # all `complete` would do
+            elif is_awaitable(result):
+                path = path or Path(parent, field.key, field.parent.name)
                 return self.complete_awaitable(field, completion, path, result)
-            completed = self.complete(field, completion, path, result)
+            else:
+                completed = self.complete(field, completion, path, result)
             if is_awaitable(completed):
+                path = path or Path(parent, field.key, field.parent.name)
                 return self.await_completed(field, completion, path, completed)
         except Exception as raw_error:  # a field error, as graphql-core makes it
+            path = path or Path(parent, field.key, field.parent.name)
             self.handle_field_error(raw_error, field, completion, path)
             return None
         return completed
@@ -438,7 +559,10 @@ class _Execution:
             self.handle_field_error(raw_error, field, completion, path)
             return None
 
-    def complete(self, field: _Field, completion: _Completion, path: Path, result: Any) -> Any:
+    def complete(
+        self, field: _Field, completion: _Completion, path: Path | None, result: Any
+    ) -> Any:
+        """The completed value; `path` is None only for a leaf, which needs none."""
         if isinstance(result, Exception):
             raise result
         if isinstance(completion, _NonNull):
@@ -451,14 +575,8 @@ class _Execution:
         if result is None or result is Undefined:
             return None
         if isinstance(completion, _Leaf):
-            coerced = completion.type.coerce_output_value(result)
-            if coerced is Undefined or coerced is None:
-                raise TypeError(
-                    f"Expected `{inspect(completion.type)}.coerce_output_value("
-                    f"{inspect(result)})` to return non-nullable value, returned:"
-                    f" {inspect(coerced)}"
-                )
-            return coerced
+            return _leaf_value(completion.type, result)
+        assert path is not None  # made for every field that has items or fields
         if isinstance(completion, _ListOf):
             return self.complete_list(field, completion.item, path, result)
         return self.execute_fields(completion, result, path)
@@ -498,7 +616,7 @@ class _Execution:
         pending: list[str] = []
         try:
             for field in obj.fields:
-                result = self.execute_field(field, source, Path(path, field.key, obj.type.name))
+                result = self.execute_field(field, source, path)
                 results[field.key] = result
                 if is_awaitable(result):
                     pending.append(field.key)
@@ -508,6 +626,17 @@ class _Execution:
         if not pending:
             return results
         return _gathered(results, pending)
+
+
+def _leaf_value(type_: GraphQLLeafType, result: Any) -> Any:
+    coerced = type_.coerce_output_value(result)
+    if coerced is Undefined or coerced is None:
+        raise TypeError(
+            f"Expected `{inspect(type_)}.coerce_output_value("
+            f"{inspect(result)})` to return non-nullable value, returned:"
+            f" {inspect(coerced)}"
+        )
+    return coerced
 
 
 async def _gathered(results: Any, pending: list[Any]) -> Any:

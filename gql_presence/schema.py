@@ -21,6 +21,7 @@ from strawberry.extensions import (
     SchemaExtension,
 )
 from strawberry.schema.config import StrawberryConfig
+from strawberry.schema.name_converter import NameConverter
 from strawberry.schema.schema import StrawberryGraphQLCoreExecutionContext, StreamResult
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
@@ -45,7 +46,9 @@ ID = strawberry.ID
 
 
 def _serialize_datetime(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    # The store's times are in UTC already: no conversion to make for them.
+    moment = value if value.tzinfo is UTC else value.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _parse_datetime(value: object) -> datetime:
@@ -666,6 +669,28 @@ class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
     """The same schema as an Apollo Federation 2 subgraph: User, _entities and _service."""
 
 
+class KeptNames(NameConverter):
+    """Strawberry's names, each worked out once: Strawberry works out the GraphQL name of
+    every argument again on each call of a resolver."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Names of the schema's own fields, arguments and types; bounded all the same, should
+        # Strawberry ever convert a name it was sent.
+        self._names: dict[str, str] = {}
+
+    def apply_naming_config(self, name: str) -> str:
+        converted = self._names.get(name)
+        if converted is None:
+            converted = super().apply_naming_config(name)
+            if len(self._names) < _NAMES_KEPT:
+                self._names[name] = converted
+        return converted
+
+
+_NAMES_KEPT = 10_000
+
+
 def build_schema(
     *, introspection: bool = True, federation: bool = False, plans: Plans | None = None
 ) -> PresenceSchema:
@@ -686,7 +711,9 @@ def build_schema(
         extensions.append(DisableIntrospection)
     if plans is not None:
         extensions.append(partial(PlanRecorder, plans=plans))
-    config = StrawberryConfig(scalar_map={datetime: DateTimeScalar, date: DateScalar})
+    config = StrawberryConfig(
+        scalar_map={datetime: DateTimeScalar, date: DateScalar}, name_converter=KeptNames()
+    )
     if federation:
         return FederatedPresenceSchema(
             query=Query,

@@ -11,7 +11,7 @@ from datetime import timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
-from aiohttp import WSCloseCode, web
+from aiohttp import WSCloseCode, hdrs, web
 from cross_web import (
     AiohttpHTTPRequestAdapter,
     HTTPException,  # what Strawberry answers as an HTTP error
@@ -44,7 +44,7 @@ from gql_presence.app_state import (
     STORE,
 )
 from gql_presence.auth import EXPIRED, Caller, CallerKind
-from gql_presence.context import Context, sessions_loader
+from gql_presence.context import Context
 from gql_presence.errors import (
     PresenceError,
     RateLimitedError,
@@ -164,7 +164,6 @@ class PresenceView(GraphQLView[Context, None]):
         return Context(
             request=request,
             store=store,
-            sessions=sessions_loader(store),
             events=request.app[EVENTS],
             close_socket=close_socket,
             caller=caller,
@@ -353,6 +352,18 @@ class PresenceView(GraphQLView[Context, None]):
         if result.errors:
             log_unexpected(result.errors, plan.operation_name)
         return result
+
+    def create_response(
+        self,
+        response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse],
+        sub_response: web.Response,
+    ) -> web.Response:
+        # As Strawberry's, which sets the text and then the content type, each setter
+        # parsing and writing the Content-Type header again.
+        encoded = self.encode_json(response_data)
+        sub_response.body = encoded.encode() if isinstance(encoded, str) else encoded
+        sub_response.headers[hdrs.CONTENT_TYPE] = "application/json; charset=utf-8"
+        return sub_response
 
     async def process_result(
         self, request: web.Request, result: ExecutionResult

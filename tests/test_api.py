@@ -51,6 +51,15 @@ async def test_touch_and_read_presence(api: Client) -> None:
     assert read["data"]["presence"] == presence
 
 
+async def test_answers_are_compact_json_in_utf_8(api: Client) -> None:
+    query = '{ presence(userId: "ß") { userId online } }'
+    expected = b'{"data":{"presence":{"userId":"\\u00df","online":false}}}'
+    for _ in ("the first time", "planned"):
+        response = await api.post("/graphql", json={"query": query})
+        assert response.headers["Content-Type"] == "application/json; charset=utf-8"
+        assert await response.read() == expected
+
+
 async def test_never_seen_user(api: Client) -> None:
     body = await graphql(api, f'{{ presence(userId: "nobody") {{ {PRESENCE} }} }}')
     assert body["data"]["presence"] == {

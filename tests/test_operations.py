@@ -129,6 +129,9 @@ def test_log_level_is_a_setting_and_warning_leaves_the_request_lines_out() -> No
         Settings.from_env({"PRESENCE_LOG_LEVEL": "verbose"})
     root = logging.getLogger()
     level, handlers = root.level, root.handlers[:]
+    # What configure_logging switches off, kept for the reports of later tests.
+    switches = ("_srcfile", "logThreads", "logProcesses", "logMultiprocessing")
+    saved = {name: getattr(logging, name) for name in switches}
     try:
         configure_logging("text", "warning")
         requests = logging.getLogger("gql_presence.requests")
@@ -137,3 +140,5 @@ def test_log_level_is_a_setting_and_warning_leaves_the_request_lines_out() -> No
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+        for name, value in saved.items():
+            setattr(logging, name, value)

@@ -27,12 +27,13 @@ import json
 import logging
 import os
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 import graphql
 import pytest
+import strawberry
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 from graphql import (
@@ -49,12 +50,13 @@ from graphql import (
 )
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
+from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
 from gql_presence.connection import connect, redis_client
-from gql_presence.planned import Plan, Plans, make_plan
+from gql_presence.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
 from gql_presence.redis_server import RedisServer
-from gql_presence.schema import build_schema
+from gql_presence.schema import DateTimeScalar, UserPresence, build_schema
 from gql_presence.settings import Settings
 from gql_presence.view import PresenceView
 from tests.conftest import TEST_SETTINGS, ClientFactory
@@ -622,16 +624,195 @@ FAILING = GraphQLSchema(
     ],
 )
 async def test_nulls_and_errors_propagate_as_in_graphql_core(query: str) -> None:
+    await _same_as_graphql_core(FAILING, query, {"f": True})
+
+
+async def _same_as_graphql_core(
+    schema: GraphQLSchema, query: str, variables: dict[str, Any]
+) -> None:
     document = graphql.parse(query)
-    assert graphql.validate(FAILING, document) == []
-    variables = {"f": True}
-    expected = graphql.execute(FAILING, document, variable_values=variables)
+    assert graphql.validate(schema, document) == []
+    expected = graphql.execute(schema, document, variable_values=variables)
     if inspect.isawaitable(expected):
         expected = await expected
     assert isinstance(expected, graphql.ExecutionResult)
-    plan = make_plan(FAILING, document, None)
+    plan = make_plan(schema, document, None)
     assert isinstance(plan, Plan)
     got = await plan.run(None, variables)
     assert got is not None
     assert got.data == expected.data
     assert [e.formatted for e in got.errors or []] == [e.formatted for e in expected.errors or []]
+
+
+# --- Strawberry's plain attributes, which a plan reads itself and completes without a path
+# when their value is a plain one: values of every other kind take the general way.
+
+
+class Soon:
+    """An awaitable attribute value (that may go unawaited when a sibling fails)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+
+    def __await__(self) -> Generator[None, None, object]:
+        return self.value
+        yield  # a generator: awaiting it returns the value at once
+
+
+def odd_values() -> list[dict[str, Any]]:
+    """Attribute values of every kind: plain, null, of the wrong type, awaitable."""
+    at = datetime(2026, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
+    return [
+        {"text": "t", "maybe": None, "when": at, "size": 3, "ids": []},
+        {"text": None, "maybe": "m", "when": "not a time", "size": True, "ids": ["a"]},
+        {"text": 7, "maybe": 2.5, "when": None, "size": "3", "ids": None},
+        {"text": Soon("t"), "maybe": Soon(None), "when": Soon(at), "size": 2**40, "ids": [1]},
+        {"text": "t", "maybe": ValueError("no"), "when": at.astimezone(), "size": None, "ids": []},
+    ]
+
+
+@strawberry.type
+class Odd:
+    text: str
+    maybe: str | None
+    when: datetime
+    size: int | None
+    ids: list[strawberry.ID] | None
+
+
+@strawberry.type
+class OddQuery:
+    @strawberry.field
+    def odd(self, which: int) -> Odd:
+        return Odd(**odd_values()[which])
+
+    @strawberry.field
+    def odds(self) -> list[Odd | None]:
+        return [Odd(**values) for values in odd_values()]
+
+
+ODD_SCHEMA = strawberry.Schema(
+    OddQuery, config=StrawberryConfig(scalar_map={datetime: DateTimeScalar})
+)
+
+
+@pytest.mark.parametrize("which", range(len(odd_values())))
+async def test_plain_attributes_complete_as_in_graphql_core(which: int) -> None:
+    query = "query($w: Int!) { odd(which: $w) { text maybe when size ids } }"
+    await _same_as_graphql_core(ODD_SCHEMA._schema, query, {"w": which})
+
+
+async def test_lists_of_objects_with_odd_attributes_complete_as_in_graphql_core() -> None:
+    await _same_as_graphql_core(ODD_SCHEMA._schema, "{ odds { maybe when size ids } }", {})
+
+
+def _fields_below_root(schema: GraphQLSchema, query: str) -> tuple[_Field, ...]:
+    """The planned fields of the object that the query's one root field gives (non-null)."""
+    plan = make_plan(schema, graphql.parse(query), None)
+    assert isinstance(plan, Plan)
+    prepared = plan._prepared({})
+    assert not isinstance(prepared, str)
+    completion = prepared[1][0].completion
+    assert isinstance(completion, _NonNull)
+    assert isinstance(completion.inner, _Object)
+    return completion.inner.fields
+
+
+def test_a_plan_reads_the_attributes_strawberrys_resolvers_read() -> None:
+    schema = build_schema(introspection=True, federation=False, plans=None)._schema
+    fields = _fields_below_root(schema, '{ odd: presence(userId: "u") { userId online lastSeen } }')
+    presence = UserPresence(user_id=strawberry.ID("u"), online=True, last_seen=None)
+    for field in fields:
+        assert field.attribute is not None
+        resolve = field.definition.resolve
+        assert resolve is not None
+        assert getattr(presence, field.attribute) == resolve(presence, None)
+
+
+# --- resolvers of Strawberry's called without its wrapper: arguments renamed, the source as
+# `self`, a Strawberry Info; fields with arguments Strawberry converts keep the wrapper.
+
+
+def _called(**kwargs: Any) -> str:
+    info = kwargs.pop("where", None)
+    shown = {name: getattr(value, "name", value) for name, value in sorted(kwargs.items())}
+    return f"{shown!r} {info.field_name if info else '-'} {info.path.as_list() if info else ''}"
+
+
+@strawberry.input
+class Range:
+    low: int = 0
+
+
+@strawberry.type
+class Echo:
+    tag: str
+
+    @strawberry.field
+    async def args(  # noqa: PLR0917 - a resolver's arguments are the field's
+        self,
+        where: strawberry.Info,
+        user_id: strawberry.ID,
+        first: int = 50,
+        after: str | None = None,
+        at: datetime | None = None,
+        named: Annotated[str | None, strawberry.argument(name="renamed")] = None,
+        limit: int | None = 5,
+    ) -> str:
+        return f"{self.tag} " + _called(
+            where=where, user_id=user_id, first=first, after=after, at=at, named=named, limit=limit
+        )
+
+    @strawberry.field
+    def plain(self, flag: bool) -> str:
+        return f"{self.tag} " + _called(flag=flag)
+
+    @strawberry.field
+    async def fails(self, n: int) -> str:
+        raise ValueError(f"no {n}")
+
+    @strawberry.field
+    def listed(self, ids: list[strawberry.ID], span: Range | None = None) -> str:
+        return _called(ids=ids, span=span)
+
+
+@strawberry.type
+class EchoQuery:
+    @strawberry.field
+    def echo(self) -> Echo:
+        return Echo(tag="e")
+
+
+ECHO_SCHEMA = strawberry.Schema(
+    EchoQuery, config=StrawberryConfig(scalar_map={datetime: DateTimeScalar})
+)
+
+
+@pytest.mark.parametrize(
+    ("query", "variables"),
+    [
+        ('{ echo { args(userId: "u") } }', {}),
+        (
+            "query($u: ID!, $a: String, $t: DateTime) "
+            '{ echo { args(userId: $u, first: 3, after: $a, at: $t, renamed: "r", limit: null) } }',
+            {"u": "u", "a": None, "t": "2026-01-02T03:04:05.678Z"},
+        ),
+        ("query($a: String) { echo { x: args(userId: 7, after: $a) } }", {}),
+        ("{ echo { plain(flag: true) fails(n: 2) } }", {}),
+        ('{ echo { listed(ids: ["a", 2], span: { low: 3 }) } }', {}),
+    ],
+)
+async def test_resolvers_called_without_strawberrys_wrapper_answer_as_with_it(
+    query: str, variables: dict[str, Any]
+) -> None:
+    await _same_as_graphql_core(ECHO_SCHEMA._schema, query, variables)
+
+
+def test_only_resolvers_of_scalar_arguments_are_called_without_the_wrapper() -> None:
+    query = '{ echo { args(userId: "u") plain(flag: true) listed(ids: []) } }'
+    fields = _fields_below_root(ECHO_SCHEMA._schema, query)
+    assert {f.name: f.direct is not None for f in fields} == {
+        "args": True,
+        "plain": True,
+        "listed": False,
+    }
