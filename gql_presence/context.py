@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
 
 from gql_presence.auth import Caller, Need
-from gql_presence.events import EventHub, OnDrop
+from gql_presence.events import EventHub, FeedDroppedError
 from gql_presence.fanout import Selections
 from gql_presence.limits import RateLimiter
 from gql_presence.sessions import HeldSessions
@@ -24,11 +24,7 @@ if TYPE_CHECKING:
 class Context:
     request: web.Request
     store: PresenceStore
-    # Made anew for each request, so that no request reads another's cached sessions.
-    sessions: DataLoader[str, tuple[Session, ...]]
     events: EventHub
-    # Ends the WebSocket connection of a subscription whose feed was dropped.
-    close_socket: OnDrop
     # Who is calling: from the Authorization header, or a WebSocket's connection_init.
     caller: Caller
     limiter: RateLimiter
@@ -44,6 +40,22 @@ class Context:
     socket: BoundedWebSocketResponse | None = None
     # The subscription documents that this process renders once per event (fanout.py).
     selections: Selections = field(default_factory=Selections)
+    _sessions: DataLoader[str, tuple[Session, ...]] | None = field(default=None, init=False)
+
+    @property
+    def sessions(self) -> DataLoader[str, tuple[Session, ...]]:
+        """Made for each request (on first use: most requests and sockets never read
+        sessions this way), so that no request reads another's cached sessions."""
+        if self._sessions is None:
+            self._sessions = sessions_loader(self.store)
+        return self._sessions
+
+    async def close_socket(self, reason: FeedDroppedError) -> None:
+        """Ends the WebSocket connection of a subscription whose feed was dropped."""
+        socket = self.socket
+        if socket is not None and not socket.closed:
+            code = WSCloseCode.POLICY_VIOLATION if reason.violation else WSCloseCode.SERVICE_RESTART
+            await socket.close(code=code, message=reason.reason.encode()[:123])
 
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""

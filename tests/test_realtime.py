@@ -611,3 +611,24 @@ async def test_a_document_already_multiplexed_is_still_admitted_for_each_caller(
         refused = await socket.receive_json(timeout=3)
         assert (refused["id"], refused["type"]) == ("c", "error")
         assert refused["payload"][0]["extensions"]["code"] == "RATE_LIMITED"
+
+
+async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
+    service: Service,
+) -> None:
+    [view] = [r.handler for r in service.app.router.routes() if isinstance(r.handler, PresenceView)]
+    view.connection_init_wait_timeout = timedelta(seconds=0.3)
+    silent = await service.ws_connect("/graphql", protocols=["graphql-transport-ws"])
+    async with graphql_socket(service) as initialised:
+        closed = await silent.receive(timeout=3)
+        assert (closed.type, closed.data, closed.extra) == (
+            aiohttp.WSMsgType.CLOSE,
+            4408,
+            "Connection initialisation timeout",
+        )
+        # One that said connection_init in time stays open past the wait.
+        await asyncio.sleep(0.4)
+        await initialised.send_json({"type": "ping"})
+        assert (await initialised.receive_json(timeout=3))["type"] == "pong"
+    # A late connection_init finds the socket closed.
+    assert silent.closed
