@@ -9,7 +9,7 @@ import asyncio
 import time
 from datetime import timedelta
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast
 
 from aiohttp import web
 from aiohttp.web_ws import WebSocketReady
@@ -28,7 +28,10 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
 )
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import ConnectionInitMessage
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    Message,
+)
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
@@ -106,15 +109,25 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         except Exception as error:  # logged as Strawberry logs a failure of its own task
             await self.handle_task_exception(error)
 
+    async def handle_message(self, message: Message) -> None:
+        await super().handle_message(message)
+        # Strawberry's loop holds the last message until the next one comes: for a socket
+        # that waits, its subscribe message, document and variables. What it needed of it,
+        # it took.
+        cast("dict[str, object]", message).clear()
+
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
-        if self._init_timer is not None:
-            self._init_timer.cancel()
+        self._stop_init_timer()
         await super().handle_connection_init(message)
 
     async def shutdown(self) -> None:
+        self._stop_init_timer()
+        await super().shutdown()
+
+    def _stop_init_timer(self) -> None:
         if self._init_timer is not None:
             self._init_timer.cancel()
-        await super().shutdown()
+            self._init_timer = None  # not kept for the socket's life
 
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         # The operation's own task: the value is seen by its resolvers only.
@@ -128,14 +141,20 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         except HandedOverError as handed:
             if self.operations.get(operation.id) is operation:
                 self._deliveries[operation.id] = handed.delivery
+                # What the socket keeps of it is its id and its place in the hub: its task
+                # ends now, and its document and variables are its Selection's business.
+                operation.task = None
+                operation.query, operation.variables = "", None
             else:  # completed, or its socket ended, meanwhile
                 self.context.events.forget(handed.delivery)
 
     async def cleanup_operation(self, operation_id: str) -> None:
         delivery = self._deliveries.pop(operation_id, None)
-        if delivery is not None:
-            self.context.events.forget(delivery)
-        await super().cleanup_operation(operation_id)
+        if delivery is None:
+            await super().cleanup_operation(operation_id)
+            return
+        self.context.events.forget(delivery)
+        self.operations.pop(operation_id, None)  # its task has ended already
 
 
 class PresenceView(GraphQLView[Context, None]):
