@@ -9,7 +9,7 @@ import asyncio
 import time
 from datetime import timedelta
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
 from aiohttp import web
 from aiohttp.web_ws import WebSocketReady
@@ -111,10 +111,12 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
 
     async def handle_message(self, message: Message) -> None:
         await super().handle_message(message)
+        parsed: object = message  # whatever JSON the client sent, a dict if it was handled
         # Strawberry's loop holds the last message until the next one comes: for a socket
         # that waits, its subscribe message, document and variables. What it needed of it,
         # it took.
-        cast("dict[str, object]", message).clear()
+        if isinstance(parsed, dict):
+            parsed.clear()
 
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self._stop_init_timer()
