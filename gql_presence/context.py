@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from aiohttp import web
+from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
 
 from gql_presence.auth import Caller, Need
-from gql_presence.events import EventHub, OnDrop
+from gql_presence.events import EventHub, FeedDroppedError
 from gql_presence.fanout import Selections
 from gql_presence.limits import RateLimiter
 from gql_presence.sessions import HeldSessions
@@ -26,8 +26,6 @@ class Context:
     request: web.Request
     store: PresenceStore
     events: EventHub
-    # Ends the WebSocket connection of a subscription whose feed was dropped.
-    close_socket: OnDrop
     # Who is calling: from the Authorization header, or a WebSocket's connection_init.
     caller: Caller
     limiter: RateLimiter
@@ -43,6 +41,13 @@ class Context:
     socket: BoundedWebSocketResponse | None = None
     # The subscription documents that this process renders once per event (fanout.py).
     selections: Selections = field(default_factory=Selections)
+
+    async def close_socket(self, reason: FeedDroppedError) -> None:
+        """Ends the WebSocket connection of a subscription whose feed was dropped."""
+        socket = self.socket
+        if socket is not None and not socket.closed:
+            code = WSCloseCode.POLICY_VIOLATION if reason.violation else WSCloseCode.SERVICE_RESTART
+            await socket.close(code=code, message=reason.reason.encode()[:123])
 
     @cached_property
     def sessions(self) -> DataLoader[str, tuple[Session, ...]]:

@@ -11,6 +11,11 @@ JSON-encoded once. Each subscriber's `next` message is its own id around those b
 A payload never depends on who subscribed: PresenceEvent's fields read only the event. What
 does depend on the caller (authorization, argument checks) is done per subscriber, once,
 when it subscribes.
+
+A Selection also keeps what its subscription's resolver made of the arguments (`Following`):
+the same document, operation name and variables always make the same, so a later subscribe
+of that key, once admitted, only authorizes its caller and joins the hub, without running
+the document through Strawberry and graphql-core again (PresenceSchema.stream).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphql import DocumentNode, ExecutionResult, GraphQLError
 
+from gql_presence.auth import Caller, Need
 from gql_presence.graphql_errors import with_codes
 
 if TYPE_CHECKING:
@@ -74,6 +80,22 @@ class HandedOverError(BaseException):
 SOCKET_OPERATION: ContextVar[SocketOperation | None] = ContextVar("socket_operation", default=None)
 
 
+@dataclass(frozen=True)
+class Following:
+    """What a presenceChanged resolver made of its arguments: the right it checked, and the
+    users to follow; the same for every subscription of one Selection."""
+
+    need: Need
+    operation: str
+    user_ids: frozenset[str]
+    friends_of: str | None  # also the user whose right Need.OWN checks
+    everyone: bool
+
+    def authorize(self, caller: Caller) -> None:
+        """Raises as the resolver's own check does when the caller may not subscribe."""
+        caller.authorize(self.need, self.operation, self.friends_of)
+
+
 class Selection:
     """One document's rendering of events: its executor, built once, run once per event."""
 
@@ -86,6 +108,8 @@ class Selection:
         self._executor = executor
         self._root = root
         self._report = report
+        # Set by the first subscription of this Selection to reach the hub.
+        self.following: Following | None = None
 
     def render(self, event: PresenceEvent) -> bytes:
         result = self._executor.build_per_event_executor(self._root(event)).execute_operation(False)
@@ -110,6 +134,12 @@ class Selections:
         self._by_key: weakref.WeakValueDictionary[tuple[str, str | None, str], Selection] = (
             weakref.WeakValueDictionary()
         )
+
+    def known(self, operation: SocketOperation) -> Selection | None:
+        """The Selection of a subscription of the same key that reached the hub, while one
+        such subscription lasts: its `following` is set."""
+        selection = self._by_key.get(operation.key())
+        return None if selection is None or selection.following is None else selection
 
     def get(
         self,

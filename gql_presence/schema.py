@@ -479,11 +479,12 @@ class Subscription:
             raise BadInputError("Give exactly one of userIds, friendsOf and all: true.")
         context = info.context
         if everyone:
-            context.caller.authorize(Need.BACKEND, "presenceChanged(all)")
+            need, what = Need.BACKEND, "presenceChanged(all)"
         elif friends_of is None:
-            context.caller.authorize(Need.BACKEND, "presenceChanged(userIds)")
+            need, what = Need.BACKEND, "presenceChanged(userIds)"
         else:
-            context.caller.authorize(Need.OWN, "presenceChanged(friendsOf)", friends_of)
+            need, what = Need.OWN, "presenceChanged(friendsOf)"
+        context.caller.authorize(need, what, friends_of)
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
@@ -495,15 +496,11 @@ class Subscription:
             if selection is not None:
                 # Multiplexed (fanout.py): the hub writes each event's message to the socket,
                 # and the socket's handler ends the delivery with the operation.
-                delivery = await context.events.deliver(
-                    context.close_socket,
-                    socket.send_now,
-                    operation.next_head(),
-                    selection.render,
-                    user_ids=followed,
-                    friends_of=friends_of,
-                    everyone=everyone,
+                following = fanout.Following(
+                    need, what, frozenset(followed), friends_of, everyone=everyone
                 )
+                delivery = await _deliver(context, operation, selection, following)
+                selection.following = following
                 raise fanout.HandedOverError(delivery)
         async with context.events.feed(
             context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
@@ -561,6 +558,25 @@ class Subscription:
             )
 
 
+async def _deliver(
+    context: Context,
+    operation: fanout.SocketOperation,
+    selection: fanout.Selection,
+    following: fanout.Following,
+) -> events.Delivery:
+    """A multiplexed subscription's place in the hub, writing to the context's socket."""
+    assert context.socket is not None
+    return await context.events.deliver(
+        context.close_socket,
+        context.socket.send_now,
+        operation.next_head(),
+        selection.render,
+        user_ids=following.user_ids,
+        friends_of=following.friends_of,
+        everyone=following.everyone,
+    )
+
+
 class EventExecutionContext(StrawberryGraphQLCoreExecutionContext):
     """graphql-core 3.3 runs each subscription event on a shallow copy of the subscription's
     executor, which shares its memo of collected sub-fields; the memo is keyed by lists made
@@ -590,6 +606,10 @@ class User:
 
 
 class PresenceSchema(strawberry.Schema):
+    # Whether a subscribe of a key already multiplexed skips the document's execution
+    # (_subscribe_again): not while tracing, whose spans come from that execution.
+    reuses_subscriptions = True
+
     def process_errors(self, errors: list[GraphQLError], execution_context: Any = None) -> None:
         # Refusals are answers, not faults: only unexpected errors are logged.
         log_unexpected(errors, execution_context.operation_name if execution_context else None)
@@ -626,6 +646,8 @@ class PresenceSchema(strawberry.Schema):
             return _refused(error)
         except TimeoutError:
             return _refused(over_budget(budget_s))
+        if self.reuses_subscriptions:
+            await _subscribe_again(context_value)
         results = await super().stream(
             query,
             variable_values=variable_values,
@@ -638,6 +660,27 @@ class PresenceSchema(strawberry.Schema):
         if not is_subscription(query, operation_name):
             results = _within(results, deadline, budget_s)
         return _with_codes(results)
+
+
+async def _subscribe_again(context: Context) -> None:
+    """Raises HandedOverError with the delivery of an admitted presenceChanged subscription
+    whose document, operation name and variables a multiplexed one of this process has
+    already run: the same document passes the same parsing, validation and limits, and the
+    same variables make the same arguments, so what is left of the resolver's work is the
+    caller's authorization and joining the hub. Returns, for the full path to run (and to
+    answer), when the key is not known, or when either step refuses it."""
+    operation = fanout.SOCKET_OPERATION.get()
+    if operation is None or context.socket is None:
+        return
+    selection = context.selections.known(operation)
+    if selection is None or selection.following is None:
+        return
+    try:
+        selection.following.authorize(context.caller)
+        delivery = await _deliver(context, operation, selection, selection.following)
+    except PresenceError:
+        return
+    raise fanout.HandedOverError(delivery)
 
 
 async def _refused(error: PresenceError) -> StreamResult:
@@ -695,8 +738,9 @@ def build_schema(
     *, introspection: bool = True, federation: bool = False, plans: Plans | None = None
 ) -> PresenceSchema:
     """The schema; with `plans`, each document that passes validation is planned there."""
+    traced = schema_extensions()
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
-        *schema_extensions(),  # traces, when on: first, so that its span holds the others
+        *traced,  # traces, when on: first, so that its span holds the others
         OperationLabel,
         ErrorCodes,
         # Parsing the same few documents again is much of GraphQL's cost per request: keep
@@ -714,21 +758,14 @@ def build_schema(
     config = StrawberryConfig(
         scalar_map={datetime: DateTimeScalar, date: DateScalar}, name_converter=KeptNames()
     )
-    if federation:
-        return FederatedPresenceSchema(
-            query=Query,
-            mutation=Mutation,
-            subscription=Subscription,
-            types=[User],
-            extensions=extensions,
-            execution_context_class=EventExecutionContext,
-            config=config,
-        )
-    return PresenceSchema(
+    schema = (FederatedPresenceSchema if federation else PresenceSchema)(
         query=Query,
         mutation=Mutation,
         subscription=Subscription,
+        types=[User] if federation else (),
         extensions=extensions,
         execution_context_class=EventExecutionContext,
         config=config,
     )
+    schema.reuses_subscriptions = not traced
+    return schema

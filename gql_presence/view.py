@@ -11,7 +11,8 @@ from datetime import timedelta
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
 
-from aiohttp import WSCloseCode, hdrs, web
+from aiohttp import hdrs, web
+from aiohttp.web_ws import WebSocketReady
 from cross_web import (
     AiohttpHTTPRequestAdapter,
     HTTPException,  # what Strawberry answers as an HTTP error
@@ -26,6 +27,10 @@ from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    ConnectionInitMessage,
+    Message,
 )
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
@@ -50,7 +55,7 @@ from gql_presence.errors import (
     RateLimitedError,
     UnauthenticatedError,
 )
-from gql_presence.events import Delivery, FeedDroppedError
+from gql_presence.events import Delivery
 from gql_presence.fanout import SOCKET_OPERATION, HandedOverError, Selections, SocketOperation
 from gql_presence.graphql_errors import log_unexpected, outcomes, refusal, with_codes
 from gql_presence.ide import graphiql_page
@@ -69,6 +74,9 @@ from gql_presence.telemetry import CALLER, OPERATION, OUTCOMES
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter
 
+# What aiohttp's handshake check said of a request, asked for once.
+_HANDSHAKE = web.RequestKey("websocket_handshake", WebSocketReady)
+
 
 class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
     """Strawberry's graphql-transport-ws handler, which tells each operation's resolvers
@@ -79,6 +87,49 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deliveries: dict[str, Delivery] = {}
+        self._init_timer: asyncio.TimerHandle | None = None
+
+    def on_request_accepted(self) -> None:
+        # A timer where Strawberry starts a task that sleeps: the task cost more to make and
+        # to cancel than the rest of a connect, and, cancelled, was kept as long as the socket.
+        self._init_timer = asyncio.get_running_loop().call_later(
+            self.connection_init_wait_timeout.total_seconds(), self._init_timed_out
+        )
+
+    def _init_timed_out(self) -> None:
+        if self.connection_init_received:
+            return
+        self.connection_timed_out = True
+        # Strawberry's shutdown awaits it, as it would its own task.
+        self.connection_init_timeout_task = asyncio.create_task(self._close_uninitialised())
+
+    async def _close_uninitialised(self) -> None:
+        try:
+            await self.websocket.close(code=4408, reason="Connection initialisation timeout")
+        except Exception as error:  # logged as Strawberry logs a failure of its own task
+            await self.handle_task_exception(error)
+
+    async def handle_message(self, message: Message) -> None:
+        await super().handle_message(message)
+        parsed: object = message  # whatever JSON the client sent, a dict if it was handled
+        # Strawberry's loop holds the last message until the next one comes: for a socket
+        # that waits, its subscribe message, document and variables. What it needed of it,
+        # it took.
+        if isinstance(parsed, dict):
+            parsed.clear()
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        self._stop_init_timer()
+        await super().handle_connection_init(message)
+
+    async def shutdown(self) -> None:
+        self._stop_init_timer()
+        await super().shutdown()
+
+    def _stop_init_timer(self) -> None:
+        if self._init_timer is not None:
+            self._init_timer.cancel()
+            self._init_timer = None  # not kept for the socket's life
 
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         # The operation's own task: the value is seen by its resolvers only.
@@ -92,14 +143,20 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         except HandedOverError as handed:
             if self.operations.get(operation.id) is operation:
                 self._deliveries[operation.id] = handed.delivery
+                # What the socket keeps of it is its id and its place in the hub: its task
+                # ends now, and its document and variables are its Selection's business.
+                operation.task = None
+                operation.query, operation.variables = "", None
             else:  # completed, or its socket ended, meanwhile
                 self.context.events.forget(handed.delivery)
 
     async def cleanup_operation(self, operation_id: str) -> None:
         delivery = self._deliveries.pop(operation_id, None)
-        if delivery is not None:
-            self.context.events.forget(delivery)
-        await super().cleanup_operation(operation_id)
+        if delivery is None:
+            await super().cleanup_operation(operation_id)
+            return
+        self.context.events.forget(delivery)
+        self.operations.pop(operation_id, None)  # its task has ended already
 
 
 class PresenceView(GraphQLView[Context, None]):
@@ -152,20 +209,10 @@ class PresenceView(GraphQLView[Context, None]):
                 caller = Caller(CallerKind.ANONYMOUS)
             request[CALLER] = caller.label
 
-        async def close_socket(reason: FeedDroppedError) -> None:
-            if isinstance(response, web.WebSocketResponse) and not response.closed:
-                code = (
-                    WSCloseCode.POLICY_VIOLATION
-                    if reason.violation
-                    else WSCloseCode.SERVICE_RESTART
-                )
-                await response.close(code=code, message=reason.reason.encode()[:123])
-
         return Context(
             request=request,
             store=store,
             events=request.app[EVENTS],
-            close_socket=close_socket,
             caller=caller,
             limiter=request.app[LIMITER],
             documents=self._persisted,
@@ -229,11 +276,22 @@ class PresenceView(GraphQLView[Context, None]):
         return socket
 
     def is_websocket_request(self, request: web.Request) -> TypeGuard[web.Request]:
-        # Strawberry tries a whole WebSocket handshake on every request; only a GET that
-        # asks for an upgrade can be one.
+        # Strawberry tries a whole WebSocket handshake on every request, and for a WebSocket
+        # three times (twice to ask, once to pick the subprotocol): only a GET that asks for
+        # an upgrade can be one, and its handshake's answer is kept for the other times.
         if request.method != "GET" or "Upgrade" not in request.headers:
             return False
-        return super().is_websocket_request(request)
+        return self._handshake(request).ok
+
+    async def pick_websocket_subprotocol(self, request: web.Request) -> str | None:
+        return self._handshake(request).protocol
+
+    def _handshake(self, request: web.Request) -> WebSocketReady:
+        ready = request.get(_HANDSHAKE)
+        if ready is None:
+            socket = web.WebSocketResponse(protocols=self.websocket_subprotocols)
+            ready = request[_HANDSHAKE] = socket.can_prepare(request)
+        return ready
 
     def parse_json(self, data: str | bytes) -> Any:
         try:

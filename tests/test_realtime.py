@@ -34,7 +34,9 @@ from tests.conftest import (
     graphql,
 )
 from tests.helpers import (
+    BACKEND_TOKEN,
     FIELDS,
+    SECURED,
     Subscriber,
     eventually,
     feeds_above,
@@ -48,12 +50,14 @@ from tests.helpers import (
     stop,
     subscribed,
     subscription,
+    user_token,
     wait_until_serving,
     ws_url,
 )
 from tests.redis_cluster import LocalCluster
 
 Service = TestClient[Any, Any]
+BACKEND = f"Bearer {BACKEND_TOKEN}"
 
 
 async def start_service(aiohttp_client: ClientFactory, **changes: Any) -> Service:
@@ -545,3 +549,86 @@ async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
         refused = await socket.receive_json(timeout=3)
         assert (refused["id"], refused["type"]) == ("over", "error")
         assert "limit" in refused["payload"][0]["message"]
+
+
+async def test_a_document_already_multiplexed_is_still_authorized_for_each_caller(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    """A subscribe whose document, operation name and variables a multiplexed subscription
+    already runs skips the document's execution, not the caller's checks: its refusal is the
+    one a first subscriber gets."""
+    secured = dataclasses.replace(SECURED, redis_url=redis_server.url)
+    shared = await start_service(aiohttp_client, **dataclasses.asdict(secured))
+    fresh = await start_service(aiohttp_client, **dataclasses.asdict(secured))
+    friends = {"query": subscription('friendsOf: "alice"')}
+    everyone = {"query": subscription("all: true")}
+
+    async def refusal(service: Service, payload: dict[str, Any]) -> list[Any]:
+        async with graphql_socket(service, f"Bearer {user_token('bob')}") as bob:
+            await bob.send_json({"id": "b", "type": "subscribe", "payload": payload})
+            messages = [await bob.receive_json(timeout=3)]
+            while messages[-1]["type"] not in {"complete", "error"}:
+                messages.append(await bob.receive_json(timeout=3))
+            return messages
+
+    hub = shared.app[EVENTS]
+    async with (
+        graphql_socket(shared, f"Bearer {user_token('alice')}") as alice,
+        graphql_socket(shared, BACKEND) as backend,
+    ):
+        await alice.send_json({"id": "a", "type": "subscribe", "payload": friends})
+        await backend.send_json({"id": "a", "type": "subscribe", "payload": everyone})
+        await eventually(lambda: hub.delivery_count == 2, what="the first subscriptions")
+        for payload in (friends, everyone):
+            refused = await refusal(shared, payload)
+            assert refused == await refusal(fresh, payload)
+            assert refused[0]["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+        assert hub.delivery_count == 2
+
+        # A caller who may subscribe joins the same rendering, and gets its own id's events.
+        async with graphql_socket(shared, BACKEND) as second:
+            await second.send_json({"id": "z", "type": "subscribe", "payload": everyone})
+            await eventually(lambda: hub.delivery_count == 3, what="the second subscription")
+            touch = {"query": 'mutation { touch(userId: "carol") { online } }'}
+            await shared.post("/graphql", json=touch, headers={"Authorization": BACKEND})
+            first, again = await raw_texts(backend, 1), await raw_texts(second, 1)
+        assert again[0] == first[0].replace('"id":"a"', '"id":"z"', 1)
+
+
+async def test_a_document_already_multiplexed_is_still_admitted_for_each_caller(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    settings = dataclasses.replace(
+        SECURED, redis_url=redis_server.url, backend_rate=0.5, backend_burst=2
+    )
+    service = await start_service(aiohttp_client, **dataclasses.asdict(settings))
+    everyone = {"query": subscription("all: true")}
+    async with graphql_socket(service, BACKEND) as socket:
+        for operation_id in ("a", "b"):
+            await socket.send_json({"id": operation_id, "type": "subscribe", "payload": everyone})
+        await eventually(lambda: service.app[EVENTS].delivery_count == 2, what="subscriptions")
+        await socket.send_json({"id": "c", "type": "subscribe", "payload": everyone})
+        refused = await socket.receive_json(timeout=3)
+        assert (refused["id"], refused["type"]) == ("c", "error")
+        assert refused["payload"][0]["extensions"]["code"] == "RATE_LIMITED"
+
+
+async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
+    service: Service,
+) -> None:
+    [view] = [r.handler for r in service.app.router.routes() if isinstance(r.handler, PresenceView)]
+    view.connection_init_wait_timeout = timedelta(seconds=0.3)
+    silent = await service.ws_connect("/graphql", protocols=["graphql-transport-ws"])
+    async with graphql_socket(service) as initialised:
+        closed = await silent.receive(timeout=3)
+        assert (closed.type, closed.data, closed.extra) == (
+            aiohttp.WSMsgType.CLOSE,
+            4408,
+            "Connection initialisation timeout",
+        )
+        # One that said connection_init in time stays open past the wait.
+        await asyncio.sleep(0.4)
+        await initialised.send_json({"type": "ping"})
+        assert (await initialised.receive_json(timeout=3))["type"] == "pong"
+    # A late connection_init finds the socket closed.
+    assert silent.closed
