@@ -110,6 +110,13 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             await self.handle_task_exception(error)
 
     async def handle_message(self, message: Message) -> None:
+        # Strawberry reads the message's members without checking their types: a JSON array,
+        # or a subscribe whose payload is not an object, would end the connection with no
+        # close code and log a server error.
+        fault = _shape_fault(message)
+        if fault is not None:
+            await self.handle_invalid_message(fault)
+            return
         await super().handle_message(message)
         parsed: object = message  # whatever JSON the client sent, a dict if it was handled
         # Strawberry's loop holds the last message until the next one comes: for a socket
@@ -157,6 +164,30 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             return
         self.context.events.forget(delivery)
         self.operations.pop(operation_id, None)  # its task has ended already
+
+
+def _shape_fault(message: object) -> str | None:
+    """What is wrong with the shape of a graphql-transport-ws message, or None."""
+    if not isinstance(message, dict):
+        return 'A message must be a JSON object with a "type", e.g. {"type": "ping"}.'
+    if message.get("type") != "subscribe":
+        return None
+    payload = message.get("payload")
+    if not isinstance(message.get("id"), str) or not isinstance(payload, dict):
+        return (
+            'A subscribe message must be {"id": "<string>", "type": "subscribe", "payload": {...}}.'
+        )
+    if not (
+        isinstance(payload.get("query"), str)
+        and isinstance(payload.get("operationName"), str | None)
+        and all(isinstance(payload.get(k), dict | None) for k in ("variables", "extensions"))
+    ):
+        # A close reason holds at most 123 bytes.
+        return (
+            'A subscribe payload must be {"query": "<document>"}: variables and extensions '
+            "objects, operationName a string."
+        )
+    return None
 
 
 class PresenceView(GraphQLView[Context, None]):

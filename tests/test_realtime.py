@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import signal
 import time
 from datetime import UTC, datetime, timedelta
@@ -632,3 +633,27 @@ async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
         assert (await initialised.receive_json(timeout=3))["type"] == "pong"
     # A late connection_init finds the socket closed.
     assert silent.closed
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        [1],
+        "subscribe",
+        7,
+        {"id": "1", "type": "subscribe", "payload": [1]},
+        {"id": "1", "type": "subscribe", "payload": {"query": 7}},
+        {"id": "1", "type": "subscribe", "payload": {"query": "{ __typename }", "variables": [1]}},
+        {"id": 1, "type": "subscribe", "payload": {"query": "{ __typename }"}},
+    ],
+)
+async def test_a_message_of_the_wrong_shape_closes_the_socket_saying_what_is_expected(
+    service: Service, caplog: pytest.LogCaptureFixture, message: object
+) -> None:
+    # graphql-transport-ws's answer to a message it cannot take: close with 4400 and why.
+    async with graphql_socket(service) as socket:
+        await socket.send_json(message)
+        closed = await socket.receive(timeout=3)
+    assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, 4400)
+    assert "must be" in str(closed.extra)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
