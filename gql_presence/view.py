@@ -278,13 +278,15 @@ class PresenceView(GraphQLView[Context, None]):
         return graphiql_page()  # its scripts from this service, not from a CDN
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
-        if self.plans is not None and request.method == "POST":
+        if (
+            self.plans is not None
+            and request.method == "POST"
+            and request.content_type == "application/json"
+        ):
             try:
-                answered = await self._answer_planned(request)
+                return await self._answer_json_post(request)
             except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
                 return web.Response(body=error.reason, status=error.status_code)
-            if answered is not None:
-                return answered
         try:
             return await super().__call__(request)
         finally:
@@ -393,37 +395,26 @@ class PresenceView(GraphQLView[Context, None]):
         except TimeoutError:
             return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
 
-    async def _answer_planned(self, request: web.Request) -> web.Response | None:
-        """Strawberry's run() cut down to a JSON POST of a document planned before: the
-        same steps, hooks and answer, without the ones such a request does not need. None
-        (before anything is admitted) for any other request: the full path answers it,
-        reading the body again from aiohttp's copy. Only graphql-transport-ws is offered,
-        so no POST asks for a streamed answer."""
-        if request.content_type != "application/json":
-            return None
+    async def _answer_json_post(self, request: web.Request) -> web.StreamResponse:
+        """Strawberry's run() cut down to a JSON POST of one operation, with the same steps,
+        hooks and answer: its body is read and its caller authenticated once, and a document
+        planned before runs from its plan (execute_single). Anything else, a caller refused
+        before its body is read or a body that is not one plain request, goes on to run()
+        with the context made here. Only graphql-transport-ws is offered, so no POST asks
+        for a streamed answer."""
         sub_response = web.Response()
         context = await self.get_context(request, sub_response)
-        if CREDENTIALS_REFUSED in request:
-            return None  # refused with the body left unread
-        try:
-            body = self.parse_json(await request.read())
-        except HTTPException:
-            return None
-        data = _planned_request(body)
-        if data is None or self.plans is None or self.plans.get(*data) is None:
-            return None
-        query, operation_name = data
-        request_data = GraphQLRequestData(
-            query=query,
-            variables=body.get("variables"),
-            operation_name=operation_name,
-            extensions=body.get("extensions"),
-        )
-        adapter = AiohttpHTTPRequestAdapter(request)
-        result = await self.execute_single(
-            request, adapter, sub_response, context, None, request_data
-        )
-        return self.create_response(await self.process_result(request, result), sub_response)
+        if CREDENTIALS_REFUSED not in request:  # refused with the body left unread
+            request_data = _single_request(self.parse_json(await request.read()))
+            if request_data is not None:
+                adapter = AiohttpHTTPRequestAdapter(request)
+                result = await self.execute_single(
+                    request, adapter, sub_response, context, None, request_data
+                )
+                return self.create_response(
+                    await self.process_result(request, result), sub_response
+                )
+        return await self.run(request, context=context)
 
     async def _run_planned(
         self, request: web.Request, context: Context, data: GraphQLRequestData
@@ -463,19 +454,23 @@ class PresenceView(GraphQLView[Context, None]):
         return await super().process_result(request, result)
 
 
-def _planned_request(body: object) -> tuple[str, str | None] | None:
-    """The (document, operationName) of a body as Strawberry would take it, when every
-    member has the type Strawberry accepts; None for anything else."""
+def _single_request(body: object) -> GraphQLRequestData | None:
+    """A body as Strawberry takes one request, when every member has the type Strawberry
+    accepts; None for anything else (Strawberry answers those itself)."""
     if not isinstance(body, dict):
         return None
     query, operation_name = body.get("query"), body.get("operationName")
-    if not isinstance(query, str) or not isinstance(operation_name, str | None):
+    variables, extensions = body.get("variables"), body.get("extensions")
+    if not (
+        isinstance(query, str | None)
+        and isinstance(operation_name, str | None)
+        and isinstance(variables, dict | None)
+        and isinstance(extensions, dict | None)
+    ):
         return None
-    if not isinstance(body.get("variables"), dict | None):
-        return None
-    if not isinstance(body.get("extensions"), dict | None):
-        return None
-    return query, operation_name
+    return GraphQLRequestData(
+        query=query, variables=variables, operation_name=operation_name, extensions=extensions
+    )
 
 
 async def _reject_socket(request: web.Request, reason: str) -> NoReturn:

@@ -53,6 +53,7 @@ from hypothesis import strategies as st
 from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
+from gql_presence.app_state import AUTHENTICATOR
 from gql_presence.connection import connect, redis_client
 from gql_presence.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
 from gql_presence.redis_server import RedisServer
@@ -512,6 +513,31 @@ async def test_bodies_other_than_a_plain_request_answer_alike(
     raw = b"{not json" if body == "{not json" else json.dumps(body).encode()
     answer = await twins.both_raw(raw, content_type)
     assert answer.status in (200, 400)
+
+
+async def test_a_document_not_planned_yet_has_its_body_read_and_its_caller_checked_once(
+    twins: Twins, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    view = _view(twins.planned.app)
+    authenticator = twins.planned.app[AUTHENTICATOR]
+    parsed, authenticated = [], []
+    parse_json, caller = view.parse_json, authenticator.caller
+
+    def counted_parse(data: str | bytes) -> Any:
+        parsed.append(data)
+        return parse_json(data)
+
+    def counted_caller(header: str | None) -> Any:
+        authenticated.append(header)
+        return caller(header)
+
+    monkeypatch.setattr(view, "parse_json", counted_parse)
+    monkeypatch.setattr(authenticator, "caller", counted_caller)
+    new = '{ presence(userId: "carol") { online } }'
+    response = await twins.planned.post("/graphql", json={"query": new})
+    assert "errors" not in await response.json()
+    assert twins.plans.get(new, None) is not None  # planned on the way, for the next time
+    assert (len(parsed), len(authenticated)) == (1, 1)
 
 
 async def test_a_plan_is_made_only_for_a_document_that_validated(twins: Twins) -> None:
