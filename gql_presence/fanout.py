@@ -24,6 +24,7 @@ import json
 import weakref
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from graphql import DocumentNode, ExecutionResult, GraphQLError
@@ -49,7 +50,11 @@ class SocketOperation:
     operation_name: str | None
     variables: dict[str, Any] | None
 
+    @cached_property
     def key(self) -> tuple[str, str | None, str]:
+        """What subscriptions that share a Selection have alike; worked out once, since a
+        first subscribe looks for it twice (Selections.known, then Selections.get) and its
+        variables may list 10,000 ids."""
         return self.query, self.operation_name, json.dumps(self.variables, sort_keys=True)
 
     def next_head(self) -> bytes:
@@ -138,7 +143,7 @@ class Selections:
     def known(self, operation: SocketOperation) -> Selection | None:
         """The Selection of a subscription of the same key that reached the hub, while one
         such subscription lasts: its `following` is set."""
-        selection = self._by_key.get(operation.key())
+        selection = self._by_key.get(operation.key)
         return None if selection is None or selection.following is None else selection
 
     def get(
@@ -150,7 +155,7 @@ class Selections:
     ) -> Selection | None:
         """The operation's Selection, made from the resolver's `info` when new; None when
         its document cannot be executed that way (its subscription then runs on its own)."""
-        key = operation.key()
+        key = operation.key
         selection = self._by_key.get(key)
         if selection is not None:
             return selection
