@@ -27,11 +27,12 @@ from redis.asyncio.cluster import ClusterNode
 
 from bench.load import load, load_from_processes
 from gql_presence.cli import new_event_loop
-from gql_presence.connection import AnyRedis, client_for
-from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.running.connection import client_for
+from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store import shard as shard_module
+from gql_presence.store.client import AnyRedis
 from gql_presence.store.keys import Keys
 from tests.redis_cluster import start_redis_cluster
 

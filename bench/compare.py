@@ -38,7 +38,7 @@ from bench.__main__ import (
     wait_for,
 )
 from bench.load import load
-from gql_presence.redis_server import free_port
+from gql_presence.running.redis_server import free_port
 
 CONCURRENCY = 50
 

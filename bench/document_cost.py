@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from graphql import DocumentNode, GraphQLError, parse, specified_rules
 
-from gql_presence.document_limits import validate_document
-from gql_presence.limits import MAX_TOKENS
-from gql_presence.schema import build_schema
+from gql_presence.graphql.document_limits import validate_document
+from gql_presence.graphql.schema import build_schema
+from gql_presence.policy.limits import MAX_TOKENS
 
 SCHEMA = build_schema()._schema
 

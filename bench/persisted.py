@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from gql_presence.app import create_app
-from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 
 QUERY = """

@@ -40,7 +40,7 @@ from pathlib import Path
 import aiohttp
 from redis.asyncio import Redis
 
-from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.store.keys import Keys
 
 USERS = [f"bench-{i}" for i in range(10)]

@@ -24,10 +24,10 @@ from graphql import parse
 from graphql.execution.values import get_variable_values
 
 from gql_presence.app import create_app
-from gql_presence.app_state import STORE
-from gql_presence.limits import MAX_BODY_BYTES
-from gql_presence.redis_server import free_port, start_redis_server
-from gql_presence.schema import build_schema
+from gql_presence.graphql.schema import build_schema
+from gql_presence.http.app_keys import STORE
+from gql_presence.policy.limits import MAX_BODY_BYTES
+from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore, check_ids
 

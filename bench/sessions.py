@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 from redis.asyncio import Redis
 
-from gql_presence.redis_server import free_port, start_redis_server
+from gql_presence.running.redis_server import free_port, start_redis_server
 
 PER_SOCKET = 20  # gql_presence.limits.MAX_SUBSCRIPTIONS_PER_SOCKET
 TTL_S = 30  # the default PRESENCE_CONNECTION_TTL_SECONDS

@@ -38,8 +38,8 @@ from typing import Any
 import aiohttp
 from redis.asyncio import Redis
 
-from gql_presence.connection import redis_client
-from gql_presence.redis_server import RedisServer, free_port, start_redis_server
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import RedisServer, free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 

@@ -9,8 +9,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
 
-from gql_presence import tracing
-from gql_presence.app_state import (
+from gql_presence.http.app_keys import (
     AUTHENTICATOR,
     EVENTS,
     HELD_SESSIONS,
@@ -21,22 +20,23 @@ from gql_presence.app_state import (
     SOCKETS,
     STORE,
 )
-from gql_presence.auth import Authenticator
-from gql_presence.connection import MAX_CONNECTIONS, connect
-from gql_presence.cors import cors
-from gql_presence.events import EventHub
-from gql_presence.hosts import host_check
-from gql_presence.ide import GRAPHIQL_ASSETS
-from gql_presence.limits import MAX_BODY_BYTES, RateLimiter
-from gql_presence.logs import log_client_faults_quietly
-from gql_presence.metrics import Metrics
-from gql_presence.probes import dashboard, healthz, metrics_page, readyz
-from gql_presence.sessions import HeldSessions
+from gql_presence.http.cors import cors
+from gql_presence.http.hosts import host_check
+from gql_presence.http.ide import GRAPHIQL_ASSETS
+from gql_presence.http.probes import dashboard, healthz, metrics_page, readyz
+from gql_presence.http.view import PresenceView
+from gql_presence.observability import tracing
+from gql_presence.observability.logs import log_client_faults_quietly
+from gql_presence.observability.metrics import Metrics
+from gql_presence.observability.request_log import request_telemetry
+from gql_presence.policy.auth import Authenticator
+from gql_presence.policy.limits import MAX_BODY_BYTES, RateLimiter
+from gql_presence.realtime.held import HeldSessions
+from gql_presence.realtime.hub import EventHub
+from gql_presence.running.connection import MAX_CONNECTIONS, connect
+from gql_presence.running.sweeper import sweeper
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
-from gql_presence.sweeper import sweeper
-from gql_presence.telemetry import request_telemetry
-from gql_presence.view import PresenceView
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -15,19 +15,19 @@ from pathlib import Path
 from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
-from gql_presence.errors import PresenceError
-from gql_presence.logs import configure_logging
-from gql_presence.ports import refusal_to_listen
-from gql_presence.redis_server import RedisStartError, make_data_dir, redis_server_binary
+from gql_presence.observability.logs import configure_logging
+from gql_presence.running.ports import refusal_to_listen
+from gql_presence.running.redis_server import RedisStartError, make_data_dir, redis_server_binary
+from gql_presence.running.workers import SHUTDOWN_TIMEOUT_S, serve_workers
 from gql_presence.settings import ANY_HOST, Settings, SettingsError
-from gql_presence.workers import SHUTDOWN_TIMEOUT_S, serve_workers
+from gql_presence.store.errors import PresenceError
 
 SCHEMA_FILE = Path("schema.graphql")
 log = logging.getLogger("gql_presence")
 
 
 def schema_sdl() -> str:
-    from gql_presence.schema import build_schema  # noqa: PLC0415 - keeps `--help` fast
+    from gql_presence.graphql.schema import build_schema  # noqa: PLC0415 - keeps `--help` fast
 
     return build_schema().as_str() + "\n"
 
@@ -178,7 +178,7 @@ def check() -> int:
 
 
 async def _check_redis(settings: Settings) -> int:
-    from gql_presence.connection import connect  # noqa: PLC0415
+    from gql_presence.running.connection import connect  # noqa: PLC0415
     from gql_presence.store import PresenceStore  # noqa: PLC0415
 
     async with connect(settings) as redis:
@@ -240,7 +240,7 @@ def demo(users: int, seed: int, keep_alive: bool) -> int:
 
 
 async def _demo(settings: Settings, users: int, seed: int, keep_alive: bool) -> None:
-    from gql_presence import demo as sample  # noqa: PLC0415
+    from gql_presence.running import demo as sample  # noqa: PLC0415
 
     rng = random.Random(seed)  # noqa: S311 - sample data, not secrets
     async with sample.demo_store(settings) as store:

@@ -22,9 +22,10 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
+from gql_presence.store.days import DAY_MS
+
 _MS_PER_SECOND = 1000
 ANY_HOST = "*"
-DAY_MS = 86_400_000
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 

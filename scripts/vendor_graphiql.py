@@ -1,4 +1,4 @@
-"""Vendors GraphiQL's scripts and styles into gql_presence/graphiql/vendor/.
+"""Vendors GraphiQL's scripts and styles into gql_presence/http/graphiql/vendor/.
 
 The versions are pinned in scripts/graphiql/package.json and, with every transitive package
 and its integrity hash, in scripts/graphiql/package-lock.json. This script installs exactly
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PINNED = ROOT / "scripts" / "graphiql"
-VENDOR = ROOT / "gql_presence" / "graphiql" / "vendor"
+VENDOR = ROOT / "gql_presence" / "http" / "graphiql" / "vendor"
 
 # (package, file inside it) -> the name it is served under.
 BUNDLES = {

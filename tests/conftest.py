@@ -20,10 +20,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis, connect, redis_client
-from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
+from gql_presence.running.connection import connect, redis_client
+from gql_presence.running.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
 from tests.redis_cluster import LocalCluster, start_redis_cluster
 
 TEST_SETTINGS = Settings(window_ms=60_000, revoke_ms=60_000)

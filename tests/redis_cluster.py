@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from gql_presence.redis_server import RedisServer, RedisStartError, start_redis_server
+from gql_presence.running.redis_server import RedisServer, RedisStartError, start_redis_server
 
 _START_TIMEOUT_S = 10.0
 

@@ -15,11 +15,11 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gql_presence.app import create_app
-from gql_presence.auth import Caller, CallerKind
-from gql_presence.errors import UnauthenticatedError
-from gql_presence.limits import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS
-from gql_presence.redis_server import RedisServer
+from gql_presence.policy.auth import Caller, CallerKind
+from gql_presence.policy.limits import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL
+from gql_presence.store.errors import UnauthenticatedError
 from tests.conftest import ClientFactory, error_codes
 from tests.helpers import (
     BACKEND_TOKEN,

@@ -19,9 +19,9 @@ from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from gql_presence.app import create_app
-from gql_presence.app_state import EVENTS
 from gql_presence.cli import main
-from gql_presence.redis_server import RedisServer
+from gql_presence.http.app_keys import EVENTS
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import ClientFactory, error_codes
 from tests.helpers import (

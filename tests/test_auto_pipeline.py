@@ -8,8 +8,8 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from gql_presence.errors import SessionRevokedError
 from gql_presence.store import Presence, PresenceStore
+from gql_presence.store.errors import SessionRevokedError
 
 # Holds Redis for a few hundred ms, as a slow command of another client would. (Counted, not
 # timed: Valkey's TIME stands still while a script runs.)

@@ -20,9 +20,9 @@ from playwright.async_api import Browser, Page
 from pytest_aiohttp import AiohttpServer
 
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
 from tests.helpers import (
     BACKEND_TOKEN,
     FIELDS,

@@ -11,10 +11,10 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.errors import SessionRevokedError, StoreUnavailableError
-from gql_presence.sessions import EndReason, HeldSessions
+from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.store import Announced, HeldSession, OpenedSession, PresenceStore
 from gql_presence.store.days import to_ms
+from gql_presence.store.errors import SessionRevokedError, StoreUnavailableError
 from tests.conftest import StoreFactory
 from tests.helpers import eventually, kinds, published
 

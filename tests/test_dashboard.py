@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestClient
 from playwright.async_api import Browser, Page
 
 from gql_presence.app import create_app
-from gql_presence.demo import fill
-from gql_presence.redis_server import RedisServer
+from gql_presence.running.demo import fill
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED

@@ -13,10 +13,10 @@ from aiohttp.test_utils import TestClient
 from graphql import get_introspection_query, parse
 
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis
-from gql_presence.document_limits import measure
-from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_SAME_FIELD_PAIRS, MAX_SELECTIONS
+from gql_presence.graphql.document_limits import measure
+from gql_presence.policy.limits import MAX_ALIASES, MAX_DEPTH, MAX_SAME_FIELD_PAIRS, MAX_SELECTIONS
 from gql_presence.settings import Settings
+from gql_presence.store.client import AnyRedis
 from tests.conftest import error_codes
 
 Client = TestClient[Any, Any]

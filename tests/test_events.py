@@ -13,12 +13,12 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.connection import ClusterSubscriber, cluster_client, subscriber_client
-from gql_presence.errors import BadInputError, SessionRevokedError
-from gql_presence.events import EventHub, FeedDroppedError, PresenceEvent
-from gql_presence.redis_server import free_port
+from gql_presence.realtime.hub import EventHub, FeedDroppedError, PresenceEvent
+from gql_presence.running.connection import ClusterSubscriber, cluster_client, subscriber_client
+from gql_presence.running.redis_server import free_port
 from gql_presence.store import PresenceStore, shard_of
 from gql_presence.store.days import to_ms
+from gql_presence.store.errors import BadInputError, SessionRevokedError
 from tests.conftest import TEST_SETTINGS, StoreFactory
 from tests.helpers import eventually, first_event, ignore, kinds, published
 from tests.redis_cluster import LocalCluster

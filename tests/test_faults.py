@@ -16,10 +16,10 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisClusterException, ResponseError
 
 from gql_presence.app import create_app
-from gql_presence.connection import client_for, redis_client
-from gql_presence.errors import StoreUnavailableError
-from gql_presence.redis_server import RedisServer, redis_server_binary, start_redis_server
+from gql_presence.running.connection import client_for, redis_client
+from gql_presence.running.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.store import PresenceStore
+from gql_presence.store.errors import StoreUnavailableError
 from gql_presence.store.keys import Keys
 from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED, eventually

@@ -16,9 +16,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from pytest_aiohttp import AiohttpClient, AiohttpServer
 
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
 from tests.helpers import BACKEND_TOKEN, SECURED, user_token
 
 ENTITIES = """

@@ -24,9 +24,9 @@ from aiohttp.test_utils import TestClient
 from graphql import OperationDefinitionNode
 from hypothesis import HealthCheck, assume, event, given, settings
 
-from gql_presence.errors import ErrorCode
-from gql_presence.redis_server import RedisServer
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
+from gql_presence.store.errors import ErrorCode
 from tests.conftest import TEST_SETTINGS
 from tests.graphql_documents import (
     CURSOR_SECRET,

@@ -13,7 +13,7 @@ from aiohttp.test_utils import TestClient
 from playwright.async_api import Browser, Page, Route
 
 from gql_presence.app import create_app
-from gql_presence.redis_server import RedisServer
+from gql_presence.running.redis_server import RedisServer
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED, eventually, feeds_above
 

@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from gql_presence.app import create_app
-from gql_presence.hosts import host_name
+from gql_presence.http.hosts import host_name
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import ClientFactory, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED

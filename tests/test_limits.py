@@ -16,17 +16,17 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from gql_presence.app import create_app
-from gql_presence.connection import redis_client
-from gql_presence.errors import StoreUnavailableError
-from gql_presence.limits import (
+from gql_presence.policy.limits import (
     MAX_ALIASES,
     MAX_BODY_BYTES,
     MAX_DOCUMENT_CHARS,
     MAX_TOKENS,
     LocalBuckets,
 )
-from gql_presence.redis_server import RedisServer
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
+from gql_presence.store.errors import StoreUnavailableError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL

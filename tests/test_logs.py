@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient
 from strawberry.http.exceptions import WebSocketDisconnected
 
 from gql_presence.app import create_app
-from gql_presence.app_state import EVENTS, STORE
-from gql_presence.logs import CLIENT_FACING_LOGGERS
-from gql_presence.redis_server import RedisServer
+from gql_presence.http.app_keys import EVENTS, STORE
+from gql_presence.observability.logs import CLIENT_FACING_LOGGERS
+from gql_presence.running.redis_server import RedisServer
 from tests.conftest import TEST_SETTINGS, ClientFactory, graphql
 from tests.helpers import (
     eventually,

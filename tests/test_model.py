@@ -28,12 +28,13 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from gql_presence.connection import AnyRedis, client_for, redis_client
-from gql_presence.errors import SessionRevokedError
-from gql_presence.redis_server import RedisServer
+from gql_presence.running.connection import client_for, redis_client
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
 from gql_presence.store import HeldSession, Page, PresenceStore, shard_of
+from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
+from gql_presence.store.errors import SessionRevokedError
 from tests.conftest import TEST_SETTINGS
 
 USERS = ["ann", "bob", "cy", "dee"]

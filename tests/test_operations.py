@@ -11,7 +11,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gql_presence.logs import JsonLines, configure_logging
+from gql_presence.observability.logs import JsonLines, configure_logging
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import graphql
 from tests.helpers import eventually, feeds_above, ids, subscribed, subscription, ws_url

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis
 from gql_presence.settings import Settings, SettingsError
+from gql_presence.store.client import AnyRedis
 
 APP = "http://localhost:5173"
 OTHER = "https://evil.example"

@@ -14,11 +14,11 @@ from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
-from gql_presence import document_limits
 from gql_presence.app import create_app
-from gql_presence.connection import AnyRedis
+from gql_presence.graphql import document_limits
 from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from tests.conftest import error_codes

@@ -53,13 +53,13 @@ from hypothesis import strategies as st
 from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
-from gql_presence.app_state import AUTHENTICATOR
-from gql_presence.connection import connect, redis_client
-from gql_presence.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
-from gql_presence.redis_server import RedisServer
-from gql_presence.schema import DateTimeScalar, UserPresence, build_schema
+from gql_presence.graphql.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
+from gql_presence.graphql.schema import DateTimeScalar, UserPresence, build_schema
+from gql_presence.http.app_keys import AUTHENTICATOR
+from gql_presence.http.view import PresenceView
+from gql_presence.running.connection import connect, redis_client
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
-from gql_presence.view import PresenceView
 from tests.conftest import TEST_SETTINGS, ClientFactory
 from tests.graphql_documents import CURSOR_SECRET, several_operations, with_variables, within_limits
 from tests.helpers import BACKEND_TOKEN, SECURED, user_token

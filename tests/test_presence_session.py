@@ -12,7 +12,7 @@ import aiohttp
 import pytest
 
 from gql_presence.app import create_app
-from gql_presence.app_state import HELD_SESSIONS
+from gql_presence.http.app_keys import HELD_SESSIONS
 from gql_presence.settings import Settings
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
 from tests.helpers import (

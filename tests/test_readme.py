@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from graphql import DocumentNode, OperationDefinitionNode, build_schema, parse, validate
 
-from gql_presence.redis_server import free_port, redis_server_binary, start_redis_server
+from gql_presence.running.redis_server import free_port, redis_server_binary, start_redis_server
 from tests.helpers import (
     MARKER,
     README,

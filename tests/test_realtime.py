@@ -21,12 +21,12 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 
 from gql_presence.app import close_sockets, create_app
-from gql_presence.app_state import EVENTS
-from gql_presence.limits import MAX_SUBSCRIPTIONS_PER_SOCKET
-from gql_presence.redis_server import RedisServer, free_port
+from gql_presence.http.app_keys import EVENTS
+from gql_presence.http.view import PresenceView
+from gql_presence.policy.limits import MAX_SUBSCRIPTIONS_PER_SOCKET
+from gql_presence.running.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.store.days import to_ms
-from gql_presence.view import PresenceView
 from tests.conftest import (
     CLUSTER_PASSWORD,
     EVERY_DEPLOYMENT,

@@ -19,8 +19,8 @@ from graphql import (
     parse,
 )
 
-from gql_presence import schema as presence_schema
 from gql_presence.cli import main, schema_sdl
+from gql_presence.graphql import schema as presence_schema
 
 ROOT = Path(__file__).parent.parent
 # The contract the schema was first written to, where a checkout keeps it beside the

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 from redis import Redis
 
-from gql_presence.redis_server import (
+from gql_presence.running.redis_server import (
     RedisServer,
     free_port,
     redis_server_binary,

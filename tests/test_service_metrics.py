@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from gql_presence.redis_server import RedisServer, free_port
+from gql_presence.running.redis_server import RedisServer, free_port
 from tests.helpers import eventually, post, run_service, stop, wait_until_serving
 
 pytestmark = pytest.mark.slow

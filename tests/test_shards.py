@@ -11,10 +11,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from redis.asyncio import RedisCluster
 
-from gql_presence.connection import AnyRedis, cluster_subscriber, subscriber_client
-from gql_presence.events import EventHub
+from gql_presence.realtime.hub import EventHub
+from gql_presence.running.connection import cluster_subscriber, subscriber_client
 from gql_presence.settings import Settings
 from gql_presence.store import Page, PresenceStore, shard_of
+from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.keys import Keys
 from tests.helpers import eventually, first_event, ignore

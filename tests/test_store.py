@@ -14,11 +14,11 @@ import pytest
 from redis.asyncio import Redis
 from redis.crc import key_slot
 
-from gql_presence.connection import AnyRedis
-from gql_presence.errors import BadInputError, SessionRevokedError
 from gql_presence.settings import Settings
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, Page, PresenceStore, shard_of
+from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
+from gql_presence.store.errors import BadInputError, SessionRevokedError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
 from gql_presence.store.shard import TOUCH_MANY_BATCH

@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from gql_presence.redis_server import RedisServer, free_port
-from gql_presence.tracing import enabled
+from gql_presence.observability.tracing import enabled
+from gql_presence.running.redis_server import RedisServer, free_port
 from tests.helpers import eventually, run_service, stop, wait_until_serving
 
 USER, SESSION, ALIAS = "otel-user-4f1c", "otel-session-9b2e", "otel_alias_77d0"

@@ -11,7 +11,7 @@ import hashlib
 import hmac
 import json
 
-from gql_presence.errors import BadInputError
+from gql_presence.store.errors import BadInputError
 
 _BAD_CURSOR = "after must be an endCursor returned by this service (or null for the first page)."
 _TAG_BYTES = 8

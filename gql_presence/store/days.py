@@ -8,6 +8,7 @@ from time import time_ns
 from zoneinfo import ZoneInfo
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+DAY_MS = 86_400_000
 _ONE_MS = timedelta(milliseconds=1)
 
 

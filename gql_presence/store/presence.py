@@ -23,12 +23,12 @@ from datetime import date, datetime, timedelta
 
 from redis.asyncio import RedisCluster
 
-from gql_presence.connection import AnyRedis, connections_in_use
-from gql_presence.cursor_secret import new_secret
-from gql_presence.errors import WritesRefusedError
-from gql_presence.settings import Settings
+from gql_presence.store.client import AnyRedis, connections_in_use
+from gql_presence.store.config import StoreSettings
 from gql_presence.store.cursor import Cursors
+from gql_presence.store.cursor_secret import new_secret
 from gql_presence.store.days import local_date, local_now_ms, to_ms
+from gql_presence.store.errors import WritesRefusedError
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
@@ -76,7 +76,7 @@ class PresenceStore:
     def __init__(
         self,
         redis: AnyRedis,
-        settings: Settings,
+        settings: StoreSettings,
         observe_script: Callable[[str, int, float], None] | None = None,
     ) -> None:
         self._redis = redis

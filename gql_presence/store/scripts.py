@@ -18,8 +18,8 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-from gql_presence.connection import AnyRedis
 from gql_presence.store.auto_pipeline import AutoPipeline
+from gql_presence.store.client import AnyRedis
 
 
 class ScriptName(StrEnum):

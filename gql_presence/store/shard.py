@@ -12,15 +12,15 @@ from typing import Any, Literal, NoReturn
 
 from redis import exceptions as redis_errors
 
-from gql_presence.connection import AnyRedis
-from gql_presence.errors import (
+from gql_presence.store.client import AnyRedis
+from gql_presence.store.config import StoreSettings
+from gql_presence.store.days import DAY_MS, days, days_around, from_ms, local_now_ms
+from gql_presence.store.errors import (
     BadInputError,
     SessionRevokedError,
     StoreUnavailableError,
     WritesRefusedError,
 )
-from gql_presence.settings import DAY_MS, Settings
-from gql_presence.store.days import days, days_around, from_ms, local_now_ms
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
@@ -88,7 +88,7 @@ class Shard:
     def __init__(
         self,
         redis: AnyRedis,
-        settings: Settings,
+        settings: StoreSettings,
         keys: Keys,
         scripts: Scripts,
         observe_script: Callable[[str, int, float], None] | None = None,

@@ -6,8 +6,8 @@ import re
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
 
-from gql_presence.errors import BadInputError
-from gql_presence.settings import DAY_MS
+from gql_presence.store.days import DAY_MS
+from gql_presence.store.errors import BadInputError
 
 MAX_ID_LENGTH = 128
 MAX_IDS_PER_CALL = 10_000

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from gql_presence.errors import PresenceError, StoreUnavailableError
 from gql_presence.store import Announced, EventKind, HeldSession, PresenceStore
 from gql_presence.store.days import from_ms
+from gql_presence.store.errors import PresenceError, StoreUnavailableError
 
-log = logging.getLogger("gql_presence.sessions")
+log = logging.getLogger("gql_presence.realtime.held")
 
 # Renewals come at least this many times per TTL, so that one late or failed renewal still
 # leaves time for the next before the sessions expire.

@@ -9,16 +9,16 @@ from typing import TYPE_CHECKING
 from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
 
-from gql_presence.auth import Caller, Need
-from gql_presence.events import EventHub, FeedDroppedError
-from gql_presence.fanout import Selections
-from gql_presence.limits import RateLimiter
-from gql_presence.sessions import HeldSessions
-from gql_presence.sockets import BoundedWebSocketResponse
+from gql_presence.http.sockets import BoundedWebSocketResponse
+from gql_presence.policy.auth import Caller, Need
+from gql_presence.policy.limits import RateLimiter
+from gql_presence.realtime.delivery import Selections
+from gql_presence.realtime.held import HeldSessions
+from gql_presence.realtime.hub import EventHub, FeedDroppedError
 from gql_presence.store import PresenceStore, Session
 
 if TYPE_CHECKING:
-    from gql_presence.persisted import PersistedDocuments
+    from gql_presence.graphql.persisted import PersistedDocuments
 
 
 @dataclass

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
 
-from gql_presence.errors import ErrorCode, PresenceError
+from gql_presence.store.errors import ErrorCode, PresenceError
 
-log = logging.getLogger("gql_presence.errors")
+log = logging.getLogger("gql_presence.store.errors")
 
 INTERNAL_MESSAGE = "Internal error: the operation failed on our side and was logged."
 

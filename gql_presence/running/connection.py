@@ -18,9 +18,10 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from gql_presence.cursor_secret import secret_kept_in
-from gql_presence.redis_server import start_embedded_redis
+from gql_presence.running.redis_server import start_embedded_redis
 from gql_presence.settings import Settings, without_password
+from gql_presence.store.client import AnyRedis
+from gql_presence.store.cursor_secret import secret_kept_in
 
 log = logging.getLogger("gql_presence")
 
@@ -41,8 +42,6 @@ RETRY = Retry(
 # node gets room for that fan-out.
 MAX_CLUSTER_CONNECTIONS = 4 * MAX_CONNECTIONS
 
-# Either client: they take the same commands, and route a script by its keys' slot on a cluster.
-AnyRedis = Redis | RedisCluster
 # How long closing the pub/sub connection may take before it is given up.
 _SUBSCRIBER_CLOSE_S = 5
 
@@ -152,13 +151,6 @@ def cluster_client(settings: Settings) -> RedisCluster:
         socket_connect_timeout=CONNECT_TIMEOUT_S,
         socket_timeout=REPLY_TIMEOUT_S,
     )
-
-
-def connections_in_use(client: AnyRedis) -> int:
-    """How many of the client's connections are busy now (redis-py has no public count)."""
-    if isinstance(client, RedisCluster):
-        return sum(len(node._connections) - len(node._free) for node in client.get_nodes())
-    return len(list(client.connection_pool._get_in_use_connections()))
 
 
 def subscriber_client(url: str) -> Redis:

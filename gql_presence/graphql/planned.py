@@ -75,8 +75,8 @@ from strawberry.types import ExecutionResult
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.field import StrawberryField
 
-from gql_presence.persisted import Kept
-from gql_presence.telemetry import operation_label, root_fields
+from gql_presence.graphql.persisted import Kept
+from gql_presence.observability.request_log import operation_label, root_fields
 
 # What graphql-core's execute() is given by Strawberry: at most 50 variable errors.
 _MAX_COERCION_ERRORS = 50

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 from graphql import DocumentNode, ExecutionResult, GraphQLError
 
-from gql_presence.auth import Caller, Need
-from gql_presence.graphql_errors import with_codes
+from gql_presence.graphql.error_codes import with_codes
+from gql_presence.policy.auth import Caller, Need
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import strawberry
     from graphql.execution import Executor
 
-    from gql_presence.events import Delivery, PresenceEvent
+    from gql_presence.realtime.hub import Delivery, PresenceEvent
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from aiohttp.typedefs import Middleware
 from graphql import FieldNode, GraphQLSchema, OperationDefinitionNode
 from strawberry.extensions import SchemaExtension
 
-from gql_presence.metrics import Metrics
+from gql_presence.observability.metrics import Metrics
 
 log = logging.getLogger("gql_presence.requests")
 

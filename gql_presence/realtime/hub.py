@@ -27,11 +27,11 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.errors import BadInputError, PresenceError, StoreUnavailableError
 from gql_presence.store import MAX_IDS_PER_CALL, Announced, EventKind, PresenceStore, read_events
 from gql_presence.store.days import from_ms
+from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
 
-log = logging.getLogger("gql_presence.events")
+log = logging.getLogger("gql_presence.realtime.hub")
 
 _RECONNECT_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _STOP_WAIT_S = 5.0

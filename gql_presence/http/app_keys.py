@@ -8,15 +8,15 @@ import weakref
 
 from aiohttp import web
 
-from gql_presence.auth import Authenticator
-from gql_presence.connection import Connection
-from gql_presence.errors import UnauthenticatedError
-from gql_presence.events import EventHub
-from gql_presence.limits import RateLimiter
-from gql_presence.metrics import Metrics
-from gql_presence.sessions import HeldSessions
+from gql_presence.observability.metrics import Metrics
+from gql_presence.policy.auth import Authenticator
+from gql_presence.policy.limits import RateLimiter
+from gql_presence.realtime.held import HeldSessions
+from gql_presence.realtime.hub import EventHub
+from gql_presence.running.connection import Connection
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.errors import UnauthenticatedError
 
 SETTINGS = web.AppKey("settings", Settings)
 # The Redis clients of this process (commands, and the one pub/sub connection).

@@ -32,7 +32,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
 from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
-from gql_presence.limits import MAX_ALIASES, MAX_DEPTH, MAX_SAME_FIELD_PAIRS, MAX_SELECTIONS
+from gql_presence.policy.limits import MAX_ALIASES, MAX_DEPTH, MAX_SAME_FIELD_PAIRS, MAX_SELECTIONS
 
 # The rules Strawberry adds to graphql-core's for its own types (Maybe, @oneOf).
 _STRAWBERRY_RULES = (MaybeNullValidationRule, OneOfInputValidationRule)

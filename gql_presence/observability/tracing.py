@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from strawberry.extensions import LifecycleStep, SchemaExtension
 from strawberry.extensions.tracing import OpenTelemetryExtension
 
-from gql_presence.telemetry import operation_label, root_fields
+from gql_presence.observability.request_log import operation_label, root_fields
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 DEFAULT_SERVICE_NAME = "gql-presence"

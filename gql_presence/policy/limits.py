@@ -10,10 +10,10 @@ import math
 import time
 from collections.abc import Callable
 
-from gql_presence.auth import Caller, CallerKind
-from gql_presence.errors import RateLimitedError, WritesRefusedError
+from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.settings import Settings
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore
+from gql_presence.store.errors import RateLimitedError, WritesRefusedError
 
 # The largest valid request: 10,000 ids of 128 characters (each up to 4 bytes of UTF-8, and
 # quotes and a comma), plus the document and the JSON around it.

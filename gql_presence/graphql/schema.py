@@ -27,20 +27,21 @@ from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 from strawberry.types.graphql import OperationType
 
-from gql_presence import events, fanout
-from gql_presence.admission import admit, is_subscription, over_budget
-from gql_presence.app_state import SETTINGS
-from gql_presence.auth import CallerKind, Need
-from gql_presence.context import Context
-from gql_presence.document_limits import DocumentValidation
-from gql_presence.errors import BadInputError, PresenceError
-from gql_presence.graphql_errors import ErrorCodes, log_unexpected, refusal, with_codes
-from gql_presence.limits import MAX_TOKENS
-from gql_presence.persisted import Kept, PersistedDocumentCache
-from gql_presence.planned import PlanRecorder, Plans
+from gql_presence.graphql.context import Context
+from gql_presence.graphql.document_limits import DocumentValidation
+from gql_presence.graphql.error_codes import ErrorCodes, log_unexpected, refusal, with_codes
+from gql_presence.graphql.operation import admit, is_subscription, over_budget
+from gql_presence.graphql.persisted import Kept, PersistedDocumentCache
+from gql_presence.graphql.planned import PlanRecorder, Plans
+from gql_presence.http.app_keys import SETTINGS
+from gql_presence.observability.request_log import OperationLabel
+from gql_presence.observability.tracing import schema_extensions
+from gql_presence.policy.auth import CallerKind, Need
+from gql_presence.policy.limits import MAX_TOKENS
+from gql_presence.realtime import delivery as fanout
+from gql_presence.realtime import hub as events
 from gql_presence.store import PresenceStore, check_id, check_ids, models
-from gql_presence.telemetry import OperationLabel
-from gql_presence.tracing import schema_extensions
+from gql_presence.store.errors import BadInputError, PresenceError
 
 ID = strawberry.ID
 

@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable
 from types import FrameType
 
-from gql_presence.children import start_child
-from gql_presence.connection import started_if_embedded
-from gql_presence.metrics import MULTIPROCESS_FOLDER
+from gql_presence.observability.metrics import MULTIPROCESS_FOLDER
+from gql_presence.running.children import start_child
+from gql_presence.running.connection import started_if_embedded
 from gql_presence.settings import Settings
 
 # How long requests in flight may take to finish on SIGTERM, in each serving process.

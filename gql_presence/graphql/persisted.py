@@ -26,9 +26,9 @@ from graphql import DocumentNode
 from strawberry.extensions import ParserCache
 from strawberry.http import GraphQLRequestData
 
-from gql_presence.auth import CallerKind
-from gql_presence.context import Context
-from gql_presence.errors import BadInputError, ForbiddenError, PersistedQueryNotFoundError
+from gql_presence.graphql.context import Context
+from gql_presence.policy.auth import CallerKind
+from gql_presence.store.errors import BadInputError, ForbiddenError, PersistedQueryNotFoundError
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # What GraphQL over HTTP's persisted documents put before the hash of a `documentId`.

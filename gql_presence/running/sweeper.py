@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from gql_presence.app_state import METRICS, SETTINGS, STORE
-from gql_presence.errors import PresenceError
-from gql_presence.metrics import Metrics
+from gql_presence.http.app_keys import METRICS, SETTINGS, STORE
+from gql_presence.observability.metrics import Metrics
 from gql_presence.store import SWEEP_BATCH, PresenceStore
+from gql_presence.store.errors import PresenceError
 
 log = logging.getLogger("gql_presence")
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from aiohttp import web
 from redis.exceptions import RedisError
 
-from gql_presence.app_state import METRICS, SETTINGS, STORE
-from gql_presence.errors import PresenceError
-from gql_presence.metrics import CONTENT_TYPE
+from gql_presence.http.app_keys import METRICS, SETTINGS, STORE
+from gql_presence.observability.metrics import CONTENT_TYPE
+from gql_presence.store.errors import PresenceError
 
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
 

@@ -35,9 +35,13 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
-from gql_presence import tracing
-from gql_presence.admission import admit, is_subscription, over_budget
-from gql_presence.app_state import (
+from gql_presence.graphql.context import Context
+from gql_presence.graphql.error_codes import log_unexpected, outcomes, refusal, with_codes
+from gql_presence.graphql.operation import admit, is_subscription, over_budget
+from gql_presence.graphql.persisted import PersistedDocuments, lift_document_id, names_a_document
+from gql_presence.graphql.planned import Plans
+from gql_presence.graphql.schema import build_schema
+from gql_presence.http.app_keys import (
     AUTHENTICATOR,
     CREDENTIALS_REFUSED,
     EVENTS,
@@ -48,28 +52,29 @@ from gql_presence.app_state import (
     SOCKETS,
     STORE,
 )
-from gql_presence.auth import EXPIRED, Caller, CallerKind
-from gql_presence.context import Context
-from gql_presence.errors import (
-    PresenceError,
-    RateLimitedError,
-    UnauthenticatedError,
-)
-from gql_presence.events import Delivery
-from gql_presence.fanout import SOCKET_OPERATION, HandedOverError, Selections, SocketOperation
-from gql_presence.graphql_errors import log_unexpected, outcomes, refusal, with_codes
-from gql_presence.ide import graphiql_page
-from gql_presence.limits import (
+from gql_presence.http.ide import graphiql_page
+from gql_presence.http.sockets import BoundedWebSocketResponse
+from gql_presence.observability import tracing
+from gql_presence.observability.request_log import CALLER, OPERATION, OUTCOMES
+from gql_presence.policy.auth import EXPIRED, Caller, CallerKind
+from gql_presence.policy.limits import (
     CONNECTION_INIT_WAIT_S,
     MAX_SOCKET_MESSAGE_BYTES,
     MAX_SUBSCRIPTIONS_PER_SOCKET,
 )
-from gql_presence.persisted import PersistedDocuments, lift_document_id, names_a_document
-from gql_presence.planned import Plans
-from gql_presence.schema import build_schema
+from gql_presence.realtime.delivery import (
+    SOCKET_OPERATION,
+    HandedOverError,
+    Selections,
+    SocketOperation,
+)
+from gql_presence.realtime.hub import Delivery
 from gql_presence.settings import Settings
-from gql_presence.sockets import BoundedWebSocketResponse
-from gql_presence.telemetry import CALLER, OPERATION, OUTCOMES
+from gql_presence.store.errors import (
+    PresenceError,
+    RateLimitedError,
+    UnauthenticatedError,
+)
 
 if TYPE_CHECKING:
     from cross_web import AsyncHTTPRequestAdapter

@@ -18,7 +18,7 @@ from pathlib import Path
 from redis import Redis
 from redis import exceptions as redis_errors
 
-from gql_presence.children import start_child
+from gql_presence.running.children import start_child
 
 _START_TIMEOUT_S = 10.0
 _STOP_TIMEOUT_S = 10.0

@@ -8,12 +8,12 @@ import functools
 
 from graphql import GraphQLError, OperationType, parse
 
-from gql_presence.app_state import CREDENTIALS_REFUSED
-from gql_presence.context import Context
-from gql_presence.errors import BadInputError, StoreUnavailableError
-from gql_presence.limits import MAX_DOCUMENT_CHARS
+from gql_presence.graphql.context import Context
+from gql_presence.http.app_keys import CREDENTIALS_REFUSED
+from gql_presence.observability.request_log import chosen_operation
+from gql_presence.policy.limits import MAX_DOCUMENT_CHARS
 from gql_presence.store import MAX_IDS_PER_CALL
-from gql_presence.telemetry import chosen_operation
+from gql_presence.store.errors import BadInputError, StoreUnavailableError
 
 
 async def admit(context: Context, document: str | None, variables: object) -> None:

@@ -16,9 +16,9 @@ from typing import Any
 import jwt
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
-from gql_presence.errors import BadInputError, ForbiddenError, UnauthenticatedError
 from gql_presence.settings import Settings, public_key_algorithm
 from gql_presence.store import check_id
+from gql_presence.store.errors import BadInputError, ForbiddenError, UnauthenticatedError
 
 # How far apart the token issuer's clock and ours may be, for `exp`, `nbf` and `iat`.
 CLOCK_SKEW_S = 30

@@ -16,10 +16,10 @@ from datetime import UTC, datetime, time, timedelta
 
 from redis import exceptions as redis_errors
 
-from gql_presence.connection import connect, redis_client
-from gql_presence.errors import SessionRevokedError
+from gql_presence.running.connection import connect, redis_client
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.errors import SessionRevokedError
 
 DEVICES = ("web", "phone", "tablet")
 _CONCURRENCY = 64

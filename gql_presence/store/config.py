@@ -1,0 +1,26 @@
+"""What the store needs to know of the deployment's settings.
+
+The service's Settings (gql_presence/settings.py) has all of these; the store asks only for
+this shape, so that it depends on nothing above itself."""
+
+from __future__ import annotations
+
+from typing import Protocol
+from zoneinfo import ZoneInfo
+
+
+class StoreSettings(Protocol):
+    @property
+    def shards(self) -> int: ...  # PRESENCE_SHARDS
+    @property
+    def window_ms(self) -> int: ...  # how long a touch keeps a session online
+    @property
+    def retention_ms(self) -> int: ...  # how long last-seen times and activity are kept
+    @property
+    def revoke_ms(self) -> int: ...  # how long a kicked session id stays refused
+    @property
+    def connection_ttl_ms(self) -> int: ...  # how long a held session lives unrenewed
+    @property
+    def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts
+    @property
+    def cursor_secret(self) -> str | None: ...  # keys page cursors' tags; None: Redis's
