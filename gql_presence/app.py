@@ -15,7 +15,6 @@ from gql_presence.http.app_keys import (
     HELD_SESSIONS,
     LIMITER,
     METRICS,
-    REDIS,
     SETTINGS,
     SOCKETS,
     STORE,
@@ -33,10 +32,13 @@ from gql_presence.policy.auth import Authenticator
 from gql_presence.policy.limits import MAX_BODY_BYTES, RateLimiter
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
-from gql_presence.running.connection import MAX_CONNECTIONS, connect
-from gql_presence.running.sweeper import sweeper
+from gql_presence.running.connection import MAX_CONNECTIONS, Connection, connect
+from gql_presence.running.sweeper import sweep_forever
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+
+# The Redis clients of this process (commands, and the one pub/sub connection).
+REDIS = web.AppKey("redis", Connection)
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -68,7 +70,7 @@ def create_app(settings: Settings) -> web.Application:
     # The connection-bound sessions of this process, renewed in batches, ended by the hub's kicks.
     app.cleanup_ctx.append(held_sessions)
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
-    app.router.add_route("*", "/graphql", PresenceView(settings))
+    app.router.add_route("*", "/graphql", PresenceView(settings, traced=tracing.enabled()))
     if settings.graphiql:  # GraphiQL's scripts and styles, for the page at /graphql
         app.router.add_static("/graphiql", GRAPHIQL_ASSETS)
     # Probes in the shape Kubernetes uses: alive, and able to serve.
@@ -98,6 +100,17 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
         app[STORE] = store
         app[LIMITER] = RateLimiter(store, settings)
         yield
+
+
+async def sweeper(app: web.Application) -> AsyncIterator[None]:
+    task = asyncio.create_task(
+        sweep_forever(app[STORE], app[SETTINGS].sweep_interval_ms / 1000, app[METRICS]),
+        name="sweeper",
+    )
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 async def event_hub(app: web.Application) -> AsyncIterator[None]:

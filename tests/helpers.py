@@ -34,7 +34,7 @@ from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 from redis.asyncio.client import PubSub
 
 from gql_presence.http.app_keys import EVENTS
-from gql_presence.realtime.hub import Feed, FeedDroppedError
+from gql_presence.realtime.delivery import Feed, FeedDroppedError
 from tests.conftest import TEST_SETTINGS, graphql
 
 Service = TestClient[Any, Any]

@@ -213,7 +213,7 @@ async def test_an_explicit_null_where_a_default_stood_is_bad_input_and_not_logge
 ) -> None:
     # GraphQL lets a variable with a default stand where null is not allowed; sending null for
     # it explicitly is found only while the operation runs.
-    with caplog.at_level(logging.WARNING, logger="gql_presence.store.errors"):
+    with caplog.at_level(logging.WARNING, logger="gql_presence.errors"):
         for _ in range(2):  # the full path first, then (over HTTP) the document's plan
             body = await graphql(api, document, v=None, u=None)
             assert error_codes(body) == ["BAD_USER_INPUT"]
@@ -242,7 +242,7 @@ async def test_unexpected_errors_are_masked_for_clients_and_logged(
         raise RuntimeError("secret detail gqlp:{0}:lastseen")
 
     monkeypatch.setattr(PresenceStore, "presence", broken)
-    with caplog.at_level(logging.ERROR, logger="gql_presence.store.errors"):
+    with caplog.at_level(logging.ERROR, logger="gql_presence.errors"):
         body = await graphql(api, '{ presence(userId: "a") { online } }')
     assert error_codes(body) == ["INTERNAL"]
     assert "secret" not in str(body)

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.realtime.held import EndReason, HeldSessions
-from gql_presence.store import Announced, HeldSession, OpenedSession, PresenceStore
+from gql_presence.store import HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import SessionRevokedError, StoreUnavailableError
 from tests.conftest import StoreFactory
@@ -221,7 +221,7 @@ def open_then(
         if not before:
             await store.kick(*kick)
         for event in await published(channel):
-            sessions.on_event(Announced(*event))
+            sessions.on_event(PublishedEvent(*event))
         return result
 
     monkeypatch.setattr(store, "open_session", opening)
@@ -232,8 +232,8 @@ async def test_a_kick_announced_before_the_opening_returned_ends_the_holding(
 ) -> None:
     sessions = HeldSessions(store, ttl_ms=30_000)
     open_then(monkeypatch, store, channel, sessions, before=False, kick=("ann", "tab"))
-    async with sessions.hold("ann", "tab") as holding:
-        ended = await asyncio.wait_for(holding.ended(), 1)
+    async with sessions.hold("ann", "tab") as hold:
+        ended = await asyncio.wait_for(hold.ended(), 1)
     assert ended.reason is EndReason.KICKED
     assert sessions.count == 0
 
@@ -244,8 +244,8 @@ async def test_a_kick_of_every_session_just_before_an_opening_leaves_it_held(
     await store.touch("ann", "phone")
     sessions = HeldSessions(store, ttl_ms=30_000)
     open_then(monkeypatch, store, channel, sessions, before=True, kick=("ann", None))
-    async with sessions.hold("ann", "tab") as holding:
-        assert not holding.ended_by_service
+    async with sessions.hold("ann", "tab") as hold:
+        assert not hold.ended_by_service
         assert await online(store, "ann")
 
 

@@ -13,7 +13,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.realtime.hub import EventHub, FeedDroppedError, PresenceEvent
+from gql_presence.realtime.delivery import FeedDroppedError, PresenceChange
+from gql_presence.realtime.hub import EventHub
 from gql_presence.running.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.running.redis_server import free_port
 from gql_presence.store import PresenceStore, shard_of
@@ -243,7 +244,7 @@ class Renderer:
     def __init__(self) -> None:
         self.calls = 0
 
-    def __call__(self, event: PresenceEvent) -> bytes:
+    def __call__(self, event: PresenceChange) -> bytes:
         self.calls += 1
         return f'"{event.user_id} {event.kind}"'.encode()
 

@@ -54,7 +54,8 @@ from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
 from gql_presence.graphql.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
-from gql_presence.graphql.schema import DateTimeScalar, UserPresence, build_schema
+from gql_presence.graphql.schema import build_schema
+from gql_presence.graphql.types import DateTimeScalar, UserPresence
 from gql_presence.http.app_keys import AUTHENTICATOR
 from gql_presence.http.view import PresenceView
 from gql_presence.running.connection import connect, redis_client
@@ -229,7 +230,7 @@ def make_twins(
             async with connect(settings) as redis:
                 await redis.client.flushall()
             clients.append(await aiohttp_client(create_app(settings)))
-        plans = _view(clients[1].app).plans
+        plans = _view(clients[1].app).pipeline.plans
         assert plans is not None
         twins = Twins(clients[0], clients[1], plans)
         backend = {"Authorization": f"Bearer {BACKEND_TOKEN}"} if base.backend_tokens else None

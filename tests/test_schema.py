@@ -21,6 +21,8 @@ from graphql import (
 
 from gql_presence.cli import main, schema_sdl
 from gql_presence.graphql import schema as presence_schema
+from gql_presence.graphql.internals import EventExecutionContext, core_schema
+from gql_presence.graphql.types import PresenceEvent, PresenceEventKind
 
 ROOT = Path(__file__).parent.parent
 # The contract the schema was first written to, where a checkout keeps it beside the
@@ -91,11 +93,11 @@ def test_subscription_events_leave_no_memory_behind() -> None:
     subscription, however long it lasts."""
     schema = presence_schema.build_schema()
     document = parse('subscription { presenceChanged(userIds: ["a"]) { userId kind online } }')
-    executor = presence_schema.EventExecutionContext.build(schema._schema, document)
+    executor = EventExecutionContext.build(core_schema(schema), document)
     assert not isinstance(executor, list), executor  # a list of errors: the document is bad
-    event = presence_schema.PresenceEvent(
+    event = PresenceEvent(
         user_id=strawberry.ID("a"),
-        kind=presence_schema.PresenceEventKind.ONLINE,
+        kind=PresenceEventKind.ONLINE,
         at=datetime.now(UTC),
         session_id=None,
         online=True,

@@ -4,21 +4,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
 
-from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.policy.auth import Caller, Need
 from gql_presence.policy.limits import RateLimiter
-from gql_presence.realtime.delivery import Selections
+from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
-from gql_presence.realtime.hub import EventHub, FeedDroppedError
+from gql_presence.realtime.hub import EventHub
 from gql_presence.store import PresenceStore, Session
+from gql_presence.store.errors import UnauthenticatedError
 
 if TYPE_CHECKING:
-    from gql_presence.graphql.persisted import PersistedDocuments
+    from gql_presence.graphql.event_rendering import SharedSubscription
+
+
+class Socket(Protocol):
+    """A WebSocket connection, as subscriptions write to it (http/sockets.py makes them)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def close(self, *, code: int, message: bytes) -> bool: ...
+
+    def send_now(self, messages: list[bytes]) -> int | None:
+        """Writes the messages at once; the bytes left waiting to be sent, or None when the
+        socket is closing."""
 
 
 @dataclass
@@ -29,18 +42,20 @@ class Context:
     # Who is calling: from the Authorization header, or a WebSocket's connection_init.
     caller: Caller
     limiter: RateLimiter
-    # Documents known by their hash, and the trusted ones (PRESENCE_TRUSTED_DOCUMENTS).
-    documents: PersistedDocuments
     # The connection-bound sessions (presenceSession) of this process.
     held_sessions: HeldSessions
     # A WebSocket's connection_init payload, as the client sent it.
     connection_params: dict[str, object] = field(default_factory=dict)
     # The SHA-256 of the request's document once checked against its text (persisted.py).
     document_hash: str | None = None
+    # Why the request's credentials were refused (its body then left unread): admission
+    # refuses its operation with this.
+    credentials_refused: UnauthenticatedError | None = None
     # A WebSocket's connection, which multiplexed subscriptions write their events to.
-    socket: BoundedWebSocketResponse | None = None
-    # The subscription documents that this process renders once per event (fanout.py).
-    selections: Selections = field(default_factory=Selections)
+    socket: Socket | None = None
+    # Set by the pipeline for a presenceChanged subscribe on a socket: where the resolver
+    # hands its events over to the hub (graphql/event_rendering.py).
+    shared_subscription: SharedSubscription | None = None
 
     async def close_socket(self, reason: FeedDroppedError) -> None:
         """Ends the WebSocket connection of a subscription whose feed was dropped."""

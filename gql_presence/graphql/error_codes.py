@@ -14,10 +14,11 @@ from collections.abc import Iterator
 
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
+from strawberry.types import ExecutionResult
 
 from gql_presence.store.errors import ErrorCode, PresenceError
 
-log = logging.getLogger("gql_presence.store.errors")
+log = logging.getLogger("gql_presence.errors")
 
 INTERNAL_MESSAGE = "Internal error: the operation failed on our side and was logged."
 
@@ -110,3 +111,13 @@ class ErrorCodes(SchemaExtension):
 def refusal(error: PresenceError) -> GraphQLError:
     """A refusal made before the operation runs (credentials, limits), as a coded error."""
     return GraphQLError(error.message, extensions={"code": error.code.value, **error.extensions})
+
+
+def retry_after(result: ExecutionResult) -> int | None:
+    """The seconds a refusal for the caller's rate asks it to wait, when `result` is one:
+    over HTTP it is also said as 429 with Retry-After."""
+    for error in result.errors or ():
+        seconds = (error.extensions or {}).get("retryAfterSeconds")
+        if isinstance(seconds, int):
+            return seconds
+    return None

@@ -1,28 +1,216 @@
-"""The one admission step of every operation, whatever its transport: an HTTP POST or GET,
-or a WebSocket's `subscribe` message (queries, mutations and subscriptions alike). It runs
-before the document is parsed, so a refused operation costs next to nothing."""
+"""The one pipeline of every operation, whatever its transport: an HTTP POST or GET, or a
+WebSocket's `subscribe` message (queries, mutations and subscriptions alike).
+
+Each passes, in this order and in this module only:
+1. admission (credentials, document size, list variables, rate), before the document is
+   parsed, so that a refused operation costs next to nothing;
+2. persisted and trusted documents;
+3. its time budget (PRESENCE_REQUEST_TIMEOUT_SECONDS), for the whole of a query or a mutation
+   and for the admission of a subscription;
+4. execution: a plan made before (planned.py) for an HTTP POST, Strawberry's otherwise; a
+   presenceChanged subscription on a socket is handed to the event hub (event_rendering.py);
+5. error codes (error_codes.py) on every result it gives back.
+A refusal is the operation's error; over WebSocket, the socket stays open.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import functools
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import aclosing
+from dataclasses import replace
+from typing import Any
 
 from graphql import GraphQLError, OperationType, parse
+from strawberry.http import GraphQLRequestData
+from strawberry.types import ExecutionResult
+from strawberry.types.execution import PreExecutionError
 
 from gql_presence.graphql.context import Context
-from gql_presence.http.app_keys import CREDENTIALS_REFUSED
-from gql_presence.observability.request_log import chosen_operation
+from gql_presence.graphql.error_codes import log_unexpected, refusal, with_codes
+from gql_presence.graphql.event_rendering import (
+    EventRendering,
+    EventRenderings,
+    Interest,
+    SharedSubscription,
+    SocketOperation,
+)
+from gql_presence.graphql.labels import chosen_operation
+from gql_presence.graphql.persisted import PersistedDocuments
+from gql_presence.graphql.planned import Plans
+from gql_presence.graphql.schema import PresenceSchema
+from gql_presence.observability.request_log import OPERATION
 from gql_presence.policy.limits import MAX_DOCUMENT_CHARS
+from gql_presence.realtime.delivery import Delivery
 from gql_presence.store import MAX_IDS_PER_CALL
-from gql_presence.store.errors import BadInputError, StoreUnavailableError
+from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
+
+# What a WebSocket operation's results are, as Strawberry's stream gives them.
+Results = AsyncGenerator[Any, None]
+# Strawberry's own execution of one HTTP request.
+RunFully = Callable[[GraphQLRequestData], Awaitable[ExecutionResult]]
+
+
+class OperationPipeline:
+    """Runs every operation of one schema, over either transport."""
+
+    def __init__(
+        self,
+        schema: PresenceSchema,
+        documents: PersistedDocuments,
+        budget_s: float,
+        plans: Plans | None,
+        *,
+        multiplexes: bool,
+    ) -> None:
+        self.schema = schema
+        self._documents = documents
+        self._budget_s = budget_s
+        # Plans of documents seen before (planned.py); None: every request runs fully.
+        self.plans = plans
+        # Whether presenceChanged subscriptions on sockets are handed to the hub, and a
+        # subscribe of a key handed over before skips its document's execution: not while
+        # tracing, whose spans come from that execution.
+        self._multiplexes = multiplexes
+        # The documents this process renders once per event for all their subscribers.
+        self._renderings = EventRenderings()
+
+    async def execute(
+        self, context: Context, data: GraphQLRequestData, *, plannable: bool, run_fully: RunFully
+    ) -> ExecutionResult:
+        """The result of one HTTP request's operation, its errors coded. `plannable`: the
+        request may run from a plan (a POST); `run_fully` is Strawberry's execution."""
+        try:
+            async with asyncio.timeout(self._budget_s):
+                await admit(context, data.query, data.variables)
+                data = await self._documents.resolve(data, context)
+                # Over plain HTTP a subscription cannot be answered; say where it can be.
+                if is_subscription(data.query, data.operation_name):
+                    result = ExecutionResult(
+                        data=None, errors=[GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)]
+                    )
+                else:
+                    planned = await self._run_planned(context, data) if plannable else None
+                    result = planned or await run_fully(data)
+        except PresenceError as error:
+            return ExecutionResult(data=None, errors=[refusal(error)])
+        except TimeoutError:
+            return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
+        if result.errors:
+            result.errors = with_codes(result.errors)
+        return result
+
+    async def _run_planned(
+        self, context: Context, data: GraphQLRequestData
+    ) -> ExecutionResult | None:
+        """The result of a document planned before (planned.py), with what the full path's
+        extensions add: the log's operation label, unexpected errors logged. None when
+        there is no plan for it, or the plan does not cover this request."""
+        plan = self.plans.get(data.query, data.operation_name) if self.plans else None
+        if plan is None:
+            return None
+        result = await plan.run(context, data.variables, data.extensions)
+        if result is None:
+            return None
+        context.request[OPERATION] = plan.label
+        if result.errors:
+            log_unexpected(result.errors, plan.operation_name)
+        return result
+
+    async def run_on_socket(
+        self, context: Context, operation: SocketOperation
+    ) -> Delivery | Results:
+        """A WebSocket operation's results, their errors coded; or, for a presenceChanged
+        subscription handed to the event hub, its place there (the socket's handler ends
+        it with the operation)."""
+        deadline = asyncio.get_running_loop().time() + self._budget_s
+        try:
+            async with asyncio.timeout_at(deadline):
+                await admit(context, operation.query, operation.variables)
+                self._documents.check_text(operation.query, context)
+        except PresenceError as error:
+            return _refused(error)
+        except TimeoutError:
+            return _refused(over_budget(self._budget_s))
+        if not is_subscription(operation.query, operation.operation_name):
+            results = await self._stream(context, operation)
+            return _coded(_within(results, deadline, self._budget_s))
+        if self._multiplexes and context.socket is not None:
+            return await self._subscribe_shared(context, operation)
+        return _coded(await self._stream(context, operation))
+
+    async def _subscribe_shared(
+        self, context: Context, operation: SocketOperation
+    ) -> Delivery | Results:
+        """A subscription on a socket, handed to the hub when it is a presenceChanged one
+        whose events can be rendered once for every subscriber of its document."""
+        try:
+            delivery = await self._join_again(context, operation)
+        except PresenceError:
+            delivery = None  # the full path runs it, and answers
+        if delivery is not None:
+            return delivery
+        shared = SharedSubscription(operation, self._renderings)
+        results = await self._stream(replace(context, shared_subscription=shared), operation)
+        # The resolver runs when the first result is asked for: it yields its events itself,
+        # or leaves them to the hub and ends.
+        first = await anext(results, None)
+        if first is not None or shared.rendering is None or shared.interest is None:
+            return _coded(_after(first, results))
+        try:
+            delivery = await self._join(context, operation, shared.rendering, shared.interest)
+        except PresenceError as error:
+            return _refused(error)
+        shared.rendering.interest = shared.interest
+        return delivery
+
+    async def _stream(self, context: Context, operation: SocketOperation) -> Results:
+        return await self.schema.stream(
+            operation.query,
+            variable_values=operation.variables,
+            context_value=context,
+            operation_name=operation.operation_name,
+        )
+
+    async def _join_again(self, context: Context, operation: SocketOperation) -> Delivery | None:
+        """The place in the hub of an admitted presenceChanged subscription whose document,
+        operation name and variables a subscription of this process handed over already:
+        the same document passes the same parsing, validation and limits, and the same
+        variables make the same arguments, so what is left of the resolver's work is the
+        caller's authorization and joining the hub. None when the key is not known."""
+        rendering = self._renderings.known(operation)
+        if rendering is None or rendering.interest is None:
+            return None
+        rendering.interest.authorize(context.caller)
+        return await self._join(context, operation, rendering, rendering.interest)
+
+    async def _join(
+        self,
+        context: Context,
+        operation: SocketOperation,
+        rendering: EventRendering,
+        interest: Interest,
+    ) -> Delivery:
+        """A multiplexed subscription's place in the hub, writing to the context's socket."""
+        assert context.socket is not None
+        return await context.events.deliver(
+            context.close_socket,
+            context.socket.send_now,
+            operation.next_head(),
+            rendering.render,
+            user_ids=interest.user_ids,
+            friends_of=interest.friends_of,
+            everyone=interest.everyone,
+        )
 
 
 async def admit(context: Context, document: str | None, variables: object) -> None:
     """Raises the refusal (a PresenceError) of an operation whose caller sent bad or no
     credentials, or whose credentials have expired; whose document is too long; whose list
     variables are longer than any argument takes; or whose caller is over its rate."""
-    refused = context.request.get(CREDENTIALS_REFUSED)
-    if refused is not None:
-        raise refused
+    if context.credentials_refused is not None:
+        raise context.credentials_refused
     context.caller.require_credentials()
     size = len(document or "")
     if size > MAX_DOCUMENT_CHARS:
@@ -71,3 +259,43 @@ def _is_subscription(query: str, operation_name: str | None) -> bool:
         return False  # refused as a syntax error where it is executed
     operation = chosen_operation(document, operation_name)
     return operation is not None and operation.operation == OperationType.SUBSCRIPTION
+
+
+async def _refused(error: PresenceError) -> Results:
+    yield PreExecutionError(data=None, errors=[refusal(error)])
+
+
+async def _within(results: Results, deadline: float, budget_s: float) -> Results:
+    """A query's or a mutation's results, or UNAVAILABLE once its time budget is spent: its
+    Redis calls are cancelled, as over HTTP."""
+    try:
+        async with aclosing(results), asyncio.timeout_at(deadline):
+            answered = [result async for result in results]
+    except TimeoutError:
+        yield PreExecutionError(data=None, errors=[refusal(over_budget(budget_s))])
+        return
+    for result in answered:
+        yield result
+
+
+async def _after(first: object, results: Results) -> Results:
+    """`first`, taken from `results` already, then the rest of them."""
+    async with aclosing(results):
+        if first is not None:
+            yield first
+        async for result in results:
+            yield result
+
+
+async def _coded(results: Results) -> Results:
+    async with aclosing(results):
+        async for result in results:
+            if isinstance(result, ExecutionResult) and result.errors:
+                result.errors = with_codes(result.errors)
+            yield result
+
+
+_SUBSCRIBE_OVER_WEBSOCKET = (
+    "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
+    "not over plain HTTP."
+)

@@ -18,15 +18,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 from graphql import DocumentNode
 from strawberry.extensions import ParserCache
 from strawberry.http import GraphQLRequestData
 
 from gql_presence.graphql.context import Context
+from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.auth import CallerKind
 from gql_presence.store.errors import BadInputError, ForbiddenError, PersistedQueryNotFoundError
 
@@ -35,37 +35,13 @@ _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 _DOCUMENT_ID_PREFIX = "sha256:"
 # Documents kept per process: their text by hash (saves a Redis call), and their checked
 # syntax trees (saves parsing and validation). A few hundred documents make an app.
-_KEPT_PER_PROCESS = 1000
+KEPT_PER_PROCESS = 1000
 
 _NOT_TRUSTED = (
     "This service runs only its trusted documents for end users: send the document's "
     "SHA-256 from the manifest of your build (extensions.persistedQuery.sha256Hash or "
     "documentId), or call with a backend token."
 )
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class Kept(Generic[K, V]):
-    """At most `size` entries; the least recently used goes first."""
-
-    def __init__(self, size: int = _KEPT_PER_PROCESS) -> None:
-        self._size = size
-        self._entries: OrderedDict[K, V] = OrderedDict()
-
-    def get(self, key: K) -> V | None:
-        value = self._entries.get(key)
-        if value is not None:
-            self._entries.move_to_end(key)
-        return value
-
-    def put(self, key: K, value: V) -> None:
-        self._entries[key] = value
-        self._entries.move_to_end(key)
-        if len(self._entries) > self._size:
-            self._entries.popitem(last=False)
 
 
 def sha256_hex(document: str) -> str:
@@ -96,7 +72,7 @@ class PersistedDocuments:
 
     def __init__(self, trusted: Mapping[str, str] | None) -> None:
         self._trusted = trusted
-        self._texts: Kept[str, str] = Kept()
+        self._texts: LeastRecentlyUsed[str, str] = LeastRecentlyUsed(KEPT_PER_PROCESS)
 
     async def resolve(self, data: GraphQLRequestData, context: Context) -> GraphQLRequestData:
         """The request with its document written in, once the caller may run it. Records
@@ -182,7 +158,7 @@ class PersistedDocumentCache(ParserCache):
     its verified hash (`Context.document_hash`), no parsing or validation after its first
     successful use. One per schema: validation depends on the schema."""
 
-    def __init__(self, *, maxsize: int, checked: Kept[str, DocumentNode]) -> None:
+    def __init__(self, *, maxsize: int, checked: LeastRecentlyUsed[str, DocumentNode]) -> None:
         super().__init__(maxsize=maxsize)
         self._checked = checked
 

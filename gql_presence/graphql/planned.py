@@ -54,29 +54,36 @@ from graphql import (
     is_leaf_type,
     located_error,
 )
-from graphql.execution.collect_fields import (
-    FieldDetails,
-    FragmentDetails,
-    collect_fields,
-    collect_subfields,
-)
-from graphql.execution.executor import CollectedErrors
 from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
 from graphql.language import Visitor, visit
 from graphql.pyutils import Path, inspect, is_iterable
-from graphql.pyutils.gather_with_cancel import gather_with_cancel
 from strawberry.execution.is_awaitable import optimized_is_awaitable as is_awaitable
 from strawberry.extensions import SchemaExtension
 from strawberry.relay.types import GlobalID
 from strawberry.scalars import is_scalar
-from strawberry.schema.schema import _OperationContextAwareGraphQLResolveInfo as ResolveInfo
 from strawberry.schema.schema_converter import GraphQLCoreConverter
 from strawberry.types import ExecutionResult
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.field import StrawberryField
 
-from gql_presence.graphql.persisted import Kept
-from gql_presence.observability.request_log import operation_label, root_fields
+from gql_presence.graphql.internals import (
+    CollectedErrors,
+    FieldDetails,
+    FragmentDetails,
+    ResolveInfo,
+    collect_fields,
+    collect_subfields,
+    core_schema,
+    gather_with_cancel,
+    handles_exceptions,
+    is_default_resolver,
+    is_strawberry_resolver,
+    provided_operation_name,
+    resolve_info,
+    strawberry_schema_of,
+)
+from gql_presence.graphql.labels import operation_label, root_fields
+from gql_presence.lru import LeastRecentlyUsed
 
 # What graphql-core's execute() is given by Strawberry: at most 50 variable errors.
 _MAX_COERCION_ERRORS = 50
@@ -132,7 +139,7 @@ class _Direct:
     def call(self, source: Any, info: ResolveInfo, args: dict[str, Any]) -> Any:
         kwargs = {python: args[name] for name, python in self.names if name in args}
         if self.info_name is not None:
-            kwargs[self.info_name] = self.info_class(_raw_info=info, _field=self.field)
+            kwargs[self.info_name] = resolve_info(info, self.field, self.info_class)
         return self.function(source, **kwargs) if self.pass_source else self.function(**kwargs)
 
 
@@ -280,7 +287,7 @@ class Plan:
         completion = self._completion(definition.type, details, variables)
         if completion is None:
             return None
-        basic = bool(getattr(definition.resolve, "_is_default", False)) and not definition.args
+        basic = is_default_resolver(definition.resolve) and not definition.args
         inner = completion.inner if isinstance(completion, _NonNull) else completion
         leaf = inner.type if isinstance(inner, _Leaf) else None
         return _Field(
@@ -333,7 +340,7 @@ def _attribute_read(definition: GraphQLField) -> str | None:
 def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> _Direct | None:
     """How to call the resolver of a field without Strawberry's wrapper (its `get_arguments`
     and `get_result`), when the wrapper would do no more than `_Direct.call` does."""
-    strawberry_schema = getattr(schema, "_strawberry_schema", None)
+    strawberry_schema = strawberry_schema_of(schema)
     field = definition.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
     if strawberry_schema is None or not isinstance(field, StrawberryField):
         return None
@@ -341,9 +348,9 @@ def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> _Direct | N
     resolver = field.base_resolver
     if (
         resolver is None
-        or getattr(definition.resolve, "_is_default", None) is not False  # not the wrapper
+        or not is_strawberry_resolver(definition.resolve)
         or field.extensions
-        or getattr(converter, "_exception_handler_specs", None) != ()
+        or handles_exceptions(converter)
         or resolver.parent_parameter is not None
         or resolver.root_parameter is not None
     ):
@@ -668,7 +675,7 @@ class Plans:
     """The plans of the documents seen: at most `size`, the least recently used dropped."""
 
     def __init__(self, size: int = 256) -> None:
-        self._kept: Kept[tuple[str, str | None], Plan | str] = Kept(size)
+        self._kept: LeastRecentlyUsed[tuple[str, str | None], Plan | str] = LeastRecentlyUsed(size)
 
     def get(self, query: str | None, operation_name: str | None) -> Plan | None:
         if query is None:
@@ -708,9 +715,9 @@ class PlanRecorder(SchemaExtension):
         document = context.graphql_document
         if context.pre_execution_errors == [] and document is not None and context.query:
             self._plans.learn(
-                context.schema._schema,  # graphql-core's schema
+                core_schema(context.schema),
                 context.query,
-                context._provided_operation_name,
+                provided_operation_name(context),
                 context.operation_name,
                 document,
             )

@@ -1,9 +1,8 @@
-"""What the application and each request hold, typed: set at start-up, read by the view, the
-probes and the sweeper."""
+"""What the application and each request hold, typed: set at start-up by app.py, read by the
+view, the WebSocket handler and the probes."""
 
 from __future__ import annotations
 
-import asyncio
 import weakref
 
 from aiohttp import web
@@ -13,14 +12,11 @@ from gql_presence.policy.auth import Authenticator
 from gql_presence.policy.limits import RateLimiter
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
-from gql_presence.running.connection import Connection
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.errors import UnauthenticatedError
 
 SETTINGS = web.AppKey("settings", Settings)
-# The Redis clients of this process (commands, and the one pub/sub connection).
-REDIS = web.AppKey("redis", Connection)
 STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
 # The connection-bound sessions (presenceSession) this process holds and renews.
@@ -33,5 +29,3 @@ LIMITER = web.AppKey("limiter", RateLimiter)
 # where credentials are configured. Its body is then never read, and admission refuses it.
 CREDENTIALS_REFUSED = web.RequestKey("credentials_refused", UnauthenticatedError)
 SOCKET = web.RequestKey("socket", web.WebSocketResponse)
-# Closes a WebSocket when its caller's credentials expire.
-EXPIRY_TIMER = web.RequestKey("expiry_timer", asyncio.Task[None])

@@ -1,15 +1,13 @@
-"""The GraphQL endpoint: queries and mutations over HTTP, subscriptions over WebSocket, and
-GraphiQL, at one address. Every operation passes the one admission step of admission.py,
-over HTTP here and over WebSocket in PresenceSchema.stream; an HTTP request also has a time
-budget. Refusals become GraphQL errors with a code."""
+"""The GraphQL endpoint: queries and mutations over HTTP, subscriptions over WebSocket
+(http/ws.py), and GraphiQL, at one address. What is HTTP's is here: reading the body,
+authenticating the caller from its header, the answer's status and body; each operation
+runs through the one pipeline (graphql/operation.py), as a WebSocket's do."""
 
 from __future__ import annotations
 
-import asyncio
-import time
 from datetime import timedelta
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, NoReturn, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from aiohttp import hdrs, web
 from aiohttp.web_ws import WebSocketReady
@@ -17,27 +15,20 @@ from cross_web import (
     AiohttpHTTPRequestAdapter,
     HTTPException,  # what Strawberry answers as an HTTP error
 )
-from graphql import GraphQLError
 from strawberry.aiohttp.views import GraphQLView
-from strawberry.exceptions import ConnectionRejectionError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.http.base import BaseRequestProtocol
 from strawberry.http.types import QueryParams
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
-    Operation,
-)
-from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
-    ConnectionInitMessage,
-    Message,
 )
 from strawberry.types import ExecutionResult
 from strawberry.types.unset import UnsetType
 
 from gql_presence.graphql.context import Context
-from gql_presence.graphql.error_codes import log_unexpected, outcomes, refusal, with_codes
-from gql_presence.graphql.operation import admit, is_subscription, over_budget
+from gql_presence.graphql.error_codes import outcomes, retry_after
+from gql_presence.graphql.operation import OperationPipeline
 from gql_presence.graphql.persisted import PersistedDocuments, lift_document_id, names_a_document
 from gql_presence.graphql.planned import Plans
 from gql_presence.graphql.schema import build_schema
@@ -45,7 +36,6 @@ from gql_presence.http.app_keys import (
     AUTHENTICATOR,
     CREDENTIALS_REFUSED,
     EVENTS,
-    EXPIRY_TIMER,
     HELD_SESSIONS,
     LIMITER,
     SOCKET,
@@ -54,25 +44,16 @@ from gql_presence.http.app_keys import (
 )
 from gql_presence.http.ide import graphiql_page
 from gql_presence.http.sockets import BoundedWebSocketResponse
-from gql_presence.observability import tracing
-from gql_presence.observability.request_log import CALLER, OPERATION, OUTCOMES
-from gql_presence.policy.auth import EXPIRED, Caller, CallerKind
+from gql_presence.http.ws import TransportWSHandler, authenticate_socket, stop_watching_credentials
+from gql_presence.observability.request_log import CALLER, OUTCOMES
+from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.policy.limits import (
     CONNECTION_INIT_WAIT_S,
     MAX_SOCKET_MESSAGE_BYTES,
     MAX_SUBSCRIPTIONS_PER_SOCKET,
 )
-from gql_presence.realtime.delivery import (
-    SOCKET_OPERATION,
-    HandedOverError,
-    Selections,
-    SocketOperation,
-)
-from gql_presence.realtime.hub import Delivery
 from gql_presence.settings import Settings
 from gql_presence.store.errors import (
-    PresenceError,
-    RateLimitedError,
     UnauthenticatedError,
 )
 
@@ -83,134 +64,23 @@ if TYPE_CHECKING:
 _HANDSHAKE = web.RequestKey("websocket_handshake", WebSocketReady)
 
 
-class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
-    """Strawberry's graphql-transport-ws handler, which tells each operation's resolvers
-    which operation of the socket they serve, and holds the subscriptions that the event hub
-    delivers (fanout.py): their operations have no task, only their place in the hub, until
-    the client completes them or the socket ends."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._deliveries: dict[str, Delivery] = {}
-        self._init_timer: asyncio.TimerHandle | None = None
-
-    def on_request_accepted(self) -> None:
-        # A timer where Strawberry starts a task that sleeps: the task cost more to make and
-        # to cancel than the rest of a connect, and, cancelled, was kept as long as the socket.
-        self._init_timer = asyncio.get_running_loop().call_later(
-            self.connection_init_wait_timeout.total_seconds(), self._init_timed_out
-        )
-
-    def _init_timed_out(self) -> None:
-        if self.connection_init_received:
-            return
-        self.connection_timed_out = True
-        # Strawberry's shutdown awaits it, as it would its own task.
-        self.connection_init_timeout_task = asyncio.create_task(self._close_uninitialised())
-
-    async def _close_uninitialised(self) -> None:
-        try:
-            await self.websocket.close(code=4408, reason="Connection initialisation timeout")
-        except Exception as error:  # logged as Strawberry logs a failure of its own task
-            await self.handle_task_exception(error)
-
-    async def handle_message(self, message: Message) -> None:
-        # Strawberry reads the message's members without checking their types: a JSON array,
-        # or a subscribe whose payload is not an object, would end the connection with no
-        # close code and log a server error.
-        fault = _shape_fault(message)
-        if fault is not None:
-            await self.handle_invalid_message(fault)
-            return
-        await super().handle_message(message)
-        parsed: object = message  # whatever JSON the client sent, a dict if it was handled
-        # Strawberry's loop holds the last message until the next one comes: for a socket
-        # that waits, its subscribe message, document and variables. What it needed of it,
-        # it took.
-        if isinstance(parsed, dict):
-            parsed.clear()
-
-    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
-        self._stop_init_timer()
-        await super().handle_connection_init(message)
-
-    async def shutdown(self) -> None:
-        self._stop_init_timer()
-        await super().shutdown()
-
-    def _stop_init_timer(self) -> None:
-        if self._init_timer is not None:
-            self._init_timer.cancel()
-            self._init_timer = None  # not kept for the socket's life
-
-    async def run_operation(self, operation: Operation[Context, None]) -> None:
-        # The operation's own task: the value is seen by its resolvers only.
-        SOCKET_OPERATION.set(
-            SocketOperation(
-                operation.id, operation.query, operation.operation_name, operation.variables
-            )
-        )
-        try:
-            await super().run_operation(operation)
-        except HandedOverError as handed:
-            if self.operations.get(operation.id) is operation:
-                self._deliveries[operation.id] = handed.delivery
-                # What the socket keeps of it is its id and its place in the hub: its task
-                # ends now, and its document and variables are its Selection's business.
-                operation.task = None
-                operation.query, operation.variables = "", None
-            else:  # completed, or its socket ended, meanwhile
-                self.context.events.forget(handed.delivery)
-
-    async def cleanup_operation(self, operation_id: str) -> None:
-        delivery = self._deliveries.pop(operation_id, None)
-        if delivery is None:
-            await super().cleanup_operation(operation_id)
-            return
-        self.context.events.forget(delivery)
-        self.operations.pop(operation_id, None)  # its task has ended already
-
-
-def _shape_fault(message: object) -> str | None:
-    """What is wrong with the shape of a graphql-transport-ws message, or None."""
-    if not isinstance(message, dict):
-        return 'A message must be a JSON object with a "type", e.g. {"type": "ping"}.'
-    if message.get("type") != "subscribe":
-        return None
-    payload = message.get("payload")
-    if not isinstance(message.get("id"), str) or not isinstance(payload, dict):
-        return (
-            'A subscribe message must be {"id": "<string>", "type": "subscribe", "payload": {...}}.'
-        )
-    if not (
-        isinstance(payload.get("query"), str)
-        and isinstance(payload.get("operationName"), str | None)
-        and all(isinstance(payload.get(k), dict | None) for k in ("variables", "extensions"))
-    ):
-        # A close reason holds at most 123 bytes.
-        return (
-            'A subscribe payload must be {"query": "<document>"}: variables and extensions '
-            "objects, operationName a string."
-        )
-    return None
-
-
 class PresenceView(GraphQLView[Context, None]):
     graphql_transport_ws_handler_class: type[BaseGraphQLTransportWSHandler[Context, None]] = (
         TransportWSHandler
     )
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, traced: bool) -> None:
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
-        planned = settings.planned_execution and not tracing.enabled()
-        self.plans = Plans() if planned else None
+        plans = Plans() if settings.planned_execution and not traced else None
+        schema = build_schema(
+            introspection=settings.introspection,
+            federation=settings.federation,
+            plans=plans,
+            traced=traced,
+        )
         super().__init__(
-            schema=build_schema(
-                introspection=settings.introspection,
-                federation=settings.federation,
-                plans=self.plans,
-            ),
+            schema=schema,
             graphql_ide="graphiql" if settings.graphiql else None,
             allow_queries_via_get=settings.queries_over_get,
             # The one protocol the README documents, with authentication in connection_init.
@@ -220,12 +90,16 @@ class PresenceView(GraphQLView[Context, None]):
             # Pages on other origins may open a WebSocket only from PRESENCE_CORS_ORIGINS.
             allowed_origins=settings.cors_origins,
         )
-        self._budget_s = settings.request_timeout_ms / 1000
-        self._persisted = PersistedDocuments(settings.trusted_documents)
+        self.pipeline = OperationPipeline(
+            schema,
+            PersistedDocuments(settings.trusted_documents),
+            settings.request_timeout_ms / 1000,
+            plans,
+            multiplexes=not traced,
+        )
         # aiohttp pings every heartbeat and closes a socket whose pong is not back within
         # half of it: a client gone silent is found within half the TTL of its sessions.
         self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
-        self._selections = Selections()
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -251,32 +125,14 @@ class PresenceView(GraphQLView[Context, None]):
             events=request.app[EVENTS],
             caller=caller,
             limiter=request.app[LIMITER],
-            documents=self._persisted,
             held_sessions=request.app[HELD_SESSIONS],
+            credentials_refused=request.get(CREDENTIALS_REFUSED),
             socket=response if isinstance(response, BoundedWebSocketResponse) else None,
-            selections=self._selections,
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:
         """Authenticates a WebSocket: connection_init's payload carries `Authorization`."""
-        params = context.connection_params
-        authorization = params.get("Authorization", params.get("authorization"))
-        try:
-            caller = context.request.app[AUTHENTICATOR].caller(authorization)
-        except UnauthenticatedError as error:
-            await _reject_socket(context.request, error.message)
-        if caller.kind is CallerKind.ANONYMOUS:
-            await _reject_socket(
-                context.request,
-                'Send {"Authorization": "Bearer <token>"} as the payload of connection_init.',
-            )
-        context.caller = caller
-        context.request[CALLER] = caller.label
-        socket = context.request.get(SOCKET)
-        if caller.expires_at_s is not None and socket is not None:
-            context.request[EXPIRY_TIMER] = asyncio.create_task(
-                _close_at(socket, caller.expires_at_s)
-            )
+        await authenticate_socket(context)
         return await super().on_ws_connect(context)
 
     async def render_graphql_ide(self, request: web.Request) -> web.Response:
@@ -284,7 +140,7 @@ class PresenceView(GraphQLView[Context, None]):
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if (
-            self.plans is not None
+            self.pipeline.plans is not None
             and request.method == "POST"
             and request.content_type == "application/json"
         ):
@@ -295,10 +151,7 @@ class PresenceView(GraphQLView[Context, None]):
         try:
             return await super().__call__(request)
         finally:
-            # A WebSocket's: it has ended, and its credentials need watching no more.
-            timer = request.get(EXPIRY_TIMER)
-            if timer is not None:
-                timer.cancel()
+            stop_watching_credentials(request)
 
     async def create_websocket_response(
         self, request: web.Request, subprotocol: str | None
@@ -376,29 +229,22 @@ class PresenceView(GraphQLView[Context, None]):
         root_value: None,
         request_data: GraphQLRequestData,
     ) -> ExecutionResult:
-        try:
-            async with asyncio.timeout(self._budget_s):
-                await admit(context, request_data.query, request_data.variables)
-                request_data = await context.documents.resolve(request_data, context)
-                # Over plain HTTP a subscription cannot be answered; say where it can be.
-                if is_subscription(request_data.query, request_data.operation_name):
-                    error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
-                    return ExecutionResult(data=None, errors=[error])
-                if request_adapter.method == "POST":
-                    planned = await self._run_planned(request, context, request_data)
-                    if planned is not None:
-                        return planned
-                return await super().execute_single(
-                    request, request_adapter, sub_response, context, root_value, request_data
-                )
-        except RateLimitedError as error:
+        async def run_fully(data: GraphQLRequestData) -> ExecutionResult:
+            return await super(PresenceView, self).execute_single(
+                request, request_adapter, sub_response, context, root_value, data
+            )
+
+        result = await self.pipeline.execute(
+            context,
+            request_data,
+            plannable=request_adapter.method == "POST",
+            run_fully=run_fully,
+        )
+        retry_after_s = retry_after(result)
+        if retry_after_s is not None:
             sub_response.set_status(HTTPStatus.TOO_MANY_REQUESTS)
-            sub_response.headers["Retry-After"] = str(error.retry_after_s)
-            return ExecutionResult(data=None, errors=[refusal(error)])
-        except PresenceError as error:
-            return ExecutionResult(data=None, errors=[refusal(error)])
-        except TimeoutError:
-            return ExecutionResult(data=None, errors=[refusal(over_budget(self._budget_s))])
+            sub_response.headers["Retry-After"] = str(retry_after_s)
+        return result
 
     async def _answer_json_post(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() cut down to a JSON POST of one operation, with the same steps,
@@ -421,23 +267,6 @@ class PresenceView(GraphQLView[Context, None]):
                 )
         return await self.run(request, context=context)
 
-    async def _run_planned(
-        self, request: web.Request, context: Context, data: GraphQLRequestData
-    ) -> ExecutionResult | None:
-        """The result of a document planned before (planned.py), with what the full path's
-        extensions add: the log's operation label, unexpected errors logged. None when
-        there is no plan for it, or the plan does not cover this request."""
-        plan = self.plans.get(data.query, data.operation_name) if self.plans else None
-        if plan is None:
-            return None
-        result = await plan.run(context, data.variables, data.extensions)
-        if result is None:
-            return None
-        request[OPERATION] = plan.label
-        if result.errors:
-            log_unexpected(result.errors, plan.operation_name)
-        return result
-
     def create_response(
         self,
         response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse],
@@ -453,8 +282,6 @@ class PresenceView(GraphQLView[Context, None]):
     async def process_result(
         self, request: web.Request, result: ExecutionResult
     ) -> GraphQLHTTPResponse:
-        if result.errors:
-            result.errors = with_codes(result.errors)
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
 
@@ -478,28 +305,6 @@ def _single_request(body: object) -> GraphQLRequestData | None:
     )
 
 
-async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
-    """Closes a WebSocket that did not authenticate, saying why (the protocol's own close
-    says only "Forbidden")."""
-    socket = request.get(SOCKET)
-    if socket is not None:
-        await socket.close(code=4403, message=reason.encode()[:123])
-    raise ConnectionRejectionError
-
-
-async def _close_at(socket: web.WebSocketResponse, expires_at_s: float) -> None:
-    """Closes the socket when its credentials expire (admission refuses its operations from
-    then on, should one arrive before the close)."""
-    await asyncio.sleep(expires_at_s - time.time())
-    await socket.close(code=CREDENTIALS_EXPIRED, message=EXPIRED.encode()[:123])
-
-
-# graphql-transport-ws's own code for a socket whose credentials are not (or no longer) valid.
-CREDENTIALS_EXPIRED = 4401
 # Stands in for the body of a request refused for its credentials.
 _UNREAD = GraphQLRequestData(query=None, variables=None, operation_name=None, extensions=None)
 _NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
-_SUBSCRIBE_OVER_WEBSOCKET = (
-    "Subscriptions are served over WebSocket (graphql-transport-ws) at this same address, "
-    "not over plain HTTP."
-)

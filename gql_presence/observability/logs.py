@@ -51,7 +51,7 @@ CLIENT_FACING_LOGGERS = (
     "strawberry.ws.task",
     "strawberry.execution",
     "asyncio",
-    "gql_presence.realtime.hub",
+    "gql_presence.events",
 )
 
 

@@ -1,20 +1,17 @@
 """One log line and a few metrics per GraphQL request: which operation, how it ended, how long.
 
-The operation is named by its type and root fields (`mutation:touch`), which the schema
-bounds, rather than by the client's operation name, which it does not.
+The operation is named by its type and root fields (`mutation:touch`, graphql/labels.py),
+which the schema bounds, rather than by the client's operation name, which it does not.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from functools import cache
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from graphql import FieldNode, GraphQLSchema, OperationDefinitionNode
-from strawberry.extensions import SchemaExtension
 
 from gql_presence.observability.metrics import Metrics
 
@@ -24,61 +21,6 @@ OPERATION = web.RequestKey("operation", str)
 OUTCOMES = web.RequestKey("outcomes", list[str])
 # Who called: a backend's configured name, or the kind of caller; never a user id.
 CALLER = web.RequestKey("caller", str)
-
-
-class OperationLabel(SchemaExtension):
-    """Names the request's operation for the request log (a parsed document is needed)."""
-
-    def on_operation(self) -> Iterator[None]:
-        yield
-        context = self.execution_context
-        request = getattr(context.context, "request", None)
-        if isinstance(request, web.Request):
-            roots = root_fields(context.schema._schema)  # graphql-core's schema
-            label = operation_label(context.graphql_document, context.operation_name, roots)
-            request[OPERATION] = label
-
-
-_INTROSPECTION = frozenset({"__typename", "__schema", "__type"})
-
-
-@cache
-def root_fields(schema: GraphQLSchema) -> dict[str, frozenset[str]]:
-    """The field names each operation type has: the only names a label may hold."""
-    roots = {"query": schema.query_type, "mutation": schema.mutation_type}
-    roots["subscription"] = schema.subscription_type
-    return {kind: frozenset(root.fields) | _INTROSPECTION for kind, root in roots.items() if root}
-
-
-def chosen_operation(
-    document: object, operation_name: str | None
-) -> OperationDefinitionNode | None:
-    """The operation of a parsed document that a request runs, as Strawberry picks it: the
-    one named, or with no name given the first. (GraphQL would refuse a document of several
-    operations without a name; Strawberry runs the first, named after it.)"""
-    operations = [
-        d for d in getattr(document, "definitions", ()) if isinstance(d, OperationDefinitionNode)
-    ]
-    if operation_name is None:
-        return operations[0] if operations else None
-    named = [o for o in operations if o.name is not None and o.name.value == operation_name]
-    return named[0] if len(named) == 1 else None
-
-
-def operation_label(
-    document: object, operation_name: str | None, roots: dict[str, frozenset[str]]
-) -> str:
-    """`type:field,field` of the operation run; "invalid" for anything the schema does not
-    have, so that no client-chosen text becomes a label or reaches the log."""
-    operation = chosen_operation(document, operation_name)
-    if operation is None:
-        return "invalid"
-    kind = operation.operation.value
-    selections = operation.selection_set.selections
-    fields = sorted({s.name.value for s in selections if isinstance(s, FieldNode)})
-    if not set(fields) <= roots.get(kind, frozenset()):
-        return "invalid"
-    return f"{kind}:{','.join(fields) or 'fragments'}"
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

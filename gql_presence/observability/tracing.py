@@ -9,7 +9,8 @@ The spans, each named and attributed only by what the schema or the code bounds:
 - `GET /graphql`, `POST /graphql`: one per HTTP request (aiohttp's server instrumentation),
   continuing an incoming `traceparent`; a WebSocket's lasts as long as its connection.
 - `mutation:touch`: one per GraphQL operation (Strawberry's tracing extension, named by the
-  operation's type and root fields), with its parsing and validation as children.
+  operation's type and root fields: graphql/labels.py), with its parsing and validation as
+  children.
 - `script touch`: one per Lua script call, with the script's name and shard.
 """
 
@@ -17,16 +18,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Mapping
 
 from opentelemetry import context, trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from strawberry.extensions import LifecycleStep, SchemaExtension
-from strawberry.extensions.tracing import OpenTelemetryExtension
-
-from gql_presence.observability.request_log import operation_label, root_fields
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 DEFAULT_SERVICE_NAME = "gql-presence"
@@ -70,11 +67,6 @@ def start() -> None:
     AioHttpServerInstrumentor().instrument(tracer_provider=provider)
 
 
-def schema_extensions() -> list[type[SchemaExtension]]:
-    """The schema's tracing extension while tracing is on, else none."""
-    return [OperationSpans] if enabled() else []
-
-
 def observing(observe_script: ObserveScript) -> ObserveScript:
     """`observe_script`, plus a span for each script call while tracing is on."""
     if not enabled():
@@ -108,31 +100,3 @@ class PathOnly(SpanProcessor):
                 span.set_attribute(name, value.split("?", 1)[0])
         if attributes.get("url.query"):  # the newer conventions' query string alone
             span.set_attribute("url.query", "")
-
-
-class OperationSpans(OpenTelemetryExtension):
-    """Strawberry's tracing extension (its parsing and validation spans), with an operation
-    span named by the operation's type and root fields: never the document, the client's
-    operation name, aliases or argument values, which may hold ids. The operation's span is
-    the current one while it runs, so the script calls of its resolvers are its children;
-    resolvers get no span of their own (a span per field would cost more than the request)."""
-
-    resolve = SchemaExtension.resolve  # type: ignore[assignment]
-
-    def on_operation(self) -> Generator[None, None, None]:
-        span = self._tracer.start_span("graphql", kind=trace.SpanKind.INTERNAL)
-        self._span_holder[LifecycleStep.OPERATION] = span
-        token = context.attach(trace.set_span_in_context(span))
-        try:
-            yield
-        finally:
-            context.detach(token)
-            execution = self.execution_context
-            roots = root_fields(execution.schema._schema)  # graphql-core's schema
-            label = operation_label(execution.graphql_document, execution.operation_name, roots)
-            kind, _, fields = label.partition(":")
-            span.update_name(label)
-            span.set_attribute("graphql.operation.type", kind)
-            if fields:
-                span.set_attribute("graphql.operation.root_fields", fields.split(","))
-            span.end()

@@ -1,174 +1,186 @@
-"""Multiplexed delivery: each presence event rendered once per distinct subscription document,
-and the same bytes written to every socket whose subscription uses it.
+"""A subscription's place in the event hub, and how its events reach it.
 
-A `presenceChanged` subscription over graphql-transport-ws shares a Selection with every
-other subscription of the same document text, operation name and variables. For each event
-the hub asks each distinct Selection once for its payload: graphql-core executes the
-operation with the event as root value, as its own subscription machinery does for each
-event (so results and errors are those of a subscription of its own), and the result is
-JSON-encoded once. Each subscriber's `next` message is its own id around those bytes.
-
-A payload never depends on who subscribed: PresenceEvent's fields read only the event. What
-does depend on the caller (authorization, argument checks) is done per subscriber, once,
-when it subscribes.
-
-A Selection also keeps what its subscription's resolver made of the arguments (`Following`):
-the same document, operation name and variables always make the same, so a later subscribe
-of that key, once admitted, only authorizes its caller and joins the hub, without running
-the document through Strawberry and graphql-core again (PresenceSchema.stream).
+A Feed queues events for a task to read; a Delivery writes each event's message to its
+socket at once (multiplexed delivery: one rendering per distinct document, shared by every
+delivery of it; graphql/event_rendering.py makes the renderings). Either may fall at most
+`capacity` events behind; one that falls further behind is dropped, its socket closed with
+the reason, instead of slowing the others or growing memory.
 """
 
 from __future__ import annotations
 
-import json
-import weakref
-from contextvars import ContextVar
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from datetime import datetime
+from typing import Protocol
 
-from graphql import DocumentNode, ExecutionResult, GraphQLError
-
-from gql_presence.graphql.error_codes import with_codes
-from gql_presence.policy.auth import Caller, Need
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    import strawberry
-    from graphql.execution import Executor
-
-    from gql_presence.realtime.hub import Delivery, PresenceEvent
+from gql_presence.store import EventKind
 
 
 @dataclass(frozen=True)
-class SocketOperation:
-    """A graphql-transport-ws `subscribe` message, as the operation's task runs it."""
-
-    id: str
-    query: str
-    operation_name: str | None
-    variables: dict[str, Any] | None
-
-    @cached_property
-    def key(self) -> tuple[str, str | None, str]:
-        """What subscriptions that share a Selection have alike; worked out once, since a
-        first subscribe looks for it twice (Selections.known, then Selections.get) and its
-        variables may list 10,000 ids."""
-        return self.query, self.operation_name, json.dumps(self.variables, sort_keys=True)
-
-    def next_head(self) -> bytes:
-        """The start of this operation's `next` messages, up to their payload: the bytes
-        that Strawberry's encoding of the whole message begins with."""
-        return f'{{"id":{json.dumps(self.id)},"type":"next","payload":'.encode()
+class PresenceChange:
+    user_id: str
+    kind: EventKind  # ONLINE, OFFLINE or KICKED
+    at: datetime
+    session_id: str | None
+    online: bool
 
 
-# As Strawberry encodes the messages it sends (strawberry.http.base's encode_json).
-_COMPACT = (",", ":")
+class FeedDroppedError(Exception):
+    """The feed was ended by the service; the reason says why, for the client."""
+
+    def __init__(self, reason: str, *, violation: bool) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        # True: the subscriber broke a limit (too slow, too many users); False: the service
+        # could not go on (the event stream was interrupted).
+        self.violation = violation
 
 
-class HandedOverError(BaseException):
-    """Raised by a subscription's resolver once the event hub delivers its events: it ends the
-    operation's task, which has nothing left to do, without completing the operation. A
-    BaseException, as CancelledError is, so that neither graphql-core nor Strawberry (which
-    turn an Exception into an error result) takes it for an error of the operation; the
-    graphql-transport-ws handler (view.py) catches it and keeps the delivery until the
-    operation or its socket ends."""
-
-    def __init__(self, delivery: Delivery) -> None:
-        super().__init__("handed over to the event hub")
-        self.delivery = delivery
+OnDrop = Callable[[FeedDroppedError], Awaitable[None]]
+# Renders an event as the `payload` of a subscription's `next` message, JSON-encoded.
+Render = Callable[[PresenceChange], bytes]
+# Writes messages to a socket at once; returns the bytes waiting to be sent there, or None
+# when the socket is closing.
+WriteNow = Callable[[list[bytes]], int | None]
+# One event's payloads, each rendered once, by the renderer that made it.
+Rendered = dict[Render, bytes]
 
 
-# Set by the graphql-transport-ws handler in each operation's own task (view.py), so that the
-# subscription's resolver, running in that task, knows which operation it serves.
-SOCKET_OPERATION: ContextVar[SocketOperation | None] = ContextVar("socket_operation", default=None)
+class Follower:
+    """One subscription's place in the hub: the users it follows, and whether it was dropped."""
+
+    __slots__ = (
+        "_capacity",
+        "_hub",
+        "_on_drop",
+        "dropped",
+        "friends_applied",
+        "friends_of",
+        "friends_read",
+        "user_ids",
+    )
+
+    def __init__(self, hub: Hub, capacity: int, on_drop: OnDrop) -> None:
+        self._hub = hub
+        self._capacity = capacity
+        self._on_drop = on_drop
+        self.user_ids: frozenset[str] = frozenset()
+        self.friends_of: str | None = None
+        # Reads of the friend set started, and the latest one applied: a read that finishes
+        # after a later one was applied is stale and dropped.
+        self.friends_read = 0
+        self.friends_applied = 0
+        self.dropped: FeedDroppedError | None = None
+
+    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+        raise NotImplementedError
+
+    def drop(self, reason: FeedDroppedError) -> None:
+        if self.dropped is not None:
+            return
+        self.dropped = reason
+        self._hub.forget(self)
+        self._dropped(reason)
+        # The subscriber may be stuck writing to a client that does not read: tell it now.
+        self._hub.spawn(self._on_drop(reason))
+
+    def _dropped(self, reason: FeedDroppedError) -> None:
+        """Hands the reason to whatever waits on this subscription."""
+
+    def _too_slow(self) -> None:
+        self.drop(
+            FeedDroppedError(
+                f"subscriber too slow: more than {self._capacity} events were waiting; "
+                "re-read presence and subscribe again",
+                violation=True,
+            )
+        )
 
 
-@dataclass(frozen=True)
-class Following:
-    """What a presenceChanged resolver made of its arguments: the right it checked, and the
-    users to follow; the same for every subscription of one Selection."""
+class Feed(Follower):
+    """One subscription's events, in the order Redis published them, for a task to read."""
 
-    need: Need
-    operation: str
-    user_ids: frozenset[str]
-    friends_of: str | None  # also the user whose right Need.OWN checks
-    everyone: bool
+    __slots__ = ("_queue",)
 
-    def authorize(self, caller: Caller) -> None:
-        """Raises as the resolver's own check does when the caller may not subscribe."""
-        caller.authorize(self.need, self.operation, self.friends_of)
+    def __init__(self, hub: Hub, capacity: int, on_drop: OnDrop) -> None:
+        super().__init__(hub, capacity, on_drop)
+        self._queue: asyncio.Queue[PresenceChange | FeedDroppedError] = asyncio.Queue(capacity + 1)
+
+    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+        if self.dropped is not None:
+            return
+        if self._queue.qsize() >= self._capacity:
+            self._too_slow()
+            return
+        self._queue.put_nowait(event)
+
+    def _dropped(self, reason: FeedDroppedError) -> None:
+        self._queue.put_nowait(reason)  # the one place kept free for it
+
+    async def __aiter__(self) -> AsyncIterator[PresenceChange]:
+        while True:
+            item = await self._queue.get()
+            if isinstance(item, FeedDroppedError):
+                raise item
+            yield item
 
 
-class Selection:
-    """One document's rendering of events: its executor, built once, run once per event."""
+class Delivery(Follower):
+    """A subscription whose events are written to its socket as the hub receives them: no
+    task, queue or execution of its own. Its messages are `head + payload + b"}"`, the
+    payload rendered once per event for every delivery that shares `render`. The messages
+    of one batch of events (those the store published at once) are written together when
+    the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
 
-    def __init__(
+    __slots__ = ("_batch", "_head", "_render", "_write")
+
+    def __init__(  # noqa: PLR0917 - each part is distinct
         self,
-        executor: Executor[Any],
-        root: Callable[[PresenceEvent], object],
-        report: Callable[[list[GraphQLError]], None],
+        hub: Hub,
+        capacity: int,
+        on_drop: OnDrop,
+        write: WriteNow,
+        head: bytes,
+        render: Render,
     ) -> None:
-        self._executor = executor
-        self._root = root
-        self._report = report
-        # Set by the first subscription of this Selection to reach the hub.
-        self.following: Following | None = None
+        super().__init__(hub, capacity, on_drop)
+        self._write = write
+        self._head = head
+        self._render = render
+        self._batch: list[bytes] = []
 
-    def render(self, event: PresenceEvent) -> bytes:
-        result = self._executor.build_per_event_executor(self._root(event)).execute_operation(False)
-        # Every field of an event is read synchronously; anything else would be a fault of
-        # the schema, which the tests would show.
-        if not isinstance(result, ExecutionResult):
-            raise TypeError(f"an event rendered as {type(result).__name__}, not a result")
-        # As Strawberry sends a subscription's result: errors reported to the schema, then
-        # coded (schema.py's _with_codes), then formatted.
-        payload: dict[str, Any] = {"data": result.data}
-        if result.errors:
-            self._report(result.errors)
-            payload["errors"] = [error.formatted for error in with_codes(result.errors)]
-        return json.dumps(payload, separators=_COMPACT).encode()
+    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+        if self.dropped is not None:
+            return
+        if len(self._batch) >= self._capacity:
+            self._batch.clear()
+            self._too_slow()
+            return
+        payload = rendered.get(self._render)
+        if payload is None:
+            payload = rendered[self._render] = self._render(event)
+        if not self._batch:
+            self._hub.to_flush.append(self)
+        self._batch.append(b"".join((self._head, payload, b"}")))
+
+    def flush(self) -> None:
+        batch, self._batch = self._batch, []
+        if self.dropped is not None or not batch:
+            return
+        waiting = self._write(batch)
+        # None: the socket is closing, and this subscription ends with it. Otherwise the
+        # bytes unsent, counted in messages of this batch's size.
+        if waiting is not None and waiting * len(batch) > self._capacity * sum(map(len, batch)):
+            self._too_slow()
 
 
-class Selections:
-    """The Selections in use in this process, by document text, operation name and variables;
-    each lives as long as a delivery holds it."""
+class Hub(Protocol):
+    """What a follower needs of the hub that holds it (realtime/hub.py's EventHub)."""
 
-    def __init__(self) -> None:
-        self._by_key: weakref.WeakValueDictionary[tuple[str, str | None, str], Selection] = (
-            weakref.WeakValueDictionary()
-        )
+    to_flush: list[Delivery]
 
-    def known(self, operation: SocketOperation) -> Selection | None:
-        """The Selection of a subscription of the same key that reached the hub, while one
-        such subscription lasts: its `following` is set."""
-        selection = self._by_key.get(operation.key)
-        return None if selection is None or selection.following is None else selection
+    def forget(self, follower: Follower) -> None: ...
 
-    def get(
-        self,
-        operation: SocketOperation,
-        info: strawberry.Info[Any, Any],
-        executor_class: type[Executor[Any]],
-        root: Callable[[PresenceEvent], object],
-    ) -> Selection | None:
-        """The operation's Selection, made from the resolver's `info` when new; None when
-        its document cannot be executed that way (its subscription then runs on its own)."""
-        key = operation.key
-        selection = self._by_key.get(key)
-        if selection is not None:
-            return selection
-        raw = info._raw_info  # graphql-core's info: the parsed operation and its fragments
-        document = DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
-        executor = executor_class.build(
-            raw.schema,
-            document,
-            raw_variable_values=operation.variables,
-            operation_name=operation.operation_name,
-        )
-        if isinstance(executor, list):
-            return None
-        selection = Selection(executor, root, info.schema.process_errors)
-        self._by_key[key] = selection
-        return selection
+    def spawn(self, work: Awaitable[None]) -> None: ...

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 
-from gql_presence.store import Announced, EventKind, HeldSession, PresenceStore
+from gql_presence.store import EventKind, HeldSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import PresenceError, StoreUnavailableError
 
-log = logging.getLogger("gql_presence.realtime.held")
+log = logging.getLogger("gql_presence.sessions")
 
 # Renewals come at least this many times per TTL, so that one late or failed renewal still
 # leaves time for the next before the sessions expire.
@@ -34,7 +34,7 @@ class Ended:
     at: datetime
 
 
-class Holding:
+class SessionHold:
     """One subscription's hold of its session, until it ends or is ended."""
 
     def __init__(self, held: HeldSession, opened_at: datetime) -> None:
@@ -66,22 +66,22 @@ class HeldSessions:
     def __init__(self, store: PresenceStore, ttl_ms: int) -> None:
         self._store = store
         self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
-        self._holdings: dict[HeldSession, Holding] = {}
-        self._by_user: dict[str, set[Holding]] = {}
+        self._holds: dict[HeldSession, SessionHold] = {}
+        self._by_user: dict[str, set[SessionHold]] = {}
         # Per user, the lists that collect the announcements made while one of their
         # sessions is being opened: a kick or a replacement can be announced before the
-        # opening's reply arrives, and so before its holding is there to be ended.
-        self._openings: dict[str, list[list[Announced]]] = {}
+        # opening's reply arrives, and so before its hold is there to be ended.
+        self._openings: dict[str, list[list[PublishedEvent]]] = {}
 
     @property
     def count(self) -> int:
-        return len(self._holdings)
+        return len(self._holds)
 
     @contextlib.asynccontextmanager
-    async def hold(self, user_id: str, session_id: str) -> AsyncIterator[Holding]:
+    async def hold(self, user_id: str, session_id: str) -> AsyncIterator[SessionHold]:
         """Opens the session and holds it until the block ends, then closes it at once
         (unless the service ended it first). Raises SessionRevokedError for a kicked id."""
-        early: list[Announced] = []
+        early: list[PublishedEvent] = []
         openings = self._openings.setdefault(user_id, [])
         openings.append(early)
         try:
@@ -91,18 +91,18 @@ class HeldSessions:
             if not openings:
                 del self._openings[user_id]
         assert opened.held is not None  # an opening at the current time is always live
-        holding = Holding(opened.held, opened.at)
-        self._holdings[opened.held] = holding
-        self._by_user.setdefault(user_id, set()).add(holding)
+        hold = SessionHold(opened.held, opened.at)
+        self._holds[opened.held] = hold
+        self._by_user.setdefault(user_id, set()).add(hold)
         try:
-            await self._catch_up(holding, early)
-            yield holding
+            await self._catch_up(hold, early)
+            yield hold
         finally:
-            self._forget(holding)
-            if not holding.ended_by_service:
+            self._forget(hold)
+            if not hold.ended_by_service:
                 # The subscription was cancelled (the client completed it, or the socket
                 # closed): the close must still happen, so it is not cancelled with it.
-                await asyncio.shield(self._close(holding.held))
+                await asyncio.shield(self._close(hold.held))
 
     async def _close(self, held: HeldSession) -> None:
         try:
@@ -111,50 +111,50 @@ class HeldSessions:
             # The session expires by itself within the TTL, as after a crash.
             log.warning("closing a connection-bound session failed: %s", error.message)
 
-    def _forget(self, holding: Holding) -> None:
-        self._holdings.pop(holding.held, None)
-        holdings = self._by_user.get(holding.held.user_id)
-        if holdings is not None:
-            holdings.discard(holding)
-            if not holdings:
-                del self._by_user[holding.held.user_id]
+    def _forget(self, hold: SessionHold) -> None:
+        self._holds.pop(hold.held, None)
+        holds = self._by_user.get(hold.held.user_id)
+        if holds is not None:
+            holds.discard(hold)
+            if not holds:
+                del self._by_user[hold.held.user_id]
 
-    def on_event(self, announced: Announced) -> None:
-        """Ends the holdings a kick or a newer opening of their session has ended."""
+    def on_event(self, announced: PublishedEvent) -> None:
+        """Ends the holds a kick or a newer opening of their session has ended."""
         kind, user_id, _, _, _ = announced
         if kind not in {EventKind.KICKED, EventKind.REPLACED}:
             return
         for early in self._openings.get(user_id, ()):
             early.append(announced)
-        for holding in list(self._by_user.get(user_id, ())):
-            ending = _ending(holding.held, announced)
+        for hold in list(self._by_user.get(user_id, ())):
+            ending = _ending(hold.held, announced)
             if ending is not None:
-                holding.end(ending)
+                hold.end(ending)
 
-    async def _catch_up(self, holding: Holding, early: list[Announced]) -> None:
+    async def _catch_up(self, hold: SessionHold, early: list[PublishedEvent]) -> None:
         """Applies what was announced while the session was being opened. A replacement
-        names its generation, so it ends the holding only if it came after the opening; a
+        names its generation, so it ends the hold only if it came after the opening; a
         kick does not, so the store says whether it ended this opening or one before it."""
         kicked: Ended | None = None
         for announced in early:
-            ending = _ending(holding.held, announced)
+            ending = _ending(hold.held, announced)
             if ending is None:
                 continue
             if ending.reason is EndReason.REPLACED:
-                holding.end(ending)
+                hold.end(ending)
                 return
             kicked = ending
-        if kicked is not None and await self._store.renew_sessions([holding.held]):
-            holding.end(kicked)
+        if kicked is not None and await self._store.renew_sessions([hold.held]):
+            hold.end(kicked)
 
     async def renew_forever(self) -> None:
         """Renews every held session, all in one batched call per shard, every TTL/3."""
         while True:
             await asyncio.sleep(self._renew_every_s)
-            if not self._holdings:
+            if not self._holds:
                 continue
             try:
-                lost = await self._store.renew_sessions(list(self._holdings))
+                lost = await self._store.renew_sessions(list(self._holds))
             except PresenceError as error:
                 log.warning("renewing connection-bound sessions failed: %s", error.message)
                 continue
@@ -164,24 +164,24 @@ class HeldSessions:
                 continue
             for held in lost:
                 # A kick or a replacement announced is usually here first, with its reason.
-                if held in self._holdings:
+                if held in self._holds:
                     await self._end_lost(held)
 
     async def _end_lost(self, held: HeldSession) -> None:
-        """Ends the holding of a session a renewal found gone with no announcement seen: a
+        """Ends the hold of a session a renewal found gone with no announcement seen: a
         revoked id was kicked; otherwise why it ended is not known here."""
         try:
             kicked = await self._store.session_revoked(held)
         except PresenceError as error:
             log.warning("reading whether a lost session was kicked failed: %s", error.message)
             kicked = False
-        holding = self._holdings.get(held)
-        if holding is None:
+        hold = self._holds.get(held)
+        if hold is None:
             return
         if kicked:
-            holding.end(Ended(EndReason.KICKED, datetime.now(UTC)))
+            hold.end(Ended(EndReason.KICKED, datetime.now(UTC)))
         else:
-            holding.end(
+            hold.end(
                 StoreUnavailableError(
                     "This session ended without this connection being told why (it expired "
                     "or was replaced meanwhile); subscribe again."
@@ -189,7 +189,7 @@ class HeldSessions:
             )
 
 
-def _ending(held: HeldSession, announced: Announced) -> Ended | None:
+def _ending(held: HeldSession, announced: PublishedEvent) -> Ended | None:
     """How the announcement ends the held session, if it does: a kick of the session or of
     every session of its user, or an opening of it by a newer holder."""
     kind, user_id, at_ms, session_id, generation = announced

@@ -3,8 +3,7 @@
 The scripts publish every change on one channel as they make it (lua/includes/events.lua).
 Each API process subscribes once, and hands each event to the followers of its user: feeds,
 which queue events for a task to read, and deliveries, which write the event's message to
-their socket at once (multiplexed delivery, see fanout.py: one rendering per distinct
-document, shared by every delivery of it).
+their socket at once (realtime/delivery.py).
 A subscriber may fall at most `capacity` events behind: a feed holds that many undelivered
 events; a delivery takes that many messages in one batch of events, and its connection holds
 at most that many unsent (counted as the bytes waiting there over the mean size of the batch
@@ -20,179 +19,36 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from datetime import datetime
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.store import MAX_IDS_PER_CALL, Announced, EventKind, PresenceStore, read_events
+from gql_presence.realtime.delivery import (
+    Delivery,
+    Feed,
+    FeedDroppedError,
+    Follower,
+    OnDrop,
+    PresenceChange,
+    Render,
+    Rendered,
+    WriteNow,
+)
+from gql_presence.store import (
+    MAX_IDS_PER_CALL,
+    EventKind,
+    PresenceStore,
+    PublishedEvent,
+    read_events,
+)
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
 
-log = logging.getLogger("gql_presence.realtime.hub")
+log = logging.getLogger("gql_presence.events")
 
 _RECONNECT_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _STOP_WAIT_S = 5.0
-
-
-@dataclass(frozen=True)
-class PresenceEvent:
-    user_id: str
-    kind: EventKind  # ONLINE, OFFLINE or KICKED
-    at: datetime
-    session_id: str | None
-    online: bool
-
-
-class FeedDroppedError(Exception):
-    """The feed was ended by the service; the reason says why, for the client."""
-
-    def __init__(self, reason: str, *, violation: bool) -> None:
-        super().__init__(reason)
-        self.reason = reason
-        # True: the subscriber broke a limit (too slow, too many users); False: the service
-        # could not go on (the event stream was interrupted).
-        self.violation = violation
-
-
-OnDrop = Callable[[FeedDroppedError], Awaitable[None]]
-# Renders an event as the `payload` of a subscription's `next` message, JSON-encoded.
-Render = Callable[[PresenceEvent], bytes]
-# Writes messages to a socket at once; returns the bytes waiting to be sent there, or None
-# when the socket is closing.
-WriteNow = Callable[[list[bytes]], int | None]
-# One event's payloads, each rendered once, by the renderer that made it.
-Rendered = dict[Render, bytes]
-
-
-class Follower:
-    """One subscription's place in the hub: the users it follows, and whether it was dropped."""
-
-    __slots__ = (
-        "_capacity",
-        "_hub",
-        "_on_drop",
-        "dropped",
-        "friends_applied",
-        "friends_of",
-        "friends_read",
-        "user_ids",
-    )
-
-    def __init__(self, hub: EventHub, capacity: int, on_drop: OnDrop) -> None:
-        self._hub = hub
-        self._capacity = capacity
-        self._on_drop = on_drop
-        self.user_ids: frozenset[str] = frozenset()
-        self.friends_of: str | None = None
-        # Reads of the friend set started, and the latest one applied: a read that finishes
-        # after a later one was applied is stale and dropped.
-        self.friends_read = 0
-        self.friends_applied = 0
-        self.dropped: FeedDroppedError | None = None
-
-    def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
-        raise NotImplementedError
-
-    def drop(self, reason: FeedDroppedError) -> None:
-        if self.dropped is not None:
-            return
-        self.dropped = reason
-        self._hub.forget(self)
-        self._dropped(reason)
-        # The subscriber may be stuck writing to a client that does not read: tell it now.
-        self._hub.spawn(self._on_drop(reason))
-
-    def _dropped(self, reason: FeedDroppedError) -> None:
-        """Hands the reason to whatever waits on this subscription."""
-
-    def _too_slow(self) -> None:
-        self.drop(
-            FeedDroppedError(
-                f"subscriber too slow: more than {self._capacity} events were waiting; "
-                "re-read presence and subscribe again",
-                violation=True,
-            )
-        )
-
-
-class Feed(Follower):
-    """One subscription's events, in the order Redis published them, for a task to read."""
-
-    __slots__ = ("_queue",)
-
-    def __init__(self, hub: EventHub, capacity: int, on_drop: OnDrop) -> None:
-        super().__init__(hub, capacity, on_drop)
-        self._queue: asyncio.Queue[PresenceEvent | FeedDroppedError] = asyncio.Queue(capacity + 1)
-
-    def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
-        if self.dropped is not None:
-            return
-        if self._queue.qsize() >= self._capacity:
-            self._too_slow()
-            return
-        self._queue.put_nowait(event)
-
-    def _dropped(self, reason: FeedDroppedError) -> None:
-        self._queue.put_nowait(reason)  # the one place kept free for it
-
-    async def __aiter__(self) -> AsyncIterator[PresenceEvent]:
-        while True:
-            item = await self._queue.get()
-            if isinstance(item, FeedDroppedError):
-                raise item
-            yield item
-
-
-class Delivery(Follower):
-    """A subscription whose events are written to its socket as the hub receives them: no
-    task, queue or execution of its own. Its messages are `head + payload + b"}"`, the
-    payload rendered once per event for every delivery that shares `render`. The messages
-    of one batch of events (those the store published at once) are written together when
-    the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
-
-    __slots__ = ("_batch", "_head", "_render", "_write")
-
-    def __init__(  # noqa: PLR0917 - each part is distinct
-        self,
-        hub: EventHub,
-        capacity: int,
-        on_drop: OnDrop,
-        write: WriteNow,
-        head: bytes,
-        render: Render,
-    ) -> None:
-        super().__init__(hub, capacity, on_drop)
-        self._write = write
-        self._head = head
-        self._render = render
-        self._batch: list[bytes] = []
-
-    def offer(self, event: PresenceEvent, rendered: Rendered) -> None:
-        if self.dropped is not None:
-            return
-        if len(self._batch) >= self._capacity:
-            self._batch.clear()
-            self._too_slow()
-            return
-        payload = rendered.get(self._render)
-        if payload is None:
-            payload = rendered[self._render] = self._render(event)
-        if not self._batch:
-            self._hub.to_flush.append(self)
-        self._batch.append(b"".join((self._head, payload, b"}")))
-
-    def flush(self) -> None:
-        batch, self._batch = self._batch, []
-        if self.dropped is not None or not batch:
-            return
-        waiting = self._write(batch)
-        # None: the socket is closing, and this subscription ends with it. Otherwise the
-        # bytes unsent, counted in messages of this batch's size.
-        if waiting is not None and waiting * len(batch) > self._capacity * sum(map(len, batch)):
-            self._too_slow()
 
 
 class EventHub:
@@ -213,11 +69,11 @@ class EventHub:
         self._capacity = capacity
         self._channel = store.events_channel
         self._store = store
-        self._feeds: set[Follower] = set()
+        self._followers: set[Follower] = set()
         self._by_user: dict[str, set[Follower]] = {}
         self._by_friends_of: dict[str, set[Follower]] = {}
         self._everyone: set[Follower] = set()
-        self._session_watchers: list[Callable[[Announced], None]] = []
+        self._session_watchers: list[Callable[[PublishedEvent], None]] = []
         # Deliveries with messages of the batch being read, written once it has been read.
         self.to_flush: list[Delivery] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -230,12 +86,12 @@ class EventHub:
     @property
     def feed_count(self) -> int:
         """Subscriptions, multiplexed or not."""
-        return len(self._feeds)
+        return len(self._followers)
 
     @property
     def delivery_count(self) -> int:
         """Subscriptions whose events the hub writes to their sockets (multiplexed)."""
-        return sum(isinstance(f, Delivery) for f in self._feeds)
+        return sum(isinstance(f, Delivery) for f in self._followers)
 
     @property
     def subscribed(self) -> bool:
@@ -260,7 +116,7 @@ class EventHub:
                     "presence events: %d tasks did not end in %g s", len(pending), _STOP_WAIT_S
                 )
 
-    def watch_sessions(self, watcher: Callable[[Announced], None]) -> None:
+    def watch_sessions(self, watcher: Callable[[PublishedEvent], None]) -> None:
         """Hands every KICKED and REPLACED event to `watcher` as well: the holder of this
         process's connection-bound sessions ends those they concern."""
         self._session_watchers.append(watcher)
@@ -317,7 +173,7 @@ class EventHub:
         *,
         everyone: bool,
     ) -> None:
-        self._feeds.add(follower)
+        self._followers.add(follower)
         try:
             if everyone:
                 self._everyone.add(follower)
@@ -332,7 +188,7 @@ class EventHub:
             raise
 
     def forget(self, feed: Follower) -> None:
-        self._feeds.discard(feed)
+        self._followers.discard(feed)
         self._everyone.discard(feed)
         self._follow(feed, frozenset())
         if feed.friends_of is not None:
@@ -367,7 +223,7 @@ class EventHub:
                 f"{MAX_IDS_PER_CALL:,} users."
             )
         # The subscriber may have left, or a later read been applied, while this one waited.
-        if feed in self._feeds and this_read > feed.friends_applied:
+        if feed in self._followers and this_read > feed.friends_applied:
             feed.friends_applied = this_read
             self._follow(feed, friends)
 
@@ -429,7 +285,7 @@ class EventHub:
                 pinged = now
 
     def _drop_all(self, why: str) -> None:
-        for feed in list(self._feeds):
+        for feed in list(self._followers):
             feed.drop(FeedDroppedError(_again(why), violation=False))
 
     def _dispatch(self, data: bytes) -> None:
@@ -446,7 +302,7 @@ class EventHub:
             for delivery in to_flush:
                 delivery.flush()
 
-    def _dispatch_one(self, announced: Announced) -> None:
+    def _dispatch_one(self, announced: PublishedEvent) -> None:
         kind, user_id, at_ms, session_id, online = announced
         if kind == EventKind.FRIENDS:
             for feed in list(self._by_friends_of.get(user_id, ())):
@@ -461,7 +317,7 @@ class EventHub:
         if not feeds and not self._everyone:
             return  # most events concern users nobody here follows
         try:
-            event = PresenceEvent(
+            event = PresenceChange(
                 user_id, EventKind(kind), from_ms(int(at_ms)), session_id or None, bool(online)
             )
         except (ValueError, TypeError):

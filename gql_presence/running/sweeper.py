@@ -3,29 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import AsyncIterator
 
-from aiohttp import web
-
-from gql_presence.http.app_keys import METRICS, SETTINGS, STORE
 from gql_presence.observability.metrics import Metrics
 from gql_presence.store import SWEEP_BATCH, PresenceStore
 from gql_presence.store.errors import PresenceError
 
 log = logging.getLogger("gql_presence")
-
-
-async def sweeper(app: web.Application) -> AsyncIterator[None]:
-    task = asyncio.create_task(
-        sweep_forever(app[STORE], app[SETTINGS].sweep_interval_ms / 1000, app[METRICS]),
-        name="sweeper",
-    )
-    yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:

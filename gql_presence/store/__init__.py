@@ -21,14 +21,13 @@ from gql_presence.store.presence import (
     shard_of,
 )
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL, check_id, check_ids
-from gql_presence.store.wire import Announced, EventKind, read_events
+from gql_presence.store.wire import EventKind, PublishedEvent, read_events
 
 __all__ = [
     "MAX_IDS_PER_CALL",
     "MAX_ID_LENGTH",
     "MAX_PERSISTED_DOCUMENTS",
     "SWEEP_BATCH",
-    "Announced",
     "DailyActiveUsers",
     "EventKind",
     "HeldSession",
@@ -39,6 +38,7 @@ __all__ = [
     "Page",
     "Presence",
     "PresenceStore",
+    "PublishedEvent",
     "Session",
     "SweepResult",
     "WeeklyStats",

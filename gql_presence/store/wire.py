@@ -1,7 +1,7 @@
 """The presence events the scripts publish, as they travel on the events channel.
 
 lua/includes/events.lua writes them and this module reads them: a message is a JSON array of
-one or more events in order, each the five fields of `Announced`, in that order.
+one or more events in order, each the five fields of `PublishedEvent`, in that order.
 """
 
 from __future__ import annotations
@@ -17,26 +17,30 @@ class EventKind(StrEnum):
     KICKED = "KICKED"  # a session, or every session, of the user was kicked
     FRIENDS = "FRIENDS"  # the user's friend set changed (for subscribers of friendsOf)
     # A connection-bound session was opened again, by the holder whose generation is in the
-    # `online` field: the process holding an older generation ends its subscription.
+    # `online_or_generation` field: the process holding an older generation ends its
+    # subscription.
     REPLACED = "REPLACED"
 
 
-class Announced(NamedTuple):
-    """One event as published: values straight from the JSON, checked only when read."""
+class PublishedEvent(NamedTuple):
+    """One event as the scripts publish it: values straight from the JSON, checked only when
+    read (the event hub decodes those it hands on into a PresenceChange)."""
 
     kind: str  # an EventKind
     user_id: str
     at_ms: int  # on the Redis server's clock; 0 for FRIENDS
     session_id: str  # "" unless one session was kicked
-    online: int  # 1 if the user is online after the event, else 0; REPLACED: a generation
+    # ONLINE, OFFLINE, KICKED: 1 if the user is online after the event, else 0. REPLACED:
+    # the generation of the holder that opened the session again.
+    online_or_generation: int
 
 
-_FIELDS = len(Announced._fields)
+_FIELDS = len(PublishedEvent._fields)
 
 
-def read_events(message: bytes | str) -> list[Announced]:
+def read_events(message: bytes | str) -> list[PublishedEvent]:
     """The events of one message, in order. Raises ValueError for a message not in this format."""
     values = json.loads(message)
     if not isinstance(values, list) or len(values) % _FIELDS:
         raise ValueError("not a list of events")
-    return [Announced(*values[i : i + _FIELDS]) for i in range(0, len(values), _FIELDS)]
+    return [PublishedEvent(*values[i : i + _FIELDS]) for i in range(0, len(values), _FIELDS)]

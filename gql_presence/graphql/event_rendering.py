@@ -1,0 +1,182 @@
+"""Multiplexed subscriptions: each presence event rendered once per distinct subscription
+document, and the same bytes written to every socket whose subscription uses it.
+
+A `presenceChanged` subscription over graphql-transport-ws shares an EventRendering with
+every other subscription of the same document text, operation name and variables. For each
+event the hub (realtime/) asks each distinct rendering once for its payload: graphql-core
+executes the operation with the event as root value, as its own subscription machinery does
+for each event (so results and errors are those of a subscription of its own), and the
+result is JSON-encoded once. Each subscriber's `next` message is its own id around those
+bytes.
+
+A payload never depends on who subscribed: PresenceEvent's fields read only the event. What
+does depend on the caller (authorization, argument checks) is done per subscriber, once,
+when it subscribes.
+
+A rendering also keeps what its subscription's resolver made of the arguments (`Interest`):
+the same document, operation name and variables always make the same, so a later subscribe
+of that key, once admitted, only authorizes its caller and joins the hub, without running
+the document through Strawberry and graphql-core again (graphql/operation.py).
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from graphql import DocumentNode, ExecutionResult, GraphQLError
+
+from gql_presence.graphql.error_codes import with_codes
+from gql_presence.graphql.internals import EventExecutionContext, raw_info
+from gql_presence.policy.auth import Caller, Need
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    import strawberry
+    from graphql.execution import Executor
+
+    from gql_presence.realtime.delivery import PresenceChange
+
+
+@dataclass(frozen=True)
+class SocketOperation:
+    """A graphql-transport-ws `subscribe` message, as the pipeline runs it."""
+
+    id: str
+    query: str
+    operation_name: str | None
+    variables: dict[str, Any] | None
+
+    @cached_property
+    def key(self) -> tuple[str, str | None, str]:
+        """What subscriptions that share a rendering have alike; worked out once, since a
+        first subscribe looks for it twice (EventRenderings.known, then .get) and its
+        variables may list 10,000 ids."""
+        return self.query, self.operation_name, json.dumps(self.variables, sort_keys=True)
+
+    def next_head(self) -> bytes:
+        """The start of this operation's `next` messages, up to their payload: the bytes
+        that Strawberry's encoding of the whole message begins with."""
+        return f'{{"id":{json.dumps(self.id)},"type":"next","payload":'.encode()
+
+
+# As Strawberry encodes the messages it sends (strawberry.http.base's encode_json).
+_COMPACT = (",", ":")
+
+
+@dataclass(frozen=True)
+class Interest:
+    """What a presenceChanged resolver made of its arguments: the right it checked, and the
+    users to follow; the same for every subscription of one rendering."""
+
+    need: Need
+    operation: str
+    user_ids: frozenset[str]
+    friends_of: str | None  # also the user whose right Need.OWN checks
+    everyone: bool
+
+    def authorize(self, caller: Caller) -> None:
+        """Raises as the resolver's own check does when the caller may not subscribe."""
+        caller.authorize(self.need, self.operation, self.friends_of)
+
+
+class EventRendering:
+    """One document's rendering of events: its executor, built once, run once per event."""
+
+    def __init__(
+        self,
+        executor: Executor[Any],
+        root: Callable[[PresenceChange], object],
+        report: Callable[[list[GraphQLError]], None],
+    ) -> None:
+        self._executor = executor
+        self._root = root
+        self._report = report
+        # Set once the first subscription of this rendering has reached the hub.
+        self.interest: Interest | None = None
+
+    def render(self, event: PresenceChange) -> bytes:
+        result = self._executor.build_per_event_executor(self._root(event)).execute_operation(False)
+        # Every field of an event is read synchronously; anything else would be a fault of
+        # the schema, which the tests would show.
+        if not isinstance(result, ExecutionResult):
+            raise TypeError(f"an event rendered as {type(result).__name__}, not a result")
+        # As a subscription's result is sent: errors reported to the schema, then coded as
+        # the pipeline codes every result, then formatted.
+        payload: dict[str, Any] = {"data": result.data}
+        if result.errors:
+            self._report(result.errors)
+            payload["errors"] = [error.formatted for error in with_codes(result.errors)]
+        return json.dumps(payload, separators=_COMPACT).encode()
+
+
+class EventRenderings:
+    """The renderings in use in this process, by document text, operation name and
+    variables; each lives as long as a delivery holds it."""
+
+    def __init__(self) -> None:
+        self._by_key: weakref.WeakValueDictionary[tuple[str, str | None, str], EventRendering] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def known(self, operation: SocketOperation) -> EventRendering | None:
+        """The rendering of a subscription of the same key that reached the hub, while one
+        such subscription lasts: its `interest` is set."""
+        rendering = self._by_key.get(operation.key)
+        return None if rendering is None or rendering.interest is None else rendering
+
+    def get(
+        self,
+        operation: SocketOperation,
+        info: strawberry.Info[Any, Any],
+        root: Callable[[PresenceChange], object],
+    ) -> EventRendering | None:
+        """The operation's rendering, made from the resolver's `info` when new; None when
+        its document cannot be executed that way (its subscription then runs on its own)."""
+        key = operation.key
+        rendering = self._by_key.get(key)
+        if rendering is not None:
+            return rendering
+        raw = raw_info(info)  # graphql-core's info: the parsed operation and its fragments
+        document = DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
+        executor = EventExecutionContext.build(
+            raw.schema,
+            document,
+            raw_variable_values=operation.variables,
+            operation_name=operation.operation_name,
+        )
+        if isinstance(executor, list):
+            return None
+        rendering = EventRendering(executor, root, info.schema.process_errors)
+        self._by_key[key] = rendering
+        return rendering
+
+
+class SharedSubscription:
+    """One presenceChanged subscribe of a socket while the pipeline runs its document: the
+    resolver leaves here what it made of its arguments, and the rendering its events share,
+    instead of waiting for events itself; the pipeline then joins the hub for it."""
+
+    def __init__(self, operation: SocketOperation, renderings: EventRenderings) -> None:
+        self.operation = operation
+        self._renderings = renderings
+        self.rendering: EventRendering | None = None
+        self.interest: Interest | None = None
+
+    def take(
+        self,
+        interest: Interest,
+        info: strawberry.Info[Any, Any],
+        root: Callable[[PresenceChange], object],
+    ) -> bool:
+        """Whether the subscription is left to the hub: False when its document cannot be
+        rendered once for all (its resolver then feeds its own events)."""
+        rendering = self._renderings.get(self.operation, info, root)
+        if rendering is None:
+            return False
+        self.rendering, self.interest = rendering, interest
+        return True

@@ -1,0 +1,330 @@
+"""The root types' resolvers: each checks the caller's right, calls one store method and maps
+its result to the GraphQL types. Descriptions here are what GraphiQL shows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from datetime import date, datetime
+from typing import Annotated, Any
+
+import strawberry
+
+from gql_presence.graphql.context import Context
+from gql_presence.graphql.event_rendering import Interest
+from gql_presence.graphql.types import (
+    ID,
+    KickResult,
+    PresenceConnection,
+    PresenceEvent,
+    SessionEndReason,
+    SessionState,
+    UserPresence,
+    WeeklyStats,
+)
+from gql_presence.policy.auth import CallerKind, Need
+from gql_presence.realtime.delivery import FeedDroppedError
+from gql_presence.store import PresenceStore, check_id, check_ids
+from gql_presence.store.errors import BadInputError
+
+UserIdArg = Annotated[
+    ID,
+    strawberry.argument(description="The user's id: 1 to 128 characters, no control characters."),
+]
+FirstArg = Annotated[int, strawberry.argument(description="Page size, 0 to 1000.")]
+AfterArg = Annotated[
+    str | None,
+    strawberry.argument(
+        description="The `endCursor` of the previous page; null for the first page."
+    ),
+]
+FriendIdsArg = Annotated[
+    list[ID],
+    strawberry.argument(
+        description="The friends' ids, at most 10,000; the user's own id is ignored."
+    ),
+]
+MutualArg = Annotated[
+    bool,
+    strawberry.argument(
+        description="Whether to change the friends' own sets as well, both directions."
+    ),
+]
+SessionIdArg = Annotated[
+    ID | None,
+    strawberry.argument(
+        description="The session (device, tab); null means the session named `default`."
+    ),
+]
+
+
+def _store(
+    info: strawberry.Info[Context, None], need: Need, user_id: str | None = None
+) -> PresenceStore:
+    """The store, once the caller may run this field (for this user)."""
+    return info.context.store_for(need, info.field_name, user_id)
+
+
+@strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
+class Query:
+    @strawberry.field(
+        description="Users with activity inside the presence window, most recently active first."
+    )
+    async def online_users(
+        self, info: strawberry.Info[Context, None], first: FirstArg = 50, after: AfterArg = None
+    ) -> PresenceConnection:
+        return PresenceConnection.of(await _store(info, Need.LISTING).online_users(first, after))
+
+    @strawberry.field(
+        description="The online users among userId's friends, most recently active first."
+    )
+    async def online_friends(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        first: FirstArg = 50,
+        after: AfterArg = None,
+    ) -> PresenceConnection:
+        return PresenceConnection.of(
+            await _store(info, Need.OWN, user_id).online_friends(user_id, first, after)
+        )
+
+    @strawberry.field(
+        description="Users whose last activity lies in [from, to] (both inclusive), most recent first."
+    )
+    async def active_in_range(
+        self,
+        info: strawberry.Info[Context, None],
+        from_: Annotated[
+            datetime,
+            strawberry.argument(name="from", description="The earliest last activity to list."),
+        ],
+        to: Annotated[
+            datetime,
+            strawberry.argument(description="The latest last activity to list; not before `from`."),
+        ],
+        first: FirstArg = 50,
+        after: AfterArg = None,
+    ) -> PresenceConnection:
+        return PresenceConnection.of(
+            await _store(info, Need.LISTING).active_in_range(from_, to, first, after)
+        )
+
+    @strawberry.field(
+        description="Daily unique active users over the 7 days that end on endDate (default: today in the stats time zone)."
+    )
+    async def weekly_stats(
+        self,
+        info: strawberry.Info[Context, None],
+        end_date: Annotated[
+            date | None,
+            strawberry.argument(
+                description="The last of the seven days; null for today in the stats time zone."
+            ),
+        ] = None,
+    ) -> WeeklyStats:
+        return WeeklyStats.of(await _store(info, Need.LISTING).weekly_stats(end_date))
+
+    @strawberry.field(description="One user's presence.")
+    async def presence(
+        self, info: strawberry.Info[Context, None], user_id: UserIdArg
+    ) -> UserPresence:
+        return UserPresence.of(await _store(info, Need.OWN, user_id).presence(user_id))
+
+    @strawberry.field(description="The ids in userId's friend set, sorted.")
+    async def friends(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> list[ID]:
+        return [ID(f) for f in await _store(info, Need.OWN, user_id).friends(user_id)]
+
+
+def _friend_links_mutation(
+    change: Callable[[PresenceStore, str, Sequence[str], bool], Awaitable[int]], description: str
+) -> Any:
+    """addFriends and removeFriends: the same arguments and rights, one store method each."""
+
+    async def resolve(
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        friend_ids: FriendIdsArg,
+        mutual: MutualArg = True,
+    ) -> int:
+        return await change(_store(info, Need.BACKEND), user_id, friend_ids, mutual)
+
+    return strawberry.mutation(resolver=resolve, description=description)
+
+
+@strawberry.type(description="Reporting activity and managing sessions and friends (for backends).")
+class Mutation:
+    @strawberry.mutation(
+        description="Record activity of userId, for one session when sessionId is given. at backfills an earlier time."
+    )
+    async def touch(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        session_id: SessionIdArg = None,
+        at: Annotated[
+            datetime | None,
+            strawberry.argument(
+                description="When the activity happened, if not now: at most 5 seconds ahead, no further back than the retention."
+            ),
+        ] = None,
+    ) -> UserPresence:
+        return UserPresence.of(await _store(info, Need.BACKEND).touch(user_id, session_id, at))
+
+    @strawberry.mutation(
+        description="Record activity of many users at once, in one atomic step per shard. Returns how many were recorded."
+    )
+    async def touch_many(
+        self,
+        info: strawberry.Info[Context, None],
+        user_ids: Annotated[
+            list[ID],
+            strawberry.argument(
+                description="At most 10,000 ids; each is touched in its `default` session, which is skipped while revoked."
+            ),
+        ],
+    ) -> int:
+        return await _store(info, Need.BACKEND).touch_many(user_ids)
+
+    @strawberry.mutation(description="End userId's presence: every session, or only sessionId.")
+    async def kick(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: UserIdArg,
+        session_id: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="The one session to end; null ends every live session."
+            ),
+        ] = None,
+    ) -> KickResult:
+        result = await _store(info, Need.BACKEND).kick(user_id, session_id)
+        return KickResult(
+            user_id=ID(result.user_id), kicked_sessions=result.kicked_sessions, online=result.online
+        )
+
+    add_friends = _friend_links_mutation(
+        PresenceStore.add_friends,
+        "Add friendIds to userId's friend set (and userId to theirs when mutual). Returns how many links were added.",
+    )
+    remove_friends = _friend_links_mutation(
+        PresenceStore.remove_friends,
+        "Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed.",
+    )
+
+
+@strawberry.type(
+    description="Presence changes as they happen, over WebSocket (graphql-transport-ws)."
+)
+class Subscription:
+    @strawberry.subscription(
+        description="Presence changes of the given users, of userId's friends, or of everyone (exactly one of the three arguments)."
+    )
+    async def presence_changed(
+        self,
+        info: strawberry.Info[Context, None],
+        user_ids: Annotated[
+            list[ID] | None,
+            strawberry.argument(description="The users to follow, at most 10,000."),
+        ] = None,
+        friends_of: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="Follow this user's friends, as their friend set changes."
+            ),
+        ] = None,
+        all: Annotated[
+            bool | None,
+            strawberry.argument(description="Follow every user (backends only)."),
+        ] = False,
+    ) -> AsyncGenerator[PresenceEvent, None]:
+        everyone = bool(all)  # null means false, as the contract's type allows
+        if [user_ids is not None, friends_of is not None, everyone].count(True) != 1:
+            raise BadInputError("Give exactly one of userIds, friendsOf and all: true.")
+        context = info.context
+        if everyone:
+            need, what = Need.BACKEND, "presenceChanged(all)"
+        elif friends_of is None:
+            need, what = Need.BACKEND, "presenceChanged(userIds)"
+        else:
+            need, what = Need.OWN, "presenceChanged(friendsOf)"
+        context.caller.authorize(need, what, friends_of)
+        followed = () if user_ids is None else check_ids(user_ids, "userIds")
+        if friends_of is not None:
+            check_id(friends_of, "friendsOf")
+        interest = Interest(need, what, frozenset(followed), friends_of, everyone=everyone)
+        shared = context.shared_subscription
+        if shared is not None and shared.take(interest, info, PresenceEvent.of):
+            # Multiplexed (event_rendering.py): the pipeline joins the hub for it, and the
+            # hub writes each event's message to the socket.
+            return
+        async with context.events.feed(
+            context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
+        ) as feed:
+            try:
+                async for event in feed:
+                    yield PresenceEvent.of(event)
+            except FeedDroppedError as dropped:
+                # Close the whole connection, with the reason, rather than complete this
+                # one subscription as if nothing had been missed.
+                await context.close_socket(dropped)
+
+    @strawberry.subscription(
+        description="Keeps `sessionId` of `userId` live for as long as this subscription lasts: a browser tab's or an app's presence, with no heartbeats sent by anyone. An end user gives no userId (or their own); a backend gives the userId. The first message says the session is live; the last one, when the service ends it (a kick, or the same session opened on another connection), says why."
+    )
+    async def presence_session(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: Annotated[
+            ID | None,
+            strawberry.argument(
+                description="Whose session: an end user's own id (or null for it); a backend gives it."
+            ),
+        ] = None,
+        *,
+        session_id: Annotated[
+            ID, strawberry.argument(description="The session (device, tab) to keep live.")
+        ],
+    ) -> AsyncGenerator[SessionState, None]:
+        context = info.context
+        caller = context.caller
+        if user_id is None:
+            caller.require_credentials()
+            if caller.kind is not CallerKind.USER or caller.name is None:
+                raise BadInputError("Give the userId whose session this is.")
+            user_id = ID(caller.name)
+        caller.authorize(Need.OWN, "presenceSession", user_id)
+        check_id(user_id, "userId")
+        check_id(session_id, "sessionId")
+        async with context.held_sessions.hold(user_id, session_id) as hold:
+            yield SessionState(
+                user_id=user_id,
+                session_id=session_id,
+                live=True,
+                at=hold.opened_at,
+                end_reason=None,
+            )
+            ended = await hold.ended()
+            yield SessionState(
+                user_id=user_id,
+                session_id=session_id,
+                live=False,
+                at=ended.at,
+                end_reason=SessionEndReason(ended.reason.value),
+            )
+
+
+@strawberry.federation.type(
+    keys=["id"],
+    description="A user, as other subgraphs of a federated graph know them: this one adds their presence.",
+)
+class User:
+    id: ID
+
+    @strawberry.field(description="The user's presence.")
+    async def presence(self, info: strawberry.Info[Context, None]) -> UserPresence:
+        return UserPresence.of(await _store(info, Need.OWN, self.id).presence(self.id))
+
+    @classmethod
+    def resolve_reference(cls, id: ID) -> User:
+        return cls(id=id)

@@ -1,0 +1,235 @@
+"""The GraphQL types: scalars, objects and enums, each mapped from the store's results.
+
+Docstrings and descriptions here are what frontend developers read in GraphiQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from enum import Enum
+
+import strawberry
+
+from gql_presence.graphql.context import Context
+from gql_presence.realtime.delivery import PresenceChange
+from gql_presence.store import models
+
+ID = strawberry.ID
+
+
+def _serialize_datetime(value: datetime) -> str:
+    # The store's times are in UTC already: no conversion to make for them.
+    moment = value if value.tzinfo is UTC else value.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _parse_datetime(value: object) -> datetime:
+    if not isinstance(value, str):
+        raise TypeError("DateTime must be an ISO 8601 string, e.g. 2026-11-21T09:30:00.250Z.")
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise ValueError(
+            f"DateTime must be ISO 8601 with an offset, e.g. 2026-11-21T09:30:00.250Z; got {value!r}."
+        )
+    return parsed
+
+
+def _parse_date(value: object) -> date:
+    try:
+        return date.fromisoformat(str(value)) if isinstance(value, str) else _bad_date(value)
+    except ValueError:
+        return _bad_date(value)
+
+
+def _bad_date(value: object) -> date:
+    raise ValueError(f"Date must be ISO 8601, e.g. 2026-11-21; got {value!r}.")
+
+
+DateTimeScalar = strawberry.scalar(
+    name="DateTime",
+    description="A point in time, ISO 8601 with an offset, e.g. 2026-11-21T09:30:00.250Z.",
+    serialize=_serialize_datetime,
+    parse_value=_parse_datetime,
+)
+DateScalar = strawberry.scalar(
+    name="Date",
+    description="A calendar date, ISO 8601, e.g. 2026-11-21.",
+    serialize=date.isoformat,
+    parse_value=_parse_date,
+)
+
+
+@strawberry.type(description="One live session of a user (a device, a tab).")
+class Session:
+    session_id: ID = strawberry.field(
+        description="The session's id; `default` when none was given."
+    )
+    last_seen: datetime = strawberry.field(description="The session's last activity.")
+
+    @classmethod
+    def of(cls, session: models.Session) -> Session:
+        return cls(session_id=ID(session.session_id), last_seen=session.last_seen)
+
+
+@strawberry.type(description="A user's presence: online or not, when last seen, and where.")
+class UserPresence:
+    user_id: ID = strawberry.field(description="The user's id.")
+    online: bool = strawberry.field(
+        description="Whether at least one of the user's sessions is live."
+    )
+    last_seen: datetime | None = strawberry.field(
+        description="The last recorded activity; null when none is kept."
+    )
+    known_sessions: strawberry.Private[tuple[models.Session, ...] | None] = None
+
+    @strawberry.field(description="The live sessions, most recently active first.")
+    async def sessions(self, info: strawberry.Info[Context, None]) -> list[Session]:
+        found = self.known_sessions
+        if found is None:
+            found = await info.context.sessions.load(str(self.user_id))
+        return [Session.of(s) for s in found]
+
+    @classmethod
+    def of(cls, presence: models.Presence) -> UserPresence:
+        return cls(
+            user_id=ID(presence.user_id),
+            online=presence.online,
+            last_seen=presence.last_seen,
+            known_sessions=presence.sessions,
+        )
+
+
+@strawberry.type(description="Whether there are more users after this page, and where it ended.")
+class PageInfo:
+    has_next_page: bool = strawberry.field(description="Whether a next page has users.")
+    end_cursor: str | None = strawberry.field(
+        description="Pass as `after` to get the next page; null on an empty page."
+    )
+
+
+@strawberry.type(description="One page of a list of users, most recently active first.")
+class PresenceConnection:
+    total_count: int = strawberry.field(description="How many users match, over all pages.")
+    nodes: list[UserPresence] = strawberry.field(description="The users on this page, in order.")
+    page_info: PageInfo = strawberry.field(description="Where this page ended.")
+
+    @classmethod
+    def of(cls, page: models.Page) -> PresenceConnection:
+        return cls(
+            total_count=page.total_count,
+            nodes=[
+                UserPresence(user_id=ID(u.user_id), online=u.online, last_seen=u.last_seen)
+                for u in page.nodes
+            ],
+            page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
+        )
+
+
+@strawberry.type(description="What a kick ended.")
+class KickResult:
+    user_id: ID = strawberry.field(description="The user who was kicked.")
+    kicked_sessions: int = strawberry.field(description="How many live sessions were ended.")
+    online: bool = strawberry.field(
+        description="Whether the user is still online after the kick (another session still live)."
+    )
+
+
+@strawberry.type(description="The distinct users active on one day of the stats time zone.")
+class DailyActiveUsers:
+    date: date = strawberry.field(description="The day, in the stats time zone.")
+    active_users: int = strawberry.field(description="Distinct users with any activity that day.")
+
+
+@strawberry.type(description="Exact daily active users over seven days, and how they overlap.")
+class WeeklyStats:
+    start_date: date = strawberry.field(
+        description="The first of the seven days (endDate minus 6)."
+    )
+    end_date: date = strawberry.field(description="The last of the seven days.")
+    days: list[DailyActiveUsers] = strawberry.field(description="Seven entries, oldest first.")
+    unique_users: int = strawberry.field(
+        description="Users active on at least one of the seven days."
+    )
+    active_every_day: int = strawberry.field(
+        description="Users active on every one of the seven days."
+    )
+    new_on_end_date: int = strawberry.field(
+        description="Users active on endDate who were not active on the day before it."
+    )
+
+    @classmethod
+    def of(cls, stats: models.WeeklyStats) -> WeeklyStats:
+        return cls(
+            start_date=stats.start_date,
+            end_date=stats.end_date,
+            days=[DailyActiveUsers(date=d.day, active_users=d.active_users) for d in stats.days],
+            unique_users=stats.unique_users,
+            active_every_day=stats.active_every_day,
+            new_on_end_date=stats.new_on_end_date,
+        )
+
+
+@strawberry.enum(description="What changed in a user's presence.")
+class PresenceEventKind(Enum):
+    ONLINE = strawberry.enum_value(
+        "ONLINE", description="The user came online: their first live session began."
+    )
+    OFFLINE = strawberry.enum_value(
+        "OFFLINE", description="The user went offline: their last live session expired."
+    )
+    KICKED = strawberry.enum_value(
+        "KICKED", description="A session, or every session, of the user was kicked."
+    )
+
+
+# Its fields read only the event, never the caller: one rendering of an event is shared by
+# every subscriber of the same document (event_rendering.py). Keep it so.
+@strawberry.type(description="One change of one user's presence.")
+class PresenceEvent:
+    user_id: ID = strawberry.field(description="The user whose presence changed.")
+    kind: PresenceEventKind = strawberry.field(description="What changed.")
+    at: datetime = strawberry.field(
+        description="When the change happened, on the one clock (the Redis server's)."
+    )
+    session_id: ID | None = strawberry.field(
+        description="The session concerned, for KICKED of one session; null otherwise."
+    )
+    online: bool = strawberry.field(description="Whether the user is online after this event.")
+
+    @classmethod
+    def of(cls, event: PresenceChange) -> PresenceEvent:
+        return cls(
+            user_id=ID(event.user_id),
+            kind=PresenceEventKind(event.kind),
+            at=event.at,
+            session_id=None if event.session_id is None else ID(event.session_id),
+            online=event.online,
+        )
+
+
+@strawberry.enum(description="Why the service ended a presenceSession.")
+class SessionEndReason(Enum):
+    KICKED = strawberry.enum_value(
+        "KICKED",
+        description="The session, or every session of the user, was kicked; its id is revoked as for any kick.",
+    )
+    REPLACED = strawberry.enum_value(
+        "REPLACED",
+        description="Another presenceSession with the same userId and sessionId took over.",
+    )
+
+
+@strawberry.type(description="The state of a connection-bound session (presenceSession).")
+class SessionState:
+    user_id: ID = strawberry.field(description="The user whose session this is.")
+    session_id: ID = strawberry.field(description="The session (device, tab) kept live.")
+    live: bool = strawberry.field(
+        description="True while the session is live; false in the last message."
+    )
+    at: datetime = strawberry.field(description="When this state began, on the one clock.")
+    end_reason: SessionEndReason | None = strawberry.field(
+        description="Why the service ended the session; null while live."
+    )

@@ -1,0 +1,215 @@
+"""The graphql-transport-ws handler: a WebSocket's authentication, the shape of its messages,
+and its operations, each run by the one operation pipeline (graphql/operation.py).
+
+A presenceChanged subscription that the pipeline hands to the event hub keeps no task here:
+the socket holds its id and its place in the hub until the client completes it or the
+socket ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from contextlib import aclosing, suppress
+from typing import Any, NoReturn, Protocol, cast
+
+from aiohttp import web
+from strawberry.exceptions import ConnectionRejectionError
+from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
+    BaseGraphQLTransportWSHandler,
+    Operation,
+)
+from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
+    CompleteMessage,
+    ConnectionInitMessage,
+    Message,
+)
+
+from gql_presence.graphql.context import Context
+from gql_presence.graphql.event_rendering import SocketOperation
+from gql_presence.graphql.internals import OperationStreamClosed, send_result_stream
+from gql_presence.graphql.operation import OperationPipeline
+from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
+from gql_presence.observability.request_log import CALLER
+from gql_presence.policy.auth import EXPIRED, CallerKind
+from gql_presence.realtime.delivery import Delivery
+from gql_presence.store.errors import UnauthenticatedError
+
+# graphql-transport-ws's own code for a socket whose credentials are not (or no longer) valid.
+CREDENTIALS_EXPIRED = 4401
+# Closes a WebSocket when its caller's credentials expire.
+EXPIRY_TIMER = web.RequestKey("expiry_timer", asyncio.Task[None])
+
+
+class PipelineOwner(Protocol):
+    """The view that makes the handler: it holds the pipeline every operation runs through."""
+
+    pipeline: OperationPipeline
+
+
+class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
+    """Strawberry's graphql-transport-ws handler, whose operations run through the pipeline."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deliveries: dict[str, Delivery] = {}
+        self._init_timer: asyncio.TimerHandle | None = None
+
+    def on_request_accepted(self) -> None:
+        # A timer where Strawberry starts a task that sleeps: the task cost more to make and
+        # to cancel than the rest of a connect, and, cancelled, was kept as long as the socket.
+        self._init_timer = asyncio.get_running_loop().call_later(
+            self.connection_init_wait_timeout.total_seconds(), self._init_timed_out
+        )
+
+    def _init_timed_out(self) -> None:
+        if self.connection_init_received:
+            return
+        self.connection_timed_out = True
+        # Strawberry's shutdown awaits it, as it would its own task.
+        self.connection_init_timeout_task = asyncio.create_task(self._close_uninitialised())
+
+    async def _close_uninitialised(self) -> None:
+        try:
+            await self.websocket.close(code=4408, reason="Connection initialisation timeout")
+        except Exception as error:  # logged as Strawberry logs a failure of its own task
+            await self.handle_task_exception(error)
+
+    async def handle_message(self, message: Message) -> None:
+        # Strawberry reads the message's members without checking their types: a JSON array,
+        # or a subscribe whose payload is not an object, would end the connection with no
+        # close code and log a server error.
+        fault = _shape_fault(message)
+        if fault is not None:
+            await self.handle_invalid_message(fault)
+            return
+        await super().handle_message(message)
+        parsed: object = message  # whatever JSON the client sent, a dict if it was handled
+        # Strawberry's loop holds the last message until the next one comes: for a socket
+        # that waits, its subscribe message, document and variables. What it needed of it,
+        # it took.
+        if isinstance(parsed, dict):
+            parsed.clear()
+
+    async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
+        self._stop_init_timer()
+        await super().handle_connection_init(message)
+
+    async def shutdown(self) -> None:
+        self._stop_init_timer()
+        await super().shutdown()
+
+    def _stop_init_timer(self) -> None:
+        if self._init_timer is not None:
+            self._init_timer.cancel()
+            self._init_timer = None  # not kept for the socket's life
+
+    async def run_operation(self, operation: Operation[Context, None]) -> None:
+        """The operation's own task: the pipeline's results sent as Strawberry sends them,
+        or its delivery kept until the operation or the socket ends."""
+        view = cast("PipelineOwner", self.view)
+        started = await view.pipeline.run_on_socket(
+            self.context,
+            SocketOperation(
+                operation.id, operation.query, operation.operation_name, operation.variables
+            ),
+        )
+        if isinstance(started, Delivery):
+            if self.operations.get(operation.id) is operation:
+                self._deliveries[operation.id] = started
+                # What the socket keeps of it is its id and its place in the hub: its task
+                # ends now, and its document and variables are its rendering's business.
+                operation.task = None
+                operation.query, operation.variables = "", None
+            else:  # completed, or its socket ended, meanwhile
+                self.context.events.forget(started)
+            return
+        try:
+            async with aclosing(started):
+                await send_result_stream(self, operation, started)
+            await operation.send_operation_message(
+                CompleteMessage(id=operation.id, type="complete")
+            )
+        except OperationStreamClosed:
+            return
+        except Exception as error:  # as Strawberry's own run_operation ends on a fault
+            await self.handle_task_exception(error)
+            with suppress(Exception):
+                await operation.send_operation_message({"id": operation.id, "type": "complete"})
+            self.operations.pop(operation.id, None)
+            raise
+
+    async def cleanup_operation(self, operation_id: str) -> None:
+        delivery = self._deliveries.pop(operation_id, None)
+        if delivery is None:
+            await super().cleanup_operation(operation_id)
+            return
+        self.context.events.forget(delivery)
+        self.operations.pop(operation_id, None)  # its task has ended already
+
+
+def _shape_fault(message: object) -> str | None:
+    """What is wrong with the shape of a graphql-transport-ws message, or None."""
+    if not isinstance(message, dict):
+        return 'A message must be a JSON object with a "type", e.g. {"type": "ping"}.'
+    if message.get("type") != "subscribe":
+        return None
+    payload = message.get("payload")
+    if not isinstance(message.get("id"), str) or not isinstance(payload, dict):
+        return (
+            'A subscribe message must be {"id": "<string>", "type": "subscribe", "payload": {...}}.'
+        )
+    if not (
+        isinstance(payload.get("query"), str)
+        and isinstance(payload.get("operationName"), str | None)
+        and all(isinstance(payload.get(k), dict | None) for k in ("variables", "extensions"))
+    ):
+        # A close reason holds at most 123 bytes.
+        return (
+            'A subscribe payload must be {"query": "<document>"}: variables and extensions '
+            "objects, operationName a string."
+        )
+    return None
+
+
+async def authenticate_socket(context: Context) -> None:
+    """Who a WebSocket's caller is: connection_init's payload carries `Authorization`. A
+    socket that does not authenticate is closed, saying why."""
+    params = context.connection_params
+    authorization = params.get("Authorization", params.get("authorization"))
+    try:
+        caller = context.request.app[AUTHENTICATOR].caller(authorization)
+    except UnauthenticatedError as error:
+        await _reject_socket(context.request, error.message)
+    if caller.kind is CallerKind.ANONYMOUS:
+        await _reject_socket(
+            context.request,
+            'Send {"Authorization": "Bearer <token>"} as the payload of connection_init.',
+        )
+    context.caller = caller
+    context.request[CALLER] = caller.label
+    socket = context.request.get(SOCKET)
+    if caller.expires_at_s is not None and socket is not None:
+        context.request[EXPIRY_TIMER] = asyncio.create_task(_close_at(socket, caller.expires_at_s))
+
+
+def stop_watching_credentials(request: web.Request) -> None:
+    """A WebSocket's, once it has ended: its credentials need watching no more."""
+    timer = request.get(EXPIRY_TIMER)
+    if timer is not None:
+        timer.cancel()
+
+
+async def _reject_socket(request: web.Request, reason: str) -> NoReturn:
+    """Closes a WebSocket that did not authenticate, saying why (the protocol's own close
+    says only "Forbidden")."""
+    socket = request.get(SOCKET)
+    if socket is not None:
+        await socket.close(code=4403, message=reason.encode()[:123])
+    raise ConnectionRejectionError
+
+
+async def _close_at(socket: web.WebSocketResponse, expires_at_s: float) -> None:
+    """Closes the socket when its credentials expire (admission refuses its operations from
+    then on, should one arrive before the close)."""
+    await asyncio.sleep(expires_at_s - time.time())
+    await socket.close(code=CREDENTIALS_EXPIRED, message=EXPIRED.encode()[:123])
