@@ -118,7 +118,7 @@ async def event_hub(app: web.Application) -> AsyncIterator[None]:
     await hub.start()
     app[EVENTS] = hub
     app[METRICS].follow(
-        subscribers=lambda: hub.feed_count,
+        subscribers=lambda: hub.subscriber_count,
         in_use=app[STORE].connections_in_use,
         size=MAX_CONNECTIONS,
     )

@@ -366,7 +366,7 @@ async def stalled_subscriber(service: Service) -> AsyncIterator[RequestHandler]:
     document = f"subscription($ids: [ID!]) {{ presenceChanged(userIds: $ids) {{ {FIELDS} }} }}"
     stalled = await subscriber_that_stops_reading(service, document, {"ids": STALLED_USERS})
     try:
-        await eventually(lambda: service.app[EVENTS].feed_count == 1, what="the subscription")
+        await eventually(lambda: service.app[EVENTS].subscriber_count == 1, what="the subscription")
         port = stalled.getsockname()[1]
         [connection] = [
             c
@@ -400,7 +400,7 @@ async def flood_until_dropped(service: Service) -> None:
     hub = service.app[EVENTS]
     for start in range(0, len(STALLED_USERS), 50):
         await graphql(service, TOUCH_MANY, ids=STALLED_USERS[start : start + 50])
-        if hub.feed_count == 0:
+        if hub.subscriber_count == 0:
             return
     pytest.fail("the subscriber was not dropped")
 
@@ -418,7 +418,7 @@ async def released(service: Service, connection: RequestHandler) -> None:
 
 def feeds_above(service: Service, count: int) -> Callable[[], bool]:
     hub = service.app[EVENTS]
-    return lambda: hub.feed_count > count
+    return lambda: hub.subscriber_count > count
 
 
 async def ignore(_: FeedDroppedError) -> None:

@@ -190,7 +190,7 @@ async def subscribe(api: TestClient[Any, Any], authorization: str | None, docume
     payload = {} if authorization is None else {"Authorization": authorization}
     hub = api.app[EVENTS]
     # The previous subscription's feed may still be closing.
-    await eventually(lambda: not hub.feed_count, 3, "the previous feed to end")
+    await eventually(lambda: not hub.subscriber_count, 3, "the previous feed to end")
     async with (
         aiohttp.ClientSession() as session,
         session.ws_connect(url, protocols=["graphql-transport-ws"]) as socket,
@@ -207,10 +207,10 @@ async def subscribe(api: TestClient[Any, Any], authorization: str | None, docume
         refusal: dict[str, Any] = {}
 
         async def subscribed_or_refused() -> bool:
-            if not hub.feed_count:
+            if not hub.subscriber_count:
                 with contextlib.suppress(TimeoutError):
                     refusal.update(await socket.receive_json(timeout=0.05))
-            return bool(hub.feed_count or refusal)
+            return bool(hub.subscriber_count or refusal)
 
         await eventually(subscribed_or_refused, 3, "a subscription or its refusal")
         if refusal:

@@ -217,10 +217,10 @@ async def test_friends_of_follows_each_change_and_nothing_is_left_behind(
         await eventually(lambda: feed.user_ids == {"b"}, 2, "the removed friend's leaving")
         await store.touch("b")
         assert (await asyncio.wait_for(first_event(feed), 2)).user_id == "b"
-    assert hub.feed_count == 0
+    assert hub.subscriber_count == 0
     await store.add_friends("me", ["c"])  # a change after the subscriber left
     await asyncio.sleep(0.2)
-    assert hub.feed_count == 0
+    assert hub.subscriber_count == 0
 
 
 # --- deliveries: events written straight to a socket (multiplexed) ---------------------------
@@ -264,7 +264,7 @@ async def test_one_rendering_per_event_is_shared_and_a_batch_is_written_at_once(
     assert render.calls == 2  # once per event, not per delivery
     hub.forget(one)
     hub.forget(two)
-    assert hub.feed_count == 0
+    assert hub.subscriber_count == 0
 
 
 async def test_a_delivery_is_dropped_for_a_batch_or_a_backlog_over_its_buffer(
@@ -290,4 +290,4 @@ async def test_a_delivery_is_dropped_for_a_batch_or_a_backlog_over_its_buffer(
     await store.touch("a")
     await eventually(lambda: len(dropped) == 2, 2, "the second drop")
     assert "too slow" in dropped[1].reason
-    assert hub.feed_count == 0
+    assert hub.subscriber_count == 0

@@ -98,7 +98,7 @@ async def test_a_subscriber_that_vanishes_while_events_are_sent_logs_no_trace(
             await pile_up_events(service, connection)
         # The client is gone (its socket closed with events unread: a reset).
         await released(service, connection)
-        await eventually(lambda: service.app[EVENTS].feed_count == 0, what="the feed to end")
+        await eventually(lambda: service.app[EVENTS].subscriber_count == 0, what="the feed to end")
         await asyncio.sleep(0.2)  # whatever the end of its tasks logs
     nothing_above_warning_nor_traces(caplog)
 

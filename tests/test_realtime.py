@@ -163,8 +163,9 @@ async def test_a_cluster_that_requires_a_password_serves_requests_and_events(
 async def test_friends_of_follows_the_friend_set_as_it_changes(service: Service) -> None:
     # With three shards, "me" lives in shard 0, "former" in shard 1 and "newer" in shard 2.
     await graphql(service, 'mutation { addFriends(userId: "me", friendIds: ["former"]) }')
+    hub = service.app[EVENTS]
     async with subscribed(
-        ws_url(service), subscription('friendsOf: "me"'), feeds_above(service, 0)
+        ws_url(service), subscription('friendsOf: "me"'), lambda: hub.follows("former")
     ) as mine:
         await graphql(
             service, 'mutation { touch(userId: "former") { online } touchMany(userIds: ["newer"]) }'
@@ -176,7 +177,10 @@ async def test_friends_of_follows_the_friend_set_as_it_changes(service: Service)
             service,
             'mutation { addFriends(userId: "me", friendIds: ["newer"]) removeFriends(userId: "me", friendIds: ["former"]) }',
         )
-        await asyncio.sleep(0.3)  # the friend set is re-read when it changes, well within 2 s
+        # The friend set is read again when it changes.
+        await eventually(
+            lambda: hub.follows("newer") and not hub.follows("former"), 2, "the new friend set"
+        )
         await graphql(
             service,
             'mutation { a: kick(userId: "former") { online } b: kick(userId: "newer") { online } }',
@@ -292,7 +296,7 @@ async def test_shutdown_closes_a_socket_that_reads_nothing_within_a_second_or_tw
         await close_sockets(service.app)
         assert time.monotonic() - started < 2
         await released(service, connection)
-        await eventually(lambda: service.app[EVENTS].feed_count == 0, what="the feed to end")
+        await eventually(lambda: service.app[EVENTS].subscriber_count == 0, what="the feed to end")
 
 
 async def raw_subscription(session: aiohttp.ClientSession, url: str, document: str) -> Any:
@@ -311,7 +315,7 @@ async def test_lost_redis_closes_subscriptions_so_clients_subscribe_again(
     document = subscription(f"userIds: {ids('alice')}")
     async with aiohttp.ClientSession() as session:
         socket = await raw_subscription(session, ws_url(service), document)
-        await eventually(lambda: hub.feed_count == 1)
+        await eventually(lambda: hub.subscriber_count == 1)
         own_redis_server.stop()
         closed = await socket.receive(timeout=10)
         assert (closed.type, closed.data) == (
@@ -460,7 +464,7 @@ async def test_a_multiplexed_subscriber_receives_what_one_executed_on_its_own_do
                 await socket.send_json({"id": "op-1", "type": "subscribe", "payload": payload})
                 sockets.append(socket)
         await eventually(lambda: shared.app[EVENTS].delivery_count == 2, what="multiplexed")
-        await eventually(lambda: alone.app[EVENTS].feed_count == 2, what="subscriptions")
+        await eventually(lambda: alone.app[EVENTS].subscriber_count == 2, what="subscriptions")
         assert alone.app[EVENTS].delivery_count == 0
         await graphql(shared, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
         await graphql(shared, 'mutation { kick(userId: "alice", sessionId: "phone") { online } }')
@@ -524,7 +528,7 @@ async def test_a_completed_multiplexed_subscription_ends_and_its_id_may_be_used_
         await socket.send_json({"id": "a", "type": "subscribe", "payload": alice})
         await eventually(lambda: hub.delivery_count == 1, what="the subscription")
         await socket.send_json({"id": "a", "type": "complete"})
-        await eventually(lambda: hub.feed_count == 0, what="the subscription's end")
+        await eventually(lambda: hub.subscriber_count == 0, what="the subscription's end")
         await graphql(service, 'mutation { touch(userId: "alice", sessionId: "one") { online } }')
 
         bob = {"query": subscription(f"userIds: {ids('bob')}")}
@@ -534,7 +538,7 @@ async def test_a_completed_multiplexed_subscription_ends_and_its_id_may_be_used_
         message = await socket.receive_json(timeout=3)
         assert message["id"] == "a"
         assert message["payload"]["data"]["presenceChanged"]["userId"] == "bob"
-    await eventually(lambda: hub.feed_count == 0, what="the socket's subscriptions to end")
+    await eventually(lambda: hub.subscriber_count == 0, what="the socket's subscriptions to end")
 
 
 async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(

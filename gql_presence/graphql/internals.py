@@ -127,7 +127,7 @@ _USED = (
     ("graphql.execution.collect_fields", "FieldDetails"),
     ("graphql.execution.collect_fields", "FragmentDetails"),
     ("graphql.execution.executor", "CollectedErrors"),
-    ("graphql.execution.executor", "ExecutionContext.build_per_event_executor"),
+    ("graphql.execution.executor", "Executor.build_per_event_executor"),
     ("graphql.pyutils.gather_with_cancel", "gather_with_cancel"),
     ("strawberry.schema.schema", "_OperationContextAwareGraphQLResolveInfo"),
     ("strawberry.schema.schema", "StrawberryGraphQLCoreExecutionContext"),

@@ -84,7 +84,7 @@ class EventHub:
         self._stopping = False
 
     @property
-    def feed_count(self) -> int:
+    def subscriber_count(self) -> int:
         """Subscriptions, multiplexed or not."""
         return len(self._followers)
 
@@ -92,6 +92,11 @@ class EventHub:
     def delivery_count(self) -> int:
         """Subscriptions whose events the hub writes to their sockets (multiplexed)."""
         return sum(isinstance(f, Delivery) for f in self._followers)
+
+    def follows(self, user_id: str) -> bool:
+        """Whether a subscriber of this process follows the user now (friendsOf: once the
+        friend set read last is applied)."""
+        return user_id in self._by_user or bool(self._everyone)
 
     @property
     def subscribed(self) -> bool:
