@@ -135,3 +135,5 @@ async def held_sessions(app: web.Application) -> AsyncIterator[None]:
     renewals.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await renewals
+    # The closes of the sessions whose sockets the shutdown closed, while the store is there.
+    await sessions.settle()

@@ -18,7 +18,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ from redis.asyncio.client import PubSub
 
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.realtime.delivery import Feed, FeedDroppedError
+from gql_presence.realtime.held import HeldSessions
+from gql_presence.store import EventKind, HeldSession, OpenedSession, PresenceStore, PublishedEvent
+from gql_presence.store.client import AnyRedis
+from gql_presence.store.config import StoreSettings
 from tests.conftest import TEST_SETTINGS, graphql
 
 Service = TestClient[Any, Any]
@@ -429,6 +434,120 @@ async def first_event(feed: Feed) -> Any:
     async for event in feed:
         return event
     return None
+
+
+# --- connection-bound sessions cancelled while they open --------------------------------------
+
+
+class PausingStore(PresenceStore):
+    """A real store on real Redis that can stop one call at a point for a test: `pause_at`
+    "open" stops the next opening of a connection-bound session after its script ran and
+    before its caller has the reply, "renew" the next renewal likewise. `paused` is set then,
+    and the call goes on once `resume` is set. It counts the openings under way, and records
+    every opening that returned and every close that ran."""
+
+    def __init__(self, redis: AnyRedis, settings: StoreSettings) -> None:
+        super().__init__(redis, settings)
+        self.pause_at: str | None = None
+        self.paused = asyncio.Event()
+        self.resume = asyncio.Event()
+        self.opening = 0  # openings under way
+        self.opened: list[OpenedSession] = []
+        self.closed: list[HeldSession] = []
+
+    async def open_session(
+        self, user_id: str, session_id: str, at: datetime | None = None
+    ) -> OpenedSession:
+        self.opening += 1
+        try:
+            opened = await super().open_session(user_id, session_id, at)
+            self.opened.append(opened)
+            await self._pause("open")
+        finally:
+            self.opening -= 1
+        return opened
+
+    async def renew_sessions(
+        self, held: Sequence[HeldSession], at: datetime | None = None
+    ) -> list[HeldSession]:
+        lost = await super().renew_sessions(held, at)
+        await self._pause("renew")
+        return lost
+
+    async def close_session(self, held: HeldSession) -> bool:
+        closed = await super().close_session(held)
+        self.closed.append(held)
+        return closed
+
+    async def _pause(self, point: str) -> None:
+        if self.pause_at != point:
+            return
+        self.pause_at = None
+        self.resume = resume = asyncio.Event()
+        self.paused.set()
+        await resume.wait()
+
+
+# Where a holder can be cancelled while its session opens: its opening's script queued but
+# not sent; run, its reply not read yet; a kick announced meanwhile being checked with the
+# store; and the hold there, in the holder's block.
+OPENING_POINTS = ("queued", "replied", "catching up", "held")
+
+
+async def cancel_hold_at(
+    sessions: HeldSessions, store: PausingStore, user_id: str, session_id: str, point: str
+) -> None:
+    """Holds the session through `sessions` (which runs on `store`), cancels the holder at
+    `point` of the opening, lets any reply still due arrive, and then requires what was
+    opened to be closed within a second. A refusal of the opening is raised."""
+    in_block = asyncio.Event()
+
+    async def holder() -> None:
+        async with sessions.hold(user_id, session_id):
+            in_block.set()
+            await asyncio.Event().wait()
+
+    before = len(store.opened)
+    store.paused.clear()
+    store.pause_at = "open" if point in {"replied", "catching up"} else None
+    task = asyncio.create_task(holder())
+    if point == "queued":
+        await asyncio.sleep(0)  # the holder runs up to its first wait
+    elif point == "held":
+        await _until(in_block.wait(), task)
+    else:
+        await _until(store.paused.wait(), task)
+        if point == "catching up":
+            store.paused.clear()
+            store.pause_at = "renew"
+            # A kick of every session of the user, made before this opening, announced only
+            # now: the holder asks the store whether it ended this opening too.
+            now_ms = int(time.time() * 1000)
+            sessions.on_event(PublishedEvent(EventKind.KICKED, user_id, now_ms, "", 0))
+            store.resume.set()
+            await _until(store.paused.wait(), task)
+    task.cancel()
+    store.pause_at = None
+    store.resume.set()  # the reply still due comes, late
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    await eventually(lambda: not store.opening, within_s=1, what="the openings to return")
+    opened = [one.held for one in store.opened[before:] if one.held is not None]
+    await eventually(
+        lambda: all(held in store.closed for held in opened),
+        within_s=1,
+        what=f"the opening of {user_id}/{session_id} cancelled at {point!r} to be closed",
+    )
+
+
+async def _until(event: Awaitable[Any], task: asyncio.Task[None]) -> None:
+    """Waits for `event`; if the task ends first, raises what ended it."""
+    waiting = asyncio.ensure_future(event)
+    await asyncio.wait({waiting, task}, return_when=asyncio.FIRST_COMPLETED)
+    if not waiting.done():
+        waiting.cancel()
+        task.result()
+        raise AssertionError(f"the holder ended before the point: {task!r}")
 
 
 # --- credentials ---------------------------------------------------------------------------------

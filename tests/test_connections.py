@@ -5,6 +5,7 @@ sessions (events, kicks, revocation) kept."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -15,8 +16,15 @@ from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.store import HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import SessionRevokedError, StoreUnavailableError
-from tests.conftest import StoreFactory
-from tests.helpers import eventually, kinds, published
+from tests.conftest import TEST_SETTINGS, StoreFactory
+from tests.helpers import (
+    OPENING_POINTS,
+    PausingStore,
+    cancel_hold_at,
+    eventually,
+    kinds,
+    published,
+)
 
 
 def ago(**delta: float) -> datetime:
@@ -265,3 +273,66 @@ async def test_a_renewal_that_finds_its_session_kicked_unannounced_ends_it_as_ki
                 await asyncio.wait_for(closed.ended(), 1)
     finally:
         renewals.cancel()
+
+
+@pytest.mark.parametrize("point", OPENING_POINTS)
+async def test_a_holder_cancelled_while_its_session_opens_leaves_nothing_live(
+    redis: Redis, channel: PubSub, point: str
+) -> None:
+    store = PausingStore(redis, TEST_SETTINGS)
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    await cancel_hold_at(sessions, store, "ann", "tab", point)
+    assert not await online(store, "ann")
+    assert sessions.count == 0
+    assert kinds(await published(channel)) in (
+        [],  # the opening was never sent
+        [("ONLINE", "ann", "", 1), ("OFFLINE", "ann", "", 0)],
+    )
+
+
+@pytest.mark.parametrize("point", OPENING_POINTS)
+async def test_a_cancelled_opening_leaves_the_users_other_sessions_alone(
+    redis: Redis, channel: PubSub, point: str
+) -> None:
+    store = PausingStore(redis, TEST_SETTINGS)
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    await store.touch("ann", "phone")
+    async with sessions.hold("ann", "web"):
+        await cancel_hold_at(sessions, store, "ann", "tab", point)
+        presence = await store.presence("ann")
+        assert {s.session_id for s in presence.sessions} == {"web", "phone"}
+        assert sessions.count == 1
+    assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1)]
+
+
+async def test_a_cancelled_opening_never_closes_a_newer_holders_session(
+    redis: Redis, channel: PubSub
+) -> None:
+    store = PausingStore(redis, TEST_SETTINGS)
+    sessions = HeldSessions(store, ttl_ms=30_000)
+
+    async def holder() -> None:
+        async with sessions.hold("ann", "tab"):
+            await asyncio.Event().wait()
+
+    store.pause_at = "open"
+    first = asyncio.create_task(holder())
+    await asyncio.wait_for(store.paused.wait(), 1)
+    first.cancel()
+    # The same session opened again before the first opening's reply is read.
+    async with sessions.hold("ann", "tab") as newer:
+        store.resume.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await first
+        await eventually(
+            lambda: store.opened[0].held in store.closed, within_s=1, what="the first to be closed"
+        )
+        assert await online(store, "ann")
+        assert not newer.ended_by_service
+        assert await store.renew_sessions([newer.held]) == []
+    assert not await online(store, "ann")
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "ann", "", 1),
+        ("REPLACED", "ann", "tab", newer.held.generation),
+        ("OFFLINE", "ann", "", 0),
+    ]

@@ -1,6 +1,7 @@
 """The store agrees with a simple in-memory model of docs/semantics.md, whatever the order of
 touches (now and backfilled), connection-bound sessions (opened, renewed, closed, replaced,
-and left to expire when their process crashes), kicks, and friend changes: a hypothesis state
+left to expire when their process crashes, and held by a holder cancelled at any point of
+its opening), kicks, and friend changes: a hypothesis state
 machine on real Redis, checking every read after every step.
 
 Time passing is modelled by backfilled activity: a touch at 0, 20 or 40 s ago is live, one at
@@ -28,14 +29,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from gql_presence.realtime.held import HeldSessions
 from gql_presence.running.connection import client_for, redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
-from gql_presence.store import HeldSession, Page, PresenceStore, shard_of
+from gql_presence.store import HeldSession, Page, shard_of
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import SessionRevokedError
 from tests.conftest import TEST_SETTINGS
+from tests.helpers import OPENING_POINTS, PausingStore, cancel_hold_at
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
@@ -75,12 +78,15 @@ class PresenceModel(RuleBasedStateMachine):
         self.active_days: dict[str, set[str]] = {}
         # The connection-bound sessions a running process holds and renews.
         self.held: list[HeldSession] = []
+        # Holds as presenceSession makes them, for holders cancelled while they open.
+        self.sessions = HeldSessions(self.store, TTL_MS)
 
-    def connect(self) -> tuple[AnyRedis, PresenceStore]:
+    def connect(self) -> tuple[AnyRedis, PausingStore]:
         """The client and the store under test: one shard of redis_url (ShardedModel below
-        checks shards against this model too)."""
+        checks shards against this model too). The store is a real one that a step can stop
+        at a point of a call."""
         redis = redis_client(self.redis_url)
-        return redis, PresenceStore(redis, MODEL_SETTINGS)
+        return redis, PausingStore(redis, MODEL_SETTINGS)
 
     def run(self, call: Awaitable[T]) -> T:
         return self.loop.run_until_complete(call)
@@ -224,6 +230,31 @@ class PresenceModel(RuleBasedStateMachine):
         if one is not None and one.generation == held.generation:
             del self.users[held.user_id].sessions[held.session_id]
 
+    @rule(
+        user=st.sampled_from(USERS),
+        session=st.sampled_from(SESSIONS),
+        point=st.sampled_from(OPENING_POINTS),
+    )
+    def cancel_an_opening(self, user: str, session: str, point: str) -> None:
+        """A presenceSession whose client leaves at `point` of its opening: whatever the
+        opening did is undone, but for the activity it recorded."""
+        if session in self.users[user].revoked:
+            return  # refused, as the open_session step checks
+        before = len(self.store.opened)
+        self.run(cancel_hold_at(self.sessions, self.store, user, session, point))
+        assert self.sessions.count == 0
+        for opened in self.store.opened[before:]:
+            self.record_activity(user, to_ms(opened.at))
+            # Bound to the opening's holder, replacing any other, then closed with it.
+            self.users[user].sessions.pop(session, None)
+            if point == "catching up":
+                # The holder renewed its session to learn whether the kick ended it, at a
+                # moment of the server's clock: learn it, and check it.
+                last_seen = self.run(self.store.presence(user)).last_seen
+                assert last_seen is not None
+                assert to_ms(opened.at) <= to_ms(last_seen) <= self.server_ms()
+                self.record_activity(user, to_ms(last_seen))
+
     @rule()
     def crash(self) -> None:
         """The process holding the sessions dies: nobody renews or closes them."""
@@ -352,9 +383,9 @@ def test_store_agrees_with_the_model(redis_server: RedisServer) -> None:
 class ShardedModel(PresenceModel):
     deployment = TEST_SETTINGS
 
-    def connect(self) -> tuple[AnyRedis, PresenceStore]:
+    def connect(self) -> tuple[AnyRedis, PausingStore]:
         redis = client_for(self.deployment)
-        return redis, PresenceStore(redis, self.deployment)
+        return redis, PausingStore(redis, self.deployment)
 
 
 @pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)

@@ -3,6 +3,8 @@ subscription, ended by the client, by a kick through any process, or by a second
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import json
 import time
@@ -150,3 +152,69 @@ async def test_end_users_hold_their_own_sessions_only(
     async with graphql_socket(service, f"Bearer {BACKEND_TOKEN}") as backend:
         await start(backend, "any", SESSION, user="bob", session="tab-1")
         assert data(await receive(backend))["userId"] == "bob"
+
+
+# Ends of a subscription within the few milliseconds of its opening: right away, after a few
+# turns of the client's loop, and after up to 5 ms (the opening's reply comes within about
+# one), by a `complete` or by the socket closing.
+OPENING_WINDOW_S = [0.0, 0.0002, 0.0005, 0.001, 0.0015, 0.002, 0.003, 0.005]
+
+
+async def test_a_session_ended_while_it_opens_leaves_nothing_live(service: Service) -> None:
+    async with graphql_socket(service) as watcher:
+        await start(watcher, "w", EVERYONE)
+        await eventually(feeds_above(service, 0), what="the watcher to subscribe")
+        seen: list[tuple[str, str]] = []
+        watching = asyncio.create_task(collect_kinds(watcher, seen))
+
+        async def end_openings(worker: int) -> None:
+            async with graphql_socket(service) as tab:
+                for i in range(10):
+                    user = f"u{worker}-{i}"
+                    await start(tab, user, SESSION, user=user, session="tab")
+                    await asyncio.sleep(OPENING_WINDOW_S[(worker + i) % len(OPENING_WINDOW_S)])
+                    await tab.send_json({"id": user, "type": "complete"})
+            for i in range(10):
+                user = f"v{worker}-{i}"
+                async with graphql_socket(service) as tab:
+                    await start(tab, user, SESSION, user=user, session="tab")
+                    await asyncio.sleep(OPENING_WINDOW_S[(worker + i) % len(OPENING_WINDOW_S)])
+
+        # Side by side, so that some replies are read late, as under load.
+        await asyncio.gather(*(end_openings(worker) for worker in range(8)))
+        try:
+            # Long before the TTL (30 s) would end a session left behind.
+            await eventually(
+                lambda: service.app[HELD_SESSIONS].count == 0 and not still_online(seen),
+                within_s=1,
+                what="every session opened to be closed",
+            )
+        except pytest.fail.Exception:
+            left = sorted(still_online(seen))
+            pytest.fail(f"{len(left)} users left online: {left}")
+        finally:
+            watching.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watching
+    assert seen, "no session was opened at all"
+    total = await graphql(service, "{ onlineUsers { totalCount } }")
+    assert total["data"]["onlineUsers"]["totalCount"] == 0
+
+
+async def collect_kinds(
+    socket: aiohttp.ClientWebSocketResponse, seen: list[tuple[str, str]]
+) -> None:
+    while True:
+        event = data(await receive(socket, within_s=60))
+        seen.append((event["userId"], event["kind"]))
+
+
+def still_online(seen: list[tuple[str, str]]) -> set[str]:
+    """The users that came online in `seen` and did not go offline after."""
+    online: set[str] = set()
+    for user, kind in seen:
+        if kind == "ONLINE":
+            online.add(user)
+        elif kind == "OFFLINE":
+            online.discard(user)
+    return online

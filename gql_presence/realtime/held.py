@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any, TypeVar
 
-from gql_presence.store import EventKind, HeldSession, PresenceStore, PublishedEvent
+from gql_presence.store import EventKind, HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import PresenceError, StoreUnavailableError
 
@@ -21,6 +22,8 @@ log = logging.getLogger("gql_presence.sessions")
 # Renewals come at least this many times per TTL, so that one late or failed renewal still
 # leaves time for the next before the sessions expire.
 RENEWALS_PER_TTL = 3
+
+T = TypeVar("T")
 
 
 class EndReason(StrEnum):
@@ -72,6 +75,8 @@ class HeldSessions:
         # sessions is being opened: a kick or a replacement can be announced before the
         # opening's reply arrives, and so before its hold is there to be ended.
         self._openings: dict[str, list[list[PublishedEvent]]] = {}
+        # Closes under way, of holds ended and of openings their holders left.
+        self._closing: set[asyncio.Task[None]] = set()
 
     @property
     def count(self) -> int:
@@ -85,7 +90,7 @@ class HeldSessions:
         openings = self._openings.setdefault(user_id, [])
         openings.append(early)
         try:
-            opened = await self._store.open_session(user_id, session_id)
+            opened = await self._owned(self._store.open_session(user_id, session_id), self._undo)
         finally:
             openings.remove(early)
             if not openings:
@@ -102,7 +107,35 @@ class HeldSessions:
             if not hold.ended_by_service:
                 # The subscription was cancelled (the client completed it, or the socket
                 # closed): the close must still happen, so it is not cancelled with it.
-                await asyncio.shield(self._close(hold.held))
+                await asyncio.shield(self._in_background(self._close(hold.held)))
+
+    async def _owned(self, opening: Awaitable[T], undo: Callable[[T], Awaitable[None]]) -> T:
+        """What `opening` returns. Every kind of session this process holds is opened through
+        here, so that its holder cancelled at any moment leaves nothing live that nobody
+        holds: the opening is not cancelled with its holder (its script may have run, its
+        reply not read yet), but ends without it, and then `undo` closes what it opened."""
+        task = asyncio.ensure_future(opening)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._in_background(_undo_when_opened(task, undo))
+            raise
+
+    async def _undo(self, opened: OpenedSession) -> None:
+        if opened.held is not None:
+            await self._close(opened.held)
+
+    def _in_background(self, closing: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.ensure_future(closing)
+        self._closing.add(task)  # held until done: the loop keeps only weak references
+        task.add_done_callback(self._closing.discard)
+        return task
+
+    async def settle(self) -> None:
+        """Waits for the closes under way: of holds ended, and of openings whose holder left
+        before they ended."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     async def _close(self, held: HeldSession) -> None:
         try:
@@ -187,6 +220,25 @@ class HeldSessions:
                     "or was replaced meanwhile); subscribe again."
                 )
             )
+
+
+async def _undo_when_opened(
+    opening: asyncio.Future[T], undo: Callable[[T], Awaitable[None]]
+) -> None:
+    """Undoes what an opening left by its holder opened, once it has ended."""
+    try:
+        opened = await opening
+    except StoreUnavailableError as error:
+        # Whatever the script did, if it ran, expires within the TTL, as after a crash.
+        log.warning("an opening whose holder left failed: %s", error.message)
+        return
+    except PresenceError:
+        return  # a refusal opened nothing
+    except Exception:
+        # Nobody else awaits it: a fault of ours is logged here or never.
+        log.exception("an opening whose holder left failed")
+        return
+    await undo(opened)
 
 
 def _ending(held: HeldSession, announced: PublishedEvent) -> Ended | None:
