@@ -70,6 +70,11 @@ class Context:
         use it), so that no request reads another's cached sessions."""
         return sessions_loader(self.store)
 
+    async def charge(self, items: int) -> None:
+        """Counts `items` ids or representations a field was given against the caller's rate
+        (RateLimiter.charge), before the field's Redis work."""
+        await self.limiter.charge(self.caller, items)
+
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""
         self.caller.authorize(need, operation, user_id)

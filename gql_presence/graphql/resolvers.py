@@ -147,7 +147,9 @@ def _friend_links_mutation(
         friend_ids: FriendIdsArg,
         mutual: MutualArg = True,
     ) -> int:
-        return await change(_store(info, Need.BACKEND), user_id, friend_ids, mutual)
+        store = _store(info, Need.BACKEND)
+        await info.context.charge(len(friend_ids))
+        return await change(store, user_id, friend_ids, mutual)
 
     return strawberry.mutation(resolver=resolve, description=description)
 
@@ -184,7 +186,9 @@ class Mutation:
             ),
         ],
     ) -> int:
-        return await _store(info, Need.BACKEND).touch_many(user_ids)
+        store = _store(info, Need.BACKEND)
+        await info.context.charge(len(user_ids))
+        return await store.touch_many(user_ids)
 
     @strawberry.mutation(description="End userId's presence: every session, or only sessionId.")
     async def kick(
@@ -252,6 +256,7 @@ class Subscription:
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
+        await context.charge(len(followed))
         interest = Interest(need, what, frozenset(followed), friends_of, everyone=everyone)
         shared = context.shared_subscription
         if shared is not None and shared.take(interest, info, PresenceEvent.of):
