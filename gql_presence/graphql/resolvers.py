@@ -4,6 +4,7 @@ its result to the GraphQL types. Descriptions here are what GraphiQL shows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import date, datetime
 from typing import Annotated, Any
@@ -23,6 +24,7 @@ from gql_presence.graphql.types import (
     WeeklyStats,
 )
 from gql_presence.policy.auth import CallerKind, Need
+from gql_presence.policy.limits import MAX_REPRESENTATIONS
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.store import PresenceStore, check_id, check_ids
 from gql_presence.store.errors import BadInputError
@@ -328,8 +330,60 @@ class User:
 
     @strawberry.field(description="The user's presence.")
     async def presence(self, info: strawberry.Info[Context, None]) -> UserPresence:
-        return UserPresence.of(await _store(info, Need.OWN, self.id).presence(self.id))
+        context = info.context
+        context.caller.authorize(Need.OWN, info.field_name, self.id)
+        # Every User of an _entities list in one read per shard.
+        return UserPresence.of(await context.presences.load(self.id))
 
-    @classmethod
-    def resolve_reference(cls, id: ID) -> User:
-        return cls(id=id)
+
+REPRESENTATION = '{"__typename": "User", "id": "<id>"}'
+
+
+def users_represented(representations: Sequence[object]) -> list[str]:
+    """The ids of `_entities`' representations, each checked: raises BadInputError, before
+    anything is read, for more than MAX_REPRESENTATIONS, or for any that is not a User's."""
+    if len(representations) > MAX_REPRESENTATIONS:
+        raise BadInputError(
+            f"_entities takes at most {MAX_REPRESENTATIONS:,} representations per call; got "
+            f"{len(representations):,}."
+        )
+    user_ids = []
+    for index, representation in enumerate(representations):
+        fault = _representation_fault(representation)
+        if fault is not None:
+            raise BadInputError(
+                f"representations[{index}] must be {REPRESENTATION}, the one entity this "
+                f"subgraph resolves; {fault}."
+            )
+        assert isinstance(representation, dict)
+        user_ids.append(check_id(representation["id"], f"representations[{index}].id"))
+    return user_ids
+
+
+def _representation_fault(representation: object) -> str | None:
+    """What keeps a value from being a User's representation, or None."""
+    if not isinstance(representation, dict):
+        return f"got a JSON {_json_kind(representation)}"
+    for field, wanted in (("__typename", "User"), ("id", None)):
+        if field not in representation:
+            return f"it has no {field}"
+        value = representation[field]
+        if not isinstance(value, str):
+            return f"its {field} is a JSON {_json_kind(value)}, not a string"
+        if wanted is not None and value != wanted:
+            return f"its {field} is {json.dumps(value[:40])}"
+    if len(representation) > 2:
+        return "it has fields besides these two"
+    return None
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"

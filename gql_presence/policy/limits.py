@@ -40,6 +40,9 @@ MAX_SELECTIONS = 1000
 # each select userId under every alias: 136); 300 pairs cost about as much to validate as
 # the largest valid operation.
 MAX_SAME_FIELD_PAIRS = 300
+# Representations one `_entities` takes: a gateway asks for the users of one page of its own,
+# and the service's largest page (onlineUsers' `first`) is 1,000.
+MAX_REPRESENTATIONS = 1000
 # An operation costs one token of its caller's rate per this many ids or representations its
 # fields are given, in all (and at least one): a touchMany of 10,000 ids is 100 operations'
 # worth of Redis work (its scripts touch every id), and costs as much.
