@@ -21,7 +21,15 @@ from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from tests.conftest import error_codes
-from tests.helpers import BACKEND_TOKEN, SECURED, script_calls, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    graphql_socket,
+    over_socket,
+    script_calls,
+    socket_errors,
+    user_token,
+)
 
 ENTITIES = """
 query($representations: [_Any!]!) {
@@ -145,6 +153,30 @@ async def test_entities_cost_a_token_per_100_representations(
     )
     assert response.status == 429
     assert error_codes(await response.json()) == ["RATE_LIMITED"]
+
+
+# --- the schema, with introspection off ----------------------------------------------------------
+
+
+async def test_with_introspection_off_only_a_backend_reads_the_subgraphs_schema(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    client = await aiohttp_client(create_app(federated(deployment, introspection=False)))
+    sdl = "{ _service { sdl } }"
+    refused = await post(client, sdl, user_token("alice"))
+    assert refused["data"] is None
+    assert error_codes(refused) == ["FORBIDDEN"]
+    assert "backend token" in refused["errors"][0]["message"]
+    anonymous = await client.post("/graphql", json={"query": sdl})
+    assert error_codes(await anonymous.json()) == ["UNAUTHENTICATED"]
+    async with graphql_socket(client, f"Bearer {user_token('alice')}") as socket:
+        over = socket_errors(await over_socket(socket, sdl))
+        assert [e["extensions"]["code"] for e in over] == ["FORBIDDEN"]
+    served = await post(client, sdl, BACKEND_TOKEN)
+    assert 'type User @key(fields: "id")' in served["data"]["_service"]["sdl"]
+    # With introspection on, the schema is anyone's to read, through either path.
+    opened = await aiohttp_client(create_app(federated(deployment)))
+    assert "errors" not in await post(opened, sdl, user_token("alice"))
 
 
 # --- representations that are not a User's ----------------------------------------------------

@@ -10,6 +10,8 @@ from datetime import date, datetime
 from typing import Annotated, Any
 
 import strawberry
+from strawberry.extensions import DisableIntrospection
+from strawberry.printer import print_schema
 
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.event_rendering import Interest
@@ -27,7 +29,7 @@ from gql_presence.policy.auth import CallerKind, Need
 from gql_presence.policy.limits import MAX_REPRESENTATIONS
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.store import PresenceStore, check_id, check_ids
-from gql_presence.store.errors import BadInputError
+from gql_presence.store.errors import BadInputError, ForbiddenError
 
 UserIdArg = Annotated[
     ID,
@@ -387,3 +389,33 @@ def _json_kind(value: object) -> str:
     if isinstance(value, str):
         return "string"
     return "array" if isinstance(value, list) else "object"
+
+
+@strawberry.type(name="_Service", description="This subgraph, as a gateway composes it.")
+class SubgraphService:
+    @strawberry.field(description="The subgraph's schema, in the federation's SDL.")
+    def sdl(self, info: strawberry.Info[Context, None]) -> str:
+        return print_schema(info.schema)
+
+
+@strawberry.type(
+    name="Query",
+    description="Reading presence: who is online, who was active when, and how many.",
+)
+class FederatedQuery(Query):
+    @strawberry.field(
+        name="_service",
+        description="The subgraph's schema for a gateway; with introspection off, for backends only.",
+    )
+    def service(self, info: strawberry.Info[Context, None]) -> SubgraphService:
+        caller = info.context.caller
+        caller.require_credentials()
+        # The whole schema, as introspection would give it: not for end users while the
+        # schema answers no introspection (PRESENCE_INTROSPECTION=false).
+        if caller.kind is CallerKind.USER and DisableIntrospection in info.schema.extensions:
+            raise ForbiddenError(
+                "_service is for backend services while introspection is off "
+                "(PRESENCE_INTROSPECTION=false): a gateway composes the supergraph with a "
+                "backend token."
+            )
+        return SubgraphService()

@@ -26,7 +26,14 @@ from gql_presence.graphql.internals import EventExecutionContext
 from gql_presence.graphql.labels import OperationLabel, OperationSpans
 from gql_presence.graphql.persisted import KEPT_PER_PROCESS, PersistedDocumentCache
 from gql_presence.graphql.planned import PlanRecorder, Plans
-from gql_presence.graphql.resolvers import Mutation, Query, Subscription, User, users_represented
+from gql_presence.graphql.resolvers import (
+    FederatedQuery,
+    Mutation,
+    Query,
+    Subscription,
+    User,
+    users_represented,
+)
 from gql_presence.graphql.types import ID, DateScalar, DateTimeScalar
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.limits import MAX_TOKENS
@@ -106,7 +113,7 @@ def build_schema(
         scalar_map={datetime: DateTimeScalar, date: DateScalar}, name_converter=KeptNames()
     )
     return (FederatedPresenceSchema if federation else PresenceSchema)(
-        query=Query,
+        query=FederatedQuery if federation else Query,
         mutation=Mutation,
         subscription=Subscription,
         types=[User] if federation else (),
