@@ -1,18 +1,25 @@
 --[[
-  take_token: take one request's token from a caller's bucket, if one is there.
+  take_token: take an operation's tokens from a caller's bucket.
 
-  KEYS[1]  bucket      HASH  tokens=tokens left (decimal)  at=when counted, ms
-                             request=id of the last request  granted=its answer 0|1
+  KEYS[1]  bucket      HASH  tokens=tokens left (decimal, below zero while in debt)
+                             at=when counted, ms  request=id of the last request
+                             granted=its answer 0|1
   ARGV[1]  rate        decimal: tokens added per second
   ARGV[2]  burst       int: the most tokens the bucket holds
   ARGV[3]  request_id  string: the same id sent again (a retried call) gets the same answer
-                       and takes no second token
+                       and takes nothing a second time
+  ARGV[4]  cost        int >= 1: tokens taken when granted
+  ARGV[5]  owed        0|1: 0 for an operation's admission, granted only while a token is
+                       there; 1 for the rest of an admitted operation's cost, always taken,
+                       the bucket going below zero if need be (a debt that the rate pays
+                       back before the caller's next operation is admitted)
   Returns  {granted 0|1, retry_after_ms}: retry_after_ms is 0 when granted
   The bucket expires once it would be full again, so idle callers cost no memory.
 ]]
 --- @include "clock"
 local bucket_key = KEYS[1]
 local rate, burst, request_id = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local cost, owed = tonumber(ARGV[4]), ARGV[5] == '1'
 
 local now = now_ms()
 local tokens, at, last_request, last_granted =
@@ -27,8 +34,8 @@ end
 -- A clock that stepped back adds nothing, rather than taking tokens away.
 tokens = math.min(burst, tokens + math.max(0, now - at) * rate / 1000)
 local granted = 0
-if tokens >= 1 then
-  tokens = tokens - 1
+if owed or tokens >= 1 then
+  tokens = tokens - cost
   granted = 1
 end
 redis.call('HSET', bucket_key, 'tokens', string.format('%.6f', tokens), 'at', now,

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
+from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio.client import PubSub
 
 from gql_presence.http.app_keys import EVENTS
@@ -65,6 +66,23 @@ async def eventually(
         if time.monotonic() > deadline:
             pytest.fail(f"waited {within_s} s for {what} in vain")
         await asyncio.sleep(0.02)
+
+
+# --- what the service tells operators ----------------------------------------------------------
+
+
+async def script_calls(service: Service, script: str) -> float:
+    """How many calls of lua/<script>.lua the service has made, by its own /metrics."""
+    response = await service.get("/metrics")
+    assert response.status == 200
+    for family in text_string_to_metric_families(await response.text()):
+        for sample in family.samples:
+            if (
+                sample.name == "gqlp_script_duration_seconds_count"
+                and sample.labels.get("script") == script
+            ):
+                return sample.value
+    return 0
 
 
 # --- README.md's snippets ----------------------------------------------------------------------

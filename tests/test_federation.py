@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,16 @@ from gql_presence.app import create_app
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
-from tests.helpers import BACKEND_TOKEN, SECURED, user_token
+from tests.conftest import error_codes
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    graphql_socket,
+    over_socket,
+    script_calls,
+    socket_errors,
+    user_token,
+)
 
 ENTITIES = """
 query($representations: [_Any!]!) {
@@ -32,7 +42,14 @@ def users(*ids: str) -> dict[str, Any]:
 
 
 def federated(deployment: Settings, **changes: Any) -> Settings:
-    return dataclasses.replace(SECURED, redis_url=deployment.redis_url, federation=True, **changes)
+    return dataclasses.replace(
+        SECURED,
+        redis_url=deployment.redis_url,
+        redis_cluster_nodes=deployment.redis_cluster_nodes,
+        shards=deployment.shards,
+        federation=True,
+        **changes,
+    )
 
 
 async def post(
@@ -84,6 +101,139 @@ async def test_without_the_setting_the_schema_is_unchanged(api: TestClient[Any, 
     assert "Cannot query field '_service'" in body["errors"][0]["message"]
     assert Settings.from_env({"PRESENCE_FEDERATION": "true"}).federation is True
     assert Settings.from_env({}).federation is False
+
+
+# --- bounded work ------------------------------------------------------------------------------
+
+
+async def test_entities_take_at_most_1000_representations(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    client = await aiohttp_client(create_app(federated(deployment)))
+    many = [f"user-{i}" for i in range(1001)]
+    body = await post(client, ENTITIES, BACKEND_TOKEN, **users(*many))
+    assert body["data"] is None
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "at most 1,000 representations" in body["errors"][0]["message"]
+    assert await script_calls(client, "presence") == 0  # refused before any Redis work
+
+
+@pytest.mark.parametrize("deployment", ["three-shards"], indirect=True)
+async def test_entities_read_presence_in_one_script_call_per_shard(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    client = await aiohttp_client(create_app(federated(deployment)))
+    await PresenceStore(http_redis, deployment).touch("user-7")
+    many = [f"user-{i}" for i in range(1000)]
+    body = await post(client, ENTITIES, BACKEND_TOKEN, **users(*many))
+    found = body["data"]["_entities"]
+    assert [e["id"] for e in found] == many
+    assert [e["id"] for e in found if e["presence"]["online"]] == ["user-7"]
+    assert await script_calls(client, "presence") == 3  # one read per shard
+    # One user asking for themselves a thousand times: one read.
+    own = await post(client, ENTITIES, user_token("alice"), **users(*["alice"] * 1000))
+    assert len(own["data"]["_entities"]) == 1000
+    assert await script_calls(client, "presence") == 4
+
+
+async def test_entities_cost_a_token_per_100_representations(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    """A bucket of 10 at once: 100 representations take one token, 900 take nine more; the
+    next request finds the bucket empty."""
+    settings = federated(deployment, backend_rate=0.5, backend_burst=10)
+    client = await aiohttp_client(create_app(settings))
+    hundred = [f"user-{i}" for i in range(100)]
+    assert "errors" not in await post(client, ENTITIES, BACKEND_TOKEN, **users(*hundred))
+    assert "errors" not in await post(client, ENTITIES, BACKEND_TOKEN, **users(*hundred * 9))
+    response = await client.post(
+        "/graphql",
+        json={"query": "{ __typename }"},
+        headers={"Authorization": f"Bearer {BACKEND_TOKEN}"},
+    )
+    assert response.status == 429
+    assert error_codes(await response.json()) == ["RATE_LIMITED"]
+
+
+# --- the schema, with introspection off ----------------------------------------------------------
+
+
+async def test_with_introspection_off_only_a_backend_reads_the_subgraphs_schema(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    client = await aiohttp_client(create_app(federated(deployment, introspection=False)))
+    sdl = "{ _service { sdl } }"
+    refused = await post(client, sdl, user_token("alice"))
+    assert refused["data"] is None
+    assert error_codes(refused) == ["FORBIDDEN"]
+    assert "backend token" in refused["errors"][0]["message"]
+    anonymous = await client.post("/graphql", json={"query": sdl})
+    assert error_codes(await anonymous.json()) == ["UNAUTHENTICATED"]
+    async with graphql_socket(client, f"Bearer {user_token('alice')}") as socket:
+        over = socket_errors(await over_socket(socket, sdl))
+        assert [e["extensions"]["code"] for e in over] == ["FORBIDDEN"]
+    served = await post(client, sdl, BACKEND_TOKEN)
+    assert 'type User @key(fields: "id")' in served["data"]["_service"]["sdl"]
+    # With introspection on, the schema is anyone's to read, through either path.
+    opened = await aiohttp_client(create_app(federated(deployment)))
+    assert "errors" not in await post(opened, sdl, user_token("alice"))
+
+
+# --- representations that are not a User's ----------------------------------------------------
+
+MALFORMED: list[object] = [
+    {"__typename": "User"},
+    {"id": "alice"},
+    {"__typename": "Nobody", "id": "alice"},
+    {"__typename": None, "id": "alice"},
+    {"__typename": "User", "id": None},
+    {"__typename": "User", "id": {"nested": "alice"}},
+    {"__typename": "User", "id": ["alice"]},
+    {"__typename": "User", "id": 7},
+    {"__typename": "User", "id": True},
+    {"__typename": "User", "id": ""},
+    {"__typename": "User", "id": "alice", "name": "Alice"},
+    {},
+    "alice",
+    7,
+    ["User", "alice"],
+]
+
+
+@pytest.mark.parametrize("representation", MALFORMED, ids=json.dumps)
+async def test_a_malformed_representation_is_the_callers_fault(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    caplog: pytest.LogCaptureFixture,
+    representation: object,
+) -> None:
+    client = await aiohttp_client(create_app(federated(deployment)))
+    representations = [{"__typename": "User", "id": "bob"}, representation]
+    with caplog.at_level(logging.INFO):
+        body = await post(client, ENTITIES, BACKEND_TOKEN, representations=representations)
+    assert error_codes(body) == ["BAD_USER_INPUT"], body
+    message = body["errors"][0]["message"]
+    assert "representations[1]" in message
+    if not (isinstance(representation, dict) and representation.get("id") == ""):
+        assert '{"__typename": "User", "id": "<id>"}' in message
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert await script_calls(client, "presence") == 0
+
+
+async def test_a_malformed_representation_written_in_the_document_is_the_callers_fault(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    client = await aiohttp_client(create_app(federated(deployment)))
+    with caplog.at_level(logging.INFO):
+        for literal in ('{__typename: "User"}', '{__typename: "User", id: 7}', '"alice"'):
+            query = f"{{ _entities(representations: [{literal}]) {{ ... on User {{ id }} }} }}"
+            body = await post(client, query, BACKEND_TOKEN)
+            assert error_codes(body) == ["BAD_USER_INPUT"], body
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
 
 
 # --- composed by a gateway ---------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 from typing import Any
 
@@ -23,7 +24,10 @@ import pytest
 from aiohttp.test_utils import TestClient
 from graphql import OperationDefinitionNode
 from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import strategies as st
+from pytest_aiohttp import AiohttpClient
 
+from gql_presence.app import create_app
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
 from gql_presence.store.errors import ErrorCode
@@ -174,3 +178,57 @@ async def test_lone_surrogates_in_a_document_are_a_syntax_error(api: Client) -> 
     for literal in ('"alice\ud800"', '"alice\\ud800"'):
         errors = await answer(api, f"{{ presence(userId: {literal}) {{ online }} }}", None)
         assert [e["message"].split(":")[0] for e in errors] == ["Syntax Error"]
+
+
+# --- federation's representations ----------------------------------------------------------------
+
+# Any JSON value a gateway, or anyone else, could send as a representation.
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**64), max_value=2**64)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=140),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+# Shaped like a User's, with anything where each of its fields goes: most get as far as the
+# id's own check.
+USER_LIKE = st.fixed_dictionaries(
+    {
+        "__typename": st.sampled_from(["User", "user", "UserPresence", "_Service", ""])
+        | JSON_VALUES,
+        "id": st.text(max_size=140) | JSON_VALUES,
+    },
+    optional={"name": JSON_VALUES, "presence": JSON_VALUES},
+)
+USERS = st.builds(lambda i: {"__typename": "User", "id": i}, st.text(min_size=1, max_size=130))
+REPRESENTATIONS = st.lists(USERS, max_size=6) | st.lists(
+    JSON_VALUES | USER_LIKE | USERS, max_size=6
+)
+ENTITIES = """
+query($representations: [_Any!]!) {
+  _entities(representations: $representations) { __typename ... on User { id presence { online } } }
+}"""
+
+
+@pytest.fixture
+async def federated_api(aiohttp_client: AiohttpClient, deployment: Settings) -> Client:
+    return await aiohttp_client(create_app(dataclasses.replace(deployment, federation=True)))
+
+
+@pytest.mark.slow
+@FUZZ_SETTINGS
+@given(representations=REPRESENTATIONS)
+async def test_any_representations_are_answered_without_a_fault(
+    federated_api: Client, caplog: pytest.LogCaptureFixture, representations: list[Any]
+) -> None:
+    variables = {"representations": representations}
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        record(await answer(federated_api, ENTITIES, variables))
+        await answer_over_socket(federated_api, ENTITIES, variables)
+    faults = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not faults, [r.getMessage() for r in faults]

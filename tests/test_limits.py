@@ -34,6 +34,8 @@ from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
+    eventually,
+    feeds_above,
     graphql_socket,
     over_socket,
     socket_errors,
@@ -246,12 +248,72 @@ async def test_callers_over_their_rate_are_refused_with_when_to_retry(
     assert (await send(user_token("bob")))[0] == 200  # each user has a bucket of their own
 
 
+async def test_an_operation_costs_a_token_per_100_ids_its_fields_are_given(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """Whatever carries the ids: a variable read by two aliases, or a list written in the
+    document; the first time a document runs, or from its plan. A bucket of 11 at once,
+    refilled at one token every 2 s."""
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=redis_server.url,
+        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", "c" * 40)),
+        backend_rate=0.5,
+        backend_burst=11,
+    )
+    api = await aiohttp_client(create_app(settings))
+
+    async def send(token: str, query: str, **variables: Any) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {token}"}
+        body = {"query": query, "variables": variables}
+        response = await api.post("/graphql", json=body, headers=headers)
+        return response.status, await response.json()
+
+    twice = "mutation($ids: [ID!]!) { a: touchMany(userIds: $ids) b: touchMany(userIds: $ids) }"
+    status, body = await send(BACKEND_TOKEN, twice, ids=[f"u{i}" for i in range(50)])
+    assert (status, body["data"]) == (200, {"a": 50, "b": 50})  # 100 ids: one token
+    status, body = await send(BACKEND_TOKEN, twice, ids=[f"u{i}" for i in range(500)])
+    assert (status, body["data"]) == (200, {"a": 500, "b": 500})  # 1,000 ids: ten tokens
+    status, body = await send(BACKEND_TOKEN, "{ __typename }")
+    assert (status, error_codes(body)) == (429, ["RATE_LIMITED"])
+
+    written = json.dumps([f"f{i}" for i in range(1050)])  # 1,050 ids: eleven tokens
+    add = f'mutation {{ addFriends(userId: "u", friendIds: {written}, mutual: false) }}'
+    assert (await send("c" * 40, add))[1] == {"data": {"addFriends": 1050}}
+    status, body = await send("c" * 40, "{ __typename }")
+    assert (status, error_codes(body)) == (429, ["RATE_LIMITED"])
+
+
+async def test_a_subscription_costs_a_token_per_100_users_it_follows(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """The second subscribe of the same document and variables joins the first one's
+    delivery without running the resolver: it costs as much all the same."""
+    settings = dataclasses.replace(
+        SECURED, redis_url=redis_server.url, backend_rate=0.5, backend_burst=20
+    )
+    api = await aiohttp_client(create_app(settings))
+    follow = "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) { userId } }"
+    payload = {"query": follow, "variables": {"ids": [f"u{i}" for i in range(1000)]}}
+    async with (
+        graphql_socket(api, f"Bearer {BACKEND_TOKEN}") as first,
+        graphql_socket(api, f"Bearer {BACKEND_TOKEN}") as second,
+    ):
+        for count, socket in enumerate((first, second)):
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+            await eventually(feeds_above(api, count), what="the subscription")
+        refused = await over_socket(first, "{ __typename }", operation_id="2")
+        assert [e["extensions"]["code"] for e in socket_errors(refused)] == ["RATE_LIMITED"]
+
+
 async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
     scripts = Scripts.register(redis)
     bucket = [Keys().rate_bucket("backend:chat")]
 
     async def take(request_id: str) -> list[int]:
-        reply: list[int] = await scripts.run(ScriptName.TAKE_TOKEN, bucket, ["1", 2, request_id])
+        reply: list[int] = await scripts.run(
+            ScriptName.TAKE_TOKEN, bucket, ["1", 2, request_id, 1, 0]
+        )
         return reply
 
     assert await take("request-1") == await take("request-1") == [1, 0]
@@ -260,6 +322,26 @@ async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
     assert granted == 0
     assert 0 < retry_after_ms <= 1000
     assert 0 < await redis.pttl(bucket[0]) <= 3000  # gone once it would be full again
+
+
+async def test_an_operations_cost_beyond_its_first_token_is_owed(redis: Redis) -> None:
+    """Admission needs a token in the bucket; the rest of the cost is taken whatever is
+    left, and the debt is paid back at the rate before the next admission."""
+    scripts = Scripts.register(redis)
+    bucket = [Keys().rate_bucket("backend:chat")]
+
+    async def take(cost: int, *, owed: bool) -> list[int]:
+        reply: list[int] = await scripts.run(
+            ScriptName.TAKE_TOKEN, bucket, ["1", 2, f"r{time.monotonic_ns()}", cost, int(owed)]
+        )
+        return reply
+
+    assert await take(1, owed=False) == [1, 0]
+    assert await take(9, owed=True) == [1, 0]  # one token was left: eight owed
+    granted, retry_after_ms = await take(1, owed=False)
+    assert granted == 0
+    assert 8900 < retry_after_ms <= 9000  # nine tokens at one a second
+    assert 9000 < await redis.pttl(bucket[0]) <= 11_000  # kept until full again
 
 
 def test_a_process_own_buckets_refill_at_the_rate_and_forget_idle_callers() -> None:
@@ -275,3 +357,7 @@ def test_a_process_own_buckets_refill_at_the_rate_and_forget_idle_callers() -> N
         now[0] += 5
         assert buckets.take(f"user-{i}", 0.5, 2) == 0
     assert len(buckets) <= 1024  # idle callers cost no memory
+    # As the script: the rest of an operation's cost is owed, and paid back at the rate.
+    assert buckets.take("c", 0.5, 2) == 0
+    assert buckets.take("c", 0.5, 2, 4, owed=True) == 0
+    assert buckets.take("c", 0.5, 2) == 8000

@@ -10,11 +10,11 @@ from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
 
 from gql_presence.policy.auth import Caller, Need
-from gql_presence.policy.limits import RateLimiter
+from gql_presence.policy.limits import MAX_REPRESENTATIONS, RateLimiter
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
-from gql_presence.store import PresenceStore, Session
+from gql_presence.store import Presence, PresenceStore, Session
 from gql_presence.store.errors import UnauthenticatedError
 
 if TYPE_CHECKING:
@@ -70,6 +70,18 @@ class Context:
         use it), so that no request reads another's cached sessions."""
         return sessions_loader(self.store)
 
+    async def charge(self, items: int) -> None:
+        """Counts `items` ids or representations a field was given against the caller's rate
+        (RateLimiter.charge), before the field's Redis work."""
+        await self.limiter.charge(self.caller, items)
+
+    @cached_property
+    def presences(self) -> DataLoader[str, Presence]:
+        """Users' presence, read in batches: every load of one turn of the event loop (the
+        users of one `_entities`) in one script call per shard. Nothing is kept between
+        batches: a WebSocket's operations share this Context, and each must read afresh."""
+        return presences_loader(self.store)
+
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""
         self.caller.authorize(need, operation, user_id)
@@ -83,3 +95,14 @@ def sessions_loader(store: PresenceStore) -> DataLoader[str, tuple[Session, ...]
         return [p.sessions for p in await store.presence_many(user_ids)]
 
     return DataLoader(load_fn=load)
+
+
+def presences_loader(store: PresenceStore) -> DataLoader[str, Presence]:
+    """Reads the presence of many users (ids checked already) in one script call per shard."""
+
+    async def load(user_ids: list[str]) -> list[Presence]:
+        return await store.presence_many(user_ids)
+
+    # A batch of more (the users of several `_entities` at once) is read in several calls,
+    # none of which reads more users than one `_entities` may name.
+    return DataLoader(load_fn=load, cache=False, max_batch_size=MAX_REPRESENTATIONS)

@@ -183,6 +183,8 @@ class OperationPipeline:
         if rendering is None or rendering.interest is None:
             return None
         rendering.interest.authorize(context.caller)
+        # What the resolver would have charged for the users it follows.
+        await context.charge(len(rendering.interest.user_ids))
         return await self._join(context, operation, rendering, rendering.interest)
 
     async def _join(

@@ -4,11 +4,14 @@ its result to the GraphQL types. Descriptions here are what GraphiQL shows.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import date, datetime
 from typing import Annotated, Any
 
 import strawberry
+from strawberry.extensions import DisableIntrospection
+from strawberry.printer import print_schema
 
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.event_rendering import Interest
@@ -23,9 +26,10 @@ from gql_presence.graphql.types import (
     WeeklyStats,
 )
 from gql_presence.policy.auth import CallerKind, Need
+from gql_presence.policy.limits import MAX_REPRESENTATIONS
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.store import PresenceStore, check_id, check_ids
-from gql_presence.store.errors import BadInputError
+from gql_presence.store.errors import BadInputError, ForbiddenError
 
 UserIdArg = Annotated[
     ID,
@@ -147,7 +151,9 @@ def _friend_links_mutation(
         friend_ids: FriendIdsArg,
         mutual: MutualArg = True,
     ) -> int:
-        return await change(_store(info, Need.BACKEND), user_id, friend_ids, mutual)
+        store = _store(info, Need.BACKEND)
+        await info.context.charge(len(friend_ids))
+        return await change(store, user_id, friend_ids, mutual)
 
     return strawberry.mutation(resolver=resolve, description=description)
 
@@ -184,7 +190,9 @@ class Mutation:
             ),
         ],
     ) -> int:
-        return await _store(info, Need.BACKEND).touch_many(user_ids)
+        store = _store(info, Need.BACKEND)
+        await info.context.charge(len(user_ids))
+        return await store.touch_many(user_ids)
 
     @strawberry.mutation(description="End userId's presence: every session, or only sessionId.")
     async def kick(
@@ -252,6 +260,7 @@ class Subscription:
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
+        await context.charge(len(followed))
         interest = Interest(need, what, frozenset(followed), friends_of, everyone=everyone)
         shared = context.shared_subscription
         if shared is not None and shared.take(interest, info, PresenceEvent.of):
@@ -323,8 +332,90 @@ class User:
 
     @strawberry.field(description="The user's presence.")
     async def presence(self, info: strawberry.Info[Context, None]) -> UserPresence:
-        return UserPresence.of(await _store(info, Need.OWN, self.id).presence(self.id))
+        context = info.context
+        context.caller.authorize(Need.OWN, info.field_name, self.id)
+        # Every User of an _entities list in one read per shard.
+        return UserPresence.of(await context.presences.load(self.id))
 
-    @classmethod
-    def resolve_reference(cls, id: ID) -> User:
-        return cls(id=id)
+
+REPRESENTATION = '{"__typename": "User", "id": "<id>"}'
+
+
+def users_represented(representations: Sequence[object]) -> list[str]:
+    """The ids of `_entities`' representations, each checked: raises BadInputError, before
+    anything is read, for more than MAX_REPRESENTATIONS, or for any that is not a User's."""
+    if len(representations) > MAX_REPRESENTATIONS:
+        raise BadInputError(
+            f"_entities takes at most {MAX_REPRESENTATIONS:,} representations per call; got "
+            f"{len(representations):,}."
+        )
+    user_ids = []
+    for index, representation in enumerate(representations):
+        fault = _representation_fault(representation)
+        if fault is not None:
+            raise BadInputError(
+                f"representations[{index}] must be {REPRESENTATION}, the one entity this "
+                f"subgraph resolves; {fault}."
+            )
+        assert isinstance(representation, dict)
+        user_ids.append(check_id(representation["id"], f"representations[{index}].id"))
+    return user_ids
+
+
+def _representation_fault(representation: object) -> str | None:
+    """What keeps a value from being a User's representation, or None."""
+    if not isinstance(representation, dict):
+        return f"got a JSON {_json_kind(representation)}"
+    for field, wanted in (("__typename", "User"), ("id", None)):
+        if field not in representation:
+            return f"it has no {field}"
+        value = representation[field]
+        if not isinstance(value, str):
+            return f"its {field} is a JSON {_json_kind(value)}, not a string"
+        if wanted is not None and value != wanted:
+            return f"its {field} is {json.dumps(value[:40])}"
+    if len(representation) > 2:
+        return "it has fields besides these two"
+    return None
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
+@strawberry.type(name="_Service", description="This subgraph, as a gateway composes it.")
+class SubgraphService:
+    @strawberry.field(description="The subgraph's schema, in the federation's SDL.")
+    def sdl(self, info: strawberry.Info[Context, None]) -> str:
+        return print_schema(info.schema)
+
+
+@strawberry.type(
+    name="Query",
+    description="Reading presence: who is online, who was active when, and how many.",
+)
+class FederatedQuery(Query):
+    @strawberry.field(
+        name="_service",
+        description="The subgraph's schema for a gateway; with introspection off, for backends only.",
+    )
+    def service(self, info: strawberry.Info[Context, None]) -> SubgraphService:
+        caller = info.context.caller
+        caller.require_credentials()
+        # The whole schema, as introspection would give it: not for end users while the
+        # schema answers no introspection (PRESENCE_INTROSPECTION=false).
+        if caller.kind is CallerKind.USER and DisableIntrospection in info.schema.extensions:
+            raise ForbiddenError(
+                "_service is for backend services while introspection is off "
+                "(PRESENCE_INTROSPECTION=false): a gateway composes the supergraph with a "
+                "backend token."
+            )
+        return SubgraphService()

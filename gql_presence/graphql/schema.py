@@ -15,17 +15,26 @@ from strawberry.extensions import (
     MaxTokensLimiter,
     SchemaExtension,
 )
+from strawberry.federation.schema import FederationAny
 from strawberry.schema.config import StrawberryConfig
 from strawberry.schema.name_converter import NameConverter
 
+from gql_presence.graphql.context import Context
 from gql_presence.graphql.document_limits import DocumentValidation
 from gql_presence.graphql.error_codes import ErrorCodes, log_unexpected
 from gql_presence.graphql.internals import EventExecutionContext
 from gql_presence.graphql.labels import OperationLabel, OperationSpans
 from gql_presence.graphql.persisted import KEPT_PER_PROCESS, PersistedDocumentCache
 from gql_presence.graphql.planned import PlanRecorder, Plans
-from gql_presence.graphql.resolvers import Mutation, Query, Subscription, User
-from gql_presence.graphql.types import DateScalar, DateTimeScalar
+from gql_presence.graphql.resolvers import (
+    FederatedQuery,
+    Mutation,
+    Query,
+    Subscription,
+    User,
+    users_represented,
+)
+from gql_presence.graphql.types import ID, DateScalar, DateTimeScalar
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.limits import MAX_TOKENS
 
@@ -38,6 +47,18 @@ class PresenceSchema(strawberry.Schema):
 
 class FederatedPresenceSchema(strawberry.federation.Schema, PresenceSchema):
     """The same schema as an Apollo Federation 2 subgraph: User, _entities and _service."""
+
+    # In place of Strawberry's resolver of _entities (a coroutine function serves as well),
+    # which takes representations as they come: any number of them, and a KeyError or
+    # TypeError, answered as our fault, for one that is not an object of a known __typename
+    # with the right fields. Here they are checked and bounded first, and the Users' presence
+    # is read in batches (Context.presences).
+    async def entities_resolver(  # type: ignore[override]
+        self, info: strawberry.Info[Context, None], representations: list[FederationAny]
+    ) -> list[User]:
+        user_ids = users_represented(representations)
+        await info.context.charge(len(user_ids))
+        return [User(id=ID(user_id)) for user_id in user_ids]
 
 
 class KeptNames(NameConverter):
@@ -92,7 +113,7 @@ def build_schema(
         scalar_map={datetime: DateTimeScalar, date: DateScalar}, name_converter=KeptNames()
     )
     return (FederatedPresenceSchema if federation else PresenceSchema)(
-        query=Query,
+        query=FederatedQuery if federation else Query,
         mutation=Mutation,
         subscription=Subscription,
         types=[User] if federation else (),

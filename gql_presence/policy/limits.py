@@ -9,6 +9,8 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
 
 from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.settings import Settings
@@ -38,6 +40,13 @@ MAX_SELECTIONS = 1000
 # each select userId under every alias: 136); 300 pairs cost about as much to validate as
 # the largest valid operation.
 MAX_SAME_FIELD_PAIRS = 300
+# Representations one `_entities` takes: a gateway asks for the users of one page of its own,
+# and the service's largest page (onlineUsers' `first`) is 1,000.
+MAX_REPRESENTATIONS = 1000
+# An operation costs one token of its caller's rate per this many ids or representations its
+# fields are given, in all (and at least one): a touchMany of 10,000 ids is 100 operations'
+# worth of Redis work (its scripts touch every id), and costs as much.
+IDS_PER_TOKEN = 100
 MAX_SUBSCRIPTIONS_PER_SOCKET = 20
 # A WebSocket that has not authenticated (connection_init) by then is closed.
 CONNECTION_INIT_WAIT_S = 10
@@ -65,20 +74,44 @@ class RateLimiter:
         self._shared = True
 
     async def admit(self, caller: Caller) -> None:
-        """Raises RateLimitedError when the caller has no token left."""
+        """Takes the operation's first token, and starts counting what its fields are given
+        (charge()); raises RateLimitedError when the caller has no token left."""
+        wait_ms = await self._take(caller, 1, owed=False)
+        if wait_ms:
+            raise RateLimitedError(math.ceil(wait_ms / 1000))
+        _COST.set(_Cost())
+
+    async def charge(self, caller: Caller, items: int) -> None:
+        """Counts `items` ids or representations that a field of the running operation was
+        given, before its Redis work: the operation costs one token per IDS_PER_TOKEN of them
+        in all, and at least one (its admission's). What is due beyond the tokens taken
+        already is taken now, whatever is left in the bucket: it may go below zero, and the
+        caller's next operation waits until the rate has paid that back. Never refuses: the
+        operation was admitted, and its cost is known only as its fields run."""
+        cost = _COST.get()
+        if cost is None:  # a field run without admission: nothing taken for it yet
+            cost = _Cost(tokens=0)
+            _COST.set(cost)
+        cost.items += items
+        due = max(1, math.ceil(cost.items / IDS_PER_TOKEN)) - cost.tokens
+        if due > 0:
+            # Counted before the await: fields running at the same time each take their share.
+            cost.tokens += due
+            await self._take(caller, due, owed=True)
+
+    async def _take(self, caller: Caller, tokens: int, *, owed: bool) -> int:
         # Open and anonymous callers have no bucket: they name no one to count against.
         rate, burst = self._buckets.get(caller.kind, (0.0, 0))
         if not rate:
-            return
+            return 0
         bucket = f"{caller.kind.value}:{caller.name}"
         try:
-            wait_ms = await self._store.take_token(bucket, rate, burst)
+            wait_ms = await self._store.take_token(bucket, rate, burst, tokens, owed=owed)
             self._note_shared(shared=True)
         except WritesRefusedError:
             self._note_shared(shared=False)
-            wait_ms = self._own_buckets.take(bucket, rate, burst)
-        if wait_ms:
-            raise RateLimitedError(math.ceil(wait_ms / 1000))
+            wait_ms = self._own_buckets.take(bucket, rate, burst, tokens, owed=owed)
+        return wait_ms
 
     def _note_shared(self, *, shared: bool) -> None:
         if shared == self._shared:
@@ -91,6 +124,21 @@ class RateLimiter:
                 "rate limits: Redis takes no writes (a read-only replica?); this process "
                 "counts with buckets of its own until it does"
             )
+
+
+@dataclass
+class _Cost:
+    """What one admitted operation has been charged: the ids and representations its fields
+    were given, and the tokens taken for them (its admission's included)."""
+
+    items: int = 0
+    tokens: int = 1
+
+
+# The operation being run: a WebSocket's operations share one Context, so the tally cannot
+# live there. Each operation runs in a task of its own (over HTTP, its request's), and the
+# tasks graphql-core starts for its fields share the tally through their copies.
+_COST: ContextVar[_Cost | None] = ContextVar("operation_cost", default=None)
 
 
 class LocalBuckets:
@@ -107,15 +155,18 @@ class LocalBuckets:
         """How many callers' buckets are kept."""
         return len(self._buckets)
 
-    def take(self, caller: str, rate: float, burst: int) -> int:
-        """Takes one token (rate per second, at most burst). Returns 0 when granted, else
+    def take(
+        self, caller: str, rate: float, burst: int, cost: int = 1, *, owed: bool = False
+    ) -> int:
+        """Takes `cost` tokens (rate per second, at most burst) while one is there, or,
+        `owed`, whatever is left, as lua/take_token.lua does. Returns 0 when granted, else
         how many ms until a token is there."""
         now = self._clock()
         tokens, at, _ = self._buckets.get(caller, (burst, now, now))
         tokens = min(burst, tokens + max(0.0, now - at) * rate)
         wait_ms = 0
-        if tokens >= 1:
-            tokens -= 1
+        if owed or tokens >= 1:
+            tokens -= cost
         else:
             wait_ms = max(1, math.ceil((1 - tokens) * 1000 / rate))
         self._buckets[caller] = (tokens, now, now + (burst - tokens) / rate)

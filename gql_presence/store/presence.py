@@ -204,11 +204,14 @@ class PresenceStore:
         (found,) = await self._shard(user_id).presence_many([user_id])
         return found
 
-    async def take_token(self, caller: str, rate: float, burst: int) -> int:
-        """Takes one token from the caller's bucket (rate per second, at most burst).
-        Returns 0 when granted, else how many ms until a token is there. Rate-limit buckets
-        are not users' data: they all live in shard 0."""
-        return await self._shards[0].take_token(caller, rate, burst)
+    async def take_token(
+        self, caller: str, rate: float, burst: int, cost: int = 1, *, owed: bool = False
+    ) -> int:
+        """Takes `cost` tokens from the caller's bucket (rate per second, at most burst):
+        while one is there, or, `owed`, whatever is left (lua/take_token.lua). Returns 0 when
+        granted, else how many ms until a token is there. Rate-limit buckets are not users'
+        data: they all live in shard 0."""
+        return await self._shards[0].take_token(caller, rate, burst, cost, owed=owed)
 
     async def persist_document(self, sha256: str, document: str) -> None:
         """Keeps a GraphQL document under its SHA-256 (lowercase hex, checked by the caller)

@@ -340,13 +340,15 @@ class Shard:
         )
         return SweepResult(int(offline), int(purged), int(online))
 
-    async def take_token(self, caller: str, rate: float, burst: int) -> int:
-        """Takes one token from the caller's bucket (rate per second, at most burst).
+    async def take_token(
+        self, caller: str, rate: float, burst: int, cost: int, *, owed: bool
+    ) -> int:
+        """Takes `cost` tokens from the caller's bucket (rate per second, at most burst).
         Returns 0 when granted, else how many ms until a token is there."""
         granted, retry_after_ms = await self._run(
             ScriptName.TAKE_TOKEN,
             [self._keys.rate_bucket(caller)],
-            [repr(rate), burst, uuid.uuid4().hex],
+            [repr(rate), burst, uuid.uuid4().hex, cost, int(owed)],
         )
         return 0 if int(granted) else max(1, int(retry_after_ms))
 
