@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import ipaddress
 import logging
 import random
 import sys
@@ -19,7 +18,7 @@ from gql_presence.observability.logs import configure_logging
 from gql_presence.running.ports import refusal_to_listen
 from gql_presence.running.redis_server import RedisStartError, make_data_dir, redis_server_binary
 from gql_presence.running.workers import SHUTDOWN_TIMEOUT_S, serve_workers
-from gql_presence.settings import ANY_HOST, Settings, SettingsError
+from gql_presence.settings import ANY, Settings, SettingsError, is_loopback_address
 from gql_presence.store.errors import PresenceError
 
 SCHEMA_FILE = Path("schema.graphql")
@@ -36,7 +35,7 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
     settings = settings_or_exit()
     if settings is None:
         return 2
-    if not settings.secured and not (settings.allow_open or is_loopback(host)):
+    if not settings.secured and not (settings.allow_open or is_loopback_address(host)):
         print(
             f"gql-presence: refusing to serve {host} with no credentials configured: anyone "
             "who reaches it could read and change all presence. Set PRESENCE_BACKEND_TOKENS "
@@ -109,7 +108,7 @@ def announce(settings: Settings, host: str, port: int, detail: str = "") -> None
 
 
 def accepted_hosts(settings: Settings) -> str:
-    if ANY_HOST in settings.allowed_hosts:
+    if ANY in settings.allowed_hosts:
         return "any host name"
     return ", ".join(("localhost", "a loopback address", *settings.allowed_hosts))
 
@@ -135,15 +134,6 @@ async def freeze_start_up_objects(app: web.Application) -> None:
     (bench/RESULTS.md)."""
     gc.collect()
     gc.freeze()
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # a host name: it may resolve to anything
-        return False
 
 
 def settings_or_exit() -> Settings | None:

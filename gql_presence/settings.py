@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from gql_presence.store.days import DAY_MS
 
 _MS_PER_SECOND = 1000
-ANY_HOST = "*"
+# Alone in PRESENCE_ALLOWED_HOSTS or PRESENCE_CORS_ORIGINS: every host name, every origin.
+ANY = "*"
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 
 
@@ -91,7 +92,7 @@ class Settings:
     # Host names (lower-case; IPv6 addresses without brackets) that requests may be addressed
     # to besides localhost, *.localhost and loopback addresses, which are always answered:
     # the defence against DNS rebinding (hosts.py). Empty: in open mode only loopback names
-    # are answered, with credentials any name. ANY_HOST alone answers any name.
+    # are answered, with credentials any name. ANY alone answers any name.
     allowed_hosts: tuple[str, ...] = ()
     # Development conveniences that production turns off.
     graphiql: bool = True
@@ -299,7 +300,7 @@ def _allowed_hosts(env: Mapping[str, str]) -> tuple[str, ...]:
     hosts = []
     for entry in filter(None, (e.strip() for e in env.get(name, "").split(","))):
         host = entry.lower().removeprefix("[").removesuffix("]").rstrip(".")
-        if host == ANY_HOST:
+        if host == ANY:
             hosts.append(host)
             continue
         try:
@@ -312,7 +313,7 @@ def _allowed_hosts(env: Mapping[str, str]) -> tuple[str, ...]:
                     f"presence.internal,10.0.0.5), or be * for any; {entry!r} is not one."
                 ) from None
         hosts.append(host)
-    if ANY_HOST in hosts and len(hosts) > 1:
+    if ANY in hosts and len(hosts) > 1:
         raise SettingsError(f"{name}=* answers any host name: list no others beside it.")
     return tuple(hosts)
 
@@ -360,15 +361,25 @@ def _data_dir(env: Mapping[str, str]) -> Path:
     return base / "gql-presence"
 
 
-_ANY_ORIGIN = "*"
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def is_loopback_address(host: str) -> bool:
+    """localhost, 127.0.0.0/8 and ::1: what only this machine reaches. A host name other
+    than localhost may resolve to anything."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _cors_origins(env: Mapping[str, str]) -> tuple[str, ...]:
     name = "PRESENCE_CORS_ORIGINS"
     entries = [e.strip() for e in env.get(name, "").split(",") if e.strip()]
-    if entries == [_ANY_ORIGIN]:
-        return (_ANY_ORIGIN,)
+    if entries == [ANY]:
+        return (ANY,)
     for entry in entries:
         if not _is_origin(entry):
             raise SettingsError(

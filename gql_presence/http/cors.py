@@ -15,7 +15,8 @@ from collections.abc import Collection
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
 
-ANY_ORIGIN = "*"
+from gql_presence.settings import ANY
+
 # Tokens travel in Authorization, never in cookies: no Access-Control-Allow-Credentials.
 _PREFLIGHT_HEADERS = {
     hdrs.ACCESS_CONTROL_ALLOW_METHODS: "GET, POST, OPTIONS",
@@ -28,7 +29,7 @@ _PREFLIGHT_HEADERS = {
 def cors(origins: Collection[str]) -> Middleware:
     """Adds CORS headers to answers to the listed origins (all of them for "*") and answers
     their preflights; requests from other origins are left as they are."""
-    any_origin = ANY_ORIGIN in origins
+    any_origin = ANY in origins
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
-from gql_presence.settings import ANY_HOST, Settings
+from gql_presence.settings import ANY, Settings, is_loopback_address
 
 # Probes read nothing and change nothing, and a kubelet or load balancer sends its own Host
 # (a pod's address): they are answered whatever the Host.
@@ -43,18 +43,13 @@ def host_name(host_header: str) -> str | None:
 
 def is_loopback_name(name: str) -> bool:
     """localhost, *.localhost, 127.0.0.0/8 and ::1: names that only this machine reaches."""
-    if name == "localhost" or name.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
+    return name.endswith(".localhost") or is_loopback_address(name)
 
 
 def host_check(settings: Settings) -> Middleware | None:
     """aiohttp middleware that answers 421 to a request addressed to a Host not accepted;
     None when every Host is accepted."""
-    if ANY_HOST in settings.allowed_hosts or (settings.secured and not settings.allowed_hosts):
+    if ANY in settings.allowed_hosts or (settings.secured and not settings.allowed_hosts):
         return None
     listed = frozenset(settings.allowed_hosts)
     refusal = _refusal(settings)
