@@ -20,7 +20,7 @@ from gql_presence.policy.limits import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 from gql_presence.store.errors import UnauthenticatedError
-from tests.conftest import ClientFactory, error_codes
+from tests.conftest import ClientFactory, error_codes, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
@@ -175,3 +175,21 @@ def test_a_caller_whose_credentials_expired_is_refused() -> None:
     with pytest.raises(UnauthenticatedError, match="expired"):
         expired.require_credentials()
     Caller(CallerKind.BACKEND, "chat").require_credentials()  # a backend token never expires
+
+
+async def test_each_operation_of_a_socket_reads_afresh(api: Client) -> None:
+    """A socket's operations are separate requests: a query does not answer from what an
+    earlier one on the same socket read (the sessions of a user, read in batches)."""
+    sessions = "query { onlineUsers { nodes { sessions { sessionId } } } }"
+    await graphql(api, 'mutation { touch(userId: "ann", sessionId: "phone") { online } }')
+    async with graphql_socket(api) as socket:
+        first = await over_socket(socket, sessions, operation_id="a")
+        await graphql(api, 'mutation { touch(userId: "ann", sessionId: "laptop") { online } }')
+        second = await over_socket(socket, sessions, operation_id="b")
+    read = [
+        sorted(
+            s["sessionId"] for s in m[0]["payload"]["data"]["onlineUsers"]["nodes"][0]["sessions"]
+        )
+        for m in (first, second)
+    ]
+    assert read == [["phone"], ["laptop", "phone"]]

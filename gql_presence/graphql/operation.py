@@ -124,6 +124,9 @@ class OperationPipeline:
         """A WebSocket operation's results, their errors coded; or, for a presenceChanged
         subscription handed to the event hub, its place there (the socket's handler ends
         it with the operation)."""
+        # A context of its own, from the socket's: an operation is a request, and reads
+        # nothing that another operation of the socket read (its DataLoaders are its own).
+        context = replace(context)
         deadline = asyncio.get_running_loop().time() + self._budget_s
         try:
             async with asyncio.timeout_at(deadline):
@@ -152,7 +155,8 @@ class OperationPipeline:
         if delivery is not None:
             return delivery
         shared = SharedSubscription(operation, self._renderings)
-        results = await self._stream(replace(context, shared_subscription=shared), operation)
+        context.shared_subscription = shared
+        results = await self._stream(context, operation)
         # The resolver runs when the first result is asked for: it yields its events itself,
         # or leaves them to the hub and ends.
         first = await anext(results, None)
