@@ -211,6 +211,26 @@ class OperationPipeline:
         )
 
 
+def request_data(payload: object) -> GraphQLRequestData | None:
+    """An operation as a client sent it (an HTTP body, a WebSocket subscribe's payload), when
+    every member has the type GraphQL over HTTP gives it: query and operationName strings,
+    variables and extensions objects, each possibly absent. None for anything else."""
+    if not isinstance(payload, dict):
+        return None
+    query, operation_name = payload.get("query"), payload.get("operationName")
+    variables, extensions = payload.get("variables"), payload.get("extensions")
+    if not (
+        isinstance(query, str | None)
+        and isinstance(operation_name, str | None)
+        and isinstance(variables, dict | None)
+        and isinstance(extensions, dict | None)
+    ):
+        return None
+    return GraphQLRequestData(
+        query=query, variables=variables, operation_name=operation_name, extensions=extensions
+    )
+
+
 async def admit(context: Context, document: str | None, variables: object) -> None:
     """Raises the refusal (a PresenceError) of an operation whose caller sent bad or no
     credentials, or whose credentials have expired; whose document is too long; whose list

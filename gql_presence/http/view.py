@@ -28,7 +28,7 @@ from strawberry.types.unset import UnsetType
 
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.error_codes import outcomes, retry_after
-from gql_presence.graphql.operation import OperationPipeline
+from gql_presence.graphql.operation import OperationPipeline, request_data
 from gql_presence.graphql.persisted import PersistedDocuments, lift_document_id, names_a_document
 from gql_presence.graphql.planned import Plans
 from gql_presence.graphql.schema import build_schema
@@ -256,11 +256,11 @@ class PresenceView(GraphQLView[Context, None]):
         sub_response = web.Response()
         context = await self.get_context(request, sub_response)
         if CREDENTIALS_REFUSED not in request:  # refused with the body left unread
-            request_data = _single_request(self.parse_json(await request.read()))
-            if request_data is not None:
+            data = request_data(self.parse_json(await request.read()))
+            if data is not None:
                 adapter = AiohttpHTTPRequestAdapter(request)
                 result = await self.execute_single(
-                    request, adapter, sub_response, context, None, request_data
+                    request, adapter, sub_response, context, None, data
                 )
                 return self.create_response(
                     await self.process_result(request, result), sub_response
@@ -284,25 +284,6 @@ class PresenceView(GraphQLView[Context, None]):
     ) -> GraphQLHTTPResponse:
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
-
-
-def _single_request(body: object) -> GraphQLRequestData | None:
-    """A body as Strawberry takes one request, when every member has the type Strawberry
-    accepts; None for anything else (Strawberry answers those itself)."""
-    if not isinstance(body, dict):
-        return None
-    query, operation_name = body.get("query"), body.get("operationName")
-    variables, extensions = body.get("variables"), body.get("extensions")
-    if not (
-        isinstance(query, str | None)
-        and isinstance(operation_name, str | None)
-        and isinstance(variables, dict | None)
-        and isinstance(extensions, dict | None)
-    ):
-        return None
-    return GraphQLRequestData(
-        query=query, variables=variables, operation_name=operation_name, extensions=extensions
-    )
 
 
 # Stands in for the body of a request refused for its credentials.

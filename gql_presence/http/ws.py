@@ -27,7 +27,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.event_rendering import SocketOperation
 from gql_presence.graphql.internals import OperationStreamClosed, send_result_stream
-from gql_presence.graphql.operation import OperationPipeline
+from gql_presence.graphql.operation import OperationPipeline, request_data
 from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
 from gql_presence.observability.request_log import CALLER
 from gql_presence.policy.auth import EXPIRED, CallerKind
@@ -158,11 +158,8 @@ def _shape_fault(message: object) -> str | None:
         return (
             'A subscribe message must be {"id": "<string>", "type": "subscribe", "payload": {...}}.'
         )
-    if not (
-        isinstance(payload.get("query"), str)
-        and isinstance(payload.get("operationName"), str | None)
-        and all(isinstance(payload.get(k), dict | None) for k in ("variables", "extensions"))
-    ):
+    data = request_data(payload)
+    if data is None or data.query is None:
         # A close reason holds at most 123 bytes.
         return (
             'A subscribe payload must be {"query": "<document>"}: variables and extensions '
