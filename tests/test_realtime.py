@@ -619,10 +619,11 @@ async def test_a_document_already_multiplexed_is_still_admitted_for_each_caller(
 
 
 async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
-    service: Service,
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
 ) -> None:
-    [view] = [r.handler for r in service.app.router.routes() if isinstance(r.handler, PresenceView)]
-    view.connection_init_wait_timeout = timedelta(seconds=0.3)
+    service = await start_service(
+        aiohttp_client, redis_url=redis_server.url, connection_init_wait_ms=300
+    )
     silent = await service.ws_connect("/graphql", protocols=["graphql-transport-ws"])
     async with graphql_socket(service) as initialised:
         closed = await silent.receive(timeout=3)
@@ -637,6 +638,49 @@ async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
         assert (await initialised.receive_json(timeout=3))["type"] == "pong"
     # A late connection_init finds the socket closed.
     assert silent.closed
+
+
+async def test_a_socket_that_neither_initialises_nor_answers_pings_is_told_why_it_is_closed(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    """Pings go out every third of the connection TTL (here 0.2 s), each to be answered within
+    half of that, from connection_ack on: one that never initialised misses none, and hears
+    4408 and why when its wait (here 0.5 s) is over."""
+    service = await start_service(
+        aiohttp_client,
+        redis_url=redis_server.url,
+        connection_ttl_ms=600,
+        connection_init_wait_ms=500,
+    )
+    silent = await service.ws_connect(
+        "/graphql", protocols=["graphql-transport-ws"], autoping=False
+    )
+    closed = await silent.receive(timeout=3)
+    while closed.type is aiohttp.WSMsgType.PING:  # not answered
+        closed = await silent.receive(timeout=3)
+    assert (closed.type, closed.data, closed.extra) == (
+        aiohttp.WSMsgType.CLOSE,
+        4408,
+        "Connection initialisation timeout",
+    )
+    await silent.close()
+
+
+async def test_an_initialised_socket_that_answers_no_ping_is_dropped(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(aiohttp_client, redis_url=redis_server.url, connection_ttl_ms=600)
+    socket = await service.ws_connect(
+        "/graphql", protocols=["graphql-transport-ws"], autoping=False
+    )
+    await socket.send_json({"type": "connection_init", "payload": {}})
+    assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+    started = time.monotonic()
+    assert (await socket.receive(timeout=3)).type is aiohttp.WSMsgType.PING  # not answered
+    ended = await socket.receive(timeout=3)
+    assert ended.type in {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED}
+    assert time.monotonic() - started < 1
+    await socket.close()
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,5 @@
-"""WebSockets whose close ends in bounded time, whatever the client does, and that take a
-text message written at once."""
+"""WebSockets whose close ends in bounded time, whatever the client does, that take a text
+message written at once, and whose pings start when the caller says."""
 
 from __future__ import annotations
 
@@ -32,9 +32,21 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     and those Strawberry and aiohttp make.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, *, heartbeat: float | None = None, **kwargs: Any) -> None:
+        # aiohttp would ping from the handshake on, and drop a client that misses a pong with
+        # no close frame (the client sees 1006). Until start_heartbeat(), the one timer that
+        # may end the socket is the one whose close says why (graphql-transport-ws's 4408).
         super().__init__(timeout=CLOSE_WAIT_S, **kwargs)
+        self._heartbeat_s = heartbeat
         self._transport: asyncio.Transport | None = None
+
+    def start_heartbeat(self) -> None:
+        """From now on, pings the client every `heartbeat` seconds and drops it when a pong is
+        not back within half of that: aiohttp's own heartbeat, started late."""
+        if self._heartbeat_s is None or self._heartbeat is not None or self.closed:
+            return
+        self._heartbeat, self._pong_heartbeat = self._heartbeat_s, self._heartbeat_s / 2
+        self._reset_heartbeat()
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
         self._transport = request.transport

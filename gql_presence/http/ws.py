@@ -29,6 +29,7 @@ from gql_presence.graphql.event_rendering import SocketOperation
 from gql_presence.graphql.internals import OperationStreamClosed, send_result_stream
 from gql_presence.graphql.operation import OperationPipeline, request_data
 from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
+from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.observability.request_log import CALLER
 from gql_presence.policy.auth import EXPIRED, CallerKind
 from gql_presence.realtime.delivery import Delivery
@@ -93,6 +94,11 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self._stop_init_timer()
         await super().handle_connection_init(message)
+        socket = self.context.request.get(SOCKET)
+        if self.connection_acknowledged and isinstance(socket, BoundedWebSocketResponse):
+            # Pings keep a presenceSession's socket honest; before the ack there is none,
+            # and the wait for connection_init is the socket's only deadline.
+            socket.start_heartbeat()
 
     async def shutdown(self) -> None:
         self._stop_init_timer()
