@@ -44,7 +44,12 @@ from gql_presence.http.app_keys import (
 )
 from gql_presence.http.ide import graphiql_page
 from gql_presence.http.sockets import BoundedWebSocketResponse
-from gql_presence.http.ws import TransportWSHandler, authenticate_socket, stop_watching_credentials
+from gql_presence.http.ws import (
+    PresenceWebSocket,
+    TransportWSHandler,
+    authenticate_socket,
+    stop_watching_credentials,
+)
 from gql_presence.observability.request_log import CALLER, OUTCOMES
 from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
@@ -64,6 +69,7 @@ class PresenceView(GraphQLView[Context, None]):
     graphql_transport_ws_handler_class: type[BaseGraphQLTransportWSHandler[Context, None]] = (
         TransportWSHandler
     )
+    websocket_adapter_class = PresenceWebSocket
 
     def __init__(self, settings: Settings, *, traced: bool) -> None:
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
