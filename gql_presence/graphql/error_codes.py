@@ -14,6 +14,7 @@ from collections.abc import Iterator
 
 from graphql import GraphQLError
 from strawberry.extensions import SchemaExtension
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types import ExecutionResult
 
 from gql_presence.store.errors import ErrorCode, PresenceError
@@ -30,6 +31,10 @@ def code_of(error: GraphQLError) -> ErrorCode:
     original = error.original_error
     if isinstance(original, PresenceError):
         return original.code
+    # An operationName the document lacks, or an operation type the transport does not take:
+    # Strawberry's refusals before parsing is done with (over HTTP, a 400 instead).
+    if isinstance(original, CannotGetOperationTypeError | InvalidOperationTypeError):
+        return ErrorCode.BAD_USER_INPUT
     # Outside execution, graphql-core reports the document's faults: with no original error
     # (syntax, validation), or with its own error or the scalar parser's (bad variables).
     document_fault = original is None or isinstance(original, GraphQLError | ValueError | TypeError)

@@ -15,13 +15,14 @@ messages carry their document as text.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from graphql import DocumentNode
+from graphql import DocumentNode, GraphQLError
 from strawberry.extensions import ParserCache
 from strawberry.http import GraphQLRequestData
 
@@ -169,7 +170,15 @@ class PersistedDocumentCache(ParserCache):
         sha256 = self._hash()
         document = self._checked.get(sha256) if sha256 else None
         if document is None:
-            yield from super().on_parse()
+            context = self.execution_context
+            # Parsed here, as ParserCache does, but a document that does not parse is left for
+            # Strawberry's own parse to report as the caller's error: raised from this hook it
+            # would escape Strawberry, which over WebSocket ends the operation as a fault.
+            with contextlib.suppress(GraphQLError):
+                context.graphql_document = self.cached_parse_document(
+                    context.query, **context.parse_options
+                )
+            yield
             return
         self.execution_context.graphql_document = document
         yield

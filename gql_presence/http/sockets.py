@@ -1,5 +1,5 @@
-"""WebSockets whose close ends in bounded time, whatever the client does, and that take a
-text message written at once."""
+"""WebSockets whose close ends in bounded time, whatever the client does, that take a text
+message written at once, and whose pings start when the caller says."""
 
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ CLOSE_WAIT_S = 1.0
 # never compressed, which permessage-deflate allows message by message).
 _TEXT_FIN = 0x81
 _SHORT, _MEDIUM, _LONG = struct.Struct("!BB"), struct.Struct("!BBH"), struct.Struct("!BBQ")
+# A control frame's payload is at most 125 bytes, two of them the close code (RFC 6455, 5.5).
+_MAX_REASON_BYTES = 123
 
 
 class BoundedWebSocketResponse(web.WebSocketResponse):
@@ -32,9 +34,28 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     and those Strawberry and aiohttp make.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(timeout=CLOSE_WAIT_S, **kwargs)
+    def __init__(
+        self, *, heartbeat: float | None = None, max_msg_size: int = 4 * 1024 * 1024, **kwargs: Any
+    ) -> None:
+        # aiohttp would ping from the handshake on, and drop a client that misses a pong with
+        # no close frame (the client sees 1006). Until start_heartbeat(), the one timer that
+        # may end the socket is the one whose close says why (graphql-transport-ws's 4408).
+        super().__init__(timeout=CLOSE_WAIT_S, max_msg_size=max_msg_size, **kwargs)
+        self._heartbeat_s = heartbeat
+        self._reasons: dict[int, str] = {
+            WSCloseCode.MESSAGE_TOO_BIG: f"A message must be shorter than {max_msg_size:,} bytes.",
+            WSCloseCode.INVALID_TEXT: "A text message must be UTF-8.",
+            WSCloseCode.PROTOCOL_ERROR: "The frames sent break the WebSocket protocol (RFC 6455).",
+        }
         self._transport: asyncio.Transport | None = None
+
+    def start_heartbeat(self) -> None:
+        """From now on, pings the client every `heartbeat` seconds and drops it when a pong is
+        not back within half of that: aiohttp's own heartbeat, started late."""
+        if self._heartbeat_s is None or self._heartbeat is not None or self.closed:
+            return
+        self._heartbeat, self._pong_heartbeat = self._heartbeat_s, self._heartbeat_s / 2
+        self._reset_heartbeat()
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
         self._transport = request.transport
@@ -61,6 +82,10 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     ) -> bool:
         if self.closed:  # another close is under way, and bounded itself
             return False
+        # aiohttp closes for a bad frame without a reason; a reason of more than 123 bytes
+        # (Strawberry's may quote what the client sent) would make the close frame itself
+        # one the client must refuse.
+        message = _bounded(message or self._reasons.get(code, "").encode())
         try:
             async with asyncio.timeout(CLOSE_WAIT_S):
                 return await super().close(code=code, message=message, drain=drain)
@@ -70,6 +95,13 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
             transport = self._transport
             if transport is not None and transport.get_write_buffer_size():
                 transport.abort()
+
+
+def _bounded(reason: bytes) -> bytes:
+    """`reason` cut to the 123 bytes a close frame holds, at a character's boundary."""
+    if len(reason) <= _MAX_REASON_BYTES:
+        return reason
+    return reason[: _MAX_REASON_BYTES - 3].decode(errors="ignore").encode() + "…".encode()
 
 
 def _header(size: int) -> bytes:

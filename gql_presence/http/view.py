@@ -44,14 +44,15 @@ from gql_presence.http.app_keys import (
 )
 from gql_presence.http.ide import graphiql_page
 from gql_presence.http.sockets import BoundedWebSocketResponse
-from gql_presence.http.ws import TransportWSHandler, authenticate_socket, stop_watching_credentials
+from gql_presence.http.ws import (
+    PresenceWebSocket,
+    TransportWSHandler,
+    authenticate_socket,
+    stop_watching_credentials,
+)
 from gql_presence.observability.request_log import CALLER, OUTCOMES
 from gql_presence.policy.auth import Caller, CallerKind
-from gql_presence.policy.limits import (
-    CONNECTION_INIT_WAIT_S,
-    MAX_SOCKET_MESSAGE_BYTES,
-    MAX_SUBSCRIPTIONS_PER_SOCKET,
-)
+from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.settings import Settings
 from gql_presence.store.errors import (
     UnauthenticatedError,
@@ -68,6 +69,7 @@ class PresenceView(GraphQLView[Context, None]):
     graphql_transport_ws_handler_class: type[BaseGraphQLTransportWSHandler[Context, None]] = (
         TransportWSHandler
     )
+    websocket_adapter_class = PresenceWebSocket
 
     def __init__(self, settings: Settings, *, traced: bool) -> None:
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
@@ -85,7 +87,7 @@ class PresenceView(GraphQLView[Context, None]):
             allow_queries_via_get=settings.queries_over_get,
             # The one protocol the README documents, with authentication in connection_init.
             subscription_protocols=(GRAPHQL_TRANSPORT_WS_PROTOCOL,),
-            connection_init_wait_timeout=timedelta(seconds=CONNECTION_INIT_WAIT_S),
+            connection_init_wait_timeout=timedelta(milliseconds=settings.connection_init_wait_ms),
             max_subscriptions_per_connection=MAX_SUBSCRIPTIONS_PER_SOCKET,
             # Pages on other origins may open a WebSocket only from PRESENCE_CORS_ORIGINS.
             allowed_origins=settings.cors_origins,

@@ -13,6 +13,7 @@ from contextlib import aclosing, suppress
 from typing import Any, NoReturn, Protocol, cast
 
 from aiohttp import web
+from strawberry.aiohttp.views import AiohttpWebSocketAdapter
 from strawberry.exceptions import ConnectionRejectionError
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
@@ -22,17 +23,20 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.types import (
     CompleteMessage,
     ConnectionInitMessage,
     Message,
+    SubscribeMessage,
 )
 
 from gql_presence.graphql.context import Context
+from gql_presence.graphql.error_codes import refusal
 from gql_presence.graphql.event_rendering import SocketOperation
 from gql_presence.graphql.internals import OperationStreamClosed, send_result_stream
 from gql_presence.graphql.operation import OperationPipeline, request_data
 from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
+from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.observability.request_log import CALLER
 from gql_presence.policy.auth import EXPIRED, CallerKind
 from gql_presence.realtime.delivery import Delivery
-from gql_presence.store.errors import UnauthenticatedError
+from gql_presence.store.errors import BadInputError, UnauthenticatedError
 
 # graphql-transport-ws's own code for a socket whose credentials are not (or no longer) valid.
 CREDENTIALS_EXPIRED = 4401
@@ -90,9 +94,35 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         if isinstance(parsed, dict):
             parsed.clear()
 
+    async def handle_subscribe(self, message: SubscribeMessage) -> None:
+        # Strawberry refuses one over the limit with a bare "Subscription limit reached".
+        most = self.max_subscriptions_per_connection
+        if (
+            most is not None
+            and self.connection_acknowledged
+            and message["id"] not in self.operations
+            and len(self.operations) >= most
+        ):
+            over = refusal(
+                BadInputError(
+                    f"This socket runs {most} operations already, the most one socket may run "
+                    "at once: complete one of them first."
+                )
+            )
+            await self.send_message(
+                {"id": message["id"], "type": "error", "payload": [over.formatted]}
+            )
+            return
+        await super().handle_subscribe(message)
+
     async def handle_connection_init(self, message: ConnectionInitMessage) -> None:
         self._stop_init_timer()
         await super().handle_connection_init(message)
+        socket = self.context.request.get(SOCKET)
+        if self.connection_acknowledged and isinstance(socket, BoundedWebSocketResponse):
+            # Pings keep a presenceSession's socket honest; before the ack there is none,
+            # and the wait for connection_init is the socket's only deadline.
+            socket.start_heartbeat()
 
     async def shutdown(self) -> None:
         self._stop_init_timer()
@@ -145,6 +175,34 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             return
         self.context.events.forget(delivery)
         self.operations.pop(operation_id, None)  # its task has ended already
+
+
+class PresenceWebSocket(AiohttpWebSocketAdapter):
+    """Strawberry's adapter of an aiohttp WebSocket, whose closes say what to do where
+    Strawberry's reason does not."""
+
+    async def close(self, code: int, reason: str) -> None:
+        clearer = _CLEARER_REASONS.get(code) or _CLEARER_REASONS.get(reason, reason)
+        await super().close(code, clearer)
+
+
+# What Strawberry's closes (0.341) mean for the client where its reason does not say: by code
+# where graphql-transport-ws gives the code one meaning, else by reason. 123 bytes at most.
+_CLEARER_REASONS: dict[int | str, str] = {
+    4401: "Send connection_init, and wait for connection_ack, before subscribe.",
+    4406: (
+        "Ask for the graphql-transport-ws subprotocol (Sec-WebSocket-Protocol), the one this "
+        "service speaks."
+    ),
+    # Strawberry's quotes the id, which may be longer than a close reason holds.
+    4409: (
+        "An operation with this id is running already: each operation of a socket needs an id "
+        "of its own."
+    ),
+    "Invalid connection init payload": (
+        'The payload of connection_init must be a JSON object: {"Authorization": "Bearer ..."}.'
+    ),
+}
 
 
 def _shape_fault(message: object) -> str | None:

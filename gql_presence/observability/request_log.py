@@ -10,7 +10,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
 from gql_presence.observability.metrics import Metrics
@@ -59,9 +59,11 @@ def request_telemetry(metrics: Metrics) -> Middleware:
             # Made only when written: the line costs more than the metrics.
             if log.isEnabledFor(logging.INFO):
                 outcome = ",".join(ended)
+                # aiohttp's Python parser takes any token as a method, up to 8 KiB of it.
+                method = request.method if request.method in hdrs.METH_ALL else "OTHER"
                 log.info(
                     "%s %s %s %s %s %d %.1f ms",
-                    request.method,
+                    method,
                     request.path,
                     operation,
                     outcome,
@@ -69,7 +71,7 @@ def request_telemetry(metrics: Metrics) -> Middleware:
                     status,
                     seconds * 1000,
                     extra={
-                        "method": request.method,
+                        "method": method,
                         "path": request.path,
                         "status": status,
                         "operation": operation,

@@ -48,8 +48,6 @@ MAX_REPRESENTATIONS = 1000
 # worth of Redis work (its scripts touch every id), and costs as much.
 IDS_PER_TOKEN = 100
 MAX_SUBSCRIPTIONS_PER_SOCKET = 20
-# A WebSocket that has not authenticated (connection_init) by then is closed.
-CONNECTION_INIT_WAIT_S = 10
 
 # How many of a process's own rate buckets may be kept before the full ones are looked for.
 _FORGET_ABOVE = 1024
