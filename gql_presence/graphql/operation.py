@@ -62,17 +62,16 @@ class OperationPipeline:
         budget_s: float,
         plans: Plans | None,
         *,
-        multiplexes: bool,
+        subscribes_again: bool,
     ) -> None:
         self.schema = schema
         self._documents = documents
         self._budget_s = budget_s
         # Plans of documents seen before (planned.py); None: every request runs fully.
         self.plans = plans
-        # Whether presenceChanged subscriptions on sockets are handed to the hub, and a
-        # subscribe of a key handed over before skips its document's execution: not while
-        # tracing, whose spans come from that execution.
-        self._multiplexes = multiplexes
+        # Whether a subscribe of a key handed to the hub before skips its document's
+        # execution: not while tracing, whose spans come from that execution.
+        self._subscribes_again = subscribes_again
         # The documents this process renders once per event for all their subscribers.
         self._renderings = EventRenderings()
 
@@ -139,7 +138,7 @@ class OperationPipeline:
         if not is_subscription(operation.query, operation.operation_name):
             results = await self._stream(context, operation)
             return _coded(_within(results, deadline, self._budget_s))
-        if self._multiplexes and context.socket is not None:
+        if context.socket is not None:
             return await self._subscribe_shared(context, operation)
         return _coded(await self._stream(context, operation))
 
@@ -148,12 +147,13 @@ class OperationPipeline:
     ) -> Delivery | Results:
         """A subscription on a socket, handed to the hub when it is a presenceChanged one
         whose events can be rendered once for every subscriber of its document."""
-        try:
-            delivery = await self._join_again(context, operation)
-        except PresenceError:
-            delivery = None  # the full path runs it, and answers
-        if delivery is not None:
-            return delivery
+        if self._subscribes_again:
+            try:
+                delivery = await self._join_again(context, operation)
+            except PresenceError:
+                delivery = None  # the full path runs it, and answers
+            if delivery is not None:
+                return delivery
         shared = SharedSubscription(operation, self._renderings)
         context.shared_subscription = shared
         results = await self._stream(context, operation)

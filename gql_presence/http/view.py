@@ -97,7 +97,7 @@ class PresenceView(GraphQLView[Context, None]):
             PersistedDocuments(settings.trusted_documents),
             settings.request_timeout_ms / 1000,
             plans,
-            multiplexes=not traced,
+            subscribes_again=not traced,
         )
         # aiohttp pings every heartbeat and closes a socket whose pong is not back within
         # half of it: a client gone silent is found within half the TTL of its sessions.
