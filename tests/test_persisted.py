@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +14,14 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from gql_presence.app import create_app
 from gql_presence.graphql import document_limits
 from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
+from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from tests.conftest import error_codes
@@ -26,6 +29,7 @@ from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
     graphql_socket,
+    loud_records,
     over_socket,
     socket_errors,
     user_token,
@@ -34,10 +38,15 @@ from tests.helpers import (
 PRESENCE = 'query Alice { presence(userId: "alice") { online } }'
 TOUCH = 'mutation { touch(userId: "alice") { online } }'
 OTHER = '{ presence(userId: "alice") { online lastSeen } }'
+ANSWER = {"data": {"presence": {"online": False}}}
+KEYS = Keys()
+MAX_DOCUMENT_BYTES = 32 * 1024
 
 
 def sha256(document: str) -> str:
-    return hashlib.sha256(document.encode()).hexdigest()
+    # A lone surrogate hashed as the three bytes Python's "surrogatepass" writes for it, as a
+    # client that does not check its text would.
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def persisted(document: str) -> dict[str, Any]:
@@ -60,6 +69,20 @@ async def service(
     return await aiohttp_client(create_app(dataclasses.replace(settings, **changes)))
 
 
+async def kept_in_redis(redis: AnyRedis) -> int:
+    """How many documents Redis keeps, counting both of their keys."""
+    documents: int = await redis.hlen(KEYS.persisted_documents)
+    used: int = await redis.zcard(KEYS.persisted_documents_used)
+    return documents + used
+
+
+def padded(document: str, size_bytes: int, character: str = "\U0001f600") -> str:
+    """The document after a comment of `character`s, `size_bytes` bytes of UTF-8 in all."""
+    room = size_bytes - len(f"#\n{document}".encode())
+    count, rest = divmod(room, len(character.encode()))
+    return f"#{character * count}{' ' * rest}\n{document}"
+
+
 # --- the store ---------------------------------------------------------------------------------
 
 
@@ -69,13 +92,31 @@ async def test_the_store_keeps_documents_by_hash(store: PresenceStore) -> None:
     assert await store.persisted_document(sha256(PRESENCE)) == PRESENCE
 
 
+async def test_the_store_keeps_only_utf_8_documents_within_the_bytes_bound(
+    store: PresenceStore,
+) -> None:
+    largest = padded(PRESENCE, MAX_DOCUMENT_BYTES)
+    await store.persist_document(sha256(largest), largest)
+    assert await store.persisted_document(sha256(largest)) == largest
+    for document in (
+        padded(PRESENCE, MAX_DOCUMENT_BYTES + 1),
+        padded(PRESENCE, MAX_DOCUMENT_BYTES + 2, "\u00e9"),
+        '{ presence(userId: "alice\ud800") { online } }',
+    ):
+        with pytest.raises(BadInputError):
+            await store.persist_document(sha256(document), document)
+        assert await store.persisted_document(sha256(document)) is None
+
+
 async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redis: Redis) -> None:
     scripts = Scripts.register(redis)
     keys = Keys()
     both = [keys.persisted_documents, keys.persisted_documents_used]
 
     async def persist(name: str) -> int:
-        return int(await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2]))
+        return int(
+            await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2, 1024])
+        )
 
     assert await persist("a") == 0
     assert await persist("b") == 0
@@ -84,6 +125,16 @@ async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redi
     assert await scripts.run(ScriptName.PERSISTED_DOCUMENT, both, ["b"]) is None
     assert await scripts.run(ScriptName.PERSISTED_DOCUMENT, both, ["a"]) == "{a}"
     assert await redis.hlen(keys.persisted_documents) == 2
+
+
+async def test_the_script_keeps_no_document_over_its_bytes_whoever_calls(redis: Redis) -> None:
+    scripts = Scripts.register(redis)
+    both = [KEYS.persisted_documents, KEYS.persisted_documents_used]
+    # Five bytes of UTF-8 in three characters: the script counts bytes.
+    with pytest.raises(ResponseError, match="DOCUMENT_TOO_LARGE"):
+        await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9\u00e9", 2, 4])
+    assert await redis.exists(*both) == 0
+    assert await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9}", 2, 4]) == 0
 
 
 # --- automatic persisted queries --------------------------------------------------------------
@@ -115,6 +166,29 @@ async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
     assert error_codes(await post(api, {"extensions": persisted(PRESENCE)})) == [
         "PERSISTED_QUERY_NOT_FOUND"
     ]
+
+
+async def test_a_lone_surrogate_is_bad_input_kept_nowhere_and_logged_quietly(
+    api: TestClient[Any, Any], http_redis: AnyRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        for document in (
+            '{ presence(userId: "alice\ud800") { online } }',
+            f"# \udfff\n{PRESENCE}",
+        ):
+            for body in (
+                {"query": document, "extensions": persisted(document)},
+                {"query": document},
+            ):
+                # Sent as JSON escapes (`"\ud800"`), which decode to a lone surrogate.
+                response = await api.post("/graphql", json=body)
+                assert response.status == 200, await response.text()
+                refused = await response.json()
+                assert error_codes(refused) == ["BAD_USER_INPUT"], refused
+            unknown = await post(api, {"extensions": persisted(document)})
+            assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
+    assert await kept_in_redis(http_redis) == 0
+    assert loud_records(caplog) == []
 
 
 @pytest.mark.parametrize(

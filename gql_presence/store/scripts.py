@@ -53,6 +53,7 @@ class ScriptError(StrEnum):
     AT_BEFORE_RETENTION = "AT_BEFORE_RETENTION"
     DAY_NOT_GIVEN = "DAY_NOT_GIVEN"
     BAD_CHANGE = "BAD_CHANGE"
+    DOCUMENT_TOO_LARGE = "DOCUMENT_TOO_LARGE"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:
