@@ -168,6 +168,24 @@ async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
     ]
 
 
+async def test_a_document_is_bounded_in_bytes_whatever_its_characters(
+    api: TestClient[Any, Any], http_redis: AnyRedis
+) -> None:
+    # 8,200 characters of 4 bytes each: fewer than 32 Ki characters, over 32 KiB.
+    wide = padded(PRESENCE, 8200 * 4)
+    assert len(wide) < MAX_DOCUMENT_BYTES < len(wide.encode())
+    for body in ({"query": wide}, {"query": wide, "extensions": persisted(wide)}):
+        refused = await post(api, body)
+        assert error_codes(refused) == ["BAD_USER_INPUT"], refused
+        assert f"at most {MAX_DOCUMENT_BYTES:,} bytes" in refused["errors"][0]["message"]
+    assert await kept_in_redis(http_redis) == 0
+    # The largest document allowed is kept whole, and takes what the limit says.
+    largest = padded(PRESENCE, MAX_DOCUMENT_BYTES)
+    assert await post(api, {"query": largest, "extensions": persisted(largest)}) == ANSWER
+    stored = await http_redis.hstrlen(KEYS.persisted_documents, sha256(largest))
+    assert stored == MAX_DOCUMENT_BYTES
+
+
 async def test_a_lone_surrogate_is_bad_input_kept_nowhere_and_logged_quietly(
     api: TestClient[Any, Any], http_redis: AnyRedis, caplog: pytest.LogCaptureFixture
 ) -> None:
