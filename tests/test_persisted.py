@@ -76,6 +76,13 @@ async def kept_in_redis(redis: AnyRedis) -> int:
     return documents + used
 
 
+def fan_out(levels: int) -> str:
+    """Each fragment spreads the one before it twice: 2**levels selections once expanded."""
+    fragments = ["fragment F0 on Query { weeklyStats { uniqueUsers } }"]
+    fragments += [f"fragment F{i} on Query {{ ...F{i - 1} ...F{i - 1} }}" for i in range(1, levels)]
+    return f"{{ ...F{levels - 1} }} " + " ".join(fragments)
+
+
 def padded(document: str, size_bytes: int, character: str = "\U0001f600") -> str:
     """The document after a comment of `character`s, `size_bytes` bytes of UTF-8 in all."""
     room = size_bytes - len(f"#\n{document}".encode())
@@ -166,6 +173,35 @@ async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
     assert error_codes(await post(api, {"extensions": persisted(PRESENCE)})) == [
         "PERSISTED_QUERY_NOT_FOUND"
     ]
+
+
+# Documents that fail one check each: the token limit, the document limits, validation, parsing.
+REFUSED_DOCUMENTS = {
+    "over the token limit": "{ " + "__typename " * 2001 + "}",
+    "too many aliases": "{ "
+    + " ".join(f'a{i}: presence(userId: "a") {{ online }}' for i in range(16))
+    + " }",
+    "a fragment bomb": fan_out(40),
+    "an unknown field": "{ nothing }",
+    "an argument of the wrong type": "{ presence(userId: true) { online } }",
+    "a syntax error": "{ presence(",
+}
+
+
+@pytest.mark.parametrize("document", REFUSED_DOCUMENTS.values(), ids=REFUSED_DOCUMENTS.keys())
+async def test_a_document_refused_by_any_check_is_kept_nowhere(
+    api: TestClient[Any, Any], http_redis: AnyRedis, document: str
+) -> None:
+    refused = await post(api, {"query": document, "extensions": persisted(document)})
+    assert set(error_codes(refused)) == {"BAD_USER_INPUT"}, refused
+    assert await kept_in_redis(http_redis) == 0
+    # Nor by this process: by its hash alone, it is unknown.
+    unknown = await post(api, {"extensions": persisted(document)})
+    assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
+    # The same checks hold for the document sent with its hash a second time.
+    refused_again = await post(api, {"query": document, "extensions": persisted(document)})
+    assert set(error_codes(refused_again)) == {"BAD_USER_INPUT"}
+    assert await kept_in_redis(http_redis) == 0
 
 
 async def test_a_document_is_bounded_in_bytes_whatever_its_characters(

@@ -109,6 +109,9 @@ class OperationPipeline:
         plan = self.plans.get(data.query, data.operation_name) if self.plans else None
         if plan is None:
             return None
+        # A plan is made only of a document that passed every check: one named by its hash
+        # is kept from now on.
+        await self._documents.checked(context)
         result = await plan.run(context, data.variables, data.extensions)
         if result is None:
             return None

@@ -8,6 +8,10 @@
   hash (or with the very text); backends may still send any.
 - A document known by its hash is parsed and validated once per process and schema: later
   requests run the kept syntax tree (PersistedDocumentCache).
+- Nothing is kept, in Redis or in a process, before it has passed every check: the document
+  limits of admission, parsing with its token limit, and validation with the document limits.
+  resolve() only notes what to keep (Context.unchecked_document); `checked()` keeps it once
+  validation has passed.
 
 Persisted documents are resolved for HTTP requests (POST and GET); WebSocket `subscribe`
 messages carry their document as text.
@@ -15,18 +19,17 @@ messages carry their document as text.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
-from graphql import DocumentNode, GraphQLError
-from strawberry.extensions import ParserCache
+from graphql import DocumentNode
+from strawberry.extensions import SchemaExtension
 from strawberry.http import GraphQLRequestData
 
-from gql_presence.graphql.context import Context
+from gql_presence.graphql.context import Context, UncheckedDocument
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.auth import CallerKind
 from gql_presence.store.errors import BadInputError, ForbiddenError, PersistedQueryNotFoundError
@@ -73,11 +76,13 @@ class PersistedDocuments:
 
     def __init__(self, trusted: Mapping[str, str] | None) -> None:
         self._trusted = trusted
+        # Documents kept by Redis that passed every check in this process, by hash.
         self._texts: LeastRecentlyUsed[str, str] = LeastRecentlyUsed(KEPT_PER_PROCESS)
 
     async def resolve(self, data: GraphQLRequestData, context: Context) -> GraphQLRequestData:
         """The request with its document written in, once the caller may run it. Records
-        the verified hash in `context.document_hash` for PersistedDocumentCache."""
+        the verified hash in `context.document_hash` for PersistedDocumentCache, and a
+        document to keep once it passes its checks in `context.unchecked_document`."""
         sha256 = _requested_hash(data.extensions)
         trusted_only = self._trusted is not None and context.caller.kind is not CallerKind.BACKEND
         if data.query is not None:
@@ -92,8 +97,7 @@ class PersistedDocuments:
             if trusted_only:
                 self._require_trusted(text_hash)
             elif sha256 is not None and self._texts.get(sha256) is None:
-                await context.store.persist_document(sha256, data.query)
-                self._texts.put(sha256, data.query)
+                context.unchecked_document = UncheckedDocument(sha256, data.query, register=True)
             context.document_hash = text_hash  # known by its hash from now on
             return data
         if sha256 is None:
@@ -115,15 +119,28 @@ class PersistedDocuments:
         if sha256 not in self._trusted:
             raise ForbiddenError(_NOT_TRUSTED)
 
+    async def checked(self, context: Context) -> None:
+        """Keeps the request's document once it has passed every check: registered in Redis
+        for every process when it came with its hash, and in this process's own copies."""
+        unchecked, context.unchecked_document = context.unchecked_document, None
+        if unchecked is None:
+            return
+        if unchecked.register:
+            await context.store.persist_document(unchecked.sha256, unchecked.text)
+        self._texts.put(unchecked.sha256, unchecked.text)
+
     async def _document(self, sha256: str, context: Context) -> str:
         if self._trusted is not None and sha256 in self._trusted:
             return self._trusted[sha256]
         document = self._texts.get(sha256)
-        if document is None:
-            document = await context.store.persisted_document(sha256)
+        if document is not None:
+            return document
+        document = await context.store.persisted_document(sha256)
         if document is None:
             raise PersistedQueryNotFoundError
-        self._texts.put(sha256, document)
+        # Checked where it was registered, but perhaps by another release's schema: kept here
+        # once it passes this process's checks.
+        context.unchecked_document = UncheckedDocument(sha256, document, register=False)
         return document
 
 
@@ -154,42 +171,52 @@ def _requested_hash(extensions: Mapping[str, Any] | None) -> str | None:
     return sha256
 
 
-class PersistedDocumentCache(ParserCache):
-    """ParserCache (documents parsed once per process, by text), and for a document known by
-    its verified hash (`Context.document_hash`), no parsing or validation after its first
-    successful use. One per schema: validation depends on the schema."""
+class PersistedDocumentCache(SchemaExtension):
+    """Documents parsed and validated once per process: by text, and for a document known by
+    its verified hash (`Context.document_hash`), by hash. Only documents that passed
+    validation are kept, so a kept one is run without either step. Once the request's
+    document has passed, what resolve() noted to keep is kept (PersistedDocuments.checked).
+    One per schema: validation depends on the schema."""
 
-    def __init__(self, *, maxsize: int, checked: LeastRecentlyUsed[str, DocumentNode]) -> None:
-        super().__init__(maxsize=maxsize)
+    def __init__(
+        self,
+        *,
+        parsed: LeastRecentlyUsed[str, DocumentNode],
+        checked: LeastRecentlyUsed[str, DocumentNode],
+        documents: PersistedDocuments | None,
+    ) -> None:
+        super().__init__()
+        self._parsed = parsed
         self._checked = checked
-
-    def _hash(self) -> str | None:
-        return getattr(self.execution_context.context, "document_hash", None)
+        self._documents = documents
+        self._kept = False  # whether this request's document is one of those kept
 
     def on_parse(self) -> Iterator[None]:
-        sha256 = self._hash()
+        context = self.execution_context
+        sha256 = getattr(context.context, "document_hash", None)
         document = self._checked.get(sha256) if sha256 else None
-        if document is None:
-            context = self.execution_context
-            # Parsed here, as ParserCache does, but a document that does not parse is left for
-            # Strawberry's own parse to report as the caller's error: raised from this hook it
-            # would escape Strawberry, which over WebSocket ends the operation as a fault.
-            with contextlib.suppress(GraphQLError):
-                context.graphql_document = self.cached_parse_document(
-                    context.query, **context.parse_options
-                )
-            yield
-            return
-        self.execution_context.graphql_document = document
+        if document is None and context.query is not None:
+            document = self._parsed.get(context.query)
+        if document is not None:  # else Strawberry parses it, with the token limit
+            context.graphql_document = document
+            self._kept = True
         yield
 
-    def on_validate(self) -> Iterator[None]:
+    async def on_validate(self) -> AsyncIterator[None]:
         context = self.execution_context
-        sha256 = self._hash()
-        if sha256 is not None and self._checked.get(sha256) is context.graphql_document:
+        if self._kept:
             context.pre_execution_errors = []  # validated when it was kept
             yield
-            return
-        yield
-        if sha256 is not None and context.graphql_document and context.pre_execution_errors == []:
-            self._checked.put(sha256, context.graphql_document)
+        else:
+            yield
+            document = context.graphql_document
+            if context.pre_execution_errors != [] or document is None:
+                return
+            sha256 = getattr(context.context, "document_hash", None)
+            if sha256 is not None:
+                self._checked.put(sha256, document)
+            if context.query is not None:
+                self._parsed.put(context.query, document)
+        request_context = context.context
+        if self._documents is not None and isinstance(request_context, Context):
+            await self._documents.checked(request_context)

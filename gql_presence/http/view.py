@@ -75,11 +75,13 @@ class PresenceView(GraphQLView[Context, None]):
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
         plans = Plans() if settings.planned_execution and not traced else None
+        documents = PersistedDocuments(settings.trusted_documents)
         schema = build_schema(
             introspection=settings.introspection,
             federation=settings.federation,
             plans=plans,
             traced=traced,
+            documents=documents,
         )
         super().__init__(
             schema=schema,
@@ -94,7 +96,7 @@ class PresenceView(GraphQLView[Context, None]):
         )
         self.pipeline = OperationPipeline(
             schema,
-            PersistedDocuments(settings.trusted_documents),
+            documents,
             settings.request_timeout_ms / 1000,
             plans,
             subscribes_again=not traced,
