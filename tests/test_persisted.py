@@ -18,8 +18,10 @@ from redis.exceptions import ResponseError
 
 from gql_presence.app import create_app
 from gql_presence.graphql import document_limits
+from gql_presence.graphql import persisted as persisted_documents
 from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
+from gql_presence.store import presence as store_presence
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
@@ -28,6 +30,7 @@ from tests.conftest import error_codes
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
+    eventually,
     graphql_socket,
     loud_records,
     over_socket,
@@ -113,6 +116,19 @@ async def test_the_store_keeps_only_utf_8_documents_within_the_bytes_bound(
         with pytest.raises(BadInputError):
             await store.persist_document(sha256(document), document)
         assert await store.persisted_document(sha256(document)) is None
+
+
+async def test_the_store_refreshes_the_use_of_many_documents_in_one_call(redis: Redis) -> None:
+    store = PresenceStore(redis, Settings())
+    for name in ("a", "b"):
+        await store.persist_document(sha256(name), name)
+    await redis.zadd(KEYS.persisted_documents_used, {sha256("a"): 1, sha256("b"): 2})
+    # "c" was never kept (or was forgotten): a refresh does not bring it back.
+    assert await store.refresh_documents([sha256("a"), sha256("c")]) == 1
+    used = KEYS.persisted_documents_used
+    assert (await redis.zscore(used, sha256("a")) or 0) > 2
+    assert await redis.zscore(used, sha256("b")) == 2
+    assert await redis.zscore(used, sha256("c")) is None
 
 
 async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redis: Redis) -> None:
@@ -307,6 +323,77 @@ async def test_a_persisted_document_is_validated_once(
     # A document sent as text is validated the first time; later requests run its plan,
     # made from the validated document (planned.py).
     assert len(validated) == 2
+
+
+# --- recency, for every process ----------------------------------------------------------------
+
+
+def others(count: int) -> list[str]:
+    return [f'query Other{i} {{ presence(userId: "u{i}") {{ online }} }}' for i in range(count)]
+
+
+async def score(redis: AnyRedis, document: str) -> float | None:
+    found: float | None = await redis.zscore(KEYS.persisted_documents_used, sha256(document))
+    return found
+
+
+async def test_a_document_in_use_through_one_process_stays_kept_for_every_process(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_presence, "MAX_PERSISTED_DOCUMENTS", 3)
+    monkeypatch.setattr(persisted_documents, "REFRESH_INTERVAL_S", 0.05, raising=False)
+    first = await service(aiohttp_client, deployment)
+    second = await service(aiohttp_client, deployment)
+    old, older, newest = others(3)
+    assert await post(first, {"query": PRESENCE, "extensions": persisted(PRESENCE)}) == ANSWER
+    for document in (old, older):
+        await post(second, {"query": document, "extensions": persisted(document)})
+    # PRESENCE the least recently used of the three in Redis; then in use by its hash, from
+    # the first process's own copy.
+    used = {sha256(PRESENCE): 1, sha256(older): 2, sha256(old): 3}
+    await http_redis.zadd(KEYS.persisted_documents_used, used)
+    assert await post(first, {"extensions": persisted(PRESENCE)}) == ANSWER
+
+    async def refreshed() -> bool:
+        return (await score(http_redis, PRESENCE) or 0) > 3
+
+    await eventually(refreshed, within_s=2, what="the first process's use to reach Redis")
+    # A fourth document: the least recently used of the deployment is forgotten.
+    await post(second, {"query": newest, "extensions": persisted(newest)})
+    assert await score(http_redis, older) is None
+    third = await service(aiohttp_client, deployment)
+    assert await post(third, {"extensions": persisted(PRESENCE)}) == ANSWER
+
+
+async def test_uses_reach_redis_in_batches_not_one_call_per_request(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(persisted_documents, "REFRESH_BATCH", 2, raising=False)
+    api = await service(aiohttp_client, deployment)
+    (other,) = others(1)
+    for document in (PRESENCE, other):
+        await post(api, {"query": document, "extensions": persisted(document)})
+    backdated = {sha256(PRESENCE): 1, sha256(other): 2}
+    await http_redis.zadd(KEYS.persisted_documents_used, backdated)
+    for _ in range(3):
+        assert await post(api, {"extensions": persisted(PRESENCE)}) == ANSWER
+    # The same document used again and again is one hash to refresh: no call yet.
+    assert await score(http_redis, PRESENCE) == 1
+    await post(api, {"extensions": persisted(other)})
+
+    async def both_refreshed() -> bool:
+        return (await score(http_redis, PRESENCE) or 0) > 2 and (
+            await score(http_redis, other) or 0
+        ) > 2
+
+    # A full batch goes at once, long before the interval ends.
+    await eventually(both_refreshed, within_s=2, what="a full batch of uses to reach Redis")
 
 
 # --- trusted documents ------------------------------------------------------------------------

@@ -12,6 +12,9 @@
   limits of admission, parsing with its token limit, and validation with the document limits.
   resolve() only notes what to keep (Context.unchecked_document); `checked()` keeps it once
   validation has passed.
+- A process answers the documents it keeps from its own copy, without asking Redis; which
+  ones it used goes to Redis every REFRESH_INTERVAL_S in one script call (refresh_forever),
+  so that what Redis forgets first is what no process has used lately.
 
 Persisted documents are resolved for HTTP requests (POST and GET); WebSocket `subscribe`
 messages carry their document as text.
@@ -19,8 +22,11 @@ messages carry their document as text.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import hashlib
+import logging
 import re
 from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
@@ -32,7 +38,14 @@ from strawberry.http import GraphQLRequestData
 from gql_presence.graphql.context import Context, UncheckedDocument
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.auth import CallerKind
-from gql_presence.store.errors import BadInputError, ForbiddenError, PersistedQueryNotFoundError
+from gql_presence.store import REFRESH_BATCH as STORE_REFRESH_BATCH
+from gql_presence.store import PresenceStore
+from gql_presence.store.errors import (
+    BadInputError,
+    ForbiddenError,
+    PersistedQueryNotFoundError,
+    PresenceError,
+)
 
 _SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # What GraphQL over HTTP's persisted documents put before the hash of a `documentId`.
@@ -40,6 +53,14 @@ _DOCUMENT_ID_PREFIX = "sha256:"
 # Documents kept per process: their text by hash (saves a Redis call), and their checked
 # syntax trees (saves parsing and validation). A few hundred documents make an app.
 KEPT_PER_PROCESS = 1000
+# How often a process tells Redis which documents it has answered from its own copy (one
+# script call), so that Redis keeps the documents in use anywhere: its "1,000 most recently
+# used" counts such a use up to this late. Sooner once REFRESH_BATCH distinct ones wait (one
+# call's worth, as many as Redis keeps), which bounds the set a process holds.
+REFRESH_INTERVAL_S = 10.0
+REFRESH_BATCH = STORE_REFRESH_BATCH
+
+log = logging.getLogger("gql_presence")
 
 _NOT_TRUSTED = (
     "This service runs only its trusted documents for end users: send the document's "
@@ -78,6 +99,10 @@ class PersistedDocuments:
         self._trusted = trusted
         # Documents kept by Redis that passed every check in this process, by hash.
         self._texts: LeastRecentlyUsed[str, str] = LeastRecentlyUsed(KEPT_PER_PROCESS)
+        # Hashes of documents answered from _texts since the last refresh, at most
+        # REFRESH_BATCH of them.
+        self._used: set[str] = set()
+        self._refresh_due = asyncio.Event()
 
     async def resolve(self, data: GraphQLRequestData, context: Context) -> GraphQLRequestData:
         """The request with its document written in, once the caller may run it. Records
@@ -98,6 +123,8 @@ class PersistedDocuments:
                 self._require_trusted(text_hash)
             elif sha256 is not None and self._texts.get(sha256) is None:
                 context.unchecked_document = UncheckedDocument(sha256, data.query, register=True)
+            elif sha256 is not None:
+                self._note_use(sha256)
             context.document_hash = text_hash  # known by its hash from now on
             return data
         if sha256 is None:
@@ -129,13 +156,43 @@ class PersistedDocuments:
             await context.store.persist_document(unchecked.sha256, unchecked.text)
         self._texts.put(unchecked.sha256, unchecked.text)
 
+    async def refresh_forever(self, store: PresenceStore) -> None:
+        """Every REFRESH_INTERVAL_S, or as soon as REFRESH_BATCH documents wait, marks the
+        documents this process answered from its own copy as used in Redis: one script call."""
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(REFRESH_INTERVAL_S):
+                    await self._refresh_due.wait()
+            self._refresh_due.clear()
+            await self.refresh(store)
+
+    async def refresh(self, store: PresenceStore) -> None:
+        used, self._used = self._used, set()
+        if not used:
+            return
+        try:
+            await store.refresh_documents(sorted(used))
+        except PresenceError as error:
+            # Not retried: a document still in use is noted again by its next use.
+            log.warning("persisted documents' uses not refreshed: %s", error.message)
+        except Exception:
+            # The task must outlive any one failed refresh; the next one tries again.
+            log.exception("refreshing persisted documents' uses failed")
+
+    def _note_use(self, sha256: str) -> None:
+        if len(self._used) < REFRESH_BATCH:
+            self._used.add(sha256)
+        if len(self._used) >= REFRESH_BATCH:
+            self._refresh_due.set()
+
     async def _document(self, sha256: str, context: Context) -> str:
         if self._trusted is not None and sha256 in self._trusted:
             return self._trusted[sha256]
         document = self._texts.get(sha256)
         if document is not None:
+            self._note_use(sha256)
             return document
-        document = await context.store.persisted_document(sha256)
+        document = await context.store.persisted_document(sha256)  # marked as used there
         if document is None:
             raise PersistedQueryNotFoundError
         # Checked where it was registered, but perhaps by another release's schema: kept here

@@ -71,11 +71,10 @@ class PresenceView(GraphQLView[Context, None]):
     )
     websocket_adapter_class = PresenceWebSocket
 
-    def __init__(self, settings: Settings, *, traced: bool) -> None:
+    def __init__(self, settings: Settings, documents: PersistedDocuments, *, traced: bool) -> None:
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
         plans = Plans() if settings.planned_execution and not traced else None
-        documents = PersistedDocuments(settings.trusted_documents)
         schema = build_schema(
             introspection=settings.introspection,
             federation=settings.federation,

@@ -16,6 +16,7 @@ from gql_presence.store.models import (
 )
 from gql_presence.store.presence import (
     MAX_PERSISTED_DOCUMENTS,
+    REFRESH_BATCH,
     SWEEP_BATCH,
     PresenceStore,
     shard_of,
@@ -35,6 +36,7 @@ __all__ = [
     "MAX_IDS_PER_CALL",
     "MAX_ID_LENGTH",
     "MAX_PERSISTED_DOCUMENTS",
+    "REFRESH_BATCH",
     "SWEEP_BATCH",
     "DailyActiveUsers",
     "EventKind",

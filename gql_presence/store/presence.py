@@ -60,6 +60,9 @@ SWEEP_BATCH = 1000
 # versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
 # Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
+# Documents refreshed per script call (refresh_documents): as many as are kept at most, so a
+# call is at most 2,000 cheap commands.
+REFRESH_BATCH = MAX_PERSISTED_DOCUMENTS
 # Connection-bound sessions renewed per script call: about ten commands each, so a call
 # blocks Redis for a few milliseconds at most.
 RENEW_BATCH = 1000
@@ -227,6 +230,17 @@ class PresenceStore:
     async def persisted_document(self, sha256: str) -> str | None:
         """The document kept under this SHA-256, or None (never kept, or forgotten)."""
         return await self._shards[0].persisted_document(check_sha256(sha256))
+
+    async def refresh_documents(self, sha256s: Sequence[str]) -> int:
+        """Marks the documents kept under these SHA-256s as just used, as reading one does, in
+        one script call per REFRESH_BATCH of them; those no longer kept stay forgotten.
+        Returns how many were still kept."""
+        hashes = [check_sha256(sha256) for sha256 in dict.fromkeys(sha256s)]
+        refreshed = 0
+        for start in range(0, len(hashes), REFRESH_BATCH):
+            batch = hashes[start : start + REFRESH_BATCH]
+            refreshed += await self._shards[0].refresh_documents(batch)
+        return refreshed
 
     # --- many users: grouped by shard -------------------------------------------------------
 

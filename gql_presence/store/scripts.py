@@ -43,6 +43,7 @@ class ScriptName(StrEnum):
     CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
+    REFRESH_DOCUMENTS = "refresh_documents"
 
 
 class ScriptError(StrEnum):

@@ -375,6 +375,12 @@ class Shard:
             [sha256, document, max_count, MAX_DOCUMENT_BYTES],
         )
 
+    async def refresh_documents(self, sha256s: Sequence[str]) -> int:
+        refreshed = await self._run(
+            ScriptName.REFRESH_DOCUMENTS, [self._keys.persisted_documents_used], list(sha256s)
+        )
+        return int(refreshed)
+
     async def persisted_document(self, sha256: str) -> str | None:
         k = self._keys
         document = await self._run(
