@@ -56,7 +56,7 @@ KEPT_PER_PROCESS = 1000
 # How often a process tells Redis which documents it has answered from its own copy (one
 # script call), so that Redis keeps the documents in use anywhere: its "1,000 most recently
 # used" counts such a use up to this late. Sooner once REFRESH_BATCH distinct ones wait (one
-# call's worth, as many as Redis keeps), which bounds the set a process holds.
+# call's worth), which bounds the set a process holds.
 REFRESH_INTERVAL_S = 10.0
 REFRESH_BATCH = STORE_REFRESH_BATCH
 

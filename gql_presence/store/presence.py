@@ -60,9 +60,9 @@ SWEEP_BATCH = 1000
 # versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
 # Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
-# Documents refreshed per script call (refresh_documents): as many as are kept at most, so a
-# call is at most 2,000 cheap commands.
-REFRESH_BATCH = MAX_PERSISTED_DOCUMENTS
+# Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
+# members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
+REFRESH_BATCH = 250
 # Connection-bound sessions renewed per script call: about ten commands each, so a call
 # blocks Redis for a few milliseconds at most.
 RENEW_BATCH = 1000
