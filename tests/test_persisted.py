@@ -19,6 +19,7 @@ from redis.exceptions import ResponseError
 from gql_presence.app import create_app
 from gql_presence.graphql import document_limits
 from gql_presence.graphql import persisted as persisted_documents
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
 from gql_presence.store import presence as store_presence
@@ -26,7 +27,7 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
-from tests.conftest import error_codes
+from tests.conftest import TEST_SETTINGS, error_codes
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
@@ -42,6 +43,7 @@ PRESENCE = 'query Alice { presence(userId: "alice") { online } }'
 TOUCH = 'mutation { touch(userId: "alice") { online } }'
 OTHER = '{ presence(userId: "alice") { online lastSeen } }'
 ANSWER = {"data": {"presence": {"online": False}}}
+OTHER_ANSWER = {"online": False, "lastSeen": None}
 KEYS = Keys()
 MAX_DOCUMENT_BYTES = 32 * 1024
 
@@ -259,6 +261,25 @@ async def test_a_lone_surrogate_is_bad_input_kept_nowhere_and_logged_quietly(
             assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
     assert await kept_in_redis(http_redis) == 0
     assert loud_records(caplog) == []
+
+
+async def test_a_registration_redis_cannot_take_is_unavailable_and_kept_nowhere(
+    aiohttp_client: AiohttpClient, own_redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = await service(aiohttp_client, TEST_SETTINGS, redis_url=own_redis_server.url)
+    assert await post(api, {"query": OTHER}) == {"data": {"presence": OTHER_ANSWER}}
+    own_redis_server.stop()
+    with caplog.at_level(logging.DEBUG):
+        # OTHER is planned already, PRESENCE not: the registration fails before either runs,
+        # from its plan or through Strawberry.
+        for document in (OTHER, PRESENCE):
+            refused = await post(api, {"query": document, "extensions": persisted(document)})
+            assert error_codes(refused) == ["UNAVAILABLE"]
+    assert loud_records(caplog) == []
+    own_redis_server.restart()
+    for document in (OTHER, PRESENCE):
+        unknown = await post(api, {"extensions": persisted(document)})
+        assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
 
 
 @pytest.mark.parametrize(
