@@ -35,6 +35,7 @@ from tests.helpers import (
     graphql_socket,
     loud_records,
     over_socket,
+    script_calls,
     socket_errors,
     user_token,
 )
@@ -402,9 +403,13 @@ async def test_uses_reach_redis_in_batches_not_one_call_per_request(
         await post(api, {"query": document, "extensions": persisted(document)})
     backdated = {sha256(PRESENCE): 1, sha256(other): 2}
     await http_redis.zadd(KEYS.persisted_documents_used, backdated)
+    lookups = await script_calls(api, "persisted_document")
     for _ in range(3):
         assert await post(api, {"extensions": persisted(PRESENCE)}) == ANSWER
-    # The same document used again and again is one hash to refresh: no call yet.
+    # Answered from the process's own copy, with no Redis call; the same document used again
+    # and again is one hash to refresh, and the batch is not full: no refresh yet.
+    assert await script_calls(api, "persisted_document") == lookups
+    assert await script_calls(api, "refresh_documents") == 0
     assert await score(http_redis, PRESENCE) == 1
     await post(api, {"extensions": persisted(other)})
 
