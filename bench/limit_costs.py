@@ -21,7 +21,7 @@ import aiohttp
 from graphql import get_introspection_query
 
 from bench.__main__ import cpu_seconds, serve_ours, wait_for
-from gql_presence.policy.limits import MAX_ALIASES, MAX_DOCUMENT_CHARS
+from gql_presence.policy.limits import MAX_ALIASES, MAX_DOCUMENT_BYTES
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 
@@ -35,7 +35,7 @@ def typename() -> dict[str, Any]:
 
 def largest_document() -> dict[str, Any]:
     """MAX_ALIASES aliases, each reading a user's whole presence, padded by a comment to
-    MAX_DOCUMENT_CHARS."""
+    MAX_DOCUMENT_BYTES."""
     user = "u" * MAX_ID_LENGTH
     fields = " ".join(
         f'a{i}: presence(userId: "{user}") {{ userId online lastSeen '
@@ -43,7 +43,7 @@ def largest_document() -> dict[str, Any]:
         for i in range(MAX_ALIASES)
     )
     text = f"{{ {fields} }}\n# {next(_unique)} "
-    return {"query": text + "x" * (MAX_DOCUMENT_CHARS - len(text))}
+    return {"query": text + "x" * (MAX_DOCUMENT_BYTES - len(text))}
 
 
 def touch_many(id_length: int) -> Request:
@@ -66,7 +66,7 @@ def introspection() -> dict[str, Any]:
 
 CASES: dict[str, tuple[Request, int]] = {
     "{ __typename } (the floor)": (typename, 400),
-    f"document of {MAX_DOCUMENT_CHARS // 1024} KiB, {MAX_ALIASES} aliases": (largest_document, 200),
+    f"document of {MAX_DOCUMENT_BYTES // 1024} KiB, {MAX_ALIASES} aliases": (largest_document, 200),
     f"touchMany of {MAX_IDS_PER_CALL:,} ids of 8 characters": (touch_many(8), 20),
     f"touchMany of {MAX_IDS_PER_CALL:,} ids of {MAX_ID_LENGTH} characters": (
         touch_many(MAX_ID_LENGTH),

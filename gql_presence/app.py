@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
 
+from gql_presence.graphql.persisted import PersistedDocuments
 from gql_presence.http.app_keys import (
     AUTHENTICATOR,
     EVENTS,
@@ -39,6 +40,8 @@ from gql_presence.store import PresenceStore
 
 # The Redis clients of this process (commands, and the one pub/sub connection).
 REDIS = web.AppKey("redis", Connection)
+# Documents known by their hash (automatic persisted queries) and the trusted ones.
+DOCUMENTS = web.AppKey("documents", PersistedDocuments)
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -69,8 +72,12 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(event_hub)
     # The connection-bound sessions of this process, renewed in batches, ended by the hub's kicks.
     app.cleanup_ctx.append(held_sessions)
+    # Persisted and trusted documents; the uses of this process's own copies told to Redis.
+    app[DOCUMENTS] = documents = PersistedDocuments(settings.trusted_documents)
+    app.cleanup_ctx.append(document_uses)
     # GraphQL over POST and GET, subscriptions over WebSocket, and GraphiQL, at one address.
-    app.router.add_route("*", "/graphql", PresenceView(settings, traced=tracing.enabled()))
+    view = PresenceView(settings, documents, traced=tracing.enabled())
+    app.router.add_route("*", "/graphql", view)
     if settings.graphiql:  # GraphiQL's scripts and styles, for the page at /graphql
         app.router.add_static("/graphiql", GRAPHIQL_ASSETS)
     # Probes in the shape Kubernetes uses: alive, and able to serve.
@@ -124,6 +131,16 @@ async def event_hub(app: web.Application) -> AsyncIterator[None]:
     )
     yield
     await hub.stop()
+
+
+async def document_uses(app: web.Application) -> AsyncIterator[None]:
+    refreshes = asyncio.create_task(
+        app[DOCUMENTS].refresh_forever(app[STORE]), name="refresh-persisted-documents"
+    )
+    yield
+    refreshes.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await refreshes
 
 
 async def held_sessions(app: web.Application) -> AsyncIterator[None]:

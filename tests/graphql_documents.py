@@ -2,11 +2,13 @@
 committed schema.graphql, with strategies of our own for the scalars that matter here (ids,
 times, dates, page sizes, cursors), at and beyond the edges of input validation; argument
 values moved into variables, some of them faulty; documents of several operations; and the
-limits on documents the service enforces, counted at least as strictly."""
+limits on documents the service enforces, counted at least as strictly; request bodies that
+name persisted documents by hash."""
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import string
 from datetime import UTC, date, datetime, timedelta, timezone
 from pathlib import Path
@@ -59,7 +61,10 @@ def mostly(
     valid: st.SearchStrategy[T], invalid: st.SearchStrategy[T], *, odds: int
 ) -> st.SearchStrategy[T]:
     """`odds` draws valid for each invalid one."""
-    return st.one_of(*[valid] * odds, invalid)
+    # Not st.one_of(*[valid] * odds, invalid): Hypothesis draws each distinct branch alike,
+    # whatever the repeats, which made it one valid draw for each invalid one.
+    choices = [True] * odds + [False]
+    return st.sampled_from(choices).flatmap(lambda ok: valid if ok else invalid)
 
 
 # --- Ids: mostly a few names that meet each other (friends, kicks, touches of the same
@@ -390,3 +395,156 @@ def several_operations(draw: st.DrawFn) -> tuple[str, str | None]:
     names = [f"Op{i}" for i in range(len(documents))]
     text = "\n".join(_named(d, name) for d, name in zip(documents, names, strict=True))
     return text, draw(st.none() | st.sampled_from(names))
+
+
+# --- Persisted documents: request bodies that name a document by its hash (automatic
+# persisted queries, `documentId`), right and wrong in every member: texts valid, refused by
+# each check, around the size limit and beyond, holding lone surrogates, or not text at all;
+# hashes right, of the wrong case or length, not hex, not strings; versions; documentId forms.
+
+_KEPT_DOCUMENTS = [
+    'query Alice { presence(userId: "alice") { online } }',
+    'mutation { touch(userId: "bob") { online } }',
+    "{ weeklyStats { uniqueUsers } }",
+    "query Page($first: Int!) { onlineUsers(first: $first) { totalCount } }",
+]
+# Each of them under many names, so that most examples register a document of their own
+# (and the cap of 1,000 is met), and Hypothesis does not run out of new valid bodies.
+_VALID_DOCUMENTS = st.builds(
+    lambda document, name: f"# {name}\n{document}",
+    st.sampled_from(_KEPT_DOCUMENTS),
+    st.text(string.ascii_letters + string.digits, max_size=12),
+)
+_REFUSED_DOCUMENTS = [
+    "{ " + "__typename " * (MAX_TOKENS + 1) + "}",
+    "{ " + " ".join(f'a{i}: presence(userId: "a") {{ online }}' for i in range(16)) + " }",
+    "{ ...F30 } fragment F0 on Query { weeklyStats { uniqueUsers } } "
+    + " ".join(f"fragment F{i} on Query {{ ...F{i - 1} ...F{i - 1} }}" for i in range(1, 31)),
+    "{ nothing }",
+    "{ presence(userId: true) { online } }",
+    "{ presence(",
+    SUBSCRIPTION,
+]
+
+
+def _padded(document: str, size_bytes: int, character: str) -> str:
+    """The document after a comment of `character`s, about `size_bytes` bytes of UTF-8."""
+    room = max(0, size_bytes - len(f"#\n{document}".encode()))
+    return f"#{character * (room // len(character.encode()))}\n{document}"
+
+
+def _with_surrogate(document: str, surrogate: str, where: int) -> str:
+    """The document with a lone surrogate in a comment, in a string, or before it all."""
+    if where == 0:
+        return f"# {surrogate}\n{document}"
+    if where == 1 and '"' in document:
+        return document.replace('"', f'"{surrogate}', 1)
+    return surrogate + document
+
+
+_NOT_TEXT: st.SearchStrategy[Any] = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+_SURROGATE = st.characters(categories=["Cs"])
+# Half of them documents that pass, so that they are registered and then named by their hash
+# alone; the rest refused by one check or another, or not text.
+_TEXTS: dict[str, st.SearchStrategy[Any]] = {
+    "valid": _VALID_DOCUMENTS,
+    "refused": st.sampled_from(_REFUSED_DOCUMENTS),
+    "around the size limit": st.builds(
+        _padded,
+        _VALID_DOCUMENTS,
+        st.integers(MAX_BYTES - 4, MAX_BYTES + 4) | st.integers(MAX_BYTES, 6 * MAX_BYTES),
+        st.sampled_from(["x", "\u00e9", "\u20ac", "\U0001f600"]),
+    ),
+    "a lone surrogate": st.builds(_with_surrogate, _VALID_DOCUMENTS, _SURROGATE, st.integers(0, 2)),
+    "any text": st.text(max_size=40),
+    "not text": _NOT_TEXT,
+}
+_TEXT_WEIGHTS = {
+    "valid": 10,
+    "refused": 4,
+    "around the size limit": 2,
+    "a lone surrogate": 2,
+    "any text": 1,
+    "not text": 1,
+}
+PERSISTED_TEXT: st.SearchStrategy[Any] = st.sampled_from(
+    [kind for kind, weight in _TEXT_WEIGHTS.items() for _ in range(weight)]
+).flatmap(_TEXTS.__getitem__)
+
+
+def sha256_hex(text: object) -> str:
+    """The SHA-256 a client would send for the text: a lone surrogate hashed as the three
+    bytes Python's "surrogatepass" writes for it."""
+    encoded = (text if isinstance(text, str) else repr(text)).encode("utf-8", "surrogatepass")
+    return hashlib.sha256(encoded).hexdigest()
+
+
+def _hashes(right: str) -> st.SearchStrategy[Any]:
+    return mostly(
+        st.just(right),
+        st.one_of(
+            st.sampled_from([right.upper(), right[:63], right + "0", right[:32]]),
+            st.text("0123456789abcdef", min_size=64, max_size=64),
+            st.text(min_size=64, max_size=64),
+            st.builds(lambda s: right[:10] + s + right[11:], _SURROGATE),
+            _NOT_TEXT,
+        ),
+        odds=3,
+    )
+
+
+_VERSIONS = mostly(st.just(1), st.sampled_from([0, 2, "1", 1.5, -1, 2**70]) | _NOT_TEXT, odds=5)
+_FORMS = st.sampled_from(
+    [
+        *["persistedQuery"] * 5,
+        *["documentId", "documentId", "extensions.documentId", "both"],
+        *["extensions", "none"],
+    ]
+)
+_DOCUMENT_ID_PREFIXES = st.sampled_from(["sha256:", "sha256:", "", "SHA256:", "md5:", ":"])
+
+
+@st.composite
+def persisted_bodies(draw: st.DrawFn) -> dict[str, Any]:
+    """A request body naming a document by its hash, with or without the document's text;
+    mostly well formed, each member sometimes not."""
+    text = draw(PERSISTED_TEXT)
+    hash_value = draw(_hashes(sha256_hex(text)))
+    body: dict[str, Any] = {}
+    if draw(mostly(st.just(True), st.just(False), odds=3)):
+        body["query"] = text
+    form = draw(_FORMS)
+    extensions: Any = {}
+    if form in {"persistedQuery", "both"}:
+        persisted = {"version": draw(_VERSIONS), "sha256Hash": hash_value}
+        extensions["persistedQuery"] = draw(mostly(st.just(persisted), _NOT_TEXT, odds=9))
+    if form in {"documentId", "extensions.documentId", "both"}:
+        prefix = draw(_DOCUMENT_ID_PREFIXES)
+        document_id = prefix + hash_value if isinstance(hash_value, str) else hash_value
+        if form == "extensions.documentId":
+            extensions["documentId"] = document_id
+        else:
+            body["documentId"] = document_id
+    if form == "extensions":
+        extensions = draw(_NOT_TEXT | st.dictionaries(st.text(max_size=8), _NOT_TEXT, max_size=2))
+    if extensions != {}:
+        body["extensions"] = extensions
+    variables = draw(mostly(st.sampled_from([None, None, {"first": 5}]), _NOT_TEXT, odds=9))
+    if variables is not None:
+        body["variables"] = variables
+    name = draw(mostly(st.sampled_from([None, None, "Alice", "Page"]), st.text(max_size=8), odds=9))
+    if name is not None:
+        body["operationName"] = name
+    return body
+
+
+# How a body is sent: JSON as most clients write it (`\u` escapes), JSON in raw UTF-8 (a lone
+# surrogate then becomes bytes that are not UTF-8), JSON in UTF-16, or as a GET's parameters.
+TRANSPORTS = st.sampled_from(["json", "raw-utf-8", "utf-16", "get"])

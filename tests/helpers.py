@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import inspect
 import json
+import logging
 import os
 import re
 import signal
@@ -83,6 +84,16 @@ async def script_calls(service: Service, script: str) -> float:
             ):
                 return sample.value
     return 0
+
+
+def loud_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:
+    """What was logged above WARNING or with a stack trace: whatever a client causes must be
+    logged at WARNING or below, without one."""
+    return [
+        (r.name, r.levelname, r.getMessage())
+        for r in caplog.records
+        if r.levelno > logging.WARNING or r.exc_info
+    ]
 
 
 # --- README.md's snippets ----------------------------------------------------------------------

@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestClient
 
 from gql_presence.app import create_app
 from gql_presence.policy.auth import Caller, CallerKind
-from gql_presence.policy.limits import MAX_BODY_BYTES, MAX_DOCUMENT_CHARS
+from gql_presence.policy.limits import MAX_BODY_BYTES, MAX_DOCUMENT_BYTES
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 from gql_presence.store.errors import UnauthenticatedError
@@ -77,7 +77,7 @@ async def test_a_socket_shares_the_callers_rate_with_http(secured: Client) -> No
 async def test_a_socket_refuses_an_oversized_document_and_an_oversized_list(
     secured: Client,
 ) -> None:
-    long_document = '{ presence(userId: "' + "x" * MAX_DOCUMENT_CHARS + '") { online } }'
+    long_document = '{ presence(userId: "' + "x" * MAX_DOCUMENT_BYTES + '") { online } }'
     too_many = [str(i) for i in range(MAX_IDS_PER_CALL + 1)]
     async with graphql_socket(secured, BACKEND) as socket:
         refused = await over_socket(socket, long_document)

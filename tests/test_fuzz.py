@@ -18,6 +18,7 @@ import json
 import logging
 import os
 from typing import Any
+from urllib.parse import quote
 
 import graphql
 import pytest
@@ -28,20 +29,29 @@ from hypothesis import strategies as st
 from pytest_aiohttp import AiohttpClient
 
 from gql_presence.app import create_app
+from gql_presence.graphql.document_limits import validate_document
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
+from gql_presence.store import Keys
+from gql_presence.store.client import AnyRedis
 from gql_presence.store.errors import ErrorCode
 from tests.conftest import TEST_SETTINGS
 from tests.graphql_documents import (
     CURSOR_SECRET,
+    MAX_BYTES,
+    MAX_TOKENS,
     OPERATIONS,
+    SCHEMA,
+    TRANSPORTS,
     aliases,
     depth,
+    persisted_bodies,
     several_operations,
+    sha256_hex,
     with_variables,
     within_limits,
 )
-from tests.helpers import graphql_socket, over_socket, socket_errors
+from tests.helpers import graphql_socket, loud_records, over_socket, socket_errors
 
 Client = TestClient[Any, Any]
 
@@ -219,6 +229,70 @@ async def federated_api(aiohttp_client: AiohttpClient, deployment: Settings) -> 
     return await aiohttp_client(create_app(dataclasses.replace(deployment, federation=True)))
 
 
+# --- Persisted documents: bodies naming a document by its hash, right and wrong in every
+# member, sent as JSON of three encodings and as GET parameters. Whatever the body: no 5xx,
+# no INTERNAL, nothing logged above WARNING nor with a stack trace; and Redis holds only
+# documents that passed every check, each under its own hash.
+
+
+@pytest.fixture
+async def persisted_api(
+    aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
+) -> Client:
+    """The service, with queries over GET too (persisted queries' other transport)."""
+    return await aiohttp_client(create_app(dataclasses.replace(deployment, queries_over_get=True)))
+
+
+async def send(api: Client, body: dict[str, Any], transport: str) -> tuple[int, str, str]:
+    if transport == "get":
+        # Each member as GraphQL over HTTP's GET carries it: text as it is, the rest as JSON;
+        # a lone surrogate percent-encoded as the bytes "surrogatepass" writes.
+        params = [(k, v if isinstance(v, str) else json.dumps(v)) for k, v in body.items()]
+        query = "&".join(
+            f"{quote(k)}={quote(v, safe='', errors='surrogatepass')}" for k, v in params
+        )
+        response = await api.get(f"/graphql?{query}")
+    else:
+        text = json.dumps(body, ensure_ascii=transport == "json")
+        encoding = "utf-16" if transport == "utf-16" else "utf-8"
+        response = await api.post(
+            "/graphql",
+            data=text.encode(encoding, "surrogatepass"),
+            headers={"Content-Type": "application/json"},
+        )
+    return response.status, response.content_type, await response.text()
+
+
+def check_answer(status: int, content_type: str, text: str, shown: str) -> str:
+    """Checks the answer; returns what it came to, for --hypothesis-show-statistics."""
+    shown = f"{shown}\n-> {status} {text[:2000]}"
+    assert status < 500, shown
+    if status != 200 or content_type != "application/json":
+        # Refused by HTTP (a GET mutation, a body that is not JSON), said in the text; or a
+        # GET that names no document, which gets GraphiQL's page.
+        reason = text.partition('"')[0][:60]  # without what the body named
+        return f"HTTP {status} {content_type} {reason}"
+    answer = json.loads(text)
+    assert isinstance(answer, dict), shown
+    codes = [str((e.get("extensions") or {}).get("code")) for e in answer.get("errors") or []]
+    assert all(code in ErrorCode.__members__ for code in codes), shown
+    assert ErrorCode.INTERNAL not in codes, shown
+    return ",".join(sorted(set(codes))) or "answered without errors"
+
+
+async def only_checked_documents_are_kept(redis: AnyRedis) -> None:
+    key = Keys().persisted_documents
+    # Read as text: redis-py decodes UTF-8 strictly, so a document that is not fails here.
+    kept = await redis.hgetall(key)
+    for sha256, document in kept.items():
+        assert isinstance(sha256, str)
+        assert isinstance(document, str)
+        assert await redis.hstrlen(key, sha256) <= MAX_BYTES, sha256
+        assert sha256_hex(document) == sha256
+        parsed = graphql.parse(document, max_tokens=MAX_TOKENS)
+        assert validate_document(SCHEMA, parsed, tuple(graphql.specified_rules), True) == []
+
+
 @pytest.mark.slow
 @FUZZ_SETTINGS
 @given(representations=REPRESENTATIONS)
@@ -232,3 +306,24 @@ async def test_any_representations_are_answered_without_a_fault(
         await answer_over_socket(federated_api, ENTITIES, variables)
     faults = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
     assert not faults, [r.getMessage() for r in faults]
+
+
+@pytest.mark.slow
+@FUZZ_SETTINGS
+@given(body=persisted_bodies(), transport=TRANSPORTS)
+async def test_persisted_document_bodies_are_answered_without_a_fault(
+    persisted_api: Client,
+    http_redis: AnyRedis,
+    caplog: pytest.LogCaptureFixture,
+    body: dict[str, Any],
+    transport: str,
+) -> None:
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        # The body, then the same by its hash alone (registered by the first, or not).
+        for step, sent in enumerate((body, {k: v for k, v in body.items() if k != "query"})):
+            answer = await send(persisted_api, sent, transport)
+            outcome = check_answer(*answer, f"{transport}: {json.dumps(sent)[:2000]}")
+            event(f"{('as sent', 'by hash alone')[step]}: {outcome}")
+    assert loud_records(caplog) == [], json.dumps(body)[:2000]
+    await only_checked_documents_are_kept(http_redis)

@@ -19,7 +19,7 @@ from gql_presence.app import create_app
 from gql_presence.policy.limits import (
     MAX_ALIASES,
     MAX_BODY_BYTES,
-    MAX_DOCUMENT_CHARS,
+    MAX_DOCUMENT_BYTES,
     MAX_TOKENS,
     LocalBuckets,
 )
@@ -80,7 +80,7 @@ async def test_tokens_and_document_size_are_limited(api: Client) -> None:
     body = await graphql(api, many_tokens)
     assert error_codes(body) == ["BAD_USER_INPUT"]
     assert "tokens" in body["errors"][0]["message"]
-    long_document = '{ presence(userId: "' + "x" * MAX_DOCUMENT_CHARS + '") { online } }'
+    long_document = '{ presence(userId: "' + "x" * MAX_DOCUMENT_BYTES + '") { online } }'
     body = await graphql(api, long_document)
     assert error_codes(body) == ["BAD_USER_INPUT"]
     assert "variables" in body["errors"][0]["message"]

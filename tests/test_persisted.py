@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +14,28 @@ import pytest
 from aiohttp.test_utils import TestClient
 from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
+from redis.exceptions import ResponseError
 
 from gql_presence.app import create_app
 from gql_presence.graphql import document_limits
+from gql_presence.graphql import persisted as persisted_documents
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
+from gql_presence.store import presence as store_presence
 from gql_presence.store.client import AnyRedis
+from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
-from tests.conftest import error_codes
+from tests.conftest import TEST_SETTINGS, error_codes
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
+    eventually,
     graphql_socket,
+    loud_records,
     over_socket,
+    script_calls,
     socket_errors,
     user_token,
 )
@@ -34,10 +43,16 @@ from tests.helpers import (
 PRESENCE = 'query Alice { presence(userId: "alice") { online } }'
 TOUCH = 'mutation { touch(userId: "alice") { online } }'
 OTHER = '{ presence(userId: "alice") { online lastSeen } }'
+ANSWER = {"data": {"presence": {"online": False}}}
+OTHER_ANSWER = {"online": False, "lastSeen": None}
+KEYS = Keys()
+MAX_DOCUMENT_BYTES = 32 * 1024
 
 
 def sha256(document: str) -> str:
-    return hashlib.sha256(document.encode()).hexdigest()
+    # A lone surrogate hashed as the three bytes Python's "surrogatepass" writes for it, as a
+    # client that does not check its text would.
+    return hashlib.sha256(document.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def persisted(document: str) -> dict[str, Any]:
@@ -60,6 +75,27 @@ async def service(
     return await aiohttp_client(create_app(dataclasses.replace(settings, **changes)))
 
 
+async def kept_in_redis(redis: AnyRedis) -> int:
+    """How many documents Redis keeps, counting both of their keys."""
+    documents: int = await redis.hlen(KEYS.persisted_documents)
+    used: int = await redis.zcard(KEYS.persisted_documents_used)
+    return documents + used
+
+
+def fan_out(levels: int) -> str:
+    """Each fragment spreads the one before it twice: 2**levels selections once expanded."""
+    fragments = ["fragment F0 on Query { weeklyStats { uniqueUsers } }"]
+    fragments += [f"fragment F{i} on Query {{ ...F{i - 1} ...F{i - 1} }}" for i in range(1, levels)]
+    return f"{{ ...F{levels - 1} }} " + " ".join(fragments)
+
+
+def padded(document: str, size_bytes: int, character: str = "\U0001f600") -> str:
+    """The document after a comment of `character`s, `size_bytes` bytes of UTF-8 in all."""
+    room = size_bytes - len(f"#\n{document}".encode())
+    count, rest = divmod(room, len(character.encode()))
+    return f"#{character * count}{' ' * rest}\n{document}"
+
+
 # --- the store ---------------------------------------------------------------------------------
 
 
@@ -69,13 +105,44 @@ async def test_the_store_keeps_documents_by_hash(store: PresenceStore) -> None:
     assert await store.persisted_document(sha256(PRESENCE)) == PRESENCE
 
 
+async def test_the_store_keeps_only_utf_8_documents_within_the_bytes_bound(
+    store: PresenceStore,
+) -> None:
+    largest = padded(PRESENCE, MAX_DOCUMENT_BYTES)
+    await store.persist_document(sha256(largest), largest)
+    assert await store.persisted_document(sha256(largest)) == largest
+    for document in (
+        padded(PRESENCE, MAX_DOCUMENT_BYTES + 1),
+        padded(PRESENCE, MAX_DOCUMENT_BYTES + 2, "\u00e9"),
+        '{ presence(userId: "alice\ud800") { online } }',
+    ):
+        with pytest.raises(BadInputError):
+            await store.persist_document(sha256(document), document)
+        assert await store.persisted_document(sha256(document)) is None
+
+
+async def test_the_store_refreshes_the_use_of_many_documents_in_one_call(redis: Redis) -> None:
+    store = PresenceStore(redis, Settings())
+    for name in ("a", "b"):
+        await store.persist_document(sha256(name), name)
+    await redis.zadd(KEYS.persisted_documents_used, {sha256("a"): 1, sha256("b"): 2})
+    # "c" was never kept (or was forgotten): a refresh does not bring it back.
+    assert await store.refresh_documents([sha256("a"), sha256("c")]) == 1
+    used = KEYS.persisted_documents_used
+    assert (await redis.zscore(used, sha256("a")) or 0) > 2
+    assert await redis.zscore(used, sha256("b")) == 2
+    assert await redis.zscore(used, sha256("c")) is None
+
+
 async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redis: Redis) -> None:
     scripts = Scripts.register(redis)
     keys = Keys()
     both = [keys.persisted_documents, keys.persisted_documents_used]
 
     async def persist(name: str) -> int:
-        return int(await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2]))
+        return int(
+            await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2, 1024])
+        )
 
     assert await persist("a") == 0
     assert await persist("b") == 0
@@ -84,6 +151,16 @@ async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redi
     assert await scripts.run(ScriptName.PERSISTED_DOCUMENT, both, ["b"]) is None
     assert await scripts.run(ScriptName.PERSISTED_DOCUMENT, both, ["a"]) == "{a}"
     assert await redis.hlen(keys.persisted_documents) == 2
+
+
+async def test_the_script_keeps_no_document_over_its_bytes_whoever_calls(redis: Redis) -> None:
+    scripts = Scripts.register(redis)
+    both = [KEYS.persisted_documents, KEYS.persisted_documents_used]
+    # Five bytes of UTF-8 in three characters: the script counts bytes.
+    with pytest.raises(ResponseError, match="DOCUMENT_TOO_LARGE"):
+        await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9\u00e9", 2, 4])
+    assert await redis.exists(*both) == 0
+    assert await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9}", 2, 4]) == 0
 
 
 # --- automatic persisted queries --------------------------------------------------------------
@@ -115,6 +192,95 @@ async def test_a_hash_that_is_not_the_querys_is_refused_and_registers_nothing(
     assert error_codes(await post(api, {"extensions": persisted(PRESENCE)})) == [
         "PERSISTED_QUERY_NOT_FOUND"
     ]
+
+
+# Documents that fail one check each: the token limit, the document limits, validation, parsing.
+REFUSED_DOCUMENTS = {
+    "over the token limit": "{ " + "__typename " * 2001 + "}",
+    "too many aliases": "{ "
+    + " ".join(f'a{i}: presence(userId: "a") {{ online }}' for i in range(16))
+    + " }",
+    "a fragment bomb": fan_out(40),
+    "an unknown field": "{ nothing }",
+    "an argument of the wrong type": "{ presence(userId: true) { online } }",
+    "a syntax error": "{ presence(",
+}
+
+
+@pytest.mark.parametrize("document", REFUSED_DOCUMENTS.values(), ids=REFUSED_DOCUMENTS.keys())
+async def test_a_document_refused_by_any_check_is_kept_nowhere(
+    api: TestClient[Any, Any], http_redis: AnyRedis, document: str
+) -> None:
+    refused = await post(api, {"query": document, "extensions": persisted(document)})
+    assert set(error_codes(refused)) == {"BAD_USER_INPUT"}, refused
+    assert await kept_in_redis(http_redis) == 0
+    # Nor by this process: by its hash alone, it is unknown.
+    unknown = await post(api, {"extensions": persisted(document)})
+    assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
+    # The same checks hold for the document sent with its hash a second time.
+    refused_again = await post(api, {"query": document, "extensions": persisted(document)})
+    assert set(error_codes(refused_again)) == {"BAD_USER_INPUT"}
+    assert await kept_in_redis(http_redis) == 0
+
+
+async def test_a_document_is_bounded_in_bytes_whatever_its_characters(
+    api: TestClient[Any, Any], http_redis: AnyRedis
+) -> None:
+    # 8,200 characters of 4 bytes each: fewer than 32 Ki characters, over 32 KiB.
+    wide = padded(PRESENCE, 8200 * 4)
+    assert len(wide) < MAX_DOCUMENT_BYTES < len(wide.encode())
+    for body in ({"query": wide}, {"query": wide, "extensions": persisted(wide)}):
+        refused = await post(api, body)
+        assert error_codes(refused) == ["BAD_USER_INPUT"], refused
+        assert f"at most {MAX_DOCUMENT_BYTES:,} bytes" in refused["errors"][0]["message"]
+    assert await kept_in_redis(http_redis) == 0
+    # The largest document allowed is kept whole, and takes what the limit says.
+    largest = padded(PRESENCE, MAX_DOCUMENT_BYTES)
+    assert await post(api, {"query": largest, "extensions": persisted(largest)}) == ANSWER
+    stored = await http_redis.hstrlen(KEYS.persisted_documents, sha256(largest))
+    assert stored == MAX_DOCUMENT_BYTES
+
+
+async def test_a_lone_surrogate_is_bad_input_kept_nowhere_and_logged_quietly(
+    api: TestClient[Any, Any], http_redis: AnyRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG):
+        for document in (
+            '{ presence(userId: "alice\ud800") { online } }',
+            f"# \udfff\n{PRESENCE}",
+        ):
+            for body in (
+                {"query": document, "extensions": persisted(document)},
+                {"query": document},
+            ):
+                # Sent as JSON escapes (`"\ud800"`), which decode to a lone surrogate.
+                response = await api.post("/graphql", json=body)
+                assert response.status == 200, await response.text()
+                refused = await response.json()
+                assert error_codes(refused) == ["BAD_USER_INPUT"], refused
+            unknown = await post(api, {"extensions": persisted(document)})
+            assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
+    assert await kept_in_redis(http_redis) == 0
+    assert loud_records(caplog) == []
+
+
+async def test_a_registration_redis_cannot_take_is_unavailable_and_kept_nowhere(
+    aiohttp_client: AiohttpClient, own_redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    api = await service(aiohttp_client, TEST_SETTINGS, redis_url=own_redis_server.url)
+    assert await post(api, {"query": OTHER}) == {"data": {"presence": OTHER_ANSWER}}
+    own_redis_server.stop()
+    with caplog.at_level(logging.DEBUG):
+        # OTHER is planned already, PRESENCE not: the registration fails before either runs,
+        # from its plan or through Strawberry.
+        for document in (OTHER, PRESENCE):
+            refused = await post(api, {"query": document, "extensions": persisted(document)})
+            assert error_codes(refused) == ["UNAVAILABLE"]
+    assert loud_records(caplog) == []
+    own_redis_server.restart()
+    for document in (OTHER, PRESENCE):
+        unknown = await post(api, {"extensions": persisted(document)})
+        assert error_codes(unknown) == ["PERSISTED_QUERY_NOT_FOUND"]
 
 
 @pytest.mark.parametrize(
@@ -179,6 +345,81 @@ async def test_a_persisted_document_is_validated_once(
     # A document sent as text is validated the first time; later requests run its plan,
     # made from the validated document (planned.py).
     assert len(validated) == 2
+
+
+# --- recency, for every process ----------------------------------------------------------------
+
+
+def others(count: int) -> list[str]:
+    return [f'query Other{i} {{ presence(userId: "u{i}") {{ online }} }}' for i in range(count)]
+
+
+async def score(redis: AnyRedis, document: str) -> float | None:
+    found: float | None = await redis.zscore(KEYS.persisted_documents_used, sha256(document))
+    return found
+
+
+async def test_a_document_in_use_through_one_process_stays_kept_for_every_process(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(store_presence, "MAX_PERSISTED_DOCUMENTS", 3)
+    monkeypatch.setattr(persisted_documents, "REFRESH_INTERVAL_S", 0.05, raising=False)
+    first = await service(aiohttp_client, deployment)
+    second = await service(aiohttp_client, deployment)
+    old, older, newest = others(3)
+    assert await post(first, {"query": PRESENCE, "extensions": persisted(PRESENCE)}) == ANSWER
+    for document in (old, older):
+        await post(second, {"query": document, "extensions": persisted(document)})
+    # PRESENCE the least recently used of the three in Redis; then in use by its hash, from
+    # the first process's own copy.
+    used = {sha256(PRESENCE): 1, sha256(older): 2, sha256(old): 3}
+    await http_redis.zadd(KEYS.persisted_documents_used, used)
+    assert await post(first, {"extensions": persisted(PRESENCE)}) == ANSWER
+
+    async def refreshed() -> bool:
+        return (await score(http_redis, PRESENCE) or 0) > 3
+
+    await eventually(refreshed, within_s=2, what="the first process's use to reach Redis")
+    # A fourth document: the least recently used of the deployment is forgotten.
+    await post(second, {"query": newest, "extensions": persisted(newest)})
+    assert await score(http_redis, older) is None
+    third = await service(aiohttp_client, deployment)
+    assert await post(third, {"extensions": persisted(PRESENCE)}) == ANSWER
+
+
+async def test_uses_reach_redis_in_batches_not_one_call_per_request(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(persisted_documents, "REFRESH_BATCH", 2, raising=False)
+    api = await service(aiohttp_client, deployment)
+    (other,) = others(1)
+    for document in (PRESENCE, other):
+        await post(api, {"query": document, "extensions": persisted(document)})
+    backdated = {sha256(PRESENCE): 1, sha256(other): 2}
+    await http_redis.zadd(KEYS.persisted_documents_used, backdated)
+    lookups = await script_calls(api, "persisted_document")
+    for _ in range(3):
+        assert await post(api, {"extensions": persisted(PRESENCE)}) == ANSWER
+    # Answered from the process's own copy, with no Redis call; the same document used again
+    # and again is one hash to refresh, and the batch is not full: no refresh yet.
+    assert await script_calls(api, "persisted_document") == lookups
+    assert await script_calls(api, "refresh_documents") == 0
+    assert await score(http_redis, PRESENCE) == 1
+    await post(api, {"extensions": persisted(other)})
+
+    async def both_refreshed() -> bool:
+        return (await score(http_redis, PRESENCE) or 0) > 2 and (
+            await score(http_redis, other) or 0
+        ) > 2
+
+    # A full batch goes at once, long before the interval ends.
+    await eventually(both_refreshed, within_s=2, what="a full batch of uses to reach Redis")
 
 
 # --- trusted documents ------------------------------------------------------------------------

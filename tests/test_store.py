@@ -575,6 +575,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")
     await store.persisted_document("0" * 64)
+    await store.refresh_documents(["0" * 64])
     opened = await store.open_session("c", "tab")
     assert opened.held is not None
     await store.renew_sessions([opened.held])
@@ -629,6 +630,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")
     await store.persisted_document("0" * 64)
+    await store.refresh_documents(["0" * 64])
     opened = [await store.open_session(user, "tab") for user in users]
     held = [one.held for one in opened if one.held is not None]
     assert await store.renew_sessions(held) == []

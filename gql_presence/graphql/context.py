@@ -34,6 +34,17 @@ class Socket(Protocol):
         socket is closing."""
 
 
+@dataclass(frozen=True)
+class UncheckedDocument:
+    """A document named by its hash that this process does not keep yet: kept once it has
+    passed every check (persisted.py)."""
+
+    sha256: str
+    text: str
+    # Sent with its hash (automatic persisted queries): registered in Redis too.
+    register: bool
+
+
 @dataclass
 class Context:
     request: web.Request
@@ -48,6 +59,8 @@ class Context:
     connection_params: dict[str, object] = field(default_factory=dict)
     # The SHA-256 of the request's document once checked against its text (persisted.py).
     document_hash: str | None = None
+    # A document named by its hash, to keep once it has passed every check (persisted.py).
+    unchecked_document: UncheckedDocument | None = None
     # Why the request's credentials were refused (its body then left unread): admission
     # refuses its operation with this.
     credentials_refused: UnauthenticatedError | None = None

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from functools import lru_cache
 
 from graphql import (
     ASTValidationRule,
@@ -264,15 +263,15 @@ def limit_errors(document: DocumentNode) -> list[GraphQLError]:
     return errors
 
 
-@lru_cache(maxsize=256)
 def validate_document(
     schema: GraphQLSchema,
     document: DocumentNode,
     rules: tuple[type[ASTValidationRule], ...],
     hide_suggestions: bool,
 ) -> list[GraphQLError]:
-    """The document's limits, then (only within them) graphql-core's validation. Kept for
-    the same few documents again: validation is most of GraphQL's cost per request."""
+    """The document's limits, then (only within them) graphql-core's validation. Validation
+    is most of GraphQL's cost per request: a document that passes is kept, and not validated
+    again (persisted.PersistedDocumentCache); one that fails is kept nowhere."""
     return limit_errors(document) or validate(
         schema, document, (*rules, *_STRAWBERRY_RULES), hide_suggestions=hide_suggestions
     )

@@ -41,9 +41,9 @@ from gql_presence.graphql.persisted import PersistedDocuments
 from gql_presence.graphql.planned import Plans
 from gql_presence.graphql.schema import PresenceSchema
 from gql_presence.observability.request_log import OPERATION
-from gql_presence.policy.limits import MAX_DOCUMENT_CHARS
+from gql_presence.policy.limits import MAX_DOCUMENT_BYTES
 from gql_presence.realtime.delivery import Delivery
-from gql_presence.store import MAX_IDS_PER_CALL
+from gql_presence.store import MAX_IDS_PER_CALL, utf8_bytes
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
 
 # What a WebSocket operation's results are, as Strawberry's stream gives them.
@@ -109,6 +109,9 @@ class OperationPipeline:
         plan = self.plans.get(data.query, data.operation_name) if self.plans else None
         if plan is None:
             return None
+        # A plan is made only of a document that passed every check: one named by its hash
+        # is kept from now on.
+        await self._documents.checked(context)
         result = await plan.run(context, data.variables, data.extensions)
         if result is None:
             return None
@@ -233,15 +236,16 @@ def request_data(payload: object) -> GraphQLRequestData | None:
 
 async def admit(context: Context, document: str | None, variables: object) -> None:
     """Raises the refusal (a PresenceError) of an operation whose caller sent bad or no
-    credentials, or whose credentials have expired; whose document is too long; whose list
-    variables are longer than any argument takes; or whose caller is over its rate."""
+    credentials, or whose credentials have expired; whose document takes too many bytes of
+    UTF-8; whose list variables are longer than any argument takes; or whose caller is over
+    its rate."""
     if context.credentials_refused is not None:
         raise context.credentials_refused
     context.caller.require_credentials()
-    size = len(document or "")
-    if size > MAX_DOCUMENT_CHARS:
+    size = utf8_bytes(document or "")
+    if size > MAX_DOCUMENT_BYTES:
         raise BadInputError(
-            f"The document is {size:,} characters long; at most {MAX_DOCUMENT_CHARS:,} "
+            f"The document takes {size:,} bytes of UTF-8; at most {MAX_DOCUMENT_BYTES:,} bytes "
             "are allowed. Pass long lists of ids as variables."
         )
     _check_lists(variables)

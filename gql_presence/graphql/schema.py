@@ -24,7 +24,11 @@ from gql_presence.graphql.document_limits import DocumentValidation
 from gql_presence.graphql.error_codes import ErrorCodes, log_unexpected
 from gql_presence.graphql.internals import EventExecutionContext
 from gql_presence.graphql.labels import OperationLabel, OperationSpans
-from gql_presence.graphql.persisted import KEPT_PER_PROCESS, PersistedDocumentCache
+from gql_presence.graphql.persisted import (
+    KEPT_PER_PROCESS,
+    PersistedDocumentCache,
+    PersistedDocuments,
+)
 from gql_presence.graphql.planned import PlanRecorder, Plans
 from gql_presence.graphql.resolvers import (
     FederatedQuery,
@@ -89,18 +93,25 @@ def build_schema(
     federation: bool = False,
     plans: Plans | None = None,
     traced: bool = False,
+    documents: PersistedDocuments | None = None,
 ) -> PresenceSchema:
     """The schema; with `plans`, each document that passes validation is planned there;
-    `traced`, each operation has its span (observability/tracing.py)."""
+    `traced`, each operation has its span (observability/tracing.py); with `documents`,
+    each document named by its hash is kept there once it passes validation."""
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
         # Traces, when on: first, so that its span holds the others.
         *([OperationSpans] if traced else []),
         OperationLabel,
         ErrorCodes,
-        # Parsing the same few documents again is much of GraphQL's cost per request: keep
-        # their results (shared by every request), and for documents known by their hash
-        # the validated syntax tree, of this schema.
-        partial(PersistedDocumentCache, maxsize=256, checked=LeastRecentlyUsed(KEPT_PER_PROCESS)),
+        # Parsing and validating the same few documents again is much of GraphQL's cost per
+        # request: keep the validated syntax trees (shared by every request), by text and for
+        # documents known by their hash by hash, of this schema; of no document that fails.
+        partial(
+            PersistedDocumentCache,
+            parsed=LeastRecentlyUsed(256),
+            checked=LeastRecentlyUsed(KEPT_PER_PROCESS),
+            documents=documents,
+        ),
         # Bounds on one document's work; their reasons are in policy/limits.py.
         partial(MaxTokensLimiter, max_token_count=MAX_TOKENS),
         partial(DocumentValidation, hide_suggestions=not introspection),

@@ -71,7 +71,7 @@ class PresenceView(GraphQLView[Context, None]):
     )
     websocket_adapter_class = PresenceWebSocket
 
-    def __init__(self, settings: Settings, *, traced: bool) -> None:
+    def __init__(self, settings: Settings, documents: PersistedDocuments, *, traced: bool) -> None:
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
         plans = Plans() if settings.planned_execution and not traced else None
@@ -80,6 +80,7 @@ class PresenceView(GraphQLView[Context, None]):
             federation=settings.federation,
             plans=plans,
             traced=traced,
+            documents=documents,
         )
         super().__init__(
             schema=schema,
@@ -94,7 +95,7 @@ class PresenceView(GraphQLView[Context, None]):
         )
         self.pipeline = OperationPipeline(
             schema,
-            PersistedDocuments(settings.trusted_documents),
+            documents,
             settings.request_timeout_ms / 1000,
             plans,
             subscribes_again=not traced,

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.settings import Settings
+from gql_presence.store import MAX_DOCUMENT_BYTES as KEPT_DOCUMENT_BYTES
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore
 from gql_presence.store.errors import RateLimitedError, WritesRefusedError
 
@@ -23,8 +24,10 @@ MAX_BODY_BYTES = MAX_IDS_PER_CALL * (MAX_ID_LENGTH * 4 + 3) + 64 * 1024
 # A WebSocket's `subscribe` message carries what a request body does (a document and its
 # variables): its messages are bounded alike (aiohttp closes the socket with 1009 above).
 MAX_SOCKET_MESSAGE_BYTES = MAX_BODY_BYTES
-# Documents are short; long lists belong in variables, which neither limit counts.
-MAX_DOCUMENT_CHARS = 32 * 1024
+# Documents are short; long lists belong in variables, which neither limit counts. Counted in
+# bytes of UTF-8, not characters: a document sent with its hash is kept in Redis as it is, and
+# this is the store's own bound on what it keeps (32 KiB), so that the two cannot differ.
+MAX_DOCUMENT_BYTES = KEPT_DOCUMENT_BYTES
 MAX_TOKENS = 2000
 # The deepest useful selection is 4 levels (onlineUsers > nodes > sessions > lastSeen).
 MAX_DEPTH = 10

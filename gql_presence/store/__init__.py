@@ -16,17 +16,27 @@ from gql_presence.store.models import (
 )
 from gql_presence.store.presence import (
     MAX_PERSISTED_DOCUMENTS,
+    REFRESH_BATCH,
     SWEEP_BATCH,
     PresenceStore,
     shard_of,
 )
-from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL, check_id, check_ids
+from gql_presence.store.validation import (
+    MAX_DOCUMENT_BYTES,
+    MAX_ID_LENGTH,
+    MAX_IDS_PER_CALL,
+    check_id,
+    check_ids,
+    utf8_bytes,
+)
 from gql_presence.store.wire import EventKind, PublishedEvent, read_events
 
 __all__ = [
+    "MAX_DOCUMENT_BYTES",
     "MAX_IDS_PER_CALL",
     "MAX_ID_LENGTH",
     "MAX_PERSISTED_DOCUMENTS",
+    "REFRESH_BATCH",
     "SWEEP_BATCH",
     "DailyActiveUsers",
     "EventKind",
@@ -46,4 +56,5 @@ __all__ = [
     "check_ids",
     "read_events",
     "shard_of",
+    "utf8_bytes",
 ]

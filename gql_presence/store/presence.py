@@ -45,19 +45,24 @@ from gql_presence.store.scripts import Scripts
 from gql_presence.store.shard import LinkChange, Position, Shard, ShardPage, guarded
 from gql_presence.store.validation import (
     check_at,
+    check_document,
     check_end_date,
     check_id,
     check_ids,
     check_page_size,
     check_range,
+    check_sha256,
 )
 
 DEFAULT_SESSION = "default"
 SWEEP_BATCH = 1000
 # Automatic persisted queries kept at most: an app has tens to hundreds of documents, a few
-# versions of it a few times that; each is at most MAX_DOCUMENT_CHARS (32 KiB), so Redis
-# holds 32 MiB at the very worst and well under 1 MiB for real apps.
+# versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
+# Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
+# Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
+# members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
+REFRESH_BATCH = 250
 # Connection-bound sessions renewed per script call: about ten commands each, so a call
 # blocks Redis for a few milliseconds at most.
 RENEW_BATCH = 1000
@@ -214,14 +219,28 @@ class PresenceStore:
         return await self._shards[0].take_token(caller, rate, burst, cost, owed=owed)
 
     async def persist_document(self, sha256: str, document: str) -> None:
-        """Keeps a GraphQL document under its SHA-256 (lowercase hex, checked by the caller)
-        for every process of the deployment; beyond MAX_PERSISTED_DOCUMENTS the least
-        recently used are forgotten. Like rate-limit buckets, they all live in shard 0."""
+        """Keeps a GraphQL document (Unicode text of at most MAX_DOCUMENT_BYTES bytes of
+        UTF-8) under its SHA-256 (lowercase hex; that it is the document's is the caller's
+        to check) for every process of the deployment; beyond MAX_PERSISTED_DOCUMENTS the
+        least recently used are forgotten. Like rate-limit buckets, they all live in shard 0."""
+        check_sha256(sha256)
+        check_document(document)
         await self._shards[0].persist_document(sha256, document, MAX_PERSISTED_DOCUMENTS)
 
     async def persisted_document(self, sha256: str) -> str | None:
         """The document kept under this SHA-256, or None (never kept, or forgotten)."""
-        return await self._shards[0].persisted_document(sha256)
+        return await self._shards[0].persisted_document(check_sha256(sha256))
+
+    async def refresh_documents(self, sha256s: Sequence[str]) -> int:
+        """Marks the documents kept under these SHA-256s as just used, as reading one does, in
+        one script call per REFRESH_BATCH of them; those no longer kept stay forgotten.
+        Returns how many were still kept."""
+        hashes = [check_sha256(sha256) for sha256 in dict.fromkeys(sha256s)]
+        refreshed = 0
+        for start in range(0, len(hashes), REFRESH_BATCH):
+            batch = hashes[start : start + REFRESH_BATCH]
+            refreshed += await self._shards[0].refresh_documents(batch)
+        return refreshed
 
     # --- many users: grouped by shard -------------------------------------------------------
 

@@ -43,6 +43,7 @@ class ScriptName(StrEnum):
     CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
+    REFRESH_DOCUMENTS = "refresh_documents"
 
 
 class ScriptError(StrEnum):
@@ -53,6 +54,7 @@ class ScriptError(StrEnum):
     AT_BEFORE_RETENTION = "AT_BEFORE_RETENTION"
     DAY_NOT_GIVEN = "DAY_NOT_GIVEN"
     BAD_CHANGE = "BAD_CHANGE"
+    DOCUMENT_TOO_LARGE = "DOCUMENT_TOO_LARGE"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:

@@ -34,7 +34,12 @@ from gql_presence.store.models import (
     WeeklyStats,
 )
 from gql_presence.store.scripts import ScriptCall, ScriptError, ScriptName, Scripts
-from gql_presence.store.validation import AT_BEFORE_RETENTION, AT_IN_FUTURE, MAX_FUTURE_MS
+from gql_presence.store.validation import (
+    AT_BEFORE_RETENTION,
+    AT_IN_FUTURE,
+    MAX_DOCUMENT_BYTES,
+    MAX_FUTURE_MS,
+)
 
 # Users are forgotten (and their bit index reused) this long after the retention ends, so
 # that every day bitmap that could hold their bit has expired first (a day, plus DST slack).
@@ -60,6 +65,10 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
     ),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),
+    ScriptError.DOCUMENT_TOO_LARGE: (
+        BadInputError,
+        f"The document takes more than {MAX_DOCUMENT_BYTES:,} bytes of UTF-8, the most kept.",
+    ),
     # An operator's problem, not the caller's: logged, and the client sees INTERNAL.
     ScriptError.DAY_NOT_GIVEN: (
         RuntimeError,
@@ -363,8 +372,14 @@ class Shard:
         await self._run(
             ScriptName.PERSIST_DOCUMENT,
             [k.persisted_documents, k.persisted_documents_used],
-            [sha256, document, max_count],
+            [sha256, document, max_count, MAX_DOCUMENT_BYTES],
         )
+
+    async def refresh_documents(self, sha256s: Sequence[str]) -> int:
+        refreshed = await self._run(
+            ScriptName.REFRESH_DOCUMENTS, [self._keys.persisted_documents_used], list(sha256s)
+        )
+        return int(refreshed)
 
     async def persisted_document(self, sha256: str) -> str | None:
         k = self._keys

@@ -11,6 +11,9 @@ from gql_presence.store.errors import BadInputError
 
 MAX_ID_LENGTH = 128
 MAX_IDS_PER_CALL = 10_000
+# The longest GraphQL document, in bytes of UTF-8: the service's document limit, and what one
+# persisted document takes in Redis at most.
+MAX_DOCUMENT_BYTES = 32 * 1024
 MAX_PAGE_SIZE = 1000
 # How far ahead of the server's clock a backfilled `at` may lie: clock skew between hosts.
 MAX_FUTURE_MS = 5000
@@ -24,6 +27,7 @@ LAST_END_DATE = date.max - timedelta(days=1)
 # ~250 ms that way).
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def check_id(value: str, name: str) -> str:
@@ -53,6 +57,31 @@ def check_ids(values: Iterable[str], name: str) -> list[str]:
     for value in given:
         check_id(value, f"each of {name}")
     return list(dict.fromkeys(given))
+
+
+def utf8_bytes(text: str) -> int:
+    """How many bytes of UTF-8 the text takes; a lone surrogate, which is not UTF-8, is
+    counted as the 3 bytes it would take."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+def check_document(document: str) -> str:
+    """A document to keep: Unicode text of at most MAX_DOCUMENT_BYTES bytes of UTF-8."""
+    size = utf8_bytes(document)
+    if size > MAX_DOCUMENT_BYTES:
+        raise BadInputError(
+            f"The document takes {size:,} bytes of UTF-8; at most {MAX_DOCUMENT_BYTES:,} are kept."
+        )
+    if not document.isascii() and _SURROGATE.search(document):
+        raise BadInputError("The document must be valid Unicode text; it holds a lone surrogate.")
+    return document
+
+
+def check_sha256(value: str) -> str:
+    """A document's SHA-256, as 64 lowercase hex digits."""
+    if not _SHA256_HEX.fullmatch(value):
+        raise BadInputError("A document's SHA-256 is 64 lowercase hex digits.")
+    return value
 
 
 def check_page_size(first: int) -> int:
