@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -683,6 +684,22 @@ async def test_an_initialised_socket_that_answers_no_ping_is_dropped(
     assert ended.type in {aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSED}
     assert time.monotonic() - started < 1
     await socket.close()
+
+
+async def test_an_initialised_socket_that_answers_pings_stays_open(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    """Pings every 0.2 s, each to be answered within 0.1 s: a client that answers them (as
+    every WebSocket client does while it reads) keeps its socket for as long as it likes."""
+    service = await start_service(aiohttp_client, redis_url=redis_server.url, connection_ttl_ms=600)
+    async with graphql_socket(service) as socket:
+        with contextlib.suppress(TimeoutError):
+            # Read for ten pings' worth: answered, and nothing else comes.
+            async with asyncio.timeout(2):
+                message = await socket.receive()
+            pytest.fail(f"the socket got {message}")
+        await socket.send_json({"type": "ping"})
+        assert (await socket.receive_json(timeout=3))["type"] == "pong"
 
 
 SUBSCRIBE = {"query": 'subscription { presenceChanged(userIds: ["a"]) { userId } }'}

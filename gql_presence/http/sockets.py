@@ -37,11 +37,15 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     def __init__(
         self, *, heartbeat: float | None = None, max_msg_size: int = 4 * 1024 * 1024, **kwargs: Any
     ) -> None:
-        # aiohttp would ping from the handshake on, and drop a client that misses a pong with
-        # no close frame (the client sees 1006). Until start_heartbeat(), the one timer that
-        # may end the socket is the one whose close says why (graphql-transport-ws's 4408).
-        super().__init__(timeout=CLOSE_WAIT_S, max_msg_size=max_msg_size, **kwargs)
-        self._heartbeat_s = heartbeat
+        # aiohttp pings from the handshake on, and drops a client that misses a pong with no
+        # close frame (the client sees 1006). Its heartbeat is made here, so that prepare()
+        # wires the reading of pongs to it, and held back until start_heartbeat(): until then
+        # the one timer that may end the socket is the one whose close says why
+        # (graphql-transport-ws's 4408).
+        super().__init__(
+            timeout=CLOSE_WAIT_S, max_msg_size=max_msg_size, heartbeat=heartbeat, **kwargs
+        )
+        self._heartbeat_started = False
         self._reasons: dict[int, str] = {
             WSCloseCode.MESSAGE_TOO_BIG: f"A message must be shorter than {max_msg_size:,} bytes.",
             WSCloseCode.INVALID_TEXT: "A text message must be UTF-8.",
@@ -52,14 +56,22 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     def start_heartbeat(self) -> None:
         """From now on, pings the client every `heartbeat` seconds and drops it when a pong is
         not back within half of that: aiohttp's own heartbeat, started late."""
-        if self._heartbeat_s is None or self._heartbeat is not None or self.closed:
+        if self._heartbeat_started or self.closed:
             return
-        self._heartbeat, self._pong_heartbeat = self._heartbeat_s, self._heartbeat_s / 2
+        self._heartbeat_started = True
         self._reset_heartbeat()
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
         self._transport = request.transport
-        return await super().prepare(request)
+        writer = await super().prepare(request)
+        if not self._heartbeat_started:
+            self._cancel_heartbeat()  # started by aiohttp's prepare(); it waits for ours
+        return writer
+
+    def _on_data_received(self) -> None:
+        # aiohttp's: anything the client sends re-arms the heartbeat, not before it started.
+        if self._heartbeat_started:
+            super()._on_data_received()
 
     def send_now(self, messages: list[bytes]) -> int | None:
         """Writes each of `messages` (UTF-8 JSON) as one uncompressed text frame, now, after
