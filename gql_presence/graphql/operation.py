@@ -84,14 +84,15 @@ class OperationPipeline:
             async with asyncio.timeout(self._budget_s):
                 await admit(context, data.query, data.variables)
                 data = await self._documents.resolve(data, context)
+                result: ExecutionResult | None = None
                 # Over plain HTTP a subscription cannot be answered; say where it can be.
                 if is_subscription(data.query, data.operation_name):
-                    result = ExecutionResult(
-                        data=None, errors=[GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)]
-                    )
-                else:
-                    planned = await self._run_planned(context, data) if plannable else None
-                    result = planned or await run_fully(data)
+                    error = GraphQLError(_SUBSCRIBE_OVER_WEBSOCKET)
+                    result = ExecutionResult(data=None, errors=[error])
+                elif plannable:
+                    result = await self._run_planned(context, data)
+                if result is None:
+                    result = await run_fully(data)
         except PresenceError as error:
             return ExecutionResult(data=None, errors=[refusal(error)])
         except TimeoutError:
