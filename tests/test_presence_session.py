@@ -360,3 +360,38 @@ async def test_a_document_with_aliases_and_fragments_is_rendered_as_written(
             '{"who":"alice","live":false,"endReason":"KICKED","kind":"SessionState"}}}}'
         )
         assert await raw(tab) == COMPLETE
+
+
+async def test_a_held_session_keeps_no_task(service: Service) -> None:
+    sockets, per_socket = 10, 20
+    async with contextlib.AsyncExitStack() as stack:
+        tabs = [await stack.enter_async_context(graphql_socket(service)) for _ in range(sockets)]
+        # The socket's own tasks are there already; only the sessions' are counted.
+        await asyncio.sleep(0.05)
+        before = len(asyncio.all_tasks())
+        for s, tab in enumerate(tabs):
+            for i in range(per_socket):
+                await start(tab, f"s{i}", SESSION, user=f"u{s}-{i}", session="tab")
+        for tab in tabs:
+            for _ in range(per_socket):
+                assert json.loads(await raw(tab))["type"] == "next"
+        assert service.app[HELD_SESSIONS].count == sockets * per_socket
+        await asyncio.sleep(0.05)  # whatever ends with the openings has ended
+        assert len(asyncio.all_tasks()) - before < 5
+    await eventually(lambda: service.app[HELD_SESSIONS].count == 0, within_s=2, what="closes")
+
+
+async def test_a_revoked_id_is_refused_as_before(service: Service) -> None:
+    async with graphql_socket(service) as tab:
+        await graphql(service, 'mutation { kick(userId: "alice", sessionId: "tab-1") { online } }')
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        text = await raw(tab)
+        message = json.loads(text)
+        assert text == json.dumps(message, separators=(",", ":"))
+        assert list(message) == ["id", "type", "payload"]
+        assert (message["type"], message["payload"]["data"]) == ("next", None), text
+        [error] = message["payload"]["errors"]
+        assert list(error) == ["message", "extensions"], text
+        assert error["extensions"]["code"] == "SESSION_REVOKED", text
+        assert await raw(tab) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 0
