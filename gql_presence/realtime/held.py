@@ -1,6 +1,10 @@
 """Connection-bound sessions held by this process: opened by presenceSession subscriptions,
 renewed together in one batched task, closed when their subscription ends, and ended early
-when a kick or a newer opening of the same session is announced (through the event hub)."""
+when a kick or a newer opening of the same session is announced (through the event hub).
+
+A holder either waits in a task (`hold()`, `SessionHold.ended()`) or has none: it opens with
+`open()`, is called back through `SessionHold.on_end` when the service ends the session, and
+calls `release()` when its client leaves (graphql/session_rendering.py)."""
 
 from __future__ import annotations
 
