@@ -132,8 +132,9 @@ class OperationPipeline:
         self, context: Context, operation: SocketOperation
     ) -> Delivery | LiveSession | Results:
         """A WebSocket operation's results, their errors coded; or, for a presenceChanged
-        subscription handed to the event hub, its place there (the socket's handler ends
-        it with the operation)."""
+        subscription handed to the event hub, its place there, and for a presenceSession
+        held with no task, its LiveSession (the socket's handler ends either with the
+        operation)."""
         # A context of its own, from the socket's: an operation is a request, and reads
         # nothing that another operation of the socket read (its DataLoaders are its own).
         context = replace(context)
