@@ -10,6 +10,11 @@ task of its own so that it answers the service's pings. It measures:
 - the process's memory per session: its RSS with the sessions minus its RSS before, over N;
 - the time from a socket's close to the OFFLINE event of each of its users at another
   socket's `presenceChanged(all: true)` (p50, p99), closing sockets one at a time.
+
+`--memory` measures only process memory per idle session, in one run: at one session per
+socket (N sockets) and at 20 per socket, for this checkout and, with `--baseline REF`, for a
+git commit of it served from a temporary export (as bench/realtime.py does); beside the floor,
+a bare aiohttp WebSocket handler process holding N open sockets and nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 import aiohttp
 from redis.asyncio import Redis
 
+from bench.realtime import BARE_SERVER, checkout
 from gql_presence.running.redis_server import free_port, start_redis_server
 
 PER_SOCKET = 20  # gql_presence.limits.MAX_SUBSCRIPTIONS_PER_SOCKET
@@ -114,14 +120,18 @@ async def idle_rate(redis: Redis, ticks: int) -> tuple[float, float]:
 
 
 @asynccontextmanager
-async def service() -> AsyncIterator[tuple[str, int, Redis]]:
-    """A private Redis and one API process on it: the WebSocket URL, its pid, a client."""
+async def service(code: Path | None = None) -> AsyncIterator[tuple[str, int, Redis]]:
+    """A private Redis and one API process on it, of `code` (None: this checkout): the
+    WebSocket URL, its pid, a client."""
     server = start_redis_server()
     port = free_port()
     env = {**os.environ, "REDIS_URL": server.url, "PRESENCE_WORKERS": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
         [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
         env=env,
+        cwd=code,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -201,13 +211,137 @@ async def run(count: int, closes: int, ticks: int) -> None:
     )
 
 
+async def first_socket(http: aiohttp.ClientSession, url: str) -> Socket:
+    """A socket to a process that is starting: it listens within a few seconds."""
+    for _ in range(150):
+        try:
+            return await connect(http, url)
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.2)
+    raise RuntimeError("the service did not start")
+
+
+async def held_memory(code: Path | None, count: int, per_socket: int) -> float:
+    """Bytes of the service's memory per idle session, `per_socket` sessions a socket; with
+    `per_socket` 0, per socket that holds no session (connection_init answered)."""
+    async with (
+        service(code) as (url, pid, _),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+    ):
+        # One session opened and ended first: what the first of each kind costs once (its
+        # document parsed, its caches) is not counted per session.
+        warm = await first_socket(http, url)
+        await subscribe(warm, "warm", HOLD, user="warm-up")
+        await until(lambda: warm.live == 1, 30, "the warm-up session live")
+        await warm.ws.close()
+        await asyncio.sleep(1)
+        rss_before = rss_bytes(pid)
+        sockets: list[Socket] = []
+        for first in range(0, count, per_socket or 1):
+            socket = await connect(http, url)
+            socket.users = [f"user-{i}" for i in range(first, min(first + per_socket, count))]
+            for user in socket.users:
+                await subscribe(socket, user, HOLD, user=user)
+            sockets.append(socket)
+        held = count if per_socket else 0
+        await until(lambda: sum(s.live for s in sockets) == held, 300, "every session live")
+        await asyncio.sleep(2)  # the openings' garbage collected
+        rss_after = rss_bytes(pid)
+        for socket in sockets:
+            await socket.ws.close()
+    return (rss_after - rss_before) / count
+
+
+async def bare_memory(count: int) -> float:
+    """Bytes of memory per open socket of a bare aiohttp WebSocket handler process, which
+    answers connection_init and holds the socket, nothing else: the floor of this stack."""
+    port = free_port()
+    process = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
+        [sys.executable, "-c", BARE_SERVER, str(port)]
+    )
+    url = f"ws://127.0.0.1:{port}/graphql"
+    try:
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+            warm = await first_socket(http, url)
+            await warm.ws.close()
+            await asyncio.sleep(1)
+            rss_before = rss_bytes(process.pid)
+            sockets = [await connect(http, url) for _ in range(count)]
+            await asyncio.sleep(2)
+            rss_after = rss_bytes(process.pid)
+            for socket in sockets:
+                await socket.ws.close()
+    finally:
+        process.kill()  # nothing of it to keep
+        process.wait(10)
+    return (rss_after - rss_before) / count
+
+
+async def memory(count: int, baseline: str | None) -> None:
+    """Memory per idle session, before and after, beside the bare handler's per socket."""
+    targets: list[tuple[str, str | None]] = [("this checkout", None)]
+    if baseline:
+        targets.insert(0, (baseline, baseline))
+    figures: dict[str, tuple[float, float, float]] = {}
+    for name, ref in targets:
+        with checkout(ref) as code:
+            print(f"{name}: {count:,} sockets, no session...", flush=True)
+            no_session = await held_memory(code, count, 0)
+            print(f"{name}: {count:,} sessions, one per socket...", flush=True)
+            one = await held_memory(code, count, 1)
+            print(f"{name}: {count:,} sessions, {PER_SOCKET} per socket...", flush=True)
+            many = await held_memory(code, count, PER_SOCKET)
+            figures[name] = (one, many, no_session)
+    print(f"bare aiohttp handler: {count:,} open sockets...", flush=True)
+    floor = await bare_memory(count)
+    load = os.getloadavg()
+    print(
+        f"\nidle presenceSessions of distinct users, one API process, {os.cpu_count()} cores, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
+    )
+    print("| what | " + " | ".join(figures) + " |")
+    print("|---" * (len(figures) + 1) + "|")
+    kib = 1024
+    print(
+        f"| memory per idle socket holding one session ({count:,} sockets) | "
+        + " | ".join(
+            f"{one / kib:,.1f} KiB = {one / floor:.2f}x the floor" for one, _, _ in figures.values()
+        )
+        + " |"
+    )
+    print(
+        f"| memory per session, {PER_SOCKET} per socket ({count // PER_SOCKET:,} sockets) | "
+        + " | ".join(f"{many / kib:,.1f} KiB" for _, many, _ in figures.values())
+        + " |"
+    )
+    print(
+        f"| memory per idle socket holding no session ({count:,} sockets) | "
+        + " | ".join(
+            f"{none / kib:,.1f} KiB = {none / floor:.2f}x the floor"
+            for _, _, none in figures.values()
+        )
+        + " |"
+    )
+    print(
+        f"\nThe floor, a bare aiohttp WebSocket handler holding {count:,} open sockets (each "
+        f"answered connection_init, nothing else): {floor / kib:,.1f} KiB per socket."
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10_000)
     parser.add_argument("--closes", type=int, default=300, help="sockets closed one at a time")
     parser.add_argument("--ticks", type=int, default=1, help="renewal ticks per idle measure")
+    parser.add_argument(
+        "--memory", action="store_true", help="memory per session only, beside the floor"
+    )
+    parser.add_argument("--baseline", default=None, help="with --memory: a git commit to measure")
     arguments = parser.parse_args()
-    asyncio.run(run(arguments.sessions, arguments.closes, arguments.ticks))
+    if arguments.memory:
+        asyncio.run(memory(arguments.sessions, arguments.baseline))
+    else:
+        asyncio.run(run(arguments.sessions, arguments.closes, arguments.ticks))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import pytest
 from gql_presence.app import create_app
 from gql_presence.http.app_keys import HELD_SESSIONS
 from gql_presence.settings import Settings
+from gql_presence.store.keys import Keys
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
@@ -218,3 +219,179 @@ def still_online(seen: list[tuple[str, str]]) -> set[str]:
         elif kind == "OFFLINE":
             online.discard(user)
     return online
+
+
+# --- what a client receives, byte for byte, and what a held session keeps ----------------------
+
+STATE_KEYS = ["userId", "sessionId", "live", "at", "endReason"]
+ALIASED = (
+    "subscription($user: ID, $session: ID!) { held: presenceSession(userId: $user, "
+    "sessionId: $session) { ...State kind: __typename } } "
+    "fragment State on SessionState { who: userId live endReason }"
+)
+
+
+async def raw(socket: aiohttp.ClientWebSocketResponse, within_s: float = 3) -> str:
+    message = await socket.receive(timeout=within_s)
+    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
+    return str(message.data)
+
+
+def exactly(text: str, operation_id: str, **state: object) -> dict[str, Any]:
+    """The `next` message of a presenceSession as Strawberry encodes it: compact JSON, its
+    members in this order, the state's fields in the document's order; its state."""
+    message = json.loads(text)
+    assert text == json.dumps(message, separators=(",", ":")), text
+    assert list(message) == ["id", "type", "payload"], text
+    assert (message["id"], message["type"], list(message["payload"])) == (
+        operation_id,
+        "next",
+        ["data"],
+    ), text
+    body = message["payload"]["data"]["presenceSession"]
+    assert list(body) == STATE_KEYS, text
+    assert {k: body[k] for k in state} == state, text
+    return dict(body)
+
+
+COMPLETE = '{"id":"s","type":"complete"}'
+
+
+async def test_the_messages_of_a_session_ended_by_a_kick_are_exact(service: Service) -> None:
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        first = exactly(await raw(tab), "s", userId="alice", sessionId="tab-1", live=True)
+        assert first["endReason"] is None
+        await graphql(service, 'mutation { kick(userId: "alice", sessionId: "tab-1") { online } }')
+        exactly(await raw(tab), "s", userId="alice", live=False, endReason="KICKED")
+        assert await raw(tab) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 0
+        # The socket takes the same id again, for another session.
+        await start(tab, "s", SESSION, user="alice", session="tab-2")
+        exactly(await raw(tab), "s", sessionId="tab-2", live=True)
+
+
+async def test_the_messages_of_a_replaced_session_are_exact(service: Service) -> None:
+    async with graphql_socket(service) as first, graphql_socket(service) as second:
+        await start(first, "s", SESSION, user="alice", session="tab-1")
+        opened = exactly(await raw(first), "s", live=True)
+        await start(second, "s", SESSION, user="alice", session="tab-1")
+        exactly(await raw(second), "s", live=True)
+        last = exactly(await raw(first), "s", live=False, endReason="REPLACED")
+        assert last["at"] >= opened["at"]
+        assert await raw(first) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 1
+
+
+async def test_a_completed_session_sends_nothing_more_and_goes_offline(service: Service) -> None:
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        exactly(await raw(tab), "s", live=True)
+        await tab.send_json({"id": "s", "type": "complete"})
+        await eventually(
+            lambda: service.app[HELD_SESSIONS].count == 0, within_s=1, what="the close"
+        )
+        assert not await presence_online(service, "alice")
+        # Nothing was sent for it; the next message is the answer to a ping.
+        await tab.send_json({"type": "ping"})
+        assert await raw(tab) == '{"type":"pong"}'
+        # A kick afterwards reaches no one.
+        await graphql(service, 'mutation { kick(userId: "alice") { online } }')
+        await tab.send_json({"type": "ping"})
+        assert await raw(tab) == '{"type":"pong"}'
+
+
+async def test_a_socket_closed_with_many_sessions_closes_every_one(service: Service) -> None:
+    async with graphql_socket(service) as tab:
+        for i in range(5):
+            await start(tab, f"s{i}", SESSION, user=f"u{i}", session="tab")
+        for _ in range(5):
+            assert json.loads(await raw(tab))["type"] == "next"
+        assert service.app[HELD_SESSIONS].count == 5
+    await eventually(lambda: service.app[HELD_SESSIONS].count == 0, within_s=1, what="every close")
+    total = await graphql(service, "{ onlineUsers { totalCount } }")
+    assert total["data"]["onlineUsers"]["totalCount"] == 0
+
+
+async def test_a_session_lost_unannounced_ends_with_an_error_next(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
+) -> None:
+    # Renewed every 0.1 s, so that a renewal finds it gone at once.
+    settings = dataclasses.replace(deployment, connection_ttl_ms=300)
+    service = await aiohttp_client(create_app(settings))
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        exactly(await raw(tab), "s", live=True)
+        # Gone without a kick or a replacement announced, as when it expired meanwhile.
+        await http_redis.delete(Keys().conn("alice"), Keys().sessions("alice"))
+        text = await raw(tab)
+        message = json.loads(text)
+        assert text == json.dumps(message, separators=(",", ":"))
+        assert message == {
+            "id": "s",
+            "type": "next",
+            "payload": {
+                "data": None,
+                "errors": [
+                    {
+                        "message": "This session ended without this connection being told "
+                        "why (it expired or was replaced meanwhile); subscribe again.",
+                        "extensions": {"code": "UNAVAILABLE"},
+                    }
+                ],
+            },
+        }, text
+        assert await raw(tab) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 0
+
+
+async def test_a_document_with_aliases_and_fragments_is_rendered_as_written(
+    service: Service,
+) -> None:
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", ALIASED, user="alice", session="tab-1")
+        assert await raw(tab) == (
+            '{"id":"s","type":"next","payload":{"data":{"held":'
+            '{"who":"alice","live":true,"endReason":null,"kind":"SessionState"}}}}'
+        )
+        await graphql(service, 'mutation { kick(userId: "alice") { online } }')
+        assert await raw(tab) == (
+            '{"id":"s","type":"next","payload":{"data":{"held":'
+            '{"who":"alice","live":false,"endReason":"KICKED","kind":"SessionState"}}}}'
+        )
+        assert await raw(tab) == COMPLETE
+
+
+async def test_a_held_session_keeps_no_task(service: Service) -> None:
+    sockets, per_socket = 10, 20
+    async with contextlib.AsyncExitStack() as stack:
+        tabs = [await stack.enter_async_context(graphql_socket(service)) for _ in range(sockets)]
+        # The socket's own tasks are there already; only the sessions' are counted.
+        await asyncio.sleep(0.05)
+        before = len(asyncio.all_tasks())
+        for s, tab in enumerate(tabs):
+            for i in range(per_socket):
+                await start(tab, f"s{i}", SESSION, user=f"u{s}-{i}", session="tab")
+        for tab in tabs:
+            for _ in range(per_socket):
+                assert json.loads(await raw(tab))["type"] == "next"
+        assert service.app[HELD_SESSIONS].count == sockets * per_socket
+        await asyncio.sleep(0.05)  # whatever ends with the openings has ended
+        assert len(asyncio.all_tasks()) - before < 5
+    await eventually(lambda: service.app[HELD_SESSIONS].count == 0, within_s=2, what="closes")
+
+
+async def test_a_revoked_id_is_refused_as_before(service: Service) -> None:
+    async with graphql_socket(service) as tab:
+        await graphql(service, 'mutation { kick(userId: "alice", sessionId: "tab-1") { online } }')
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        text = await raw(tab)
+        message = json.loads(text)
+        assert text == json.dumps(message, separators=(",", ":"))
+        assert list(message) == ["id", "type", "payload"]
+        assert (message["type"], message["payload"]["data"]) == ("next", None), text
+        [error] = message["payload"]["errors"]
+        assert list(error) == ["message", "extensions"], text
+        assert error["extensions"]["code"] == "SESSION_REVOKED", text
+        assert await raw(tab) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 0

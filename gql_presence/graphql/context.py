@@ -19,6 +19,7 @@ from gql_presence.store.errors import UnauthenticatedError
 
 if TYPE_CHECKING:
     from gql_presence.graphql.event_rendering import SharedSubscription
+    from gql_presence.graphql.session_rendering import HeldSubscription
 
 
 class Socket(Protocol):
@@ -69,6 +70,9 @@ class Context:
     # Set by the pipeline for a presenceChanged subscribe on a socket: where the resolver
     # hands its events over to the hub (graphql/event_rendering.py).
     shared_subscription: SharedSubscription | None = None
+    # Set by the pipeline for a subscribe on a socket: where a presenceSession resolver
+    # leaves its session for the pipeline to hold (graphql/session_rendering.py).
+    held_subscription: HeldSubscription | None = None
 
     async def close_socket(self, reason: FeedDroppedError) -> None:
         """Ends the WebSocket connection of a subscription whose feed was dropped."""

@@ -61,7 +61,12 @@ class SocketOperation:
     def next_head(self) -> bytes:
         """The start of this operation's `next` messages, up to their payload: the bytes
         that Strawberry's encoding of the whole message begins with."""
-        return f'{{"id":{json.dumps(self.id)},"type":"next","payload":'.encode()
+        return next_head(self.id)
+
+
+def next_head(operation_id: str) -> bytes:
+    """The start of an operation's `next` messages, up to their payload."""
+    return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":'.encode()
 
 
 # As Strawberry encodes the messages it sends (strawberry.http.base's encode_json).
@@ -100,18 +105,35 @@ class EventRendering:
         self.interest: Interest | None = None
 
     def render(self, event: PresenceChange) -> bytes:
-        result = self._executor.build_per_event_executor(self._root(event)).execute_operation(False)
-        # Every field of an event is read synchronously; anything else would be a fault of
-        # the schema, which the tests would show.
-        if not isinstance(result, ExecutionResult):
-            raise TypeError(f"an event rendered as {type(result).__name__}, not a result")
-        # As a subscription's result is sent: errors reported to the schema, then coded as
-        # the pipeline codes every result, then formatted.
-        payload: dict[str, Any] = {"data": result.data}
-        if result.errors:
-            self._report(result.errors)
-            payload["errors"] = [error.formatted for error in with_codes(result.errors)]
-        return json.dumps(payload, separators=_COMPACT).encode()
+        return render_root(self._executor, self._root(event), self._report)
+
+
+def render_root(
+    executor: Executor[Any], root: object, report: Callable[[list[GraphQLError]], None]
+) -> bytes:
+    """The payload of a `next` message: the operation of `executor` run with `root` as its
+    root value, as graphql-core runs a subscription's event, JSON-encoded as Strawberry
+    encodes it."""
+    result = executor.build_per_event_executor(root).execute_operation(False)
+    # Every field of an event or a session's state is read synchronously; anything else
+    # would be a fault of the schema, which the tests would show.
+    if not isinstance(result, ExecutionResult):
+        raise TypeError(f"a result rendered as {type(result).__name__}, not a result")
+    return encode_payload(result.data, result.errors, report)
+
+
+def encode_payload(
+    data: object,
+    errors: list[GraphQLError] | None,
+    report: Callable[[list[GraphQLError]], None],
+) -> bytes:
+    """A result as a subscription's result is sent: errors reported to the schema, then
+    coded as the pipeline codes every result, then formatted."""
+    payload: dict[str, Any] = {"data": data}
+    if errors:
+        report(errors)
+        payload["errors"] = [error.formatted for error in with_codes(errors)]
+    return json.dumps(payload, separators=_COMPACT).encode()
 
 
 class EventRenderings:

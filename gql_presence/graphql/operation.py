@@ -40,6 +40,11 @@ from gql_presence.graphql.labels import chosen_operation
 from gql_presence.graphql.persisted import PersistedDocuments
 from gql_presence.graphql.planned import Plans
 from gql_presence.graphql.schema import PresenceSchema
+from gql_presence.graphql.session_rendering import (
+    HeldSubscription,
+    LiveSession,
+    SessionRenderings,
+)
 from gql_presence.observability.request_log import OPERATION
 from gql_presence.policy.limits import MAX_DOCUMENT_BYTES
 from gql_presence.realtime.delivery import Delivery
@@ -74,6 +79,8 @@ class OperationPipeline:
         self._subscribes_again = subscribes_again
         # The documents this process renders once per event for all their subscribers.
         self._renderings = EventRenderings()
+        # The documents of the presenceSession subscriptions this process holds.
+        self._session_renderings = SessionRenderings()
 
     async def execute(
         self, context: Context, data: GraphQLRequestData, *, plannable: bool, run_fully: RunFully
@@ -123,10 +130,11 @@ class OperationPipeline:
 
     async def run_on_socket(
         self, context: Context, operation: SocketOperation
-    ) -> Delivery | Results:
+    ) -> Delivery | LiveSession | Results:
         """A WebSocket operation's results, their errors coded; or, for a presenceChanged
-        subscription handed to the event hub, its place there (the socket's handler ends
-        it with the operation)."""
+        subscription handed to the event hub, its place there, and for a presenceSession
+        held with no task, its LiveSession (the socket's handler ends either with the
+        operation)."""
         # A context of its own, from the socket's: an operation is a request, and reads
         # nothing that another operation of the socket read (its DataLoaders are its own).
         context = replace(context)
@@ -148,7 +156,7 @@ class OperationPipeline:
 
     async def _subscribe_shared(
         self, context: Context, operation: SocketOperation
-    ) -> Delivery | Results:
+    ) -> Delivery | LiveSession | Results:
         """A subscription on a socket, handed to the hub when it is a presenceChanged one
         whose events can be rendered once for every subscriber of its document."""
         if self._subscribes_again:
@@ -160,10 +168,14 @@ class OperationPipeline:
                 return delivery
         shared = SharedSubscription(operation, self._renderings)
         context.shared_subscription = shared
+        held = HeldSubscription(operation, self._session_renderings)
+        context.held_subscription = held
         results = await self._stream(context, operation)
         # The resolver runs when the first result is asked for: it yields its events itself,
-        # or leaves them to the hub and ends.
+        # or leaves them to the hub (or its session to the pipeline) and ends.
         first = await anext(results, None)
+        if first is None and held.rendering is not None:
+            return await self._hold(context, operation, held)
         if first is not None or shared.rendering is None or shared.interest is None:
             return _coded(_after(first, results))
         try:
@@ -172,6 +184,29 @@ class OperationPipeline:
             return _refused(error)
         shared.rendering.interest = shared.interest
         return delivery
+
+    async def _hold(
+        self, context: Context, operation: SocketOperation, held: HeldSubscription
+    ) -> LiveSession | Results:
+        """A presenceSession the resolver left to the pipeline: its session opened, its first
+        message rendered, held with no task (session_rendering.py). Cancelled at any point,
+        it leaves nothing live."""
+        assert context.socket is not None
+        assert held.rendering is not None
+        sessions = context.held_sessions
+        try:
+            hold = await sessions.open(held.user_id, held.session_id)
+        except Exception as error:  # as a subscription's generator that raises it is answered
+            return _coded(_failed(error, self.schema.process_errors))
+        try:
+            payload = held.rendering.render(operation.variables, hold)
+        except BaseException:
+            sessions.release(hold)
+            raise
+        first = b"".join((operation.next_head(), payload, b"}"))
+        return LiveSession(
+            sessions, hold, context.socket.send_now, operation, held.rendering, first
+        )
 
     async def _stream(self, context: Context, operation: SocketOperation) -> Results:
         return await self.schema.stream(
@@ -294,6 +329,14 @@ def _is_subscription(query: str, operation_name: str | None) -> bool:
 
 async def _refused(error: PresenceError) -> Results:
     yield PreExecutionError(data=None, errors=[refusal(error)])
+
+
+async def _failed(error: Exception, report: Callable[[list[GraphQLError]], None]) -> Results:
+    """The one result of a subscription whose source raised `error` before its first event,
+    as Strawberry answers it: a `next` with the error, the error reported to the schema."""
+    errors = [GraphQLError(str(error), original_error=error)]
+    report(errors)
+    yield ExecutionResult(data=None, errors=errors)
 
 
 async def _within(results: Results, deadline: float, budget_s: float) -> Results:

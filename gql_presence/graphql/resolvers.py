@@ -305,6 +305,11 @@ class Subscription:
         caller.authorize(Need.OWN, "presenceSession", user_id)
         check_id(user_id, "userId")
         check_id(session_id, "sessionId")
+        held = context.held_subscription
+        if held is not None and held.take(user_id, session_id, info, SessionState.of):
+            # Held with no task (session_rendering.py): the pipeline opens it, and the
+            # service's end of it writes the last messages.
+            return
         async with context.held_sessions.hold(user_id, session_id) as hold:
             yield SessionState(
                 user_id=user_id,

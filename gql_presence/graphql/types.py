@@ -12,6 +12,7 @@ import strawberry
 
 from gql_presence.graphql.context import Context
 from gql_presence.realtime.delivery import PresenceChange
+from gql_presence.realtime.held import Ended, SessionHold
 from gql_presence.store import models
 
 ID = strawberry.ID
@@ -233,3 +234,23 @@ class SessionState:
     end_reason: SessionEndReason | None = strawberry.field(
         description="Why the service ended the session; null while live."
     )
+
+    @classmethod
+    def of(cls, hold: SessionHold) -> SessionState:
+        """The state of a held session: live, or how the service ended it."""
+        held, ended = hold.held, hold.outcome
+        if not isinstance(ended, Ended):  # live (a lost session ends with an error instead)
+            return cls(
+                user_id=ID(held.user_id),
+                session_id=ID(held.session_id),
+                live=True,
+                at=hold.opened_at,
+                end_reason=None,
+            )
+        return cls(
+            user_id=ID(held.user_id),
+            session_id=ID(held.session_id),
+            live=False,
+            at=ended.at,
+            end_reason=SessionEndReason(ended.reason.value),
+        )

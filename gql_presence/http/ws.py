@@ -31,6 +31,7 @@ from gql_presence.graphql.error_codes import refusal
 from gql_presence.graphql.event_rendering import SocketOperation
 from gql_presence.graphql.internals import OperationStreamClosed, send_result_stream
 from gql_presence.graphql.operation import OperationPipeline, request_data
+from gql_presence.graphql.session_rendering import LiveSession
 from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
 from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.observability.request_log import CALLER
@@ -56,6 +57,9 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._deliveries: dict[str, Delivery] = {}
+        self._held: dict[str, LiveSession] = {}
+        # Made once: each held session keeps it until the service ends the session.
+        self._held_ended = self._end_held
         self._init_timer: asyncio.TimerHandle | None = None
 
     def on_request_accepted(self) -> None:
@@ -143,6 +147,15 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
                 operation.id, operation.query, operation.operation_name, operation.variables
             ),
         )
+        if isinstance(started, LiveSession):
+            if self.operations.get(operation.id) is not operation:
+                started.close()  # completed, or its socket ended, meanwhile
+                return
+            self._held[operation.id] = started
+            operation.task = None
+            operation.query, operation.variables = "", None
+            started.start(self._held_ended)
+            return
         if isinstance(started, Delivery):
             if self.operations.get(operation.id) is operation:
                 self._deliveries[operation.id] = started
@@ -168,7 +181,17 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             self.operations.pop(operation.id, None)
             raise
 
+    def _end_held(self, operation_id: str) -> None:
+        """A held session the service ended: its last messages are written, its id free."""
+        if self._held.pop(operation_id, None) is not None:
+            self.operations.pop(operation_id, None)
+
     async def cleanup_operation(self, operation_id: str) -> None:
+        held = self._held.pop(operation_id, None)
+        if held is not None:
+            held.close()
+            self.operations.pop(operation_id, None)  # its task has ended already
+            return
         delivery = self._deliveries.pop(operation_id, None)
         if delivery is None:
             await super().cleanup_operation(operation_id)

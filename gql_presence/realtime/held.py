@@ -1,6 +1,10 @@
 """Connection-bound sessions held by this process: opened by presenceSession subscriptions,
 renewed together in one batched task, closed when their subscription ends, and ended early
-when a kick or a newer opening of the same session is announced (through the event hub)."""
+when a kick or a newer opening of the same session is announced (through the event hub).
+
+A holder either waits in a task (`hold()`, `SessionHold.ended()`) or has none: it opens with
+`open()`, is called back through `SessionHold.on_end` when the service ends the session, and
+calls `release()` when its client leaves (graphql/session_rendering.py)."""
 
 from __future__ import annotations
 
@@ -38,29 +42,51 @@ class Ended:
 
 
 class SessionHold:
-    """One subscription's hold of its session, until it ends or is ended."""
+    """One holder's hold of its session, until it ends or is ended. Ended by the service, it
+    calls `on_end` at once when one is set (a holder with no task of its own), and wakes
+    whoever waits in `ended()`."""
+
+    __slots__ = ("_outcome", "_waiter", "held", "on_end", "opened_at")
 
     def __init__(self, held: HeldSession, opened_at: datetime) -> None:
         self.held = held
         self.opened_at = opened_at
-        self._ended: asyncio.Future[Ended] = asyncio.get_running_loop().create_future()
+        self._outcome: Ended | PresenceError | None = None
+        # Made only for a holder that waits: most holders are called back instead.
+        self._waiter: asyncio.Future[None] | None = None
+        self.on_end: Callable[[Ended | PresenceError], None] | None = None
 
     def end(self, outcome: Ended | PresenceError) -> None:
-        if self._ended.done():
+        if self._outcome is not None:
             return
-        if isinstance(outcome, PresenceError):
-            self._ended.set_exception(outcome)
-        else:
-            self._ended.set_result(outcome)
+        self._outcome = outcome
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        if self.on_end is not None:
+            self.on_end(outcome)
 
     @property
     def ended_by_service(self) -> bool:
-        return self._ended.done()
+        return self._outcome is not None
+
+    @property
+    def outcome(self) -> Ended | PresenceError | None:
+        """How the service ended the session: a kick or a replacement, or the error of a
+        renewal that found it gone; None while it holds."""
+        return self._outcome
 
     async def ended(self) -> Ended:
         """Waits until the service ends the session: a kick or a replacement (returned), or
         a renewal that found it gone (raised)."""
-        return await asyncio.shield(self._ended)
+        if self._outcome is None:
+            if self._waiter is None:
+                self._waiter = asyncio.get_running_loop().create_future()
+            await asyncio.shield(self._waiter)
+        outcome = self._outcome
+        if isinstance(outcome, PresenceError):
+            raise outcome
+        assert outcome is not None
+        return outcome
 
 
 class HeldSessions:
@@ -86,6 +112,19 @@ class HeldSessions:
     async def hold(self, user_id: str, session_id: str) -> AsyncIterator[SessionHold]:
         """Opens the session and holds it until the block ends, then closes it at once
         (unless the service ended it first). Raises SessionRevokedError for a kicked id."""
+        hold = await self.open(user_id, session_id)
+        try:
+            yield hold
+        finally:
+            closing = self.release(hold)
+            if closing is not None:
+                # The holder was cancelled (the client completed it, or the socket closed):
+                # the close must still happen, so it is not cancelled with it.
+                await asyncio.shield(closing)
+
+    async def open(self, user_id: str, session_id: str) -> SessionHold:
+        """Opens the session and holds it until `release`. Raises SessionRevokedError for a
+        kicked id. Cancelled at any point, it leaves nothing live and nothing held."""
         early: list[PublishedEvent] = []
         openings = self._openings.setdefault(user_id, [])
         openings.append(early)
@@ -101,13 +140,19 @@ class HeldSessions:
         self._by_user.setdefault(user_id, set()).add(hold)
         try:
             await self._catch_up(hold, early)
-            yield hold
-        finally:
-            self._forget(hold)
-            if not hold.ended_by_service:
-                # The subscription was cancelled (the client completed it, or the socket
-                # closed): the close must still happen, so it is not cancelled with it.
-                await asyncio.shield(self._in_background(self._close(hold.held)))
+        except BaseException:
+            self.release(hold)
+            raise
+        return hold
+
+    def release(self, hold: SessionHold) -> asyncio.Task[None] | None:
+        """Holds the session no more, and closes it at once unless the service ended it: the
+        close runs on its own (returned), so that a holder cancelled meanwhile does not
+        cancel it. Once per hold."""
+        self._forget(hold)
+        if hold.ended_by_service:
+            return None
+        return self._in_background(self._close(hold.held))
 
     async def _owned(self, opening: Awaitable[T], undo: Callable[[T], Awaitable[None]]) -> T:
         """What `opening` returns. Every kind of session this process holds is opened through

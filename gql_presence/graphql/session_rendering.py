@@ -1,0 +1,211 @@
+"""presenceSession subscriptions held with no task, generator or execution of their own.
+
+The pipeline (graphql/operation.py) runs a presenceSession subscribe on a socket with a
+HeldSubscription in its context: the resolver checks its arguments and the caller's right,
+leaves the user and session there, and ends. The pipeline then opens the session through
+realtime/held.py (which keeps the guarantee that a cancelled opening leaves nothing live),
+renders its first `next` once, and hands a LiveSession to the socket's handler. What is left
+while the session is held is that LiveSession, its SessionHold and the socket's entry for the
+operation. When the service ends the session (a kick, a replacement, a renewal that found it
+gone) the hold calls the LiveSession back, which writes the last messages to the socket; the
+client's `complete` or the socket's end closes it instead.
+
+Each state is rendered by executing the operation's own document with the state as its root
+value, as graphql-core runs a subscription's event, so that aliases, fragments and
+`__typename` in the client's document are honoured and the bytes are those a subscription of
+its own sends. A document that cannot be executed that way keeps the older path.
+"""
+
+from __future__ import annotations
+
+import json
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from graphql import DocumentNode, GraphQLError, GraphQLSchema
+
+from gql_presence.graphql.event_rendering import encode_payload, next_head, render_root
+from gql_presence.graphql.internals import EventExecutionContext, raw_info
+
+if TYPE_CHECKING:
+    import strawberry
+    from graphql.execution import Executor
+
+    from gql_presence.graphql.event_rendering import SocketOperation
+    from gql_presence.realtime.delivery import WriteNow
+    from gql_presence.realtime.held import Ended, HeldSessions, SessionHold
+    from gql_presence.store.errors import PresenceError
+
+Report = Callable[[list[GraphQLError]], None]
+# The root value of a state of a held session (SessionState.of).
+Root = Callable[["SessionHold"], object]
+
+
+class SessionRendering:
+    """One document's rendering of a session's states: its operation and fragments, parsed
+    and validated once, shared by every session of the same document text and operation
+    name (their variables are each their own)."""
+
+    __slots__ = ("__weakref__", "_document", "_operation_name", "_report", "_root", "_schema")
+
+    def __init__(
+        self,
+        schema: GraphQLSchema,
+        document: DocumentNode,
+        operation_name: str | None,
+        report: Report,
+        root: Root,
+    ) -> None:
+        self._root = root
+        self._schema = schema
+        self._document = document
+        self._operation_name = operation_name
+        self._report = report
+
+    def executor(self, variables: dict[str, Any] | None) -> Executor[Any] | None:
+        """The document's executor with these variables; None when it cannot be built."""
+        built = EventExecutionContext.build(
+            self._schema,
+            self._document,
+            raw_variable_values=variables,
+            operation_name=self._operation_name,
+        )
+        return None if isinstance(built, list) else built
+
+    def render(self, variables: dict[str, Any] | None, hold: SessionHold) -> bytes:
+        """The payload of the `next` message that carries the state of `hold`: live, or how
+        the service ended it."""
+        executor = self.executor(variables)
+        if executor is None:  # it was built with the same variables when the session opened
+            raise TypeError("a session's document no longer builds with its variables")
+        return render_root(executor, self._root(hold), self._report)
+
+    def render_error(self, error: Exception) -> bytes:
+        """The payload of the `next` message that ends a session with `error`, as a
+        subscription's generator that raises it is answered."""
+        return encode_payload(None, [GraphQLError(str(error), original_error=error)], self._report)
+
+
+class SessionRenderings:
+    """The session renderings in use in this process, by document text and operation name;
+    each lives as long as a session holds it."""
+
+    def __init__(self) -> None:
+        self._by_key: weakref.WeakValueDictionary[tuple[str, str | None], SessionRendering] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def get(
+        self, operation: SocketOperation, info: strawberry.Info[Any, Any], root: Root
+    ) -> SessionRendering | None:
+        """The operation's rendering, made from the resolver's `info` when new; None when
+        its document cannot be executed with a state as its root value."""
+        key = (operation.query, operation.operation_name)
+        rendering = self._by_key.get(key)
+        if rendering is None:
+            raw = raw_info(info)  # graphql-core's info: the parsed operation and its fragments
+            document = DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
+            rendering = SessionRendering(
+                raw.schema, document, operation.operation_name, info.schema.process_errors, root
+            )
+        # Variables may include or skip fields: this operation's must build, too.
+        if rendering.executor(operation.variables) is None:
+            return None
+        self._by_key[key] = rendering
+        return rendering
+
+
+class HeldSubscription:
+    """One presenceSession subscribe of a socket while the pipeline runs its document: the
+    resolver leaves here whose session to hold, instead of holding it itself."""
+
+    __slots__ = ("_renderings", "operation", "rendering", "session_id", "user_id")
+
+    def __init__(self, operation: SocketOperation, renderings: SessionRenderings) -> None:
+        self.operation = operation
+        self._renderings = renderings
+        self.user_id = ""
+        self.session_id = ""
+        self.rendering: SessionRendering | None = None
+
+    def take(
+        self, user_id: str, session_id: str, info: strawberry.Info[Any, Any], root: Root
+    ) -> bool:
+        """Whether the session is left to the pipeline: False when its document cannot be
+        rendered that way (its resolver then holds it itself). `root` makes the root value
+        of a state from the session's hold."""
+        rendering = self._renderings.get(self.operation, info, root)
+        if rendering is None:
+            return False
+        self.user_id, self.session_id, self.rendering = user_id, session_id, rendering
+        return True
+
+
+class LiveSession:
+    """A presenceSession held for a socket, with no task: its hold, what renders its states,
+    and where its messages go."""
+
+    __slots__ = (
+        "_finished",
+        "_first",
+        "_hold",
+        "_id",
+        "_rendering",
+        "_sessions",
+        "_variables",
+        "_write",
+    )
+
+    def __init__(  # noqa: PLR0917 - each part is distinct
+        self,
+        sessions: HeldSessions,
+        hold: SessionHold,
+        write: WriteNow,
+        operation: SocketOperation,
+        rendering: SessionRendering,
+        first: bytes,
+    ) -> None:
+        self._sessions = sessions
+        self._hold = hold
+        self._write = write
+        self._id = operation.id
+        self._variables = operation.variables
+        self._rendering = rendering
+        self._first = first
+        self._finished: Callable[[str], None] | None = None
+
+    def start(self, finished: Callable[[str], None]) -> None:
+        """Writes the first message; from then on, the service's end of the session writes
+        the last ones and calls `finished` with the operation's id (at once, should the
+        service have ended it while it opened)."""
+        first, self._first = self._first, b""
+        self._write([first])
+        self._finished = finished
+        outcome = self._hold.outcome
+        if outcome is None:
+            self._hold.on_end = self._ended
+        else:
+            self._ended(outcome)
+
+    def close(self) -> None:
+        """The client completed the subscription, or its socket ended: the session is closed
+        at once (on its own, so that nothing cancels the close), unless the service ended it."""
+        self._hold.on_end = None
+        self._sessions.release(self._hold)
+
+    def _ended(self, outcome: Ended | PresenceError) -> None:
+        self._hold.on_end = None
+        self._sessions.release(self._hold)  # forgotten; the service ended it, nothing to close
+        if isinstance(outcome, Exception):
+            payload = self._rendering.render_error(outcome)
+        else:
+            payload = self._rendering.render(self._variables, self._hold)
+        self._write(
+            [
+                b"".join((next_head(self._id), payload, b"}")),
+                json.dumps({"id": self._id, "type": "complete"}, separators=(",", ":")).encode(),
+            ]
+        )
+        if self._finished is not None:
+            self._finished(self._id)
