@@ -1,7 +1,12 @@
--- Announces changes on the events channel, from the script that makes them, so that no event
--- goes without its change nor a change without its event. A message is a JSON array of one or
--- more events in order, five values each (read by gql_presence/store/wire.py): kind (ONLINE,
--- OFFLINE, KICKED or FRIENDS), user_id, at_ms, session_id or "", online 0|1.
+-- Announces changes, from the script that makes them, so that no event goes without its change
+-- nor a change without its event. A message is a JSON array of one or more events in order,
+-- five values each (read by gql_presence/store/wire.py): kind (ONLINE, OFFLINE, KICKED,
+-- REPLACED or FRIENDS), user_id, at_ms, session_id or "", online 0|1.
+-- `channel` is {every_user, user_prefix}: each user's events go, in order, in one message on
+-- their own channel (user_prefix .. user_id, which a process subscribes to while someone there
+-- follows the user), then all of them in one message on the channel of every user (for
+-- processes that follow everyone). Both in one script: a subscriber of both channels sees an
+-- event's two messages next to each other, never a subscription's start between them.
 
 -- Adds an event to `events` (a flat list, as in a message), for announce_all.
 local function add_event(events, kind, user_id, at_ms, session_id, online)
@@ -10,9 +15,37 @@ local function add_event(events, kind, user_id, at_ms, session_id, online)
   events[n + 4], events[n + 5] = session_id, online
 end
 
--- Announces many changes, in order, in one message: for scripts that change many users.
+-- Announces many changes, in order: for scripts that change many users. One PUBLISH per user
+-- besides the one of everything: a PUBLISH to a channel nobody follows is a lookup.
 local function announce_all(channel, events)
-  if #events > 0 then redis.call('PUBLISH', channel, cjson.encode(events)) end
+  local n = #events
+  if n == 0 then return end
+  local message = cjson.encode(events)
+  local user_prefix = channel[2]
+  if n == 5 then
+    redis.call('PUBLISH', user_prefix .. events[2], message)
+  else
+    local users, of_user = {}, {}
+    for i = 1, n, 5 do
+      local user_id = events[i + 1]
+      local own = of_user[user_id]
+      if own == nil then
+        own = {}
+        of_user[user_id] = own
+        users[#users + 1] = user_id
+      end
+      local m = #own
+      for j = 0, 4 do own[m + 1 + j] = events[i + j] end
+    end
+    if #users == 1 then
+      redis.call('PUBLISH', user_prefix .. users[1], message)
+    else
+      for _, user_id in ipairs(users) do
+        redis.call('PUBLISH', user_prefix .. user_id, cjson.encode(of_user[user_id]))
+      end
+    end
+  end
+  redis.call('PUBLISH', channel[1], message)
 end
 
 -- Announces one change.
