@@ -94,6 +94,8 @@ class EventHub:
         self._quiet = store.quiet_channel.encode()
         self._store = store
         self._followers: set[Follower] = set()
+        # Followers whose channels are not confirmed yet: their subscribe is not answered.
+        self._joining: set[Follower] = set()
         self._by_user: dict[str, set[Follower]] = {}
         self._by_friends_of: dict[str, set[Follower]] = {}
         self._everyone: set[Follower] = set()
@@ -132,8 +134,8 @@ class EventHub:
 
     @property
     def subscriber_count(self) -> int:
-        """Subscriptions, multiplexed or not."""
-        return len(self._followers)
+        """Subscriptions, multiplexed or not, whose events have begun."""
+        return len(self._followers) - len(self._joining)
 
     @property
     def delivery_count(self) -> int:
@@ -257,6 +259,7 @@ class EventHub:
         everyone: bool,
     ) -> None:
         self._followers.add(follower)
+        self._joining.add(follower)
         try:
             if everyone:
                 self._everyone.add(follower)
@@ -278,9 +281,12 @@ class EventHub:
         except BaseException:
             self.forget(follower)
             raise
+        finally:
+            self._joining.discard(follower)
 
     def forget(self, feed: Follower) -> None:
         self._followers.discard(feed)
+        self._joining.discard(feed)
         if feed in self._everyone:
             self._everyone.discard(feed)
             self._everyone_changed = True
