@@ -1,0 +1,210 @@
+"""Events nobody follows: `python -m bench.unfollowed [--baseline REV] [--touches N]`.
+
+Two API processes (`gql-presence serve`, one worker each) on one private Redis: A serves
+`touch` mutations, each bringing a new user online (one ONLINE event each), and B holds one
+WebSocket subscriber following ten quiet users, none of whom changes. For this checkout and,
+with --baseline, a commit of it (served from a `git archive`), one after the other in one run:
+- B's CPU per event it did not want: its CPU time over the touches, less what it spends idle
+  over as long (its PINGs), over the touches;
+- A's CPU and Redis's per touch, and Redis's per user of `touchMany` (1,000 new users a call);
+- that B still hears a followed user: a touch of one of the ten reaches the subscriber.
+CPU times are read from /proc/<pid>/task/*/schedstat (nanoseconds), so that a few ms count.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import aiohttp
+
+from bench.realtime import checkout
+from gql_presence.running.redis_server import free_port, start_redis_server
+
+QUIET = [f"quiet-{i}" for i in range(10)]
+FOLLOW = "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) { userId kind at online } }"
+CONCURRENCY = 20
+TOUCH_MANY = 1000
+
+
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far, every thread's, in seconds."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def serve(code: Path | None, redis_url: str, port: int) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "REDIS_URL": redis_url, "PRESENCE_WORKERS": "1"}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
+    return subprocess.Popen(
+        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
+        env=env,
+        cwd=code,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+async def post(http: aiohttp.ClientSession, url: str, query: str) -> None:
+    async with http.post(url, json={"query": query}) as response:
+        body = await response.json()
+        if response.status != 200 or "errors" in body:
+            raise RuntimeError(f"{url}: {response.status} {body}")
+
+
+async def wait_for(http: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(400):
+        try:
+            await post(http, url, "{ __typename }")
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.05)
+        else:
+            return
+    raise RuntimeError(f"{url} did not start")
+
+
+@asynccontextmanager
+async def deployment(code: Path | None) -> AsyncIterator[tuple[int, int, int, str, str]]:
+    """Redis's pid, A's and B's, and A's and B's GraphQL addresses."""
+    server = start_redis_server()
+    ports = (free_port(), free_port())
+    processes = [serve(code, server.url, port) for port in ports]
+    try:
+        urls = [f"http://127.0.0.1:{port}/graphql" for port in ports]
+        async with aiohttp.ClientSession() as http:
+            for url in urls:
+                await wait_for(http, url)
+        yield server.process.pid, processes[0].pid, processes[1].pid, urls[0], urls[1]
+    finally:
+        for process in processes:
+            process.send_signal(signal.SIGTERM)
+        for process in processes:
+            process.wait(30)
+        server.stop()
+
+
+async def next_event(socket: aiohttp.ClientWebSocketResponse) -> dict[str, object]:
+    while True:
+        message = json.loads(await socket.receive_str(timeout=10))
+        if message["type"] == "next":
+            return dict(message["payload"]["data"]["presenceChanged"])
+        if message["type"] == "ping":
+            await socket.send_json({"type": "pong"})
+
+
+async def touches(http: aiohttp.ClientSession, url: str, users: list[str]) -> None:
+    queue = iter(users)
+
+    async def worker() -> None:
+        for user in queue:
+            await post(http, url, f'mutation {{ touch(userId: "{user}") {{ online }} }}')
+
+    await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+
+
+async def measure(code: Path | None, count: int, tag: str) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    async with (
+        deployment(code) as (redis_pid, a_pid, b_pid, a_url, b_url),
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        http.ws_connect(b_url.replace("http", "ws"), protocols=["graphql-transport-ws"]) as ws,
+    ):
+        await ws.send_json({"type": "connection_init", "payload": {}})
+        assert json.loads(await ws.receive_str(timeout=10))["type"] == "connection_ack"
+        payload = {"query": FOLLOW, "variables": {"ids": QUIET}}
+        await ws.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        await asyncio.sleep(0.5)  # answered: a subscription gives no other sign
+        await post(http, a_url, f'mutation {{ touch(userId: "{QUIET[0]}") {{ online }} }}')
+        assert (await next_event(ws))["userId"] == QUIET[0]
+        # Warm-up, then B idle for as long as the touches will take, about.
+        await touches(http, a_url, [f"{tag}-warm-{i}" for i in range(500)])
+        await asyncio.sleep(1)
+        started, b_before = time.perf_counter(), cpu_s(b_pid)
+        await asyncio.sleep(3)
+        idle_per_s = (cpu_s(b_pid) - b_before) / (time.perf_counter() - started)
+
+        cpu = {pid: cpu_s(pid) for pid in (redis_pid, a_pid, b_pid)}
+        started = time.perf_counter()
+        await touches(http, a_url, [f"{tag}-busy-{i}" for i in range(count)])
+        await asyncio.sleep(0.5)  # B reads what is still on its way
+        elapsed = time.perf_counter() - started
+        used = {pid: cpu_s(pid) - before for pid, before in cpu.items()}
+        figures["unfollowed_us"] = max(0.0, used[b_pid] - idle_per_s * elapsed) / count * 1e6
+        figures["b_idle_ms_per_s"] = idle_per_s * 1e3
+        figures["touch_a_us"] = used[a_pid] / count * 1e6
+        figures["touch_redis_us"] = used[redis_pid] / count * 1e6
+        figures["touches_per_s"] = count / (elapsed - 0.5)
+
+        calls = max(2, count // TOUCH_MANY)
+        before = cpu_s(redis_pid)
+        for call in range(calls):
+            ids = [f"{tag}-many-{call}-{i}" for i in range(TOUCH_MANY)]
+            await post(http, a_url, f"mutation {{ touchMany(userIds: {json.dumps(ids)}) }}")
+        figures["touch_many_redis_us"] = (cpu_s(redis_pid) - before) / (calls * TOUCH_MANY) * 1e6
+
+        await post(http, a_url, f'mutation {{ touch(userId: "{QUIET[1]}") {{ online }} }}')
+        assert (await next_event(ws))["userId"] == QUIET[1]
+    return figures
+
+
+ROWS = [
+    ("unfollowed_us", "B: CPU per event none of its subscribers follows", "{:,.2f} µs"),
+    ("b_idle_ms_per_s", "B: CPU while idle (PINGs), per second", "{:,.2f} ms"),
+    ("touch_a_us", "A: CPU per touch (HTTP, GraphQL, the script call)", "{:,.1f} µs"),
+    ("touch_redis_us", "Redis: CPU per touch", "{:,.1f} µs"),
+    ("touches_per_s", f"touches per second, {CONCURRENCY} connections to A", "{:,.0f}/s"),
+    (
+        "touch_many_redis_us",
+        f"Redis: CPU per user of touchMany ({TOUCH_MANY:,} new users a call)",
+        "{:,.2f} µs",
+    ),
+]
+
+
+async def run(options: argparse.Namespace) -> None:
+    targets: list[tuple[str, str | None]] = [("this checkout", None)]
+    if options.baseline:
+        targets.insert(0, (options.baseline, options.baseline))
+    results: dict[str, dict[str, float]] = {}
+    for n, (name, ref) in enumerate(targets):
+        with checkout(ref) as code:
+            results[name] = await measure(code, options.touches, f"t{n}")
+    load = os.getloadavg()
+    print(
+        f"unfollowed events: {options.touches:,} touches through A, B following "
+        f"{len(QUIET)} quiet users; {os.cpu_count()} cores, load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
+    )
+    names = list(results)
+    two = len(names) == 2
+    print("| what | " + " | ".join(names) + (f" | {names[1]} ÷ {names[0]} |" if two else " |"))
+    print("|---" * (len(names) + 1 + two) + "|")
+    for key, what, shape in ROWS:
+        cells = [shape.format(results[n][key]) for n in names]
+        ratio = ""
+        if two:
+            ratio = (
+                f" {results[names[1]][key] / results[names[0]][key]:,.2f} |"
+                if results[names[0]][key]
+                else " - |"
+            )
+        print(f"| {what} | " + " | ".join(cells) + " |" + ratio)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(prog="python -m bench.unfollowed", description=__doc__)
+    parser.add_argument("--touches", type=int, default=5000)
+    parser.add_argument("--baseline", default=None, help="a git commit to measure first, e.g. main")
+    asyncio.run(run(parser.parse_args()))
