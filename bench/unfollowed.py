@@ -6,7 +6,8 @@ WebSocket subscriber following ten quiet users, none of whom changes. For this c
 with --baseline, a commit of it (served from a `git archive`), one after the other in one run:
 - B's CPU per event it did not want: its CPU time over the touches, less what it spends idle
   over as long (its PINGs), over the touches;
-- A's CPU and Redis's per touch, and Redis's per user of `touchMany` (1,000 new users a call);
+- A's CPU and Redis's per touch (each less its idle CPU likewise), and Redis's per user of
+  `touchMany` (1,000 new users a call);
 - that B still hears a followed user: a touch of one of the ten reaches the subscriber.
 CPU times are read from /proc/<pid>/task/*/schedstat (nanoseconds), so that a few ms count.
 """
@@ -57,8 +58,11 @@ def serve(code: Path | None, redis_url: str, port: int) -> subprocess.Popen[byte
     )
 
 
-async def post(http: aiohttp.ClientSession, url: str, query: str) -> None:
-    async with http.post(url, json={"query": query}) as response:
+TOUCH = "mutation($id: ID!) { touch(userId: $id) { online } }"
+
+
+async def post(http: aiohttp.ClientSession, url: str, query: str, **variables: object) -> None:
+    async with http.post(url, json={"query": query, "variables": variables}) as response:
         body = await response.json()
         if response.status != 200 or "errors" in body:
             raise RuntimeError(f"{url}: {response.status} {body}")
@@ -95,12 +99,13 @@ async def deployment(code: Path | None) -> AsyncIterator[tuple[int, int, int, st
         server.stop()
 
 
-async def next_event(socket: aiohttp.ClientWebSocketResponse) -> dict[str, object]:
-    while True:
-        message = json.loads(await socket.receive_str(timeout=10))
+async def read(socket: aiohttp.ClientWebSocketResponse, events: asyncio.Queue[str]) -> None:
+    """Reads the subscriber's socket throughout (which answers the server's heartbeat)."""
+    async for frame in socket:
+        message = json.loads(frame.data)
         if message["type"] == "next":
-            return dict(message["payload"]["data"]["presenceChanged"])
-        if message["type"] == "ping":
+            events.put_nowait(str(message["payload"]["data"]["presenceChanged"]["userId"]))
+        elif message["type"] == "ping":
             await socket.send_json({"type": "pong"})
 
 
@@ -109,7 +114,7 @@ async def touches(http: aiohttp.ClientSession, url: str, users: list[str]) -> No
 
     async def worker() -> None:
         for user in queue:
-            await post(http, url, f'mutation {{ touch(userId: "{user}") {{ online }} }}')
+            await post(http, url, TOUCH, id=user)
 
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
 
@@ -125,37 +130,46 @@ async def measure(code: Path | None, count: int, tag: str) -> dict[str, float]:
         assert json.loads(await ws.receive_str(timeout=10))["type"] == "connection_ack"
         payload = {"query": FOLLOW, "variables": {"ids": QUIET}}
         await ws.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        events: asyncio.Queue[str] = asyncio.Queue()
+        reader = asyncio.create_task(read(ws, events))
         await asyncio.sleep(0.5)  # answered: a subscription gives no other sign
-        await post(http, a_url, f'mutation {{ touch(userId: "{QUIET[0]}") {{ online }} }}')
-        assert (await next_event(ws))["userId"] == QUIET[0]
+        await post(http, a_url, TOUCH, id=QUIET[0])
+        assert await asyncio.wait_for(events.get(), 10) == QUIET[0]
         # Warm-up, then B idle for as long as the touches will take, about.
         await touches(http, a_url, [f"{tag}-warm-{i}" for i in range(500)])
         await asyncio.sleep(1)
-        started, b_before = time.perf_counter(), cpu_s(b_pid)
+        pids = (redis_pid, a_pid, b_pid)
+        started, cpu = time.perf_counter(), {pid: cpu_s(pid) for pid in pids}
         await asyncio.sleep(3)
-        idle_per_s = (cpu_s(b_pid) - b_before) / (time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        idle_per_s = {pid: (cpu_s(pid) - before) / elapsed for pid, before in cpu.items()}
 
-        cpu = {pid: cpu_s(pid) for pid in (redis_pid, a_pid, b_pid)}
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), {pid: cpu_s(pid) for pid in pids}
         await touches(http, a_url, [f"{tag}-busy-{i}" for i in range(count)])
         await asyncio.sleep(0.5)  # B reads what is still on its way
         elapsed = time.perf_counter() - started
-        used = {pid: cpu_s(pid) - before for pid, before in cpu.items()}
-        figures["unfollowed_us"] = max(0.0, used[b_pid] - idle_per_s * elapsed) / count * 1e6
-        figures["b_idle_ms_per_s"] = idle_per_s * 1e3
-        figures["touch_a_us"] = used[a_pid] / count * 1e6
-        figures["touch_redis_us"] = used[redis_pid] / count * 1e6
+        # What each spent on the touches: its CPU less what it spends idle over as long.
+        used = {
+            pid: max(0.0, cpu_s(pid) - before - idle_per_s[pid] * elapsed) / count * 1e6
+            for pid, before in cpu.items()
+        }
+        figures["unfollowed_us"] = used[b_pid]
+        figures["b_idle_ms_per_s"] = idle_per_s[b_pid] * 1e3
+        figures["touch_a_us"] = used[a_pid]
+        figures["touch_redis_us"] = used[redis_pid]
         figures["touches_per_s"] = count / (elapsed - 0.5)
 
         calls = max(2, count // TOUCH_MANY)
         before = cpu_s(redis_pid)
         for call in range(calls):
             ids = [f"{tag}-many-{call}-{i}" for i in range(TOUCH_MANY)]
-            await post(http, a_url, f"mutation {{ touchMany(userIds: {json.dumps(ids)}) }}")
+            await post(http, a_url, "mutation($ids: [ID!]!) { touchMany(userIds: $ids) }", ids=ids)
         figures["touch_many_redis_us"] = (cpu_s(redis_pid) - before) / (calls * TOUCH_MANY) * 1e6
 
-        await post(http, a_url, f'mutation {{ touch(userId: "{QUIET[1]}") {{ online }} }}')
-        assert (await next_event(ws))["userId"] == QUIET[1]
+        await post(http, a_url, TOUCH, id=QUIET[1])
+        assert await asyncio.wait_for(events.get(), 10) == QUIET[1]
+        assert events.empty()
+        reader.cancel()
     return figures
 
 
