@@ -110,6 +110,8 @@ class EventHub:
         # of every user is live from the confirmation of a SUBSCRIBE to that of an
         # UNSUBSCRIBE: its copies of events replace those of the users' channels then.
         self._pubsub: PubSub | None = None
+        # The channel of each user wanted here, named once.
+        self._channel_of: dict[str, bytes] = {}
         self._asked: set[bytes] = set()
         self._unconfirmed: dict[bytes, int] = {}
         self._live: set[bytes] = set()
@@ -155,7 +157,12 @@ class EventHub:
         return len(self._asked)
 
     def _user_channel(self, user_id: str) -> bytes:
-        return self._store.user_events_channel(user_id).encode()
+        channel = self._channel_of.get(user_id)
+        if channel is None:
+            channel = self._store.user_events_channel(user_id).encode()
+            if self._wanted(user_id):
+                self._channel_of[user_id] = channel
+        return channel
 
     @property
     def subscribed(self) -> bool:
@@ -307,14 +314,20 @@ class EventHub:
             log.error("presence events: %s failed", task.get_coro(), exc_info=error)
 
     def _follow(self, feed: Follower, user_ids: frozenset[str]) -> None:
-        left, joined = feed.user_ids - user_ids, user_ids - feed.user_ids
-        for user_id in left:
+        # Only a user's first follower and their last change what is subscribed.
+        changed = []
+        for user_id in feed.user_ids - user_ids:
             _discard(self._by_user, user_id, feed)
-        for user_id in joined:
-            self._by_user.setdefault(user_id, set()).add(feed)
+            if user_id not in self._by_user:
+                changed.append(user_id)
+        for user_id in user_ids - feed.user_ids:
+            feeds = self._by_user.get(user_id)
+            if feeds is None:
+                feeds = self._by_user[user_id] = set()
+                changed.append(user_id)
+            feeds.add(feed)
         feed.user_ids = user_ids
-        self._interest_changed(left)
-        self._interest_changed(joined)
+        self._interest_changed(changed)
 
     # --- which channels are subscribed ---------------------------------------------------
 
@@ -343,7 +356,10 @@ class EventHub:
         subscribe: list[bytes] = []
         unsubscribe: list[bytes] = []
         for user_id in self._changed:
-            self._ask(self._user_channel(user_id), self._wanted(user_id), subscribe, unsubscribe)
+            wanted = self._wanted(user_id)
+            self._ask(self._user_channel(user_id), wanted, subscribe, unsubscribe)
+            if not wanted:
+                self._channel_of.pop(user_id, None)
         self._changed.clear()
         if self._everyone_changed:
             self._everyone_changed = False
@@ -382,8 +398,10 @@ class EventHub:
                     for first in range(0, len(channels), _CHANNELS_PER_COMMAND):
                         await command(*channels[first : first + _CHANNELS_PER_COMMAND])
             except Exception as error:
-                # Its confirmations would never come: the listener starts again.
-                self._send_failed = error
+                # Its confirmations would never come: the listener starts again (unless that
+                # connection is already given up).
+                if pubsub is self._pubsub:
+                    self._send_failed = error
 
     def _confirm(self, kind: str, channel: bytes) -> None:
         """Takes Redis's confirmation of one channel's SUBSCRIBE or UNSUBSCRIBE."""
@@ -437,6 +455,7 @@ class EventHub:
 
     async def _subscribe_anew(self, pubsub: PubSub) -> None:
         """Subscribes a new connection to every channel wanted now."""
+        self._channel_of = {u: c for u, c in self._channel_of.items() if self._wanted(u)}
         self._asked = {self._quiet}
         self._asked.update(
             self._user_channel(u)
