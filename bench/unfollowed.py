@@ -148,9 +148,10 @@ async def measure(code: Path | None, count: int, tag: str) -> dict[str, float]:
         await touches(http, a_url, [f"{tag}-busy-{i}" for i in range(count)])
         await asyncio.sleep(0.5)  # B reads what is still on its way
         elapsed = time.perf_counter() - started
-        # What each spent on the touches: its CPU less what it spends idle over as long.
+        # What each spent on the touches: its CPU less what it spends idle over as long (below
+        # zero when that is within the noise of its idle CPU).
         used = {
-            pid: max(0.0, cpu_s(pid) - before - idle_per_s[pid] * elapsed) / count * 1e6
+            pid: (cpu_s(pid) - before - idle_per_s[pid] * elapsed) / count * 1e6
             for pid, before in cpu.items()
         }
         figures["unfollowed_us"] = used[b_pid]

@@ -115,7 +115,9 @@ class EventHub:
         self._asked: set[bytes] = set()
         self._unconfirmed: dict[bytes, int] = {}
         self._live: set[bytes] = set()
-        self._confirmed: dict[bytes, list[asyncio.Future[None]]] = {}
+        # Per channel awaited, one future for all who wait: True once confirmed, False when
+        # the connection was lost first.
+        self._confirmed: dict[bytes, asyncio.Future[bool]] = {}
         # Users whose interest changed in this event-loop turn, and whether everyone's did.
         self._changed: set[str] = set()
         self._everyone_changed = False
@@ -418,40 +420,34 @@ class EventHub:
         self._unconfirmed.pop(channel, None)
         if channel in self._asked:
             self._live.add(channel)
-            for waiter in self._confirmed.pop(channel, ()):
-                if not waiter.done():
-                    waiter.set_result(None)
+            confirmed = self._confirmed.pop(channel, None)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(True)
 
     def _settled(self, channel: bytes) -> bool:
         return channel in self._live and channel not in self._unconfirmed
 
     async def _until_live(self, channels: Iterable[bytes]) -> None:
         """Waits until Redis has confirmed the subscription to every channel."""
-        loop = asyncio.get_running_loop()
-        waiting: list[tuple[bytes, asyncio.Future[None]]] = []
-        for channel in channels:
-            if not self._settled(channel):
-                waiter = loop.create_future()
-                self._confirmed.setdefault(channel, []).append(waiter)
-                waiting.append((channel, waiter))
+        waiting = [channel for channel in channels if not self._settled(channel)]
         if not waiting:
             return
         try:
             async with asyncio.timeout(_CONFIRM_WAIT_S):
-                await asyncio.gather(*(waiter for _, waiter in waiting))
+                for channel in waiting:
+                    if self._settled(channel):
+                        continue
+                    confirmed = self._confirmed.get(channel)
+                    if confirmed is None:
+                        confirmed = asyncio.get_running_loop().create_future()
+                        self._confirmed[channel] = confirmed
+                    # Shielded: one waiter's cancellation is not the others'.
+                    if not await asyncio.shield(confirmed):
+                        raise StoreUnavailableError(_again("event stream interrupted"))
         except TimeoutError:
             raise StoreUnavailableError(
                 "The store did not confirm the event subscription in time; subscribe again."
             ) from None
-        finally:
-            for channel, waiter in waiting:
-                if not waiter.done():
-                    waiter.cancel()
-                    waiters = self._confirmed.get(channel)
-                    if waiters is not None and waiter in waiters:
-                        waiters.remove(waiter)
-                        if not waiters:
-                            del self._confirmed[channel]
 
     async def _subscribe_anew(self, pubsub: PubSub) -> None:
         """Subscribes a new connection to every channel wanted now."""
@@ -478,17 +474,16 @@ class EventHub:
         self._everyone_changed = True
         self._plan_update()
 
-    def _lost(self, why: str) -> None:
+    def _lost(self) -> None:
         """The connection is gone: so is every subscription, and the waits for one."""
         self._pubsub = None
         self._send_failed = None
         self._live.clear()
         self._unconfirmed.clear()
-        waiters, self._confirmed = self._confirmed, {}
-        for channel_waiters in waiters.values():
-            for waiter in channel_waiters:
-                if not waiter.done():
-                    waiter.set_exception(StoreUnavailableError(_again(why)))
+        waiting, self._confirmed = self._confirmed, {}
+        for confirmed in waiting.values():
+            if not confirmed.done():
+                confirmed.set_result(False)
 
     async def _reload_friends(self, feed: Follower) -> None:
         """Reads the friend set again; raises when the subscription cannot follow it."""
@@ -532,7 +527,7 @@ class EventHub:
                 # subscriber is told, and this process subscribes again.
                 self._subscribed.clear()
                 why = f"event stream interrupted ({type(error).__name__})"
-                self._lost(why)
+                self._lost()
                 self._drop_all(why)
                 delay = _RECONNECT_DELAYS_S[min(attempt, len(_RECONNECT_DELAYS_S) - 1)]
                 attempt += 1
