@@ -15,8 +15,11 @@ local function add_event(events, kind, user_id, at_ms, session_id, online)
   events[n + 4], events[n + 5] = session_id, online
 end
 
--- Announces many changes, in order: for scripts that change many users. One PUBLISH per user
--- besides the one of everything: a PUBLISH to a channel nobody follows is a lookup.
+-- Announces many changes, in order: for scripts that change many users. A user's events are
+-- one message on their channel when they are next to each other in `events` (as the scripts
+-- that change many users add them), else one per run of them; then every event in one message
+-- on the channel of every user. One PUBLISH per user besides: to a channel nobody follows, it
+-- is a lookup.
 local function announce_all(channel, events)
   local n = #events
   if n == 0 then return end
@@ -25,23 +28,13 @@ local function announce_all(channel, events)
   if n == 5 then
     redis.call('PUBLISH', user_prefix .. events[2], message)
   else
-    local users, of_user = {}, {}
+    local first = 1
     for i = 1, n, 5 do
       local user_id = events[i + 1]
-      local own = of_user[user_id]
-      if own == nil then
-        own = {}
-        of_user[user_id] = own
-        users[#users + 1] = user_id
-      end
-      local m = #own
-      for j = 0, 4 do own[m + 1 + j] = events[i + j] end
-    end
-    if #users == 1 then
-      redis.call('PUBLISH', user_prefix .. users[1], message)
-    else
-      for _, user_id in ipairs(users) do
-        redis.call('PUBLISH', user_prefix .. user_id, cjson.encode(of_user[user_id]))
+      if events[i + 6] ~= user_id then
+        local own = {unpack(events, first, i + 4)}
+        redis.call('PUBLISH', user_prefix .. user_id, cjson.encode(own))
+        first = i + 5
       end
     end
   end
