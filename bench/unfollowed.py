@@ -49,8 +49,8 @@ def serve(code: Path | None, redis_url: str, port: int) -> subprocess.Popen[byte
         **os.environ,
         "REDIS_URL": redis_url,
         "PRESENCE_WORKERS": "1",
-        # The WebSocket heartbeat every 200 s, not 10: under this load a subscriber's pong
-        # was sometimes not taken within the 5 s allowed, and its socket closed.
+        # The WebSocket heartbeat every 200 s, not 10: its pings are not part of B's figures
+        # (and a commit before 97bf9b9 sometimes failed to read a pong, closing the socket).
         "PRESENCE_CONNECTION_TTL_SECONDS": "600",
     }
     if code is not None:
