@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.realtime.delivery import Feed, FeedDroppedError, PresenceChange
+from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.realtime.hub import EventHub
 from gql_presence.running.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.running.redis_server import free_port
@@ -387,3 +388,25 @@ async def events_of(feed: Feed, count: int) -> list[tuple[str, str]]:
             if len(got) == count:
                 break
     return got
+
+
+async def test_a_held_session_hears_its_user_while_held_and_ends_on_a_kick_or_replacement(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    sessions = HeldSessions(store, 30_000, hub)
+    hub.watch_sessions(sessions.on_event)
+    elsewhere = HeldSessions(store, 30_000)  # another process's
+    kicked = await sessions.open("alice", "tab")
+    replaced = await sessions.open("bob", "tab")
+    # Nobody follows alice or bob here: their channels are subscribed for the holds alone.
+    assert hub.channel_count == 3
+    await store.kick("alice", "tab")
+    assert (await asyncio.wait_for(kicked.ended(), 2)).reason is EndReason.KICKED
+    newer = await elsewhere.open("bob", "tab")
+    assert (await asyncio.wait_for(replaced.ended(), 2)).reason is EndReason.REPLACED
+    sessions.release(kicked)
+    sessions.release(replaced)
+    await eventually(lambda: hub.channel_count == 1, 2, "the users' channels to be left")
+    elsewhere.release(newer)
+    await sessions.settle()
+    await elsewhere.settle()
