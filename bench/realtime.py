@@ -10,7 +10,7 @@ ten users. It measures, for this checkout and, with --baseline, for a git commit
 - process memory per idle subscription: the service's RSS before the subscribers and after,
   over N (one subscription per socket), and in a second process over N/20 sockets of 20;
 - the service's CPU per delivered event: a burst of events published straight into the
-  events channel (so that no HTTP request is counted), the process's CPU time from
+  events channels (so that no HTTP request is counted), the process's CPU time from
   /proc/<pid>/stat over the burst, divided by the deliveries;
 - delay: changes (`touch`/`kick` mutations) at a steady rate, and the time from sending each
   to its event arriving, at every subscriber (p50, p99).
@@ -249,14 +249,19 @@ async def service(code: Path | None, buffer: int) -> AsyncIterator[Service]:
 
 
 async def publish(redis: Redis, count: int, first: int) -> None:
-    """`count` events as the scripts announce them, each in a message of its own."""
-    channel = Keys().events
+    """`count` events as the scripts announce them, each in a message of its own: on the
+    channel of its user (the service's one shard) and on that of every user, one of which a
+    process subscribes to (a commit before the users' channels, the second)."""
+    channel, shard = Keys().events, Keys.of_shard(0)
     at_ms = int(time.time() * 1000)
     for i in range(first, first + count):
         user = USERS[i % len(USERS)]
         online = i % 2 == 0
-        event = ["ONLINE" if online else "OFFLINE", user, at_ms, "", int(online)]
-        await redis.publish(channel, json.dumps(event))
+        message = json.dumps(["ONLINE" if online else "OFFLINE", user, at_ms, "", int(online)])
+        async with redis.pipeline(transaction=False) as both:
+            both.publish(shard.user_events(user), message)
+            both.publish(channel, message)
+            await both.execute()
 
 
 async def subscribe_all(svc: Service, sockets: int, per_socket: int) -> list[Subscriber]:

@@ -144,7 +144,7 @@ async def document_uses(app: web.Application) -> AsyncIterator[None]:
 
 
 async def held_sessions(app: web.Application) -> AsyncIterator[None]:
-    sessions = HeldSessions(app[STORE], app[SETTINGS].connection_ttl_ms)
+    sessions = HeldSessions(app[STORE], app[SETTINGS].connection_ttl_ms, app[EVENTS])
     app[HELD_SESSIONS] = sessions
     app[EVENTS].watch_sessions(sessions.on_event)
     renewals = asyncio.create_task(sessions.renew_forever(), name="renew-sessions")

@@ -4,10 +4,13 @@
 
   KEYS[1..k]  friends  SET  owner i's friends' ids (those who live in this key's shard)
   ARGV[1]     change   string: "SADD" to add the links, "SREM" to remove them
-  ARGV[2]     channel  string: the events channel
-  ARGV[3..]   for each owner i, in the order of KEYS: owner_id, n_i, then n_i friend ids,
-              distinct and none equal to owner_id
-  Events   FRIENDS (for subscribers of friendsOf) for each owner whose friend set changed
+  ARGV[2]     channel  string: the events channel of every user
+  ARGV[3..]   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix (the
+              owner's events channel is this followed by owner_id: in the owner's own shard,
+              which may not be this one), n_i, then n_i friend ids, distinct and none equal
+              to owner_id
+  Events   FRIENDS (for subscribers of friendsOf) for each owner whose friend set changed, on
+           the owner's channel
   Returns  {changed_1, ..., changed_k}: how many links each owner's set gained (SADD) or
            lost (SREM)
   Errors   "BAD_CHANGE" for any other ARGV[1]; nothing is written when it is returned
@@ -15,16 +18,18 @@
 ]]
 --- @include "chunks"
 --- @include "events"
-local change, channel = ARGV[1], ARGV[2]
+local change, every_user_channel = ARGV[1], ARGV[2]
 if change ~= 'SADD' and change ~= 'SREM' then return redis.error_reply('BAD_CHANGE') end
 local reply = {}
 local at = 3
 for i = 1, #KEYS do
-  local owner_id, n = ARGV[at], tonumber(ARGV[at + 1])
+  local owner_id, owner_channel_prefix, n = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
   local friend_ids = {}
-  for j = 1, n do friend_ids[j] = ARGV[at + 1 + j] end
-  at = at + 2 + n
+  for j = 1, n do friend_ids[j] = ARGV[at + 2 + j] end
+  at = at + 3 + n
   reply[i] = call_in_chunks(change, KEYS[i], friend_ids)
-  if reply[i] > 0 then announce(channel, 'FRIENDS', owner_id, 0, '', 0) end
+  if reply[i] > 0 then
+    announce({every_user_channel, owner_channel_prefix}, 'FRIENDS', owner_id, 0, '', 0)
+  end
 end
 return reply

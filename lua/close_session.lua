@@ -10,7 +10,8 @@
   ARGV[3]  generation  int: the holder's; a session held by another generation (it was
                        replaced) or no longer held (kicked) is left as it is
   ARGV[4]  window_ms   int ms
-  ARGV[5]  channel     string: the events channel
+  ARGV[5]  channel     string: the events channel of every user
+  ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired unswept (at its expiry); OFFLINE, now,
            when the closed session was the user's last live one
@@ -19,7 +20,7 @@
 --- @include "activity"
 local online_key, sessions_key, conn_key = KEYS[1], KEYS[2], KEYS[3]
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
-local window_ms, channel = tonumber(ARGV[4]), ARGV[5]
+local window_ms, channel = tonumber(ARGV[4]), {ARGV[5], ARGV[6]}
 
 local now = now_ms()
 local online = settle_expiry(online_key, channel, user_id, now)

@@ -12,7 +12,8 @@
   ARGV[2]  session_id  string, or "" for every live session
   ARGV[3]  window_ms   int ms
   ARGV[4]  revoke_ms   int ms: how long a kicked session id is refused (0: not at all)
-  ARGV[5]  channel     string: the events channel
+  ARGV[5]  channel     string: the events channel of every user
+  ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired unswept; KICKED if a live session ended
            (the process holding a connection-bound session ends its subscription on it)
@@ -22,7 +23,8 @@
 --- @include "activity"
 local online_key, sessions_key, revoked_key, conn_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local user_id, session_id = ARGV[1], ARGV[2]
-local window_ms, revoke_ms, channel = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
+local channel = {ARGV[5], ARGV[6]}
 
 local now = now_ms()
 settle_expiry(online_key, channel, user_id, now)

@@ -21,7 +21,8 @@
   ARGV[5]  conn_ttl_ms    int ms: the session expires this long after its last renewal
   ARGV[6]  retention_ms   int ms: how long a day bitmap is kept after the day
   ARGV[7..10]  boundaries int ms: the start of each of the three days, then the end of the last
-  ARGV[11] channel        string: the events channel
+  ARGV[11] channel        string: the events channel of every user
+  ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {generation, at_ms}: the new holder's generation (0 when a backfilled opening
            had expired already: then only lastSeen and the day's activity are recorded)
   Events   OFFLINE if the user's presence had expired unswept; ONLINE if they come online;
@@ -37,7 +38,7 @@ local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index =
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, conn_ttl_ms, retention_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local channel = ARGV[11]
+local channel = {ARGV[11], ARGV[12]}
 
 local now = now_ms()
 local t_ms = math.min(at_ms or now, now)

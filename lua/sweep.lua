@@ -9,7 +9,8 @@
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
-  ARGV[3]  channel        string: the events channel
+  ARGV[3]  channel        string: the events channel of every user
+  ARGV[4]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {offline_count, purged_count, online_count}: online_count is of users online now
   Events   OFFLINE for each user whose presence expired, at the moment it expired, all in one
            message; as the same script removes the entry, two processes sweeping at once
@@ -19,7 +20,8 @@
 --- @include "clock"
 --- @include "events"
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local batch, purge_after_ms, channel = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+local channel = {ARGV[3], ARGV[4]}
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)

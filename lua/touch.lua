@@ -20,7 +20,8 @@
   ARGV[5]  retention_ms     int ms: how far back `at` may lie; how long a day bitmap is kept
   ARGV[6]  max_future_ms    int ms: how far ahead of now `at` may lie
   ARGV[7..10]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[11] channel          string: the events channel
+  ARGV[11] channel          string: the events channel of every user
+  ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {online_before 0|1, last_seen_ms, session_id, last_activity_ms, ...}: the live
            sessions after the touch, in no particular order. A live connection-bound session
            keeps its own expiry: touching it moves lastSeen only.
@@ -37,7 +38,7 @@ local conn_key = KEYS[11]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local channel = ARGV[11]
+local channel = {ARGV[11], ARGV[12]}
 
 local now = now_ms()
 local t_ms = at_ms or now

@@ -10,7 +10,7 @@
   ARGV[1]  window_ms        int ms
   ARGV[2]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[3..6]  boundaries    int ms: the start of each of the three days, then the end of the last
-  ARGV[7]  channel          string: the events channel
+  ARGV[7]  channel          string: the events channel of every user
   ARGV[8]  sessions_prefix  string: a user's session key is this followed by the user id
   ARGV[9]  revoked_prefix   string: a user's revocation key is this followed by the user id
   ARGV[10] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
@@ -22,9 +22,11 @@
                             hash tag of KEYS: one slot.
   ARGV[11] conn_prefix      string: a user's conn key (includes/connections.lua) is this
                             followed by the user id; derived like the two above
+  ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired unswept, then ONLINE if they come
-           online; all in one message (lua/includes/events.lua), in the order of user_ids
+           online; all in one message on the channel of every user, and each user's in one message on
+           their own channel (lua/includes/events.lua), in the order of user_ids
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
   Work     a few commands per 1,000 users: every structure is read and written with variadic
            commands. A user with a session key (sessions besides "default") is recorded with
@@ -37,7 +39,7 @@ local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-local channel, sessions_prefix, revoked_prefix = ARGV[7], ARGV[8], ARGV[9]
+local channel, sessions_prefix, revoked_prefix = {ARGV[7], ARGV[12]}, ARGV[8], ARGV[9]
 local conn_prefix = ARGV[11]
 
 local now = now_ms()

@@ -4,6 +4,7 @@ on Redis 6.2 and Valkey 9: each change announced once, no event without its chan
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,8 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
-from gql_presence.realtime.delivery import FeedDroppedError, PresenceChange
+from gql_presence.realtime.delivery import Feed, FeedDroppedError, PresenceChange
+from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.realtime.hub import EventHub
 from gql_presence.running.connection import ClusterSubscriber, cluster_client, subscriber_client
 from gql_presence.running.redis_server import free_port
@@ -291,3 +293,120 @@ async def test_a_delivery_is_dropped_for_a_batch_or_a_backlog_over_its_buffer(
     await eventually(lambda: len(dropped) == 2, 2, "the second drop")
     assert "too slow" in dropped[1].reason
     assert hub.subscriber_count == 0
+
+
+# --- a process receives the events of the users followed there, and only those ---------------
+
+
+async def test_a_process_receives_no_event_of_a_user_nobody_follows_there(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    followed = [f"f{i}" for i in range(10)]
+    await store.add_friends("owner", ["f0"])
+    async with hub.feed(ignore, user_ids=followed) as feed, hub.feed(ignore, friends_of="owner"):
+        assert all(map(hub.follows, followed))
+        assert not hub.follows("other0")
+        others = [f"other{i}" for i in range(200)]
+        await store.touch_many(others)
+        await store.kick("other1", None)
+        await store.add_friends("other2", ["other3"])
+        await store.touch("f3")
+        event = await asyncio.wait_for(first_event(feed), 2)
+        assert (event.user_id, event.kind) == ("f3", "ONLINE")
+        # f3's one message; not one of the others' 201 events, nor their friends' change.
+        assert (hub.messages_received, hub.events_decoded) == (1, 1)
+    await eventually(lambda: hub.channel_count == 1, 2, "every user's channel to be left")
+    await store.touch("f4")
+    await asyncio.sleep(0.1)
+    assert hub.messages_received == 1
+
+
+async def test_everyone_gets_every_event_once_and_so_do_those_who_follow_users_meanwhile(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    async with hub.feed(ignore, user_ids=["a"]) as mine:
+        async with hub.feed(ignore, everyone=True) as every:
+            assert hub.follows("anyone")
+            await store.touch_many(["a", "b", "c"])
+            await store.kick("a")
+            assert await events_of(every, 4) == [
+                ("a", "ONLINE"),
+                ("b", "ONLINE"),
+                ("c", "ONLINE"),
+                ("a", "KICKED"),
+            ]
+        await store.touch("a", "s2")
+        # a's events: each once, whether the channel of every user brought them or a's own.
+        assert await events_of(mine, 3) == [("a", "ONLINE"), ("a", "KICKED"), ("a", "ONLINE")]
+        await asyncio.sleep(0.1)
+        assert mine.pending == 0
+
+
+async def test_follow_churn_and_friend_set_changes_leave_each_event_once_in_order(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    # While others follow and leave "a", and the channel of every user is subscribed and left,
+    # and friends of "me" come and go, those who follow "a" throughout get each of its events
+    # once, in order: ONLINE and KICKED in turn.
+    await store.add_friends("me", ["a"])
+    rounds = 30
+    async with (
+        hub.feed(ignore, user_ids=["a", "x"]) as steady,
+        hub.feed(ignore, friends_of="me") as friendly,
+    ):
+
+        async def churn() -> None:
+            for i in range(rounds):
+                async with contextlib.AsyncExitStack() as stack:
+                    await stack.enter_async_context(hub.feed(ignore, user_ids=["a"]))
+                    if i % 3 == 0:
+                        await stack.enter_async_context(hub.feed(ignore, everyone=True))
+                    await store.add_friends("me", [f"n{i}"])
+                    await asyncio.sleep(0)
+                await store.remove_friends("me", [f"n{i}"])
+
+        async def change() -> None:
+            for i in range(rounds):
+                await store.touch("a", f"s{i}")
+                await asyncio.sleep(0.001 * (i % 4))
+                await store.kick("a", f"s{i}")
+
+        await asyncio.gather(churn(), change())
+        expected = [("a", "ONLINE"), ("a", "KICKED")] * rounds
+        assert await events_of(steady, 2 * rounds) == expected
+        assert await events_of(friendly, 2 * rounds) == expected
+        await asyncio.sleep(0.1)
+        assert steady.pending == friendly.pending == 0
+
+
+async def events_of(feed: Feed, count: int) -> list[tuple[str, str]]:
+    """The next `count` events of the feed, as (user, kind)."""
+    got = []
+    async with asyncio.timeout(3):
+        async for event in feed:
+            got.append((event.user_id, str(event.kind)))
+            if len(got) == count:
+                break
+    return got
+
+
+async def test_a_held_session_hears_its_user_while_held_and_ends_on_a_kick_or_replacement(
+    hub: EventHub, store: PresenceStore
+) -> None:
+    sessions = HeldSessions(store, 30_000, hub)
+    hub.watch_sessions(sessions.on_event)
+    elsewhere = HeldSessions(store, 30_000)  # another process's
+    kicked = await sessions.open("alice", "tab")
+    replaced = await sessions.open("bob", "tab")
+    # Nobody follows alice or bob here: their channels are subscribed for the holds alone.
+    assert hub.channel_count == 3
+    await store.kick("alice", "tab")
+    assert (await asyncio.wait_for(kicked.ended(), 2)).reason is EndReason.KICKED
+    newer = await elsewhere.open("bob", "tab")
+    assert (await asyncio.wait_for(replaced.ended(), 2)).reason is EndReason.REPLACED
+    sessions.release(kicked)
+    sessions.release(replaced)
+    await eventually(lambda: hub.channel_count == 1, 2, "the users' channels to be left")
+    elsewhere.release(newer)
+    await sessions.settle()
+    await elsewhere.settle()

@@ -27,6 +27,7 @@ from gql_presence.http.view import PresenceView
 from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.running.redis_server import RedisServer, free_port
 from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
 from gql_presence.store.days import to_ms
 from tests.conftest import (
     CLUSTER_PASSWORD,
@@ -158,6 +159,22 @@ async def test_a_cluster_that_requires_a_password_serves_requests_and_events(
         assert received == set(users)
     readiness = await service.get("/readyz")
     assert readiness.status == 200, await readiness.text()
+
+
+@EVERY_DEPLOYMENT
+async def test_a_process_receives_the_events_of_the_users_followed_there_only(
+    service: Service, store_of_api: PresenceStore
+) -> None:
+    hub = service.app[EVENTS]
+    followed = [f"quiet{i}" for i in range(10)]
+    document = subscription(f"userIds: {ids(*followed)}")
+    async with subscribed(ws_url(service), document, feeds_above(service, 0)) as subscriber:
+        assert all(map(hub.follows, followed))
+        await store_of_api.touch_many([f"busy{i}" for i in range(300)])
+        await store_of_api.kick("busy1")
+        await store_of_api.touch("quiet9")
+        assert (await subscriber.next())["userId"] == "quiet9"
+        assert (hub.messages_received, hub.events_decoded) == (1, 1)
 
 
 @EVERY_DEPLOYMENT

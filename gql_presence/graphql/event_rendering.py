@@ -101,7 +101,7 @@ class EventRendering:
         self._executor = executor
         self._root = root
         self._report = report
-        # Set once the first subscription of this rendering has reached the hub.
+        # Set once the first subscription of this rendering is joining the hub.
         self.interest: Interest | None = None
 
     def render(self, event: PresenceChange) -> bytes:

@@ -178,11 +178,13 @@ class OperationPipeline:
             return await self._hold(context, operation, held)
         if first is not None or shared.rendering is None or shared.interest is None:
             return _coded(_after(first, results))
+        # Known before the hub is joined (which waits for Redis to confirm the subscription
+        # to the users' events): the same key's subscribes meanwhile join at once too.
+        shared.rendering.interest = shared.interest
         try:
             delivery = await self._join(context, operation, shared.rendering, shared.interest)
         except PresenceError as error:
             return _refused(error)
-        shared.rendering.interest = shared.interest
         return delivery
 
     async def _hold(

@@ -116,6 +116,11 @@ class Feed(Follower):
             return
         self._queue.put_nowait(event)
 
+    @property
+    def pending(self) -> int:
+        """Events (or the drop) queued and not read yet."""
+        return self._queue.qsize()
+
     def _dropped(self, reason: FeedDroppedError) -> None:
         self._queue.put_nowait(reason)  # the one place kept free for it
 

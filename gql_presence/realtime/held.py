@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from gql_presence.store import EventKind, HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import from_ms
@@ -89,11 +89,31 @@ class SessionHold:
         return outcome
 
 
+class UserEvents(Protocol):
+    """Who brings a user's kicks and replacements to `HeldSessions.on_event` (the event hub)."""
+
+    async def watch(self, user_id: str) -> None:
+        """From when this returns, until `unwatch`: it undoes itself when it raises."""
+
+    def unwatch(self, user_id: str) -> None: ...
+
+
+class _Unwatched:
+    async def watch(self, user_id: str) -> None:
+        pass
+
+    def unwatch(self, user_id: str) -> None:
+        pass
+
+
 class HeldSessions:
     """Every connection-bound session of this process."""
 
-    def __init__(self, store: PresenceStore, ttl_ms: int) -> None:
+    def __init__(self, store: PresenceStore, ttl_ms: int, events: UserEvents | None = None) -> None:
         self._store = store
+        # From before a session's opening until its release, its user's kicks and
+        # replacements reach on_event.
+        self._events = events or _Unwatched()
         self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
         self._holds: dict[HeldSession, SessionHold] = {}
         self._by_user: dict[str, set[SessionHold]] = {}
@@ -125,11 +145,17 @@ class HeldSessions:
     async def open(self, user_id: str, session_id: str) -> SessionHold:
         """Opens the session and holds it until `release`. Raises SessionRevokedError for a
         kicked id. Cancelled at any point, it leaves nothing live and nothing held."""
+        # The user's events are heard before the opening: one announced between the opening
+        # and the subscription to them would be missed.
+        await self._events.watch(user_id)
         early: list[PublishedEvent] = []
         openings = self._openings.setdefault(user_id, [])
         openings.append(early)
         try:
             opened = await self._owned(self._store.open_session(user_id, session_id), self._undo)
+        except BaseException:
+            self._events.unwatch(user_id)
+            raise
         finally:
             openings.remove(early)
             if not openings:
@@ -190,7 +216,8 @@ class HeldSessions:
             log.warning("closing a connection-bound session failed: %s", error.message)
 
     def _forget(self, hold: SessionHold) -> None:
-        self._holds.pop(hold.held, None)
+        if self._holds.pop(hold.held, None) is not None:
+            self._events.unwatch(hold.held.user_id)
         holds = self._by_user.get(hold.held.user_id)
         if holds is not None:
             holds.discard(hold)

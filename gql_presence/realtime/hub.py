@@ -1,9 +1,23 @@
 """Presence events: one Redis subscription per process, fanned out to its subscribers.
 
-The scripts publish every change on one channel as they make it (lua/includes/events.lua).
-Each API process subscribes once, and hands each event to the followers of its user: feeds,
-which queue events for a task to read, and deliveries, which write the event's message to
-their socket at once (realtime/delivery.py).
+The scripts publish every change as they make it (lua/includes/events.lua) on the channel of
+its user, and on the channel of every user. Each API process holds one pub/sub connection, on
+which it subscribes to the channels of the users its subscribers follow (their friendsOf
+owners, and the users whose sessions it holds), and to the channel of every user only while
+one of its subscribers follows everyone: a process receives and decodes only the events it
+hands on. It hands each event to the followers of its user: feeds, which queue events for a
+task to read, and deliveries, which write the event's message to their socket at once
+(realtime/delivery.py).
+A user's channel is subscribed when the user gets their first follower here and unsubscribed
+when the last one leaves, the changes of one event-loop turn in one command. A subscriber's
+events begin once Redis has confirmed the subscription to its channels, and a subscribe is
+answered only then: from that moment it gets every event of the users it follows, once each,
+in the order Redis published them. A friend added to a friendsOf set is followed from the
+confirmation of their channel, a moment after the FRIENDS event that announced the change.
+While the channel of every user is subscribed, every event is taken from it and the users'
+channels' copies are left unread; the switch from one to the other falls between two scripts'
+messages (a confirmation on a connection comes between two commands' output), so no event is
+handed on twice or missed.
 A subscriber may fall at most `capacity` events behind: a feed holds that many undelivered
 events; a delivery takes that many messages in one batch of events, and its connection holds
 at most that many unsent (counted as the bytes waiting there over the mean size of the batch
@@ -18,7 +32,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -49,6 +64,13 @@ log = logging.getLogger("gql_presence.events")
 
 _RECONNECT_DELAYS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 _STOP_WAIT_S = 5.0
+# How long a subscriber waits for Redis to confirm its channels before it is refused.
+_CONFIRM_WAIT_S = 10.0
+# Channels per SUBSCRIBE or UNSUBSCRIBE command.
+_CHANNELS_PER_COMMAND = 1000
+# Messages read before the deliveries written to are flushed: those already arrived are read
+# first, so that the events of one script (one message per user) reach a socket in one write.
+_MESSAGES_PER_BATCH = 1000
 
 
 class EventHub:
@@ -67,13 +89,44 @@ class EventHub:
         self._ping_every_s = ping_every_s
         self._silence_limit_s = silence_limit_s
         self._capacity = capacity
-        self._channel = store.events_channel
+        # Channels as bytes, as the subscriber's replies name them.
+        self._channel = store.events_channel.encode()
+        self._quiet = store.quiet_channel.encode()
         self._store = store
         self._followers: set[Follower] = set()
+        # Followers whose channels are not confirmed yet: their subscribe is not answered.
+        self._joining: set[Follower] = set()
         self._by_user: dict[str, set[Follower]] = {}
         self._by_friends_of: dict[str, set[Follower]] = {}
         self._everyone: set[Follower] = set()
         self._session_watchers: list[Callable[[PublishedEvent], None]] = []
+        # Users whose held sessions are watched here: how many holds watch each.
+        self._watched: dict[str, int] = {}
+        # The subscription's channels: the pub/sub connection (None while there is none),
+        # the channels whose last command sent was SUBSCRIBE, how many commands of each
+        # channel Redis has not confirmed yet, and the channels whose events are handed on.
+        # A user's channel is live once its last command, a SUBSCRIBE, is confirmed, and no
+        # longer as soon as it is unsubscribed (nobody here follows the user then). The channel
+        # of every user is live from the confirmation of a SUBSCRIBE to that of an
+        # UNSUBSCRIBE: its copies of events replace those of the users' channels then.
+        self._pubsub: PubSub | None = None
+        # The channel of each user wanted here, named once.
+        self._channel_of: dict[str, bytes] = {}
+        self._asked: set[bytes] = set()
+        self._unconfirmed: dict[bytes, int] = {}
+        self._live: set[bytes] = set()
+        # Per channel awaited, one future for all who wait: True once confirmed, False when
+        # the connection was lost first.
+        self._confirmed: dict[bytes, asyncio.Future[bool]] = {}
+        # Users whose interest changed in this event-loop turn, and whether everyone's did.
+        self._changed: set[str] = set()
+        self._everyone_changed = False
+        self._update_planned = False
+        self._sending = asyncio.Lock()
+        self._send_failed: Exception | None = None
+        # Messages received, and events decoded from them: what this process pays for.
+        self.messages_received = 0
+        self.events_decoded = 0
         # Deliveries with messages of the batch being read, written once it has been read.
         self.to_flush: list[Delivery] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -85,8 +138,8 @@ class EventHub:
 
     @property
     def subscriber_count(self) -> int:
-        """Subscriptions, multiplexed or not."""
-        return len(self._followers)
+        """Subscriptions, multiplexed or not, whose events have begun."""
+        return len(self._followers) - len(self._joining)
 
     @property
     def delivery_count(self) -> int:
@@ -95,8 +148,23 @@ class EventHub:
 
     def follows(self, user_id: str) -> bool:
         """Whether a subscriber of this process follows the user now (friendsOf: once the
-        friend set read last is applied)."""
-        return user_id in self._by_user or bool(self._everyone)
+        friend set read last is applied), its channel's subscription confirmed."""
+        if self._everyone and self._settled(self._channel):
+            return True
+        return user_id in self._by_user and self._settled(self._user_channel(user_id))
+
+    @property
+    def channel_count(self) -> int:
+        """Channels this process asked Redis to send it (the quiet one included)."""
+        return len(self._asked)
+
+    def _user_channel(self, user_id: str) -> bytes:
+        channel = self._channel_of.get(user_id)
+        if channel is None:
+            channel = self._store.user_events_channel(user_id).encode()
+            if self._wanted(user_id):
+                self._channel_of[user_id] = channel
+        return channel
 
     @property
     def subscribed(self) -> bool:
@@ -122,9 +190,30 @@ class EventHub:
                 )
 
     def watch_sessions(self, watcher: Callable[[PublishedEvent], None]) -> None:
-        """Hands every KICKED and REPLACED event to `watcher` as well: the holder of this
-        process's connection-bound sessions ends those they concern."""
+        """Hands every KICKED and REPLACED event of the users `watching` is asked for to
+        `watcher` as well: the holder of this process's connection-bound sessions ends those
+        they concern."""
         self._session_watchers.append(watcher)
+
+    async def watch(self, user_id: str) -> None:
+        """From when this returns until `unwatch(user_id)`, the user's events reach the
+        session watchers: once their channel's subscription is confirmed. Raising, it leaves
+        nothing to undo."""
+        self._watched[user_id] = self._watched.get(user_id, 0) + 1
+        self._interest_changed((user_id,))
+        try:
+            await self._until_live([self._user_channel(user_id)])
+        except BaseException:
+            self.unwatch(user_id)
+            raise
+
+    def unwatch(self, user_id: str) -> None:
+        left = self._watched[user_id] - 1
+        if left:
+            self._watched[user_id] = left
+        else:
+            del self._watched[user_id]
+        self._interest_changed((user_id,))
 
     @contextlib.asynccontextmanager
     async def feed(
@@ -179,25 +268,42 @@ class EventHub:
         everyone: bool,
     ) -> None:
         self._followers.add(follower)
+        self._joining.add(follower)
         try:
             if everyone:
                 self._everyone.add(follower)
-            elif friends_of is None:
-                self._follow(follower, frozenset(user_ids))
-            else:
+                self._everyone_changed = True
+                self._plan_update()
+                await self._until_live([self._channel])
+                return
+            if friends_of is not None:
                 follower.friends_of = friends_of
                 self._by_friends_of.setdefault(friends_of, set()).add(follower)
+                self._interest_changed((friends_of,))
+                # The owner's channel first: a change of the friend set made after it is read
+                # is announced there.
+                await self._until_live([self._user_channel(friends_of)])
                 await self._reload_friends(follower)
+            else:
+                self._follow(follower, frozenset(user_ids))
+            await self._until_live(map(self._user_channel, follower.user_ids))
         except BaseException:
             self.forget(follower)
             raise
+        finally:
+            self._joining.discard(follower)
 
     def forget(self, feed: Follower) -> None:
         self._followers.discard(feed)
-        self._everyone.discard(feed)
+        self._joining.discard(feed)
+        if feed in self._everyone:
+            self._everyone.discard(feed)
+            self._everyone_changed = True
+            self._plan_update()
         self._follow(feed, frozenset())
         if feed.friends_of is not None:
             _discard(self._by_friends_of, feed.friends_of, feed)
+            self._interest_changed((feed.friends_of,))
 
     def spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -210,11 +316,174 @@ class EventHub:
             log.error("presence events: %s failed", task.get_coro(), exc_info=error)
 
     def _follow(self, feed: Follower, user_ids: frozenset[str]) -> None:
+        # Only a user's first follower and their last change what is subscribed.
+        changed = []
         for user_id in feed.user_ids - user_ids:
             _discard(self._by_user, user_id, feed)
+            if user_id not in self._by_user:
+                changed.append(user_id)
         for user_id in user_ids - feed.user_ids:
-            self._by_user.setdefault(user_id, set()).add(feed)
+            feeds = self._by_user.get(user_id)
+            if feeds is None:
+                feeds = self._by_user[user_id] = set()
+                changed.append(user_id)
+            feeds.add(feed)
         feed.user_ids = user_ids
+        self._interest_changed(changed)
+
+    # --- which channels are subscribed ---------------------------------------------------
+
+    def _wanted(self, user_id: str) -> bool:
+        return (
+            user_id in self._by_user or user_id in self._by_friends_of or user_id in self._watched
+        )
+
+    def _interest_changed(self, user_ids: Iterable[str]) -> None:
+        self._changed.update(user_ids)
+        if self._changed:
+            self._plan_update()
+
+    def _plan_update(self) -> None:
+        """Sends the subscription's changes at the end of this event-loop turn, in one
+        command for all of them."""
+        if not self._update_planned:
+            self._update_planned = True
+            asyncio.get_running_loop().call_soon(self._update_subscription)
+
+    def _update_subscription(self) -> None:
+        self._update_planned = False
+        pubsub = self._pubsub
+        if pubsub is None:
+            return  # the next connection subscribes to what is wanted then
+        subscribe: list[bytes] = []
+        unsubscribe: list[bytes] = []
+        for user_id in self._changed:
+            wanted = self._wanted(user_id)
+            self._ask(self._user_channel(user_id), wanted, subscribe, unsubscribe)
+            if not wanted:
+                self._channel_of.pop(user_id, None)
+        self._changed.clear()
+        if self._everyone_changed:
+            self._everyone_changed = False
+            self._ask(self._channel, bool(self._everyone), subscribe, unsubscribe)
+        if subscribe or unsubscribe:
+            self.spawn(self._send(pubsub, subscribe, unsubscribe))
+
+    def _ask(
+        self, channel: bytes, wanted: bool, subscribe: list[bytes], unsubscribe: list[bytes]
+    ) -> None:
+        if wanted == (channel in self._asked):
+            return
+        self._unconfirmed[channel] = self._unconfirmed.get(channel, 0) + 1
+        if wanted:
+            self._asked.add(channel)
+            subscribe.append(channel)
+        else:
+            self._asked.discard(channel)
+            unsubscribe.append(channel)
+            if channel != self._channel:
+                self._live.discard(channel)  # nobody here follows its user any more
+
+    async def _send(
+        self, pubsub: PubSub, subscribe: Sequence[bytes], unsubscribe: Sequence[bytes]
+    ) -> None:
+        # In order, and subscriptions before unsubscriptions: a user's channel is confirmed
+        # before the channel of every user that brought its events meanwhile is left.
+        async with self._sending:
+            if pubsub is not self._pubsub:
+                return  # that connection was lost; the next one subscribes to what is wanted
+            try:
+                for command, channels in (
+                    (pubsub.subscribe, subscribe),
+                    (pubsub.unsubscribe, unsubscribe),
+                ):
+                    for first in range(0, len(channels), _CHANNELS_PER_COMMAND):
+                        await command(*channels[first : first + _CHANNELS_PER_COMMAND])
+            except Exception as error:
+                # Its confirmations would never come: the listener starts again (unless that
+                # connection is already given up).
+                if pubsub is self._pubsub:
+                    self._send_failed = error
+
+    def _confirm(self, kind: str, channel: bytes) -> None:
+        """Takes Redis's confirmation of one channel's SUBSCRIBE or UNSUBSCRIBE."""
+        left = self._unconfirmed.get(channel, 0) - 1
+        if channel == self._channel:
+            # Where the copies of events come from changes at this point of the stream.
+            if kind == "subscribe":
+                self._live.add(channel)
+            else:
+                self._live.discard(channel)
+        if left > 0:
+            self._unconfirmed[channel] = left
+            return
+        self._unconfirmed.pop(channel, None)
+        if channel in self._asked:
+            self._live.add(channel)
+            confirmed = self._confirmed.pop(channel, None)
+            if confirmed is not None and not confirmed.done():
+                confirmed.set_result(True)
+
+    def _settled(self, channel: bytes) -> bool:
+        return channel in self._live and channel not in self._unconfirmed
+
+    async def _until_live(self, channels: Iterable[bytes]) -> None:
+        """Waits until Redis has confirmed the subscription to every channel."""
+        waiting = [channel for channel in channels if not self._settled(channel)]
+        if not waiting:
+            return
+        try:
+            async with asyncio.timeout(_CONFIRM_WAIT_S):
+                for channel in waiting:
+                    if self._settled(channel):
+                        continue
+                    confirmed = self._confirmed.get(channel)
+                    if confirmed is None:
+                        confirmed = asyncio.get_running_loop().create_future()
+                        self._confirmed[channel] = confirmed
+                    # Shielded: one waiter's cancellation is not the others'.
+                    if not await asyncio.shield(confirmed):
+                        raise StoreUnavailableError(_again("event stream interrupted"))
+        except TimeoutError:
+            raise StoreUnavailableError(
+                "The store did not confirm the event subscription in time; subscribe again."
+            ) from None
+
+    async def _subscribe_anew(self, pubsub: PubSub) -> None:
+        """Subscribes a new connection to every channel wanted now."""
+        self._channel_of = {u: c for u, c in self._channel_of.items() if self._wanted(u)}
+        self._asked = {self._quiet}
+        self._asked.update(
+            self._user_channel(u)
+            for u in self._by_user.keys() | self._by_friends_of.keys() | self._watched.keys()
+        )
+        if self._everyone:
+            self._asked.add(self._channel)
+        self._unconfirmed = dict.fromkeys(self._asked, 1)
+        self._live = set()
+        self._changed.clear()
+        self._everyone_changed = False
+        asked = sorted(self._asked)
+        for first in range(0, len(asked), _CHANNELS_PER_COMMAND):
+            await pubsub.subscribe(*asked[first : first + _CHANNELS_PER_COMMAND])
+        self._pubsub = pubsub
+        # What changed while the commands were sent.
+        self._changed.update(
+            self._by_user.keys() | self._by_friends_of.keys() | self._watched.keys()
+        )
+        self._everyone_changed = True
+        self._plan_update()
+
+    def _lost(self) -> None:
+        """The connection is gone: so is every subscription, and the waits for one."""
+        self._pubsub = None
+        self._send_failed = None
+        self._live.clear()
+        self._unconfirmed.clear()
+        waiting, self._confirmed = self._confirmed, {}
+        for confirmed in waiting.values():
+            if not confirmed.done():
+                confirmed.set_result(False)
 
     async def _reload_friends(self, feed: Follower) -> None:
         """Reads the friend set again; raises when the subscription cannot follow it."""
@@ -245,9 +514,9 @@ class EventHub:
     async def _listen(self) -> None:
         attempt = 0
         while not self._stopping:
-            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            pubsub = self._redis.pubsub()
             try:
-                await pubsub.subscribe(self._channel)
+                await self._subscribe_anew(pubsub)
                 await self._receive(pubsub)
             except asyncio.CancelledError:
                 raise
@@ -257,7 +526,9 @@ class EventHub:
                 # Whatever ended the subscription, events may have been missed: every
                 # subscriber is told, and this process subscribes again.
                 self._subscribed.clear()
-                self._drop_all(f"event stream interrupted ({type(error).__name__})")
+                why = f"event stream interrupted ({type(error).__name__})"
+                self._lost()
+                self._drop_all(why)
                 delay = _RECONNECT_DELAYS_S[min(attempt, len(_RECONNECT_DELAYS_S) - 1)]
                 attempt += 1
                 log.warning("presence events lost (%s); subscribing again in %g s", error, delay)
@@ -277,10 +548,20 @@ class EventHub:
             now = loop.time()
             if message is not None:
                 heard = now
-                if message["type"] == "message":
-                    self._dispatch(message["data"])
-                elif message["type"] == "pong" and not self._subscribed.is_set():
-                    self._subscribed.set()  # the first answer: subscribed and heard
+                try:
+                    self._take(message)
+                    for _ in range(_MESSAGES_PER_BATCH - 1):
+                        # Those already here: a read that finds none returns at once.
+                        message = await pubsub.get_message(timeout=0)
+                        if message is None:
+                            break
+                        self._take(message)
+                finally:
+                    to_flush, self.to_flush = self.to_flush, []
+                    for delivery in to_flush:
+                        delivery.flush()
+            if self._send_failed is not None:
+                raise redis_errors.ConnectionError(f"subscribing failed: {self._send_failed}")
             if now - heard > self._silence_limit_s:
                 raise redis_errors.ConnectionError(
                     f"no answer from Redis for {self._silence_limit_s:g} s"
@@ -293,21 +574,34 @@ class EventHub:
         for feed in list(self._followers):
             feed.drop(FeedDroppedError(_again(why), violation=False))
 
-    def _dispatch(self, data: bytes) -> None:
+    def _take(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "message":
+            self.messages_received += 1
+            channel = message["channel"]
+            if channel == self._channel:
+                if channel in self._live:
+                    # Those who follow everyone get events once the channel is settled: not
+                    # those of a subscription about to be left, which a gap would follow.
+                    self._dispatch(message["data"], everyone=channel not in self._unconfirmed)
+            elif channel in self._live and self._channel not in self._live:
+                self._dispatch(message["data"], everyone=False)
+        elif kind in {"subscribe", "unsubscribe"}:
+            self._confirm(kind, message["channel"])
+        elif kind == "pong" and not self._subscribed.is_set():
+            self._subscribed.set()  # the first answer: subscribed and heard
+
+    def _dispatch(self, data: bytes, *, everyone: bool) -> None:
         try:
             announced = read_events(data)
         except ValueError:
             log.exception("unreadable presence events %r", data[:200])
             return
-        try:
-            for one in announced:
-                self._dispatch_one(one)
-        finally:
-            to_flush, self.to_flush = self.to_flush, []
-            for delivery in to_flush:
-                delivery.flush()
+        self.events_decoded += len(announced)
+        for one in announced:
+            self._dispatch_one(one, everyone)
 
-    def _dispatch_one(self, announced: PublishedEvent) -> None:
+    def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
         kind, user_id, at_ms, session_id, online = announced
         if kind == EventKind.FRIENDS:
             for feed in list(self._by_friends_of.get(user_id, ())):
@@ -319,8 +613,9 @@ class EventHub:
         if kind == EventKind.REPLACED:
             return  # the holders' business only
         feeds = self._by_user.get(user_id)
-        if not feeds and not self._everyone:
-            return  # most events concern users nobody here follows
+        all_users = self._everyone if everyone else ()
+        if not feeds and not all_users:
+            return  # a user whose only watchers are the session holders
         try:
             event = PresenceChange(
                 user_id, EventKind(kind), from_ms(int(at_ms)), session_id or None, bool(online)
@@ -329,7 +624,7 @@ class EventHub:
             log.exception("unreadable presence event %r", list(announced))
             return
         rendered: Rendered = {}
-        for feed in [*(feeds or ()), *self._everyone]:
+        for feed in [*(feeds or ()), *all_users]:
             feed.offer(event, rendered)
 
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "gqlp:{0}:"
-    # Every shard announces on this one channel, which each process subscribes to once.
+    # Every shard announces every event on this one channel too, for the processes where
+    # someone follows every user.
     channel: str = "gqlp:{0}:events"
     # Which shard: for the traces and logs that name it.
     shard: int = 0
@@ -51,9 +52,20 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """Pub/sub channel (not a key, so in no slot) of presence events of every shard; see
-        gql_presence/events.py."""
+        """Pub/sub channel of the presence events of every user of every shard; see
+        lua/includes/events.lua and gql_presence/realtime/hub.py."""
         return self.channel
+
+    def user_events(self, user_id: str) -> str:
+        """Pub/sub channel of the user's presence events (and of FRIENDS, their friend set's
+        changes), in this shard's hash tag, so that it maps to the shard's cluster slot."""
+        return self.prefix + "events:" + user_id
+
+    @property
+    def quiet(self) -> str:
+        """Pub/sub channel nobody publishes on: a process's subscription holds it always, so
+        that it stays subscribed (and answers PINGs as such) while it follows nobody."""
+        return "gqlp:quiet"
 
     @property
     def scratch(self) -> str:

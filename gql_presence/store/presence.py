@@ -105,9 +105,21 @@ class PresenceStore:
 
     @property
     def events_channel(self) -> str:
-        """The one pub/sub channel of every shard's events (a channel is not a key: on Redis
-        Cluster, a classic PUBLISH reaches the subscribers of every node)."""
+        """The pub/sub channel of every user's events, of every shard (a channel is not a
+        key: on Redis Cluster, a classic PUBLISH reaches the subscribers of every node)."""
         return Keys().events
+
+    def user_events_channel(self, user_id: str) -> str:
+        """The pub/sub channel of the user's events, and of their friend set's changes."""
+        return self._user_channel_prefix(user_id) + user_id
+
+    def _user_channel_prefix(self, user_id: str) -> str:
+        return self._shard(user_id).user_channel_prefix
+
+    @property
+    def quiet_channel(self) -> str:
+        """A pub/sub channel nobody publishes on (see Keys.quiet)."""
+        return Keys().quiet
 
     async def load_scripts(self) -> None:
         """Makes sure Redis holds every script, loading what it lacks: at start-up, so that a
@@ -387,7 +399,10 @@ class PresenceStore:
             owners = links.setdefault(shard_of(other, count), {})
             owners.setdefault(user_id, []).append(other)
         changed = await asyncio.gather(
-            *(self._shards[i].change_links(change, owners) for i, owners in links.items())
+            *(
+                self._shards[i].change_links(change, owners, self._user_channel_prefix)
+                for i, owners in links.items()
+            )
         )
         return sum(part.get(user_id, 0) for part in changed)
 

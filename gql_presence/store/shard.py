@@ -109,6 +109,11 @@ class Shard:
         self._observe_script = observe_script
         self._zone = settings.stats_zone
 
+    @property
+    def user_channel_prefix(self) -> str:
+        """A user of this shard's events channel is this followed by their id."""
+        return self._keys.user_events("")
+
     async def touch(self, user_id: str, session_id: str, at_ms: int | None) -> Presence:
         labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
         k = self._keys
@@ -134,6 +139,7 @@ class Shard:
                 MAX_FUTURE_MS,
                 *boundaries,
                 k.events,
+                k.user_events(""),
             ],
         )
         sessions = _sessions(reply[2:])
@@ -152,9 +158,10 @@ class Shard:
         # Sorted, the users' sorted-set entries are written next to each other, which takes
         # Redis a third less time than in the caller's order.
         ordered = sorted(user_ids)
+        after = [k.conn(""), k.user_events("")]
         calls = [
             # One argument instead of one per user: ids hold no control characters.
-            (keys, [*args, "\n".join(ordered[first : first + TOUCH_MANY_BATCH]), k.conn("")])
+            (keys, [*args, "\n".join(ordered[first : first + TOUCH_MANY_BATCH]), *after])
             for first in range(0, len(ordered), TOUCH_MANY_BATCH)
         ]
         return sum(int(recorded) for recorded in await self._run_each(ScriptName.TOUCH_MANY, calls))
@@ -170,6 +177,7 @@ class Shard:
                 self._settings.window_ms,
                 self._settings.revoke_ms,
                 k.events,
+                k.user_events(""),
             ],
         )
         return KickResult(user_id, int(kicked), bool(online))
@@ -200,6 +208,7 @@ class Shard:
                 self._settings.retention_ms,
                 *boundaries,
                 k.events,
+                k.user_events(""),
             ],
         )
         held = HeldSession(user_id, session_id, int(generation)) if int(generation) else None
@@ -247,6 +256,7 @@ class Shard:
                 held.generation,
                 self._settings.window_ms,
                 k.events,
+                k.user_events(""),
             ],
         )
         return bool(closed)
@@ -322,18 +332,23 @@ class Shard:
         return [_text(m) for m in await guarded(self._redis.smembers(self._keys.friends(user_id)))]
 
     async def change_links(
-        self, change: LinkChange, links: Mapping[str, Sequence[str]]
+        self,
+        change: LinkChange,
+        links: Mapping[str, Sequence[str]],
+        owner_channel_prefix: Callable[[str], str],
     ) -> dict[str, int]:
         """Adds (SADD) to or removes (SREM) from each owner's friend set in this shard the
         given friends (who live in this shard), in one atomic step. Ids are valid, distinct
-        per owner and not the owner's own. Returns how many links each owner's set changed."""
+        per owner and not the owner's own. Returns how many links each owner's set changed.
+        An owner's events channel is `owner_channel_prefix(owner)` followed by their id: in
+        the owner's own shard, which may not be this one."""
         owners = [owner for owner, friend_ids in links.items() if friend_ids]
         if not owners:
             return dict.fromkeys(links, 0)
         k = self._keys
         args: list[str | int] = [change, k.events]
         for owner in owners:
-            args += [owner, len(links[owner]), *links[owner]]
+            args += [owner, owner_channel_prefix(owner), len(links[owner]), *links[owner]]
         reply = await self._run(ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args)
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
@@ -345,7 +360,7 @@ class Shard:
         offline, purged, online = await self._run(
             ScriptName.SWEEP,
             [k.online, k.last_seen, k.user_index, k.free_indexes],
-            [batch, self._settings.retention_ms + PURGE_SLACK_MS, k.events],
+            [batch, self._settings.retention_ms + PURGE_SLACK_MS, k.events, k.user_events("")],
         )
         return SweepResult(int(offline), int(purged), int(online))
 
