@@ -46,12 +46,14 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
             timeout=CLOSE_WAIT_S, max_msg_size=max_msg_size, heartbeat=heartbeat, **kwargs
         )
         self._heartbeat_started = False
-        self._reasons: dict[int, str] = {
-            WSCloseCode.MESSAGE_TOO_BIG: f"A message must be shorter than {max_msg_size:,} bytes.",
-            WSCloseCode.INVALID_TEXT: "A text message must be UTF-8.",
-            WSCloseCode.PROTOCOL_ERROR: "The frames sent break the WebSocket protocol (RFC 6455).",
-        }
         self._transport: asyncio.Transport | None = None
+
+    def _close_reason(self, code: int) -> str:
+        """Why aiohttp closes with `code`, which it says with no reason of its own: made only
+        when a socket closes so, not kept by every socket."""
+        if code == WSCloseCode.MESSAGE_TOO_BIG:
+            return f"A message must be shorter than {self._max_msg_size:,} bytes."
+        return _REASONS.get(code, "")
 
     def start_heartbeat(self) -> None:
         """From now on, pings the client every `heartbeat` seconds and drops it when a pong is
@@ -97,7 +99,7 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
         # aiohttp closes for a bad frame without a reason; a reason of more than 123 bytes
         # (Strawberry's may quote what the client sent) would make the close frame itself
         # one the client must refuse.
-        message = _bounded(message or self._reasons.get(code, "").encode())
+        message = _bounded(message or self._close_reason(code).encode())
         try:
             async with asyncio.timeout(CLOSE_WAIT_S):
                 return await super().close(code=code, message=message, drain=drain)
@@ -107,6 +109,12 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
             transport = self._transport
             if transport is not None and transport.get_write_buffer_size():
                 transport.abort()
+
+
+_REASONS: dict[int, str] = {
+    WSCloseCode.INVALID_TEXT: "A text message must be UTF-8.",
+    WSCloseCode.PROTOCOL_ERROR: "The frames sent break the WebSocket protocol (RFC 6455).",
+}
 
 
 def _bounded(reason: bytes) -> bytes:
