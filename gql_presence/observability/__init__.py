@@ -1,0 +1,1 @@
+"""What operators see: the request log, metrics, log filters and traces."""

@@ -1,0 +1,1 @@
+"""Who may call, and how much: callers, limits and the rate limiter."""
