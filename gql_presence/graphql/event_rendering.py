@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from graphql import DocumentNode, ExecutionResult, GraphQLError
+from graphql import ExecutionResult, GraphQLError
 
 from gql_presence.graphql.error_codes import with_codes
-from gql_presence.graphql.internals import EventExecutionContext, raw_info
+from gql_presence.graphql.internals import EventExecutionContext, running_document
 from gql_presence.policy.auth import Caller, Need
 
 if TYPE_CHECKING:
@@ -163,10 +163,9 @@ class EventRenderings:
         rendering = self._by_key.get(key)
         if rendering is not None:
             return rendering
-        raw = raw_info(info)  # graphql-core's info: the parsed operation and its fragments
-        document = DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
+        schema, document = running_document(info)
         executor = EventExecutionContext.build(
-            raw.schema,
+            schema,
             document,
             raw_variable_values=operation.variables,
             operation_name=operation.operation_name,

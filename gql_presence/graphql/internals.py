@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from graphql import DocumentNode
+
 # graphql-core 3.3's executor pieces, which graphql.execution does not export: planned
 # execution (planned.py) calls them as the executor does.
 from graphql.execution.collect_fields import (
@@ -73,6 +75,13 @@ def provided_operation_name(context: ExecutionContext) -> str | None:
 def raw_info(info: strawberry.Info[Any, Any]) -> GraphQLResolveInfo[Any]:
     """graphql-core's resolve info inside Strawberry's: the parsed operation, its fragments."""
     return info._raw_info
+
+
+def running_document(info: strawberry.Info[Any, Any]) -> tuple[GraphQLSchema, DocumentNode]:
+    """graphql-core's schema, and a document of the operation a resolver runs in and its
+    fragments: what an executor of that operation is built from."""
+    raw = raw_info(info)
+    return raw.schema, DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
 
 
 def resolve_info(raw: object, field: StrawberryField, info_class: Any) -> Any:

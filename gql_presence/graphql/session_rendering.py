@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from graphql import DocumentNode, GraphQLError, GraphQLSchema
 
 from gql_presence.graphql.event_rendering import encode_payload, next_head, render_root
-from gql_presence.graphql.internals import EventExecutionContext, raw_info
+from gql_presence.graphql.internals import EventExecutionContext, running_document
 
 if TYPE_CHECKING:
     import strawberry
@@ -104,10 +104,9 @@ class SessionRenderings:
         key = (operation.query, operation.operation_name)
         rendering = self._by_key.get(key)
         if rendering is None:
-            raw = raw_info(info)  # graphql-core's info: the parsed operation and its fragments
-            document = DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
+            schema, document = running_document(info)
             rendering = SessionRendering(
-                raw.schema, document, operation.operation_name, info.schema.process_errors, root
+                schema, document, operation.operation_name, info.schema.process_errors, root
             )
         # Variables may include or skip fields: this operation's must build, too.
         if rendering.executor(operation.variables) is None:
