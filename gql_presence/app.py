@@ -146,7 +146,7 @@ async def document_uses(app: web.Application) -> AsyncIterator[None]:
 async def held_sessions(app: web.Application) -> AsyncIterator[None]:
     sessions = HeldSessions(app[STORE], app[SETTINGS].connection_ttl_ms, app[EVENTS])
     app[HELD_SESSIONS] = sessions
-    app[EVENTS].watch_sessions(sessions.on_event)
+    app[EVENTS].watch_sessions(sessions.on_event, sessions.missed_events)
     renewals = asyncio.create_task(sessions.renew_forever(), name="renew-sessions")
     yield
     renewals.cancel()
@@ -154,3 +154,4 @@ async def held_sessions(app: web.Application) -> AsyncIterator[None]:
         await renewals
     # The closes of the sessions whose sockets the shutdown closed, while the store is there.
     await sessions.settle()
+    await sessions.release_leases()

@@ -1,34 +1,63 @@
 --[[
   active_in_range: one page of the users whose last activity lies in [from, to], newest first.
 
-  KEYS[1]  last_seen  ZSET  member=user_id  score=-(last activity, ms)
-  KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms
+  KEYS[1]  last_seen  ZSET  member=user_id  score=-(last activity, ms), or -(held score)
+  KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms, or a held
+                            score (includes/live.lua)
+  KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  from_ms       int ms, inclusive
   ARGV[2]  to_ms         int ms, inclusive
   ARGV[3]  retention_ms  int ms: last activity older than this is no longer kept
   ARGV[4]  first         int: page size, 0 to 1000
   ARGV[5]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[6]  after_member  the cursor's user_id
-  Returns  {total, has_next 0|1, user_id, last_seen_ms, online 0|1, ...}
-  Work     O(log n + page)
+  ARGV[7]  held_slack_ms int ms: a held user's last activity is the present to within this
+                         (half the connection TTL), so a range that ends this long before now
+                         still holds them
+  ARGV[8]  sessions_prefix  string: a user's sessions key is this followed by the user id (in
+                         the hash tag of KEYS): read for a user held under several leases while
+                         one has lapsed unswept (includes/live.lua)
+  ARGV[9]  window_ms     int ms
+  Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online 0|1, ...}: held users
+           first, their last activity shown as the present (or `to`, if earlier)
+  Work     O(log n + page), and O(log n) per lapsed lease. Users held under a lease that
+           lapsed, whose sessions the sweep has not ended yet, are left out until it has (and
+           one held under several such leases counted and listed as held).
 ]]
 --- @include "clock"
 --- @include "page"
 --- @include "live"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
+leases.sessions_prefix, leases.window_ms = ARGV[8], tonumber(ARGV[9])
+leases.key = KEYS[3]
 local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local first = tonumber(ARGV[4])
+local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 
 local now = now_ms()
 from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
+local with_held = from_ms <= now and to_ms >= now - held_slack_ms
+-- Where the times in range begin: every held score sorts before them.
+local in_range = redis.call('ZCOUNT', last_seen_key, '-inf', '(' .. -to_ms)
 local total = redis.call('ZCOUNT', last_seen_key, -to_ms, -from_ms)
+local held_end = redis.call('ZCOUNT', last_seen_key, '-inf', string.format('%d', -HELD))
+if with_held then
+  total = total + held_end
+  for _, slot in ipairs(lapsed_slots(now)) do
+    local score = string.format('%d', -(HELD + slot))
+    total = total - redis.call('ZCOUNT', last_seen_key, score, score)
+  end
+end
 local function online_of(user_id)
   if live_expiry(online_key, user_id, now) then return 1 end
   return 0
 end
-local start = math.max(
-  redis.call('ZCOUNT', last_seen_key, '-inf', '(' .. -to_ms),
-  page_start(last_seen_key, ARGV[5], ARGV[6]))
-local rows = collect(last_seen_key, start, -from_ms, first + 1, online_of)
-return page_reply(total, first, rows)
+local function jump(score)
+  if held_slot(-score) then return past_lapsed(last_seen_key, score, now) end
+  if score < -to_ms then return in_range end
+  return nil
+end
+local start = page_start(last_seen_key, ARGV[5], ARGV[6])
+if not with_held then start = math.max(start, in_range) end
+local rows = collect(last_seen_key, start, -from_ms, first + 1, online_of, jump)
+return page_reply(total, first, rows, math.min(now, to_ms))

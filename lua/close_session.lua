@@ -1,43 +1,61 @@
 --[[
-  close_session: end a connection-bound session at once, when its connection ends.
+  close_session: end a held session at once, when its connection ends.
 
-  KEYS[1]  online    ZSET  member=user_id     score=newest live session's expiry, ms
-  KEYS[2]  sessions  ZSET  member=session_id  score=last activity, ms, or expiry minus the
-                           window (this user's; includes/connections.lua)
-  KEYS[3]  conn      HASH  session_id -> "generation score renewed_ms" (this user's)
-  ARGV[1]  user_id     string
-  ARGV[2]  session_id  string
-  ARGV[3]  generation  int: the holder's; a session held by another generation (it was
-                       replaced) or no longer held (kicked) is left as it is
-  ARGV[4]  window_ms   int ms
-  ARGV[5]  channel     string: the events channel of every user
-  ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
+  KEYS[1]  last_seen     ZSET  member=user_id     score=-(last activity, ms), or -(held score)
+  KEYS[2]  online        ZSET  member=user_id     score=newest live session's expiry, ms, or a
+                               held score (includes/live.lua)
+  KEYS[3]  sessions      ZSET  member=session_id  score=last activity, ms, or a held score
+                               (this user's; includes/connections.lua)
+  KEYS[4]  conn          HASH  session_id -> "generation slot" (this user's)
+  KEYS[5]  user_index    HASH  user_id -> bit index in the day bitmaps
+  KEYS[6]  next_index    STRING  the next never-used bit index
+  KEYS[7]  free_indexes  LIST  bit indexes of purged users
+  KEYS[8..10]  days      bitmaps of three consecutive days, oldest first: the close's day gets
+                         the user's bit, as they were active until now
+  KEYS[11] leases        ZSET  member=slot  score=the moment the lease lapses, ms; the lease's
+                               users and bits keys are named from it (same hash tag)
+  ARGV[1]  user_id      string
+  ARGV[2]  session_id   string
+  ARGV[3]  generation   int: the holder's; a session held by another generation (it was
+                        replaced) or no longer held (kicked, lapsed) is left as it is
+  ARGV[4]  window_ms    int ms
+  ARGV[5]  retention_ms int ms: how long a day bitmap is kept after the day
+  ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
+  ARGV[10] channel      string: the events channel of every user
+  ARGV[11] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
-  Events   OFFLINE if the user's presence had expired unswept (at its expiry); OFFLINE, now,
-           when the closed session was the user's last live one
+  Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
+           OFFLINE, now, when the closed session was the user's last live one
+  Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
 ]]
 --- @include "clock"
 --- @include "activity"
-local online_key, sessions_key, conn_key = KEYS[1], KEYS[2], KEYS[3]
+local last_seen_key, online_key, sessions_key = KEYS[1], KEYS[2], KEYS[3]
+local activity_keys = {last_seen = last_seen_key, index = KEYS[5], next = KEYS[6],
+  free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
+local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
+  conn = KEYS[4], index = KEYS[5]}
+leases.key = KEYS[11]
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
-local window_ms, channel = tonumber(ARGV[4]), {ARGV[5], ARGV[6]}
+local window_ms, retention_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
+local channel = {ARGV[10], ARGV[11]}
 
 local now = now_ms()
-local online = settle_expiry(online_key, channel, user_id, now)
-local entry = conn_entry(sessions_key, conn_key, session_id)
-if not entry or entry.generation ~= generation then return {0, online} end
-
-local cutoff = now - window_ms
-local closed = entry.score >= cutoff and 1 or 0
-redis.call('ZREM', sessions_key, session_id)
-redis.call('HDEL', conn_key, session_id)
-redis.call('ZREMRANGEBYSCORE', sessions_key, '-inf', '(' .. cutoff)
-local newest = tonumber(redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2])
-if newest then
-  redis.call('ZADD', online_key, newest + window_ms, user_id)
-  expire_with_newest(sessions_key, newest, window_ms)
-  return {closed, 1}
+if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
+local events = {}
+local online = settle(user, channel, user_id, now, window_ms, events)
+local entry = conn_entry(user, session_id)
+if not entry or entry.generation ~= generation then
+  announce_all(channel, events)
+  return {0, online}
 end
-redis.call('ZREM', online_key, user_id)
-if online == 1 then announce(channel, 'OFFLINE', user_id, now, '', 0) end
-return {closed, 0}
+
+redis.call('ZREM', sessions_key, session_id)
+redis.call('HDEL', user.conn, session_id)
+forget_if_last(user, user_id, entry.slot, false)
+mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
+local online_after = refresh_online(user, user_id, now, window_ms, now)
+if online_after == 0 then add_event(events, 'OFFLINE', user_id, now, '', 0) end
+announce_all(channel, events)
+return {1, online_after}

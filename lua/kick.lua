@@ -1,13 +1,18 @@
 --[[
   kick: end every live session of a user, or one session, and revoke the ended ids.
 
-  KEYS[1]  online    ZSET  member=user_id     score=newest live session's expiry, ms
-  KEYS[2]  sessions  ZSET  member=session_id  score=last activity, ms (this user's; created
-                         to hold a "default" session kept by the online entry alone)
-  KEYS[3]  revoked   ZSET  member=session_id  score=end of revocation, ms (this user's)
-  KEYS[4]  conn      HASH  session_id -> "generation score renewed_ms" of this user's
-                         connection-bound sessions (includes/connections.lua): a kicked one's
-                         entry goes, so that its holder's renewals stop
+  KEYS[1]  online     ZSET  member=user_id     score=newest live session's expiry, ms, or a
+                            held score (includes/live.lua)
+  KEYS[2]  sessions   ZSET  member=session_id  score=last activity, ms, or a held score (this
+                            user's; created to hold a "default" session kept by the online
+                            entry alone)
+  KEYS[3]  revoked    ZSET  member=session_id  score=end of revocation, ms (this user's)
+  KEYS[4]  conn       HASH  session_id -> "generation slot" of this user's held sessions
+                            (includes/connections.lua): a kicked one's entry goes
+  KEYS[5]  last_seen  ZSET  member=user_id     score=-(last activity, ms), or -(held score)
+  KEYS[6]  user_index HASH  user_id -> bit index in the day bitmaps
+  KEYS[7]  leases     ZSET  member=slot  score=the moment the lease lapses, ms; the leases'
+                            users and bits keys are named from it (same hash tag)
   ARGV[1]  user_id     string
   ARGV[2]  session_id  string, or "" for every live session
   ARGV[3]  window_ms   int ms
@@ -15,45 +20,49 @@
   ARGV[5]  channel     string: the events channel of every user
   ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
-  Events   OFFLINE if the user's presence had expired unswept; KICKED if a live session ended
-           (the process holding a connection-bound session ends its subscription on it)
+  Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
+           session ended (the process holding a held session ends its subscription on it)
   A named session is revoked even when it is no longer live, so that it cannot come back.
 ]]
 --- @include "clock"
 --- @include "activity"
-local online_key, sessions_key, revoked_key, conn_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
+local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
+  conn = KEYS[4], index = KEYS[6]}
+leases.key = KEYS[7]
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local channel = {ARGV[5], ARGV[6]}
 
 local now = now_ms()
-settle_expiry(online_key, channel, user_id, now)
+local events = {}
+settle(user, channel, user_id, now, window_ms, events)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
 local cutoff = now - window_ms
 local revoke = {}
 local kicked = 0
 
+-- The sessions that go: their ids, and the leases that held some of them.
+local going
 if session_id == '' then
-  revoke = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf')
-  kicked = #revoke
-  redis.call('DEL', sessions_key, conn_key)
+  going = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf', 'WITHSCORES')
 else
-  local last = tonumber(redis.call('ZSCORE', sessions_key, session_id))
-  if last and is_live(last + window_ms, now) then kicked = 1 end
-  redis.call('ZREM', sessions_key, session_id)
-  redis.call('HDEL', conn_key, session_id)
+  local score = redis.call('ZSCORE', sessions_key, session_id)
+  going = score and {session_id, score} or {}
   revoke = {session_id}
 end
-
-local online_after = 0
-local newest = tonumber(redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2])
-if newest and is_live(newest + window_ms, now) then
-  online_after = 1
-  redis.call('ZADD', online_key, newest + window_ms, user_id)
-  expire_with_newest(sessions_key, newest, window_ms)
-else
-  redis.call('ZREM', online_key, user_id)
+local slots = {}
+for i = 1, #going, 2 do
+  local score = tonumber(going[i + 1])
+  if session_live(score, now, window_ms) then kicked = kicked + 1 end
+  if session_id == '' then revoke[#revoke + 1] = going[i] end
+  local slot = held_slot(score)
+  if slot then slots[slot] = true end
+  redis.call('ZREM', sessions_key, going[i])
+  redis.call('HDEL', user.conn, going[i])
 end
+for slot in pairs(slots) do forget_if_last(user, user_id, slot, false) end
+local online_after = refresh_online(user, user_id, now, window_ms, now)
 
 if revoke_ms > 0 and #revoke > 0 then
   redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
@@ -61,5 +70,6 @@ if revoke_ms > 0 and #revoke > 0 then
   local latest = tonumber(redis.call('ZRANGE', revoked_key, -1, -1, 'WITHSCORES')[2])
   redis.call('PEXPIREAT', revoked_key, latest)
 end
-if kicked > 0 then announce(channel, 'KICKED', user_id, now, session_id, online_after) end
+if kicked > 0 then add_event(events, 'KICKED', user_id, now, session_id, online_after) end
+announce_all(channel, events)
 return {kicked, online_after}

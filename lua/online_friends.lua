@@ -2,24 +2,34 @@
   online_friends: one page of a user's friends who are online now, newest last activity first.
 
   KEYS[1]  friends    SET   the user's friends' ids
-  KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms
-  KEYS[3]  last_seen  ZSET  member=user_id  score=-(last activity, ms)
+  KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms, or a held
+                            score (includes/live.lua)
+  KEYS[3]  last_seen  ZSET  member=user_id  score=-(last activity, ms), or -(held score)
   KEYS[4]  scratch    ZSET  deleted before returning
+  KEYS[5]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  first         int: page size, 0 to 1000
   ARGV[2]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[3]  after_member  the cursor's user_id
-  Returns  {total, has_next 0|1, user_id, last_seen_ms, online=1, ...}
+  ARGV[4]  sessions_prefix  string: a user's sessions key is this followed by the user id (in
+                         the hash tag of KEYS): read for a friend held under several leases
+                         while one has lapsed unswept (includes/live.lua)
+  ARGV[5]  window_ms     int ms
+  Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: held users
+           first, their last seen the present
   Work     O(friends log friends + page): one ZINTERSTORE of the three walks the friends (the
            smallest input) and looks each up in the others, so the number of users online
            does not matter. Entries of `online` that expired and are not swept yet (a second's
            worth, usually few) are taken out afterwards: O(log n + expired), or, should the
-           sweep be far behind, O(friends) by checking each friend's expiry instead.
+           sweep be far behind, O(friends) by checking each friend's expiry instead. Friends
+           held under a lease that lapsed are taken out by their score: O(log n) per lease.
 ]]
 --- @include "clock"
 --- @include "page"
 --- @include "chunks"
 --- @include "live"
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+leases.sessions_prefix, leases.window_ms = ARGV[4], tonumber(ARGV[5])
+leases.key = KEYS[5]
 local first = tonumber(ARGV[1])
 local EXPIRED_LIST_MAX = 1000
 
@@ -40,6 +50,16 @@ if total > 0 then
     end
   end
   total = total - call_in_chunks('ZREM', scratch_key, gone)
+  for _, slot in ipairs(lapsed_slots(now)) do
+    local score = string.format('%d', -(HELD + slot))
+    total = total - redis.call('ZREMRANGEBYSCORE', scratch_key, score, score)
+  end
+  if some_lapsed(now) then
+    local several = string.format('%d', -HELD)
+    for _, friend in ipairs(redis.call('ZRANGEBYSCORE', scratch_key, several, several)) do
+      if not several_live(friend, now) then total = total - redis.call('ZREM', scratch_key, friend) end
+    end
+  end
 end
 local rows = {}
 if total > 0 then
@@ -47,4 +67,4 @@ if total > 0 then
   rows = collect(scratch_key, start, math.huge, first + 1, function() return 1 end)
 end
 redis.call('DEL', scratch_key)
-return page_reply(total, first, rows)
+return page_reply(total, first, rows, now)

@@ -1,27 +1,47 @@
 --[[
-  sweep: remove presence that has expired and activity past the retention, a batch at a time.
+  sweep: remove presence that has expired, end the sessions of lapsed leases, and forget
+  activity past the retention, a batch at a time.
 
-  KEYS[1]  online        ZSET  member=user_id  score=newest live session's expiry, ms
-  KEYS[2]  last_seen     ZSET  member=user_id  score=-(last activity, ms)
+  KEYS[1]  online        ZSET  member=user_id  score=newest live session's expiry, ms, or a
+                               held score (includes/live.lua)
+  KEYS[2]  last_seen     ZSET  member=user_id  score=-(last activity, ms), or -(held score)
   KEYS[3]  user_index    HASH  user_id -> bit index in the day bitmaps
   KEYS[4]  free_indexes  LIST  bit indexes of purged users
-  ARGV[1]  batch          int: at most this many users of each kind per call
+  KEYS[5]  leases        ZSET  member=slot  score=the moment the lease lapses, ms; a lease's
+                               owners, users and bits keys are named from it (same hash tag)
+  KEYS[6..8]  days       bitmaps of three consecutive days, oldest first: a lapsed lease's
+                         users' bits go into the bitmap of the day it lapsed, if given
+  ARGV[1]  batch          int: at most this many users of each kind per call (expired, of
+                          lapsed leases, past the retention)
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  channel        string: the events channel of every user
   ARGV[4]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  Returns  {offline_count, purged_count, online_count}: online_count is of users online now
-  Events   OFFLINE for each user whose presence expired, at the moment it expired, all in one
-           message; as the same script removes the entry, two processes sweeping at once
-           never both announce it
+  ARGV[5]  sessions_prefix  string: a user's sessions key is this followed by the user id
+  ARGV[6]  conn_prefix      string: a user's conn key is this followed by the user id; both
+                            hold the hash tag of KEYS: one slot
+  ARGV[7]  window_ms        int ms
+  ARGV[8]  retention_ms     int ms: how long a day bitmap is kept after the day
+  ARGV[9..12]  boundaries   int ms: the start of each of the three days, then the end of the last
+  Returns  {offline_count, purged_count, online_count, lapsed_count}: online_count is of users
+           online now; lapsed_count of the users of a lapsed lease whose sessions under it
+           were ended
+  Events   OFFLINE for each user whose presence expired, at the moment it expired, or whose
+           last live sessions were held under a lease that lapsed, at its lapse; all in one
+           message. As the same script removes what it announces, two processes sweeping at
+           once never both announce it.
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
 --- @include "clock"
---- @include "events"
+--- @include "activity"
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+leases.key = KEYS[5]
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local channel = {ARGV[3], ARGV[4]}
+local sessions_prefix, conn_prefix = ARGV[5], ARGV[6]
+local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
+local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
@@ -29,6 +49,35 @@ local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
   add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
+end
+
+-- Lapsed leases, oldest first: their users' sessions under them end, at their lapse, up to
+-- `batch` users in all.
+local ended = 0
+local lapsed = redis.call('ZRANGEBYSCORE', leases.key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, 100)
+for i = 1, #lapsed, 2 do
+  if ended >= batch then break end
+  local slot, lapse = tonumber(lapsed[i]), tonumber(lapsed[i + 1])
+  local users_key = lease_users_key(slot)
+  local users = redis.call('SPOP', users_key, batch - ended)
+  for _, user_id in ipairs(users) do
+    local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
+      conn = conn_prefix .. user_id, index = index_key}
+    end_lapsed(user, user_id, now, window_ms, offline)
+  end
+  ended = ended + #users
+  if redis.call('EXISTS', users_key) == 0 then
+    -- Every user it held was active until it lapsed: on that day too.
+    local day = day_of(lapse, boundaries)
+    local bits_key = lease_bits_key(slot)
+    if day and redis.call('EXISTS', bits_key) == 1 then
+      redis.call('BITOP', 'OR', KEYS[5 + day], KEYS[5 + day], bits_key)
+      keep_day(KEYS[5 + day], day, boundaries, retention_ms)
+    end
+    redis.call('DEL', bits_key)
+    redis.call('ZREM', leases.key, slot)
+    redis.call('HDEL', lease_owners_key(), slot)
+  end
 end
 announce_all(channel, offline)
 
@@ -42,4 +91,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired / 2, #forgotten, redis.call('ZCOUNT', online_key, now, '+inf')}
+return {#expired / 2, #forgotten, online_count(online_key, now), ended}

@@ -2,17 +2,20 @@
   touch: record activity of one session of one user, at the server's time or a backfilled one.
 
   KEYS[1]  last_seen     ZSET    member=user_id     score=-(last activity, ms)
-  KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms
-  KEYS[3]  sessions      ZSET    member=session_id  score=last activity, ms (this user's; a
-                                 user whose only session is "default" may have none, see
-                                 includes/activity.lua)
+  KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms,
+                                 or a held score (includes/live.lua)
+  KEYS[3]  sessions      ZSET    member=session_id  score=last activity, ms, or a held
+                                 session's held score (this user's; a user whose only
+                                 session is "default" may have none, see includes/activity.lua)
   KEYS[4]  revoked       ZSET    member=session_id  score=end of revocation, ms (this user's)
   KEYS[5]  user_index    HASH    user_id -> bit index in the day bitmaps
   KEYS[6]  next_index    STRING  the next never-used bit index
   KEYS[7]  free_indexes  LIST    bit indexes of purged users
   KEYS[8..10]  days      bitmaps of three consecutive days, oldest first
-  KEYS[11] conn          HASH    session_id -> "generation score renewed_ms" of this user's
+  KEYS[11] conn          HASH    session_id -> "generation slot" of this user's
                                  connection-bound sessions (includes/connections.lua)
+  KEYS[12] leases        ZSET    member=slot  score=the moment the lease lapses, ms
+                                 (includes/live.lua)
   ARGV[1]  user_id          string
   ARGV[2]  session_id       string
   ARGV[3]  at_ms            int ms, or "" for now
@@ -23,9 +26,10 @@
   ARGV[11] channel          string: the events channel of every user
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {online_before 0|1, last_seen_ms, session_id, last_activity_ms, ...}: the live
-           sessions after the touch, in no particular order. A live connection-bound session
-           keeps its own expiry: touching it moves lastSeen only.
-  Events   OFFLINE if the user's presence had expired unswept; ONLINE if they come online
+           sessions after the touch, in no particular order (a held one's activity is now).
+           A held session stays held: touching it moves lastSeen only.
+  Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
+           online
   Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
            (mirrored by the store's error mapping); nothing is written when one is returned
 ]]
@@ -34,7 +38,9 @@
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[5],
   next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
-local conn_key = KEYS[11]
+local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
+  conn = KEYS[11], index = KEYS[5], defer_expiry = true}
+leases.key = KEYS[12]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
@@ -44,28 +50,29 @@ local now = now_ms()
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
-local refused = record_activity(activity_keys, user_id, session_id, t_ms, now, boundaries, retention_ms)
+local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
-local online_before = settle_expiry(online_key, channel, user_id, now)
+local online_before = settle(user, channel, user_id, now, window_ms)
+mark_activity(activity_keys, user_id, t_ms, boundaries, retention_ms)
 local cutoff = now - window_ms
-local newest
+local online_after
 local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
 if keyless then
-  newest = record_default(online_key, user_id, t_ms, cutoff, window_ms)
+  online_after = record_default(online_key, user_id, t_ms, cutoff, window_ms) and 1 or 0
 else
   keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
-  newest = record_session(online_key, sessions_key, conn_key, user_id, session_id, t_ms, cutoff, window_ms)
+  online_after = record_session(user, user_id, session_id, t_ms, now, window_ms)
 end
-if newest and online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
+if online_after == 1 and online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 
-local reply = {online_before, -tonumber(redis.call('ZSCORE', last_seen_key, user_id))}
+local reply = {online_before, shown_last_seen(tonumber(redis.call('ZSCORE', last_seen_key, user_id)), now)}
 if keyless then
-  if newest then reply[3], reply[4] = DEFAULT_SESSION, newest end
+  local expiry = live_expiry(online_key, user_id, now)
+  if expiry then reply[3], reply[4] = DEFAULT_SESSION, expiry - window_ms end
   return reply
 end
-local live = redis.call('ZRANGEBYSCORE', sessions_key, cutoff, '+inf', 'WITHSCORES')
-if newest then expire_with_newest(sessions_key, newest, window_ms) end
-live = with_renewals(live, conn_key)
+local live = live_sessions(user, now, window_ms)
+if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
 for i = 1, #live do reply[#reply + 1] = live[i] end
 return reply

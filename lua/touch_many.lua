@@ -2,11 +2,14 @@
   touch_many: record activity, now, of the "default" session of many users at once.
 
   KEYS[1]  last_seen     ZSET    member=user_id     score=-(last activity, ms)
-  KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms
+  KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms,
+                                 or a held score (includes/live.lua)
   KEYS[3]  user_index    HASH    user_id -> bit index in the day bitmaps
   KEYS[4]  next_index    STRING  the next never-used bit index
   KEYS[5]  free_indexes  LIST    bit indexes of purged users
   KEYS[6..8]  days       bitmaps of three consecutive days, oldest first
+  KEYS[9]  leases        ZSET    member=slot  score=the moment the lease lapses, ms; the
+                                 leases' users keys are named from it (same hash tag)
   ARGV[1]  window_ms        int ms
   ARGV[2]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[3..6]  boundaries    int ms: the start of each of the three days, then the end of the last
@@ -24,7 +27,7 @@
                             followed by the user id; derived like the two above
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  the number of users recorded: all but those whose default session is revoked
-  Events   per user, OFFLINE if their presence had expired unswept, then ONLINE if they come
+  Events   per user, OFFLINE if their presence had expired or lapsed unswept, then ONLINE if they come
            online; all in one message on the channel of every user, and each user's in one message on
            their own channel (lua/includes/events.lua), in the order of user_ids
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
@@ -41,12 +44,12 @@ local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
 local channel, sessions_prefix, revoked_prefix = {ARGV[7], ARGV[12]}, ARGV[8], ARGV[9]
 local conn_prefix = ARGV[11]
+leases.key = KEYS[9]
 
 local now = now_ms()
 local day = day_of(now, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
-local cutoff = now - window_ms
 
 -- Marks in `found` which of keys[first..last] exist: one EXISTS over the whole range, then
 -- halves of it only where some but not all exist (they are few): O(existing * log CHUNK).
@@ -117,17 +120,28 @@ call_chunked('BITFIELD', day_key, nil, n, function(args, k, i)
 end)
 keep_day(day_key, day, boundaries, retention_ms)
 
--- Presence: settle expired entries, then record the default session of each user.
+-- Presence: settle expired entries, then record the default session of each user. A user
+-- with a session key (their held sessions too) is settled and recorded on their own.
+local function user_keys(user_id)
+  return {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
+    conn = conn_prefix .. user_id, index = index_key}
+end
 local expiries = read_in_chunks('ZMSCORE', online_key, users)
 local events, expired = {}, {}
 for i = 1, n do
   local user_id, expiry = users[i], tonumber(expiries[i])
-  if expiry and not is_live(expiry, now) then
-    expired[#expired + 1] = user_id
-    add_event(events, 'OFFLINE', user_id, expiry, '', 0)
-    expiry = nil
+  local online
+  if own_key[user_id] then
+    online = settle(user_keys(user_id), channel, user_id, now, window_ms, events)
+  else
+    online = expiry and 1 or 0
+    if expiry and expiry < now then
+      expired[#expired + 1] = user_id
+      add_event(events, 'OFFLINE', user_id, expiry, '', 0)
+      online = 0
+    end
   end
-  if not expiry then add_event(events, 'ONLINE', user_id, now, '', 1) end
+  if online == 0 then add_event(events, 'ONLINE', user_id, now, '', 1) end
 end
 if #expired > 0 then
   call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)
@@ -143,9 +157,7 @@ local keyless = {}
 for i = 1, n do
   local user_id = users[i]
   if own_key[user_id] then
-    local sessions_key = sessions_prefix .. user_id
-    local newest = record_session(online_key, sessions_key, conn_prefix .. user_id, user_id, DEFAULT_SESSION, now, cutoff, window_ms)
-    expire_with_newest(sessions_key, newest, window_ms)
+    record_session(user_keys(user_id), user_id, DEFAULT_SESSION, now, now, window_ms)
   else
     keyless[#keyless + 1] = user_id
   end

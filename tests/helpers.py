@@ -20,7 +20,6 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -471,7 +470,7 @@ async def first_event(feed: Feed) -> Any:
 class PausingStore(PresenceStore):
     """A real store on real Redis that can stop one call at a point for a test: `pause_at`
     "open" stops the next opening of a connection-bound session after its script ran and
-    before its caller has the reply, "renew" the next renewal likewise. `paused` is set then,
+    before its caller has the reply, "check" the next check of held sessions likewise. `paused` is set then,
     and the call goes on once `resume` is set. It counts the openings under way, and records
     every opening that returned and every close that ran."""
 
@@ -484,23 +483,19 @@ class PausingStore(PresenceStore):
         self.opened: list[OpenedSession] = []
         self.closed: list[HeldSession] = []
 
-    async def open_session(
-        self, user_id: str, session_id: str, at: datetime | None = None
-    ) -> OpenedSession:
+    async def open_session(self, user_id: str, session_id: str) -> OpenedSession:
         self.opening += 1
         try:
-            opened = await super().open_session(user_id, session_id, at)
+            opened = await super().open_session(user_id, session_id)
             self.opened.append(opened)
             await self._pause("open")
         finally:
             self.opening -= 1
         return opened
 
-    async def renew_sessions(
-        self, held: Sequence[HeldSession], at: datetime | None = None
-    ) -> list[HeldSession]:
-        lost = await super().renew_sessions(held, at)
-        await self._pause("renew")
+    async def check_sessions(self, held: Sequence[HeldSession]) -> list[HeldSession]:
+        lost = await super().check_sessions(held)
+        await self._pause("check")
         return lost
 
     async def close_session(self, held: HeldSession) -> bool:
@@ -548,7 +543,7 @@ async def cancel_hold_at(
         await _until(store.paused.wait(), task)
         if point == "catching up":
             store.paused.clear()
-            store.pause_at = "renew"
+            store.pause_at = "check"
             # A kick of every session of the user, made before this opening, announced only
             # now: the holder asks the store whether it ended this opening too.
             now_ms = int(time.time() * 1000)

@@ -1,6 +1,7 @@
-"""Connection-bound sessions in the store, on Redis 6.2 and Valkey 9: live until closed or
-until their TTL passes without a renewal, one holder at a time, and every rule of touched
-sessions (events, kicks, revocation) kept."""
+"""Connection-bound sessions in the store, on Redis 6.2 and Valkey 9: live while their
+process's lease is renewed, until closed, kicked or replaced; not live the moment that lease
+lapses, and ended by the sweep then; and every rule of touched sessions (events, kicks,
+revocation) kept. A lease renewal backfilled past the TTL stands for a process that stopped."""
 
 from __future__ import annotations
 
@@ -26,31 +27,36 @@ from tests.helpers import (
     published,
 )
 
+TTL_S = TEST_SETTINGS.connection_ttl_ms / 1000
+
 
 def ago(**delta: float) -> datetime:
     return datetime.now(UTC) - timedelta(**delta)
 
 
-async def opened(
-    store: PresenceStore, user: str, session: str, at: datetime | None = None
-) -> HeldSession:
-    result = await store.open_session(user, session, at)
-    assert result.held is not None
-    return result.held
+async def opened(store: PresenceStore, user: str, session: str) -> HeldSession:
+    return (await store.open_session(user, session)).held
 
 
 async def online(store: PresenceStore, user: str) -> bool:
     return (await store.presence(user)).online
 
 
-async def test_an_open_session_is_live_and_lists_its_opening_as_activity(
+async def lapse(store: PresenceStore) -> None:
+    """Makes the store's leases lapse a second ago: as if its process stopped renewing them
+    a TTL and a second ago."""
+    assert await store.renew_leases(at=ago(seconds=TTL_S + 1)) == []
+
+
+async def test_an_open_session_is_live_and_its_activity_is_the_present(
     store: PresenceStore, channel: PubSub
 ) -> None:
     result = await store.open_session("ann", "tab")
     presence = await store.presence("ann")
     assert presence.online
-    assert [(s.session_id, s.last_seen) for s in presence.sessions] == [("tab", result.at)]
-    assert presence.last_seen == result.at
+    assert [s.session_id for s in presence.sessions] == ["tab"]
+    assert presence.sessions[0].last_seen >= result.at
+    assert presence.last_seen == presence.sessions[0].last_seen
     assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1)]
 
 
@@ -59,10 +65,13 @@ async def test_closing_the_last_session_is_offline_at_once_and_announced(
 ) -> None:
     held = await opened(store, "ann", "tab")
     assert await store.close_session(held)
+    closed_at = datetime.now(UTC)
     assert not await online(store, "ann")
     assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1), ("OFFLINE", "ann", "", 0)]
-    # History stays; a second close changes nothing and says so.
-    assert (await store.presence("ann")).last_seen is not None
+    # History stays, last seen when the session ended; a second close changes nothing.
+    last_seen = (await store.presence("ann")).last_seen
+    assert last_seen is not None
+    assert to_ms(last_seen) >= to_ms(closed_at) - 1_000
     assert not await store.close_session(held)
     assert await published(channel) == []
 
@@ -79,71 +88,157 @@ async def test_closing_one_of_two_sessions_keeps_the_user_online(
     assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1)]
 
 
-async def test_a_session_not_renewed_expires_after_its_ttl_not_the_window(
-    make_store: StoreFactory, channel: PubSub
+async def test_a_renewed_lease_keeps_its_sessions_live_and_last_seen_the_present(
+    store: PresenceStore,
 ) -> None:
-    store = make_store(connection_ttl_ms=300)  # the window is a minute
-    await opened(store, "ann", "tab")
-    assert await online(store, "ann")
-    await eventually(lambda: _offline(store, "ann"), within_s=1.5, what="the TTL to pass")
-    await store.sweep()
-    events = await published(channel)
-    assert kinds(events) == [("ONLINE", "ann", "", 1), ("OFFLINE", "ann", "", 0)]
-
-
-async def _offline(store: PresenceStore, user: str) -> bool:
-    return not await online(store, user)
-
-
-async def test_renewals_keep_a_session_live_and_move_last_seen(make_store: StoreFactory) -> None:
-    store = make_store(connection_ttl_ms=30_000)
-    held = await opened(store, "ann", "tab", at=ago(seconds=20))
-    assert await store.renew_sessions([held], at=ago(seconds=10)) == []
+    held = await opened(store, "ann", "tab")
+    assert await store.renew_leases(at=ago(seconds=TTL_S - 5)) == []
     presence = await store.presence("ann")
     assert presence.online
     assert presence.last_seen is not None
-    assert to_ms(presence.last_seen) >= to_ms(ago(seconds=11))
-    assert to_ms(presence.sessions[0].last_seen) == to_ms(presence.last_seen)
+    assert to_ms(presence.last_seen) >= to_ms(ago(seconds=1))
+    assert await store.check_sessions([held]) == []
 
 
-async def test_a_renewal_never_moves_an_expiry_backwards(make_store: StoreFactory) -> None:
-    store = make_store(connection_ttl_ms=30_000)
+async def test_sessions_of_a_lapsed_lease_are_not_live_at_once_and_end_once_by_the_sweep(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    await opened(store, "ann", "tab")
+    await store.add_friends("bob", ["ann"])
+    await published(channel)
+    await lapse(store)
+    lapsed_at = ago(seconds=1)
+    # Before any sweep, no reader shows the session.
+    presence = await store.presence("ann")
+    assert not presence.online
+    assert presence.sessions == ()
+    assert presence.last_seen is not None
+    assert abs(to_ms(presence.last_seen) - to_ms(lapsed_at)) < 1_000
+    assert (await store.online_users()).total_count == 0
+    assert (await store.online_users()).nodes == ()
+    assert (await store.online_friends("bob")).total_count == 0
+    assert await published(channel) == []
+    result = await store.sweep()
+    assert result.lapsed == 1
+    events = await published(channel)
+    assert kinds(events) == [("OFFLINE", "ann", "", 0)]
+    assert abs(events[0][2] - to_ms(lapsed_at)) < 1_000
+    await store.sweep()
+    assert await published(channel) == []
+    assert (await store.presence("ann")).last_seen == presence.last_seen
+
+
+async def test_a_process_that_finds_its_lease_lapsed_holds_anew_under_a_new_one(
+    store: PresenceStore, channel: PubSub
+) -> None:
     held = await opened(store, "ann", "tab")
-    assert await store.renew_sessions([held], at=ago(seconds=40)) == []
+    await lapse(store)
+    assert [lease.slot for lease in await store.renew_leases()] == [held.lease.slot]
+    assert await store.check_sessions([held]) == [held]
+    again = await opened(store, "ann", "tab")
+    assert again.lease != held.lease
+    assert await online(store, "ann")
+    # The user came back before the sweep ended the lapsed session: OFFLINE at the lapse,
+    # then ONLINE, each once; the sweep finds nothing more to announce.
+    await store.sweep()
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "ann", "", 1),
+        ("OFFLINE", "ann", "", 0),
+        ("ONLINE", "ann", "", 1),
+    ]
     assert await online(store, "ann")
 
 
-async def test_an_opening_backfilled_past_its_ttl_records_history_only(
+async def test_a_user_held_by_two_processes_stays_online_when_one_lapses(
     make_store: StoreFactory, channel: PubSub
 ) -> None:
-    store = make_store(connection_ttl_ms=30_000)
-    result = await store.open_session("ann", "tab", ago(seconds=40))
-    assert result.held is None
-    presence = await store.presence("ann")
-    assert not presence.online
-    assert presence.last_seen == result.at
-    assert await published(channel) == []
+    first, second = make_store(), make_store()
+    await opened(first, "ann", "tab")
+    await opened(second, "ann", "phone")
+    await lapse(first)
+    presence = await second.presence("ann")
+    assert presence.online
+    assert [s.session_id for s in presence.sessions] == ["phone"]
+    assert (await second.online_users()).total_count == 1
+    await second.sweep()
+    assert (await second.presence("ann")).online
+    assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1)]
 
 
-async def test_a_touch_of_a_connection_bound_session_moves_last_seen_only(
+async def test_a_user_held_by_two_processes_that_both_lapse_shows_no_session(
+    make_store: StoreFactory, channel: PubSub
+) -> None:
+    first, second = make_store(), make_store()
+    await opened(first, "ann", "tab")
+    await opened(second, "ann", "phone")
+    await first.add_friends("bob", ["ann"])
+    await published(channel)
+    await lapse(first)
+    await lapse(second)
+    presence = await first.presence("ann")
+    assert (presence.online, presence.sessions) == (False, ())
+    assert presence.last_seen is not None
+    assert to_ms(presence.last_seen) <= to_ms(ago(seconds=1))
+    assert (await first.online_users()).nodes == ()
+    friends = await first.online_friends("bob")
+    assert (friends.total_count, friends.nodes) == (0, ())
+    await first.sweep()
+    assert kinds(await published(channel)) == [("OFFLINE", "ann", "", 0)]
+    assert (await first.online_users()).total_count == 0
+
+
+async def test_lists_leave_out_the_users_of_a_lapsed_lease_whatever_their_number(
     make_store: StoreFactory,
 ) -> None:
-    store = make_store(connection_ttl_ms=300)  # the window is a minute
-    opening = await store.open_session("ann", "tab")
+    dead, alive = make_store(), make_store()
+    for i in range(300):
+        await opened(dead, f"d{i:03}", "tab")
+    for i in range(3):
+        await opened(alive, f"a{i}", "tab")
+    await dead.touch("t")
+    await lapse(dead)
+    page = await alive.online_users(first=2)
+    assert page.total_count == 4
+    assert [node.user_id for node in page.nodes] == ["a0", "a1"]
+    rest = await alive.online_users(first=5, after=page.end_cursor)
+    assert [node.user_id for node in rest.nodes] == ["a2", "t"]
+    assert not rest.has_next_page
+    active = await alive.active_in_range(ago(minutes=5), datetime.now(UTC), first=10)
+    assert [node.user_id for node in active.nodes] == ["a0", "a1", "a2", "t"]
+
+
+async def test_a_held_user_is_active_in_a_range_that_ends_within_half_the_ttl(
+    store: PresenceStore,
+) -> None:
+    await opened(store, "ann", "tab")
+    window = await store.active_in_range(ago(hours=1), ago(seconds=TTL_S / 2 - 2))
+    assert [node.user_id for node in window.nodes] == ["ann"]
+    assert window.total_count == 1
+    assert not (await store.active_in_range(ago(hours=1), ago(seconds=TTL_S))).nodes
+
+
+async def test_a_lease_renewed_in_a_day_counts_its_users_active_that_day(
+    store: PresenceStore,
+) -> None:
+    await opened(store, "ann", "tab")
+    await store.renew_leases(at=ago(days=1))  # as a renewal made yesterday would have
+    stats = await store.weekly_stats()
+    assert [day.active_users for day in stats.days[-2:]] == [1, 1]
+
+
+async def test_a_touch_of_a_held_session_moves_last_seen_only(store: PresenceStore) -> None:
+    await opened(store, "ann", "tab")
     touched = await store.touch("ann", "tab")
-    assert touched.last_seen is not None
-    assert touched.last_seen >= opening.at
-    assert [(s.session_id, s.last_seen) for s in touched.sessions] == [("tab", opening.at)]
-    await eventually(lambda: _offline(store, "ann"), within_s=1.5, what="the TTL to pass")
+    assert [s.session_id for s in touched.sessions] == ["tab"]
+    await lapse(store)
+    assert not await online(store, "ann")
 
 
-async def test_touch_many_of_a_connection_bound_default_session_keeps_its_expiry(
-    make_store: StoreFactory,
-) -> None:
-    store = make_store(connection_ttl_ms=300)
+async def test_touch_many_of_a_held_default_session_keeps_it_held(store: PresenceStore) -> None:
     await opened(store, "ann", "default")
     await store.touch_many(["ann"])
-    await eventually(lambda: _offline(store, "ann"), within_s=1.5, what="the TTL to pass")
+    await lapse(store)
+    assert not await online(store, "ann")
 
 
 async def test_a_second_opening_replaces_the_first_holder(
@@ -157,25 +252,25 @@ async def test_a_second_opening_replaces_the_first_holder(
         ("ONLINE", "ann", "", 1),
         ("REPLACED", "ann", "tab", second.generation),
     ]
-    # The first holder can neither renew nor close the session any more.
-    assert await store.renew_sessions([first, second]) == [first]
+    # The first holder holds it no more, and cannot close it.
+    assert await store.check_sessions([first, second]) == [first]
     assert not await store.close_session(first)
     assert await online(store, "ann")
     assert await store.close_session(second)
     assert not await online(store, "ann")
 
 
-async def test_a_kick_ends_the_holders_renewals_and_revokes_the_id(
+async def test_a_kick_ends_the_holding_and_revokes_the_id(
     store: PresenceStore, channel: PubSub
 ) -> None:
     tab = await opened(store, "ann", "tab")
     phone = await opened(store, "ann", "phone")
     assert (await store.kick("ann", "tab")).kicked_sessions == 1
-    assert await store.renew_sessions([tab, phone]) == [tab]
+    assert await store.check_sessions([tab, phone]) == [tab]
     with pytest.raises(SessionRevokedError):
         await store.open_session("ann", "tab")
     assert (await store.kick("ann")).kicked_sessions == 1
-    assert await store.renew_sessions([phone]) == [phone]
+    assert await store.check_sessions([phone]) == [phone]
     assert not await store.close_session(phone)
     assert kinds(await published(channel)) == [
         ("ONLINE", "ann", "", 1),
@@ -185,27 +280,40 @@ async def test_a_kick_ends_the_holders_renewals_and_revokes_the_id(
 
 
 async def test_a_touched_session_opened_on_a_connection_is_bound_to_it(
-    make_store: StoreFactory,
+    store: PresenceStore,
 ) -> None:
-    store = make_store(connection_ttl_ms=300)
     await store.touch("ann", "tab")
     await opened(store, "ann", "tab")
-    await eventually(lambda: _offline(store, "ann"), within_s=1.5, what="the TTL to pass")
+    await lapse(store)
+    assert not await online(store, "ann")
 
 
-async def test_closed_sessions_leave_no_keys_behind(store: PresenceStore, redis: Redis) -> None:
+async def test_closed_sessions_and_given_up_leases_leave_no_keys_behind(
+    store: PresenceStore, redis: Redis
+) -> None:
     held = [await opened(store, "ann", session) for session in ("a", "b", "default")]
     for one in held:
         await store.close_session(one)
+    await store.release_leases()
     keys = set(await redis.keys("*"))
-    assert not {key for key in keys if ":sess:" in key or ":conn:" in key}
+    assert not {key for key in keys if ":sess:" in key or ":conn:" in key or ":leases" in key}
 
 
-async def test_many_sessions_are_renewed_in_batches(store: PresenceStore) -> None:
+async def test_a_lease_given_up_with_sessions_left_ends_them_at_the_next_sweep(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    await opened(store, "ann", "tab")
+    await store.release_leases()
+    assert not await online(store, "ann")
+    await store.sweep()
+    assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1), ("OFFLINE", "ann", "", 0)]
+
+
+async def test_many_sessions_are_checked_in_batches(store: PresenceStore) -> None:
     held = [await opened(store, f"u{i}", "tab") for i in range(1500)]
-    assert await store.renew_sessions(held) == []
+    assert await store.check_sessions(held) == []
     await store.kick("u7")
-    assert await store.renew_sessions(held) == [held[7]]
+    assert await store.check_sessions(held) == [held[7]]
 
 
 def open_then(
@@ -222,10 +330,10 @@ def open_then(
     reaches the process before the reply of an opening."""
     open_session = store.open_session
 
-    async def opening(user: str, session: str, at: datetime | None = None) -> OpenedSession:
+    async def opening(user: str, session: str) -> OpenedSession:
         if before:
             await store.kick(*kick)
-        result = await open_session(user, session, at)
+        result = await open_session(user, session)
         if not before:
             await store.kick(*kick)
         for event in await published(channel):
@@ -257,22 +365,36 @@ async def test_a_kick_of_every_session_just_before_an_opening_leaves_it_held(
         assert await online(store, "ann")
 
 
-async def test_a_renewal_that_finds_its_session_kicked_unannounced_ends_it_as_kicked(
+async def test_a_check_after_missed_events_ends_a_session_kicked_unheard_as_kicked(
     store: PresenceStore,
 ) -> None:
     # Nothing hands this process the events channel: the kick is never announced to it.
-    sessions = HeldSessions(store, ttl_ms=300)
-    renewals = asyncio.create_task(sessions.renew_forever())
-    try:
-        async with sessions.hold("ann", "tab") as kicked, sessions.hold("bob", "tab") as closed:
-            await store.kick("ann", "tab")
-            await store.close_session(closed.held)
-            ended = await asyncio.wait_for(kicked.ended(), 1)
-            assert ended.reason is EndReason.KICKED
-            with pytest.raises(StoreUnavailableError):
-                await asyncio.wait_for(closed.ended(), 1)
-    finally:
-        renewals.cancel()
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    async with sessions.hold("ann", "tab") as kicked, sessions.hold("bob", "tab") as closed:
+        await store.kick("ann", "tab")
+        await store.close_session(closed.held)
+        await sessions.renew()
+        assert not kicked.ended_by_service  # no check until events may have been missed
+        sessions.missed_events()
+        await sessions.renew()
+        ended = await asyncio.wait_for(kicked.ended(), 1)
+        assert ended.reason is EndReason.KICKED
+        with pytest.raises(StoreUnavailableError):
+            await asyncio.wait_for(closed.ended(), 1)
+
+
+async def test_holds_under_a_lease_found_lapsed_end_and_say_why(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    sessions = HeldSessions(store, ttl_ms=TEST_SETTINGS.connection_ttl_ms)
+    async with sessions.hold("ann", "tab") as hold:
+        await sessions.renew(at=ago(seconds=TTL_S + 1))  # as a process stopped for a TTL
+        assert not await online(store, "ann")
+        await sessions.renew()
+        with pytest.raises(StoreUnavailableError, match="subscribe again"):
+            await asyncio.wait_for(hold.ended(), 1)
+    await store.sweep()
+    assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1), ("OFFLINE", "ann", "", 0)]
 
 
 @pytest.mark.parametrize("point", OPENING_POINTS)
@@ -329,7 +451,7 @@ async def test_a_cancelled_opening_never_closes_a_newer_holders_session(
         )
         assert await online(store, "ann")
         assert not newer.ended_by_service
-        assert await store.renew_sessions([newer.held]) == []
+        assert await store.check_sessions([newer.held]) == []
     assert not await online(store, "ann")
     assert kinds(await published(channel)) == [
         ("ONLINE", "ann", "", 1),

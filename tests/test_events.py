@@ -394,7 +394,7 @@ async def test_a_held_session_hears_its_user_while_held_and_ends_on_a_kick_or_re
     hub: EventHub, store: PresenceStore
 ) -> None:
     sessions = HeldSessions(store, 30_000, hub)
-    hub.watch_sessions(sessions.on_event)
+    hub.watch_sessions(sessions.on_event, sessions.missed_events)
     elsewhere = HeldSessions(store, 30_000)  # another process's
     kicked = await sessions.open("alice", "tab")
     replaced = await sessions.open("bob", "tab")

@@ -16,6 +16,7 @@ import pytest
 from gql_presence.app import create_app
 from gql_presence.http.app_keys import HELD_SESSIONS
 from gql_presence.settings import Settings
+from gql_presence.store import shard_of
 from gql_presence.store.keys import Keys
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
 from tests.helpers import (
@@ -314,7 +315,7 @@ async def test_a_socket_closed_with_many_sessions_closes_every_one(service: Serv
     assert total["data"]["onlineUsers"]["totalCount"] == 0
 
 
-async def test_a_session_lost_unannounced_ends_with_an_error_next(
+async def test_a_session_whose_lease_is_lost_ends_with_an_error_next(
     aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
 ) -> None:
     # Renewed every 0.1 s, so that a renewal finds it gone at once.
@@ -323,8 +324,8 @@ async def test_a_session_lost_unannounced_ends_with_an_error_next(
     async with graphql_socket(service) as tab:
         await start(tab, "s", SESSION, user="alice", session="tab-1")
         exactly(await raw(tab), "s", live=True)
-        # Gone without a kick or a replacement announced, as when it expired meanwhile.
-        await http_redis.delete(Keys().conn("alice"), Keys().sessions("alice"))
+        # The process's lease gone, as when it stood still past the TTL and was swept.
+        await http_redis.delete(Keys.of_shard(shard_of("alice", settings.shards)).leases)
         text = await raw(tab)
         message = json.loads(text)
         assert text == json.dumps(message, separators=(",", ":"))
@@ -335,8 +336,9 @@ async def test_a_session_lost_unannounced_ends_with_an_error_next(
                 "data": None,
                 "errors": [
                     {
-                        "message": "This session ended without this connection being told "
-                        "why (it expired or was replaced meanwhile); subscribe again.",
+                        "message": "This session ended: the service could not keep it live "
+                        "for a while (its process stood still or lost the store); "
+                        "subscribe again.",
                         "extensions": {"code": "UNAVAILABLE"},
                     }
                 ],

@@ -577,8 +577,8 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.persisted_document("0" * 64)
     await store.refresh_documents(["0" * 64])
     opened = await store.open_session("c", "tab")
-    assert opened.held is not None
-    await store.renew_sessions([opened.held])
+    assert await store.renew_leases() == []
+    assert await store.check_sessions([opened.held]) == []
     await store.session_revoked(opened.held)
     await store.close_session(opened.held)
     assert set(slots_of_calls) == set(ScriptName)
@@ -631,9 +631,9 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.persist_document("0" * 64, "{ __typename }")
     await store.persisted_document("0" * 64)
     await store.refresh_documents(["0" * 64])
-    opened = [await store.open_session(user, "tab") for user in users]
-    held = [one.held for one in opened if one.held is not None]
-    assert await store.renew_sessions(held) == []
+    held = [(await store.open_session(user, "tab")).held for user in users]
+    assert await store.renew_leases() == []
+    assert await store.check_sessions(held) == []
     await store.session_revoked(held[0])
     await store.close_session(held[0])
     assert names == set(ScriptName)

@@ -1,6 +1,8 @@
-"""Connection-bound sessions held by this process: opened by presenceSession subscriptions,
-renewed together in one batched task, closed when their subscription ends, and ended early
-when a kick or a newer opening of the same session is announced (through the event hub).
+"""Connection-bound sessions held by this process: opened by presenceSession subscriptions
+under the process's lease in each shard, kept live by renewing those leases (one script call
+per shard per tick, whatever their number), closed when their subscription ends, and ended
+early when a kick or a newer opening of the same session is announced (through the event hub),
+or when a lease is found lapsed.
 
 A holder either waits in a task (`hold()`, `SessionHold.ended()`) or has none: it opens with
 `open()`, is called back through `SessionHold.on_end` when the service ends the session, and
@@ -17,7 +19,14 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
 
-from gql_presence.store import EventKind, HeldSession, OpenedSession, PresenceStore, PublishedEvent
+from gql_presence.store import (
+    EventKind,
+    HeldSession,
+    Lease,
+    OpenedSession,
+    PresenceStore,
+    PublishedEvent,
+)
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import PresenceError, StoreUnavailableError
 
@@ -72,12 +81,12 @@ class SessionHold:
     @property
     def outcome(self) -> Ended | PresenceError | None:
         """How the service ended the session: a kick or a replacement, or the error of a
-        renewal that found it gone; None while it holds."""
+        check that found it gone; None while it holds."""
         return self._outcome
 
     async def ended(self) -> Ended:
         """Waits until the service ends the session: a kick or a replacement (returned), or
-        a renewal that found it gone (raised)."""
+        a check that found it gone (raised)."""
         if self._outcome is None:
             if self._waiter is None:
                 self._waiter = asyncio.get_running_loop().create_future()
@@ -116,6 +125,9 @@ class HeldSessions:
         self._events = events or _Unwatched()
         self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
         self._holds: dict[HeldSession, SessionHold] = {}
+        # Set when announcements may have been missed (the event stream was interrupted):
+        # the next tick checks every session held, as a kick may have gone unheard.
+        self._check_all = False
         self._by_user: dict[str, set[SessionHold]] = {}
         # Per user, the lists that collect the announcements made while one of their
         # sessions is being opened: a kick or a replacement can be announced before the
@@ -160,7 +172,6 @@ class HeldSessions:
             openings.remove(early)
             if not openings:
                 del self._openings[user_id]
-        assert opened.held is not None  # an opening at the current time is always live
         hold = SessionHold(opened.held, opened.at)
         self._holds[opened.held] = hold
         self._by_user.setdefault(user_id, set()).add(hold)
@@ -193,8 +204,7 @@ class HeldSessions:
             raise
 
     async def _undo(self, opened: OpenedSession) -> None:
-        if opened.held is not None:
-            await self._close(opened.held)
+        await self._close(opened.held)
 
     def _in_background(self, closing: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(closing)
@@ -212,7 +222,7 @@ class HeldSessions:
         try:
             await self._store.close_session(held)
         except PresenceError as error:
-            # The session expires by itself within the TTL, as after a crash.
+            # The session ends by itself within the TTL once the lease is given up or lapses.
             log.warning("closing a connection-bound session failed: %s", error.message)
 
     def _forget(self, hold: SessionHold) -> None:
@@ -249,31 +259,64 @@ class HeldSessions:
                 hold.end(ending)
                 return
             kicked = ending
-        if kicked is not None and await self._store.renew_sessions([hold.held]):
+        if kicked is not None and await self._store.check_sessions([hold.held]):
             hold.end(kicked)
 
+    def missed_events(self) -> None:
+        """The event stream was interrupted: kicks and replacements may have gone unheard."""
+        self._check_all = True
+
     async def renew_forever(self) -> None:
-        """Renews every held session, all in one batched call per shard, every TTL/3."""
+        """Renews this process's leases every TTL/3, one script call per shard; ends the holds
+        of a lease found lapsed, and checks every hold after the event stream was interrupted."""
         while True:
             await asyncio.sleep(self._renew_every_s)
-            if not self._holds:
-                continue
             try:
-                lost = await self._store.renew_sessions(list(self._holds))
+                await self.renew()
             except PresenceError as error:
                 log.warning("renewing connection-bound sessions failed: %s", error.message)
-                continue
             except Exception:
                 # The renewals must outlive any one failure; the next one tries again.
                 log.exception("renewing connection-bound sessions failed")
-                continue
-            for held in lost:
+
+    async def renew(self, at: datetime | None = None) -> None:
+        """One tick of renew_forever (`at` backfills it)."""
+        lost = await self._store.renew_leases(at)
+        if lost:
+            self._end_lapsed(lost)
+        if self._check_all and self._holds:
+            self._check_all = False
+            try:
+                gone = await self._store.check_sessions(list(self._holds))
+            except BaseException:
+                self._check_all = True
+                raise
+            for held in gone:
                 # A kick or a replacement announced is usually here first, with its reason.
                 if held in self._holds:
                     await self._end_lost(held)
 
+    def _end_lapsed(self, lost: list[Lease]) -> None:
+        """Ends every hold under a lease that lapsed: the process stood still (or could not
+        reach Redis) for longer than the TTL, and the sweep ends, or has ended, the sessions."""
+        for hold in [h for h in self._holds.values() if h.held.lease in lost]:
+            hold.end(
+                StoreUnavailableError(
+                    "This session ended: the service could not keep it live for a while "
+                    "(its process stood still or lost the store); subscribe again."
+                )
+            )
+
+    async def release_leases(self) -> None:
+        """Gives up this process's leases, once its holds are closed (at shutdown)."""
+        try:
+            await self._store.release_leases()
+        except PresenceError as error:
+            # Whatever is left under them ends within the TTL, as after a crash.
+            log.warning("giving up the leases of held sessions failed: %s", error.message)
+
     async def _end_lost(self, held: HeldSession) -> None:
-        """Ends the hold of a session a renewal found gone with no announcement seen: a
+        """Ends the hold of a session a check found gone with no announcement seen: a
         revoked id was kicked; otherwise why it ended is not known here."""
         try:
             kicked = await self._store.session_revoked(held)

@@ -100,6 +100,7 @@ class EventHub:
         self._by_friends_of: dict[str, set[Follower]] = {}
         self._everyone: set[Follower] = set()
         self._session_watchers: list[Callable[[PublishedEvent], None]] = []
+        self._gap_watchers: list[Callable[[], None]] = []
         # Users whose held sessions are watched here: how many holds watch each.
         self._watched: dict[str, int] = {}
         # The subscription's channels: the pub/sub connection (None while there is none),
@@ -189,11 +190,15 @@ class EventHub:
                     "presence events: %d tasks did not end in %g s", len(pending), _STOP_WAIT_S
                 )
 
-    def watch_sessions(self, watcher: Callable[[PublishedEvent], None]) -> None:
+    def watch_sessions(
+        self, watcher: Callable[[PublishedEvent], None], on_gap: Callable[[], None]
+    ) -> None:
         """Hands every KICKED and REPLACED event of the users `watching` is asked for to
         `watcher` as well: the holder of this process's connection-bound sessions ends those
-        they concern."""
+        they concern. `on_gap` is called when the stream was interrupted, as events may have
+        been missed then."""
         self._session_watchers.append(watcher)
+        self._gap_watchers.append(on_gap)
 
     async def watch(self, user_id: str) -> None:
         """From when this returns until `unwatch(user_id)`, the user's events reach the
@@ -529,6 +534,8 @@ class EventHub:
                 why = f"event stream interrupted ({type(error).__name__})"
                 self._lost()
                 self._drop_all(why)
+                for on_gap in self._gap_watchers:
+                    on_gap()
                 delay = _RECONNECT_DELAYS_S[min(attempt, len(_RECONNECT_DELAYS_S) - 1)]
                 attempt += 1
                 log.warning("presence events lost (%s); subscribing again in %g s", error, delay)

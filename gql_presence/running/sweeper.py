@@ -26,7 +26,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             log.exception("sweep failed")
         else:
             metrics.users_online.set(result.online)
-            if max(result.offline, result.purged) >= SWEEP_BATCH:
+            if max(result.offline, result.purged, result.lapsed) >= SWEEP_BATCH:
                 await asyncio.sleep(0)
                 continue
         metrics.refresh()  # for /metrics answered by another worker

@@ -51,6 +51,11 @@ class WritesRefusedError(StoreUnavailableError):
     """Redis answers but takes no writes: a read-only replica (during a failover), or full."""
 
 
+class LeaseLostError(StoreUnavailableError):
+    """This process's lease in a shard has lapsed (it stopped renewing for longer than the
+    connection TTL) or is no longer its own: the sessions it held there have ended."""
+
+
 class UnauthenticatedError(PresenceError):
     code = ErrorCode.UNAUTHENTICATED
 

@@ -27,12 +27,14 @@ class Keys:
 
     @property
     def last_seen(self) -> str:
-        """ZSET member=user_id score=-(last activity, ms): newest first in rank order."""
+        """ZSET member=user_id score=-(last activity, ms), or while a session is held minus a
+        score past every time: newest first in rank order."""
         return self.prefix + "lastseen"
 
     @property
     def online(self) -> str:
-        """ZSET member=user_id score=moment the user's newest live session expires, ms."""
+        """ZSET member=user_id score=moment the user's newest live session expires, ms, or
+        while a session is held a score past every time (lua/includes/live.lua)."""
         return self.prefix + "online"
 
     @property
@@ -83,11 +85,18 @@ class Keys:
         return self.prefix + "docs:used"
 
     def sessions(self, user_id: str) -> str:
-        """ZSET member=session_id score=last activity, ms, or for a connection-bound session
-        its expiry minus the window, ms: every session is live while score + window >= now.
-        A user whose only live session is the default one may have none: their online entry
-        alone keeps that session then."""
+        """ZSET member=session_id score=last activity, ms (live while score + window >= now),
+        or for a held session a score past every time that names its lease (live while the
+        lease is; lua/includes/live.lua). A user whose only live session is the default one
+        may have none: their online entry alone keeps that session then."""
         return self.prefix + "sess:" + user_id
+
+    @property
+    def leases(self) -> str:
+        """ZSET member=slot score=the moment the lease lapses, ms: one lease per process that
+        holds sessions in this shard. Its owners (`:owners`), users (`:users:<slot>`) and bits
+        (`:bits:<slot>`) are named from it by the scripts (lua/includes/connections.lua)."""
+        return self.prefix + "leases"
 
     @property
     def generations(self) -> str:
@@ -96,8 +105,8 @@ class Keys:
         return self.prefix + "conngen"
 
     def conn(self, user_id: str) -> str:
-        """HASH session_id -> "generation score renewed_ms" of the user's connection-bound
-        sessions (see lua/includes/connections.lua)."""
+        """HASH session_id -> "generation slot" of the user's held sessions (see
+        lua/includes/connections.lua)."""
         return self.prefix + "conn:" + user_id
 
     def revoked(self, user_id: str) -> str:

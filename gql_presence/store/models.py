@@ -32,6 +32,9 @@ class ListedUser:
     user_id: str
     online: bool
     last_seen: datetime
+    # Where the user stands in every list, with their id: -(lastSeen, ms), or for a held user
+    # a score before every time (lua/includes/live.lua). Page cursors hold it.
+    position: int
 
 
 @dataclass(frozen=True)
@@ -76,28 +79,40 @@ class WeeklyStats:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A process's lease in one shard: the sessions it holds there live while it renews it
+    (lua/renew_lease.lua). `token` is the process's own, the same in every shard."""
+
+    shard: int
+    slot: int
+    token: str
+
+
+@dataclass(frozen=True)
 class HeldSession:
     """A connection-bound session as its holder knows it: the generation tells this holder
-    from one that replaced it."""
+    from one that replaced it; it lives under `lease`."""
 
     user_id: str
     session_id: str
     generation: int
+    lease: Lease
 
 
 @dataclass(frozen=True)
 class OpenedSession:
-    """A connection-bound session just opened: held (None when a backfilled opening had
-    expired already), since `at`."""
+    """A connection-bound session just opened: held since `at`."""
 
-    held: HeldSession | None
+    held: HeldSession
     at: datetime
 
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep did: users gone offline, users forgotten, and users online now."""
+    """What one sweep did: users gone offline, users forgotten, users online now, and users
+    whose sessions under a lapsed lease were ended."""
 
     offline: int
     purged: int
     online: int
+    lapsed: int = 0

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import date, datetime, timedelta
@@ -28,12 +29,13 @@ from gql_presence.store.config import StoreSettings
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.cursor_secret import new_secret
 from gql_presence.store.days import local_date, local_now_ms, to_ms
-from gql_presence.store.errors import WritesRefusedError
+from gql_presence.store.errors import LeaseLostError, WritesRefusedError
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
     HeldSession,
     KickResult,
+    Lease,
     ListedUser,
     OpenedSession,
     Page,
@@ -63,9 +65,9 @@ MAX_PERSISTED_DOCUMENTS = 1000
 # Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
 # members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
 REFRESH_BATCH = 250
-# Connection-bound sessions renewed per script call: about ten commands each, so a call
-# blocks Redis for a few milliseconds at most.
-RENEW_BATCH = 1000
+# Held sessions checked per script call (check_sessions): about three reads each, so a call
+# blocks Redis for a millisecond or two at most.
+CHECK_BATCH = 1000
 
 
 def shard_of(user_id: str, shards: int) -> int:
@@ -95,6 +97,10 @@ class PresenceStore:
             Shard(redis, settings, Keys.of_shard(i), self._scripts, observe_script)
             for i in range(settings.shards)
         )
+        # This process's leases, one per shard it holds sessions in, taken when first needed.
+        self._token = uuid.uuid4().hex
+        self._leases: dict[int, Lease] = {}
+        self._lease_locks = tuple(asyncio.Lock() for _ in self._shards)
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""
@@ -177,37 +183,75 @@ class PresenceStore:
             check_id(session_id, "sessionId")
         return await self._shard(user_id).kick(user_id, session_id)
 
-    async def open_session(
-        self, user_id: str, session_id: str, at: datetime | None = None
-    ) -> OpenedSession:
-        """Makes the session connection-bound: live until PRESENCE_CONNECTION_TTL_SECONDS
-        after its last renewal, or until closed. A second opening of the same session replaces
-        the first holder (announced as REPLACED). `at` backfills the opening (a past moment),
-        as touch(at=) does. Raises SessionRevokedError for a kicked session id."""
+    async def open_session(self, user_id: str, session_id: str) -> OpenedSession:
+        """Holds the session under this process's lease in the user's shard: live while the
+        lease is renewed (renew_leases), until closed or kicked. A second opening of the same
+        session replaces the first holder (announced as REPLACED). Raises SessionRevokedError
+        for a kicked session id."""
         check_id(user_id, "userId")
         check_id(session_id, "sessionId")
+        index = shard_of(user_id, len(self._shards))
+        lease = await self._lease(index)
+        try:
+            return await self._shards[index].open_session(user_id, session_id, lease)
+        except LeaseLostError:
+            # It lapsed since the last renewal (this process stood still): a new one.
+            self._forget_lease(lease)
+            lease = await self._lease(index)
+            return await self._shards[index].open_session(user_id, session_id, lease)
+
+    async def _lease(self, index: int) -> Lease:
+        """This process's lease in shard `index`, taken now if it has none there."""
+        async with self._lease_locks[index]:
+            lease = self._leases.get(index)
+            if lease is None:
+                lease = await self._shards[index].acquire_lease(self._token)
+                self._leases[index] = lease
+            return lease
+
+    def _forget_lease(self, lease: Lease) -> None:
+        if self._leases.get(lease.shard) == lease:
+            del self._leases[lease.shard]
+
+    async def renew_leases(self, at: datetime | None = None) -> list[Lease]:
+        """Renews every lease of this process, one script call per shard, all in parallel:
+        whatever the number of sessions held, they are not touched. Returns the leases found
+        lapsed (or no longer this process's): their sessions have ended, or are ending, and
+        the next opening in their shard takes a new lease. `at` backfills the renewal."""
         at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
-        return await self._shard(user_id).open_session(user_id, session_id, at_ms)
+        leases = list(self._leases.values())
+        renewed = await asyncio.gather(
+            *(self._shards[lease.shard].renew_lease(lease, at_ms) for lease in leases)
+        )
+        lost = [lease for lease, ok in zip(leases, renewed, strict=True) if not ok]
+        for lease in lost:
+            self._forget_lease(lease)
+        return lost
+
+    async def release_leases(self) -> None:
+        """Gives up every lease of this process, once it holds no session: the sweep ends
+        whatever was left under them at once rather than after the TTL."""
+        leases, self._leases = list(self._leases.values()), {}
+        await asyncio.gather(
+            *(self._shards[lease.shard].renew_lease(lease, None, give_up=True) for lease in leases)
+        )
 
     async def close_session(self, held: HeldSession) -> bool:
         """Ends the session at once if `held` still holds it; OFFLINE goes out when it was
         the user's last live one. Returns whether a live session ended."""
         return await self._shard(held.user_id).close_session(held)
 
-    async def renew_sessions(
-        self, held: Sequence[HeldSession], at: datetime | None = None
-    ) -> list[HeldSession]:
-        """Renews every session given, RENEW_BATCH per script call, the calls of all shards in
-        parallel. Returns the sessions no longer held (kicked, replaced, closed or expired):
-        their holders end them. `at` backfills the renewal (a past moment)."""
-        at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
+    async def check_sessions(self, held: Sequence[HeldSession]) -> list[HeldSession]:
+        """Of the sessions given, those their holder holds no more (kicked, replaced, closed,
+        or their lease lapsed): for a holder that may have missed their announcement.
+        CHECK_BATCH per script call, the calls of all shards in parallel."""
         by_shard: dict[int, list[HeldSession]] = {}
         for one in held:
-            by_shard.setdefault(shard_of(one.user_id, len(self._shards)), []).append(one)
+            by_shard.setdefault(one.lease.shard, []).append(one)
         calls = [
-            self._shards[i].renew_sessions(group[start : start + RENEW_BATCH], at_ms)
+            self._shards[i].check_sessions(group[start : start + CHECK_BATCH])
             for i, group in by_shard.items()
-            for start in range(0, len(group), RENEW_BATCH)
+            for start in range(0, len(group), CHECK_BATCH)
         ]
         lost = await asyncio.gather(*calls)
         return [one for part in lost for one in part]
@@ -417,10 +461,11 @@ class PresenceStore:
             offline=sum(p.offline for p in parts),
             purged=sum(p.purged for p in parts),
             online=sum(p.online for p in parts),
+            lapsed=sum(p.lapsed for p in parts),
         )
 
 
 def _position(node: ListedUser) -> Position:
-    """Where a user stands in every list: the score of the shards' sorted sets, -(lastSeen ms),
-    then the id, whose order as text is Redis's order of its UTF-8 bytes."""
-    return -to_ms(node.last_seen), node.user_id
+    """Where a user stands in every list: the score of the shards' sorted sets, -(lastSeen ms)
+    or a held user's, then the id, whose order as text is Redis's order of its UTF-8 bytes."""
+    return node.position, node.user_id

@@ -36,7 +36,9 @@ class ScriptName(StrEnum):
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
     OPEN_SESSION = "open_session"
-    RENEW_SESSIONS = "renew_sessions"
+    ACQUIRE_LEASE = "acquire_lease"
+    RENEW_LEASE = "renew_lease"
+    CHECK_SESSIONS = "check_sessions"
     CLOSE_SESSION = "close_session"
     SESSION_REVOKED = "session_revoked"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
@@ -55,6 +57,7 @@ class ScriptError(StrEnum):
     DAY_NOT_GIVEN = "DAY_NOT_GIVEN"
     BAD_CHANGE = "BAD_CHANGE"
     DOCUMENT_TOO_LARGE = "DOCUMENT_TOO_LARGE"
+    LEASE_LOST = "LEASE_LOST"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:

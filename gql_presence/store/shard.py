@@ -17,6 +17,7 @@ from gql_presence.store.config import StoreSettings
 from gql_presence.store.days import DAY_MS, days, days_around, from_ms, local_now_ms
 from gql_presence.store.errors import (
     BadInputError,
+    LeaseLostError,
     SessionRevokedError,
     StoreUnavailableError,
     WritesRefusedError,
@@ -26,6 +27,7 @@ from gql_presence.store.models import (
     DailyActiveUsers,
     HeldSession,
     KickResult,
+    Lease,
     ListedUser,
     OpenedSession,
     Presence,
@@ -65,6 +67,10 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
     ),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),
+    ScriptError.LEASE_LOST: (
+        LeaseLostError,
+        "This process held sessions under a lease that lapsed; subscribe again.",
+    ),
     ScriptError.DOCUMENT_TOO_LARGE: (
         BadInputError,
         f"The document takes more than {MAX_DOCUMENT_BYTES:,} bytes of UTF-8, the most kept.",
@@ -129,6 +135,7 @@ class Shard:
                 k.free_indexes,
                 *map(k.day, labels),
                 k.conn(user_id),
+                k.leases,
             ],
             [
                 user_id,
@@ -150,7 +157,7 @@ class Shard:
         labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
         keys = [k.last_seen, k.online, k.user_index, k.next_index, k.free_indexes]
-        keys += map(k.day, labels)
+        keys += [*map(k.day, labels), k.leases]
         # The script derives each user's keys: passing 2 keys per user cost more than the
         # rest of the call.
         args: list[str | int] = [self._settings.window_ms, self._settings.retention_ms]
@@ -170,7 +177,15 @@ class Shard:
         k = self._keys
         kicked, online = await self._run(
             ScriptName.KICK,
-            [k.online, k.sessions(user_id), k.revoked(user_id), k.conn(user_id)],
+            [
+                k.online,
+                k.sessions(user_id),
+                k.revoked(user_id),
+                k.conn(user_id),
+                k.last_seen,
+                k.user_index,
+                k.leases,
+            ],
             [
                 user_id,
                 session_id or "",
@@ -182,8 +197,32 @@ class Shard:
         )
         return KickResult(user_id, int(kicked), bool(online))
 
-    async def open_session(self, user_id: str, session_id: str, at_ms: int | None) -> OpenedSession:
+    async def acquire_lease(self, token: str) -> Lease:
+        """A new lease of this shard for the process whose token is given."""
+        slot = await self._run(
+            ScriptName.ACQUIRE_LEASE, [self._keys.leases], [token, self._settings.connection_ttl_ms]
+        )
+        return Lease(self._keys.shard, int(slot), token)
+
+    async def renew_lease(self, lease: Lease, at_ms: int | None, *, give_up: bool = False) -> bool:
+        """Renews the lease (or gives it up); False if it had lapsed or is not its own."""
         labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
+        renewed = await self._run(
+            ScriptName.RENEW_LEASE,
+            [self._keys.leases, *map(self._keys.day, labels)],
+            [
+                lease.slot,
+                lease.token,
+                0 if give_up else self._settings.connection_ttl_ms,
+                "" if at_ms is None else at_ms,
+                self._settings.retention_ms,
+                *boundaries,
+            ],
+        )
+        return bool(renewed)
+
+    async def open_session(self, user_id: str, session_id: str, lease: Lease) -> OpenedSession:
+        labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
         generation, opened_ms = await self._run(
             ScriptName.OPEN_SESSION,
@@ -198,63 +237,55 @@ class Shard:
                 k.next_index,
                 k.free_indexes,
                 *map(k.day, labels),
+                k.leases,
             ],
             [
                 user_id,
                 session_id,
-                "" if at_ms is None else at_ms,
+                lease.slot,
+                lease.token,
                 self._settings.window_ms,
-                self._settings.connection_ttl_ms,
                 self._settings.retention_ms,
                 *boundaries,
                 k.events,
                 k.user_events(""),
             ],
         )
-        held = HeldSession(user_id, session_id, int(generation)) if int(generation) else None
+        held = HeldSession(user_id, session_id, int(generation), lease)
         return OpenedSession(held, from_ms(int(opened_ms)))
 
-    async def renew_sessions(
-        self, held: Sequence[HeldSession], at_ms: int | None
-    ) -> list[HeldSession]:
-        """Renews the sessions (at most RENEW_BATCH); returns those no longer held."""
-        labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
+    async def check_sessions(self, held: Sequence[HeldSession]) -> list[HeldSession]:
+        """Of the sessions (at most CHECK_BATCH), those no longer held by their holder."""
         k = self._keys
-        args: list[str | int] = [
-            self._settings.window_ms,
-            self._settings.connection_ttl_ms,
-            self._settings.retention_ms,
-            *boundaries,
-            k.sessions(""),
-            k.conn(""),
-            "" if at_ms is None else at_ms,
-        ]
+        args: list[str | int] = [k.sessions(""), k.conn("")]
         for one in held:
             args += [one.user_id, one.session_id, one.generation]
-        lost = await self._run(
-            ScriptName.RENEW_SESSIONS,
+        lost = await self._run(ScriptName.CHECK_SESSIONS, [k.leases], args)
+        return [held[int(position) - 1] for position in lost]
+
+    async def close_session(self, held: HeldSession) -> bool:
+        labels, boundaries = days_around(local_now_ms(), self._zone)
+        k = self._keys
+        closed, _ = await self._run(
+            ScriptName.CLOSE_SESSION,
             [
                 k.last_seen,
                 k.online,
+                k.sessions(held.user_id),
+                k.conn(held.user_id),
                 k.user_index,
                 k.next_index,
                 k.free_indexes,
                 *map(k.day, labels),
+                k.leases,
             ],
-            args,
-        )
-        return [held[int(position) - 1] for position in lost]
-
-    async def close_session(self, held: HeldSession) -> bool:
-        k = self._keys
-        closed, _ = await self._run(
-            ScriptName.CLOSE_SESSION,
-            [k.online, k.sessions(held.user_id), k.conn(held.user_id)],
             [
                 held.user_id,
                 held.session_id,
                 held.generation,
                 self._settings.window_ms,
+                self._settings.retention_ms,
+                *boundaries,
                 k.events,
                 k.user_events(""),
             ],
@@ -273,7 +304,7 @@ class Shard:
         k = self._keys
         reply = await self._run(
             ScriptName.PRESENCE,
-            [k.last_seen, k.online, *map(k.sessions, user_ids), *map(k.conn, user_ids)],
+            [k.last_seen, k.online, *map(k.sessions, user_ids), k.leases],
             [self._settings.window_ms, self._settings.retention_ms, *user_ids],
         )
         found = []
@@ -287,18 +318,20 @@ class Shard:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_USERS,
-            [k.last_seen, k.online],
+            [k.last_seen, k.online, k.leases],
             [self._settings.window_ms, first],
             after,
+            [k.sessions("")],
         )
 
     async def online_friends(self, user_id: str, first: int, after: Position | None) -> ShardPage:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_FRIENDS,
-            [k.friends(user_id), k.online, k.last_seen, k.scratch],
+            [k.friends(user_id), k.online, k.last_seen, k.scratch, k.leases],
             [first],
             after,
+            [k.sessions(""), self._settings.window_ms],
         )
 
     async def active_in_range(
@@ -307,9 +340,10 @@ class Shard:
         k = self._keys
         return await self._page(
             ScriptName.ACTIVE_IN_RANGE,
-            [k.last_seen, k.online],
+            [k.last_seen, k.online, k.leases],
             [start_ms, end_ms, self._settings.retention_ms, first],
             after,
+            [self._settings.connection_ttl_ms // 2, k.sessions(""), self._settings.window_ms],
         )
 
     async def weekly_stats(self, end_date: date) -> WeeklyStats:
@@ -355,14 +389,26 @@ class Shard:
         return changed
 
     async def sweep(self, batch: int) -> SweepResult:
-        """Removes up to `batch` expired online entries and `batch` users past the retention."""
+        """Removes up to `batch` expired online entries and `batch` users past the retention,
+        and ends the sessions of up to `batch` users of a lapsed lease."""
+        labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
-        offline, purged, online = await self._run(
+        offline, purged, online, lapsed = await self._run(
             ScriptName.SWEEP,
-            [k.online, k.last_seen, k.user_index, k.free_indexes],
-            [batch, self._settings.retention_ms + PURGE_SLACK_MS, k.events, k.user_events("")],
+            [k.online, k.last_seen, k.user_index, k.free_indexes, k.leases, *map(k.day, labels)],
+            [
+                batch,
+                self._settings.retention_ms + PURGE_SLACK_MS,
+                k.events,
+                k.user_events(""),
+                k.sessions(""),
+                k.conn(""),
+                self._settings.window_ms,
+                self._settings.retention_ms,
+                *boundaries,
+            ],
         )
-        return SweepResult(int(offline), int(purged), int(online))
+        return SweepResult(int(offline), int(purged), int(online), int(lapsed))
 
     async def take_token(
         self, caller: str, rate: float, burst: int, cost: int, *, owed: bool
@@ -406,12 +452,19 @@ class Shard:
         return None if document is None else _text(document)
 
     async def _page(
-        self, script: ScriptName, keys: list[str], args: list[str | int], after: Position | None
+        self,
+        script: ScriptName,
+        keys: list[str],
+        args: list[str | int],
+        after: Position | None,
+        more: Sequence[str | int] = (),
     ) -> ShardPage:
-        reply = await self._run(script, keys, [*args, *(after or ("", ""))])
+        reply = await self._run(script, keys, [*args, *(after or ("", "")), *more])
         nodes = tuple(
-            ListedUser(_text(reply[i]), bool(reply[i + 2]), from_ms(int(reply[i + 1])))
-            for i in range(2, len(reply), 3)
+            ListedUser(
+                _text(reply[i]), bool(reply[i + 3]), from_ms(int(reply[i + 2])), int(reply[i + 1])
+            )
+            for i in range(2, len(reply), 4)
         )
         return ShardPage(int(reply[0]), nodes, bool(reply[1]))
 

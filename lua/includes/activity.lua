@@ -1,5 +1,3 @@
---- @include "live"
---- @include "events"
 --- @include "connections"
 -- The session of a touch without a session id (the store's DEFAULT_SESSION).
 local DEFAULT_SESSION = 'default'
@@ -39,31 +37,24 @@ local function keep_day(day_key, day, boundaries, retention_ms)
   redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
 end
 
--- Records that a session of the user was active at t_ms: the user's bit in the bitmap of
--- t_ms's day (kept until retention_ms after the day) and their lastSeen. `keys` names
--- last_seen, revoked (the user's), index, next and free (the bit indexes), and days (the
--- bitmaps of the days whose boundaries are given). Returns nil, or the error to return when
--- nothing may be recorded (nothing is written then): the session is revoked now, or no day
--- holds t_ms.
-local function record_activity(keys, user_id, session_id, t_ms, now, boundaries, retention_ms)
+-- Whether activity of the session at t_ms may be recorded: nil, or the error to return (and
+-- nothing is to be written then): the session is revoked now, or no day holds t_ms. `keys`
+-- names last_seen, revoked (the user's), index, next and free (the bit indexes), and days
+-- (the bitmaps of the days whose boundaries are given).
+local function activity_refused(keys, session_id, t_ms, now, boundaries)
   local revoked_until = redis.call('ZSCORE', keys.revoked, session_id)
   if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
-  local day = day_of(t_ms, boundaries)
-  if not day then return redis.error_reply('DAY_NOT_GIVEN') end
-  mark_active(keys.last_seen, keys.days[day], keys.index, keys.next, keys.free, user_id, t_ms)
-  keep_day(keys.days[day], day, boundaries, retention_ms)
+  if not day_of(t_ms, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
   return nil
 end
 
--- A session key expires once its newest session is no longer live. The script sets that
--- expiry after its last read of the key: Redis 6.2 deletes a key at once when given an expiry
--- its own clock has reached, and that clock moves on while the script runs, though the
--- script's `now` does not. Set earlier, the expiry of a session live at `now` could delete it
--- before the script has answered from it; set last, it deletes only what no later `now` holds
--- live.
-local function expire_with_newest(sessions_key, newest_ms, window_ms)
-  -- Live through newest + window_ms inclusive: the key outlives that moment by a millisecond.
-  redis.call('PEXPIREAT', sessions_key, newest_ms + window_ms + 1)
+-- Records that a session of the user was active at t_ms, which activity_refused allowed: the
+-- user's bit in the bitmap of t_ms's day (kept until retention_ms after the day) and their
+-- lastSeen.
+local function mark_activity(keys, user_id, t_ms, boundaries, retention_ms)
+  local day = day_of(t_ms, boundaries)
+  mark_active(keys.last_seen, keys.days[day], keys.index, keys.next, keys.free, user_id, t_ms)
+  keep_day(keys.days[day], day, boundaries, retention_ms)
 end
 
 -- Gives a user whose default session is kept by their online entry alone a session key that
@@ -88,29 +79,35 @@ local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms)
   return tonumber(expiry) - window_ms
 end
 
--- Records activity of the session at t_ms (never moving a time backwards), and returns the
--- newest time of the user's sessions if one is live afterwards, else nil (the key is empty
--- then). The caller sets the key's expiry with expire_with_newest once it is done reading it.
--- A live connection-bound session keeps its own expiry: activity moves only lastSeen.
-local function record_session(online_key, sessions_key, conn_key, user_id, session_id, t_ms, cutoff_ms, window_ms)
-  if t_ms >= cutoff_ms and not live_conn_entry(sessions_key, conn_key, session_id, cutoff_ms) then
-    redis.call('ZADD', sessions_key, 'GT', t_ms, session_id)
+-- Records activity of the session at t_ms (never moving a time backwards: a held session
+-- keeps its held score, so activity moves only lastSeen), and returns 1 if the user is online
+-- afterwards, else 0. Their lapsed sessions must have been ended first (settle).
+local function record_session(user, user_id, session_id, t_ms, now, window_ms)
+  if t_ms >= now - window_ms then
+    redis.call('ZADD', user.sessions, 'GT', t_ms, session_id)
   end
-  redis.call('ZREMRANGEBYSCORE', sessions_key, '-inf', '(' .. cutoff_ms)
-  local newest = redis.call('ZRANGE', sessions_key, -1, -1, 'WITHSCORES')[2]
-  if not newest then return nil end
-  newest = tonumber(newest)
-  redis.call('ZADD', online_key, newest + window_ms, user_id)
-  return newest
+  return refresh_online(user, user_id, now, window_ms, nil)
 end
 
--- Removes the user's online entry if it has expired, announcing OFFLINE at the moment it
--- expired (the sweep would have, had it run yet). Returns 1 if the user is online now, else 0.
-local function settle_expiry(online_key, channel, user_id, now)
-  local expiry = tonumber(redis.call('ZSCORE', online_key, user_id))
+-- Brings the user's online entry up to date before a change: removes it if it expired, and
+-- ends their sessions held under lapsed leases, announcing OFFLINE (into `events`, or at
+-- once when it is nil) when they went offline then, at the moment they did, as the sweep
+-- would have. Returns 1 if the user is online now, else 0.
+local function settle(user, channel, user_id, now, window_ms, events)
+  local out = events or {}
+  local expiry = tonumber(redis.call('ZSCORE', user.online, user_id))
   if not expiry then return 0 end
-  if is_live(expiry, now) then return 1 end
-  redis.call('ZREM', online_key, user_id)
-  announce(channel, 'OFFLINE', user_id, expiry, '', 0)
-  return 0
+  local online
+  local slot = held_slot(expiry)
+  if slot == nil then
+    if expiry >= now then return 1 end
+    redis.call('ZREM', user.online, user_id)
+    add_event(out, 'OFFLINE', user_id, expiry, '', 0)
+    online = 0
+  else
+    if slot > 0 and slot_live(slot, now) then return 1 end
+    online = end_lapsed(user, user_id, now, window_ms, out) or 1
+  end
+  if not events then announce_all(channel, out) end
+  return online
 end

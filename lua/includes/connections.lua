@@ -1,47 +1,157 @@
--- Connection-bound sessions (lua/open_session.lua): a session held by a live connection
--- expires conn_ttl_ms after its last renewal instead of window_ms after its last activity.
--- Its score in the user's sessions key is that expiry minus the window, so that the one test
--- of liveness, score + window >= now, holds for both kinds of session (and the user's online
--- entry, the newest score plus the window, is their newest expiry).
+--- @include "live"
+--- @include "events"
+-- Connection-bound sessions (lua/open_session.lua) live as long as their process's lease
+-- (includes/live.lua): in the user's sessions key such a session is scored HELD + slot, and
+-- the user's conn key (HASH) names its holder: session_id -> "generation slot". The
+-- generation, a number unique in the shard, tells a holder from one that replaced it.
 --
--- The user's conn key (HASH) marks them: session_id -> "generation score renewed_ms", the
--- holder (a number unique in the shard), the session's score when the entry was written, and
--- its last renewal (its activity, as listed). An entry whose score is no longer the session's
--- (the session was removed, or expired and was touched again) is stale and means nothing, so
--- entries need no clean-up besides the key's own expiry.
+-- Each lease keeps, in keys named from the shard's leases key (so in its hash tag), its owner
+-- (`:owners`, HASH slot -> the owning process's token), the users it holds sessions of
+-- (`:users:<slot>`, SET) and their bits (`:bits:<slot>`, the users' day-bitmap bits, which
+-- each renewal ORs into its day's bitmap: a session held across midnight counts on both days).
+--
+-- `user` names one user's keys: {online, last_seen, sessions, conn, index}; a script that
+-- reads the sessions key after changing it sets `defer_expiry` (see expire_with_newest).
 
--- The session's valid conn entry {generation=string, score=number, renewed=number}, or nil.
-local function conn_entry(sessions_key, conn_key, session_id)
-  local value = redis.call('HGET', conn_key, session_id)
+local function lease_owners_key() return leases.key .. ':owners' end
+local function lease_users_key(slot) return leases.key .. ':users:' .. slot end
+local function lease_bits_key(slot) return leases.key .. ':bits:' .. slot end
+
+-- The session's valid conn entry {generation=string, slot=number}, or nil.
+local function conn_entry(user, session_id)
+  local value = redis.call('HGET', user.conn, session_id)
   if not value then return nil end
-  local generation, score, renewed = string.match(value, '^(%d+) (%S+) (%S+)$')
-  local current = tonumber(redis.call('ZSCORE', sessions_key, session_id))
-  if current == nil or tonumber(score) ~= current then return nil end
-  return {generation = generation, score = current, renewed = tonumber(renewed)}
+  local generation, slot = string.match(value, '^(%d+) (%d+)$')
+  if not generation then return nil end
+  slot = tonumber(slot)
+  if tonumber(redis.call('ZSCORE', user.sessions, session_id)) ~= HELD + slot then return nil end
+  return {generation = generation, slot = slot}
 end
 
--- The conn entry of the session if it is connection-bound and live (score >= cutoff_ms).
-local function live_conn_entry(sessions_key, conn_key, session_id, cutoff_ms)
-  local entry = conn_entry(sessions_key, conn_key, session_id)
-  if entry and entry.score >= cutoff_ms then return entry end
+-- The conn entry of the session if it is held under a live lease.
+local function live_conn_entry(user, session_id, now)
+  local entry = conn_entry(user, session_id)
+  if entry and slot_live(entry.slot, now) then return entry end
   return nil
 end
 
--- Writes the conn entry of a session whose score was just set.
-local function write_conn_entry(conn_key, session_id, generation, score, renewed_ms)
-  redis.call('HSET', conn_key, session_id, generation .. ' ' .. string.format('%d', score) .. ' ' .. string.format('%d', renewed_ms))
+-- Whether a session scored `score` in a sessions key is live at `now`.
+local function session_live(score, now, window_ms)
+  if held_slot(score) then return is_live(score, now) end
+  return score + window_ms >= now
 end
 
--- Live sessions as ZRANGEBYSCORE ... WITHSCORES lists them, {id, score, ...}, with the last
--- renewal of each connection-bound one in place of its score: its activity.
-local function with_renewals(live, conn_key)
-  if #live == 0 or redis.call('EXISTS', conn_key) == 0 then return live end
-  for i = 1, #live, 2 do
-    local value = redis.call('HGET', conn_key, live[i])
-    if value then
-      local _, score, renewed = string.match(value, '^(%d+) (%S+) (%S+)$')
-      if tonumber(score) == tonumber(live[i + 1]) then live[i + 1] = renewed end
+-- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present.
+local function live_sessions(user, now, window_ms)
+  local rows = redis.call('ZRANGEBYSCORE', user.sessions, now - window_ms, '+inf', 'WITHSCORES')
+  local live = {}
+  for i = 1, #rows, 2 do
+    local score = tonumber(rows[i + 1])
+    if session_live(score, now, window_ms) then
+      live[#live + 1] = rows[i]
+      live[#live + 1] = held_slot(score) and now or score
     end
   end
   return live
+end
+
+-- Records that the user holds a session under `slot`.
+local function hold_in_slot(user, user_id, slot)
+  redis.call('SADD', lease_users_key(slot), user_id)
+  redis.call('SETBIT', lease_bits_key(slot), redis.call('HGET', user.index, user_id), 1)
+end
+
+-- After one of the user's sessions under `slot` went: the lease forgets the user once none
+-- is left, and their bit too unless `keep_bit` (a lapse keeps it for the lapse's day).
+local function forget_if_last(user, user_id, slot, keep_bit)
+  local score = string.format('%d', HELD + slot)
+  if redis.call('ZCOUNT', user.sessions, score, score) > 0 then return end
+  redis.call('SREM', lease_users_key(slot), user_id)
+  local index = not keep_bit and redis.call('HGET', user.index, user_id)
+  if index then redis.call('SETBIT', lease_bits_key(slot), index, 0) end
+end
+
+-- A session key expires once its newest session is no longer live. The script sets that
+-- expiry after its last read of the key: Redis 6.2 deletes a key at once when given an expiry
+-- its own clock has reached, and that clock moves on while the script runs, though the
+-- script's `now` does not. Set earlier, the expiry of a session live at `now` could delete it
+-- before the script has answered from it; set last, it deletes only what no later `now` holds
+-- live.
+local function expire_with_newest(sessions_key, newest_ms, window_ms)
+  -- Live through newest + window_ms inclusive: the key outlives that moment by a millisecond.
+  redis.call('PEXPIREAT', sessions_key, newest_ms + window_ms + 1)
+end
+
+-- Sets the user's online entry from their sessions, whose lapsed ones were ended first
+-- (end_lapsed), and while a session holds them their lastSeen too; `ended_ms` is when what
+-- ended their last held session ended, if that happened. Sets the expiry of their sessions
+-- key: none while a session is held (or, with user.defer_expiry, leaves it to the caller in
+-- user.expire_at). Returns 1 if the user is online, else 0.
+local function refresh_online(user, user_id, now, window_ms, ended_ms)
+  local cutoff = now - window_ms
+  redis.call('ZREMRANGEBYSCORE', user.sessions, '-inf', '(' .. cutoff)
+  local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
+  local slot, slots = nil, 0
+  for i = 2, #held, 2 do
+    -- Ordered by score, so each slot's sessions are next to each other.
+    local this = tonumber(held[i]) - HELD
+    if this ~= slot then slot, slots = this, slots + 1 end
+  end
+  local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', 0, 1)
+  local was = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local score = nil
+  if slots == 1 and #touched == 0 then
+    score = HELD + slot
+  elseif slots > 0 then
+    score = HELD
+  elseif #touched > 0 then
+    score = tonumber(touched[2]) + window_ms
+  end
+  if score then
+    redis.call('ZADD', user.online, score, user_id)
+  else
+    redis.call('ZREM', user.online, user_id)
+  end
+  if slots > 0 then
+    redis.call('ZADD', user.last_seen, -score, user_id)
+    redis.call('PERSIST', user.sessions)
+    redis.call('PERSIST', user.conn)
+    return 1
+  end
+  redis.call('DEL', user.conn)
+  if was and held_slot(was) then
+    redis.call('ZADD', user.last_seen, -(ended_ms or now), user_id)
+  end
+  if #touched > 0 then
+    user.expire_at = tonumber(touched[2]) + window_ms + 1
+    if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
+  end
+  return score and 1 or 0
+end
+
+-- Ends the user's sessions held under leases that have lapsed (their process died, or
+-- stopped renewing for longer than the TTL), each at its lease's lapse, as the sweep would;
+-- announces OFFLINE then (into `events`) if that left the user offline. Returns nil if none
+-- had lapsed, else 1 if the user is online afterwards, 0 if not.
+local function end_lapsed(user, user_id, now, window_ms, events)
+  local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
+  local ended, slots = nil, {}
+  for i = 1, #held, 2 do
+    local slot = tonumber(held[i + 1]) - HELD
+    if not slot_live(slot, now) then
+      redis.call('ZREM', user.sessions, held[i])
+      redis.call('HDEL', user.conn, held[i])
+      local lapse = lapse_of(slot) or now
+      if not ended or lapse > ended then ended = lapse end
+      slots[slot] = true
+    end
+  end
+  if not ended then return nil end
+  for slot in pairs(slots) do forget_if_last(user, user_id, slot, true) end
+  local before = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local online = refresh_online(user, user_id, now, window_ms, ended)
+  if online == 0 and before and held_slot(before) then
+    add_event(events, 'OFFLINE', user_id, ended, '', 0)
+  end
+  return online
 end

@@ -1,3 +1,4 @@
+--- @include "live"
 -- Whether member a sorts after b the way Redis orders members of equal score: bytes
 -- compared one by one, then the shorter first. (Lua's own '<' follows the server's locale.)
 local function sorts_after(a, b)
@@ -25,17 +26,24 @@ local function rank_after(key, score, member)
 end
 
 -- Walks ZSET `key` up from rank `start` while scores are <= max_score, and keeps the entries
--- for which online_of(member) is not nil, until `limit` are kept.
--- Returns {member, score, online, member, score, online, ...}.
-local function collect(key, start, max_score, limit, online_of)
+-- for which online_of(member) is not nil, until `limit` are kept. `jump(score)`, if given,
+-- may name a rank to go on from instead (past entries known to be left out, whatever their
+-- number). Returns {member, score, online, member, score, online, ...}.
+local function collect(key, start, max_score, limit, online_of, jump)
   local out, kept = {}, 0
   local batch = math.max(limit, 16)
   while kept < limit do
     local rows = redis.call('ZRANGE', key, start, start + batch - 1, 'WITHSCORES')
     if #rows == 0 then return out end
+    local next_start = start + batch
     for i = 1, #rows, 2 do
       local score = tonumber(rows[i + 1])
       if score > max_score then return out end
+      local to = jump and jump(score)
+      if to then
+        next_start = to
+        break
+      end
       local online = online_of(rows[i])
       if online ~= nil then
         out[#out + 1] = rows[i]
@@ -45,22 +53,34 @@ local function collect(key, start, max_score, limit, online_of)
         if kept == limit then return out end
       end
     end
-    start = start + batch
+    start = next_start
   end
   return out
 end
 
--- The page reply: {total, has_next 0|1, member, last_seen_ms, online 0|1, ...}, from up to
--- first + 1 collected entries of a ZSET scored by -(last seen, ms).
-local function page_reply(total, first, rows)
+-- The page reply: {total, has_next 0|1, member, score, last_seen_ms, online 0|1, ...}, from
+-- up to first + 1 collected entries of a ZSET scored by -(last seen, ms) or -(held score):
+-- the score is the entry's place in every list (its cursor), and a held entry shows
+-- `held_ms` as its last seen.
+local function page_reply(total, first, rows, held_ms)
   local reply = {total, 0}
   if #rows > first * 3 then reply[2] = 1 end
   for i = 1, math.min(#rows, first * 3), 3 do
+    local score = tonumber(rows[i + 1])
     reply[#reply + 1] = rows[i]
-    reply[#reply + 1] = -tonumber(rows[i + 1])
+    reply[#reply + 1] = rows[i + 1]
+    reply[#reply + 1] = held_slot(-score) and held_ms or -score
     reply[#reply + 1] = rows[i + 2]
   end
   return reply
+end
+
+-- Where in a ZSET scored by -(last seen) to go on from when at `score`: past the whole run
+-- of entries held under a lease that lapsed (includes/live.lua), or nil to go on as usual.
+local function past_lapsed(key, score, now)
+  local slot = held_slot(-score)
+  if slot == nil or slot == 0 or slot_live(slot, now) then return nil end
+  return redis.call('ZCOUNT', key, '-inf', string.format('%d', score))
 end
 
 -- Where a page starts: after the cursor's (score, member) if one was given, else at rank 0.

@@ -1,0 +1,45 @@
+--[[
+  renew_lease: keep every session a process holds in this shard live for ttl_ms more, in one
+  call whatever their number: the sessions are not touched, only their lease.
+
+  KEYS[1]  leases  ZSET    member=slot  score=the moment the lease lapses, ms; the owners and
+                           bits keys are named from it (same hash tag)
+  KEYS[2..4]  days  bitmaps of three consecutive days, oldest first: the lease's users' bits
+                    go into the renewal's day's, so that a session held across midnight counts
+                    on both days
+  ARGV[1]  slot        int: the lease
+  ARGV[2]  token       string: the renewing process's
+  ARGV[3]  ttl_ms      int ms: the lease lapses this long after the renewal; 0 to give it up
+                       (its sessions, if any are left, are then ended by the sweep)
+  ARGV[4]  at_ms       int ms, or "" for now: a backfilled renewal (never after now)
+  ARGV[5]  retention_ms  int ms: how long a day bitmap is kept after the day
+  ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
+  Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
+  Returns  1 if renewed; 0 if the lease had lapsed, or is not this process's: the sweep ends
+           (or has ended) its sessions, so the process must no longer hold them
+]]
+--- @include "clock"
+--- @include "activity"
+leases.key = KEYS[1]
+local slot, token, ttl_ms, at_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local retention_ms = tonumber(ARGV[5])
+local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
+
+local now = now_ms()
+local t_ms = math.min(at_ms or now, now)
+local day = day_of(t_ms, boundaries)
+if not day then return redis.error_reply('DAY_NOT_GIVEN') end
+if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then return 0 end
+if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(slot)) == 0 then
+  redis.call('ZREM', leases.key, slot)
+  redis.call('HDEL', lease_owners_key(), slot)
+  redis.call('DEL', lease_bits_key(slot))
+  return 1
+end
+redis.call('ZADD', leases.key, t_ms + ttl_ms - (ttl_ms == 0 and 1 or 0), slot)
+if redis.call('EXISTS', lease_bits_key(slot)) == 1 then
+  local day_key = KEYS[1 + day]
+  redis.call('BITOP', 'OR', day_key, day_key, lease_bits_key(slot))
+  keep_day(day_key, day, boundaries, retention_ms)
+end
+return 1
