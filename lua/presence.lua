@@ -33,13 +33,20 @@ for i = 3, #ARGV do
   local live = {}
   if redis.call('EXISTS', sessions_key) == 1 then
     live = live_sessions({sessions = sessions_key}, now, window_ms)
-    if score and held_slot(-score) == 0 and #live == 0 then
-      -- Held under several leases, all lapsed since: last seen when the last one lapsed.
-      last_seen = 0
+    if score and held_slot(-score) == 0 then
+      -- Held under several leases, or held and touched: the present while one is held,
+      -- else when the last of their leases lapsed (what the sweep will record).
       local held = redis.call('ZRANGEBYSCORE', sessions_key, string.format('%d', HELD), '+inf', 'WITHSCORES')
+      local lapsed = 0
       for j = 2, #held, 2 do
-        last_seen = math.max(last_seen, lapse_of(tonumber(held[j]) - HELD) or now)
+        local slot = tonumber(held[j]) - HELD
+        if slot_live(slot, now) then
+          lapsed = now
+          break
+        end
+        lapsed = math.max(lapsed, lapse_of(slot) or now)
       end
+      if #held > 0 then last_seen = lapsed end
     end
   else
     local expiry = live_expiry(online_key, user_id, now)

@@ -17,6 +17,7 @@ from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.store import HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import SessionRevokedError, StoreUnavailableError
+from gql_presence.store.keys import Keys
 from tests.conftest import TEST_SETTINGS, StoreFactory
 from tests.helpers import (
     OPENING_POINTS,
@@ -28,6 +29,7 @@ from tests.helpers import (
 )
 
 TTL_S = TEST_SETTINGS.connection_ttl_ms / 1000
+KEYS = Keys()
 
 
 def ago(**delta: float) -> datetime:
@@ -296,7 +298,9 @@ async def test_closed_sessions_and_given_up_leases_leave_no_keys_behind(
         await store.close_session(one)
     await store.release_leases()
     keys = set(await redis.keys("*"))
-    assert not {key for key in keys if ":sess:" in key or ":conn:" in key or ":leases" in key}
+    # The slot counter stays, so that no slot is handed out twice.
+    left = {key for key in keys if ":sess:" in key or ":conn:" in key or ":leases" in key}
+    assert left == {KEYS.leases + ":next"}
 
 
 async def test_a_lease_given_up_with_sessions_left_ends_them_at_the_next_sweep(

@@ -200,6 +200,11 @@ class PresenceStore:
             lease = await self._lease(index)
             return await self._shards[index].open_session(user_id, session_id, lease)
 
+    @property
+    def leases(self) -> tuple[Lease, ...]:
+        """The leases this process holds now, one per shard it has held sessions in."""
+        return tuple(self._leases.values())
+
     async def _lease(self, index: int) -> Lease:
         """This process's lease in shard `index`, taken now if it has none there."""
         async with self._lease_locks[index]:

@@ -6,7 +6,8 @@
 -- generation, a number unique in the shard, tells a holder from one that replaced it.
 --
 -- Each lease keeps, in keys named from the shard's leases key (so in its hash tag), its owner
--- (`:owners`, HASH slot -> the owning process's token), the users it holds sessions of
+-- (`:owners`, HASH slot -> the owning process's token; slots come from the counter `:next`),
+-- the users it holds sessions of
 -- (`:users:<slot>`, SET) and their bits (`:bits:<slot>`, the users' day-bitmap bits, which
 -- each renewal ORs into its day's bitmap: a session held across midnight counts on both days).
 --
