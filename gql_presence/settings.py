@@ -55,8 +55,8 @@ class Settings:
     retention_ms: int = 35 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * _MS_PER_SECOND
-    # A connection-bound session (presenceSession) expires this long after its last renewal
-    # when its process stops renewing it; the process renews at least every half of it.
+    # A connection-bound session (presenceSession) ends this long after its process's last
+    # lease renewal when the process stops renewing; the process renews three times per TTL.
     connection_ttl_ms: int = 30 * _MS_PER_SECOND
     # A WebSocket that has not sent connection_init by then is closed with 4408. Not read
     # from the environment: a client sends it as soon as the socket opens.

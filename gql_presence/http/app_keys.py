@@ -19,7 +19,7 @@ from gql_presence.store.errors import UnauthenticatedError
 SETTINGS = web.AppKey("settings", Settings)
 STORE = web.AppKey("store", PresenceStore)
 EVENTS = web.AppKey("events", EventHub)
-# The connection-bound sessions (presenceSession) this process holds and renews.
+# The connection-bound sessions (presenceSession) this process holds under its leases.
 HELD_SESSIONS = web.AppKey("held_sessions", HeldSessions)
 METRICS = web.AppKey("metrics", Metrics)
 SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
