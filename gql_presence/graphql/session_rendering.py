@@ -7,8 +7,8 @@ realtime/held.py (which keeps the guarantee that a cancelled opening leaves noth
 renders its first `next` once, and hands a LiveSession to the socket's handler. What is left
 while the session is held is that LiveSession, its SessionHold and the socket's entry for the
 operation. When the service ends the session (a kick, a replacement, a check that found it
-gone, a lapsed lease) the hold calls the LiveSession back, which writes the last messages to the socket; the
-client's `complete` or the socket's end closes it instead.
+gone, a lapsed lease) the hold calls the LiveSession back, which writes the last messages to
+the socket; the client's `complete` or the socket's end closes it instead.
 
 Each state is rendered by executing the operation's own document with the state as its root
 value, as graphql-core runs a subscription's event, so that aliases, fragments and
