@@ -401,6 +401,31 @@ async def test_holds_under_a_lease_found_lapsed_end_and_say_why(
     assert kinds(await published(channel)) == [("ONLINE", "ann", "", 1), ("OFFLINE", "ann", "", 0)]
 
 
+async def test_holds_under_a_lease_an_opening_found_lapsed_end_at_the_next_renewal(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    sessions = HeldSessions(store, ttl_ms=TEST_SETTINGS.connection_ttl_ms)
+    async with sessions.hold("ann", "tab") as old:
+        await sessions.renew(at=ago(seconds=TTL_S + 1))  # as a process stopped for a TTL
+        # The next opening in the shard, before the next renewal, finds the lease lapsed
+        # and holds under a new one; the holds under the lapsed one are just as dead.
+        async with sessions.hold("bob", "tab") as new:
+            assert new.held.lease != old.held.lease
+            await sessions.renew()
+            with pytest.raises(StoreUnavailableError, match="subscribe again"):
+                await asyncio.wait_for(old.ended(), 1)
+            assert not new.ended_by_service
+            assert await online(store, "bob")
+            assert not await online(store, "ann")
+    await store.sweep()
+    assert kinds(await published(channel)) == [
+        ("ONLINE", "ann", "", 1),
+        ("ONLINE", "bob", "", 1),
+        ("OFFLINE", "bob", "", 0),
+        ("OFFLINE", "ann", "", 0),  # by the sweep
+    ]
+
+
 @pytest.mark.parametrize("point", OPENING_POINTS)
 async def test_a_holder_cancelled_while_its_session_opens_leaves_nothing_live(
     redis: Redis, channel: PubSub, point: str

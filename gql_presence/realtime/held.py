@@ -125,6 +125,8 @@ class HeldSessions:
         self._events = events or _Unwatched()
         self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
         self._holds: dict[HeldSession, SessionHold] = {}
+        # The leases holds were opened under, until the store holds them no more.
+        self._leases: set[Lease] = set()
         # Set when announcements may have been missed (the event stream was interrupted):
         # the next tick checks every session held, as a kick may have gone unheard.
         self._check_all = False
@@ -174,6 +176,7 @@ class HeldSessions:
                 del self._openings[user_id]
         hold = SessionHold(opened.held, opened.at)
         self._holds[opened.held] = hold
+        self._leases.add(opened.held.lease)
         self._by_user.setdefault(user_id, set()).add(hold)
         try:
             await self._catch_up(hold, early)
@@ -281,8 +284,12 @@ class HeldSessions:
 
     async def renew(self, at: datetime | None = None) -> None:
         """One tick of renew_forever (`at` backfills it)."""
-        lost = await self._store.renew_leases(at)
+        await self._store.renew_leases(at)
+        # Not only the leases this renewal found lapsed: an opening that found its shard's
+        # lease lapsed first took a new one, and the holds under the old one are as dead.
+        lost = self._leases - set(self._store.leases)
         if lost:
+            self._leases -= lost
             self._end_lapsed(lost)
         if self._check_all and self._holds:
             self._check_all = False
@@ -296,7 +303,7 @@ class HeldSessions:
                 if held in self._holds:
                     await self._end_lost(held)
 
-    def _end_lapsed(self, lost: list[Lease]) -> None:
+    def _end_lapsed(self, lost: set[Lease]) -> None:
         """Ends every hold under a lease that lapsed: the process stood still (or could not
         reach Redis) for longer than the TTL, and the sweep ends, or has ended, the sessions."""
         for hold in [h for h in self._holds.values() if h.held.lease in lost]:
