@@ -27,7 +27,7 @@ from gql_presence.running.redis_server import RedisServer, redis_server_binary, 
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
-from tests.redis_cluster import LocalCluster, start_redis_cluster
+from tests.redis_cluster import LocalCluster, add_replica, start_redis_cluster
 
 TEST_SETTINGS = Settings(window_ms=60_000, revoke_ms=60_000)
 
@@ -80,6 +80,18 @@ def redis_cluster() -> Iterator[LocalCluster]:
     cluster = start_redis_cluster((0, 7000, 11000), binary=redis_server_binary())
     yield cluster
     cluster.stop()
+
+
+@pytest.fixture
+def failover_cluster() -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
+    """A cluster of its own, as redis_cluster's, for one test that fails a master over: the
+    master of shard 0 (slots from 11000) has a replica, whose address comes with it."""
+    cluster = start_redis_cluster((0, 7000, 11000), binary=redis_server_binary())
+    try:
+        replica = add_replica(cluster, 2, binary=redis_server_binary())
+        yield cluster, replica
+    finally:
+        cluster.stop()
 
 
 CLUSTER_PASSWORD = "a-cluster-password-for-tests"  # noqa: S105 - a throwaway cluster
@@ -166,7 +178,7 @@ def deployment(request: pytest.FixtureRequest) -> Settings:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on a Redis Cluster is slow: starting one takes a few seconds."""
-    clusters = {"redis_cluster", "password_cluster"}
+    clusters = {"redis_cluster", "password_cluster", "failover_cluster"}
     for item in items:
         callspec = getattr(item, "callspec", None)
         on_cluster = callspec is not None and callspec.params.get("deployment") == "cluster"

@@ -38,6 +38,7 @@ from redis.asyncio.client import PubSub
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.realtime.delivery import Feed, FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
+from gql_presence.running.redis_server import free_port
 from gql_presence.store import EventKind, HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
@@ -169,11 +170,14 @@ def run_service(data_dir: Path, port: int, **env: str) -> subprocess.Popen[bytes
     )
 
 
-def post(port: int, query: str) -> dict[str, Any]:
+def post(port: int, query: str, authorization: str | None = None) -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    if authorization is not None:
+        headers["Authorization"] = authorization
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}/graphql",
         data=json.dumps({"query": query}).encode(),
-        headers={"Content-Type": "application/json"},
+        headers=headers,
     )
     with urllib.request.urlopen(request, timeout=5) as response:  # noqa: S310 - our own loopback
         body: dict[str, Any] = json.load(response)
@@ -199,6 +203,50 @@ def stop(service: subprocess.Popen[bytes]) -> str:
     # The parent gives its workers 15 s to drain, then kills them: it is gone well within 30.
     output, _ = service.communicate(timeout=30)
     return output.decode()
+
+
+@dataclasses.dataclass(frozen=True)
+class Running:
+    """A `gql-presence serve` process (one worker) and its port."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/graphql"
+
+
+async def start_services(count: int, data_dir: Path, **env: str) -> list[Running]:
+    """`count` services on free ports with the same settings, started side by side; each
+    serves in one process (PRESENCE_WORKERS=1), so that a signal reaches the process that
+    holds its sessions."""
+    started = []
+    try:
+        for i in range(count):
+            port = free_port()
+            process = run_service(data_dir / str(i), port, PRESENCE_WORKERS="1", **env)
+            started.append(Running(process, port))
+        await asyncio.gather(
+            *(asyncio.to_thread(wait_until_serving, s.process, s.port) for s in started)
+        )
+    except BaseException:
+        end_services(started)
+        raise
+    return started
+
+
+def end_services(services: Sequence[Running]) -> None:
+    """Stops every service still running (one stopped with SIGSTOP is continued first, one
+    that does not stop in time is killed) and reads what each wrote, which closes its pipe."""
+    for service in services:
+        if service.process.poll() is None:
+            service.process.send_signal(signal.SIGCONT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                stop(service.process)
+        if service.process.poll() is None:
+            service.process.kill()
+        service.process.communicate(timeout=5)
 
 
 # --- subscriptions, as a frontend makes them ----------------------------------------------------
@@ -382,6 +430,99 @@ async def subscriber_that_stops_reading(
         client, masked_frame({"id": "1", "type": "subscribe", "payload": subscribe})
     )
     return client
+
+
+class HoldingSocket:
+    """One graphql-transport-ws connection to a service, holding presenceSession
+    subscriptions (each under the id "user/session"). It reads all the time, as a browser
+    does, so that the service's pings are answered; what each operation received is kept."""
+
+    def __init__(self, socket: aiohttp.ClientWebSocketResponse) -> None:
+        self.socket = socket
+        self.received: dict[str, list[dict[str, Any]]] = {}
+        self.closed = asyncio.Event()  # the connection ended
+        self._reading = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.socket:
+                if message.type is aiohttp.WSMsgType.TEXT:
+                    data = json.loads(message.data)
+                    self.received.setdefault(data.get("id", ""), []).append(data)
+        finally:
+            self.closed.set()
+
+    async def hold(self, user_id: str, session_id: str) -> str:
+        """Subscribes to the session and waits until the service says it is live; returns
+        the operation's id."""
+        operation = f"{user_id}/{session_id}"
+        query = (
+            f"subscription {{ presenceSession(userId: {json.dumps(user_id)}, "
+            f"sessionId: {json.dumps(session_id)}) {{ live endReason }} }}"
+        )
+        await self.socket.send_json(
+            {"id": operation, "type": "subscribe", "payload": {"query": query}}
+        )
+        await eventually(
+            lambda: bool(self.received.get(operation)) or self.closed.is_set(),
+            what=f"{operation} to be held",
+        )
+        [first] = self.received[operation]
+        assert first["payload"] == {"data": {"presenceSession": {"live": True, "endReason": None}}}
+        return operation
+
+    def completed(self, operation: str) -> bool:
+        return any(m["type"] == "complete" for m in self.received.get(operation, ()))
+
+    async def close(self) -> None:
+        await self.socket.close()
+        self._reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._reading
+
+
+@contextlib.asynccontextmanager
+async def holding_socket(port: int, authorization: str) -> AsyncIterator[HoldingSocket]:
+    """A HoldingSocket to the service on `port`, acknowledged with these credentials."""
+    async with aiohttp.ClientSession() as http:
+        socket = await http.ws_connect(
+            f"ws://127.0.0.1:{port}/graphql",
+            protocols=["graphql-transport-ws"],
+            timeout=aiohttp.ClientWSTimeout(ws_close=2),
+        )
+        init = {"type": "connection_init", "payload": {"Authorization": authorization}}
+        await socket.send_json(init)
+        assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+        holding = HoldingSocket(socket)
+        try:
+            yield holding
+        finally:
+            await holding.close()
+
+
+async def until_following(changes: Subscriber, port: int, authorization: str) -> list[str]:
+    """Touches new users through the service on `port` until the subscriber hears of one:
+    then its subscription is surely in place. Returns the users touched, and takes what the
+    subscriber received meanwhile off its queue."""
+    touched: list[str] = []
+    for attempt in range(50):
+        touched.append(f"probe-{attempt}")
+        touch = f'mutation {{ touch(userId: "{touched[-1]}") {{ online }} }}'
+        assert "errors" not in await asyncio.to_thread(post, port, touch, authorization)
+        with contextlib.suppress(TimeoutError):
+            await changes.next(within_s=0.2)
+            await asyncio.sleep(0.2)  # the other probes' events, if they are on their way
+            received(changes)
+            return touched
+    pytest.fail(f"not subscribed: {changes.ended!r}")
+
+
+def received(changes: Subscriber) -> list[dict[str, Any]]:
+    """What the subscriber received and no one has taken yet."""
+    events = []
+    while not changes.events.empty():
+        events.append(changes.events.get_nowait())
+    return events
 
 
 # Long ids make long events: the 10,000 users' come to a few megabytes.

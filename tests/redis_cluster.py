@@ -7,7 +7,7 @@ import contextlib
 import random
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from redis import Redis
@@ -59,8 +59,8 @@ def start_redis_cluster(
 ) -> LocalCluster:
     """Starts one master per entry of slot_starts, master i serving the slots from
     slot_starts[i] up to the next start, joins them (CLUSTER ADDSLOTS, MEET) and waits until
-    every node says cluster_state:ok. No replicas: a throwaway cluster for tests. With a
-    password, every node requires it (AUTH) from then on."""
+    every node says cluster_state:ok. No replicas (add_replica adds one): a throwaway cluster
+    for tests. With a password, every node requires it (AUTH) from then on."""
     cluster = LocalCluster([], ())
     extra = [*_CLUSTER_NODE, "--cluster-node-timeout", "2000"]
     try:
@@ -105,3 +105,73 @@ def _join(nodes: tuple[tuple[str, int], ...], bounds: list[int]) -> None:
     finally:
         for client in clients:
             client.close()
+
+
+def add_replica(
+    cluster: LocalCluster, master: int, *, binary: str | None = None
+) -> tuple[str, int]:
+    """Starts a node that replicates master `master` (an index into cluster.nodes) and
+    returns its address once it has the master's data and every node knows it as a replica.
+    Its server is added to cluster.servers (stopped with the cluster); cluster.nodes, the
+    start-up nodes clients are given, stay the masters."""
+    port = free_cluster_port()
+    extra = [*_CLUSTER_NODE, "--cluster-node-timeout", "2000"]
+    cluster.servers.append(start_redis_server(binary=binary, port=port, extra=extra))
+    host, master_port = cluster.nodes[master]
+    with (
+        Redis(host=host, port=port, decode_responses=True) as replica,
+        Redis(host=host, port=master_port, decode_responses=True) as primary,
+    ):
+        master_id = primary.execute_command("CLUSTER", "MYID")
+        replica.execute_command("CLUSTER", "MEET", host, master_port)
+        _wait(
+            lambda: master_id in replica.execute_command("CLUSTER", "NODES"), "the replica to meet"
+        )
+        replica.execute_command("CLUSTER", "REPLICATE", master_id)
+        replica_id = replica.execute_command("CLUSTER", "MYID")
+        _wait(
+            lambda: (
+                replica.info("replication")["master_link_status"] == "up"
+                # A master hands over only to a node it knows as its own replica.
+                and all(_role_of(node, replica_id) == master_id for node in _addresses(cluster))
+            ),
+            "the replica to sync and be known",
+        )
+    return host, port
+
+
+def fail_over(replica: tuple[str, int], cluster: LocalCluster) -> None:
+    """Promotes the replica with a manual CLUSTER FAILOVER (its master hands over without
+    losing a write) and waits until every node of the cluster takes it as the master."""
+    with Redis(host=replica[0], port=replica[1], decode_responses=True) as client:
+        replica_id = client.execute_command("CLUSTER", "MYID")
+        client.execute_command("CLUSTER", "FAILOVER")
+    _wait(
+        lambda: all(_role_of(node, replica_id) == "master" for node in _addresses(cluster)),
+        "the failover",
+    )
+
+
+def _addresses(cluster: LocalCluster) -> list[tuple[str, int]]:
+    return [
+        ("127.0.0.1", int(server.url.rsplit(":", 1)[1].split("/")[0])) for server in cluster.servers
+    ]
+
+
+def _role_of(address: tuple[str, int], node_id: str) -> str | None:
+    """What the node at `address` takes `node_id` for: "master", or the id of the master it
+    replicates (None: not known yet)."""
+    with Redis(host=address[0], port=address[1], decode_responses=True) as client:
+        for line in client.execute_command("CLUSTER", "NODES").splitlines():
+            node, _, flags, master, *_ = line.split()
+            if node == node_id:
+                return "master" if "master" in flags.split(",") else master
+    return None
+
+
+def _wait(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + _START_TIMEOUT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RedisStartError(f"waited {_START_TIMEOUT_S:g} s for {what} in vain")
+        time.sleep(0.05)
