@@ -30,7 +30,7 @@ local t_ms = math.min(at_ms or now, now)
 local day = day_of(t_ms, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then return 0 end
-if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(slot)) == 0 then
+if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(slot), leases.key .. ':places:' .. slot) == 0 then
   redis.call('ZREM', leases.key, slot)
   redis.call('HDEL', lease_owners_key(), slot)
   redis.call('DEL', lease_bits_key(slot))

@@ -24,17 +24,21 @@
   ARGV[7]  window_ms        int ms
   ARGV[8]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[9..12]  boundaries   int ms: the start of each of the three days, then the end of the last
+  ARGV[13..17] place prefixes  string: a place's members, holders, states and users keys and
+                            its events channel are each of these followed by the place id
+                            (includes/places.lua), in the hash tag of KEYS
   Returns  {offline_count, purged_count, online_count, lapsed_count}: online_count is of users
-           online now; lapsed_count of the users of a lapsed lease whose sessions under it
-           were ended
+           online now; lapsed_count of the users and place sessions of lapsed leases whose
+           sessions under them were ended
   Events   OFFLINE for each user whose presence expired, at the moment it expired, or whose
            last live sessions were held under a lease that lapsed, at its lapse; all in one
-           message. As the same script removes what it announces, two processes sweeping at
+           message. LEFT, on its place's channel, for each place session of a lapsed lease. As the same script removes what it announces, two processes sweeping at
            once never both announce it.
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "places"
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 leases.key = KEYS[5]
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -42,6 +46,8 @@ local channel = {ARGV[3], ARGV[4]}
 local sessions_prefix, conn_prefix = ARGV[5], ARGV[6]
 local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
 local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
+local place_prefixes = {members = ARGV[13], holders = ARGV[14], states = ARGV[15], users = ARGV[16],
+  channel = ARGV[17]}
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
@@ -66,7 +72,16 @@ for i = 1, #lapsed, 2 do
     end_lapsed(user, user_id, now, window_ms, offline)
   end
   ended = ended + #users
-  if redis.call('EXISTS', users_key) == 0 then
+  local places_key = lease_places_key(slot)
+  for _, place_id in ipairs(redis.call('SRANDMEMBER', places_key, 100)) do
+    if ended >= batch then break end
+    local place = {id = place_id}
+    for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
+    local left = {}
+    ended = ended + end_lapsed_members(place, slot, batch - ended, left)
+    announce_place(place, left)
+  end
+  if redis.call('EXISTS', users_key) == 0 and redis.call('EXISTS', places_key) == 0 then
     -- Every user it held was active until it lapsed: on that day too.
     local day = day_of(lapse, boundaries)
     local bits_key = lease_bits_key(slot)

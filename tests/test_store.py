@@ -581,6 +581,11 @@ async def test_every_script_call_touches_one_cluster_slot(
     assert await store.check_sessions([opened.held]) == []
     await store.session_revoked(opened.held)
     await store.close_session(opened.held)
+    in_place = await store.open_place_session("doc", "c", "tab", {"x": 1})
+    await store.set_place_state("doc", "c", "tab", {"x": 2})
+    await store.place_members("doc")
+    await store.place_counts(["doc", "other"])
+    await store.close_place_session(in_place.held)
     assert set(slots_of_calls) == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
 
@@ -636,6 +641,13 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     assert await store.check_sessions(held) == []
     await store.session_revoked(held[0])
     await store.close_session(held[0])
+    places = [f"doc{i}" for i in range(12)]
+    in_places = [(await store.open_place_session(p, "a", "tab")).held for p in places]
+    await store.set_place_state(places[0], "a", "tab", {"x": 2})
+    await store.place_members(places[0])
+    await store.place_counts(places)
+    await store.close_place_session(in_places[0])
+    await store.sweep()
     assert names == set(ScriptName)
     assert all(len(slots) == 1 for slots in slots_of_each_call)
     shard_slots = {key_slot(f"{{{i}}}".encode()) for i in range(3)}

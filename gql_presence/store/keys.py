@@ -109,6 +109,28 @@ class Keys:
         lua/includes/connections.lua)."""
         return self.prefix + "conn:" + user_id
 
+    def place_members(self, place_id: str) -> str:
+        """ZSET "user_id \\0 session_id" -> -(joined, ms): the sessions in a place (this
+        shard is the place's; lua/includes/places.lua)."""
+        return self.prefix + "pm:" + place_id
+
+    def place_holders(self, place_id: str) -> str:
+        """HASH member -> "generation slot": the subscription holding each place session."""
+        return self.prefix + "ph:" + place_id
+
+    def place_states(self, place_id: str) -> str:
+        """HASH member -> its state, JSON."""
+        return self.prefix + "ps:" + place_id
+
+    def place_users(self, place_id: str) -> str:
+        """HASH user_id -> how many of the user's sessions are in the place."""
+        return self.prefix + "pu:" + place_id
+
+    def place_events(self, place_id: str) -> str:
+        """Pub/sub channel of the place's JOINED, UPDATED and LEFT events (and the REPLACED and
+        KICKED ones its holders act on), in the place's shard's hash tag."""
+        return self.prefix + "pev:" + place_id
+
     def revoked(self, user_id: str) -> str:
         """ZSET member=session_id score=moment the revocation ends, ms."""
         return self.prefix + "revoked:" + user_id

@@ -116,3 +116,56 @@ class SweepResult:
     purged: int
     online: int
     lapsed: int = 0
+
+
+@dataclass(frozen=True)
+class HeldPlaceSession:
+    """A place session as its holder knows it: the generation tells this holder from one that
+    replaced it; it lives under `lease`."""
+
+    place_id: str
+    user_id: str
+    session_id: str
+    generation: int
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class OpenedPlaceSession:
+    """A place session just opened (or taken over from another holder), in the place since
+    `joined_at`."""
+
+    held: HeldPlaceSession
+    joined_at: datetime
+
+
+@dataclass(frozen=True)
+class PlaceMember:
+    """A session in a place; `state` is its JSON text, None when it has none."""
+
+    place_id: str
+    user_id: str
+    session_id: str
+    joined_at: datetime
+    state: str | None
+    # Where it stands in the place's list (its cursor): -(joined, ms).
+    position: int
+
+
+@dataclass(frozen=True)
+class PlacePage:
+    """A page of a place's sessions, most recently joined first; end_cursor is None for an
+    empty page."""
+
+    total_count: int
+    users: int
+    nodes: tuple[PlaceMember, ...]
+    has_next_page: bool
+    end_cursor: str | None
+
+
+@dataclass(frozen=True)
+class PlaceCount:
+    place_id: str
+    sessions: int
+    users: int

@@ -29,22 +29,38 @@ from gql_presence.store.config import StoreSettings
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.cursor_secret import new_secret
 from gql_presence.store.days import local_date, local_now_ms, to_ms
-from gql_presence.store.errors import LeaseLostError, WritesRefusedError
+from gql_presence.store.errors import (
+    LeaseLostError,
+    SessionRevokedError,
+    WritesRefusedError,
+)
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
+    HeldPlaceSession,
     HeldSession,
     KickResult,
     Lease,
     ListedUser,
+    OpenedPlaceSession,
     OpenedSession,
     Page,
+    PlaceCount,
+    PlaceMember,
+    PlacePage,
     Presence,
     SweepResult,
     WeeklyStats,
 )
 from gql_presence.store.scripts import Scripts
-from gql_presence.store.shard import LinkChange, Position, Shard, ShardPage, guarded
+from gql_presence.store.shard import (
+    REVOKED_SESSION,
+    LinkChange,
+    Position,
+    Shard,
+    ShardPage,
+    guarded,
+)
 from gql_presence.store.validation import (
     check_at,
     check_document,
@@ -52,6 +68,8 @@ from gql_presence.store.validation import (
     check_id,
     check_ids,
     check_page_size,
+    check_place_ids,
+    check_place_state,
     check_range,
     check_sha256,
 )
@@ -261,9 +279,81 @@ class PresenceStore:
         lost = await asyncio.gather(*calls)
         return [one for part in lost for one in part]
 
-    async def session_revoked(self, held: HeldSession) -> bool:
+    async def session_revoked(self, held: HeldSession | HeldPlaceSession) -> bool:
         """Whether the held session's id is revoked: it was kicked."""
-        return await self._shard(held.user_id).session_revoked(held)
+        return await self._shard(held.user_id).session_revoked(held.user_id, held.session_id)
+
+    # --- places: each in the shard of its id ---------------------------------------------
+
+    async def open_place_session(
+        self, place_id: str, user_id: str, session_id: str, state: object = None
+    ) -> OpenedPlaceSession:
+        """Holds the session in the place under this process's lease in the place's shard, with
+        `state` (a JSON object, or None), until closed, kicked or replaced: as open_session
+        holds a presence session. Raises SessionRevokedError for a kicked session id."""
+        check_id(place_id, "placeId")
+        check_id(user_id, "userId")
+        check_id(session_id, "sessionId")
+        text = None if state is None else check_place_state(state)
+        if await self._shard(user_id).session_revoked(user_id, session_id):
+            raise SessionRevokedError(REVOKED_SESSION)
+        index = shard_of(place_id, len(self._shards))
+        lease = await self._lease(index)
+        shard = self._shards[index]
+        try:
+            return await shard.open_place_session(place_id, user_id, session_id, text, lease)
+        except LeaseLostError:
+            self._forget_lease(lease)
+            lease = await self._lease(index)
+            return await shard.open_place_session(place_id, user_id, session_id, text, lease)
+
+    async def close_place_session(self, held: HeldPlaceSession) -> bool:
+        """Takes the session out of the place at once if `held` still holds it (LEFT)."""
+        return await self._shard(held.place_id).close_place_session(held)
+
+    async def set_place_state(
+        self, place_id: str, user_id: str, session_id: str, state: object
+    ) -> PlaceMember:
+        """Replaces the state of a session that is in the place (UPDATED); BadInputError when
+        it is not there."""
+        check_id(place_id, "placeId")
+        check_id(user_id, "userId")
+        check_id(session_id, "sessionId")
+        text = check_place_state(state)
+        return await self._shard(place_id).set_place_state(place_id, user_id, session_id, text)
+
+    async def place_members(
+        self, place_id: str, first: int = 50, after: str | None = None
+    ) -> PlacePage:
+        check_id(place_id, "placeId")
+        check_page_size(first)
+        position = None
+        if after is not None:
+            position = (await self._deployment_cursors(make=False)).decode(after)
+        sessions, users, nodes, more = await self._shard(place_id).place_members(
+            place_id, first, position
+        )
+        end_cursor = None
+        if nodes:
+            last = nodes[-1]
+            end_cursor = (await self._deployment_cursors(make=True)).encode(
+                last.position, f"{last.user_id}\0{last.session_id}"
+            )
+        return PlacePage(sessions, users, nodes, more, end_cursor)
+
+    async def place_counts(self, place_ids: Sequence[str]) -> list[PlaceCount]:
+        """Counts of up to 1,000 places, in the order given: one script call per shard."""
+        given = check_place_ids(place_ids, "placeIds")
+        by_shard: dict[int, list[str]] = {}
+        for place_id in dict.fromkeys(given):
+            by_shard.setdefault(shard_of(place_id, len(self._shards)), []).append(place_id)
+        parts = await asyncio.gather(
+            *(self._shards[i].place_counts(ids) for i, ids in by_shard.items())
+        )
+        counts: dict[str, tuple[int, int]] = {}
+        for ids, part in zip(by_shard.values(), parts, strict=True):
+            counts.update(zip(ids, part, strict=True))
+        return [PlaceCount(place_id, *counts[place_id]) for place_id in given]
 
     async def presence(self, user_id: str) -> Presence:
         check_id(user_id, "userId")

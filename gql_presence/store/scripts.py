@@ -39,6 +39,11 @@ class ScriptName(StrEnum):
     ACQUIRE_LEASE = "acquire_lease"
     RENEW_LEASE = "renew_lease"
     CHECK_SESSIONS = "check_sessions"
+    OPEN_PLACE_SESSION = "open_place_session"
+    CLOSE_PLACE_SESSION = "close_place_session"
+    SET_PLACE_STATE = "set_place_state"
+    PLACE_MEMBERS = "place_members"
+    PLACE_COUNTS = "place_counts"
     CLOSE_SESSION = "close_session"
     SESSION_REVOKED = "session_revoked"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
@@ -58,6 +63,7 @@ class ScriptError(StrEnum):
     BAD_CHANGE = "BAD_CHANGE"
     DOCUMENT_TOO_LARGE = "DOCUMENT_TOO_LARGE"
     LEASE_LOST = "LEASE_LOST"
+    NOT_IN_PLACE = "NOT_IN_PLACE"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:

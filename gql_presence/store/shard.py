@@ -25,11 +25,14 @@ from gql_presence.store.errors import (
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
     DailyActiveUsers,
+    HeldPlaceSession,
     HeldSession,
     KickResult,
     Lease,
     ListedUser,
+    OpenedPlaceSession,
     OpenedSession,
+    PlaceMember,
     Presence,
     Session,
     SweepResult,
@@ -58,15 +61,21 @@ TOUCH_MANY_BATCH = 250
 Position = tuple[int, str]
 LinkChange = Literal["SADD", "SREM"]
 
+REVOKED_SESSION = (
+    "This session was kicked and is revoked for now: "
+    "give touch, presenceSession or placeSession a new sessionId."
+)
+
 # What a script's error reply means for the caller; a reply not here is a fault of ours.
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
-    ScriptError.SESSION_REVOKED: (
-        SessionRevokedError,
-        "This session was kicked and is revoked for now: "
-        "give touch or presenceSession a new sessionId.",
-    ),
+    ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),
+    ScriptError.NOT_IN_PLACE: (
+        BadInputError,
+        "This session is not in the place: a session's state can be set while a placeSession "
+        "subscription holds it there.",
+    ),
     ScriptError.LEASE_LOST: (
         LeaseLostError,
         "This process held sessions under a lease that lapsed; subscribe again.",
@@ -292,10 +301,95 @@ class Shard:
         )
         return bool(closed)
 
-    async def session_revoked(self, held: HeldSession) -> bool:
+    # --- places: this shard is the place's ----------------------------------------------
+
+    def _place_keys(self, place_id: str) -> list[str]:
         k = self._keys
+        return [
+            k.place_members(place_id),
+            k.place_holders(place_id),
+            k.place_states(place_id),
+            k.place_users(place_id),
+        ]
+
+    async def open_place_session(
+        self, place_id: str, user_id: str, session_id: str, state: str | None, lease: Lease
+    ) -> OpenedPlaceSession:
+        k = self._keys
+        generation, joined_ms = await self._run(
+            ScriptName.OPEN_PLACE_SESSION,
+            [*self._place_keys(place_id), k.generations, k.leases],
+            [
+                place_id,
+                user_id,
+                session_id,
+                lease.slot,
+                lease.token,
+                state or "",
+                k.place_events(place_id),
+            ],
+        )
+        held = HeldPlaceSession(place_id, user_id, session_id, int(generation), lease)
+        return OpenedPlaceSession(held, from_ms(int(joined_ms)))
+
+    async def close_place_session(self, held: HeldPlaceSession) -> bool:
+        k = self._keys
+        left = await self._run(
+            ScriptName.CLOSE_PLACE_SESSION,
+            [*self._place_keys(held.place_id), k.leases],
+            [
+                held.place_id,
+                held.user_id,
+                held.session_id,
+                held.generation,
+                k.place_events(held.place_id),
+            ],
+        )
+        return bool(left)
+
+    async def set_place_state(
+        self, place_id: str, user_id: str, session_id: str, state: str
+    ) -> PlaceMember:
+        k = self._keys
+        joined_ms = await self._run(
+            ScriptName.SET_PLACE_STATE,
+            [*self._place_keys(place_id)[:3], k.leases],
+            [place_id, user_id, session_id, state, k.place_events(place_id)],
+        )
+        return PlaceMember(
+            place_id, user_id, session_id, from_ms(int(joined_ms)), state, -int(joined_ms)
+        )
+
+    async def place_members(
+        self, place_id: str, first: int, after: Position | None
+    ) -> tuple[int, int, tuple[PlaceMember, ...], bool]:
+        """(sessions, users, members of the page, whether more follow)."""
+        reply = await self._run(
+            ScriptName.PLACE_MEMBERS,
+            [*self._place_keys(place_id), self._keys.leases],
+            [place_id, first, *(after or ("", ""))],
+        )
+        nodes = []
+        for i in range(3, len(reply), 3):
+            user_id, _, session_id = _text(reply[i]).partition("\0")
+            score = int(reply[i + 1])
+            state = None if reply[i + 2] is None else _text(reply[i + 2])
+            nodes.append(PlaceMember(place_id, user_id, session_id, from_ms(-score), state, score))
+        return int(reply[0]), int(reply[1]), tuple(nodes), bool(reply[2])
+
+    async def place_counts(self, place_ids: Sequence[str]) -> list[tuple[int, int]]:
+        """(sessions, users) of each place, in the order given."""
+        k = self._keys
+        reply = await self._run(
+            ScriptName.PLACE_COUNTS,
+            [*map(k.place_members, place_ids), *map(k.place_users, place_ids), k.leases],
+            list(place_ids),
+        )
+        return [(int(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]
+
+    async def session_revoked(self, user_id: str, session_id: str) -> bool:
         revoked = await self._run(
-            ScriptName.SESSION_REVOKED, [k.revoked(held.user_id)], [held.session_id]
+            ScriptName.SESSION_REVOKED, [self._keys.revoked(user_id)], [session_id]
         )
         return bool(revoked)
 
@@ -406,6 +500,11 @@ class Shard:
                 self._settings.window_ms,
                 self._settings.retention_ms,
                 *boundaries,
+                k.place_members(""),
+                k.place_holders(""),
+                k.place_states(""),
+                k.place_users(""),
+                k.place_events(""),
             ],
         )
         return SweepResult(int(offline), int(purged), int(online), int(lapsed))

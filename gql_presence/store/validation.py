@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from datetime import date, datetime, timedelta
@@ -112,3 +113,65 @@ def check_end_date(end_date: date) -> date:
             "so that its seven days are calendar dates."
         )
     return end_date
+
+
+MAX_PLACE_STATE_BYTES = 1024
+MAX_PLACE_IDS = 1000
+
+
+def check_place_state(state: object) -> str:
+    """A place state to keep: a JSON object of at most 1 KiB once encoded compactly (no
+    whitespace, `,` and `:` as separators, characters outside ASCII as themselves), holding
+    nothing JSON cannot (NaN, Infinity, a number beyond a double's range, a lone surrogate).
+    Returns that encoding."""
+    if not isinstance(state, dict):
+        raise BadInputError(f"state must be a JSON object; got {_json_kind(state)}.")
+    try:
+        _check_json_numbers(state)
+        text = json.dumps(state, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        size = len(text.encode("utf-8"))
+    except (ValueError, OverflowError, UnicodeEncodeError, RecursionError) as error:
+        raise BadInputError(
+            "state must hold only what JSON can: no NaN, Infinity, number beyond a double's "
+            "range or lone surrogate."
+        ) from error
+    if size > MAX_PLACE_STATE_BYTES:
+        raise BadInputError(
+            f"state takes {size:,} bytes once encoded as compact JSON; at most "
+            f"{MAX_PLACE_STATE_BYTES:,} are allowed."
+        )
+    return text
+
+
+def _check_json_numbers(value: object) -> None:
+    """Raises OverflowError for an integer no double can hold, at any depth."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _check_json_numbers(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json_numbers(item)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        float(value)
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
+
+
+def check_place_ids(values: Iterable[str], name: str) -> list[str]:
+    """At most 1,000 place ids, each valid; returned in their order, duplicates kept."""
+    given = list(values)
+    if len(given) > MAX_PLACE_IDS:
+        raise BadInputError(f"{name} takes at most {MAX_PLACE_IDS:,} ids; got {len(given):,}.")
+    for value in given:
+        check_id(value, f"each of {name}")
+    return given

@@ -1,0 +1,80 @@
+--- @include "live"
+-- Places (lua/open_place_session.lua): each place lives in one shard, the shard of its id, in
+-- keys named by the place id (its last part):
+--   members  ZSET  "user_id \0 session_id" -> -(joined, ms): most recently joined first, ties
+--                  by user id then session id (ids hold no control characters, so \0 sorts
+--                  first and never occurs in one)
+--   holders  HASH  member -> "generation slot": the subscription holding it, under the lease of
+--                  its process in the shard (includes/live.lua)
+--   states   HASH  member -> its state, JSON (absent: none)
+--   users    HASH  user_id -> how many of the user's sessions are in the place
+-- and, named from the shard's leases key (same hash tag), per lease the places it holds
+-- members of (`:places:<slot>`, SET) and per lease and place those members
+-- (`:pm:<slot>:<place_id>`, SET), so that the sweep ends a lapsed lease's members without
+-- reading any place whole.
+--
+-- Events go on the place's channel, each a JSON array of one or more events of six values:
+-- kind (JOINED, UPDATED, LEFT, or REPLACED and KICKED for the holding process), place_id,
+-- user_id, session_id, at_ms, and the state (JSON text) or false.
+
+local function member_of(user_id, session_id) return user_id .. '\0' .. session_id end
+
+local function split_member(member)
+  local at = string.find(member, '\0', 1, true)
+  return string.sub(member, 1, at - 1), string.sub(member, at + 1)
+end
+
+local function lease_places_key(slot) return leases.key .. ':places:' .. slot end
+local function lease_members_key(slot, place_id) return leases.key .. ':pm:' .. slot .. ':' .. place_id end
+
+-- The place's keys: {members, holders, states, users, channel, id}.
+
+local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
+  local n = #events
+  events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
+  events[n + 4], events[n + 5], events[n + 6] = session_id, at_ms, state or false
+end
+
+local function announce_place(place, events)
+  if #events > 0 then redis.call('PUBLISH', place.channel, cjson.encode(events)) end
+end
+
+-- The holder {generation=string, slot=number} of a member, or nil.
+local function place_holder(place, member)
+  local value = redis.call('HGET', place.holders, member)
+  if not value then return nil end
+  local generation, slot = string.match(value, '^(%d+) (%d+)$')
+  return {generation = generation, slot = tonumber(slot)}
+end
+
+-- Takes a member out of the place and out of its lease's books; LEFT at `at_ms`.
+local function remove_member(place, member, holder, at_ms, events)
+  local user_id, session_id = split_member(member)
+  redis.call('ZREM', place.members, member)
+  redis.call('HDEL', place.holders, member)
+  redis.call('HDEL', place.states, member)
+  if redis.call('HINCRBY', place.users, user_id, -1) <= 0 then redis.call('HDEL', place.users, user_id) end
+  local by_lease = lease_members_key(holder.slot, place.id)
+  redis.call('SREM', by_lease, member)
+  if redis.call('EXISTS', by_lease) == 0 then redis.call('SREM', lease_places_key(holder.slot), place.id) end
+  add_place_event(events, place, 'LEFT', user_id, session_id, at_ms, nil)
+end
+
+-- Ends the place's members held under `slot`, whose lease lapsed, at its lapse: at most
+-- `limit` of them. Returns how many it ended.
+local function end_lapsed_members(place, slot, limit, events)
+  local lapse = lapse_of(slot)
+  local members = redis.call('SRANDMEMBER', lease_members_key(slot, place.id), limit)
+  for _, member in ipairs(members) do
+    local holder = place_holder(place, member)
+    if holder and holder.slot == slot then
+      remove_member(place, member, holder, lapse, events)
+    else
+      redis.call('SREM', lease_members_key(slot, place.id), member)
+    end
+  end
+  if redis.call('EXISTS', lease_members_key(slot, place.id)) == 0 then
+    redis.call('SREM', lease_places_key(slot), place.id)
+  end
+  return #members
+end

@@ -1,0 +1,188 @@
+"""Places in the store, on Redis 6.2 and Valkey 9: sessions held in a place under their
+process's lease, listed most recently joined first and counted without reading the place
+whole, their states replaced, and every JOINED, UPDATED and LEFT announced once on the place's
+channel by the script that makes the change."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
+
+from gql_presence.store import PresenceStore
+from gql_presence.store.errors import BadInputError, SessionRevokedError
+from gql_presence.store.keys import Keys
+from tests.conftest import TEST_SETTINGS, StoreFactory
+
+TTL_S = TEST_SETTINGS.connection_ttl_ms / 1000
+DOC = "doc:42"
+
+
+def ago(**delta: float) -> datetime:
+    return datetime.now(UTC) - timedelta(**delta)
+
+
+@pytest.fixture
+async def place_channel(redis: Redis) -> AsyncIterator[PubSub]:
+    pubsub = redis.pubsub(ignore_subscribe_messages=True)
+    await pubsub.subscribe(Keys().place_events(DOC))
+    await pubsub.get_message(timeout=1)
+    yield pubsub
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def place_events(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[Any, ...]]:
+    """(kind, user, session, state) of every place event published until none came."""
+    events = []
+    while (message := await pubsub.get_message(timeout=wait_s)) is not None:
+        values = json.loads(message["data"])
+        for i in range(0, len(values), 6):
+            kind, _, user, session, _, state = values[i : i + 6]
+            events.append((kind, user, session, state if state is False else json.loads(state)))
+    return events
+
+
+async def test_a_session_joins_with_its_state_and_leaves_once(
+    store: PresenceStore, place_channel: PubSub
+) -> None:
+    opened = await store.open_place_session(DOC, "ann", "tab", {"x": 1})
+    page = await store.place_members(DOC)
+    assert (page.total_count, page.users) == (1, 1)
+    assert [(m.user_id, m.session_id, m.joined_at) for m in page.nodes] == [
+        ("ann", "tab", opened.joined_at)
+    ]
+    assert json.loads(page.nodes[0].state or "null") == {"x": 1}
+    assert await store.close_place_session(opened.held)
+    assert not await store.close_place_session(opened.held)
+    assert (await store.place_members(DOC)).total_count == 0
+    assert await place_events(place_channel) == [
+        ("JOINED", "ann", "tab", {"x": 1}),
+        ("LEFT", "ann", "tab", False),
+    ]
+
+
+async def test_a_place_session_does_not_make_its_user_online(store: PresenceStore) -> None:
+    await store.open_place_session(DOC, "ann", "tab")
+    assert not (await store.presence("ann")).online
+
+
+async def test_members_are_listed_newest_first_and_paged_and_counted(store: PresenceStore) -> None:
+    for user, session in [("bob", "b"), ("ann", "a2"), ("ann", "a1"), ("cy", "c")]:
+        await store.open_place_session(DOC, user, session)
+    page = await store.place_members(DOC, first=2)
+    assert (page.total_count, page.users, page.has_next_page) == (4, 3, True)
+    rest = await store.place_members(DOC, first=5, after=page.end_cursor)
+    listed = [(m.user_id, m.session_id) for m in (*page.nodes, *rest.nodes)]
+    joined = [m.joined_at for m in (*page.nodes, *rest.nodes)]
+    assert sorted(listed) == [("ann", "a1"), ("ann", "a2"), ("bob", "b"), ("cy", "c")]
+    assert joined == sorted(joined, reverse=True)
+    assert not rest.has_next_page
+    counts = await store.place_counts([DOC, "empty", DOC])
+    assert [(c.place_id, c.sessions, c.users) for c in counts] == [
+        (DOC, 4, 3),
+        ("empty", 0, 0),
+        (DOC, 4, 3),
+    ]
+
+
+async def test_a_second_opening_replaces_the_first_without_a_leave_or_a_join(
+    store: PresenceStore, place_channel: PubSub
+) -> None:
+    first = await store.open_place_session(DOC, "ann", "tab", {"x": 1})
+    second = await store.open_place_session(DOC, "ann", "tab", {"x": 1})
+    assert second.joined_at == first.joined_at
+    third = await store.open_place_session(DOC, "ann", "tab", {"x": 2})
+    assert not await store.close_place_session(first.held)
+    assert (await store.place_members(DOC)).total_count == 1
+    events = await place_events(place_channel)
+    assert [(kind, state) for kind, _, _, state in events] == [
+        ("JOINED", {"x": 1}),
+        ("REPLACED", second.held.generation),
+        ("REPLACED", third.held.generation),
+        ("UPDATED", {"x": 2}),
+    ]
+
+
+async def test_a_state_set_is_read_and_announced_once_changed(
+    store: PresenceStore, place_channel: PubSub
+) -> None:
+    await store.open_place_session(DOC, "ann", "tab")
+    member = await store.set_place_state(DOC, "ann", "tab", {"cursor": [1, 2]})
+    assert member.state == '{"cursor":[1,2]}'
+    await store.set_place_state(DOC, "ann", "tab", {"cursor": [1, 2]})
+    page = await store.place_members(DOC)
+    assert page.nodes[0].state == '{"cursor":[1,2]}'
+    assert await place_events(place_channel) == [
+        ("JOINED", "ann", "tab", False),
+        ("UPDATED", "ann", "tab", {"cursor": [1, 2]}),
+    ]
+
+
+async def test_a_state_of_a_session_not_in_the_place_is_refused(store: PresenceStore) -> None:
+    with pytest.raises(BadInputError, match="not in the place"):
+        await store.set_place_state(DOC, "ann", "tab", {"x": 1})
+
+
+@pytest.mark.parametrize(
+    ("state", "says"),
+    [
+        ([1], "JSON object; got an array"),
+        ("x", "JSON object; got a string"),
+        ({"x": math.nan}, "no NaN"),
+        ({"x": math.inf}, "no NaN"),
+        ({"x": 10**400}, "beyond a double"),
+        ({"x": "\ud800"}, "lone surrogate"),
+        ({"x": "é" * 600}, "1,024 are allowed"),
+    ],
+)
+async def test_a_bad_state_is_refused_and_changes_nothing(
+    store: PresenceStore, state: object, says: str
+) -> None:
+    with pytest.raises(BadInputError, match=says):
+        await store.open_place_session(DOC, "ann", "tab", state)
+    assert (await store.place_members(DOC)).total_count == 0
+
+
+async def test_a_state_of_exactly_1_kib_is_kept(store: PresenceStore) -> None:
+    state = {"x": "a" * (1024 - len('{"x":""}'))}
+    await store.open_place_session(DOC, "ann", "tab", state)
+    assert len((await store.place_members(DOC)).nodes[0].state or "") == 1024
+
+
+async def test_a_kicked_session_id_is_refused_in_places_too(store: PresenceStore) -> None:
+    await store.kick("ann", "tab")
+    with pytest.raises(SessionRevokedError):
+        await store.open_place_session(DOC, "ann", "tab")
+
+
+async def test_members_of_a_lapsed_lease_are_out_at_once_and_leave_once_by_the_sweep(
+    make_store: StoreFactory, place_channel: PubSub
+) -> None:
+    dead, alive = make_store(), make_store()
+    for i in range(50):
+        await dead.open_place_session(DOC, f"d{i}", "tab")
+    await alive.open_place_session(DOC, "ann", "tab")
+    await place_events(place_channel)
+    assert await dead.renew_leases(at=ago(seconds=TTL_S + 1)) == []
+    page = await alive.place_members(DOC, first=10)
+    assert page.total_count == 1
+    assert [m.user_id for m in page.nodes] == ["ann"]
+    assert [c.sessions for c in await alive.place_counts([DOC])] == [1]
+    await alive.sweep()
+    events = await place_events(place_channel)
+    assert sorted(events) == sorted(("LEFT", f"d{i}", "tab", False) for i in range(50))
+    await alive.sweep()
+    assert await place_events(place_channel) == []
+    assert (await alive.place_members(DOC)).users == 1
+
+
+async def test_place_counts_take_at_most_1000_ids(store: PresenceStore) -> None:
+    with pytest.raises(BadInputError, match="at most 1,000"):
+        await store.place_counts([f"p{i}" for i in range(1001)])
+    assert len(await store.place_counts([f"p{i}" for i in range(1000)])) == 1000
