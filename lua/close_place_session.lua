@@ -4,7 +4,7 @@
   KEYS[1]  members     ZSET  "user_id \0 session_id" -> -(joined, ms) (includes/places.lua)
   KEYS[2]  holders     HASH  member -> "generation slot"
   KEYS[3]  states      HASH  member -> state, JSON
-  KEYS[4]  users       HASH  user_id -> the user's sessions in the place
+  KEYS[4]  users       HASH  user_id -> the user's sessions in the place; "" -> its events' count
   KEYS[5]  leases      ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  place_id    string
   ARGV[2]  user_id     string

@@ -25,6 +25,6 @@ for i = 1, n do
     sessions = sessions - redis.call('SCARD', lease_members_key(slot, ARGV[i]))
   end
   reply[#reply + 1] = sessions
-  reply[#reply + 1] = redis.call('HLEN', KEYS[n + i])
+  reply[#reply + 1] = place_user_count({users = KEYS[n + i]})
 end
 return reply

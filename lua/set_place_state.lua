@@ -4,7 +4,8 @@
   KEYS[1]  members     ZSET  "user_id \0 session_id" -> -(joined, ms) (includes/places.lua)
   KEYS[2]  holders     HASH  member -> "generation slot"
   KEYS[3]  states      HASH  member -> state, JSON
-  KEYS[4]  leases      ZSET  member=slot  score=the moment the lease lapses, ms
+  KEYS[4]  users       HASH  user_id -> the user's sessions in the place; "" -> its events' count
+  KEYS[5]  leases      ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  place_id    string
   ARGV[2]  user_id     string
   ARGV[3]  session_id  string
@@ -17,8 +18,9 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
-local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], id = ARGV[1], channel = ARGV[5]}
-leases.key = KEYS[4]
+local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
+  channel = ARGV[5]}
+leases.key = KEYS[5]
 local user_id, session_id, state = ARGV[2], ARGV[3], ARGV[4]
 
 local now = now_ms()

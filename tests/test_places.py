@@ -42,8 +42,8 @@ async def place_events(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[Any, .
     events = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
         values = json.loads(message["data"])
-        for i in range(0, len(values), 6):
-            kind, _, user, session, _, state = values[i : i + 6]
+        for i in range(0, len(values), 7):
+            kind, _, user, session, _, state, _ = values[i : i + 7]
             events.append((kind, user, session, state if state is False else json.loads(state)))
     return events
 

@@ -38,7 +38,13 @@ from gql_presence.graphql.resolvers import (
     User,
     users_represented,
 )
-from gql_presence.graphql.types import ID, DateScalar, DateTimeScalar
+from gql_presence.graphql.types import (
+    ID,
+    DateScalar,
+    DateTimeScalar,
+    JSONObject,
+    JSONObjectScalar,
+)
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.limits import MAX_TOKENS
 
@@ -121,7 +127,8 @@ def build_schema(
     if plans is not None:
         extensions.append(partial(PlanRecorder, plans=plans))
     config = StrawberryConfig(
-        scalar_map={datetime: DateTimeScalar, date: DateScalar}, name_converter=KeptNames()
+        scalar_map={datetime: DateTimeScalar, date: DateScalar, JSONObject: JSONObjectScalar},
+        name_converter=KeptNames(),
     )
     return (FederatedPresenceSchema if federation else PresenceSchema)(
         query=FederatedQuery if federation else Query,

@@ -5,8 +5,10 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, date, datetime
 from enum import Enum
+from typing import NewType
 
 import strawberry
 
@@ -48,6 +50,16 @@ def _parse_date(value: object) -> date:
 def _bad_date(value: object) -> date:
     raise ValueError(f"Date must be ISO 8601, e.g. 2026-11-21; got {value!r}.")
 
+
+JSONObject = NewType("JSONObject", object)
+JSONObjectScalar = strawberry.scalar(
+    name="JSONObject",
+    description="A JSON object, at most 1 KiB once encoded.",
+    # Checked where it is used (store/validation.py), so that a bad one is BAD_USER_INPUT
+    # with what is allowed, and changes nothing.
+    serialize=lambda value: value,
+    parse_value=lambda value: value,
+)
 
 DateTimeScalar = strawberry.scalar(
     name="DateTime",
@@ -211,7 +223,7 @@ class PresenceEvent:
         )
 
 
-@strawberry.enum(description="Why the service ended a presenceSession.")
+@strawberry.enum(description="Why the service ended a presenceSession or a placeSession.")
 class SessionEndReason(Enum):
     KICKED = strawberry.enum_value(
         "KICKED",
@@ -219,7 +231,7 @@ class SessionEndReason(Enum):
     )
     REPLACED = strawberry.enum_value(
         "REPLACED",
-        description="Another presenceSession with the same userId and sessionId took over.",
+        description="Another subscription holding the same session (of the same place, for a placeSession) took over.",
     )
 
 
@@ -254,3 +266,89 @@ class SessionState:
             at=ended.at,
             end_reason=SessionEndReason(ended.reason.value),
         )
+
+
+def _state(text: str | None) -> JSONObject | None:
+    return None if text is None else JSONObject(json.loads(text))
+
+
+@strawberry.type(description="A session in a place.")
+class PlaceMember:
+    place_id: ID = strawberry.field(description="The place.")
+    user_id: ID = strawberry.field(description="Whose session this is.")
+    session_id: ID = strawberry.field(description="The session (device, tab) in the place.")
+    joined_at: datetime = strawberry.field(description="When this session joined the place.")
+    state: JSONObject | None = strawberry.field(
+        description='The session\'s state in the place (a cursor, a selection, "typing"), as last set; null when none.'
+    )
+
+    @classmethod
+    def of(cls, member: models.PlaceMember) -> PlaceMember:
+        return cls(
+            place_id=ID(member.place_id),
+            user_id=ID(member.user_id),
+            session_id=ID(member.session_id),
+            joined_at=member.joined_at,
+            state=_state(member.state),
+        )
+
+
+@strawberry.type(description="One page of the sessions in a place, most recently joined first.")
+class PlaceMemberConnection:
+    total_count: int = strawberry.field(description="Sessions in the place now, over all pages.")
+    users: int = strawberry.field(description="Distinct users in the place now.")
+    nodes: list[PlaceMember] = strawberry.field(description="The sessions on this page, in order.")
+    page_info: PageInfo = strawberry.field(description="Where this page ended.")
+
+    @classmethod
+    def of(cls, page: models.PlacePage) -> PlaceMemberConnection:
+        return cls(
+            total_count=page.total_count,
+            users=page.users,
+            nodes=[PlaceMember.of(member) for member in page.nodes],
+            page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
+        )
+
+
+@strawberry.type(description="How many sessions and users are in a place now.")
+class PlaceCount:
+    place_id: ID = strawberry.field(description="The place.")
+    sessions: int = strawberry.field(description="Sessions in the place now.")
+    users: int = strawberry.field(description="Distinct users in the place now.")
+
+
+@strawberry.enum(description="What happened in a place.")
+class PlaceEventKind(Enum):
+    JOINED = strawberry.enum_value(
+        "JOINED",
+        description="A session joined (also sent for each member present when a placeChanged subscription starts).",
+    )
+    UPDATED = strawberry.enum_value("UPDATED", description="A session's state changed.")
+    LEFT = strawberry.enum_value(
+        "LEFT",
+        description="A session left: its subscription ended, its socket closed, it was kicked, or its process died.",
+    )
+
+
+@strawberry.type(description="A change in a place.")
+class PlaceEvent:
+    place_id: ID = strawberry.field(description="The place.")
+    kind: PlaceEventKind = strawberry.field(description="What happened.")
+    user_id: ID = strawberry.field(description="Whose session.")
+    session_id: ID = strawberry.field(description="Which session.")
+    at: datetime = strawberry.field(description="When it happened, on the one clock.")
+    state: JSONObject | None = strawberry.field(
+        description="The state after this event; null for LEFT or when none."
+    )
+
+
+@strawberry.type(description="The state of a session held in a place (placeSession).")
+class PlaceSessionState:
+    place_id: ID = strawberry.field(description="The place.")
+    user_id: ID = strawberry.field(description="Whose session this is.")
+    session_id: ID = strawberry.field(description="The session in the place.")
+    live: bool = strawberry.field(description="True while in the place; false in the last message.")
+    at: datetime = strawberry.field(description="When this state began, on the one clock.")
+    end_reason: SessionEndReason | None = strawberry.field(
+        description="Why the service ended it (KICKED, REPLACED); null while live."
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from typing import Any
@@ -56,6 +57,9 @@ class Caller:
     # When a user's credentials stop being valid (the JWT's `exp` plus the clock skew
     # allowed), in seconds since the epoch; None for credentials that do not expire.
     expires_at_s: float | None = None
+    # The places a user's JWT lets them into (its `places` claim): exact ids, and prefixes
+    # ending in `*`; none without the claim.
+    places: tuple[str, ...] = ()
 
     def require_credentials(self) -> None:
         """Raises UnauthenticatedError for a caller who sent no credentials where they are
@@ -87,6 +91,19 @@ class Caller:
                 f"{operation} is for backend services (PRESENCE_USERS_SEE_EVERYONE opens it "
                 "to users)."
             )
+
+    def authorize_places(self, operation: str, place_ids: Iterable[str]) -> None:
+        """Raises UnauthenticatedError or ForbiddenError unless the caller may act in every
+        place given: backends anywhere; users where their JWT's `places` claim allows."""
+        self.require_credentials()
+        if self.kind is not CallerKind.USER:
+            return
+        for place_id in place_ids:
+            if not any(_place_matches(allowed, place_id) for allowed in self.places):
+                raise ForbiddenError(
+                    f"{operation}: your token does not let you into this place (its `places` "
+                    "claim lists the place ids, and prefixes ending in `*`, you may use)."
+                )
 
     @property
     def label(self) -> str:
@@ -127,8 +144,8 @@ class Authenticator:
             return Caller(CallerKind.BACKEND, backend)
         if token.count(".") != 2:
             raise UnauthenticatedError("The bearer token is not valid.")
-        subject, expires_at_s = self._user(token)
-        return Caller(CallerKind.USER, subject, self._users_see_everyone, expires_at_s)
+        subject, expires_at_s, places = self._user(token)
+        return Caller(CallerKind.USER, subject, self._users_see_everyone, expires_at_s, places)
 
     def _backend(self, token: bytes) -> str | None:
         # Every secret is compared, in constant time, whichever matches.
@@ -138,8 +155,8 @@ class Authenticator:
                 found = name
         return found
 
-    def _user(self, token: str) -> tuple[str, float]:
-        """The JWT's subject, and when the token stops being valid here."""
+    def _user(self, token: str) -> tuple[str, float, tuple[str, ...]]:
+        """The JWT's subject, when the token stops being valid here, and its places."""
         try:
             algorithm = jwt.get_unverified_header(token).get("alg")
         except jwt.InvalidTokenError as error:
@@ -175,5 +192,16 @@ class Authenticator:
             user_id = check_id(subject if isinstance(subject, str) else "", "sub")
         except BadInputError as error:
             raise UnauthenticatedError(f"The JWT's subject is not a user id: {error}") from error
+        places = claims.get("places", [])
+        if not isinstance(places, list) or not all(isinstance(p, str) for p in places):
+            raise UnauthenticatedError("The JWT's `places` claim must be a list of strings.")
         # As PyJWT counts it: valid while now < int(exp) + leeway.
-        return user_id, int(claims["exp"]) + CLOCK_SKEW_S
+        return user_id, int(claims["exp"]) + CLOCK_SKEW_S, tuple(places)
+
+
+def _place_matches(allowed: str, place_id: str) -> bool:
+    """Whether an entry of a `places` claim allows the place: the same id, or a prefix ending
+    in `*` that the id starts with (`*` alone: every place). Case-sensitive."""
+    if allowed.endswith("*"):
+        return place_id.startswith(allowed[:-1])
+    return place_id == allowed

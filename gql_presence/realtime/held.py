@@ -21,11 +21,15 @@ from typing import Any, Protocol, TypeVar
 
 from gql_presence.store import (
     EventKind,
+    HeldPlaceSession,
     HeldSession,
     Lease,
+    OpenedPlaceSession,
     OpenedSession,
+    PlaceKind,
     PresenceStore,
     PublishedEvent,
+    PublishedPlaceEvent,
 )
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import PresenceError, StoreUnavailableError
@@ -37,6 +41,18 @@ log = logging.getLogger("gql_presence.sessions")
 RENEWALS_PER_TTL = 3
 
 T = TypeVar("T")
+
+# What a hold holds: a presence session, or a session in a place.
+Held = HeldSession | HeldPlaceSession
+Announced = PublishedEvent | PublishedPlaceEvent
+
+# The key a place's events are watched by (UserEvents.watch): no user id holds a control
+# character, so none is taken for a place.
+PLACE_KEY = "\0place:"
+
+
+def place_key(place_id: str) -> str:
+    return PLACE_KEY + place_id
 
 
 class EndReason(StrEnum):
@@ -57,7 +73,7 @@ class SessionHold:
 
     __slots__ = ("_outcome", "_waiter", "held", "on_end", "opened_at")
 
-    def __init__(self, held: HeldSession, opened_at: datetime) -> None:
+    def __init__(self, held: Held, opened_at: datetime) -> None:
         self.held = held
         self.opened_at = opened_at
         self._outcome: Ended | PresenceError | None = None
@@ -99,19 +115,20 @@ class SessionHold:
 
 
 class UserEvents(Protocol):
-    """Who brings a user's kicks and replacements to `HeldSessions.on_event` (the event hub)."""
+    """Who brings a user's kicks and replacements (and, by `place_key`, a place's
+    replacements) to `HeldSessions.on_event` (the event hub)."""
 
-    async def watch(self, user_id: str) -> None:
+    async def watch(self, key: str) -> None:
         """From when this returns, until `unwatch`: it undoes itself when it raises."""
 
-    def unwatch(self, user_id: str) -> None: ...
+    def unwatch(self, key: str) -> None: ...
 
 
 class _Unwatched:
-    async def watch(self, user_id: str) -> None:
+    async def watch(self, key: str) -> None:
         pass
 
-    def unwatch(self, user_id: str) -> None:
+    def unwatch(self, key: str) -> None:
         pass
 
 
@@ -124,7 +141,7 @@ class HeldSessions:
         # replacements reach on_event.
         self._events = events or _Unwatched()
         self._renew_every_s = ttl_ms / 1000 / RENEWALS_PER_TTL
-        self._holds: dict[HeldSession, SessionHold] = {}
+        self._holds: dict[Held, SessionHold] = {}
         # The leases holds were opened under, until the store holds them no more.
         self._leases: set[Lease] = set()
         # Set when announcements may have been missed (the event stream was interrupted):
@@ -134,7 +151,7 @@ class HeldSessions:
         # Per user, the lists that collect the announcements made while one of their
         # sessions is being opened: a kick or a replacement can be announced before the
         # opening's reply arrives, and so before its hold is there to be ended.
-        self._openings: dict[str, list[list[PublishedEvent]]] = {}
+        self._openings: dict[str, list[list[Announced]]] = {}
         # Closes under way, of holds ended and of openings their holders left.
         self._closing: set[asyncio.Task[None]] = set()
 
@@ -162,7 +179,7 @@ class HeldSessions:
         # The user's events are heard before the opening: one announced between the opening
         # and the subscription to them would be missed.
         await self._events.watch(user_id)
-        early: list[PublishedEvent] = []
+        early: list[Announced] = []
         openings = self._openings.setdefault(user_id, [])
         openings.append(early)
         try:
@@ -174,10 +191,42 @@ class HeldSessions:
             openings.remove(early)
             if not openings:
                 del self._openings[user_id]
-        hold = SessionHold(opened.held, opened.at)
-        self._holds[opened.held] = hold
-        self._leases.add(opened.held.lease)
-        self._by_user.setdefault(user_id, set()).add(hold)
+        return await self._held(SessionHold(opened.held, opened.at), early)
+
+    async def open_place(
+        self, place_id: str, user_id: str, session_id: str, state: object
+    ) -> SessionHold:
+        """Opens the session in the place, with `state`, and holds it until `release`, as
+        `open` holds a presence session: a kick of the user's session, or its opening in the
+        same place elsewhere, ends it."""
+        await self._events.watch(user_id)
+        try:
+            await self._events.watch(place_key(place_id))
+        except BaseException:
+            self._events.unwatch(user_id)
+            raise
+        early: list[Announced] = []
+        openings = self._openings.setdefault(user_id, [])
+        openings.append(early)
+        try:
+            opened = await self._owned(
+                self._store.open_place_session(place_id, user_id, session_id, state),
+                self._undo_place,
+            )
+        except BaseException:
+            self._events.unwatch(user_id)
+            self._events.unwatch(place_key(place_id))
+            raise
+        finally:
+            openings.remove(early)
+            if not openings:
+                del self._openings[user_id]
+        return await self._held(SessionHold(opened.held, opened.joined_at), early)
+
+    async def _held(self, hold: SessionHold, early: list[Announced]) -> SessionHold:
+        self._holds[hold.held] = hold
+        self._leases.add(hold.held.lease)
+        self._by_user.setdefault(hold.held.user_id, set()).add(hold)
         try:
             await self._catch_up(hold, early)
         except BaseException:
@@ -209,6 +258,9 @@ class HeldSessions:
     async def _undo(self, opened: OpenedSession) -> None:
         await self._close(opened.held)
 
+    async def _undo_place(self, opened: OpenedPlaceSession) -> None:
+        await self._close(opened.held)
+
     def _in_background(self, closing: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.ensure_future(closing)
         self._closing.add(task)  # held until done: the loop keeps only weak references
@@ -221,9 +273,12 @@ class HeldSessions:
         while self._closing:
             await asyncio.gather(*self._closing, return_exceptions=True)
 
-    async def _close(self, held: HeldSession) -> None:
+    async def _close(self, held: Held) -> None:
         try:
-            await self._store.close_session(held)
+            if isinstance(held, HeldPlaceSession):
+                await self._store.close_place_session(held)
+            else:
+                await self._store.close_session(held)
         except PresenceError as error:
             # The session ends by itself within the TTL once the lease is given up or lapses.
             log.warning("closing a connection-bound session failed: %s", error.message)
@@ -231,15 +286,17 @@ class HeldSessions:
     def _forget(self, hold: SessionHold) -> None:
         if self._holds.pop(hold.held, None) is not None:
             self._events.unwatch(hold.held.user_id)
+            if isinstance(hold.held, HeldPlaceSession):
+                self._events.unwatch(place_key(hold.held.place_id))
         holds = self._by_user.get(hold.held.user_id)
         if holds is not None:
             holds.discard(hold)
             if not holds:
                 del self._by_user[hold.held.user_id]
 
-    def on_event(self, announced: PublishedEvent) -> None:
+    def on_event(self, announced: Announced) -> None:
         """Ends the holds a kick or a newer opening of their session has ended."""
-        kind, user_id, _, _, _ = announced
+        kind, user_id = announced.kind, announced.user_id
         if kind not in {EventKind.KICKED, EventKind.REPLACED}:
             return
         for early in self._openings.get(user_id, ()):
@@ -249,7 +306,7 @@ class HeldSessions:
             if ending is not None:
                 hold.end(ending)
 
-    async def _catch_up(self, hold: SessionHold, early: list[PublishedEvent]) -> None:
+    async def _catch_up(self, hold: SessionHold, early: list[Announced]) -> None:
         """Applies what was announced while the session was being opened. A replacement
         names its generation, so it ends the hold only if it came after the opening; a
         kick does not, so the store says whether it ended this opening or one before it."""
@@ -262,7 +319,14 @@ class HeldSessions:
                 hold.end(ending)
                 return
             kicked = ending
-        if kicked is not None and await self._store.check_sessions([hold.held]):
+        if kicked is None:
+            return
+        held = hold.held
+        if isinstance(held, HeldPlaceSession):
+            # A place session's id is revoked by a kick made after its opening checked it.
+            if await self._store.session_revoked(held):
+                hold.end(kicked)
+        elif await self._store.check_sessions([held]):
             hold.end(kicked)
 
     def missed_events(self) -> None:
@@ -294,7 +358,9 @@ class HeldSessions:
         if self._check_all and self._holds:
             self._check_all = False
             try:
-                gone = await self._store.check_sessions(list(self._holds))
+                gone = await self._store.check_sessions(
+                    [held for held in self._holds if isinstance(held, HeldSession)]
+                )
             except BaseException:
                 self._check_all = True
                 raise
@@ -322,7 +388,7 @@ class HeldSessions:
             # Whatever is left under them ends within the TTL, as after a crash.
             log.warning("giving up the leases of held sessions failed: %s", error.message)
 
-    async def _end_lost(self, held: HeldSession) -> None:
+    async def _end_lost(self, held: Held) -> None:
         """Ends the hold of a session a check found gone with no announcement seen: a
         revoked id was kicked; otherwise why it ended is not known here."""
         try:
@@ -363,17 +429,29 @@ async def _undo_when_opened(
     await undo(opened)
 
 
-def _ending(held: HeldSession, announced: PublishedEvent) -> Ended | None:
+def _ending(held: Held, announced: Announced) -> Ended | None:
     """How the announcement ends the held session, if it does: a kick of the session or of
-    every session of its user, or an opening of it by a newer holder."""
-    kind, user_id, at_ms, session_id, generation = announced
-    if user_id != held.user_id:
+    every session of its user, or an opening of it by a newer holder (of the same place,
+    for a place session)."""
+    if announced.user_id != held.user_id:
         return None
-    at = from_ms(int(at_ms))
+    at = from_ms(int(announced.at_ms))
+    if isinstance(announced, PublishedPlaceEvent):
+        if (
+            isinstance(held, HeldPlaceSession)
+            and announced.kind == PlaceKind.REPLACED
+            and announced.place_id == held.place_id
+            and announced.session_id == held.session_id
+            and held.generation < int(announced.state)
+        ):
+            return Ended(EndReason.REPLACED, at)
+        return None
+    kind, _, _, session_id, generation = announced
     if kind == EventKind.KICKED and session_id in {"", held.session_id}:
         return Ended(EndReason.KICKED, at)
     if (
-        kind == EventKind.REPLACED
+        isinstance(held, HeldSession)
+        and kind == EventKind.REPLACED
         and session_id == held.session_id
         and held.generation < int(generation)
     ):

@@ -35,7 +35,14 @@ from gql_presence.store.validation import (
     check_ids,
     utf8_bytes,
 )
-from gql_presence.store.wire import EventKind, PublishedEvent, read_events
+from gql_presence.store.wire import (
+    EventKind,
+    PlaceKind,
+    PublishedEvent,
+    PublishedPlaceEvent,
+    read_events,
+    read_place_events,
+)
 
 __all__ = [
     "MAX_DOCUMENT_BYTES",
@@ -56,17 +63,20 @@ __all__ = [
     "OpenedSession",
     "Page",
     "PlaceCount",
+    "PlaceKind",
     "PlaceMember",
     "PlacePage",
     "Presence",
     "PresenceStore",
     "PublishedEvent",
+    "PublishedPlaceEvent",
     "Session",
     "SweepResult",
     "WeeklyStats",
     "check_id",
     "check_ids",
     "read_events",
+    "read_place_events",
     "shard_of",
     "utf8_bytes",
 ]

@@ -162,6 +162,8 @@ class PlacePage:
     nodes: tuple[PlaceMember, ...]
     has_next_page: bool
     end_cursor: str | None
+    # The number of the place's last event that the page reflects (PublishedPlaceEvent).
+    sequence: int = 0
 
 
 @dataclass(frozen=True)

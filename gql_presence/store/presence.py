@@ -140,6 +140,10 @@ class PresenceStore:
     def _user_channel_prefix(self, user_id: str) -> str:
         return self._shard(user_id).user_channel_prefix
 
+    def place_events_channel(self, place_id: str) -> str:
+        """The channel of the place's events, in its shard."""
+        return self._shard(place_id).place_events_channel(place_id)
+
     @property
     def quiet_channel(self) -> str:
         """A pub/sub channel nobody publishes on (see Keys.quiet)."""
@@ -330,7 +334,7 @@ class PresenceStore:
         position = None
         if after is not None:
             position = (await self._deployment_cursors(make=False)).decode(after)
-        sessions, users, nodes, more = await self._shard(place_id).place_members(
+        sessions, users, nodes, more, sequence = await self._shard(place_id).place_members(
             place_id, first, position
         )
         end_cursor = None
@@ -339,7 +343,7 @@ class PresenceStore:
             end_cursor = (await self._deployment_cursors(make=True)).encode(
                 last.position, f"{last.user_id}\0{last.session_id}"
             )
-        return PlacePage(sessions, users, nodes, more, end_cursor)
+        return PlacePage(sessions, users, nodes, more, end_cursor, sequence)
 
     async def place_counts(self, place_ids: Sequence[str]) -> list[PlaceCount]:
         """Counts of up to 1,000 places, in the order given: one script call per shard."""

@@ -129,6 +129,9 @@ class Shard:
         """A user of this shard's events channel is this followed by their id."""
         return self._keys.user_events("")
 
+    def place_events_channel(self, place_id: str) -> str:
+        return self._keys.place_events(place_id)
+
     async def touch(self, user_id: str, session_id: str, at_ms: int | None) -> Presence:
         labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
         k = self._keys
@@ -353,7 +356,7 @@ class Shard:
         k = self._keys
         joined_ms = await self._run(
             ScriptName.SET_PLACE_STATE,
-            [*self._place_keys(place_id)[:3], k.leases],
+            [*self._place_keys(place_id), k.leases],
             [place_id, user_id, session_id, state, k.place_events(place_id)],
         )
         return PlaceMember(
@@ -362,20 +365,21 @@ class Shard:
 
     async def place_members(
         self, place_id: str, first: int, after: Position | None
-    ) -> tuple[int, int, tuple[PlaceMember, ...], bool]:
-        """(sessions, users, members of the page, whether more follow)."""
+    ) -> tuple[int, int, tuple[PlaceMember, ...], bool, int]:
+        """(sessions, users, members of the page, whether more follow, the number of the
+        place's last event that the page reflects)."""
         reply = await self._run(
             ScriptName.PLACE_MEMBERS,
             [*self._place_keys(place_id), self._keys.leases],
             [place_id, first, *(after or ("", ""))],
         )
         nodes = []
-        for i in range(3, len(reply), 3):
+        for i in range(4, len(reply), 3):
             user_id, _, session_id = _text(reply[i]).partition("\0")
             score = int(reply[i + 1])
             state = None if reply[i + 2] is None else _text(reply[i + 2])
             nodes.append(PlaceMember(place_id, user_id, session_id, from_ms(-score), state, score))
-        return int(reply[0]), int(reply[1]), tuple(nodes), bool(reply[2])
+        return int(reply[0]), int(reply[1]), tuple(nodes), bool(reply[2]), int(reply[3])
 
     async def place_counts(self, place_ids: Sequence[str]) -> list[tuple[int, int]]:
         """(sessions, users) of each place, in the order given."""

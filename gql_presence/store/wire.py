@@ -44,3 +44,42 @@ def read_events(message: bytes | str) -> list[PublishedEvent]:
     if not isinstance(values, list) or len(values) % _FIELDS:
         raise ValueError("not a list of events")
     return [PublishedEvent(*values[i : i + _FIELDS]) for i in range(0, len(values), _FIELDS)]
+
+
+class PlaceKind(StrEnum):
+    JOINED = "JOINED"
+    UPDATED = "UPDATED"
+    LEFT = "LEFT"
+    # A place session was opened again, by the holder whose generation is in the `state`
+    # field: the process holding an older generation ends its subscription.
+    REPLACED = "REPLACED"
+
+
+class PublishedPlaceEvent(NamedTuple):
+    """One event as the place scripts publish it on a place's channel
+    (lua/includes/places.lua)."""
+
+    kind: str  # a PlaceKind
+    place_id: str
+    user_id: str
+    session_id: str
+    at_ms: int
+    # JOINED, UPDATED: the state's JSON text, or False for none. REPLACED: the new holder's
+    # generation, as text. LEFT: False.
+    state: str | bool
+    sequence: int  # the event's number in the place's sequence of events
+
+
+_PLACE_FIELDS = len(PublishedPlaceEvent._fields)
+
+
+def read_place_events(message: bytes | str) -> list[PublishedPlaceEvent]:
+    """The events of one place message, in order. Raises ValueError for a message not in
+    this format."""
+    values = json.loads(message)
+    if not isinstance(values, list) or len(values) % _PLACE_FIELDS:
+        raise ValueError("not a list of place events")
+    return [
+        PublishedPlaceEvent(*values[i : i + _PLACE_FIELDS])
+        for i in range(0, len(values), _PLACE_FIELDS)
+    ]

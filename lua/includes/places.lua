@@ -7,15 +7,18 @@
 --   holders  HASH  member -> "generation slot": the subscription holding it, under the lease of
 --                  its process in the shard (includes/live.lua)
 --   states   HASH  member -> its state, JSON (absent: none)
---   users    HASH  user_id -> how many of the user's sessions are in the place
+--   users    HASH  user_id -> how many of the user's sessions are in the place; its field ""
+--                  (no user id is empty) counts the place's events: their sequence
 -- and, named from the shard's leases key (same hash tag), per lease the places it holds
 -- members of (`:places:<slot>`, SET) and per lease and place those members
 -- (`:pm:<slot>:<place_id>`, SET), so that the sweep ends a lapsed lease's members without
 -- reading any place whole.
 --
--- Events go on the place's channel, each a JSON array of one or more events of six values:
--- kind (JOINED, UPDATED, LEFT, or REPLACED and KICKED for the holding process), place_id,
--- user_id, session_id, at_ms, and the state (JSON text) or false.
+-- Events go on the place's channel, each a JSON array of one or more events of seven values:
+-- kind (JOINED, UPDATED, LEFT, or REPLACED for the holding process), place_id, user_id,
+-- session_id, at_ms, the state (JSON text) or false, and the event's number in the place's
+-- sequence (so that a subscriber that reads the place's members, whose reply says up to which
+-- number it holds, takes the events after it and no other).
 
 local function member_of(user_id, session_id) return user_id .. '\0' .. session_id end
 
@@ -33,6 +36,19 @@ local function add_place_event(events, place, kind, user_id, session_id, at_ms, 
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
   events[n + 4], events[n + 5], events[n + 6] = session_id, at_ms, state or false
+  events[n + 7] = redis.call('HINCRBY', place.users, '', 1)
+end
+
+-- The number of the place's last event.
+local function place_sequence(place)
+  return tonumber(redis.call('HGET', place.users, '')) or 0
+end
+
+-- Distinct users in the place (the users hash less its sequence field).
+local function place_user_count(place)
+  local count = redis.call('HLEN', place.users)
+  if redis.call('HEXISTS', place.users, '') == 1 then count = count - 1 end
+  return count
 end
 
 local function announce_place(place, events)
