@@ -21,7 +21,8 @@
   ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
-           session ended (the process holding a held session ends its subscription on it)
+           session ended (the process holding a held session ends its subscription on it),
+           else REVOKED, for the processes holding place sessions of the ids alone
   A named session is revoked even when it is no longer live, so that it cannot come back.
 ]]
 --- @include "clock"
@@ -70,6 +71,10 @@ if revoke_ms > 0 and #revoke > 0 then
   local latest = tonumber(redis.call('ZRANGE', revoked_key, -1, -1, 'WITHSCORES')[2])
   redis.call('PEXPIREAT', revoked_key, latest)
 end
-if kicked > 0 then add_event(events, 'KICKED', user_id, now, session_id, online_after) end
+if kicked > 0 then
+  add_event(events, 'KICKED', user_id, now, session_id, online_after)
+else
+  add_event(events, 'REVOKED', user_id, now, session_id, online_after)
+end
 announce_all(channel, events)
 return {kicked, online_after}

@@ -376,6 +376,7 @@ async def test_a_check_after_missed_events_ends_a_session_kicked_unheard_as_kick
     sessions = HeldSessions(store, ttl_ms=30_000)
     async with sessions.hold("ann", "tab") as kicked, sessions.hold("bob", "tab") as closed:
         await store.kick("ann", "tab")
+        assert isinstance(closed.held, HeldSession)
         await store.close_session(closed.held)
         await sessions.renew()
         assert not kicked.ended_by_service  # no check until events may have been missed
@@ -480,6 +481,7 @@ async def test_a_cancelled_opening_never_closes_a_newer_holders_session(
         )
         assert await online(store, "ann")
         assert not newer.ended_by_service
+        assert isinstance(newer.held, HeldSession)
         assert await store.check_sessions([newer.held]) == []
     assert not await online(store, "ann")
     assert kinds(await published(channel)) == [

@@ -43,13 +43,16 @@ async def test_kicks_are_announced_with_what_remains(store: PresenceStore, chann
     await store.touch("alice", "phone")
     await store.touch("alice", "laptop")
     await store.kick("alice", "phone")
-    await store.kick("alice", "phone")  # no longer live: nothing to announce
+    # No longer live: nothing kicked, only the id revoked for whoever holds it in a place.
+    await store.kick("alice", "phone")
     await store.kick("alice")
     await store.kick("alice")
     assert kinds(await published(channel)) == [
         ("ONLINE", "alice", "", 1),
         ("KICKED", "alice", "phone", 1),
+        ("REVOKED", "alice", "phone", 1),
         ("KICKED", "alice", "", 0),
+        ("REVOKED", "alice", "", 0),
     ]
 
 
@@ -135,6 +138,7 @@ async def test_a_kick_or_touch_many_meeting_an_unswept_expiry_announces_it(
         ("ONLINE", "a", "", 1),
         ("ONLINE", "b", "", 1),
         ("OFFLINE", "a", "", 0),
+        ("REVOKED", "a", "", 0),
         ("OFFLINE", "b", "", 0),
         ("ONLINE", "b", "", 1),
     ]

@@ -65,6 +65,7 @@ def test_schema_keeps_the_contract() -> None:
         (CONTRACT / "schema.graphql").read_text(encoding="utf-8")
         + second_round
         + (CONTRACT / "realtime-2.graphql").read_text(encoding="utf-8")
+        + (CONTRACT / "places-3.graphql").read_text(encoding="utf-8")
     )
     ours = build_schema(schema_sdl())
     assert find_breaking_changes(contract, ours) == []

@@ -4,6 +4,7 @@ its result to the GraphQL types. Descriptions here are what GraphiQL shows.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import date, datetime
@@ -17,7 +18,14 @@ from gql_presence.graphql.context import Context
 from gql_presence.graphql.event_rendering import Interest
 from gql_presence.graphql.types import (
     ID,
+    JSONObject,
     KickResult,
+    PlaceCount,
+    PlaceEvent,
+    PlaceEventKind,
+    PlaceMember,
+    PlaceMemberConnection,
+    PlaceSessionState,
     PresenceConnection,
     PresenceEvent,
     SessionEndReason,
@@ -28,8 +36,13 @@ from gql_presence.graphql.types import (
 from gql_presence.policy.auth import CallerKind, Need
 from gql_presence.policy.limits import MAX_REPRESENTATIONS
 from gql_presence.realtime.delivery import FeedDroppedError
-from gql_presence.store import PresenceStore, check_id, check_ids
-from gql_presence.store.errors import BadInputError, ForbiddenError
+from gql_presence.store import PlaceKind, PresenceStore, PublishedPlaceEvent, check_id, check_ids
+from gql_presence.store.days import from_ms
+from gql_presence.store.errors import BadInputError, ForbiddenError, StoreUnavailableError
+
+# Place changes a placeChanged subscriber may be behind by before it is ended (it reads the
+# place again and subscribes anew).
+PLACE_EVENTS_BUFFERED = 1000
 
 UserIdArg = Annotated[
     ID,
@@ -67,6 +80,39 @@ def _store(
 ) -> PresenceStore:
     """The store, once the caller may run this field (for this user)."""
     return info.context.store_for(need, info.field_name, user_id)
+
+
+def _place_store(info: strawberry.Info[Context, None], place_ids: Sequence[str]) -> PresenceStore:
+    """The store, once the caller may act in every place given."""
+    info.context.caller.authorize_places(info.field_name, place_ids)
+    return info.context.store
+
+
+def _own_user(info: strawberry.Info[Context, None], user_id: str | None) -> str:
+    """The user an operation acts for: the one given (an end user's own only), or an end
+    user's own id when none is."""
+    caller = info.context.caller
+    if user_id is None:
+        caller.require_credentials()
+        if caller.kind is not CallerKind.USER or caller.name is None:
+            raise BadInputError("Give the userId whose session this is.")
+        user_id = caller.name
+    caller.authorize(Need.OWN, info.field_name, user_id)
+    return check_id(user_id, "userId")
+
+
+PlaceIdArg = Annotated[
+    ID, strawberry.argument(description="The place (a document, a channel, a lobby).")
+]
+PlaceUserArg = Annotated[
+    ID | None,
+    strawberry.argument(
+        description="Whose session: an end user's own id (or null for it); a backend gives it."
+    ),
+]
+PlaceSessionArg = Annotated[
+    ID, strawberry.argument(description="The session (device, tab) in the place.")
+]
 
 
 @strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
@@ -139,6 +185,34 @@ class Query:
     async def friends(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> list[ID]:
         return [ID(f) for f in await _store(info, Need.OWN, user_id).friends(user_id)]
 
+    @strawberry.field(
+        description="Who is in a place now: each live session there, most recently joined first, ties by userId then sessionId."
+    )
+    async def place_members(
+        self,
+        info: strawberry.Info[Context, None],
+        place_id: PlaceIdArg,
+        first: FirstArg = 50,
+        after: AfterArg = None,
+    ) -> PlaceMemberConnection:
+        store = _place_store(info, [place_id])
+        return PlaceMemberConnection.of(await store.place_members(place_id, first, after))
+
+    @strawberry.field(
+        description="How many sessions and users are in each of these places now (at most 1,000 ids), in the order given."
+    )
+    async def place_counts(
+        self,
+        info: strawberry.Info[Context, None],
+        place_ids: Annotated[list[ID], strawberry.argument(description="At most 1,000 place ids.")],
+    ) -> list[PlaceCount]:
+        store = _place_store(info, place_ids)
+        await info.context.charge(len(place_ids))
+        return [
+            PlaceCount(place_id=ID(c.place_id), sessions=c.sessions, users=c.users)
+            for c in await store.place_counts(place_ids)
+        ]
+
 
 def _friend_links_mutation(
     change: Callable[[PresenceStore, str, Sequence[str], bool], Awaitable[int]], description: str
@@ -210,6 +284,24 @@ class Mutation:
         return KickResult(
             user_id=ID(result.user_id), kicked_sessions=result.kicked_sessions, online=result.online
         )
+
+    @strawberry.mutation(
+        description="Replaces the state of a session in a place; announced to the place as UPDATED."
+    )
+    async def set_place_state(
+        self,
+        info: strawberry.Info[Context, None],
+        place_id: PlaceIdArg,
+        session_id: PlaceSessionArg,
+        state: Annotated[
+            JSONObject,
+            strawberry.argument(description="A JSON object, at most 1 KiB once encoded."),
+        ],
+        user_id: PlaceUserArg = None,
+    ) -> PlaceMember:
+        user = _own_user(info, user_id)
+        store = _place_store(info, [place_id])
+        return PlaceMember.of(await store.set_place_state(place_id, user, session_id, state))
 
     add_friends = _friend_links_mutation(
         PresenceStore.add_friends,
@@ -326,6 +418,95 @@ class Subscription:
                 at=ended.at,
                 end_reason=SessionEndReason(ended.reason.value),
             )
+
+    @strawberry.subscription(
+        description="Holds sessionId of userId in placeId for as long as this subscription lasts, with a state others in the place see. The first message says it is in; the last one, if the service ends it, why."
+    )
+    async def place_session(
+        self,
+        info: strawberry.Info[Context, None],
+        place_id: PlaceIdArg,
+        session_id: PlaceSessionArg,
+        user_id: PlaceUserArg = None,
+        state: Annotated[
+            JSONObject | None,
+            strawberry.argument(
+                description="The session's state in the place: a JSON object, at most 1 KiB once encoded."
+            ),
+        ] = None,
+    ) -> AsyncGenerator[PlaceSessionState, None]:
+        user = _own_user(info, user_id)
+        _place_store(info, [place_id])
+        check_id(place_id, "placeId")
+        check_id(session_id, "sessionId")
+        async with info.context.held_sessions.hold_place(place_id, user, session_id, state) as hold:
+            yield PlaceSessionState(
+                place_id=ID(place_id),
+                user_id=ID(user),
+                session_id=session_id,
+                live=True,
+                at=hold.opened_at,
+                end_reason=None,
+            )
+            ended = await hold.ended()
+            yield PlaceSessionState(
+                place_id=ID(place_id),
+                user_id=ID(user),
+                session_id=session_id,
+                live=False,
+                at=ended.at,
+                end_reason=SessionEndReason(ended.reason.value),
+            )
+
+    @strawberry.subscription(
+        description="Who joins, updates and leaves placeId: first a JOINED event for each session in the place now (the most recent 1,000 when there are more), then every change as it happens."
+    )
+    async def place_changed(
+        self, info: strawberry.Info[Context, None], place_id: PlaceIdArg
+    ) -> AsyncGenerator[PlaceEvent, None]:
+        store = _place_store(info, [place_id])
+        check_id(place_id, "placeId")
+        changes: asyncio.Queue[PublishedPlaceEvent] = asyncio.Queue(PLACE_EVENTS_BUFFERED)
+        overflowed = False
+
+        def follow(event: PublishedPlaceEvent) -> None:
+            nonlocal overflowed
+            try:
+                changes.put_nowait(event)
+            except asyncio.QueueFull:
+                overflowed = True
+
+        async with info.context.events.follow_place(place_id, follow):
+            # Subscribed first, then read: what changed meanwhile is in both, and the
+            # sequence the page reflects tells which of the changes it holds already.
+            page = await store.place_members(place_id, first=1000)
+            for member in page.nodes:
+                yield PlaceEvent(
+                    place_id=ID(place_id),
+                    kind=PlaceEventKind.JOINED,
+                    user_id=ID(member.user_id),
+                    session_id=ID(member.session_id),
+                    at=member.joined_at,
+                    state=PlaceMember.of(member).state,
+                )
+            while True:
+                event = await changes.get()
+                if overflowed:
+                    raise StoreUnavailableError(
+                        "This subscriber fell too far behind the place's changes; read "
+                        "placeMembers and subscribe again."
+                    )
+                if event.sequence <= page.sequence:
+                    continue
+                state = event.state if isinstance(event.state, str) else None
+                yield PlaceEvent(
+                    place_id=ID(place_id),
+                    kind=PlaceEventKind(PlaceKind(event.kind).value),
+                    user_id=ID(event.user_id),
+                    session_id=ID(event.session_id),
+                    at=from_ms(int(event.at_ms)),
+                    state=None if state is None else JSONObject(json.loads(state)),
+                )
 
 
 @strawberry.federation.type(

@@ -173,6 +173,20 @@ class HeldSessions:
                 # the close must still happen, so it is not cancelled with it.
                 await asyncio.shield(closing)
 
+    @contextlib.asynccontextmanager
+    async def hold_place(
+        self, place_id: str, user_id: str, session_id: str, state: object
+    ) -> AsyncIterator[SessionHold]:
+        """Holds the session in the place until the block ends, as `hold` does a presence
+        session."""
+        hold = await self.open_place(place_id, user_id, session_id, state)
+        try:
+            yield hold
+        finally:
+            closing = self.release(hold)
+            if closing is not None:
+                await asyncio.shield(closing)
+
     async def open(self, user_id: str, session_id: str) -> SessionHold:
         """Opens the session and holds it until `release`. Raises SessionRevokedError for a
         kicked id. Cancelled at any point, it leaves nothing live and nothing held."""
@@ -239,7 +253,9 @@ class HeldSessions:
         close runs on its own (returned), so that a holder cancelled meanwhile does not
         cancel it. Once per hold."""
         self._forget(hold)
-        if hold.ended_by_service:
+        # A kick ends a place session without taking it out of its place (that is in
+        # another shard): its holder does, as for any end.
+        if hold.ended_by_service and not isinstance(hold.held, HeldPlaceSession):
             return None
         return self._in_background(self._close(hold.held))
 
@@ -297,7 +313,7 @@ class HeldSessions:
     def on_event(self, announced: Announced) -> None:
         """Ends the holds a kick or a newer opening of their session has ended."""
         kind, user_id = announced.kind, announced.user_id
-        if kind not in {EventKind.KICKED, EventKind.REPLACED}:
+        if kind not in {EventKind.KICKED, EventKind.REPLACED, EventKind.REVOKED}:
             return
         for early in self._openings.get(user_id, ()):
             early.append(announced)
@@ -447,7 +463,7 @@ def _ending(held: Held, announced: Announced) -> Ended | None:
             return Ended(EndReason.REPLACED, at)
         return None
     kind, _, _, session_id, generation = announced
-    if kind == EventKind.KICKED and session_id in {"", held.session_id}:
+    if kind in {EventKind.KICKED, EventKind.REVOKED} and session_id in {"", held.session_id}:
         return Ended(EndReason.KICKED, at)
     if (
         isinstance(held, HeldSession)

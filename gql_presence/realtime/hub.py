@@ -50,12 +50,16 @@ from gql_presence.realtime.delivery import (
     Rendered,
     WriteNow,
 )
+from gql_presence.realtime.held import PLACE_KEY, Announced, place_key
 from gql_presence.store import (
     MAX_IDS_PER_CALL,
     EventKind,
+    PlaceKind,
     PresenceStore,
     PublishedEvent,
+    PublishedPlaceEvent,
     read_events,
+    read_place_events,
 )
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
@@ -99,7 +103,11 @@ class EventHub:
         self._by_user: dict[str, set[Follower]] = {}
         self._by_friends_of: dict[str, set[Follower]] = {}
         self._everyone: set[Follower] = set()
-        self._session_watchers: list[Callable[[PublishedEvent], None]] = []
+        self._session_watchers: list[Callable[[Announced], None]] = []
+        # The places followed here (placeChanged): each follower's callback, per place.
+        self._place_followers: dict[str, set[Callable[[PublishedPlaceEvent], None]]] = {}
+        # The channel of each place watched or followed here, to the place's id.
+        self._place_of: dict[bytes, str] = {}
         self._gap_watchers: list[Callable[[], None]] = []
         # Users whose held sessions are watched here: how many holds watch each.
         self._watched: dict[str, int] = {}
@@ -160,9 +168,15 @@ class EventHub:
         return len(self._asked)
 
     def _user_channel(self, user_id: str) -> bytes:
+        """The channel of a user, or of a place by its `place_key`."""
         channel = self._channel_of.get(user_id)
         if channel is None:
-            channel = self._store.user_events_channel(user_id).encode()
+            if user_id.startswith(PLACE_KEY):
+                place_id = user_id[len(PLACE_KEY) :]
+                channel = self._store.place_events_channel(place_id).encode()
+                self._place_of[channel] = place_id
+            else:
+                channel = self._store.user_events_channel(user_id).encode()
             if self._wanted(user_id):
                 self._channel_of[user_id] = channel
         return channel
@@ -191,19 +205,19 @@ class EventHub:
                 )
 
     def watch_sessions(
-        self, watcher: Callable[[PublishedEvent], None], on_gap: Callable[[], None]
+        self, watcher: Callable[[Announced], None], on_gap: Callable[[], None]
     ) -> None:
-        """Hands every KICKED and REPLACED event of the users `watching` is asked for to
-        `watcher` as well: the holder of this process's connection-bound sessions ends those
-        they concern. `on_gap` is called when the stream was interrupted, as events may have
-        been missed then."""
+        """Hands every KICKED, REPLACED and REVOKED event of the users (and places) `watch` is
+        asked for to `watcher` as well: the holder of this process's connection-bound
+        sessions ends those they concern. `on_gap` is called when the stream was
+        interrupted, as events may have been missed then."""
         self._session_watchers.append(watcher)
         self._gap_watchers.append(on_gap)
 
     async def watch(self, user_id: str) -> None:
-        """From when this returns until `unwatch(user_id)`, the user's events reach the
-        session watchers: once their channel's subscription is confirmed. Raising, it leaves
-        nothing to undo."""
+        """From when this returns until `unwatch(user_id)`, the user's events (or, for a
+        `place_key`, the place's) reach the session watchers: once their channel's
+        subscription is confirmed. Raising, it leaves nothing to undo."""
         self._watched[user_id] = self._watched.get(user_id, 0) + 1
         self._interest_changed((user_id,))
         try:
@@ -219,6 +233,33 @@ class EventHub:
         else:
             del self._watched[user_id]
         self._interest_changed((user_id,))
+
+    @contextlib.asynccontextmanager
+    async def follow_place(
+        self, place_id: str, follower: Callable[[PublishedPlaceEvent], None]
+    ) -> AsyncIterator[None]:
+        """Hands every JOINED, UPDATED and LEFT of the place to `follower` from when the block
+        begins (the place's channel confirmed) until it ends."""
+        followers = self._place_followers.setdefault(place_id, set())
+        followers.add(follower)
+        try:
+            await self.watch(place_key(place_id))
+        except BaseException:
+            self._forget_place_follower(place_id, follower)
+            raise
+        try:
+            yield
+        finally:
+            self._forget_place_follower(place_id, follower)
+            self.unwatch(place_key(place_id))
+
+    def _forget_place_follower(
+        self, place_id: str, follower: Callable[[PublishedPlaceEvent], None]
+    ) -> None:
+        followers = self._place_followers.get(place_id, set())
+        followers.discard(follower)
+        if not followers:
+            self._place_followers.pop(place_id, None)
 
     @contextlib.asynccontextmanager
     async def feed(
@@ -364,9 +405,11 @@ class EventHub:
         unsubscribe: list[bytes] = []
         for user_id in self._changed:
             wanted = self._wanted(user_id)
-            self._ask(self._user_channel(user_id), wanted, subscribe, unsubscribe)
+            channel = self._user_channel(user_id)
+            self._ask(channel, wanted, subscribe, unsubscribe)
             if not wanted:
                 self._channel_of.pop(user_id, None)
+                self._place_of.pop(channel, None)
         self._changed.clear()
         if self._everyone_changed:
             self._everyone_changed = False
@@ -586,7 +629,10 @@ class EventHub:
         if kind == "message":
             self.messages_received += 1
             channel = message["channel"]
-            if channel == self._channel:
+            if channel in self._place_of:
+                if channel in self._live:
+                    self._dispatch_place(message["data"])
+            elif channel == self._channel:
                 if channel in self._live:
                     # Those who follow everyone get events once the channel is settled: not
                     # those of a subscription about to be left, which a gap would follow.
@@ -608,16 +654,31 @@ class EventHub:
         for one in announced:
             self._dispatch_one(one, everyone)
 
+    def _dispatch_place(self, data: bytes) -> None:
+        try:
+            announced = read_place_events(data)
+        except ValueError:
+            log.exception("unreadable place events %r", data[:200])
+            return
+        self.events_decoded += len(announced)
+        for one in announced:
+            if one.kind == PlaceKind.REPLACED:
+                for watcher in self._session_watchers:
+                    watcher(one)
+                continue
+            for follower in list(self._place_followers.get(one.place_id, ())):
+                follower(one)
+
     def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
         kind, user_id, at_ms, session_id, online = announced
         if kind == EventKind.FRIENDS:
             for feed in list(self._by_friends_of.get(user_id, ())):
                 self.spawn(self._follow_friend_change(feed))
             return
-        if kind in {EventKind.KICKED, EventKind.REPLACED}:
+        if kind in {EventKind.KICKED, EventKind.REPLACED, EventKind.REVOKED}:
             for watcher in self._session_watchers:
                 watcher(announced)
-        if kind == EventKind.REPLACED:
+        if kind in {EventKind.REPLACED, EventKind.REVOKED}:
             return  # the holders' business only
         feeds = self._by_user.get(user_id)
         all_users = self._everyone if everyone else ()

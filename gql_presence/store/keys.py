@@ -127,8 +127,8 @@ class Keys:
         return self.prefix + "pu:" + place_id
 
     def place_events(self, place_id: str) -> str:
-        """Pub/sub channel of the place's JOINED, UPDATED and LEFT events (and the REPLACED and
-        KICKED ones its holders act on), in the place's shard's hash tag."""
+        """Pub/sub channel of the place's JOINED, UPDATED and LEFT events (and the REPLACED
+        ones its holders act on), in the place's shard's hash tag."""
         return self.prefix + "pev:" + place_id
 
     def revoked(self, user_id: str) -> str:

@@ -20,6 +20,9 @@ class EventKind(StrEnum):
     # `online_or_generation` field: the process holding an older generation ends its
     # subscription.
     REPLACED = "REPLACED"
+    # A kick that ended no presence session: the processes holding place sessions of the
+    # ids it names (session_id, or "" for all of the user's) end them.
+    REVOKED = "REVOKED"
 
 
 class PublishedEvent(NamedTuple):

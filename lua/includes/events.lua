@@ -1,7 +1,7 @@
 -- Announces changes, from the script that makes them, so that no event goes without its change
 -- nor a change without its event. A message is a JSON array of one or more events in order,
 -- five values each (read by gql_presence/store/wire.py): kind (ONLINE, OFFLINE, KICKED,
--- REPLACED or FRIENDS), user_id, at_ms, session_id or "", online 0|1.
+-- REPLACED, REVOKED or FRIENDS), user_id, at_ms, session_id or "", online 0|1.
 -- `channel` is {every_user, user_prefix}: each user's events go, in order, in one message on
 -- their own channel (user_prefix .. user_id, which a process subscribes to while someone there
 -- follows the user), then all of them in one message on the channel of every user (for

@@ -1,0 +1,193 @@
+"""Places over HTTP and WebSocket, against the whole service: placeSession holds a session in
+a place, placeChanged tells who joins, updates and leaves (starting with who is there),
+placeMembers and placeCounts read them, setPlaceState updates a state; and who may do each,
+by the JWT's `places` claim."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gql_presence.app import create_app
+from gql_presence.settings import Settings
+from tests.conftest import ClientFactory, error_codes, graphql
+from tests.helpers import BACKEND_TOKEN, SECURED, Service, graphql_socket, user_token
+
+HOLD = (
+    "subscription($place: ID!, $user: ID, $session: ID!, $state: JSONObject) { "
+    "placeSession(placeId: $place, userId: $user, sessionId: $session, state: $state) "
+    "{ placeId userId sessionId live endReason } }"
+)
+WATCH = (
+    "subscription($place: ID!) { placeChanged(placeId: $place) "
+    "{ placeId kind userId sessionId at state } }"
+)
+MEMBERS = (
+    "query($place: ID!) { placeMembers(placeId: $place) "
+    "{ totalCount users nodes { userId sessionId joinedAt state } pageInfo { hasNextPage } } }"
+)
+SET_STATE = (
+    "mutation($place: ID!, $user: ID, $session: ID!, $state: JSONObject!) { "
+    "setPlaceState(placeId: $place, userId: $user, sessionId: $session, state: $state) "
+    "{ userId sessionId state } }"
+)
+
+
+@pytest.fixture
+async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
+    return await aiohttp_client(create_app(deployment))
+
+
+async def start(
+    socket: aiohttp.ClientWebSocketResponse, operation_id: str, document: str, **variables: Any
+) -> None:
+    payload = {"query": document, "variables": variables}
+    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+
+
+async def receive(socket: aiohttp.ClientWebSocketResponse, within_s: float = 3) -> dict[str, Any]:
+    message = await socket.receive(timeout=within_s)
+    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
+    return dict(json.loads(message.data))
+
+
+def event(message: dict[str, Any]) -> tuple[Any, ...]:
+    assert message["type"] == "next", message
+    body = next(iter(message["payload"]["data"].values()))
+    return body["kind"], body["userId"], body["sessionId"], body["state"]
+
+
+async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: Service) -> None:
+    async with (
+        graphql_socket(service) as ann,
+        graphql_socket(service) as bob,
+        graphql_socket(service) as watcher,
+    ):
+        await start(ann, "a", HOLD, place="doc:1", user="ann", session="t1", state={"x": 1})
+        first = await receive(ann)
+        assert first["payload"]["data"]["placeSession"] == {
+            "placeId": "doc:1",
+            "userId": "ann",
+            "sessionId": "t1",
+            "live": True,
+            "endReason": None,
+        }
+        await start(watcher, "w", WATCH, place="doc:1")
+        assert event(await receive(watcher)) == ("JOINED", "ann", "t1", {"x": 1})
+        await start(bob, "b", HOLD, place="doc:1", user="bob", session="t2")
+        await receive(bob)
+        assert event(await receive(watcher)) == ("JOINED", "bob", "t2", None)
+        body = await graphql(
+            service, SET_STATE, place="doc:1", user="bob", session="t2", state={"x": 5}
+        )
+        assert body["data"]["setPlaceState"]["state"] == {"x": 5}
+        assert event(await receive(watcher)) == ("UPDATED", "bob", "t2", {"x": 5})
+        members = (await graphql(service, MEMBERS, place="doc:1"))["data"]["placeMembers"]
+        assert (members["totalCount"], members["users"]) == (2, 2)
+        assert [(n["userId"], n["state"]) for n in members["nodes"]] == [
+            ("bob", {"x": 5}),
+            ("ann", {"x": 1}),
+        ]
+        await ann.send_json({"id": "a", "type": "complete"})
+        assert event(await receive(watcher)) == ("LEFT", "ann", "t1", None)
+        await bob.close()
+        assert event(await receive(watcher)) == ("LEFT", "bob", "t2", None)
+    counts = await graphql(service, '{ placeCounts(placeIds: ["doc:1"]) { sessions users } }')
+    assert counts["data"]["placeCounts"] == [{"sessions": 0, "users": 0}]
+
+
+async def test_a_place_session_ends_with_kicked_or_replaced(service: Service) -> None:
+    async with graphql_socket(service) as first, graphql_socket(service) as second:
+        await start(first, "1", HOLD, place="lobby", user="ann", session="s")
+        await receive(first)
+        await start(second, "2", HOLD, place="lobby", user="ann", session="s")
+        await receive(second)
+        last = await receive(first)
+        assert last["payload"]["data"]["placeSession"]["endReason"] == "REPLACED"
+        assert (await receive(first))["type"] == "complete"
+        await graphql(service, 'mutation { kick(userId: "ann", sessionId: "s") { online } }')
+        last = await receive(second)
+        assert last["payload"]["data"]["placeSession"]["endReason"] == "KICKED"
+    members = (await graphql(service, MEMBERS, place="lobby"))["data"]["placeMembers"]
+    assert members["totalCount"] == 0
+
+
+async def test_a_bad_state_is_refused_and_changes_nothing(service: Service) -> None:
+    body = await graphql(
+        service, SET_STATE, place="doc:1", user="ann", session="t", state={"x": "a" * 2000}
+    )
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "1,024" in body["errors"][0]["message"]
+    body = await graphql(service, SET_STATE, place="doc:1", user="ann", session="t", state={"x": 1})
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "not in the place" in body["errors"][0]["message"]
+
+
+@pytest.fixture
+async def secured(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
+    settings = dataclasses.replace(SECURED, redis_url=deployment.redis_url)
+    return await aiohttp_client(create_app(settings))
+
+
+async def as_user(service: Service, token: str, query: str, **variables: Any) -> dict[str, Any]:
+    response = await service.post(
+        "/graphql",
+        json={"query": query, "variables": variables},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    body: dict[str, Any] = await response.json()
+    return body
+
+
+@pytest.mark.parametrize(
+    ("places", "place", "allowed"),
+    [
+        (["doc:42"], "doc:42", True),
+        (["doc:42"], "doc:4", False),
+        (["team:7:*"], "team:7:x", True),
+        (["team:7:*"], "team:7", False),
+        (["team:7:*"], "team:70", False),
+        (["*"], "anything", True),
+        (["Doc:42"], "doc:42", False),
+        (None, "doc:42", False),
+    ],
+)
+async def test_a_users_places_claim_says_where_they_may_go(
+    secured: Service, places: list[str] | None, place: str, allowed: bool
+) -> None:
+    claims: dict[str, Any] = {} if places is None else {"places": places}
+    token = user_token("ann", **claims)
+    members = await as_user(secured, token, MEMBERS, place=place)
+    counts = await as_user(
+        secured, token, "query($p: [ID!]!) { placeCounts(placeIds: $p) { sessions } }", p=[place]
+    )
+    expected = [] if allowed else ["FORBIDDEN"]
+    assert error_codes(members) == expected
+    assert error_codes(counts) == expected
+    async with graphql_socket(secured, f"Bearer {token}") as socket:
+        await start(socket, "s", HOLD, place=place, session="t")
+        first = await receive(socket)
+        if allowed:
+            assert first["payload"]["data"]["placeSession"]["live"] is True
+        else:
+            assert first["type"] == "next"
+            assert first["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+
+
+async def test_a_user_acts_in_places_for_themselves_only(secured: Service) -> None:
+    token = user_token("ann", places=["*"])
+    body = await as_user(secured, token, SET_STATE, place="p", user="bob", session="t", state={})
+    assert error_codes(body) == ["FORBIDDEN"]
+    backend = await as_user(secured, BACKEND_TOKEN, MEMBERS, place="p")
+    assert error_codes(backend) == []
+
+
+async def test_a_places_claim_that_is_not_a_list_of_strings_is_not_a_valid_token(
+    secured: Service,
+) -> None:
+    body = await as_user(secured, user_token("ann", places="doc:42"), MEMBERS, place="doc:42")
+    assert error_codes(body) == ["UNAUTHENTICATED"]
