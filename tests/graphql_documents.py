@@ -198,6 +198,33 @@ _OTHER_LITERALS: st.SearchStrategy[ValueNode] = st.one_of(
     ),
 )
 
+# JSON objects, as place states: mostly small, now and then over the 1 KiB allowed.
+_JSON_VALUES = st.one_of(st.integers(-1000, 1000), st.text(max_size=12), st.booleans(), st.none())
+JSON_OBJECT = st.one_of(
+    st.dictionaries(st.text(max_size=6), _JSON_VALUES, max_size=4),
+    st.dictionaries(
+        st.text(max_size=3), st.text(min_size=300, max_size=400), min_size=4, max_size=4
+    ),
+)
+
+
+def _json_literal(value: Any) -> ValueNode:
+    if isinstance(value, dict):
+        return nodes.Object(
+            [
+                ObjectFieldNode(name=NameNode(value="k" + str(i)), value=_json_literal(v))
+                for i, v in enumerate(value.values())
+            ]
+        )
+    if isinstance(value, bool):
+        return nodes.Boolean(value)
+    if isinstance(value, int):
+        return nodes.Int(value)
+    if value is None:
+        return nodes.Null
+    return nodes.String(str(value))
+
+
 # Literal values for hypothesis-graphql. A literal the scalar refuses fails validation of the
 # whole document, so those are rare (one in ten); a value that the resolvers refuse (an id,
 # a page size, a cursor) fails only its field, and is common.
@@ -213,6 +240,7 @@ SCALARS: dict[str, st.SearchStrategy[ValueNode]] = {
         st.one_of(_BAD_DATE.map(nodes.String), _OTHER_LITERALS),
         odds=9,
     ),
+    "JSONObject": mostly(JSON_OBJECT.map(_json_literal), _OTHER_LITERALS, odds=9),
     "String": CURSOR_TEXT.map(nodes.String),  # `after` is the only String argument
     "Int": mostly(
         st.integers(min_value=-2, max_value=1_002),
@@ -229,6 +257,7 @@ _SCALAR_JSON: dict[str, st.SearchStrategy[Any]] = {
     "ID": st.one_of(ANY_ID_TEXT, st.integers()),
     "DateTime": ANY_DATETIME_TEXT,
     "Date": ANY_DATE_TEXT,
+    "JSONObject": st.one_of(JSON_OBJECT, st.lists(st.integers(), max_size=2), st.text(max_size=5)),
     "String": CURSOR_TEXT,
     "Int": st.integers(),  # beyond 32 bits too
     "Boolean": st.booleans(),
