@@ -23,7 +23,7 @@ from gql_presence.http.app_keys import (
 from gql_presence.http.cors import cors
 from gql_presence.http.hosts import host_check
 from gql_presence.http.ide import GRAPHIQL_ASSETS
-from gql_presence.http.probes import dashboard, healthz, metrics_page, readyz
+from gql_presence.http.probes import dashboard, healthz, metrics_page, places_page, readyz
 from gql_presence.http.view import PresenceView
 from gql_presence.observability import tracing
 from gql_presence.observability.logs import log_client_faults_quietly
@@ -87,6 +87,8 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/metrics", metrics_page)
     # A live page for people: who is online, and the week's active users.
     app.router.add_get("/dashboard", dashboard)
+    # A place where the tabs that open it see each other's cursors.
+    app.router.add_get("/places", places_page)
     return app
 
 

@@ -1,5 +1,5 @@
-"""The pages beside the API: Kubernetes-style probes, Prometheus metrics, and the live
-dashboard for people."""
+"""The pages beside the API: Kubernetes-style probes, Prometheus metrics, the live dashboard
+for people, and a place whose visitors see each other's cursors."""
 
 from __future__ import annotations
 
@@ -13,10 +13,15 @@ from gql_presence.observability.metrics import CONTENT_TYPE
 from gql_presence.store.errors import PresenceError
 
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
+PLACES = (Path(__file__).parent / "places.html").read_bytes()
 
 
 async def dashboard(request: web.Request) -> web.Response:
     return web.Response(body=DASHBOARD, content_type="text/html", charset="utf-8")
+
+
+async def places_page(request: web.Request) -> web.Response:
+    return web.Response(body=PLACES, content_type="text/html", charset="utf-8")
 
 
 async def metrics_page(request: web.Request) -> web.Response:
