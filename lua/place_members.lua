@@ -31,18 +31,41 @@ local sessions = redis.call('ZCARD', place.members)
 for _, slot in ipairs(lapsed_slots(now)) do
   sessions = sessions - redis.call('SCARD', lease_members_key(slot, place.id))
 end
-local function live_member(member)
-  local holder = place_holder(place, member)
-  if holder and slot_live(holder.slot, now) then return 1 end
-  return nil
+-- Walks the members from `start`, a batch at a time, their holders read with one HMGET per
+-- batch: the page costs a few commands, not a few per member.
+local function page_from(start, limit)
+  local rows = {}
+  while #rows < limit * 2 do
+    local batch = redis.call('ZRANGE', place.members, start, start + limit, 'WITHSCORES')
+    if #batch == 0 then break end
+    local names = {}
+    for i = 1, #batch, 2 do names[#names + 1] = batch[i] end
+    local holders = redis.call('HMGET', place.holders, unpack(names))
+    for j, value in ipairs(holders) do
+      local slot = value and tonumber(string.match(value, ' (%d+)$'))
+      if slot and slot_live(slot, now) then
+        rows[#rows + 1] = batch[2 * j - 1]
+        rows[#rows + 1] = batch[2 * j]
+        if #rows == limit * 2 then break end
+      end
+    end
+    start = start + limit + 1
+  end
+  return rows
 end
-local start = page_start(place.members, ARGV[3], ARGV[4])
-local rows = collect(place.members, start, math.huge, first + 1, live_member)
+
+local rows = page_from(page_start(place.members, ARGV[3], ARGV[4]), first + 1)
 local reply = {sessions, place_user_count(place), 0, place_sequence(place)}
-if #rows > first * 3 then reply[3] = 1 end
-for i = 1, math.min(#rows, first * 3), 3 do
-  reply[#reply + 1] = rows[i]
-  reply[#reply + 1] = rows[i + 1]
-  reply[#reply + 1] = redis.call('HGET', place.states, rows[i]) or false
+local shown = math.min(#rows / 2, first)
+if #rows / 2 > first then reply[3] = 1 end
+if shown > 0 then
+  local names = {}
+  for i = 1, shown do names[i] = rows[2 * i - 1] end
+  local states = redis.call('HMGET', place.states, unpack(names))
+  for i = 1, shown do
+    reply[#reply + 1] = rows[2 * i - 1]
+    reply[#reply + 1] = rows[2 * i]
+    reply[#reply + 1] = states[i] or false
+  end
 end
 return reply

@@ -1,0 +1,114 @@
+"""What a place's size costs its reads: `python -m bench.places [--members N]`.
+
+On a private Redis, one place of N members (default 100,000) beside places of 10 members and
+one of 100, and side by side, interleaved, Redis's own time of each script call (its slow log,
+median of 50 calls each): `placeMembers(first: 50)` of the large place and of a small one,
+the second page of each (from a cursor), and `placeCounts` of 1,000 places, once with the
+large place among them and once with 1,000 small ones. The target: the large place's figures
+within 2x the small one's. A page of a place of 10 holds 10 members where the large place's
+holds 50, so the page of the place of 100 is measured too: the same page, the same work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from redis.asyncio import Redis
+
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import start_redis_server
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+
+ROUNDS = 50
+FILL_CONCURRENCY = 200
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=100_000)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        server = start_redis_server(data_dir=Path(folder))
+        client = redis_client(server.url)
+        try:
+            await measure(client, args.members)
+        finally:
+            await client.aclose()
+            server.stop()
+
+
+async def measure(client: Redis, members: int) -> None:
+    store = PresenceStore(client, Settings())
+    await store.load_scripts()
+    print(f"filling a place of {members:,} members and 1,000 places of 10 ...", flush=True)
+    await fill(store, "big", members)
+    small = [f"small-{i}" for i in range(1000)]
+    for place in small:
+        await fill(store, place, 10)
+    await fill(store, "hundred", 100)
+    hundred_first = await store.place_members("hundred", first=50)
+    big_first = await store.place_members("big", first=50)
+    small_first = await store.place_members(small[0], first=5)
+    with_big = ["big", *small[1:]]
+    calls: dict[str, tuple[Callable[[], Awaitable[object]], Callable[[], Awaitable[object]]]] = {
+        "placeMembers(first: 50), first page": (
+            lambda: store.place_members("big", first=50),
+            lambda: store.place_members(small[0], first=50),
+        ),
+        "placeMembers(first: 50), from a cursor": (
+            lambda: store.place_members("big", first=50, after=big_first.end_cursor),
+            lambda: store.place_members(small[0], first=50, after=small_first.end_cursor),
+        ),
+        "placeMembers(first: 50), against a place of 100": (
+            lambda: store.place_members("big", first=50),
+            lambda: store.place_members("hundred", first=50),
+        ),
+        "placeMembers(first: 50), cursor, against 100": (
+            lambda: store.place_members("big", first=50, after=big_first.end_cursor),
+            lambda: store.place_members("hundred", first=50, after=hundred_first.end_cursor),
+        ),
+        "placeCounts of 1,000 places": (
+            lambda: store.place_counts(with_big),
+            lambda: store.place_counts(small),
+        ),
+    }
+    await client.config_set("slowlog-log-slower-than", 0)
+    await client.config_set("slowlog-max-len", 10 * ROUNDS)
+    print(f"\nRedis time per call, median of {ROUNDS}, µs   large    small   large/small")
+    for name, (large, little) in calls.items():
+        times: dict[str, list[int]] = {"large": [], "small": []}
+        for _ in range(ROUNDS):  # interleaved, so both see the same machine
+            for kind, call in (("large", large), ("small", little)):
+                await client.slowlog_reset()
+                await call()
+                times[kind] += await script_times_us(client)
+        big_us, small_us = statistics.median(times["large"]), statistics.median(times["small"])
+        print(f"{name:<45} {big_us:7.0f}  {small_us:7.0f}   {big_us / small_us:5.2f}x")
+    await client.config_set("slowlog-log-slower-than", 10_000)
+
+
+async def fill(store: PresenceStore, place: str, members: int) -> None:
+    """`members` sessions in the place, of as many users, under this process's lease."""
+    semaphore = asyncio.Semaphore(FILL_CONCURRENCY)
+
+    async def join(i: int) -> None:
+        async with semaphore:
+            await store.open_place_session(place, f"user-{i}", "tab", {"x": i % 800, "y": i % 600})
+
+    await asyncio.gather(*(join(i) for i in range(members)))
+
+
+async def script_times_us(client: Redis) -> list[int]:
+    """How long each script call since the last reset took in Redis, in µs."""
+    entries = await client.slowlog_get(100)
+    return [int(e["duration"]) for e in entries if "evalsha" in str(e["command"]).lower()]
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
