@@ -39,7 +39,14 @@ from gql_presence.http.app_keys import EVENTS
 from gql_presence.realtime.delivery import Feed, FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.running.redis_server import free_port
-from gql_presence.store import EventKind, HeldSession, OpenedSession, PresenceStore, PublishedEvent
+from gql_presence.store import (
+    EventKind,
+    HeldPlaceSession,
+    HeldSession,
+    OpenedSession,
+    PresenceStore,
+    PublishedEvent,
+)
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
 from tests.conftest import TEST_SETTINGS, graphql
@@ -634,7 +641,9 @@ class PausingStore(PresenceStore):
             self.opening -= 1
         return opened
 
-    async def check_sessions(self, held: Sequence[HeldSession]) -> list[HeldSession]:
+    async def check_sessions(
+        self, held: Sequence[HeldSession | HeldPlaceSession]
+    ) -> list[HeldSession | HeldPlaceSession]:
         lost = await super().check_sessions(held)
         await self._pause("check")
         return lost

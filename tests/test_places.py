@@ -5,6 +5,7 @@ channel by the script that makes the change."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import AsyncIterator
@@ -15,8 +16,9 @@ import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
+from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.store import PresenceStore
-from gql_presence.store.errors import BadInputError, SessionRevokedError
+from gql_presence.store.errors import BadInputError, SessionRevokedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
 from tests.conftest import TEST_SETTINGS, StoreFactory
 
@@ -186,3 +188,23 @@ async def test_place_counts_take_at_most_1000_ids(store: PresenceStore) -> None:
     with pytest.raises(BadInputError, match="at most 1,000"):
         await store.place_counts([f"p{i}" for i in range(1001)])
     assert len(await store.place_counts([f"p{i}" for i in range(1000)])) == 1000
+
+
+async def test_a_holder_that_missed_a_kick_or_a_replacement_ends_its_place_holds(
+    store: PresenceStore,
+) -> None:
+    # Nothing hands this process the events: what ends its holds is heard of by a check.
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    async with (
+        sessions.hold_place(DOC, "ann", "tab", None) as kicked,
+        sessions.hold_place(DOC, "bob", "tab", None) as replaced,
+    ):
+        await store.kick("ann", "tab")
+        await store.open_place_session(DOC, "bob", "tab")  # as another process would
+        sessions.missed_events()
+        await sessions.renew()
+        assert (await asyncio.wait_for(kicked.ended(), 1)).reason is EndReason.KICKED
+        with pytest.raises(StoreUnavailableError):
+            await asyncio.wait_for(replaced.ended(), 1)
+    await sessions.settle()
+    assert [m.user_id for m in (await store.place_members(DOC)).nodes] == ["bob"]

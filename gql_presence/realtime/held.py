@@ -374,9 +374,11 @@ class HeldSessions:
         if self._check_all and self._holds:
             self._check_all = False
             try:
-                gone = await self._store.check_sessions(
-                    [held for held in self._holds if isinstance(held, HeldSession)]
-                )
+                gone = await self._store.check_sessions(list(self._holds))
+                # A kick of a place session's id takes it out of no place: its id is revoked.
+                for in_place in [h for h in self._holds if isinstance(h, HeldPlaceSession)]:
+                    if in_place not in gone and await self._store.session_revoked(in_place):
+                        gone.append(in_place)
             except BaseException:
                 self._check_all = True
                 raise

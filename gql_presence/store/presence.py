@@ -268,16 +268,28 @@ class PresenceStore:
         the user's last live one. Returns whether a live session ended."""
         return await self._shard(held.user_id).close_session(held)
 
-    async def check_sessions(self, held: Sequence[HeldSession]) -> list[HeldSession]:
-        """Of the sessions given, those their holder holds no more (kicked, replaced, closed,
-        or their lease lapsed): for a holder that may have missed their announcement.
-        CHECK_BATCH per script call, the calls of all shards in parallel."""
-        by_shard: dict[int, list[HeldSession]] = {}
+    async def check_sessions(
+        self, held: Sequence[HeldSession | HeldPlaceSession]
+    ) -> list[HeldSession | HeldPlaceSession]:
+        """Of the sessions given (presence and place sessions), those their holder holds no
+        more (kicked, replaced, closed, or their lease lapsed): for a holder that may have
+        missed their announcement. CHECK_BATCH per script call, the calls of all shards in
+        parallel."""
+        presence: dict[int, list[HeldSession]] = {}
+        places: dict[int, list[HeldPlaceSession]] = {}
         for one in held:
-            by_shard.setdefault(one.lease.shard, []).append(one)
-        calls = [
+            if isinstance(one, HeldPlaceSession):
+                places.setdefault(one.lease.shard, []).append(one)
+            else:
+                presence.setdefault(one.lease.shard, []).append(one)
+        calls: list[Awaitable[Sequence[HeldSession | HeldPlaceSession]]] = [
             self._shards[i].check_sessions(group[start : start + CHECK_BATCH])
-            for i, group in by_shard.items()
+            for i, group in presence.items()
+            for start in range(0, len(group), CHECK_BATCH)
+        ]
+        calls += [
+            self._shards[i].check_place_sessions(group[start : start + CHECK_BATCH])
+            for i, group in places.items()
             for start in range(0, len(group), CHECK_BATCH)
         ]
         lost = await asyncio.gather(*calls)

@@ -39,6 +39,7 @@ class ScriptName(StrEnum):
     ACQUIRE_LEASE = "acquire_lease"
     RENEW_LEASE = "renew_lease"
     CHECK_SESSIONS = "check_sessions"
+    CHECK_PLACE_SESSIONS = "check_place_sessions"
     OPEN_PLACE_SESSION = "open_place_session"
     CLOSE_PLACE_SESSION = "close_place_session"
     SET_PLACE_STATE = "set_place_state"

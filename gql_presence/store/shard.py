@@ -335,6 +335,17 @@ class Shard:
         held = HeldPlaceSession(place_id, user_id, session_id, int(generation), lease)
         return OpenedPlaceSession(held, from_ms(int(joined_ms)))
 
+    async def check_place_sessions(
+        self, held: Sequence[HeldPlaceSession]
+    ) -> list[HeldPlaceSession]:
+        """Of the place sessions (at most CHECK_BATCH), those no longer held by their holder."""
+        k = self._keys
+        args: list[str | int] = [k.place_holders("")]
+        for one in held:
+            args += [one.place_id, f"{one.user_id}\0{one.session_id}", one.generation]
+        lost = await self._run(ScriptName.CHECK_PLACE_SESSIONS, [k.leases], args)
+        return [held[int(position) - 1] for position in lost]
+
     async def close_place_session(self, held: HeldPlaceSession) -> bool:
         k = self._keys
         left = await self._run(
