@@ -123,7 +123,7 @@ async def test_a_kick_ends_the_subscription_and_the_socket_stays_open(service: S
         refused = await receive(tab)
         assert refused["type"] in {"error", "next"}
         assert "SESSION_REVOKED" in json.dumps(refused)
-        assert "presenceSession a new sessionId" in json.dumps(refused)
+        assert "presenceSession or placeSession a new sessionId" in json.dumps(refused)
 
 
 async def test_a_second_opening_replaces_the_first(service: Service) -> None:
