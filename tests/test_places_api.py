@@ -13,9 +13,10 @@ import aiohttp
 import pytest
 
 from gql_presence.app import create_app
+from gql_presence.http.app_keys import EVENTS
 from gql_presence.settings import Settings
 from tests.conftest import ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, SECURED, Service, graphql_socket, user_token
+from tests.helpers import BACKEND_TOKEN, SECURED, Service, eventually, graphql_socket, user_token
 
 HOLD = (
     "subscription($place: ID!, $user: ID, $session: ID!, $state: JSONObject) { "
@@ -191,3 +192,47 @@ async def test_a_places_claim_that_is_not_a_list_of_strings_is_not_a_valid_token
 ) -> None:
     body = await as_user(secured, user_token("ann", places="doc:42"), MEMBERS, place="doc:42")
     assert error_codes(body) == ["UNAUTHENTICATED"]
+
+
+async def test_watchers_of_one_document_share_each_events_bytes_and_miss_no_join(
+    service: Service,
+) -> None:
+    hub = service.app[EVENTS]
+    async with graphql_socket(service) as holder:
+        watchers = [await stack_socket(service) for _ in range(3)]
+        try:
+            # Members join while the watchers subscribe: each ends with all of them, once.
+            for i in range(5):
+                await start(holder, f"h{i}", HOLD, place="room", user=f"u{i}", session="s")
+                if i < len(watchers):
+                    await start(watchers[i], "w", WATCH, place="room")
+            for _ in range(5):
+                await receive(holder)
+            seen = []
+            for socket in watchers:
+                joined: set[str] = set()
+                while len(joined) < 5:
+                    kind, user, _, _ = event(await receive(socket))
+                    assert kind == "JOINED"
+                    assert user not in joined
+                    joined.add(user)
+                seen.append(joined)
+            assert seen == [{f"u{i}" for i in range(5)}] * 3
+            assert hub.delivery_count == 3
+            # One more change: the same bytes to every watcher, but for its id.
+            await graphql(service, SET_STATE, place="room", user="u0", session="s", state={"a": 1})
+            raw = [(await socket.receive(timeout=3)).data for socket in watchers]
+            assert len(set(raw)) == 1
+            assert json.loads(raw[0])["payload"]["data"]["placeChanged"]["kind"] == "UPDATED"
+        finally:
+            for socket in watchers:
+                await socket.close()
+    await eventually(lambda: hub.delivery_count == 0, what="the watchers to be forgotten")
+
+
+async def stack_socket(service: Service) -> aiohttp.ClientWebSocketResponse:
+    """An acknowledged graphql-transport-ws connection, closed by its caller."""
+    socket = await service.ws_connect("/graphql", protocols=["graphql-transport-ws"])
+    await socket.send_json({"type": "connection_init", "payload": {}})
+    assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+    return socket

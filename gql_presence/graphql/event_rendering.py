@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from graphql.execution import Executor
 
     from gql_presence.realtime.delivery import PresenceChange
+    from gql_presence.store import PublishedPlaceEvent
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,24 @@ class EventRendering:
         return render_root(self._executor, self._root(event), self._report)
 
 
+class PlaceRendering:
+    """One placeChanged document's rendering of a place's events, as EventRendering does
+    presence events."""
+
+    def __init__(
+        self,
+        executor: Executor[Any],
+        root: Callable[[PublishedPlaceEvent], object],
+        report: Callable[[list[GraphQLError]], None],
+    ) -> None:
+        self._executor = executor
+        self._root = root
+        self._report = report
+
+    def render(self, event: PublishedPlaceEvent) -> bytes:
+        return render_root(self._executor, self._root(event), self._report)
+
+
 def render_root(
     executor: Executor[Any], root: object, report: Callable[[list[GraphQLError]], None]
 ) -> bytes:
@@ -144,6 +163,9 @@ class EventRenderings:
         self._by_key: weakref.WeakValueDictionary[tuple[str, str | None, str], EventRendering] = (
             weakref.WeakValueDictionary()
         )
+        self._places: weakref.WeakValueDictionary[tuple[str, str | None, str], PlaceRendering] = (
+            weakref.WeakValueDictionary()
+        )
 
     def known(self, operation: SocketOperation) -> EventRendering | None:
         """The rendering of a subscription of the same key that reached the hub, while one
@@ -176,6 +198,29 @@ class EventRenderings:
         self._by_key[key] = rendering
         return rendering
 
+    def get_place(
+        self,
+        operation: SocketOperation,
+        info: strawberry.Info[Any, Any],
+        root: Callable[[PublishedPlaceEvent], object],
+    ) -> PlaceRendering | None:
+        """As get(), for a placeChanged subscription."""
+        rendering = self._places.get(operation.key)
+        if rendering is not None:
+            return rendering
+        schema, document = running_document(info)
+        executor = EventExecutionContext.build(
+            schema,
+            document,
+            raw_variable_values=operation.variables,
+            operation_name=operation.operation_name,
+        )
+        if isinstance(executor, list):
+            return None
+        rendering = PlaceRendering(executor, root, info.schema.process_errors)
+        self._places[operation.key] = rendering
+        return rendering
+
 
 class SharedSubscription:
     """One presenceChanged subscribe of a socket while the pipeline runs its document: the
@@ -187,6 +232,9 @@ class SharedSubscription:
         self._renderings = renderings
         self.rendering: EventRendering | None = None
         self.interest: Interest | None = None
+        # For a placeChanged subscribe: the place, and the rendering its events share.
+        self.place_id: str | None = None
+        self.place_rendering: PlaceRendering | None = None
 
     def take(
         self,
@@ -200,4 +248,17 @@ class SharedSubscription:
         if rendering is None:
             return False
         self.rendering, self.interest = rendering, interest
+        return True
+
+    def take_place(
+        self,
+        place_id: str,
+        info: strawberry.Info[Any, Any],
+        root: Callable[[PublishedPlaceEvent], object],
+    ) -> bool:
+        """As take(), for a placeChanged subscription, its caller's right already checked."""
+        rendering = self._renderings.get_place(self.operation, info, root)
+        if rendering is None:
+            return False
+        self.place_rendering, self.place_id = rendering, place_id
         return True

@@ -47,8 +47,8 @@ from gql_presence.graphql.session_rendering import (
 )
 from gql_presence.observability.request_log import OPERATION
 from gql_presence.policy.limits import MAX_DOCUMENT_BYTES
-from gql_presence.realtime.delivery import Delivery
-from gql_presence.store import MAX_IDS_PER_CALL, utf8_bytes
+from gql_presence.realtime.delivery import Delivery, PlaceDelivery, Writer
+from gql_presence.store import MAX_IDS_PER_CALL, member_joined, utf8_bytes
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
 
 # What a WebSocket operation's results are, as Strawberry's stream gives them.
@@ -130,7 +130,7 @@ class OperationPipeline:
 
     async def run_on_socket(
         self, context: Context, operation: SocketOperation
-    ) -> Delivery | LiveSession | Results:
+    ) -> Writer | LiveSession | Results:
         """A WebSocket operation's results, their errors coded; or, for a presenceChanged
         subscription handed to the event hub, its place there, and for a presenceSession
         held with no task, its LiveSession (the socket's handler ends either with the
@@ -156,7 +156,7 @@ class OperationPipeline:
 
     async def _subscribe_shared(
         self, context: Context, operation: SocketOperation
-    ) -> Delivery | LiveSession | Results:
+    ) -> Writer | LiveSession | Results:
         """A subscription on a socket, handed to the hub when it is a presenceChanged one
         whose events can be rendered once for every subscriber of its document."""
         if self._subscribes_again:
@@ -176,6 +176,8 @@ class OperationPipeline:
         first = await anext(results, None)
         if first is None and held.rendering is not None:
             return await self._hold(context, operation, held)
+        if first is None and shared.place_rendering is not None:
+            return await self._deliver_place(context, operation, shared)
         if first is not None or shared.rendering is None or shared.interest is None:
             return _coded(_after(first, results))
         # Known before the hub is joined (which waits for Redis to confirm the subscription
@@ -209,6 +211,37 @@ class OperationPipeline:
         return LiveSession(
             sessions, hold, context.socket.send_now, operation, held.rendering, first
         )
+
+    async def _deliver_place(
+        self, context: Context, operation: SocketOperation, shared: SharedSubscription
+    ) -> PlaceDelivery | Results:
+        """A placeChanged subscription the resolver left to the hub: subscribed to the
+        place's events first, then the place read, its members written as JOINED events,
+        then every event the read does not reflect (its sequence says which)."""
+        assert context.socket is not None
+        assert shared.place_rendering is not None
+        assert shared.place_id is not None
+        place_id = shared.place_id
+        try:
+            delivery = await context.events.deliver_place(
+                context.close_socket,
+                context.socket.send_now,
+                operation.next_head(),
+                shared.place_rendering.render,
+                place_id,
+            )
+        except PresenceError as error:
+            return _refused(error)
+        try:
+            # placeChanged starts with the most recent 1,000 members.
+            page = await context.store.place_members(place_id, first=1000)
+        except BaseException as error:
+            context.events.forget(delivery)
+            if isinstance(error, PresenceError):
+                return _refused(error)
+            raise
+        delivery.start(map(member_joined, page.nodes), page.sequence)
+        return delivery
 
     async def _stream(self, context: Context, operation: SocketOperation) -> Results:
         return await self.schema.stream(

@@ -5,6 +5,7 @@ its result to the GraphQL types. Descriptions here are what GraphiQL shows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from datetime import date, datetime
@@ -22,7 +23,6 @@ from gql_presence.graphql.types import (
     KickResult,
     PlaceCount,
     PlaceEvent,
-    PlaceEventKind,
     PlaceMember,
     PlaceMemberConnection,
     PlaceSessionState,
@@ -36,8 +36,13 @@ from gql_presence.graphql.types import (
 from gql_presence.policy.auth import CallerKind, Need
 from gql_presence.policy.limits import MAX_REPRESENTATIONS
 from gql_presence.realtime.delivery import FeedDroppedError
-from gql_presence.store import PlaceKind, PresenceStore, PublishedPlaceEvent, check_id, check_ids
-from gql_presence.store.days import from_ms
+from gql_presence.store import (
+    PresenceStore,
+    PublishedPlaceEvent,
+    check_id,
+    check_ids,
+    member_joined,
+)
 from gql_presence.store.errors import BadInputError, ForbiddenError, StoreUnavailableError
 
 # Place changes a placeChanged subscriber may be behind by before it is ended (it reads the
@@ -466,47 +471,43 @@ class Subscription:
     ) -> AsyncGenerator[PlaceEvent, None]:
         store = _place_store(info, [place_id])
         check_id(place_id, "placeId")
+        shared = info.context.shared_subscription
+        if shared is not None and shared.take_place(place_id, info, PlaceEvent.of):
+            # Multiplexed (graphql/event_rendering.py): the pipeline hands it to the hub,
+            # which renders each event once for every subscription of this document.
+            return
         changes: asyncio.Queue[PublishedPlaceEvent] = asyncio.Queue(PLACE_EVENTS_BUFFERED)
-        overflowed = False
+        ended: str | None = None
 
         def follow(event: PublishedPlaceEvent) -> None:
-            nonlocal overflowed
+            nonlocal ended
             try:
                 changes.put_nowait(event)
             except asyncio.QueueFull:
-                overflowed = True
+                ended = (
+                    "This subscriber fell too far behind the place's changes; read "
+                    "placeMembers and subscribe again."
+                )
 
-        async with info.context.events.follow_place(place_id, follow):
+        def lost(why: str) -> None:
+            nonlocal ended
+            ended = why
+            # Wakes the subscription, which ends with the reason rather than this event.
+            with contextlib.suppress(asyncio.QueueFull):
+                changes.put_nowait(PublishedPlaceEvent("LEFT", place_id, "", "", 0, False, 0))
+
+        async with info.context.events.follow_place(place_id, follow, lost):
             # Subscribed first, then read: what changed meanwhile is in both, and the
             # sequence the page reflects tells which of the changes it holds already.
             page = await store.place_members(place_id, first=1000)
             for member in page.nodes:
-                yield PlaceEvent(
-                    place_id=ID(place_id),
-                    kind=PlaceEventKind.JOINED,
-                    user_id=ID(member.user_id),
-                    session_id=ID(member.session_id),
-                    at=member.joined_at,
-                    state=PlaceMember.of(member).state,
-                )
+                yield PlaceEvent.of(member_joined(member))
             while True:
                 event = await changes.get()
-                if overflowed:
-                    raise StoreUnavailableError(
-                        "This subscriber fell too far behind the place's changes; read "
-                        "placeMembers and subscribe again."
-                    )
-                if event.sequence <= page.sequence:
-                    continue
-                state = event.state if isinstance(event.state, str) else None
-                yield PlaceEvent(
-                    place_id=ID(place_id),
-                    kind=PlaceEventKind(PlaceKind(event.kind).value),
-                    user_id=ID(event.user_id),
-                    session_id=ID(event.session_id),
-                    at=from_ms(int(event.at_ms)),
-                    state=None if state is None else JSONObject(json.loads(state)),
-                )
+                if ended is not None:
+                    raise StoreUnavailableError(ended)
+                if event.sequence > page.sequence:
+                    yield PlaceEvent.of(event)
 
 
 @strawberry.federation.type(

@@ -15,7 +15,8 @@ import strawberry
 from gql_presence.graphql.context import Context
 from gql_presence.realtime.delivery import PresenceChange
 from gql_presence.realtime.held import Ended, SessionHold
-from gql_presence.store import models
+from gql_presence.store import PlaceKind, PublishedPlaceEvent, models
+from gql_presence.store.days import from_ms
 
 ID = strawberry.ID
 
@@ -340,6 +341,17 @@ class PlaceEvent:
     state: JSONObject | None = strawberry.field(
         description="The state after this event; null for LEFT or when none."
     )
+
+    @classmethod
+    def of(cls, event: PublishedPlaceEvent) -> PlaceEvent:
+        return cls(
+            place_id=ID(event.place_id),
+            kind=PlaceEventKind(PlaceKind(event.kind).value),
+            user_id=ID(event.user_id),
+            session_id=ID(event.session_id),
+            at=from_ms(int(event.at_ms)),
+            state=_state(event.state if isinstance(event.state, str) else None),
+        )
 
 
 @strawberry.type(description="The state of a session held in a place (placeSession).")

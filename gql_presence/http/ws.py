@@ -36,7 +36,7 @@ from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
 from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.observability.request_log import CALLER
 from gql_presence.policy.auth import EXPIRED, CallerKind
-from gql_presence.realtime.delivery import Delivery
+from gql_presence.realtime.delivery import Writer
 from gql_presence.store.errors import BadInputError, UnauthenticatedError
 
 # graphql-transport-ws's own code for a socket whose credentials are not (or no longer) valid.
@@ -56,7 +56,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._deliveries: dict[str, Delivery] = {}
+        self._deliveries: dict[str, Writer] = {}
         self._held: dict[str, LiveSession] = {}
         # Made once: each held session keeps it until the service ends the session.
         self._held_ended = self._end_held
@@ -156,7 +156,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             operation.query, operation.variables = "", None
             started.start(self._held_ended)
             return
-        if isinstance(started, Delivery):
+        if isinstance(started, Writer):
             if self.operations.get(operation.id) is operation:
                 self._deliveries[operation.id] = started
                 # What the socket keeps of it is its id and its place in the hub: its task

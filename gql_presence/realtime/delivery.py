@@ -10,12 +10,12 @@ the reason, instead of slowing the others or growing memory.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from gql_presence.store import EventKind
+from gql_presence.store import EventKind, PublishedPlaceEvent
 
 
 @dataclass(frozen=True)
@@ -132,40 +132,27 @@ class Feed(Follower):
             yield item
 
 
-class Delivery(Follower):
-    """A subscription whose events are written to its socket as the hub receives them: no
-    task, queue or execution of its own. Its messages are `head + payload + b"}"`, the
-    payload rendered once per event for every delivery that shares `render`. The messages
-    of one batch of events (those the store published at once) are written together when
-    the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
+class Writer(Follower):
+    """A subscription whose messages are written to its socket as the hub receives events:
+    no task, queue or execution of its own. Its messages are `head + payload + b"}"`. The
+    messages of one batch of events (those the store published at once) are written together
+    when the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
 
-    __slots__ = ("_batch", "_head", "_render", "_write")
+    __slots__ = ("_batch", "_head", "_write")
 
-    def __init__(  # noqa: PLR0917 - each part is distinct
-        self,
-        hub: Hub,
-        capacity: int,
-        on_drop: OnDrop,
-        write: WriteNow,
-        head: bytes,
-        render: Render,
+    def __init__(
+        self, hub: Hub, capacity: int, on_drop: OnDrop, write: WriteNow, head: bytes
     ) -> None:
         super().__init__(hub, capacity, on_drop)
         self._write = write
         self._head = head
-        self._render = render
         self._batch: list[bytes] = []
 
-    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
-        if self.dropped is not None:
-            return
+    def _add(self, payload: bytes) -> None:
         if len(self._batch) >= self._capacity:
             self._batch.clear()
             self._too_slow()
             return
-        payload = rendered.get(self._render)
-        if payload is None:
-            payload = rendered[self._render] = self._render(event)
         if not self._batch:
             self._hub.to_flush.append(self)
         self._batch.append(b"".join((self._head, payload, b"}")))
@@ -181,10 +168,102 @@ class Delivery(Follower):
             self._too_slow()
 
 
+class Delivery(Writer):
+    """A presenceChanged subscription written to its socket (multiplexed delivery): each
+    event's payload rendered once for every delivery that shares `render`."""
+
+    __slots__ = ("_render",)
+
+    def __init__(  # noqa: PLR0917 - each part is distinct
+        self,
+        hub: Hub,
+        capacity: int,
+        on_drop: OnDrop,
+        write: WriteNow,
+        head: bytes,
+        render: Render,
+    ) -> None:
+        super().__init__(hub, capacity, on_drop, write, head)
+        self._render = render
+
+    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+        if self.dropped is not None:
+            return
+        payload = rendered.get(self._render)
+        if payload is None:
+            payload = rendered[self._render] = self._render(event)
+        self._add(payload)
+
+
+# Renders a place's event as the `payload` of a placeChanged `next` message, JSON-encoded.
+PlaceRender = Callable[[PublishedPlaceEvent], bytes]
+PlaceRendered = dict[PlaceRender, bytes]
+
+
+class PlaceDelivery(Writer):
+    """A placeChanged subscription written to its socket, as a Delivery is: first a JOINED
+    for each member the place held when it was read (`start`), then each event after that
+    read, each payload rendered once for every delivery that shares `render`. Events heard
+    before the read are kept until it is done, and those the read reflects dropped then."""
+
+    __slots__ = ("_after", "_render", "_waiting", "place_id")
+
+    def __init__(  # noqa: PLR0917 - each part is distinct
+        self,
+        hub: Hub,
+        capacity: int,
+        on_drop: OnDrop,
+        write: WriteNow,
+        head: bytes,
+        render: PlaceRender,
+        place_id: str,
+    ) -> None:
+        super().__init__(hub, capacity, on_drop, write, head)
+        self._render = render
+        self.place_id = place_id
+        self._waiting: list[PublishedPlaceEvent] | None = []
+        self._after = 0  # the number of the last event the read reflects
+
+    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> None:
+        if self.dropped is not None:
+            return
+        if self._waiting is not None:
+            if len(self._waiting) >= self._capacity:
+                self._too_slow()
+            else:
+                self._waiting.append(event)
+            return
+        if event.sequence > self._after:
+            self._add(self._rendered(event, rendered))
+
+    def start(self, members: Iterable[PublishedPlaceEvent], sequence: int) -> None:
+        """Writes the members read (as JOINED events), then the events heard since the read
+        that it does not reflect, and delivers every later event as it comes."""
+        waiting, self._waiting = self._waiting or [], None
+        self._after = sequence
+        later = [event for event in waiting if event.sequence > sequence]
+        for number, event in enumerate([*members, *later], 1):
+            self._add(self._render(event))
+            if number % _START_BATCH == 0:
+                self.flush()
+        self.flush()
+
+    def _rendered(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> bytes:
+        payload = rendered.get(self._render)
+        if payload is None:
+            payload = rendered[self._render] = self._render(event)
+        return payload
+
+
+# The first messages of a placeChanged delivery (up to 1,000 members) are written this many
+# at a time, so that no batch is taken for a subscriber that falls behind.
+_START_BATCH = 50
+
+
 class Hub(Protocol):
     """What a follower needs of the hub that holds it (realtime/hub.py's EventHub)."""
 
-    to_flush: list[Delivery]
+    to_flush: list[Writer]
 
     def forget(self, follower: Follower) -> None: ...
 

@@ -33,7 +33,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -45,10 +45,14 @@ from gql_presence.realtime.delivery import (
     FeedDroppedError,
     Follower,
     OnDrop,
+    PlaceDelivery,
+    PlaceRender,
+    PlaceRendered,
     PresenceChange,
     Render,
     Rendered,
     WriteNow,
+    Writer,
 )
 from gql_presence.realtime.held import PLACE_KEY, Announced, place_key
 from gql_presence.store import (
@@ -104,8 +108,8 @@ class EventHub:
         self._by_friends_of: dict[str, set[Follower]] = {}
         self._everyone: set[Follower] = set()
         self._session_watchers: list[Callable[[Announced], None]] = []
-        # The places followed here (placeChanged): each follower's callback, per place.
-        self._place_followers: dict[str, set[Callable[[PublishedPlaceEvent], None]]] = {}
+        # The places followed here (placeChanged), per place.
+        self._place_followers: dict[str, set[PlaceFollower]] = {}
         # The channel of each place watched or followed here, to the place's id.
         self._place_of: dict[bytes, str] = {}
         self._gap_watchers: list[Callable[[], None]] = []
@@ -137,7 +141,7 @@ class EventHub:
         self.messages_received = 0
         self.events_decoded = 0
         # Deliveries with messages of the batch being read, written once it has been read.
-        self.to_flush: list[Delivery] = []
+        self.to_flush: list[Writer] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._listener: asyncio.Task[None] | None = None
         self._subscribed = asyncio.Event()
@@ -153,7 +157,7 @@ class EventHub:
     @property
     def delivery_count(self) -> int:
         """Subscriptions whose events the hub writes to their sockets (multiplexed)."""
-        return sum(isinstance(f, Delivery) for f in self._followers)
+        return sum(isinstance(f, Writer) for f in self._followers)
 
     def follows(self, user_id: str) -> bool:
         """Whether a subscriber of this process follows the user now (friendsOf: once the
@@ -236,30 +240,51 @@ class EventHub:
 
     @contextlib.asynccontextmanager
     async def follow_place(
-        self, place_id: str, follower: Callable[[PublishedPlaceEvent], None]
+        self,
+        place_id: str,
+        follower: Callable[[PublishedPlaceEvent], None],
+        lost: Callable[[str], None],
     ) -> AsyncIterator[None]:
         """Hands every JOINED, UPDATED and LEFT of the place to `follower` from when the block
-        begins (the place's channel confirmed) until it ends."""
-        followers = self._place_followers.setdefault(place_id, set())
-        followers.add(follower)
-        try:
-            await self.watch(place_key(place_id))
-        except BaseException:
-            self._forget_place_follower(place_id, follower)
-            raise
+        begins (the place's channel confirmed) until it ends; `lost`, with the reason, when
+        the event stream was interrupted (events may have been missed)."""
+        taker = _PlaceCallback(follower, lost)
+        await self._follow_place(place_id, taker)
         try:
             yield
         finally:
-            self._forget_place_follower(place_id, follower)
-            self.unwatch(place_key(place_id))
+            self._forget_place_follower(place_id, taker)
 
-    def _forget_place_follower(
-        self, place_id: str, follower: Callable[[PublishedPlaceEvent], None]
-    ) -> None:
-        followers = self._place_followers.get(place_id, set())
+    async def deliver_place(
+        self, on_drop: OnDrop, write: WriteNow, head: bytes, render: PlaceRender, place_id: str
+    ) -> PlaceDelivery:
+        """A placeChanged subscription written at once with `write`, as deliver() makes one
+        of presenceChanged: its events are kept from now (the place's channel confirmed)
+        until its `start`. It lasts until `forget(delivery)`, or until the hub drops it."""
+        self._check_subscribed()
+        delivery = PlaceDelivery(self, self._capacity, on_drop, write, head, render, place_id)
+        await self._follow_place(place_id, delivery)
+        self._followers.add(delivery)
+        return delivery
+
+    async def _follow_place(self, place_id: str, follower: PlaceFollower) -> None:
+        self._place_followers.setdefault(place_id, set()).add(follower)
+        try:
+            await self.watch(place_key(place_id))
+        except BaseException:
+            self._place_followers[place_id].discard(follower)
+            if not self._place_followers[place_id]:
+                del self._place_followers[place_id]
+            raise
+
+    def _forget_place_follower(self, place_id: str, follower: PlaceFollower) -> None:
+        followers = self._place_followers.get(place_id)
+        if followers is None or follower not in followers:
+            return
         followers.discard(follower)
         if not followers:
-            self._place_followers.pop(place_id, None)
+            del self._place_followers[place_id]
+        self.unwatch(place_key(place_id))
 
     @contextlib.asynccontextmanager
     async def feed(
@@ -340,6 +365,8 @@ class EventHub:
             self._joining.discard(follower)
 
     def forget(self, feed: Follower) -> None:
+        if isinstance(feed, PlaceDelivery):
+            self._forget_place_follower(feed.place_id, feed)
         self._followers.discard(feed)
         self._joining.discard(feed)
         if feed in self._everyone:
@@ -623,6 +650,10 @@ class EventHub:
     def _drop_all(self, why: str) -> None:
         for feed in list(self._followers):
             feed.drop(FeedDroppedError(_again(why), violation=False))
+        for followers in list(self._place_followers.values()):
+            for follower in list(followers):
+                if isinstance(follower, _PlaceCallback):
+                    follower.lost(_again(why))
 
     def _take(self, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -666,8 +697,9 @@ class EventHub:
                 for watcher in self._session_watchers:
                     watcher(one)
                 continue
+            rendered: PlaceRendered = {}
             for follower in list(self._place_followers.get(one.place_id, ())):
-                follower(one)
+                follower.offer_place(one, rendered)
 
     def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
         kind, user_id, at_ms, session_id, online = announced
@@ -694,6 +726,27 @@ class EventHub:
         rendered: Rendered = {}
         for feed in [*(feeds or ()), *all_users]:
             feed.offer(event, rendered)
+
+
+class PlaceFollower(Protocol):
+    """Who takes a place's JOINED, UPDATED and LEFT events."""
+
+    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> None: ...
+
+
+class _PlaceCallback:
+    """A follower of a place that hands each event to a function, and its loss to another."""
+
+    __slots__ = ("_take", "lost")
+
+    def __init__(
+        self, take: Callable[[PublishedPlaceEvent], None], lost: Callable[[str], None]
+    ) -> None:
+        self._take = take
+        self.lost = lost
+
+    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> None:
+        self._take(event)
 
 
 def _again(why: str) -> str:

@@ -40,6 +40,7 @@ from gql_presence.store.wire import (
     PlaceKind,
     PublishedEvent,
     PublishedPlaceEvent,
+    member_joined,
     read_events,
     read_place_events,
 )
@@ -75,6 +76,7 @@ __all__ = [
     "WeeklyStats",
     "check_id",
     "check_ids",
+    "member_joined",
     "read_events",
     "read_place_events",
     "shard_of",

@@ -10,6 +10,8 @@ import json
 from enum import StrEnum
 from typing import NamedTuple
 
+from gql_presence.store.models import PlaceMember
+
 
 class EventKind(StrEnum):
     ONLINE = "ONLINE"  # the user's first live session began
@@ -86,3 +88,17 @@ def read_place_events(message: bytes | str) -> list[PublishedPlaceEvent]:
         PublishedPlaceEvent(*values[i : i + _PLACE_FIELDS])
         for i in range(0, len(values), _PLACE_FIELDS)
     ]
+
+
+def member_joined(member: PlaceMember) -> PublishedPlaceEvent:
+    """A member read from its place, as the JOINED event a placeChanged subscription starts
+    with (its sequence is the read's, which the subscription keeps apart)."""
+    return PublishedPlaceEvent(
+        PlaceKind.JOINED,
+        member.place_id,
+        member.user_id,
+        member.session_id,
+        -member.position,
+        member.state if member.state is not None else False,
+        0,
+    )
