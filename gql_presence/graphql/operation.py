@@ -199,7 +199,12 @@ class OperationPipeline:
         assert held.rendering is not None
         sessions = context.held_sessions
         try:
-            hold = await sessions.open(held.user_id, held.session_id)
+            if held.place_id is not None:
+                hold = await sessions.open_place(
+                    held.place_id, held.user_id, held.session_id, held.state
+                )
+            else:
+                hold = await sessions.open(held.user_id, held.session_id)
         except Exception as error:  # as a subscription's generator that raises it is answered
             return _coded(_failed(error, self.schema.process_errors))
         try:

@@ -444,6 +444,12 @@ class Subscription:
         _place_store(info, [place_id])
         check_id(place_id, "placeId")
         check_id(session_id, "sessionId")
+        held = info.context.held_subscription
+        if held is not None and held.take_place(
+            place_id, user, session_id, state, info, PlaceSessionState.of
+        ):
+            # Held with no task (session_rendering.py), as a presenceSession is.
+            return
         async with info.context.held_sessions.hold_place(place_id, user, session_id, state) as hold:
             yield PlaceSessionState(
                 place_id=ID(place_id),

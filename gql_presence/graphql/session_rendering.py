@@ -116,16 +116,27 @@ class SessionRenderings:
 
 
 class HeldSubscription:
-    """One presenceSession subscribe of a socket while the pipeline runs its document: the
-    resolver leaves here whose session to hold, instead of holding it itself."""
+    """One presenceSession (or placeSession) subscribe of a socket while the pipeline runs its
+    document: the resolver leaves here whose session to hold, instead of holding it itself."""
 
-    __slots__ = ("_renderings", "operation", "rendering", "session_id", "user_id")
+    __slots__ = (
+        "_renderings",
+        "operation",
+        "place_id",
+        "rendering",
+        "session_id",
+        "state",
+        "user_id",
+    )
 
     def __init__(self, operation: SocketOperation, renderings: SessionRenderings) -> None:
         self.operation = operation
         self._renderings = renderings
         self.user_id = ""
         self.session_id = ""
+        # A placeSession's place, and the state it joins with.
+        self.place_id: str | None = None
+        self.state: object = None
         self.rendering: SessionRendering | None = None
 
     def take(
@@ -140,10 +151,25 @@ class HeldSubscription:
         self.user_id, self.session_id, self.rendering = user_id, session_id, rendering
         return True
 
+    def take_place(  # noqa: PLR0917 - a place session is all of these
+        self,
+        place_id: str,
+        user_id: str,
+        session_id: str,
+        state: object,
+        info: strawberry.Info[Any, Any],
+        root: Root,
+    ) -> bool:
+        """As take(), for a placeSession."""
+        if not self.take(user_id, session_id, info, root):
+            return False
+        self.place_id, self.state = place_id, state
+        return True
+
 
 class LiveSession:
-    """A presenceSession held for a socket, with no task: its hold, what renders its states,
-    and where its messages go."""
+    """A presenceSession (or placeSession) held for a socket, with no task: its hold, what
+    renders its states, and where its messages go."""
 
     __slots__ = (
         "_finished",

@@ -364,3 +364,27 @@ class PlaceSessionState:
     end_reason: SessionEndReason | None = strawberry.field(
         description="Why the service ended it (KICKED, REPLACED); null while live."
     )
+
+    @classmethod
+    def of(cls, hold: SessionHold) -> PlaceSessionState:
+        """The state of a held place session: in the place, or how the service ended it."""
+        held, ended = hold.held, hold.outcome
+        if not isinstance(held, models.HeldPlaceSession):
+            raise TypeError("a presence session's hold has no place")
+        if not isinstance(ended, Ended):  # live (a lost session ends with an error instead)
+            return cls(
+                place_id=ID(held.place_id),
+                user_id=ID(held.user_id),
+                session_id=ID(held.session_id),
+                live=True,
+                at=hold.opened_at,
+                end_reason=None,
+            )
+        return cls(
+            place_id=ID(held.place_id),
+            user_id=ID(held.user_id),
+            session_id=ID(held.session_id),
+            live=False,
+            at=ended.at,
+            end_reason=SessionEndReason(ended.reason.value),
+        )
