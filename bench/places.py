@@ -80,7 +80,7 @@ async def measure(client: Redis, members: int) -> None:
     }
     await client.config_set("slowlog-log-slower-than", 0)
     await client.config_set("slowlog-max-len", 10 * ROUNDS)
-    print(f"\nRedis time per call, median of {ROUNDS}, µs   large    small   large/small")
+    print(f"\nRedis time per call, median of {ROUNDS}, µs        large    small   large/small")
     for name, (large, little) in calls.items():
         times: dict[str, list[int]] = {"large": [], "small": []}
         for _ in range(ROUNDS):  # interleaved, so both see the same machine
@@ -89,7 +89,7 @@ async def measure(client: Redis, members: int) -> None:
                 await call()
                 times[kind] += await script_times_us(client)
         big_us, small_us = statistics.median(times["large"]), statistics.median(times["small"])
-        print(f"{name:<45} {big_us:7.0f}  {small_us:7.0f}   {big_us / small_us:5.2f}x")
+        print(f"{name:<50} {big_us:7.0f}  {small_us:7.0f}   {big_us / small_us:5.2f}x")
     await client.config_set("slowlog-log-slower-than", 10_000)
 
 
