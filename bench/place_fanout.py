@@ -1,0 +1,169 @@
+"""Place fan-out: `python -m bench.place_fanout [--subscribers N]`.
+
+One API process (`gql-presence serve`) on a private Redis, N WebSocket subscribers (default
+1,000) of one document, first of `presenceChanged` following ten users, then, in the same
+process, of `placeChanged` of one place. For each, in one run: the service's CPU per delivered
+event, over a burst of events published straight into the channel (so that no HTTP request is
+counted), from /proc/<pid>/stat. Then a steady phase at 10,000 deliveries a second: a member
+of the place moved by `setPlaceState` requests, 10,000/N a second, and the time from each
+request to its UPDATED at every subscriber (p50, p99). The target: the place's CPU per
+delivery within 1.5x presenceChanged's, and p99 under 100 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable
+
+import aiohttp
+from redis.asyncio import Redis
+
+from bench.realtime import (
+    Service,
+    Subscriber,
+    all_arrived,
+    client_frame,
+    first_events,
+    post,
+    publish,
+    quiet,
+    service,
+    subscribe_all,
+)
+from gql_presence.store import Keys
+
+PLACE = "bench-place"
+WATCH = (
+    "subscription($p: ID!) { placeChanged(placeId: $p) { placeId kind userId sessionId at state } }"
+)
+# A move of the member: its state, a literal object (bench.realtime's post sends no variables).
+MOVE = (
+    'mutation { setPlaceState(placeId: "' + PLACE + '", userId: "mover", sessionId: "tab", '
+    "state: {i: %d}) { sessionId } }"
+)
+HOLD = (
+    'subscription { placeSession(placeId: "' + PLACE + '", userId: "mover", sessionId: "tab") '
+    "{ live } }"
+)
+# Above any number the place's sequence reaches in this run: the published events are taken.
+FIRST_SEQUENCE = 1_000_000_000
+
+
+class PlaceSubscriber(Subscriber):
+    """A client on a raw connection, as bench.realtime's, that subscribes to what it is told."""
+
+    def subscribe(self, operation_id: str, query: str, variables: dict[str, str]) -> None:
+        assert self._transport is not None
+        payload = {"query": query, "variables": variables}
+        self._transport.write(
+            client_frame({"id": operation_id, "type": "subscribe", "payload": payload})
+        )
+
+
+async def publish_place(redis: Redis, count: int, first: int) -> None:
+    """`count` UPDATED events of the place as its scripts announce them, a message each."""
+    channel = Keys.of_shard(0).place_events(PLACE)
+    at_ms = int(time.time() * 1000)
+    for i in range(first, first + count):
+        state = json.dumps({"x": i % 800, "y": i % 600}, separators=(",", ":"))
+        message = json.dumps(["UPDATED", PLACE, "mover", "tab", at_ms, state, FIRST_SEQUENCE + i])
+        await redis.publish(channel, message)
+
+
+async def cpu_per_delivery(
+    svc: Service,
+    clients: list[Subscriber],
+    burst: int,
+    send: Callable[[int], Awaitable[None]],
+) -> float:
+    """The service's CPU per event delivered, over a burst of events that `send` publishes."""
+    for s in clients:
+        s.received.clear()
+    before = svc.cpu_s()
+    await send(burst)
+    await all_arrived(clients, burst, 300)
+    delivered = sum(len(s.received) for s in clients)
+    return (svc.cpu_s() - before) / delivered * 1e6
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--burst", type=int, default=25)
+    parser.add_argument("--steady-s", type=float, default=10)
+    args = parser.parse_args()
+    n = args.subscribers
+    async with (
+        service(None, max(1000, args.burst)) as svc,
+        aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
+        Redis.from_url(svc.redis_url) as redis,
+    ):
+        url = f"http://{svc.url}"
+        await asyncio.sleep(1)
+        presence = await subscribe_all(svc, n, 1)
+        await first_events(redis, presence)
+        await quiet(presence)
+        presence_us = await cpu_per_delivery(
+            svc, presence, args.burst, lambda count: publish(redis, count, 1)
+        )
+        for client in presence:
+            client.close()
+
+        # The mover holds its session in the place on a socket of its own.
+        mover = PlaceSubscriber()
+        host, port = svc.host_port()
+        await mover.connect(host, port, 0)
+        mover.subscribe("h", HOLD, {})
+        await asyncio.wait_for(mover.first.wait(), 10)
+        places: list[Subscriber] = [PlaceSubscriber() for _ in range(n)]
+        for start in range(0, n, 50):
+            batch = places[start : start + 50]
+            await asyncio.gather(*(s.connect(host, port, 0) for s in batch))
+            for s in batch:
+                assert isinstance(s, PlaceSubscriber)
+                s.subscribe("p", WATCH, {"p": PLACE})
+        await all_arrived(places, 1, 60)  # the mover's JOINED: every subscription has started
+        place_us = await cpu_per_delivery(
+            svc, places, args.burst, lambda count: publish_place(redis, count, 0)
+        )
+
+        rate = 10_000 / n
+        count = int(args.steady_s * rate)
+        for s in places:
+            s.received.clear()
+        sent = []
+        started = time.perf_counter()
+        for i in range(count):
+            await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
+            sent.append(time.perf_counter())
+            await post(http, url, MOVE % i)
+        await all_arrived(places, count, 120)
+        delays = sorted(
+            (arrival - sent[i]) * 1000
+            for s in places
+            for i, (arrival, _) in enumerate(s.received[:count])
+        )
+        dropped = sum(s.disconnected for s in places)
+        for client in [*places, mover]:
+            client.close()
+
+    ratio = place_us / presence_us
+    print(f"\n{n:,} subscribers of one document, one process")
+    print(f"service CPU per delivered event, presenceChanged (burst) {presence_us:8.1f} µs")
+    print(
+        f"service CPU per delivered event, placeChanged (burst)    {place_us:8.1f} µs {ratio:.2f}x"
+    )
+    if delays:
+        p50, p99 = delays[len(delays) // 2], delays[int(len(delays) * 0.99)]
+        print(
+            f"steady 10,000 deliveries/s, setPlaceState to UPDATED: p50 {p50:.1f} ms, "
+            f"p99 {p99:.1f} ms"
+        )
+    print(f"subscribers the service disconnected: {dropped}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
