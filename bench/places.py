@@ -7,6 +7,11 @@ the second page of each (from a cursor), and `placeCounts` of 1,000 places, once
 large place among them and once with 1,000 small ones. The target: the large place's figures
 within 2x the small one's. A page of a place of 10 holds 10 members where the large place's
 holds 50, so the page of the place of 100 is measured too: the same page, the same work.
+
+Last, what the large place's sessions cost Redis while idle: the commands Redis runs (INFO
+commandstats, those the scripts run included) over IDLE_S seconds in which this process does
+what a serving process does, renewing its lease every TTL/3 and sweeping every second, per
+session per second (the target: at most 0.01).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import argparse
 import asyncio
 import statistics
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -27,6 +33,7 @@ from gql_presence.store import PresenceStore
 
 ROUNDS = 50
 FILL_CONCURRENCY = 200
+IDLE_S = 30
 
 
 async def main() -> None:
@@ -91,6 +98,28 @@ async def measure(client: Redis, members: int) -> None:
         big_us, small_us = statistics.median(times["large"]), statistics.median(times["small"])
         print(f"{name:<50} {big_us:7.0f}  {small_us:7.0f}   {big_us / small_us:5.2f}x")
     await client.config_set("slowlog-log-slower-than", 10_000)
+
+    renew_every_s = Settings().connection_ttl_ms / 1000 / 3
+    before = await commands(client)
+    started = time.perf_counter()
+    next_renewal = started + renew_every_s
+    while (now := time.perf_counter()) < started + IDLE_S:
+        await store.sweep()
+        if now >= next_renewal:
+            assert await store.renew_leases() == []
+            next_renewal += renew_every_s
+        await asyncio.sleep(1)
+    sessions = members + 1000 * 10 + 100
+    per_session = (await commands(client) - before) / (time.perf_counter() - started) / sessions
+    print(
+        f"\nidle: Redis commands per second per place session ({sessions:,} held) {per_session:.6f}"
+    )
+
+
+async def commands(client: Redis) -> int:
+    """Every command Redis has run, those of scripts included."""
+    stats = await client.info("commandstats")
+    return sum(int(entry["calls"]) for entry in stats.values())
 
 
 async def fill(store: PresenceStore, place: str, members: int) -> None:
