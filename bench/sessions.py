@@ -53,6 +53,8 @@ PER_SOCKET = 20  # gql_presence.limits.MAX_SUBSCRIPTIONS_PER_SOCKET
 TTL_S = 30  # the default PRESENCE_CONNECTION_TTL_SECONDS
 RENEWALS_PER_TTL = 3  # gql_presence.realtime.held.RENEWALS_PER_TTL
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# Script calls that take longer than this are kept by SLOWLOG during a kill's aftermath, µs.
+SLOW_SCRIPT_US = 1000
 HOLD = 'subscription($user: ID!) { presenceSession(userId: $user, sessionId: "tab") { live } }'
 EVERYONE = "subscription { presenceChanged(all: true) { userId kind } }"
 
@@ -199,6 +201,13 @@ async def commands(redis: Redis) -> dict[str, int]:
     return {name: int(value["calls"]) for name, value in stats.items() if name != "cmdstat_info"}
 
 
+async def scripts_so_far(redis: Redis) -> tuple[int, float]:
+    """Script calls so far, and Redis's time in them (s)."""
+    stats = await redis.info("commandstats")
+    scripts = [v for name, v in stats.items() if name in {"cmdstat_evalsha", "cmdstat_eval"}]
+    return sum(int(v["calls"]) for v in scripts), sum(int(v["usec"]) for v in scripts) / 1e6
+
+
 async def redis_cpu_s(redis: Redis) -> float:
     cpu = await redis.info("cpu")
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
@@ -302,6 +311,18 @@ class Options:
         return (self.ttl_s or TTL_S) / RENEWALS_PER_TTL
 
 
+@dataclass(frozen=True)
+class Drain:
+    """From the kill (with several workers: from the other workers' last OFFLINE, or the
+    first of the killed one's, whichever comes first) to the last OFFLINE of the killed
+    process's users."""
+
+    scripts: int  # script calls
+    script_s: float  # Redis's time in them
+    longest_s: float  # the longest of them (SLOWLOG; 0 if none took SLOW_SCRIPT_US)
+    observer_s: float  # the observer's CPU
+
+
 @dataclass
 class Figures:
     sockets: int = 0
@@ -314,6 +335,7 @@ class Figures:
     close_ms: list[float] = field(default_factory=list)
     killed: int = 0  # sessions of the killed process
     killed_s: list[float] = field(default_factory=list)  # kill -> OFFLINE of each of them
+    drain: Drain = Drain(0, 0, 0, 0)
     others_s: list[float] = field(default_factory=list)  # kill -> OFFLINE of the other workers'
 
 
@@ -399,7 +421,16 @@ async def measure(code: Path | None, options: Options) -> Figures:
                     (watcher.offline_at[u] - closed_at) * 1000 for u in socket.users
                 ]
             if options.kill:
-                await kill(holder, sockets[options.closes :], watcher, options, figures)
+                held = sockets[options.closes :]
+                await kill(
+                    holder,
+                    observer,
+                    redis,
+                    held=held,
+                    watcher=watcher,
+                    options=options,
+                    figures=figures,
+                )
             for socket in sockets:
                 await socket.ws.close()
     finally:
@@ -409,10 +440,18 @@ async def measure(code: Path | None, options: Options) -> Figures:
 
 
 async def kill(
-    holder: Served, held: list[Socket], watcher: Socket, options: Options, figures: Figures
+    holder: Served,
+    observer: Served,
+    redis: Redis,
+    *,
+    held: list[Socket],
+    watcher: Socket,
+    options: Options,
+    figures: Figures,
 ) -> None:
     """Kills the first worker of `holder` outright; the time to the OFFLINE of each of its
-    sessions' users at the observer, and of the other workers' (which their parent stops)."""
+    sessions' users at the observer, and of the other workers' (which their parent stops);
+    what the sweep's ending of the killed process's sessions cost Redis and the observer."""
     victim = holder.workers()[0]
     ports = peer_ports(victim)
     victims = [u for s in held if s.local_port in ports for u in s.users]
@@ -423,11 +462,34 @@ async def kill(
     print(f"  kill -9 of pid {victim}, holding {len(victims):,} sessions...", flush=True)
     killed_at = time.perf_counter()
     os.kill(victim, signal.SIGKILL)
+    if others:
+        # The other workers' closes, which their parent's stop makes, are not the sweep's.
+        await until(
+            lambda: (
+                all(u in watcher.offline_at for u in others)
+                or any(u in watcher.offline_at for u in victims)
+            ),
+            ttl_s + 60,
+            "OFFLINE of the other workers' users",
+            0.05,
+        )
+    await redis.config_set("slowlog-log-slower-than", SLOW_SCRIPT_US)
+    await redis.slowlog_reset()
+    calls, script_s = await scripts_so_far(redis)
+    observer_s = observer.cpu_s()
     await until(
         lambda: all(u in watcher.offline_at for u in victims),
         ttl_s + 60,
         "OFFLINE of the killed process's users",
         0.1,
+    )
+    calls_after, script_s_after = await scripts_so_far(redis)
+    slow = [int(entry["duration"]) for entry in await redis.slowlog_get(1000)]
+    figures.drain = Drain(
+        calls_after - calls,
+        script_s_after - script_s,
+        max(slow, default=0) / 1e6,
+        observer.cpu_s() - observer_s,
     )
     figures.killed_s = sorted(watcher.offline_at[u] - killed_at for u in victims)
     if others:
@@ -492,6 +554,17 @@ def rows(options: Options, figures: Figures) -> list[tuple[str, str]]:
                 f"kill -9 -> OFFLINE at the observer of the killed process's "
                 f"{figures.killed:,} sessions: first / p50 / p99 / last",
                 f"{k[0]:.1f} / {_quantile(k, 50):.1f} / {_quantile(k, 99):.1f} / {k[-1]:.1f} s",
+            )
+        )
+    if figures.killed:
+        drain = figures.drain
+        result.append(
+            (
+                "ending them: Redis time in scripts per session; the longest script call; "
+                "observer CPU per session",
+                f"{drain.script_s / figures.killed * 1e6:.1f} µs; "
+                f"{drain.longest_s * 1000:.1f} ms; "
+                f"{drain.observer_s / figures.killed * 1e6:.0f} µs",
             )
         )
     if figures.others_s:
