@@ -53,6 +53,10 @@ PER_SOCKET = 20  # gql_presence.limits.MAX_SUBSCRIPTIONS_PER_SOCKET
 TTL_S = 30  # the default PRESENCE_CONNECTION_TTL_SECONDS
 RENEWALS_PER_TTL = 3  # gql_presence.realtime.held.RENEWALS_PER_TTL
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+# The observer's follower of every user must hear every OFFLINE, however many come at once:
+# with the default buffer (1,000 events) the service drops it when a kill's aftermath brings
+# more than that before this process has read them.
+OBSERVER = {"PRESENCE_SUBSCRIBER_BUFFER": "10000000"}
 # Script calls that take longer than this are kept by SLOWLOG during a kill's aftermath, µs.
 SLOW_SCRIPT_US = 1000
 HOLD = 'subscription($user: ID!) { presenceSession(userId: $user, sessionId: "tab") { live } }'
@@ -123,6 +127,15 @@ async def connect(http: aiohttp.ClientSession, url: str, tally: Tally | None = N
 async def subscribe(socket: Socket, operation_id: str, query: str, **variables: Any) -> None:
     payload = {"query": query, "variables": variables}
     await socket.ws.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+
+
+def heard(watcher: Socket, users: list[str], every: bool = True) -> bool:
+    """Whether the observer's follower heard the OFFLINE of every one of `users` (or of
+    one of them); raises if the service ended its subscription."""
+    if watcher.reader is not None and watcher.reader.done():
+        raise RuntimeError(f"the observer's follower was ended: {watcher.ws.close_code}")
+    test = all if every else any
+    return test(u in watcher.offline_at for u in users)
 
 
 async def until(condition: Any, within_s: float, what: str, every_s: float = 0.01) -> None:
@@ -257,11 +270,17 @@ class Served:
 
 @asynccontextmanager
 async def serve(
-    code: Path | None, redis_url: str, workers: int = 1, ttl_s: int | None = None
+    code: Path | None,
+    redis_url: str,
+    workers: int = 1,
+    ttl_s: int | None = None,
+    settings: dict[str, str] | None = None,
 ) -> AsyncIterator[Served]:
-    """An API process of `code` (None: this checkout) on the Redis at `redis_url`."""
+    """An API process of `code` (None: this checkout) on the Redis at `redis_url`, with
+    `settings` besides in its environment."""
     port = free_port()
     env = {**os.environ, "REDIS_URL": redis_url, "PRESENCE_WORKERS": str(workers)}
+    env.update(settings or {})
     if ttl_s is not None:
         env["PRESENCE_CONNECTION_TTL_SECONDS"] = str(ttl_s)
     if code is not None:
@@ -374,7 +393,7 @@ async def measure(code: Path | None, options: Options) -> Figures:
     try:
         async with (
             serve(code, server.url, options.workers, options.ttl_s) as holder,
-            serve(code, server.url, 1, options.ttl_s) as observer,
+            serve(code, server.url, 1, options.ttl_s, OBSERVER) as observer,
             aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=0)  # a socket per 20 sessions, all at once
             ) as http,
@@ -413,7 +432,7 @@ async def measure(code: Path | None, options: Options) -> Figures:
                 closed_at = time.perf_counter()
                 await socket.ws.close()
                 await until(
-                    lambda s=socket: all(u in watcher.offline_at for u in s.users),
+                    lambda s=socket: heard(watcher, s.users),
                     30,
                     "OFFLINE of a closed socket's users",
                 )
@@ -465,10 +484,7 @@ async def kill(
     if others:
         # The other workers' closes, which their parent's stop makes, are not the sweep's.
         await until(
-            lambda: (
-                all(u in watcher.offline_at for u in others)
-                or any(u in watcher.offline_at for u in victims)
-            ),
+            lambda: heard(watcher, others) or heard(watcher, victims, every=False),
             ttl_s + 60,
             "OFFLINE of the other workers' users",
             0.05,
@@ -478,7 +494,7 @@ async def kill(
     calls, script_s = await scripts_so_far(redis)
     observer_s = observer.cpu_s()
     await until(
-        lambda: all(u in watcher.offline_at for u in victims),
+        lambda: heard(watcher, victims),
         ttl_s + 60,
         "OFFLINE of the killed process's users",
         0.1,
@@ -494,7 +510,7 @@ async def kill(
     figures.killed_s = sorted(watcher.offline_at[u] - killed_at for u in victims)
     if others:
         await until(
-            lambda: all(u in watcher.offline_at for u in others),
+            lambda: heard(watcher, others),
             ttl_s + 60,
             "OFFLINE of the other workers' users",
             0.1,
