@@ -11,8 +11,8 @@
                                owners, users and bits keys are named from it (same hash tag)
   KEYS[6..8]  days       bitmaps of three consecutive days, oldest first: a lapsed lease's
                          users' bits go into the bitmap of the day it lapsed, if given
-  ARGV[1]  batch          int: at most this many users of each kind per call (expired, of
-                          lapsed leases, past the retention)
+  ARGV[1]  batch          int: at most this many users of each kind per call (expired, past
+                          the retention)
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
@@ -27,6 +27,9 @@
   ARGV[13..17] place prefixes  string: a place's members, holders, states and users keys and
                             its events channel are each of these followed by the place id
                             (includes/places.lua), in the hash tag of KEYS
+  ARGV[18] lapsed_batch     int: at most this many users and place sessions of lapsed leases
+                            per call: ending one takes about a dozen commands, so a call ends
+                            far fewer of them than it removes expired entries
   Returns  {offline_count, purged_count, online_count, lapsed_count}: online_count is of users
            online now; lapsed_count of the users and place sessions of lapsed leases whose
            sessions under them were ended
@@ -48,6 +51,7 @@ local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
 local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
 local place_prefixes = {members = ARGV[13], holders = ARGV[14], states = ARGV[15], users = ARGV[16],
   channel = ARGV[17]}
+local lapsed_batch = tonumber(ARGV[18])
 
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
@@ -58,14 +62,14 @@ for i = 1, #expired, 2 do
 end
 
 -- Lapsed leases, oldest first: their users' sessions under them end, at their lapse, up to
--- `batch` users in all.
+-- `lapsed_batch` users and place sessions in all.
 local ended = 0
 local lapsed = redis.call('ZRANGEBYSCORE', leases.key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, 100)
 for i = 1, #lapsed, 2 do
-  if ended >= batch then break end
+  if ended >= lapsed_batch then break end
   local slot, lapse = tonumber(lapsed[i]), tonumber(lapsed[i + 1])
   local users_key = lease_users_key(slot)
-  local users = redis.call('SPOP', users_key, batch - ended)
+  local users = redis.call('SPOP', users_key, lapsed_batch - ended)
   for _, user_id in ipairs(users) do
     local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
       conn = conn_prefix .. user_id, index = index_key}
@@ -74,11 +78,11 @@ for i = 1, #lapsed, 2 do
   ended = ended + #users
   local places_key = lease_places_key(slot)
   for _, place_id in ipairs(redis.call('SRANDMEMBER', places_key, 100)) do
-    if ended >= batch then break end
+    if ended >= lapsed_batch then break end
     local place = {id = place_id}
     for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
     local left = {}
-    ended = ended + end_lapsed_members(place, slot, batch - ended, left)
+    ended = ended + end_lapsed_members(place, slot, lapsed_batch - ended, left)
     announce_place(place, left)
   end
   if redis.call('EXISTS', users_key) == 0 and redis.call('EXISTS', places_key) == 0 then

@@ -489,3 +489,16 @@ async def test_a_cancelled_opening_never_closes_a_newer_holders_session(
         ("REPLACED", "ann", "tab", newer.held.generation),
         ("OFFLINE", "ann", "", 0),
     ]
+
+
+async def test_a_lapsed_lease_is_ended_a_batch_at_a_time_each_user_announced_once(
+    store: PresenceStore, channel: PubSub
+) -> None:
+    for i in range(25):
+        await opened(store, f"u{i:02}", "tab")
+    await published(channel)
+    await lapse(store)
+    ended = [(await store.sweep(lapsed_batch=10)).lapsed for _ in range(4)]
+    assert ended == [10, 10, 5, 0]
+    offline = [user for kind, user, *_ in await published(channel) if kind == "OFFLINE"]
+    assert sorted(offline) == [f"u{i:02}" for i in range(25)]

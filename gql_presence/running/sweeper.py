@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from gql_presence.observability.metrics import Metrics
-from gql_presence.store import SWEEP_BATCH, PresenceStore
+from gql_presence.store import LAPSED_BATCH, SWEEP_BATCH, PresenceStore
 from gql_presence.store.errors import PresenceError
 
 log = logging.getLogger("gql_presence")
@@ -26,7 +26,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             log.exception("sweep failed")
         else:
             metrics.users_online.set(result.online)
-            if max(result.offline, result.purged, result.lapsed) >= SWEEP_BATCH:
+            if max(result.offline, result.purged) >= SWEEP_BATCH or result.lapsed >= LAPSED_BATCH:
                 await asyncio.sleep(0)
                 continue
         metrics.refresh()  # for /metrics answered by another worker

@@ -21,6 +21,7 @@ from gql_presence.store.models import (
     WeeklyStats,
 )
 from gql_presence.store.presence import (
+    LAPSED_BATCH,
     MAX_PERSISTED_DOCUMENTS,
     REFRESH_BATCH,
     SWEEP_BATCH,
@@ -46,6 +47,7 @@ from gql_presence.store.wire import (
 )
 
 __all__ = [
+    "LAPSED_BATCH",
     "MAX_DOCUMENT_BYTES",
     "MAX_IDS_PER_CALL",
     "MAX_ID_LENGTH",

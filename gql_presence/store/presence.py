@@ -76,6 +76,10 @@ from gql_presence.store.validation import (
 
 DEFAULT_SESSION = "default"
 SWEEP_BATCH = 1000
+# Users and place sessions of lapsed leases ended per sweep call: ending one takes about a
+# dozen commands (some 60 µs of Redis time), so a call of 100 holds Redis for a few ms, where
+# 1,000 held it for 60 to 170 ms (bench/RESULTS.md, "Sessions under process leases").
+LAPSED_BATCH = 100
 # Automatic persisted queries kept at most: an app has tens to hundreds of documents, a few
 # versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
 # Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
@@ -563,11 +567,14 @@ class PresenceStore:
 
     # --- upkeep ------------------------------------------------------------------------------
 
-    async def sweep(self, batch: int = SWEEP_BATCH) -> SweepResult:
-        """Removes up to `batch` expired online entries and `batch` users past the retention
-        in each shard, summing what they did: a sum of a full batch or more makes the sweeper
-        sweep again at once, as it may be one shard's full batch."""
-        parts = await asyncio.gather(*(shard.sweep(batch) for shard in self._shards))
+    async def sweep(
+        self, batch: int = SWEEP_BATCH, lapsed_batch: int = LAPSED_BATCH
+    ) -> SweepResult:
+        """Removes up to `batch` expired online entries and `batch` users past the retention,
+        and ends the sessions of up to `lapsed_batch` users and place sessions of lapsed
+        leases, in each shard, summing what they did: a sum of a full batch or more makes the
+        sweeper sweep again at once, as it may be one shard's full batch."""
+        parts = await asyncio.gather(*(shard.sweep(batch, lapsed_batch) for shard in self._shards))
         return SweepResult(
             offline=sum(p.offline for p in parts),
             purged=sum(p.purged for p in parts),

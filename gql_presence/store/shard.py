@@ -497,9 +497,10 @@ class Shard:
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
         return changed
 
-    async def sweep(self, batch: int) -> SweepResult:
+    async def sweep(self, batch: int, lapsed_batch: int) -> SweepResult:
         """Removes up to `batch` expired online entries and `batch` users past the retention,
-        and ends the sessions of up to `batch` users of a lapsed lease."""
+        and ends the sessions of up to `lapsed_batch` users and place sessions of lapsed
+        leases."""
         labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
         offline, purged, online, lapsed = await self._run(
@@ -520,6 +521,7 @@ class Shard:
                 k.place_states(""),
                 k.place_users(""),
                 k.place_events(""),
+                lapsed_batch,
             ],
         )
         return SweepResult(int(offline), int(purged), int(online), int(lapsed))
