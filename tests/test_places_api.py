@@ -239,3 +239,25 @@ async def stack_socket(service: Service) -> aiohttp.ClientWebSocketResponse:
     await socket.send_json({"type": "connection_init", "payload": {}})
     assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
     return socket
+
+
+async def test_a_second_subscribe_of_a_known_document_is_still_refused_a_place_not_allowed(
+    secured: Service,
+) -> None:
+    # The backend's subscribe makes the document's rendering known: the same document and
+    # variables from others take a shorter path, which checks their right all the same.
+    async with (
+        graphql_socket(secured, f"Bearer {BACKEND_TOKEN}") as backend,
+        graphql_socket(secured, f"Bearer {user_token('ann', places=['team:*'])}") as refused,
+        graphql_socket(secured, f"Bearer {user_token('bob', places=['doc:*'])}") as allowed,
+    ):
+        await start(backend, "w", WATCH, place="doc:1")
+        await start(backend, "h", HOLD, place="doc:1", user="cy", session="t")
+        messages = [await receive(backend), await receive(backend)]
+        watched = next(m for m in messages if m["id"] == "w")
+        assert event(watched)[:2] == ("JOINED", "cy")
+        await start(refused, "w", WATCH, place="doc:1")
+        first = await receive(refused)
+        assert first["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+        await start(allowed, "w", WATCH, place="doc:1")
+        assert event(await receive(allowed))[:2] == ("JOINED", "cy")

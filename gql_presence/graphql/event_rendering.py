@@ -122,6 +122,9 @@ class PlaceRendering:
         self._executor = executor
         self._root = root
         self._report = report
+        # Set once the first subscription of this rendering is delivered: the place its
+        # document and variables name, the same for every subscription of this rendering.
+        self.place_id: str | None = None
 
     def render(self, event: PublishedPlaceEvent) -> bytes:
         return render_root(self._executor, self._root(event), self._report)
@@ -197,6 +200,11 @@ class EventRenderings:
         rendering = EventRendering(executor, root, info.schema.process_errors)
         self._by_key[key] = rendering
         return rendering
+
+    def known_place(self, operation: SocketOperation) -> PlaceRendering | None:
+        """As known(), for a placeChanged subscription: set once one reached the hub."""
+        rendering = self._places.get(operation.key)
+        return None if rendering is None or rendering.place_id is None else rendering
 
     def get_place(
         self,

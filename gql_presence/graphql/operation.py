@@ -33,6 +33,7 @@ from gql_presence.graphql.event_rendering import (
     EventRendering,
     EventRenderings,
     Interest,
+    PlaceRendering,
     SharedSubscription,
     SocketOperation,
 )
@@ -160,12 +161,9 @@ class OperationPipeline:
         """A subscription on a socket, handed to the hub when it is a presenceChanged one
         whose events can be rendered once for every subscriber of its document."""
         if self._subscribes_again:
-            try:
-                delivery = await self._join_again(context, operation)
-            except PresenceError:
-                delivery = None  # the full path runs it, and answers
-            if delivery is not None:
-                return delivery
+            again = await self._subscribe_again(context, operation)
+            if again is not None:
+                return again
         shared = SharedSubscription(operation, self._renderings)
         context.shared_subscription = shared
         held = HeldSubscription(operation, self._session_renderings)
@@ -177,7 +175,11 @@ class OperationPipeline:
         if first is None and held.rendering is not None:
             return await self._hold(context, operation, held)
         if first is None and shared.place_rendering is not None:
-            return await self._deliver_place(context, operation, shared)
+            assert shared.place_id is not None
+            shared.place_rendering.place_id = shared.place_id
+            return await self._deliver_place(
+                context, operation, shared.place_rendering, shared.place_id
+            )
         if first is not None or shared.rendering is None or shared.interest is None:
             return _coded(_after(first, results))
         # Known before the hub is joined (which waits for Redis to confirm the subscription
@@ -218,21 +220,23 @@ class OperationPipeline:
         )
 
     async def _deliver_place(
-        self, context: Context, operation: SocketOperation, shared: SharedSubscription
+        self,
+        context: Context,
+        operation: SocketOperation,
+        rendering: PlaceRendering,
+        place_id: str,
     ) -> PlaceDelivery | Results:
-        """A placeChanged subscription the resolver left to the hub: subscribed to the
-        place's events first, then the place read, its members written as JOINED events,
-        then every event the read does not reflect (its sequence says which)."""
+        """A placeChanged subscription the resolver left to the hub (or whose document,
+        operation name and variables one did already): subscribed to the place's events
+        first, then the place read, its members written as JOINED events, then every event
+        the read does not reflect (its sequence says which)."""
         assert context.socket is not None
-        assert shared.place_rendering is not None
-        assert shared.place_id is not None
-        place_id = shared.place_id
         try:
             delivery = await context.events.deliver_place(
                 context.close_socket,
                 context.socket.send_now,
                 operation.next_head(),
-                shared.place_rendering.render,
+                rendering.render,
                 place_id,
             )
         except PresenceError as error:
@@ -255,6 +259,29 @@ class OperationPipeline:
             context_value=context,
             operation_name=operation.operation_name,
         )
+
+    async def _subscribe_again(
+        self, context: Context, operation: SocketOperation
+    ) -> Writer | Results | None:
+        """A presenceChanged or placeChanged subscribe whose document, operation name and
+        variables one of this process handed to the hub already, joined without running the
+        document again; None when the key is not known, or the caller is refused (the full
+        path runs it then, and answers)."""
+        try:
+            delivery = await self._join_again(context, operation)
+        except PresenceError:
+            return None
+        if delivery is not None:
+            return delivery
+        place = self._renderings.known_place(operation)
+        if place is None or place.place_id is None:
+            return None
+        try:
+            # What the resolver would check of this caller; the rest is the same.
+            context.caller.authorize_places("placeChanged", [place.place_id])
+        except PresenceError:
+            return None
+        return await self._deliver_place(context, operation, place, place.place_id)
 
     async def _join_again(self, context: Context, operation: SocketOperation) -> Delivery | None:
         """The place in the hub of an admitted presenceChanged subscription whose document,
