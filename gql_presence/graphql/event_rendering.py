@@ -25,7 +25,7 @@ import json
 import weakref
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from graphql import ExecutionResult, GraphQLError
 
@@ -41,6 +41,9 @@ if TYPE_CHECKING:
 
     from gql_presence.realtime.delivery import PresenceChange
     from gql_presence.store import PublishedPlaceEvent
+
+
+E = TypeVar("E")
 
 
 @dataclass(frozen=True)
@@ -90,8 +93,25 @@ class Interest:
         caller.authorize(self.need, self.operation, self.friends_of)
 
 
-class EventRendering:
+class Rendering(Generic[E]):
     """One document's rendering of events: its executor, built once, run once per event."""
+
+    def __init__(
+        self,
+        executor: Executor[Any],
+        root: Callable[[E], object],
+        report: Callable[[list[GraphQLError]], None],
+    ) -> None:
+        self._executor = executor
+        self._root = root
+        self._report = report
+
+    def render(self, event: E) -> bytes:
+        return render_root(self._executor, self._root(event), self._report)
+
+
+class EventRendering(Rendering["PresenceChange"]):
+    """A presenceChanged document's rendering of presence events."""
 
     def __init__(
         self,
@@ -99,19 +119,13 @@ class EventRendering:
         root: Callable[[PresenceChange], object],
         report: Callable[[list[GraphQLError]], None],
     ) -> None:
-        self._executor = executor
-        self._root = root
-        self._report = report
+        super().__init__(executor, root, report)
         # Set once the first subscription of this rendering is joining the hub.
         self.interest: Interest | None = None
 
-    def render(self, event: PresenceChange) -> bytes:
-        return render_root(self._executor, self._root(event), self._report)
 
-
-class PlaceRendering:
-    """One placeChanged document's rendering of a place's events, as EventRendering does
-    presence events."""
+class PlaceRendering(Rendering["PublishedPlaceEvent"]):
+    """A placeChanged document's rendering of a place's events."""
 
     def __init__(
         self,
@@ -119,15 +133,10 @@ class PlaceRendering:
         root: Callable[[PublishedPlaceEvent], object],
         report: Callable[[list[GraphQLError]], None],
     ) -> None:
-        self._executor = executor
-        self._root = root
-        self._report = report
+        super().__init__(executor, root, report)
         # Set once the first subscription of this rendering is delivered: the place its
         # document and variables name, the same for every subscription of this rendering.
         self.place_id: str | None = None
-
-    def render(self, event: PublishedPlaceEvent) -> bytes:
-        return render_root(self._executor, self._root(event), self._report)
 
 
 def render_root(
@@ -184,21 +193,14 @@ class EventRenderings:
     ) -> EventRendering | None:
         """The operation's rendering, made from the resolver's `info` when new; None when
         its document cannot be executed that way (its subscription then runs on its own)."""
-        key = operation.key
-        rendering = self._by_key.get(key)
+        rendering = self._by_key.get(operation.key)
         if rendering is not None:
             return rendering
-        schema, document = running_document(info)
-        executor = EventExecutionContext.build(
-            schema,
-            document,
-            raw_variable_values=operation.variables,
-            operation_name=operation.operation_name,
-        )
-        if isinstance(executor, list):
+        executor = _executor(operation, info)
+        if executor is None:
             return None
         rendering = EventRendering(executor, root, info.schema.process_errors)
-        self._by_key[key] = rendering
+        self._by_key[operation.key] = rendering
         return rendering
 
     def known_place(self, operation: SocketOperation) -> PlaceRendering | None:
@@ -216,18 +218,25 @@ class EventRenderings:
         rendering = self._places.get(operation.key)
         if rendering is not None:
             return rendering
-        schema, document = running_document(info)
-        executor = EventExecutionContext.build(
-            schema,
-            document,
-            raw_variable_values=operation.variables,
-            operation_name=operation.operation_name,
-        )
-        if isinstance(executor, list):
+        executor = _executor(operation, info)
+        if executor is None:
             return None
         rendering = PlaceRendering(executor, root, info.schema.process_errors)
         self._places[operation.key] = rendering
         return rendering
+
+
+def _executor(operation: SocketOperation, info: strawberry.Info[Any, Any]) -> Executor[Any] | None:
+    """The operation's executor, from the document the resolver's `info` runs; None when its
+    document cannot be executed with an event as its root value."""
+    schema, document = running_document(info)
+    executor = EventExecutionContext.build(
+        schema,
+        document,
+        raw_variable_values=operation.variables,
+        operation_name=operation.operation_name,
+    )
+    return None if isinstance(executor, list) else executor
 
 
 class SharedSubscription:

@@ -13,9 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from gql_presence.store import EventKind, PublishedPlaceEvent
+
+E = TypeVar("E")
 
 
 @dataclass(frozen=True)
@@ -189,10 +191,7 @@ class Delivery(Writer):
     def offer(self, event: PresenceChange, rendered: Rendered) -> None:
         if self.dropped is not None:
             return
-        payload = rendered.get(self._render)
-        if payload is None:
-            payload = rendered[self._render] = self._render(event)
-        self._add(payload)
+        self._add(rendered_once(self._render, event, rendered))
 
 
 # Renders a place's event as the `payload` of a placeChanged `next` message, JSON-encoded.
@@ -234,7 +233,7 @@ class PlaceDelivery(Writer):
                 self._waiting.append(event)
             return
         if event.sequence > self._after:
-            self._add(self._rendered(event, rendered))
+            self._add(rendered_once(self._render, event, rendered))
 
     def start(self, members: Iterable[PublishedPlaceEvent], sequence: int) -> None:
         """Writes the members read (as JOINED events), then the events heard since the read
@@ -248,11 +247,16 @@ class PlaceDelivery(Writer):
                 self.flush()
         self.flush()
 
-    def _rendered(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> bytes:
-        payload = rendered.get(self._render)
-        if payload is None:
-            payload = rendered[self._render] = self._render(event)
-        return payload
+
+def rendered_once(
+    render: Callable[[E], bytes], event: E, rendered: dict[Callable[[E], bytes], bytes]
+) -> bytes:
+    """The payload `render` makes of the event: made by the first delivery that shares
+    `render`, taken from `rendered` (this event's payloads) by the others."""
+    payload = rendered.get(render)
+    if payload is None:
+        payload = rendered[render] = render(event)
+    return payload
 
 
 # The first messages of a placeChanged delivery (up to 1,000 members) are written this many

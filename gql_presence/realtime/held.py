@@ -163,7 +163,22 @@ class HeldSessions:
     async def hold(self, user_id: str, session_id: str) -> AsyncIterator[SessionHold]:
         """Opens the session and holds it until the block ends, then closes it at once
         (unless the service ended it first). Raises SessionRevokedError for a kicked id."""
-        hold = await self.open(user_id, session_id)
+        async with self._until_done(await self.open(user_id, session_id)) as hold:
+            yield hold
+
+    @contextlib.asynccontextmanager
+    async def hold_place(
+        self, place_id: str, user_id: str, session_id: str, state: object
+    ) -> AsyncIterator[SessionHold]:
+        """Holds the session in the place until the block ends, as `hold` does a presence
+        session."""
+        async with self._until_done(
+            await self.open_place(place_id, user_id, session_id, state)
+        ) as hold:
+            yield hold
+
+    @contextlib.asynccontextmanager
+    async def _until_done(self, hold: SessionHold) -> AsyncIterator[SessionHold]:
         try:
             yield hold
         finally:
@@ -173,38 +188,12 @@ class HeldSessions:
                 # the close must still happen, so it is not cancelled with it.
                 await asyncio.shield(closing)
 
-    @contextlib.asynccontextmanager
-    async def hold_place(
-        self, place_id: str, user_id: str, session_id: str, state: object
-    ) -> AsyncIterator[SessionHold]:
-        """Holds the session in the place until the block ends, as `hold` does a presence
-        session."""
-        hold = await self.open_place(place_id, user_id, session_id, state)
-        try:
-            yield hold
-        finally:
-            closing = self.release(hold)
-            if closing is not None:
-                await asyncio.shield(closing)
-
     async def open(self, user_id: str, session_id: str) -> SessionHold:
         """Opens the session and holds it until `release`. Raises SessionRevokedError for a
         kicked id. Cancelled at any point, it leaves nothing live and nothing held."""
-        # The user's events are heard before the opening: one announced between the opening
-        # and the subscription to them would be missed.
-        await self._events.watch(user_id)
-        early: list[Announced] = []
-        openings = self._openings.setdefault(user_id, [])
-        openings.append(early)
-        try:
-            opened = await self._owned(self._store.open_session(user_id, session_id), self._undo)
-        except BaseException:
-            self._events.unwatch(user_id)
-            raise
-        finally:
-            openings.remove(early)
-            if not openings:
-                del self._openings[user_id]
+        opened, early = await self._opened(
+            user_id, (user_id,), lambda: self._store.open_session(user_id, session_id), self._undo
+        )
         return await self._held(SessionHold(opened.held, opened.at), early)
 
     async def open_place(
@@ -213,29 +202,44 @@ class HeldSessions:
         """Opens the session in the place, with `state`, and holds it until `release`, as
         `open` holds a presence session: a kick of the user's session, or its opening in the
         same place elsewhere, ends it."""
-        await self._events.watch(user_id)
-        try:
-            await self._events.watch(place_key(place_id))
-        except BaseException:
-            self._events.unwatch(user_id)
-            raise
-        early: list[Announced] = []
-        openings = self._openings.setdefault(user_id, [])
-        openings.append(early)
-        try:
-            opened = await self._owned(
-                self._store.open_place_session(place_id, user_id, session_id, state),
-                self._undo_place,
-            )
-        except BaseException:
-            self._events.unwatch(user_id)
-            self._events.unwatch(place_key(place_id))
-            raise
-        finally:
-            openings.remove(early)
-            if not openings:
-                del self._openings[user_id]
+        opened, early = await self._opened(
+            user_id,
+            (user_id, place_key(place_id)),
+            lambda: self._store.open_place_session(place_id, user_id, session_id, state),
+            self._undo_place,
+        )
         return await self._held(SessionHold(opened.held, opened.joined_at), early)
+
+    async def _opened(
+        self,
+        user_id: str,
+        watched: tuple[str, ...],
+        opening: Callable[[], Awaitable[T]],
+        undo: Callable[[T], Awaitable[None]],
+    ) -> tuple[T, list[Announced]]:
+        """What `opening` opened (as `_owned` runs it), and what was announced of the user
+        meanwhile. The user's (and a place's) events are heard from before the opening: one
+        announced between the opening and the subscription to them would be missed. Raising,
+        it leaves nothing watched."""
+        heard: list[str] = []
+        try:
+            for key in watched:
+                await self._events.watch(key)
+                heard.append(key)
+            early: list[Announced] = []
+            openings = self._openings.setdefault(user_id, [])
+            openings.append(early)
+            try:
+                opened = await self._owned(opening(), undo)
+            finally:
+                openings.remove(early)
+                if not openings:
+                    del self._openings[user_id]
+        except BaseException:
+            for key in heard:
+                self._events.unwatch(key)
+            raise
+        return opened, early
 
     async def _held(self, hold: SessionHold, early: list[Announced]) -> SessionHold:
         self._holds[hold.held] = hold
