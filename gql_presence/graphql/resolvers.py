@@ -451,23 +451,9 @@ class Subscription:
             # Held with no task (session_rendering.py), as a presenceSession is.
             return
         async with info.context.held_sessions.hold_place(place_id, user, session_id, state) as hold:
-            yield PlaceSessionState(
-                place_id=ID(place_id),
-                user_id=ID(user),
-                session_id=session_id,
-                live=True,
-                at=hold.opened_at,
-                end_reason=None,
-            )
-            ended = await hold.ended()
-            yield PlaceSessionState(
-                place_id=ID(place_id),
-                user_id=ID(user),
-                session_id=session_id,
-                live=False,
-                at=ended.at,
-                end_reason=SessionEndReason(ended.reason.value),
-            )
+            yield PlaceSessionState.of(hold)
+            await hold.ended()
+            yield PlaceSessionState.of(hold)
 
     @strawberry.subscription(
         description="Who joins, updates and leaves placeId: first a JOINED event for each session in the place now (the most recent 1,000 when there are more), then every change as it happens."
