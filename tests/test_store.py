@@ -15,7 +15,14 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from gql_presence.settings import Settings
-from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, Page, PresenceStore, shard_of
+from gql_presence.store import (
+    MAX_ID_LENGTH,
+    MAX_IDS_PER_CALL,
+    ChosenStatus,
+    Page,
+    PresenceStore,
+    shard_of,
+)
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
@@ -566,6 +573,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.kick("a", "s")
     await store.kick("b")
     await store.presence("c")
+    await store.set_status("c", ChosenStatus.BUSY)
     await store.online_users()
     await store.online_friends("a")
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
