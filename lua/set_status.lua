@@ -68,6 +68,11 @@ if change == 'chosen' then
     end
   end
   if chosen == 'AUTO' then redis.call('HDEL', key, 'chosen') else redis.call('HSET', key, 'chosen', chosen) end
+  if chosen == 'INVISIBLE' then
+    redis.call('SADD', prefix .. 'invisible', user_id)
+  else
+    redis.call('SREM', prefix .. 'invisible', user_id)
+  end
 elseif change == 'custom' then
   local text, emoji, expires = ARGV[3], ARGV[4], tonumber(ARGV[5])
   if expires and (expires <= now or expires > now + retention_ms) then
@@ -117,4 +122,4 @@ if own_changed or others_changed then
   local look = {own_after[1], own_after[2], others_kind, own_after[3], invisible_after and 1 or 0}
   announce(channel, 'STATUS', user_id, now, '', online, look)
 end
-return presence_entry(user_id, last_seen_key, now, retention_ms, '')
+return presence_entry(user_id, last_seen_key, now, retention_ms)

@@ -93,7 +93,7 @@ end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 announce_all(channel, events)
 
-local entry = presence_entry(user_id, last_seen_key, now, retention_ms, '')
+local entry = presence_entry(user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
 tidy_extras(user_id)
 return {online_before, entry}

@@ -764,3 +764,14 @@ def user_token(
 ) -> str:
     payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 300, **claims}
     return jwt.encode(payload, key, algorithm=algorithm)
+
+
+async def as_user(service: Service, token: str, query: str, **variables: Any) -> dict[str, Any]:
+    """Runs a query or mutation over HTTP with these credentials (a backend token or a JWT)."""
+    response = await service.post(
+        "/graphql",
+        json={"query": query, "variables": variables},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    body: dict[str, Any] = await response.json()
+    return body

@@ -67,39 +67,27 @@ class Presence:
     chosen: ChosenStatus | None = None
     visible_to: Visibility | None = None
     online_since: datetime | None = None
+    # The lastSeen other end users see while the user is invisible: their last activity
+    # before they chose it. None in what a reader other than the user sees.
+    hidden_last_seen: datetime | None = None
 
-
-@dataclass(frozen=True)
-class Seen:
-    """A user's presence as backends and the user see it, and what other readers may see
-    of it: their lastSeen while invisible, and whether the reader is in their friend set."""
-
-    truth: Presence
-    hidden_last_seen: datetime | None
-    reader_is_friend: bool
-
-    def seen_by(self, reader: str | None) -> Presence:
-        """What `reader` (an end user's id; None for a backend) may see (SEMANTICS,
-        "Status": invisibility, last-seen visibility)."""
-        truth = self.truth
-        if reader is None or reader == truth.user_id:
-            return truth
-        visible = truth.visible_to
+    def seen_by(self, reader: str | None, *, reader_is_friend: bool = False) -> Presence:
+        """What `reader` (an end user's id; None for a backend) may see of this presence,
+        as backends see it (SEMANTICS, "Status": invisibility, last-seen visibility);
+        `reader_is_friend`: whether the reader is in this user's friend set."""
+        if reader is None or reader == self.user_id:
+            return self
+        visible = self.visible_to
         may_see = visible is Visibility.EVERYONE or (
-            visible is Visibility.FRIENDS and self.reader_is_friend
+            visible is Visibility.FRIENDS and reader_is_friend
         )
-        if truth.chosen is ChosenStatus.INVISIBLE:
-            return Presence(
-                truth.user_id,
-                online=False,
-                last_seen=self.hidden_last_seen if may_see else None,
-                sessions=(),
-            )
+        if self.chosen is ChosenStatus.INVISIBLE:
+            shown = self.hidden_last_seen if may_see else None
+            return Presence(self.user_id, online=False, last_seen=shown, sessions=())
+        hidden = {"chosen": None, "visible_to": None, "hidden_last_seen": None}
         if may_see:
-            return replace(truth, chosen=None, visible_to=None)
-        return replace(
-            truth, last_seen=None, sessions=(), chosen=None, visible_to=None, online_since=None
-        )
+            return replace(self, **hidden)  # type: ignore[arg-type]
+        return replace(self, last_seen=None, sessions=(), online_since=None, **hidden)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -435,8 +435,10 @@ class PresenceStore:
     async def presence(self, user_id: str, reader: str | None = None) -> Presence:
         """The user's presence as `reader` (an end user's id; None for a backend) may see it."""
         check_id(user_id, "userId")
-        (found,) = await self._shard(user_id).presence_many([user_id], reader)
-        return found.seen_by(reader)
+        (found,) = await self._shard(user_id).presence_many([user_id])
+        if reader is None or reader == user_id:
+            return found
+        return (await self._seen_by([found], reader))[0]
 
     async def take_token(
         self, caller: str, rate: float, burst: int, cost: int = 1, *, owed: bool = False
@@ -486,10 +488,25 @@ class PresenceStore:
         per shard, each read at one moment."""
         groups = self._by_shard(user_ids)
         answers = await asyncio.gather(
-            *(self._shards[i].presence_many(g, reader) for i, g in groups.items())
+            *(self._shards[i].presence_many(g) for i, g in groups.items())
         )
-        found = {s.truth.user_id: s.seen_by(reader) for answer in answers for s in answer}
+        found = {p.user_id: p for answer in answers for p in answer}
+        if reader is not None:
+            seen = await self._seen_by(list(found.values()), reader)
+            found = {p.user_id: p for p in seen}
         return [found[user_id] for user_id in user_ids]
+
+    async def _seen_by(self, found: Sequence[Presence], reader: str) -> list[Presence]:
+        """What the end user `reader` may see of each presence (Presence.seen_by)."""
+        # Those who let their friends see lastSeen: is the reader one of them?
+        owners = [
+            p.user_id for p in found if p.visible_to is Visibility.FRIENDS and p.user_id != reader
+        ]
+        friend_of = set()
+        if owners:
+            flags = await self._shard(reader).friend_of_each(reader, owners)
+            friend_of = {owner for owner, flag in zip(owners, flags, strict=True) if flag}
+        return [p.seen_by(reader, reader_is_friend=p.user_id in friend_of) for p in found]
 
     def _by_shard(self, user_ids: Iterable[str]) -> dict[int, list[str]]:
         groups: dict[int, list[str]] = {}
@@ -499,16 +516,28 @@ class PresenceStore:
 
     # --- lists: a page from every shard, merged ---------------------------------------------
 
-    async def online_users(self, first: int = 50, after: str | None = None) -> Page:
+    async def online_users(
+        self, first: int = 50, after: str | None = None, reader: str | None = None
+    ) -> Page:
+        """The online users; for an end user `reader`, without those who chose INVISIBLE."""
         check_page_size(first)
-        return await self._merged(lambda shard, at: shard.online_users(first, at), first, after)
+        hide = reader is not None
+        return await self._merged(
+            lambda shard, at: shard.online_users(first, at, hide_invisible=hide), first, after
+        )
 
-    async def online_friends(self, user_id: str, first: int = 50, after: str | None = None) -> Page:
-        """Each shard pages the friends who live in it (an empty set answers at once)."""
+    async def online_friends(
+        self, user_id: str, first: int = 50, after: str | None = None, reader: str | None = None
+    ) -> Page:
+        """Each shard pages the friends who live in it (an empty set answers at once); for
+        an end user `reader`, without those who chose INVISIBLE."""
         check_id(user_id, "userId")
         check_page_size(first)
+        hide = reader is not None
         return await self._merged(
-            lambda shard, at: shard.online_friends(user_id, first, at), first, after
+            lambda shard, at: shard.online_friends(user_id, first, at, hide_invisible=hide),
+            first,
+            after,
         )
 
     async def active_in_range(
@@ -587,6 +616,15 @@ class PresenceStore:
         check_id(user_id, "userId")
         parts = await asyncio.gather(*(shard.friends(user_id) for shard in self._shards))
         return sorted({friend for part in parts for friend in part})
+
+    async def friends_among(self, user_id: str, user_ids: Iterable[str]) -> set[str]:
+        """Which of user_ids are in user_id's friend set (each shard keeps the part of it
+        that lives there): one command per shard."""
+        groups = self._by_shard(user_ids)
+        answers = await asyncio.gather(
+            *(self._shards[i].friends_among(user_id, g) for i, g in groups.items())
+        )
+        return set().union(*answers)
 
     async def add_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True

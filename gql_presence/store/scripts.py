@@ -30,6 +30,7 @@ class ScriptName(StrEnum):
     KICK = "kick"
     PRESENCE = "presence"
     SET_STATUS = "set_status"
+    FRIEND_OF_EACH = "friend_of_each"
     ONLINE_USERS = "online_users"
     ONLINE_FRIENDS = "online_friends"
     ACTIVE_IN_RANGE = "active_in_range"

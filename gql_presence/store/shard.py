@@ -35,7 +35,6 @@ from gql_presence.store.models import (
     OpenedSession,
     PlaceMember,
     Presence,
-    Seen,
     Session,
     Status,
     SweepResult,
@@ -184,7 +183,7 @@ class Shard:
                 int(idle),
             ],
         )
-        return seen_of(user_id, reply[1]).truth
+        return seen_of(user_id, reply[1])
 
     async def touch_many(self, user_ids: Sequence[str]) -> int:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
@@ -199,7 +198,7 @@ class Shard:
         # Sorted, the users' sorted-set entries are written next to each other, which takes
         # Redis a third less time than in the caller's order.
         ordered = sorted(user_ids)
-        after = [k.conn(""), k.user_events("")]
+        after = [k.conn(""), k.user_events(""), k.prefix]
         calls = [
             # One argument instead of one per user: ids hold no control characters.
             (keys, [*args, "\n".join(ordered[first : first + TOUCH_MANY_BATCH]), *after])
@@ -227,6 +226,7 @@ class Shard:
                 self._settings.revoke_ms,
                 k.events,
                 k.user_events(""),
+                k.prefix,
             ],
         )
         return KickResult(user_id, int(kicked), bool(online))
@@ -283,6 +283,7 @@ class Shard:
                 *boundaries,
                 k.events,
                 k.user_events(""),
+                k.prefix,
             ],
         )
         held = HeldSession(user_id, session_id, int(generation), lease)
@@ -322,6 +323,7 @@ class Shard:
                 *boundaries,
                 k.events,
                 k.user_events(""),
+                k.prefix,
             ],
         )
         return bool(closed)
@@ -430,22 +432,25 @@ class Shard:
         )
         return bool(revoked)
 
-    async def presence_many(self, user_ids: Sequence[str], reader: str | None) -> list[Seen]:
-        """The presence of each user, in the order given, read at one moment, with what
-        `reader` (an end user; None for a backend) may see of it."""
+    async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
+        """The presence of each user, in the order given, read at one moment, as backends
+        and the user see it."""
         k = self._keys
         reply = await self._run(
             ScriptName.PRESENCE,
             [k.last_seen, k.online, k.leases],
-            [
-                self._settings.window_ms,
-                self._settings.retention_ms,
-                k.prefix,
-                reader or "",
-                *user_ids,
-            ],
+            [self._settings.window_ms, self._settings.retention_ms, k.prefix, *user_ids],
         )
         return [seen_of(user_id, entry) for user_id, entry in zip(user_ids, reply, strict=True)]
+
+    async def friend_of_each(self, user_id: str, owners: Sequence[str]) -> list[bool]:
+        """Whether user_id, who lives in this shard, is in each owner's friend set."""
+        if not owners:
+            return []
+        found = await self._run(
+            ScriptName.FRIEND_OF_EACH, [self._keys.friends(owner) for owner in owners], [user_id]
+        )
+        return [bool(f) for f in found]
 
     async def set_status(self, user_id: str, change: str, *values: str | int) -> Presence:
         """One change of how the user appears (lua/set_status.lua); the user's presence
@@ -466,26 +471,30 @@ class Shard:
                 k.user_events(""),
             ],
         )
-        return seen_of(user_id, entry).truth
+        return seen_of(user_id, entry)
 
-    async def online_users(self, first: int, after: Position | None) -> ShardPage:
+    async def online_users(
+        self, first: int, after: Position | None, *, hide_invisible: bool
+    ) -> ShardPage:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_USERS,
             [k.last_seen, k.online, k.leases],
             [self._settings.window_ms, first],
             after,
-            [k.sessions("")],
+            [k.sessions(""), int(hide_invisible), k.prefix],
         )
 
-    async def online_friends(self, user_id: str, first: int, after: Position | None) -> ShardPage:
+    async def online_friends(
+        self, user_id: str, first: int, after: Position | None, *, hide_invisible: bool
+    ) -> ShardPage:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_FRIENDS,
             [k.friends(user_id), k.online, k.last_seen, k.scratch, k.leases],
             [first],
             after,
-            [k.sessions(""), self._settings.window_ms],
+            [k.sessions(""), self._settings.window_ms, int(hide_invisible), k.prefix],
         )
 
     async def active_in_range(
@@ -518,6 +527,11 @@ class Shard:
     async def friends(self, user_id: str) -> list[str]:
         """The user's friends who live in this shard."""
         return [_text(m) for m in await guarded(self._redis.smembers(self._keys.friends(user_id)))]
+
+    async def friends_among(self, user_id: str, user_ids: Sequence[str]) -> set[str]:
+        """Which of user_ids, who live in this shard, are in user_id's friend set."""
+        found = await guarded(self._redis.smismember(self._keys.friends(user_id), list(user_ids)))
+        return {user for user, member in zip(user_ids, found, strict=True) if member}
 
     async def change_links(
         self,
@@ -695,9 +709,9 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def seen_of(user_id: str, entry: Sequence[Any]) -> Seen:
+def seen_of(user_id: str, entry: Sequence[Any]) -> Presence:
     """A user's presence from a presence_entry of lua/includes/status.lua."""
-    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms, friend = entry
+    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms = entry
     sessions = []
     for i in range(0, len(live), 5):
         session_id, activity_ms, started_ms, idle, device = live[i : i + 5]
@@ -711,7 +725,7 @@ def seen_of(user_id: str, entry: Sequence[Any]) -> Seen:
             )
         )
     sessions.sort(key=lambda session: (-session.last_seen.timestamp(), session.session_id))
-    truth = Presence(
+    return Presence(
         user_id,
         online=bool(sessions),
         last_seen=_time_or_none(last_seen_ms),
@@ -721,8 +735,8 @@ def seen_of(user_id: str, entry: Sequence[Any]) -> Seen:
         chosen=ChosenStatus(_text(chosen)),
         visible_to=Visibility(_text(visible)),
         online_since=_time_or_none(since_ms),
+        hidden_last_seen=_time_or_none(hidden_ms),
     )
-    return Seen(truth, _time_or_none(hidden_ms), bool(int(friend)))
 
 
 def _time_or_none(ms: Any) -> datetime | None:

@@ -17,6 +17,8 @@
 --                    has no device. Expires with the user's sessions key.
 --   stexp      ZSET  member=user_id  score=when their custom status ends, ms: the sweep
 --                    announces each end (lua/sweep.lua)
+--   invisible  SET   the users who chose INVISIBLE: taken out of onlineUsers' total for end
+--                    users
 -- Neither st nor stexp expires: a user's choice is kept until they change it.
 
 local statuses = {prefix = false, window_ms = 0, online_key = false}
@@ -184,12 +186,11 @@ local function last_seen_of(user_id, last_seen_key, now, retention_ms)
   return last_seen
 end
 
--- What a reader may learn of one user, read at `now` (gql_presence/store/shard.py reads it):
+-- One user's presence, read at `now` (gql_presence/store/shard.py reads it):
 -- {last_seen_ms or -1, {session_id, activity_ms, started_ms, idle 0|1, device or "", ...},
---  status, chosen, custom (custom_value), visible, hidden_seen_ms or -1, since_ms or -1,
---  reader_is_friend 0|1}: everything as backends and the user see it; the store hides what
--- the reader may not see. `reader` is an end user's id, or "" for none.
-local function presence_entry(user_id, last_seen_key, now, retention_ms, reader)
+--  status, chosen, custom (custom_value), visible, hidden_seen_ms or -1, since_ms or -1}:
+-- everything as backends and the user see it; the store hides what a reader may not see.
+local function presence_entry(user_id, last_seen_key, now, retention_ms)
   local choices = choices_of(user_id, now)
   local live = live_of(user_id, statuses.online_key, now)
   local ids = {}
@@ -204,13 +205,9 @@ local function presence_entry(user_id, last_seen_key, now, retention_ms, reader)
     sessions[n + 3] = e.started or choices.since or live[2 * i]
     sessions[n + 4], sessions[n + 5] = e.idle and 1 or 0, e.device or ''
   end
-  local is_friend = 0
-  if reader ~= '' and redis.call('SISMEMBER', statuses.prefix .. 'friends:' .. user_id, reader) == 1 then
-    is_friend = 1
-  end
   return {
     last_seen_of(user_id, last_seen_key, now, retention_ms), sessions,
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
-    choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1, is_friend,
+    choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
   }
 end
