@@ -23,6 +23,8 @@
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   ARGV[10] channel      string: the events channel of every user
   ARGV[11] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
+  ARGV[12] key_prefix     string: the shard's key prefix, from which users' status keys are
+                           named (includes/status.lua), in the hash tag of KEYS
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
            OFFLINE, now, when the closed session was the user's last live one
@@ -30,6 +32,7 @@
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "status"
 local last_seen_key, online_key, sessions_key = KEYS[1], KEYS[2], KEYS[3]
 local activity_keys = {last_seen = last_seen_key, index = KEYS[5], next = KEYS[6],
   free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
@@ -42,6 +45,7 @@ local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ton
 local channel = {ARGV[10], ARGV[11]}
 
 local now = now_ms()
+use_statuses(ARGV[12], online_key, window_ms, now)
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}
 local online = settle(user, channel, user_id, now, window_ms, events)

@@ -19,6 +19,8 @@
   ARGV[4]  revoke_ms   int ms: how long a kicked session id is refused (0: not at all)
   ARGV[5]  channel     string: the events channel of every user
   ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
+  ARGV[7] key_prefix     string: the shard's key prefix, from which users' status keys are
+                           named (includes/status.lua), in the hash tag of KEYS
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
            session ended (the process holding a held session ends its subscription on it),
@@ -27,6 +29,7 @@
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "status"
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
   conn = KEYS[4], index = KEYS[6]}
@@ -36,6 +39,7 @@ local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
 local channel = {ARGV[5], ARGV[6]}
 
 local now = now_ms()
+use_statuses(ARGV[7], online_key, window_ms, now)
 local events = {}
 settle(user, channel, user_id, now, window_ms, events)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)

@@ -14,6 +14,10 @@
                          the hash tag of KEYS): read for a friend held under several leases
                          while one has lapsed unswept (includes/live.lua)
   ARGV[5]  window_ms     int ms
+  ARGV[6]  hide_invisible  0|1: 1 leaves out friends who chose INVISIBLE (for an end user,
+                         to whom they are offline)
+  ARGV[7]  key_prefix    string: the shard's key prefix, from which a friend's status key is
+                         named (includes/status.lua), in the hash tag of KEYS
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: held users
            first, their last seen the present
   Work     O(friends log friends + page): one ZINTERSTORE of the three walks the friends (the
@@ -22,6 +26,7 @@
            worth, usually few) are taken out afterwards: O(log n + expired), or, should the
            sweep be far behind, O(friends) by checking each friend's expiry instead. Friends
            held under a lease that lapsed are taken out by their score: O(log n) per lease.
+           Invisible friends, for an end user: one look-up per online friend.
 ]]
 --- @include "clock"
 --- @include "page"
@@ -31,6 +36,7 @@ local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KE
 leases.sessions_prefix, leases.window_ms = ARGV[4], tonumber(ARGV[5])
 leases.key = KEYS[5]
 local first = tonumber(ARGV[1])
+local hide_invisible, key_prefix = ARGV[6] == '1', ARGV[7]
 local EXPIRED_LIST_MAX = 1000
 
 local now = now_ms()
@@ -58,6 +64,13 @@ if total > 0 then
     local several = string.format('%d', -HELD)
     for _, friend in ipairs(redis.call('ZRANGEBYSCORE', scratch_key, several, several)) do
       if not several_live(friend, now) then total = total - redis.call('ZREM', scratch_key, friend) end
+    end
+  end
+end
+if total > 0 and hide_invisible then
+  for _, friend in ipairs(redis.call('ZRANGE', scratch_key, 0, -1)) do
+    if redis.call('HGET', key_prefix .. 'st:' .. friend, 'chosen') == 'INVISIBLE' then
+      total = total - redis.call('ZREM', scratch_key, friend)
     end
   end
 end

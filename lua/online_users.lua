@@ -12,12 +12,18 @@
   ARGV[5]  sessions_prefix  string: a user's sessions key is this followed by the user id (in
                          the hash tag of KEYS): read for a user held under several leases while
                          one has lapsed unswept (includes/live.lua)
+  ARGV[6]  hide_invisible  0|1: 1 leaves out users who chose INVISIBLE (for an end user, to
+                         whom they are offline)
+  ARGV[7]  key_prefix    string: the shard's key prefix, from which a user's status key and
+                         the shard's set of invisible users are named (includes/status.lua)
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: held users
            first, their last seen the present
   Work     O(log n + page), and O(log n) per lapsed lease; users whose newest session was
            kicked while an older one stays live until it expires are skipped over too.
            total counts a user held under several leases that have all lapsed until the
            sweep ends their sessions (within a second); the page never lists them.
+           Hiding invisible users costs one look-up per user listed, and O(users who chose
+           INVISIBLE) for the total.
 ]]
 --- @include "clock"
 --- @include "page"
@@ -27,11 +33,21 @@ leases.sessions_prefix, leases.window_ms = ARGV[5], tonumber(ARGV[1])
 leases.key = KEYS[3]
 local window_ms, first = tonumber(ARGV[1]), tonumber(ARGV[2])
 
+local hide_invisible, key_prefix = ARGV[6] == '1', ARGV[7]
+
 local now = now_ms()
 local total = online_count(online_key, now)
+if hide_invisible then
+  for _, user_id in ipairs(redis.call('SMEMBERS', key_prefix .. 'invisible')) do
+    if live_expiry(online_key, user_id, now) then total = total - 1 end
+  end
+end
 local function online_of(user_id)
-  if live_expiry(online_key, user_id, now) then return 1 end
-  return nil
+  if not live_expiry(online_key, user_id, now) then return nil end
+  if hide_invisible and redis.call('HGET', key_prefix .. 'st:' .. user_id, 'chosen') == 'INVISIBLE' then
+    return nil
+  end
+  return 1
 end
 local function jump(score) return past_lapsed(last_seen_key, score, now) end
 local start = page_start(last_seen_key, ARGV[3], ARGV[4])

@@ -25,6 +25,8 @@
   ARGV[7..10]  boundaries int ms: the start of each of the three days, then the end of the last
   ARGV[11] channel        string: the events channel of every user
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
+  ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
+                           named (includes/status.lua), in the hash tag of KEYS
   Returns  {generation, opened_ms}: the new holder's generation
   Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
@@ -33,6 +35,7 @@
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "status"
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local generations_key = KEYS[6]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[7],
@@ -46,6 +49,7 @@ local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), ton
 local channel = {ARGV[11], ARGV[12]}
 
 local now = now_ms()
+use_statuses(ARGV[13], online_key, window_ms, now)
 if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then
   return redis.error_reply('LEASE_LOST')
 end

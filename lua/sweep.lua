@@ -30,18 +30,22 @@
   ARGV[18] lapsed_batch     int: at most this many users and place sessions of lapsed leases
                             per call: ending one takes about a dozen commands, so a call ends
                             far fewer of them than it removes expired entries
-  Returns  {offline_count, purged_count, online_count, lapsed_count}: online_count is of users
-           online now; lapsed_count of the users and place sessions of lapsed leases whose
-           sessions under them were ended
+  ARGV[19] key_prefix       string: the shard's key prefix, from which users' status keys are
+                            named (includes/status.lua), in the hash tag of KEYS
+  Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses}:
+           online_count is of users online now; lapsed_count of the users and place sessions
+           of lapsed leases whose sessions under them were ended; ended_statuses of custom
+           statuses whose end passed, at most `batch`
   Events   OFFLINE for each user whose presence expired, at the moment it expired, or whose
-           last live sessions were held under a lease that lapsed, at its lapse; all in one
-           message. LEFT, on its place's channel, for each place session of a lapsed lease. As the same script removes what it announces, two processes sweeping at
+           last live sessions were held under a lease that lapsed, at its lapse; STATUS for
+           each custom status that ended; all in one message. LEFT, on its place's channel, for each place session of a lapsed lease. As the same script removes what it announces, two processes sweeping at
            once never both announce it.
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
 --- @include "clock"
 --- @include "activity"
 --- @include "places"
+--- @include "status"
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 leases.key = KEYS[5]
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -54,6 +58,7 @@ local place_prefixes = {members = ARGV[13], holders = ARGV[14], states = ARGV[15
 local lapsed_batch = tonumber(ARGV[18])
 
 local now = now_ms()
+use_statuses(ARGV[19], online_key, window_ms, now)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do
@@ -98,6 +103,19 @@ for i = 1, #lapsed, 2 do
     redis.call('HDEL', lease_owners_key(), slot)
   end
 end
+
+-- Custom statuses whose end has come: gone from every read already, announced here once.
+local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(), '-inf', now, 'LIMIT', 0, batch)
+for _, user_id in ipairs(ended_statuses) do
+  redis.call('ZREM', status_expiry_key(), user_id)
+  local key = status_key(user_id)
+  local expires = tonumber(redis.call('HGET', key, 'expires'))
+  if expires and expires <= now then
+    redis.call('HDEL', key, 'text', 'emoji', 'expires')
+    local online = #live_of(user_id, online_key, now) > 0 and 1 or 0
+    add_event(offline, 'STATUS', user_id, now, '', online)
+  end
+end
 announce_all(channel, offline)
 
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
@@ -110,4 +128,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired / 2, #forgotten, online_count(online_key, now), ended}
+return {#expired / 2, #forgotten, online_count(online_key, now), ended, #ended_statuses}

@@ -25,16 +25,22 @@
   ARGV[7..10]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[11] channel          string: the events channel of every user
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  Returns  {online_before 0|1, last_seen_ms, session_id, last_activity_ms, ...}: the live
-           sessions after the touch, in no particular order (a held one's activity is now).
-           A held session stays held: touching it moves lastSeen only.
+  ARGV[13] key_prefix    string: the shard's key prefix, from which the user's status and
+                         session extras keys are named (includes/status.lua)
+  ARGV[14] device        string: what the session's client says it is, or "" to keep it
+  ARGV[15] idle          0|1: 1 if the client says its user is away from the session
+  Returns  {online_before 0|1, entry}: the user's presence_entry (includes/status.lua) after
+           the touch (a held session's activity is now). A held session stays held:
+           touching it moves lastSeen only.
   Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
-           online
+           online (the touched session's start, and the user's onlineSince, are then t_ms);
+           STATUS if the touch made them AWAY or active again
   Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
            (mirrored by the store's error mapping); nothing is written when one is returned
 ]]
 --- @include "clock"
 --- @include "activity"
+--- @include "status"
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[5],
   next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
@@ -45,34 +51,49 @@ local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
 local channel = {ARGV[11], ARGV[12]}
+local device, idle = ARGV[14], ARGV[15] == '1'
 
 local now = now_ms()
+use_statuses(ARGV[13], online_key, window_ms, now)
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
 local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
-local online_before = settle(user, channel, user_id, now, window_ms)
+local events = {}
+local online_before = settle(user, channel, user_id, now, window_ms, events)
+local status_before = online_before == 1 and status_of(user_id, online_key, now)
 mark_activity(activity_keys, user_id, t_ms, boundaries, retention_ms)
 local cutoff = now - window_ms
 local online_after
-local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
+-- A keyless default session has no extras: one that says more is kept in the key.
+local keyless = session_id == DEFAULT_SESSION and device == '' and not idle
+  and redis.call('EXISTS', sessions_key) == 0
 if keyless then
   online_after = record_default(online_key, user_id, t_ms, cutoff, window_ms) and 1 or 0
 else
   keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+  local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
+  local was_live = before and session_live(before, now, window_ms)
   online_after = record_session(user, user_id, session_id, t_ms, now, window_ms)
+  if t_ms >= cutoff or was_live then
+    local extras = was_live and parse_extras(redis.call('HGET', extras_key(user_id), session_id)) or {}
+    extras.started = extras.started or t_ms
+    extras.idle = idle
+    if device ~= '' then extras.device = device end
+    redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
+  end
 end
-if online_after == 1 and online_before == 0 then announce(channel, 'ONLINE', user_id, now, '', 1) end
+if online_after == 1 and online_before == 0 then
+  redis.call('HSET', status_key(user_id), 'since', string.format('%d', t_ms))
+  add_event(events, 'ONLINE', user_id, now, '', 1)
+elseif online_after == 1 and status_of(user_id, online_key, now) ~= status_before then
+  add_event(events, 'STATUS', user_id, now, '', 1)
+end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+announce_all(channel, events)
 
-local reply = {online_before, shown_last_seen(tonumber(redis.call('ZSCORE', last_seen_key, user_id)), now)}
-if keyless then
-  local expiry = live_expiry(online_key, user_id, now)
-  if expiry then reply[3], reply[4] = DEFAULT_SESSION, expiry - window_ms end
-  return reply
-end
-local live = live_sessions(user, now, window_ms)
+local entry = presence_entry(user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
-for i = 1, #live do reply[#reply + 1] = live[i] end
-return reply
+tidy_extras(user_id)
+return {online_before, entry}

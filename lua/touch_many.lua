@@ -26,6 +26,8 @@
   ARGV[11] conn_prefix      string: a user's conn key (includes/connections.lua) is this
                             followed by the user id; derived like the two above
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
+  ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
+                           named (includes/status.lua), in the hash tag of KEYS
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired or lapsed unswept, then ONLINE if they come
            online; all in one message on the channel of every user, and each user's in one message on
@@ -38,6 +40,7 @@
 --- @include "clock"
 --- @include "chunks"
 --- @include "activity"
+--- @include "status"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
@@ -47,6 +50,7 @@ local conn_prefix = ARGV[11]
 leases.key = KEYS[9]
 
 local now = now_ms()
+use_statuses(ARGV[13], KEYS[2], window_ms, now)
 local day = day_of(now, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]

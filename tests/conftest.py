@@ -203,6 +203,22 @@ async def api(
 
 
 @pytest.fixture
+async def secured(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
+) -> TestClient[Any, Any]:
+    """The service with credentials required (SECURED) on the deployment's Redis."""
+    from tests.helpers import SECURED  # noqa: PLC0415 - helpers import this module
+
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=deployment.redis_url,
+        redis_cluster_nodes=deployment.redis_cluster_nodes,
+        shards=deployment.shards,
+    )
+    return await aiohttp_client(create_app(settings))
+
+
+@pytest.fixture
 def store_of_api(http_redis: AnyRedis, deployment: Settings) -> PresenceStore:
     """A store on the same Redis as the `api` service, to write data behind its back."""
     return PresenceStore(http_redis, deployment)

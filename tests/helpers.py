@@ -46,6 +46,7 @@ from gql_presence.store import (
     OpenedSession,
     PresenceStore,
     PublishedEvent,
+    read_events,
 )
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
@@ -148,13 +149,18 @@ Event = tuple[str, str, int, str, int]
 
 
 async def published(pubsub: PubSub, wait_s: float = 0.2) -> list[Event]:
+    """Every event published until none came for wait_s: its first five fields."""
+    return [
+        (e.kind, e.user_id, int(e.at_ms), e.session_id, int(e.online_or_generation))
+        for e in await published_in_full(pubsub, wait_s)
+    ]
+
+
+async def published_in_full(pubsub: PubSub, wait_s: float = 0.2) -> list[PublishedEvent]:
     """Every event published until none came for wait_s."""
-    events: list[Event] = []
+    events: list[PublishedEvent] = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        values = json.loads(message["data"])  # one or more events, five values each
-        for i in range(0, len(values), 5):
-            kind, user, at, session, online = values[i : i + 5]
-            events.append((kind, user, int(at), session, int(online)))
+        events += read_events(message["data"])
     return events
 
 
@@ -697,7 +703,8 @@ async def cancel_hold_at(
             # A kick of every session of the user, made before this opening, announced only
             # now: the holder asks the store whether it ended this opening too.
             now_ms = int(time.time() * 1000)
-            sessions.on_event(PublishedEvent(EventKind.KICKED, user_id, now_ms, "", 0))
+            kicked = (EventKind.KICKED, user_id, now_ms, "", 0, "OFFLINE", False, "KICKED")
+            sessions.on_event(PublishedEvent(*kicked, "EVERYONE", 0, now_ms))
             store.resume.set()
             await _until(store.paused.wait(), task)
     task.cancel()
@@ -757,3 +764,14 @@ def user_token(
 ) -> str:
     payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 300, **claims}
     return jwt.encode(payload, key, algorithm=algorithm)
+
+
+async def as_user(service: Service, token: str, query: str, **variables: Any) -> dict[str, Any]:
+    """Runs a query or mutation over HTTP with these credentials (a backend token or a JWT)."""
+    response = await service.post(
+        "/graphql",
+        json={"query": query, "variables": variables},
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    body: dict[str, Any] = await response.json()
+    return body

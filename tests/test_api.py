@@ -238,7 +238,7 @@ async def test_revoked_session_is_refused_with_its_code(
 async def test_unexpected_errors_are_masked_for_clients_and_logged(
     api: Client, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(self: PresenceStore, user_id: str) -> None:
+    async def broken(self: PresenceStore, user_id: str, reader: str | None) -> None:
         raise RuntimeError("secret detail gqlp:{0}:lastseen")
 
     monkeypatch.setattr(PresenceStore, "presence", broken)

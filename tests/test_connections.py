@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.realtime.held import EndReason, HeldSessions
-from gql_presence.store import HeldSession, OpenedSession, PresenceStore, PublishedEvent
+from gql_presence.store import HeldSession, OpenedSession, PresenceStore
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import SessionRevokedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
@@ -26,6 +26,7 @@ from tests.helpers import (
     eventually,
     kinds,
     published,
+    published_in_full,
 )
 
 TTL_S = TEST_SETTINGS.connection_ttl_ms / 1000
@@ -340,8 +341,8 @@ def open_then(
         result = await open_session(user, session)
         if not before:
             await store.kick(*kick)
-        for event in await published(channel):
-            sessions.on_event(PublishedEvent(*event))
+        for event in await published_in_full(channel):
+            sessions.on_event(event)
         return result
 
     monkeypatch.setattr(store, "open_session", opening)

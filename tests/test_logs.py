@@ -127,7 +127,7 @@ async def test_a_subscriber_that_vanishes_while_events_are_sent_logs_no_trace(
 async def test_a_fault_of_ours_is_logged_as_an_error_with_its_trace(
     api: Service, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    async def broken(user_id: str) -> None:
+    async def broken(user_id: str, reader: str | None) -> None:
         raise RuntimeError("a script replied with something unexpected")
 
     monkeypatch.setattr(api.app[STORE], "presence", broken)

@@ -5,7 +5,6 @@ by the JWT's `places` claim."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from typing import Any
 
@@ -16,7 +15,14 @@ from gql_presence.app import create_app
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.settings import Settings
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, SECURED, Service, eventually, graphql_socket, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    Service,
+    as_user,
+    eventually,
+    graphql_socket,
+    user_token,
+)
 
 HOLD = (
     "subscription($place: ID!, $user: ID, $session: ID!, $state: JSONObject) { "
@@ -128,22 +134,6 @@ async def test_a_bad_state_is_refused_and_changes_nothing(service: Service) -> N
     body = await graphql(service, SET_STATE, place="doc:1", user="ann", session="t", state={"x": 1})
     assert error_codes(body) == ["BAD_USER_INPUT"]
     assert "not in the place" in body["errors"][0]["message"]
-
-
-@pytest.fixture
-async def secured(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
-    settings = dataclasses.replace(SECURED, redis_url=deployment.redis_url)
-    return await aiohttp_client(create_app(settings))
-
-
-async def as_user(service: Service, token: str, query: str, **variables: Any) -> dict[str, Any]:
-    response = await service.post(
-        "/graphql",
-        json={"query": query, "variables": variables},
-        headers={"Authorization": f"Bearer {token}"},
-    )
-    body: dict[str, Any] = await response.json()
-    return body
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from graphql import (
 from gql_presence.cli import main, schema_sdl
 from gql_presence.graphql import schema as presence_schema
 from gql_presence.graphql.internals import EventExecutionContext, core_schema
-from gql_presence.graphql.types import PresenceEvent, PresenceEventKind
+from gql_presence.graphql.types import PresenceEvent, PresenceEventKind, PresenceStatus
 
 ROOT = Path(__file__).parent.parent
 # The contract the schema was first written to, where a checkout keeps it beside the
@@ -102,6 +102,8 @@ def test_subscription_events_leave_no_memory_behind() -> None:
         at=datetime.now(UTC),
         session_id=None,
         online=True,
+        status=PresenceStatus.ONLINE,
+        custom_status=None,
     )
 
     def deliver(count: int) -> None:

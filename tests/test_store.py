@@ -15,7 +15,15 @@ from redis.asyncio import Redis
 from redis.crc import key_slot
 
 from gql_presence.settings import Settings
-from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, Page, PresenceStore, shard_of
+from gql_presence.store import (
+    MAX_ID_LENGTH,
+    MAX_IDS_PER_CALL,
+    ChosenStatus,
+    Page,
+    PresenceStore,
+    Visibility,
+    shard_of,
+)
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
@@ -566,6 +574,9 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.kick("a", "s")
     await store.kick("b")
     await store.presence("c")
+    await store.set_status("c", ChosenStatus.BUSY)
+    await store.set_last_seen_visibility("c", Visibility.FRIENDS)
+    await store.presence("c", reader="a")
     await store.online_users()
     await store.online_friends("a")
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
@@ -627,6 +638,9 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.kick("a", "s")
     await store.kick("u1")
     await store.presence_many(users)
+    await store.set_status("u1", ChosenStatus.AWAY)
+    await store.set_last_seen_visibility("u1", Visibility.FRIENDS)
+    await store.presence_many(users, reader="a")
     await store.online_users()
     await store.online_friends("a")
     await store.active_in_range(ago(hours=1), datetime.now(UTC))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Protocol
 from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
 
-from gql_presence.policy.auth import Caller, Need
+from gql_presence.policy.auth import Caller, CallerKind, Need
 from gql_presence.policy.limits import MAX_REPRESENTATIONS, RateLimiter
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
@@ -85,7 +85,7 @@ class Context:
     def sessions(self) -> DataLoader[str, tuple[Session, ...]]:
         """The sessions of users, read in batches: made anew for each request (most never
         use it), so that no request reads another's cached sessions."""
-        return sessions_loader(self.store)
+        return sessions_loader(self.store, self.reader)
 
     async def charge(self, items: int) -> None:
         """Counts `items` ids or representations a field was given against the caller's rate
@@ -97,7 +97,13 @@ class Context:
         """Users' presence, read in batches: every load of one turn of the event loop (the
         users of one `_entities`) in one script call per shard. Nothing is kept between
         batches: a WebSocket's operations share this Context, and each must read afresh."""
-        return presences_loader(self.store)
+        return presences_loader(self.store, self.reader)
+
+    @property
+    def reader(self) -> str | None:
+        """Whom what is read is shown to: an end user's id, or None for a backend (or an open
+        deployment's caller), who sees everything as it is."""
+        return self.caller.name if self.caller.kind is CallerKind.USER else None
 
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""
@@ -105,20 +111,23 @@ class Context:
         return self.store
 
 
-def sessions_loader(store: PresenceStore) -> DataLoader[str, tuple[Session, ...]]:
+def sessions_loader(
+    store: PresenceStore, reader: str | None
+) -> DataLoader[str, tuple[Session, ...]]:
     """Reads the sessions of every user on a page in one script call per shard."""
 
     async def load(user_ids: list[str]) -> list[tuple[Session, ...]]:
-        return [p.sessions for p in await store.presence_many(user_ids)]
+        return [p.sessions for p in await store.presence_many(user_ids, reader)]
 
     return DataLoader(load_fn=load)
 
 
-def presences_loader(store: PresenceStore) -> DataLoader[str, Presence]:
-    """Reads the presence of many users (ids checked already) in one script call per shard."""
+def presences_loader(store: PresenceStore, reader: str | None) -> DataLoader[str, Presence]:
+    """Reads the presence of many users (ids checked already) in one script call per shard,
+    as `reader` may see them."""
 
     async def load(user_ids: list[str]) -> list[Presence]:
-        return await store.presence_many(user_ids)
+        return await store.presence_many(user_ids, reader)
 
     # A batch of more (the users of several `_entities` at once) is read in several calls,
     # none of which reads more users than one `_entities` may name.

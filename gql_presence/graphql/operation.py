@@ -314,6 +314,7 @@ class OperationPipeline:
             user_ids=interest.user_ids,
             friends_of=interest.friends_of,
             everyone=interest.everyone,
+            reader=context.reader,
         )
 
 

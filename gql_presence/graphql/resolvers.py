@@ -19,6 +19,7 @@ from gql_presence.graphql.context import Context
 from gql_presence.graphql.event_rendering import Interest
 from gql_presence.graphql.types import (
     ID,
+    ChosenStatus,
     JSONObject,
     KickResult,
     PlaceCount,
@@ -31,17 +32,20 @@ from gql_presence.graphql.types import (
     SessionEndReason,
     SessionState,
     UserPresence,
+    Visibility,
     WeeklyStats,
 )
 from gql_presence.policy.auth import CallerKind, Need
 from gql_presence.policy.limits import MAX_REPRESENTATIONS
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.store import (
+    MAX_PRESENCES,
     PresenceStore,
     PublishedPlaceEvent,
     check_id,
     check_ids,
     member_joined,
+    models,
 )
 from gql_presence.store.errors import BadInputError, ForbiddenError, StoreUnavailableError
 
@@ -80,11 +84,46 @@ SessionIdArg = Annotated[
 ]
 
 
+OwnUserIdArg = Annotated[
+    ID | None,
+    strawberry.argument(
+        description="Whose: an end user's own id (or null for it); a backend gives it."
+    ),
+]
+DeviceArg = Annotated[
+    str | None,
+    strawberry.argument(
+        description='What the client says it is ("web", "ios", "desktop"…): 1 to 32 characters; null keeps what the session said before.'
+    ),
+]
+
+
 def _store(
     info: strawberry.Info[Context, None], need: Need, user_id: str | None = None
 ) -> PresenceStore:
     """The store, once the caller may run this field (for this user)."""
     return info.context.store_for(need, info.field_name, user_id)
+
+
+async def _reader_store(
+    info: strawberry.Info[Context, None], user_ids: Sequence[str]
+) -> PresenceStore:
+    """The store, once the caller may read the presence of every user given: a backend
+    anyone's, an end user their own and their friends' (the users in their friend set)."""
+    caller = info.context.caller
+    caller.require_credentials()
+    store = info.context.store
+    if caller.kind is not CallerKind.USER:
+        return store
+    others = {user_id for user_id in user_ids if user_id != caller.name}
+    if others and not caller.users_see_everyone:
+        strangers = others - await store.friends_among(caller.name, others)
+        if strangers:
+            raise ForbiddenError(
+                f"A user may read the presence of themselves and their friends (the users in "
+                f"their friend set); {json.dumps(min(strangers))} is not one."
+            )
+    return store
 
 
 def _place_store(info: strawberry.Info[Context, None], place_ids: Sequence[str]) -> PresenceStore:
@@ -128,7 +167,8 @@ class Query:
     async def online_users(
         self, info: strawberry.Info[Context, None], first: FirstArg = 50, after: AfterArg = None
     ) -> PresenceConnection:
-        return PresenceConnection.of(await _store(info, Need.LISTING).online_users(first, after))
+        store = _store(info, Need.LISTING)
+        return PresenceConnection.of(await store.online_users(first, after, info.context.reader))
 
     @strawberry.field(
         description="The online users among userId's friends, most recently active first."
@@ -140,8 +180,9 @@ class Query:
         first: FirstArg = 50,
         after: AfterArg = None,
     ) -> PresenceConnection:
+        store = _store(info, Need.OWN, user_id)
         return PresenceConnection.of(
-            await _store(info, Need.OWN, user_id).online_friends(user_id, first, after)
+            await store.online_friends(user_id, first, after, info.context.reader)
         )
 
     @strawberry.field(
@@ -180,11 +221,33 @@ class Query:
     ) -> WeeklyStats:
         return WeeklyStats.of(await _store(info, Need.LISTING).weekly_stats(end_date))
 
-    @strawberry.field(description="One user's presence.")
+    @strawberry.field(
+        description="One user's presence, as this reader may see it. End users may ask for themselves and their friends."
+    )
     async def presence(
         self, info: strawberry.Info[Context, None], user_id: UserIdArg
     ) -> UserPresence:
-        return UserPresence.of(await _store(info, Need.OWN, user_id).presence(user_id))
+        check_id(user_id, "userId")
+        store = await _reader_store(info, [user_id])
+        return UserPresence.of(await store.presence(user_id, info.context.reader))
+
+    @strawberry.field(
+        description="The presence of each of these users (at most 1,000), in the order given, as this reader may see it: a friends list's online and offline friends with their last-seen times in one call. End users may ask for themselves and their friends only."
+    )
+    async def presences(
+        self,
+        info: strawberry.Info[Context, None],
+        user_ids: Annotated[list[ID], strawberry.argument(description="At most 1,000 user ids.")],
+    ) -> list[UserPresence]:
+        if len(user_ids) > MAX_PRESENCES:
+            raise BadInputError(
+                f"presences takes at most {MAX_PRESENCES:,} ids per call; got {len(user_ids):,}."
+            )
+        asked = [check_id(user_id, "each of userIds") for user_id in user_ids]
+        await info.context.charge(len(asked))
+        store = await _reader_store(info, asked)
+        found = await store.presence_many(asked, info.context.reader)
+        return [UserPresence.of(presence) for presence in found]
 
     @strawberry.field(description="The ids in userId's friend set, sorted.")
     async def friends(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> list[ID]:
@@ -253,8 +316,93 @@ class Mutation:
                 description="When the activity happened, if not now: at most 5 seconds ahead, no further back than the retention."
             ),
         ] = None,
+        *,
+        device: DeviceArg = None,
+        idle: Annotated[
+            bool,
+            strawberry.argument(
+                description="Whether the user is away from this session (a heartbeat from a device whose user is away); any other touch makes it active again."
+            ),
+        ] = False,
     ) -> UserPresence:
-        return UserPresence.of(await _store(info, Need.BACKEND).touch(user_id, session_id, at))
+        store = _store(info, Need.BACKEND)
+        return UserPresence.of(await store.touch(user_id, session_id, at, device, idle=idle))
+
+    @strawberry.mutation(
+        description="The user's own choice of status (an end user for their own id: userId null or their own). The custom status is left as it is."
+    )
+    async def set_status(
+        self,
+        info: strawberry.Info[Context, None],
+        status: Annotated[ChosenStatus, strawberry.argument(description="The status chosen.")],
+        user_id: OwnUserIdArg = None,
+    ) -> UserPresence:
+        user = _own_user(info, user_id)
+        chosen = models.ChosenStatus(status.value)
+        return UserPresence.of(await info.context.store.set_status(user, chosen))
+
+    @strawberry.mutation(
+        description="Sets the user's custom status (an end user for their own id); text null (or omitted) clears it. expiresAt null: shown until changed."
+    )
+    async def set_custom_status(
+        self,
+        info: strawberry.Info[Context, None],
+        user_id: OwnUserIdArg = None,
+        text: Annotated[
+            str | None,
+            strawberry.argument(
+                description="1 to 128 characters, no control characters; null clears the custom status."
+            ),
+        ] = None,
+        emoji: Annotated[
+            str | None, strawberry.argument(description="At most 16 characters, or null.")
+        ] = None,
+        expires_at: Annotated[
+            datetime | None,
+            strawberry.argument(
+                description="When it stops being shown: in the future, at most the retention ahead; null: until changed."
+            ),
+        ] = None,
+    ) -> UserPresence:
+        user = _own_user(info, user_id)
+        store = info.context.store
+        return UserPresence.of(await store.set_custom_status(user, text, emoji, expires_at))
+
+    @strawberry.mutation(
+        description="Who may see the user's lastSeen and sessions' times (an end user for their own id)."
+    )
+    async def set_last_seen_visibility(
+        self,
+        info: strawberry.Info[Context, None],
+        visible_to: Annotated[
+            Visibility, strawberry.argument(description="Who may see lastSeen from now on.")
+        ],
+        user_id: OwnUserIdArg = None,
+    ) -> UserPresence:
+        user = _own_user(info, user_id)
+        visible = models.Visibility(visible_to.value)
+        return UserPresence.of(await info.context.store.set_last_seen_visibility(user, visible))
+
+    @strawberry.mutation(
+        description="Marks one live session idle or active again: a tab hidden or shown, a screen locked. An end user for their own sessions. The user turns AWAY when every live session is idle."
+    )
+    async def set_session_idle(
+        self,
+        info: strawberry.Info[Context, None],
+        session_id: Annotated[
+            ID, strawberry.argument(description="One of the user's live sessions.")
+        ],
+        idle: Annotated[
+            bool,
+            strawberry.argument(
+                description="true: the user is away from this session; false: active on it again."
+            ),
+        ],
+        user_id: OwnUserIdArg = None,
+    ) -> UserPresence:
+        user = _own_user(info, user_id)
+        store = info.context.store
+        return UserPresence.of(await store.set_session_idle(user, session_id, idle=idle))
 
     @strawberry.mutation(
         description="Record activity of many users at once, in one atomic step per shard. Returns how many were recorded."
@@ -365,7 +513,11 @@ class Subscription:
             # hub writes each event's message to the socket.
             return
         async with context.events.feed(
-            context.close_socket, user_ids=followed, friends_of=friends_of, everyone=everyone
+            context.close_socket,
+            user_ids=followed,
+            friends_of=friends_of,
+            everyone=everyone,
+            reader=context.reader,
         ) as feed:
             try:
                 async for event in feed:

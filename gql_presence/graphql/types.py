@@ -76,16 +76,99 @@ DateScalar = strawberry.scalar(
 )
 
 
+@strawberry.enum(
+    description="How a user appears to the one who reads it, from their live sessions and their own choice."
+)
+class PresenceStatus(Enum):
+    ONLINE = strawberry.enum_value(
+        "ONLINE", description="Live, with at least one live session that is not idle."
+    )
+    AWAY = strawberry.enum_value(
+        "AWAY", description="Live, and every live session is idle, or the user chose AWAY."
+    )
+    BUSY = strawberry.enum_value(
+        "BUSY", description="Live, and the user chose BUSY (do not disturb)."
+    )
+    INVISIBLE = strawberry.enum_value(
+        "INVISIBLE",
+        description="Live, but the user chose INVISIBLE: shown only to the user themself and to backends.",
+    )
+    OFFLINE = strawberry.enum_value(
+        "OFFLINE",
+        description="No live session, or (to everyone else) a user who chose INVISIBLE.",
+    )
+
+
+@strawberry.enum(
+    description="What a user chose for their status. AUTO follows their sessions (ONLINE, or AWAY when all are idle)."
+)
+class ChosenStatus(Enum):
+    AUTO = "AUTO"
+    AWAY = "AWAY"
+    BUSY = "BUSY"
+    INVISIBLE = "INVISIBLE"
+
+
+@strawberry.enum(description="Who may see when a user was last seen.")
+class Visibility(Enum):
+    EVERYONE = "EVERYONE"
+    FRIENDS = "FRIENDS"
+    NOBODY = "NOBODY"
+
+
+@strawberry.enum(description="The order of onlineUsers.")
+class OnlineOrder(Enum):
+    LAST_SEEN = strawberry.enum_value(
+        "LAST_SEEN", description="Most recent activity first (the default, as before)."
+    )
+    ONLINE_SINCE = strawberry.enum_value(
+        "ONLINE_SINCE",
+        description="Most recently come online first: an online list by login time.",
+    )
+
+
+@strawberry.type(
+    description="A line of text a user shows beside their name, with an optional emoji and end."
+)
+class CustomStatus:
+    text: str = strawberry.field(description="1 to 128 characters, no control characters.")
+    emoji: str | None = strawberry.field(description="At most 16 characters.")
+    expires_at: datetime | None = strawberry.field(
+        description="When it stops being shown; null: until changed."
+    )
+
+    @classmethod
+    def of(cls, custom: models.CustomStatus | None) -> CustomStatus | None:
+        if custom is None:
+            return None
+        return cls(text=custom.text, emoji=custom.emoji, expires_at=custom.expires_at)
+
+
 @strawberry.type(description="One live session of a user (a device, a tab).")
 class Session:
     session_id: ID = strawberry.field(
         description="The session's id; `default` when none was given."
     )
     last_seen: datetime = strawberry.field(description="The session's last activity.")
+    started_at: datetime = strawberry.field(
+        description="When this session became live: the activity that started it (a backfilled `at` included)."
+    )
+    device: str | None = strawberry.field(
+        description='What the client said it is ("web", "ios", "desktop"…): 1 to 32 characters, or null.'
+    )
+    idle: bool = strawberry.field(
+        description="Whether the client said its user is idle on it (a hidden tab, a locked screen)."
+    )
 
     @classmethod
     def of(cls, session: models.Session) -> Session:
-        return cls(session_id=ID(session.session_id), last_seen=session.last_seen)
+        return cls(
+            session_id=ID(session.session_id),
+            last_seen=session.last_seen,
+            started_at=session.started_at or session.last_seen,
+            device=session.device,
+            idle=session.idle,
+        )
 
 
 @strawberry.type(description="A user's presence: online or not, when last seen, and where.")
@@ -94,26 +177,63 @@ class UserPresence:
     online: bool = strawberry.field(
         description="Whether at least one of the user's sessions is live."
     )
-    last_seen: datetime | None = strawberry.field(
-        description="The last recorded activity; null when none is kept."
+    # A list's node knows the user's lastSeen as backends see it; the rest is read when asked.
+    listed_last_seen: strawberry.Private[datetime | None] = None
+    known: strawberry.Private[models.Presence | None] = None
+
+    async def _presence(self, info: strawberry.Info[Context, None]) -> models.Presence:
+        if self.known is None:
+            self.known = await info.context.presences.load(str(self.user_id))
+        return self.known
+
+    @strawberry.field(
+        description="The last recorded activity; null when none is kept, or when this reader may not see it."
     )
-    known_sessions: strawberry.Private[tuple[models.Session, ...] | None] = None
+    async def last_seen(self, info: strawberry.Info[Context, None]) -> datetime | None:
+        reader = info.context.reader
+        if self.known is None and (reader is None or reader == self.user_id):
+            return self.listed_last_seen
+        return (await self._presence(info)).last_seen
 
     @strawberry.field(description="The live sessions, most recently active first.")
     async def sessions(self, info: strawberry.Info[Context, None]) -> list[Session]:
-        found = self.known_sessions
-        if found is None:
-            found = await info.context.sessions.load(str(self.user_id))
-        return [Session.of(s) for s in found]
+        return [Session.of(s) for s in (await self._presence(info)).sessions]
+
+    @strawberry.field(
+        description="As this reader may see it (an invisible user is OFFLINE to other end users)."
+    )
+    async def status(self, info: strawberry.Info[Context, None]) -> PresenceStatus:
+        return PresenceStatus((await self._presence(info)).status.value)
+
+    @strawberry.field(
+        description="Null when none is set, it expired, or this reader may not see it."
+    )
+    async def custom_status(self, info: strawberry.Info[Context, None]) -> CustomStatus | None:
+        return CustomStatus.of((await self._presence(info)).custom)
+
+    @strawberry.field(
+        description="The user's own choice: shown to the user themself and to backends, null to everyone else."
+    )
+    async def chosen_status(self, info: strawberry.Info[Context, None]) -> ChosenStatus | None:
+        chosen = (await self._presence(info)).chosen
+        return None if chosen is None else ChosenStatus(chosen.value)
+
+    @strawberry.field(
+        description="Who may see lastSeen: shown to the user themself and to backends, null to everyone else."
+    )
+    async def last_seen_visible_to(self, info: strawberry.Info[Context, None]) -> Visibility | None:
+        visible = (await self._presence(info)).visible_to
+        return None if visible is None else Visibility(visible.value)
+
+    @strawberry.field(
+        description="When the user's current online period began (the activity that brought them online); null when offline, and to a reader who may not see lastSeen."
+    )
+    async def online_since(self, info: strawberry.Info[Context, None]) -> datetime | None:
+        return (await self._presence(info)).online_since
 
     @classmethod
     def of(cls, presence: models.Presence) -> UserPresence:
-        return cls(
-            user_id=ID(presence.user_id),
-            online=presence.online,
-            last_seen=presence.last_seen,
-            known_sessions=presence.sessions,
-        )
+        return cls(user_id=ID(presence.user_id), online=presence.online, known=presence)
 
 
 @strawberry.type(description="Whether there are more users after this page, and where it ended.")
@@ -135,7 +255,7 @@ class PresenceConnection:
         return cls(
             total_count=page.total_count,
             nodes=[
-                UserPresence(user_id=ID(u.user_id), online=u.online, last_seen=u.last_seen)
+                UserPresence(user_id=ID(u.user_id), online=u.online, listed_last_seen=u.last_seen)
                 for u in page.nodes
             ],
             page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
@@ -197,10 +317,15 @@ class PresenceEventKind(Enum):
     KICKED = strawberry.enum_value(
         "KICKED", description="A session, or every session, of the user was kicked."
     )
+    STATUS = strawberry.enum_value(
+        "STATUS",
+        description="The status or custom status changed as subscribers see it (ONLINE, AWAY, BUSY; set, changed, cleared or expired).",
+    )
 
 
 # Its fields read only the event, never the caller: one rendering of an event is shared by
-# every subscriber of the same document (event_rendering.py). Keep it so.
+# every subscriber of the same document who sees it alike (event_rendering.py; the hub hands
+# other end users the event as its user lets them see it). Keep it so.
 @strawberry.type(description="One change of one user's presence.")
 class PresenceEvent:
     user_id: ID = strawberry.field(description="The user whose presence changed.")
@@ -212,6 +337,12 @@ class PresenceEvent:
         description="The session concerned, for KICKED of one session; null otherwise."
     )
     online: bool = strawberry.field(description="Whether the user is online after this event.")
+    status: PresenceStatus = strawberry.field(
+        description="The user's status after this event, as this subscriber may see it."
+    )
+    custom_status: CustomStatus | None = strawberry.field(
+        description="The custom status after this event, as this subscriber may see it."
+    )
 
     @classmethod
     def of(cls, event: PresenceChange) -> PresenceEvent:
@@ -221,6 +352,8 @@ class PresenceEvent:
             at=event.at,
             session_id=None if event.session_id is None else ID(event.session_id),
             online=event.online,
+            status=PresenceStatus(event.status.value),
+            custom_status=CustomStatus.of(event.custom),
         )
 
 

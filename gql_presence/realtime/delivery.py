@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-from gql_presence.store import EventKind, PublishedPlaceEvent
+from gql_presence.store import (
+    CustomStatus,
+    EventKind,
+    PublishedEvent,
+    PublishedPlaceEvent,
+    Status,
+    Visibility,
+    custom_status_of,
+)
+from gql_presence.store.days import from_ms
 
 E = TypeVar("E")
 
@@ -23,10 +32,38 @@ E = TypeVar("E")
 @dataclass(frozen=True)
 class PresenceChange:
     user_id: str
-    kind: EventKind  # ONLINE, OFFLINE or KICKED
+    kind: EventKind  # ONLINE, OFFLINE, KICKED or STATUS
     at: datetime
     session_id: str | None
     online: bool
+    status: Status = Status.OFFLINE
+    custom: CustomStatus | None = None
+
+    @classmethod
+    def of(cls, announced: PublishedEvent) -> PresenceChange:
+        """The event as backends and its user see it."""
+        return cls(
+            announced.user_id,
+            EventKind(announced.kind),
+            from_ms(int(announced.at_ms)),
+            announced.session_id or None,
+            bool(announced.online_or_generation),
+            Status(announced.status),
+            custom_status_of(announced.custom),
+        )
+
+    def seen_by_others(self, announced: PublishedEvent) -> PresenceChange | None:
+        """The event as other end users see it, or None when they see nothing of it
+        (SEMANTICS, "Status": an invisible user is offline to them; a lastSeen they may
+        not see leaves the event's `at` at its announcement)."""
+        if not announced.others_kind:
+            return None
+        shown = self
+        if announced.visible_to != Visibility.EVERYONE:
+            shown = replace(shown, at=from_ms(int(announced.announced_ms)))
+        if announced.invisible:
+            shown = replace(shown, status=Status.OFFLINE, custom=None, online=False)
+        return replace(shown, kind=EventKind(announced.others_kind))
 
 
 class FeedDroppedError(Exception):
@@ -61,6 +98,7 @@ class Follower:
         "friends_applied",
         "friends_of",
         "friends_read",
+        "reader",
         "user_ids",
     )
 
@@ -75,6 +113,8 @@ class Follower:
         self.friends_read = 0
         self.friends_applied = 0
         self.dropped: FeedDroppedError | None = None
+        # Whom events are shown to: an end user's id, or None for a backend (see all).
+        self.reader: str | None = None
 
     def offer(self, event: PresenceChange, rendered: Rendered) -> None:
         raise NotImplementedError

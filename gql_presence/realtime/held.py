@@ -468,7 +468,7 @@ def _ending(held: Held, announced: Announced) -> Ended | None:
         ):
             return Ended(EndReason.REPLACED, at)
         return None
-    kind, _, _, session_id, generation = announced
+    kind, _, _, session_id, generation = announced[:5]
     if kind in {EventKind.KICKED, EventKind.REVOKED} and session_id in {"", held.session_id}:
         return Ended(EndReason.KICKED, at)
     if (

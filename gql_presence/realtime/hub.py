@@ -65,7 +65,6 @@ from gql_presence.store import (
     read_events,
     read_place_events,
 )
-from gql_presence.store.days import from_ms
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
 
 log = logging.getLogger("gql_presence.events")
@@ -294,11 +293,13 @@ class EventHub:
         user_ids: Iterable[str] = (),
         friends_of: str | None = None,
         everyone: bool = False,
+        reader: str | None = None,
     ) -> AsyncIterator[Feed]:
         """A feed of the events of user_ids, of friends_of's friends as that set changes, or
-        of every user."""
+        of every user, as `reader` (an end user; None for a backend) may see them."""
         self._check_subscribed()
         feed = Feed(self, self._capacity, on_drop)
+        feed.reader = reader
         await self._follow_first(feed, user_ids, friends_of, everyone=everyone)
         try:
             yield feed
@@ -315,12 +316,14 @@ class EventHub:
         user_ids: Iterable[str] = (),
         friends_of: str | None = None,
         everyone: bool = False,
+        reader: str | None = None,
     ) -> Delivery:
         """As feed(), but each event's message is written at once with `write`: `head`, the
         payload that `render` makes of the event (once for every delivery that shares it),
         and a closing brace. It lasts until `forget(delivery)`, or until the hub drops it."""
         self._check_subscribed()
         delivery = Delivery(self, self._capacity, on_drop, write, head, render)
+        delivery.reader = reader
         await self._follow_first(delivery, user_ids, friends_of, everyone=everyone)
         return delivery
 
@@ -702,7 +705,7 @@ class EventHub:
                 follower.offer_place(one, rendered)
 
     def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
-        kind, user_id, at_ms, session_id, online = announced
+        kind, user_id = announced.kind, announced.user_id
         if kind == EventKind.FRIENDS:
             for feed in list(self._by_friends_of.get(user_id, ())):
                 self.spawn(self._follow_friend_change(feed))
@@ -717,15 +720,24 @@ class EventHub:
         if not feeds and not all_users:
             return  # a user whose only watchers are the session holders
         try:
-            event = PresenceChange(
-                user_id, EventKind(kind), from_ms(int(at_ms)), session_id or None, bool(online)
-            )
+            event = PresenceChange.of(announced)
         except (ValueError, TypeError):
             log.exception("unreadable presence event %r", list(announced))
             return
         rendered: Rendered = {}
+        # Other end users see the event as its user lets them (includes/status.lua): made
+        # and rendered once, when the first of them is met.
+        others: PresenceChange | None = None
+        others_made = False
+        others_rendered: Rendered = {}
         for feed in [*(feeds or ()), *all_users]:
-            feed.offer(event, rendered)
+            if feed.reader is None or feed.reader == user_id:
+                feed.offer(event, rendered)
+                continue
+            if not others_made:
+                others, others_made = event.seen_by_others(announced), True
+            if others is not None:
+                feed.offer(others, others_rendered)
 
 
 class PlaceFollower(Protocol):

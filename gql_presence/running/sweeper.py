@@ -26,7 +26,10 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             log.exception("sweep failed")
         else:
             metrics.users_online.set(result.online)
-            if max(result.offline, result.purged) >= SWEEP_BATCH or result.lapsed >= LAPSED_BATCH:
+            if (
+                max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
+                or result.lapsed >= LAPSED_BATCH
+            ):
                 await asyncio.sleep(0)
                 continue
         metrics.refresh()  # for /metrics answered by another worker

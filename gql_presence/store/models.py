@@ -2,27 +2,92 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date, datetime
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """How a user appears to the one who reads it (SEMANTICS, "Status")."""
+
+    ONLINE = "ONLINE"
+    AWAY = "AWAY"
+    BUSY = "BUSY"
+    INVISIBLE = "INVISIBLE"
+    OFFLINE = "OFFLINE"
+
+
+class ChosenStatus(StrEnum):
+    AUTO = "AUTO"
+    AWAY = "AWAY"
+    BUSY = "BUSY"
+    INVISIBLE = "INVISIBLE"
+
+
+class Visibility(StrEnum):
+    """Who may see a user's lastSeen and their sessions' times."""
+
+    EVERYONE = "EVERYONE"
+    FRIENDS = "FRIENDS"
+    NOBODY = "NOBODY"
 
 
 @dataclass(frozen=True)
 class Session:
-    """A live session: its id and its last activity."""
+    """A live session: its id, its last activity, when it became live, and what its client
+    said of itself and of its user (idle: away from it)."""
 
     session_id: str
     last_seen: datetime
+    started_at: datetime | None = None
+    idle: bool = False
+    device: str | None = None
+
+
+@dataclass(frozen=True)
+class CustomStatus:
+    text: str
+    emoji: str | None
+    expires_at: datetime | None
 
 
 @dataclass(frozen=True)
 class Presence:
-    """A user's presence: online while a session is live; last_seen is None once their
-    last activity lies further back than the retention (or for a user never seen)."""
+    """A user's presence as one reader may see it: online while a session is live;
+    last_seen is None once their last activity lies further back than the retention (or for
+    a user never seen), or for a reader who may not see it. `chosen` and `visible_to` are
+    None for a reader who may not see them (anyone but the user and backends)."""
 
     user_id: str
     online: bool
     last_seen: datetime | None
     sessions: tuple[Session, ...]
+    status: Status = Status.OFFLINE
+    custom: CustomStatus | None = None
+    chosen: ChosenStatus | None = None
+    visible_to: Visibility | None = None
+    online_since: datetime | None = None
+    # The lastSeen other end users see while the user is invisible: their last activity
+    # before they chose it. None in what a reader other than the user sees.
+    hidden_last_seen: datetime | None = None
+
+    def seen_by(self, reader: str | None, *, reader_is_friend: bool = False) -> Presence:
+        """What `reader` (an end user's id; None for a backend) may see of this presence,
+        as backends see it (SEMANTICS, "Status": invisibility, last-seen visibility);
+        `reader_is_friend`: whether the reader is in this user's friend set."""
+        if reader is None or reader == self.user_id:
+            return self
+        visible = self.visible_to
+        may_see = visible is Visibility.EVERYONE or (
+            visible is Visibility.FRIENDS and reader_is_friend
+        )
+        if self.chosen is ChosenStatus.INVISIBLE:
+            shown = self.hidden_last_seen if may_see else None
+            return Presence(self.user_id, online=False, last_seen=shown, sessions=())
+        hidden = {"chosen": None, "visible_to": None, "hidden_last_seen": None}
+        if may_see:
+            return replace(self, **hidden)  # type: ignore[arg-type]
+        return replace(self, last_seen=None, sessions=(), online_since=None, **hidden)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -109,13 +174,14 @@ class OpenedSession:
 
 @dataclass(frozen=True)
 class SweepResult:
-    """What one sweep did: users gone offline, users forgotten, users online now, and users
-    whose sessions under a lapsed lease were ended."""
+    """What one sweep did: users gone offline, users forgotten, users online now, users
+    whose sessions under a lapsed lease were ended, and custom statuses that ended."""
 
     offline: int
     purged: int
     online: int
     lapsed: int = 0
+    ended_statuses: int = 0
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,14 @@ from gql_presence.store.cursor import Cursors
 from gql_presence.store.cursor_secret import new_secret
 from gql_presence.store.days import local_date, local_now_ms, to_ms
 from gql_presence.store.errors import (
+    BadInputError,
     LeaseLostError,
     SessionRevokedError,
     WritesRefusedError,
 )
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
+    ChosenStatus,
     DailyActiveUsers,
     HeldPlaceSession,
     HeldSession,
@@ -50,6 +52,7 @@ from gql_presence.store.models import (
     PlacePage,
     Presence,
     SweepResult,
+    Visibility,
     WeeklyStats,
 )
 from gql_presence.store.scripts import Scripts
@@ -62,7 +65,11 @@ from gql_presence.store.shard import (
     guarded,
 )
 from gql_presence.store.validation import (
+    EXPIRES_NOT_AHEAD,
+    MAX_EMOJI,
+    MAX_STATUS_TEXT,
     check_at,
+    check_device,
     check_document,
     check_end_date,
     check_id,
@@ -72,6 +79,7 @@ from gql_presence.store.validation import (
     check_place_state,
     check_range,
     check_sha256,
+    check_shown_text,
 )
 
 DEFAULT_SESSION = "default"
@@ -196,12 +204,21 @@ class PresenceStore:
     # --- one user: their shard ----------------------------------------------------------
 
     async def touch(
-        self, user_id: str, session_id: str | None = None, at: datetime | None = None
+        self,
+        user_id: str,
+        session_id: str | None = None,
+        at: datetime | None = None,
+        device: str | None = None,
+        *,
+        idle: bool = False,
     ) -> Presence:
+        """Activity of one session (`idle`: of a user away from it); `device`, if given,
+        replaces what the session said it is."""
         check_id(user_id, "userId")
         session = DEFAULT_SESSION if session_id is None else check_id(session_id, "sessionId")
+        check_device(device)
         at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
-        return await self._shard(user_id).touch(user_id, session, at_ms)
+        return await self._shard(user_id).touch(user_id, session, at_ms, device, idle=idle)
 
     async def kick(self, user_id: str, session_id: str | None = None) -> KickResult:
         check_id(user_id, "userId")
@@ -375,10 +392,53 @@ class PresenceStore:
             counts.update(zip(ids, part, strict=True))
         return [PlaceCount(place_id, *counts[place_id]) for place_id in given]
 
-    async def presence(self, user_id: str) -> Presence:
+    # --- how users appear: statuses (lua/set_status.lua) -------------------------------------
+
+    async def set_status(self, user_id: str, chosen: ChosenStatus) -> Presence:
+        """The user's choice of status; their custom status is left as it is."""
+        check_id(user_id, "userId")
+        return await self._shard(user_id).set_status(user_id, "chosen", ChosenStatus(chosen))
+
+    async def set_custom_status(
+        self,
+        user_id: str,
+        text: str | None,
+        emoji: str | None = None,
+        expires_at: datetime | None = None,
+    ) -> Presence:
+        """Sets the user's custom status; text None clears it (and takes no emoji or end)."""
+        check_id(user_id, "userId")
+        if text is None:
+            return await self._shard(user_id).set_status(user_id, "custom", "", "", "")
+        check_shown_text(text, "text", MAX_STATUS_TEXT)
+        if emoji is not None:
+            check_shown_text(emoji, "emoji", MAX_EMOJI)
+        expires_ms = None if expires_at is None else to_ms(expires_at)
+        if expires_ms is not None and not (
+            local_now_ms() < expires_ms <= local_now_ms() + self._retention_ms
+        ):
+            raise BadInputError(EXPIRES_NOT_AHEAD)
+        return await self._shard(user_id).set_status(
+            user_id, "custom", text, emoji or "", "" if expires_ms is None else expires_ms
+        )
+
+    async def set_last_seen_visibility(self, user_id: str, visible_to: Visibility) -> Presence:
+        check_id(user_id, "userId")
+        return await self._shard(user_id).set_status(user_id, "visible", Visibility(visible_to))
+
+    async def set_session_idle(self, user_id: str, session_id: str, *, idle: bool) -> Presence:
+        """Marks one live session idle (its user away from it) or active again."""
+        check_id(user_id, "userId")
+        check_id(session_id, "sessionId")
+        return await self._shard(user_id).set_status(user_id, "idle", session_id, int(idle))
+
+    async def presence(self, user_id: str, reader: str | None = None) -> Presence:
+        """The user's presence as `reader` (an end user's id; None for a backend) may see it."""
         check_id(user_id, "userId")
         (found,) = await self._shard(user_id).presence_many([user_id])
-        return found
+        if reader is None or reader == user_id:
+            return found
+        return (await self._seen_by([found], reader))[0]
 
     async def take_token(
         self, caller: str, rate: float, burst: int, cost: int = 1, *, owed: bool = False
@@ -421,15 +481,32 @@ class PresenceStore:
         recorded = await asyncio.gather(*(self._shards[i].touch_many(g) for i, g in groups.items()))
         return sum(recorded)
 
-    async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
-        """The presence of each user, in the order given: one read per shard, each read at
-        one moment."""
+    async def presence_many(
+        self, user_ids: Sequence[str], reader: str | None = None
+    ) -> list[Presence]:
+        """The presence of each user, in the order given, as `reader` may see it: one read
+        per shard, each read at one moment."""
         groups = self._by_shard(user_ids)
         answers = await asyncio.gather(
             *(self._shards[i].presence_many(g) for i, g in groups.items())
         )
         found = {p.user_id: p for answer in answers for p in answer}
+        if reader is not None:
+            seen = await self._seen_by(list(found.values()), reader)
+            found = {p.user_id: p for p in seen}
         return [found[user_id] for user_id in user_ids]
+
+    async def _seen_by(self, found: Sequence[Presence], reader: str) -> list[Presence]:
+        """What the end user `reader` may see of each presence (Presence.seen_by)."""
+        # Those who let their friends see lastSeen: is the reader one of them?
+        owners = [
+            p.user_id for p in found if p.visible_to is Visibility.FRIENDS and p.user_id != reader
+        ]
+        friend_of = set()
+        if owners:
+            flags = await self._shard(reader).friend_of_each(reader, owners)
+            friend_of = {owner for owner, flag in zip(owners, flags, strict=True) if flag}
+        return [p.seen_by(reader, reader_is_friend=p.user_id in friend_of) for p in found]
 
     def _by_shard(self, user_ids: Iterable[str]) -> dict[int, list[str]]:
         groups: dict[int, list[str]] = {}
@@ -439,16 +516,28 @@ class PresenceStore:
 
     # --- lists: a page from every shard, merged ---------------------------------------------
 
-    async def online_users(self, first: int = 50, after: str | None = None) -> Page:
+    async def online_users(
+        self, first: int = 50, after: str | None = None, reader: str | None = None
+    ) -> Page:
+        """The online users; for an end user `reader`, without those who chose INVISIBLE."""
         check_page_size(first)
-        return await self._merged(lambda shard, at: shard.online_users(first, at), first, after)
+        hide = reader is not None
+        return await self._merged(
+            lambda shard, at: shard.online_users(first, at, hide_invisible=hide), first, after
+        )
 
-    async def online_friends(self, user_id: str, first: int = 50, after: str | None = None) -> Page:
-        """Each shard pages the friends who live in it (an empty set answers at once)."""
+    async def online_friends(
+        self, user_id: str, first: int = 50, after: str | None = None, reader: str | None = None
+    ) -> Page:
+        """Each shard pages the friends who live in it (an empty set answers at once); for
+        an end user `reader`, without those who chose INVISIBLE."""
         check_id(user_id, "userId")
         check_page_size(first)
+        hide = reader is not None
         return await self._merged(
-            lambda shard, at: shard.online_friends(user_id, first, at), first, after
+            lambda shard, at: shard.online_friends(user_id, first, at, hide_invisible=hide),
+            first,
+            after,
         )
 
     async def active_in_range(
@@ -528,6 +617,15 @@ class PresenceStore:
         parts = await asyncio.gather(*(shard.friends(user_id) for shard in self._shards))
         return sorted({friend for part in parts for friend in part})
 
+    async def friends_among(self, user_id: str, user_ids: Iterable[str]) -> set[str]:
+        """Which of user_ids are in user_id's friend set (each shard keeps the part of it
+        that lives there): one command per shard."""
+        groups = self._by_shard(user_ids)
+        answers = await asyncio.gather(
+            *(self._shards[i].friends_among(user_id, g) for i, g in groups.items())
+        )
+        return set().union(*answers)
+
     async def add_friends(
         self, user_id: str, friend_ids: Sequence[str], mutual: bool = True
     ) -> int:
@@ -580,6 +678,7 @@ class PresenceStore:
             purged=sum(p.purged for p in parts),
             online=sum(p.online for p in parts),
             lapsed=sum(p.lapsed for p in parts),
+            ended_statuses=sum(p.ended_statuses for p in parts),
         )
 
 

@@ -29,6 +29,8 @@ class ScriptName(StrEnum):
     TOUCH_MANY = "touch_many"
     KICK = "kick"
     PRESENCE = "presence"
+    SET_STATUS = "set_status"
+    FRIEND_OF_EACH = "friend_of_each"
     ONLINE_USERS = "online_users"
     ONLINE_FRIENDS = "online_friends"
     ACTIVE_IN_RANGE = "active_in_range"
@@ -65,6 +67,8 @@ class ScriptError(StrEnum):
     DOCUMENT_TOO_LARGE = "DOCUMENT_TOO_LARGE"
     LEASE_LOST = "LEASE_LOST"
     NOT_IN_PLACE = "NOT_IN_PLACE"
+    SESSION_NOT_LIVE = "SESSION_NOT_LIVE"
+    EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:

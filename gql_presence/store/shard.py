@@ -7,7 +7,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from typing import Any, Literal, NoReturn
 
 from redis import exceptions as redis_errors
@@ -24,6 +24,7 @@ from gql_presence.store.errors import (
 )
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import (
+    ChosenStatus,
     DailyActiveUsers,
     HeldPlaceSession,
     HeldSession,
@@ -35,16 +36,20 @@ from gql_presence.store.models import (
     PlaceMember,
     Presence,
     Session,
+    Status,
     SweepResult,
+    Visibility,
     WeeklyStats,
 )
 from gql_presence.store.scripts import ScriptCall, ScriptError, ScriptName, Scripts
 from gql_presence.store.validation import (
     AT_BEFORE_RETENTION,
     AT_IN_FUTURE,
+    EXPIRES_NOT_AHEAD,
     MAX_DOCUMENT_BYTES,
     MAX_FUTURE_MS,
 )
+from gql_presence.store.wire import custom_status_of
 
 # Users are forgotten (and their bit index reused) this long after the retention ends, so
 # that every day bitmap that could hold their bit has expired first (a day, plus DST slack).
@@ -76,6 +81,12 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
         "This session is not in the place: a session's state can be set while a placeSession "
         "subscription holds it there.",
     ),
+    ScriptError.SESSION_NOT_LIVE: (
+        BadInputError,
+        "This session is not live: a session can be marked idle while it is live (touched "
+        "within the presence window, or held by a presenceSession).",
+    ),
+    ScriptError.EXPIRES_NOT_AHEAD: (BadInputError, EXPIRES_NOT_AHEAD),
     ScriptError.LEASE_LOST: (
         LeaseLostError,
         "This process held sessions under a lease that lapsed; subscribe again.",
@@ -132,7 +143,15 @@ class Shard:
     def place_events_channel(self, place_id: str) -> str:
         return self._keys.place_events(place_id)
 
-    async def touch(self, user_id: str, session_id: str, at_ms: int | None) -> Presence:
+    async def touch(
+        self,
+        user_id: str,
+        session_id: str,
+        at_ms: int | None,
+        device: str | None = None,
+        *,
+        idle: bool = False,
+    ) -> Presence:
         labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
         k = self._keys
         reply = await self._run(
@@ -159,10 +178,12 @@ class Shard:
                 *boundaries,
                 k.events,
                 k.user_events(""),
+                k.prefix,
+                device or "",
+                int(idle),
             ],
         )
-        sessions = _sessions(reply[2:])
-        return Presence(user_id, bool(sessions), from_ms(int(reply[1])), sessions)
+        return seen_of(user_id, reply[1])
 
     async def touch_many(self, user_ids: Sequence[str]) -> int:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
@@ -177,7 +198,7 @@ class Shard:
         # Sorted, the users' sorted-set entries are written next to each other, which takes
         # Redis a third less time than in the caller's order.
         ordered = sorted(user_ids)
-        after = [k.conn(""), k.user_events("")]
+        after = [k.conn(""), k.user_events(""), k.prefix]
         calls = [
             # One argument instead of one per user: ids hold no control characters.
             (keys, [*args, "\n".join(ordered[first : first + TOUCH_MANY_BATCH]), *after])
@@ -205,6 +226,7 @@ class Shard:
                 self._settings.revoke_ms,
                 k.events,
                 k.user_events(""),
+                k.prefix,
             ],
         )
         return KickResult(user_id, int(kicked), bool(online))
@@ -261,6 +283,7 @@ class Shard:
                 *boundaries,
                 k.events,
                 k.user_events(""),
+                k.prefix,
             ],
         )
         held = HeldSession(user_id, session_id, int(generation), lease)
@@ -300,6 +323,7 @@ class Shard:
                 *boundaries,
                 k.events,
                 k.user_events(""),
+                k.prefix,
             ],
         )
         return bool(closed)
@@ -409,38 +433,68 @@ class Shard:
         return bool(revoked)
 
     async def presence_many(self, user_ids: Sequence[str]) -> list[Presence]:
-        """The presence of each user, in the order given, read at one moment."""
+        """The presence of each user, in the order given, read at one moment, as backends
+        and the user see it."""
         k = self._keys
         reply = await self._run(
             ScriptName.PRESENCE,
-            [k.last_seen, k.online, *map(k.sessions, user_ids), k.leases],
-            [self._settings.window_ms, self._settings.retention_ms, *user_ids],
+            [k.last_seen, k.online, k.leases],
+            [self._settings.window_ms, self._settings.retention_ms, k.prefix, *user_ids],
         )
-        found = []
-        for user_id, (last_seen_ms, live) in zip(user_ids, reply, strict=True):
-            sessions = _sessions(live)
-            last_seen = None if int(last_seen_ms) < 0 else from_ms(int(last_seen_ms))
-            found.append(Presence(user_id, bool(sessions), last_seen, sessions))
-        return found
+        return [seen_of(user_id, entry) for user_id, entry in zip(user_ids, reply, strict=True)]
 
-    async def online_users(self, first: int, after: Position | None) -> ShardPage:
+    async def friend_of_each(self, user_id: str, owners: Sequence[str]) -> list[bool]:
+        """Whether user_id, who lives in this shard, is in each owner's friend set."""
+        if not owners:
+            return []
+        found = await self._run(
+            ScriptName.FRIEND_OF_EACH, [self._keys.friends(owner) for owner in owners], [user_id]
+        )
+        return [bool(f) for f in found]
+
+    async def set_status(self, user_id: str, change: str, *values: str | int) -> Presence:
+        """One change of how the user appears (lua/set_status.lua); the user's presence
+        after it, as they and backends see it."""
+        k = self._keys
+        padded = [*values, "", "", ""][:3]
+        entry = await self._run(
+            ScriptName.SET_STATUS,
+            [k.last_seen, k.online, k.leases],
+            [
+                user_id,
+                change,
+                *padded,
+                self._settings.window_ms,
+                self._settings.retention_ms,
+                k.prefix,
+                k.events,
+                k.user_events(""),
+            ],
+        )
+        return seen_of(user_id, entry)
+
+    async def online_users(
+        self, first: int, after: Position | None, *, hide_invisible: bool
+    ) -> ShardPage:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_USERS,
             [k.last_seen, k.online, k.leases],
             [self._settings.window_ms, first],
             after,
-            [k.sessions("")],
+            [k.sessions(""), int(hide_invisible), k.prefix],
         )
 
-    async def online_friends(self, user_id: str, first: int, after: Position | None) -> ShardPage:
+    async def online_friends(
+        self, user_id: str, first: int, after: Position | None, *, hide_invisible: bool
+    ) -> ShardPage:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_FRIENDS,
             [k.friends(user_id), k.online, k.last_seen, k.scratch, k.leases],
             [first],
             after,
-            [k.sessions(""), self._settings.window_ms],
+            [k.sessions(""), self._settings.window_ms, int(hide_invisible), k.prefix],
         )
 
     async def active_in_range(
@@ -474,6 +528,11 @@ class Shard:
         """The user's friends who live in this shard."""
         return [_text(m) for m in await guarded(self._redis.smembers(self._keys.friends(user_id)))]
 
+    async def friends_among(self, user_id: str, user_ids: Sequence[str]) -> set[str]:
+        """Which of user_ids, who live in this shard, are in user_id's friend set."""
+        found = await guarded(self._redis.smismember(self._keys.friends(user_id), list(user_ids)))
+        return {user for user, member in zip(user_ids, found, strict=True) if member}
+
     async def change_links(
         self,
         change: LinkChange,
@@ -503,7 +562,7 @@ class Shard:
         leases."""
         labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
-        offline, purged, online, lapsed = await self._run(
+        reply = await self._run(
             ScriptName.SWEEP,
             [k.online, k.last_seen, k.user_index, k.free_indexes, k.leases, *map(k.day, labels)],
             [
@@ -522,9 +581,11 @@ class Shard:
                 k.place_users(""),
                 k.place_events(""),
                 lapsed_batch,
+                k.prefix,
             ],
         )
-        return SweepResult(int(offline), int(purged), int(online), int(lapsed))
+        offline, purged, online, lapsed, ended_statuses = reply
+        return SweepResult(int(offline), int(purged), int(online), int(lapsed), int(ended_statuses))
 
     async def take_token(
         self, caller: str, rate: float, burst: int, cost: int, *, owed: bool
@@ -646,6 +707,40 @@ async def guarded(call: Awaitable[Any]) -> Any:
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def seen_of(user_id: str, entry: Sequence[Any]) -> Presence:
+    """A user's presence from a presence_entry of lua/includes/status.lua."""
+    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms = entry
+    sessions = []
+    for i in range(0, len(live), 5):
+        session_id, activity_ms, started_ms, idle, device = live[i : i + 5]
+        sessions.append(
+            Session(
+                _text(session_id),
+                from_ms(int(activity_ms)),
+                from_ms(int(started_ms)),
+                bool(int(idle)),
+                _text(device) or None,
+            )
+        )
+    sessions.sort(key=lambda session: (-session.last_seen.timestamp(), session.session_id))
+    return Presence(
+        user_id,
+        online=bool(sessions),
+        last_seen=_time_or_none(last_seen_ms),
+        sessions=tuple(sessions),
+        status=Status(_text(status)),
+        custom=custom_status_of(custom),
+        chosen=ChosenStatus(_text(chosen)),
+        visible_to=Visibility(_text(visible)),
+        online_since=_time_or_none(since_ms),
+        hidden_last_seen=_time_or_none(hidden_ms),
+    )
+
+
+def _time_or_none(ms: Any) -> datetime | None:
+    return None if int(ms) < 0 else from_ms(int(ms))
 
 
 def _sessions(flat: Sequence[Any]) -> tuple[Session, ...]:

@@ -175,3 +175,42 @@ def check_place_ids(values: Iterable[str], name: str) -> list[str]:
     for value in given:
         check_id(value, f"each of {name}")
     return given
+
+
+MAX_STATUS_TEXT = 128
+MAX_EMOJI = 16
+MAX_DEVICE = 32
+MAX_PRESENCES = 1000
+# What could make a name or status display as something else: the bidirectional overrides
+# and isolates, besides control characters (SEMANTICS, "Status").
+_BIDI_CONTROL = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def check_shown_text(value: str, name: str, longest: int) -> str:
+    """Text shown beside a user (a custom status, an emoji, a device): 1 to `longest`
+    characters (code points), with no control characters, bidirectional overrides or
+    isolates, or lone surrogates."""
+    if not 1 <= len(value) <= longest:
+        raise BadInputError(
+            f"{name} must be 1 to {longest} characters long; got {len(value)} characters."
+        )
+    if value.isascii() and value.isprintable():
+        return value
+    if _CONTROL.search(value) or _BIDI_CONTROL.search(value):
+        raise BadInputError(
+            f"{name} must not contain control characters (such as newlines or tabs) or "
+            "bidirectional overrides and isolates (U+202A-U+202E, U+2066-U+2069)."
+        )
+    if _SURROGATE.search(value):
+        raise BadInputError(f"{name} must be valid Unicode text; it holds a lone surrogate.")
+    return value
+
+
+EXPIRES_NOT_AHEAD = (
+    "expiresAt must lie in the future, and at most the retention (PRESENCE_RETENTION_DAYS) "
+    "ahead; give null to show the custom status until it is changed."
+)
+
+
+def check_device(value: str | None) -> str | None:
+    return None if value is None else check_shown_text(value, "device", MAX_DEVICE)

@@ -1,22 +1,24 @@
 """The presence events the scripts publish, as they travel on the events channel.
 
 lua/includes/events.lua writes them and this module reads them: a message is a JSON array of
-one or more events in order, each the five fields of `PublishedEvent`, in that order.
+one or more events in order, each the fields of `PublishedEvent`, in that order.
 """
 
 from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from gql_presence.store.models import PlaceMember
+from gql_presence.store.days import from_ms
+from gql_presence.store.models import CustomStatus, PlaceMember
 
 
 class EventKind(StrEnum):
     ONLINE = "ONLINE"  # the user's first live session began
     OFFLINE = "OFFLINE"  # the user's last live session expired
     KICKED = "KICKED"  # a session, or every session, of the user was kicked
+    STATUS = "STATUS"  # the user's status or custom status changed
     FRIENDS = "FRIENDS"  # the user's friend set changed (for subscribers of friendsOf)
     # A connection-bound session was opened again, by the holder whose generation is in the
     # `online_or_generation` field: the process holding an older generation ends its
@@ -35,9 +37,18 @@ class PublishedEvent(NamedTuple):
     user_id: str
     at_ms: int  # on the Redis server's clock; 0 for FRIENDS
     session_id: str  # "" unless one session was kicked
-    # ONLINE, OFFLINE, KICKED: 1 if the user is online after the event, else 0. REPLACED:
-    # the generation of the holder that opened the session again.
+    # ONLINE, OFFLINE, KICKED, STATUS: 1 if the user is online after the event, else 0.
+    # REPLACED: the generation of the holder that opened the session again.
     online_or_generation: int
+    # The user after the event, as backends and the user see it: their status, and their
+    # custom status ([text, emoji or null, expires_ms or null], or False for none).
+    status: str
+    custom: list[Any] | bool
+    # The kind other end users see, "" for nothing (the user is invisible to them).
+    others_kind: str
+    visible_to: str  # who may see the user's lastSeen: EVERYONE, FRIENDS or NOBODY
+    invisible: int  # 1 if the user chose INVISIBLE
+    announced_ms: int  # the `at` of a reader who may not see lastSeen
 
 
 _FIELDS = len(PublishedEvent._fields)
@@ -102,3 +113,20 @@ def member_joined(member: PlaceMember) -> PublishedPlaceEvent:
         member.state if member.state is not None else False,
         0,
     )
+
+
+def custom_status_of(value: Any) -> CustomStatus | None:
+    """A custom status as the scripts give it ({text, emoji or false, expires_ms or false},
+    or false/nil for none)."""
+    if not value:
+        return None
+    text, emoji, expires_ms = value
+    return CustomStatus(
+        _text(text),
+        _text(emoji) if emoji else None,
+        from_ms(int(expires_ms)) if expires_ms else None,
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value

@@ -1,18 +1,49 @@
 -- Announces changes, from the script that makes them, so that no event goes without its change
 -- nor a change without its event. A message is a JSON array of one or more events in order,
--- five values each (read by gql_presence/store/wire.py): kind (ONLINE, OFFLINE, KICKED,
--- REPLACED, REVOKED or FRIENDS), user_id, at_ms, session_id or "", online 0|1.
+-- EVENT_FIELDS values each (read by gql_presence/store/wire.py): kind (ONLINE, OFFLINE,
+-- KICKED, STATUS, REPLACED, REVOKED or FRIENDS), user_id, at_ms, session_id or "", online
+-- 0|1, then what the user looks like after it: status (as backends and the user see it),
+-- custom status ({text, emoji or false, expires_ms or false}, or false), the kind other end
+-- users see ("" for nothing: the user is invisible to them), who may see lastSeen
+-- (EVERYONE, FRIENDS or NOBODY), 1 if the user chose INVISIBLE (else 0), and the moment it
+-- was announced (ms), which is the `at` shown to a reader who may not see lastSeen.
 -- `channel` is {every_user, user_prefix}: each user's events go, in order, in one message on
 -- their own channel (user_prefix .. user_id, which a process subscribes to while someone there
 -- follows the user), then all of them in one message on the channel of every user (for
 -- processes that follow everyone). Both in one script: a subscriber of both channels sees an
 -- event's two messages next to each other, never a subscription's start between them.
 
--- Adds an event to `events` (a flat list, as in a message), for announce_all.
-local function add_event(events, kind, user_id, at_ms, session_id, online)
+local EVENT_FIELDS = 11
+
+-- How a script that knows statuses (includes/status.lua) fills in an event's look: fill(events,
+-- i) sets fields i + 5 to i + 9 of the event at i, and `now` is its announcement time.
+-- Without them, the look follows `online`, and the announcement is at the event.
+local event_looks = {fill = false, now = false}
+
+-- Adds an event to `events` (a flat list, as in a message), for announce_all; `look`, if
+-- given, is {status, custom, others_kind, visible, invisible}, else announce_all works it out.
+local function add_event(events, kind, user_id, at_ms, session_id, online, look)
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, user_id, at_ms
   events[n + 4], events[n + 5] = session_id, online
+  look = look or {}
+  events[n + 6], events[n + 7] = look[1] or '', look[2] or false
+  events[n + 8], events[n + 9] = look[3] or kind, look[4] or 'EVERYONE'
+  events[n + 10], events[n + 11] = look[5] or 0, at_ms
+end
+
+-- Gives each event added without a look the user's look after the script's changes.
+local function fill_looks(events)
+  for i = 1, #events, EVENT_FIELDS do
+    if events[i + 5] == '' then
+      if event_looks.fill then
+        event_looks.fill(events, i)
+      else
+        events[i + 5] = events[i + 4] == 1 and 'ONLINE' or 'OFFLINE'
+      end
+    end
+    if event_looks.now then events[i + 10] = event_looks.now end
+  end
 end
 
 -- Announces many changes, in order: for scripts that change many users. A user's events are
@@ -23,18 +54,19 @@ end
 local function announce_all(channel, events)
   local n = #events
   if n == 0 then return end
+  fill_looks(events)
   local message = cjson.encode(events)
   local user_prefix = channel[2]
-  if n == 5 then
+  if n == EVENT_FIELDS then
     redis.call('PUBLISH', user_prefix .. events[2], message)
   else
     local first = 1
-    for i = 1, n, 5 do
+    for i = 1, n, EVENT_FIELDS do
       local user_id = events[i + 1]
-      if events[i + 6] ~= user_id then
-        local own = {unpack(events, first, i + 4)}
+      if events[i + EVENT_FIELDS + 1] ~= user_id then
+        local own = {unpack(events, first, i + EVENT_FIELDS - 1)}
         redis.call('PUBLISH', user_prefix .. user_id, cjson.encode(own))
-        first = i + 5
+        first = i + EVENT_FIELDS
       end
     end
   end
@@ -42,8 +74,8 @@ local function announce_all(channel, events)
 end
 
 -- Announces one change.
-local function announce(channel, kind, user_id, at_ms, session_id, online)
+local function announce(channel, kind, user_id, at_ms, session_id, online, look)
   local events = {}
-  add_event(events, kind, user_id, at_ms, session_id, online)
+  add_event(events, kind, user_id, at_ms, session_id, online, look)
   announce_all(channel, events)
 end

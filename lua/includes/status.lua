@@ -1,0 +1,213 @@
+--- @include "connections"
+-- A user's status: what they chose, their custom status, who may see their lastSeen, and
+-- what their live sessions say (idle or not). Kept in keys named from the shard's key prefix
+-- (the hash tag of every script's KEYS), which a script that reads or announces statuses
+-- sets first in `statuses.prefix`, with the window in `statuses.window_ms`:
+--   st:<user>  HASH  chosen       AWAY|BUSY|INVISIBLE (none: AUTO)
+--                    text, emoji  the custom status (none: not set)
+--                    expires      when the custom status ends, ms (none: until changed)
+--                    visible      FRIENDS|NOBODY: who may see lastSeen (none: EVERYONE)
+--                    hidden_seen  the lastSeen other end users see while the user is
+--                                 invisible: their last activity before they chose it, ms
+--                    since        when the current online period began, ms (only meant
+--                                 while the user is online)
+--   sx:<user>  HASH  session_id -> "started_ms idle device": a session's start (ms), 1 if
+--                    its client said the user is idle on it, else 0, and its device (may be
+--                    empty). A session without an entry started at `since`, is active and
+--                    has no device. Expires with the user's sessions key.
+--   stexp      ZSET  member=user_id  score=when their custom status ends, ms: the sweep
+--                    announces each end (lua/sweep.lua)
+--   invisible  SET   the users who chose INVISIBLE: taken out of onlineUsers' total for end
+--                    users
+-- Neither st nor stexp expires: a user's choice is kept until they change it.
+
+local statuses = {prefix = false, window_ms = 0, online_key = false}
+
+local function status_key(user_id) return statuses.prefix .. 'st:' .. user_id end
+local function extras_key(user_id) return statuses.prefix .. 'sx:' .. user_id end
+local function status_expiry_key() return statuses.prefix .. 'stexp' end
+
+-- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
+-- custom = {text, emoji or false, expires (ms) or false} or nil once ended}.
+local function choices_of(user_id, now)
+  local v = redis.call('HMGET', status_key(user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
+    'hidden_seen', 'since')
+  local choices = {chosen = v[1] or 'AUTO', visible = v[5] or 'EVERYONE', hidden_seen = tonumber(v[6]),
+    since = tonumber(v[7])}
+  local expires = tonumber(v[4])
+  if v[2] and (expires == nil or now < expires) then
+    choices.custom = {text = v[2], emoji = v[3] or false, expires = expires or false}
+  end
+  return choices
+end
+
+-- A session's extras {started (ms or nil), idle (bool), device (string or nil)} from its sx
+-- entry (or false/nil: none).
+local function parse_extras(value)
+  if not value then return {idle = false} end
+  local started, idle, device = string.match(value, '^(%d+) ([01]) (.*)$')
+  if not started then return {idle = false} end
+  return {started = tonumber(started), idle = idle == '1', device = device ~= '' and device or nil}
+end
+
+local function format_extras(extras)
+  return string.format('%d', extras.started) .. ' ' .. (extras.idle and '1' or '0') .. ' ' .. (extras.device or '')
+end
+
+-- The extras of each of the sessions `ids`, in order.
+local function extras_of(user_id, ids)
+  if #ids == 0 then return {} end
+  local values = redis.call('HMGET', extras_key(user_id), unpack(ids))
+  local out = {}
+  for i = 1, #ids do out[i] = parse_extras(values[i]) end
+  return out
+end
+
+-- Whether every one of the user's live sessions (`live`: {id, activity_ms, ...}) is idle.
+local function all_idle(user_id, live)
+  if #live == 0 then return false end
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
+  for _, extras in ipairs(extras_of(user_id, ids)) do
+    if not extras.idle then return false end
+  end
+  return true
+end
+
+-- The status from liveness, choice and sessions (SEMANTICS "Status").
+local function status_from(online, chosen, idle)
+  if not online then return 'OFFLINE' end
+  if chosen ~= 'AUTO' then return chosen end
+  if idle then return 'AWAY' end
+  return 'ONLINE'
+end
+
+-- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
+-- entry alone for a keyless default session (includes/activity.lua).
+local function live_of(user_id, online_key, now)
+  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  if redis.call('EXISTS', sessions_key) == 1 then
+    return live_sessions({sessions = sessions_key}, now, statuses.window_ms)
+  end
+  local expiry = live_expiry(online_key, user_id, now)
+  if expiry then return {'default', held_slot(expiry) and now or expiry - statuses.window_ms} end
+  return {}
+end
+
+-- The user's status as backends and the user see it, with their choices: status, choices.
+local function status_of(user_id, online_key, now)
+  local choices = choices_of(user_id, now)
+  local live = live_of(user_id, online_key, now)
+  return status_from(#live > 0, choices.chosen, all_idle(user_id, live)), choices
+end
+
+-- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
+-- key the sessions key's expiry.
+local function tidy_extras(user_id)
+  local key = extras_key(user_id)
+  if redis.call('EXISTS', key) == 0 then return end
+  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  local ids = redis.call('HKEYS', key)
+  local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
+  for i = 1, #ids do
+    if not scores[i] then redis.call('HDEL', key, ids[i]) end
+  end
+  local ttl = redis.call('PTTL', sessions_key)
+  if ttl == -2 then
+    redis.call('DEL', key)
+  elseif ttl == -1 then
+    redis.call('PERSIST', key)
+  else
+    redis.call('PEXPIRE', key, ttl)
+  end
+end
+
+-- The custom status as an event or reply carries it: {text, emoji or false, expires_ms or
+-- false}, or false for none.
+local function custom_value(custom)
+  if not custom then return false end
+  return {custom.text, custom.emoji, custom.expires}
+end
+
+-- Kinds whose events carry the user's look; the others (FRIENDS, REPLACED, REVOKED) are the
+-- service's own.
+local LOOKED = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true}
+
+-- Fills in an event's look from the user's state after the script's changes (an event
+-- followed by another change of the same user in the same script says by its own `online`
+-- whether they were live).
+local function fill_look(events, i)
+  local kind, user_id, online = events[i], events[i + 1], events[i + 4]
+  if not LOOKED[kind] then
+    events[i + 5] = online == 1 and 'ONLINE' or 'OFFLINE'
+    return
+  end
+  local status, choices
+  if online == 1 then
+    status, choices = status_of(user_id, statuses.online_key, event_looks.now)
+  else
+    status, choices = 'OFFLINE', choices_of(user_id, event_looks.now)
+  end
+  events[i + 5], events[i + 6] = status, custom_value(choices.custom)
+  local invisible = choices.chosen == 'INVISIBLE'
+  events[i + 7] = invisible and '' or kind
+  events[i + 8], events[i + 9] = choices.visible, invisible and 1 or 0
+end
+
+-- Called by every script that changes or reads statuses, before anything else of this file:
+-- the shard's key prefix, its online key, the window (ms) and the script's `now`.
+local function use_statuses(prefix, online_key, window_ms, now)
+  statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
+  event_looks.fill, event_looks.now = fill_look, now
+end
+
+-- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
+-- while held, else their last activity (for a user held under several leases that have all
+-- lapsed, unswept, the last lapse: what the sweep will record).
+local function last_seen_of(user_id, last_seen_key, now, retention_ms)
+  local score = tonumber(redis.call('ZSCORE', last_seen_key, user_id))
+  if not score then return -1 end
+  local last_seen = shown_last_seen(score, now)
+  if held_slot(-score) == 0 then
+    local sessions_key = statuses.prefix .. 'sess:' .. user_id
+    local held = redis.call('ZRANGEBYSCORE', sessions_key, string.format('%d', HELD), '+inf', 'WITHSCORES')
+    local lapsed = 0
+    for j = 2, #held, 2 do
+      local slot = tonumber(held[j]) - HELD
+      if slot_live(slot, now) then
+        lapsed = now
+        break
+      end
+      lapsed = math.max(lapsed, lapse_of(slot) or now)
+    end
+    if #held > 0 then last_seen = lapsed end
+  end
+  if last_seen < now - retention_ms then return -1 end
+  return last_seen
+end
+
+-- One user's presence, read at `now` (gql_presence/store/shard.py reads it):
+-- {last_seen_ms or -1, {session_id, activity_ms, started_ms, idle 0|1, device or "", ...},
+--  status, chosen, custom (custom_value), visible, hidden_seen_ms or -1, since_ms or -1}:
+-- everything as backends and the user see it; the store hides what a reader may not see.
+local function presence_entry(user_id, last_seen_key, now, retention_ms)
+  local choices = choices_of(user_id, now)
+  local live = live_of(user_id, statuses.online_key, now)
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
+  local extras = extras_of(user_id, ids)
+  local sessions, idle = {}, #ids > 0
+  for i, id in ipairs(ids) do
+    local e = extras[i]
+    if not e.idle then idle = false end
+    local n = #sessions
+    sessions[n + 1], sessions[n + 2] = id, live[2 * i]
+    sessions[n + 3] = e.started or choices.since or live[2 * i]
+    sessions[n + 4], sessions[n + 5] = e.idle and 1 or 0, e.device or ''
+  end
+  return {
+    last_seen_of(user_id, last_seen_key, now, retention_ms), sessions,
+    status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
+    choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
+  }
+end

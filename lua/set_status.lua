@@ -1,0 +1,125 @@
+--[[
+  set_status: one change a user makes to how they appear: their chosen status, their custom
+  status, who may see their lastSeen, or whether they are idle on one session.
+
+  KEYS[1]  last_seen  ZSET  member=user_id  score=-(last activity, ms), or -(held score)
+  KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms, or a held
+                            score (includes/live.lua)
+  KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
+  ARGV[1]  user_id       string
+  ARGV[2]  change        "chosen", "custom", "visible" or "idle"
+  ARGV[3..5]  values     chosen:  AUTO|AWAY|BUSY|INVISIBLE
+                         custom:  text ("" clears it), emoji ("" for none), expires_ms ("" for
+                                  until changed)
+                         visible: EVERYONE|FRIENDS|NOBODY
+                         idle:    session_id, 0|1
+  ARGV[6]  window_ms     int ms
+  ARGV[7]  retention_ms  int ms: how far ahead a custom status's end may lie; how long a last
+                         activity is kept
+  ARGV[8]  key_prefix    string: the shard's key prefix, from which the user's keys are named
+                         (includes/status.lua), in the hash tag of KEYS
+  ARGV[9]  channel       string: the events channel of every user
+  ARGV[10] user_channel_prefix  string: a user's events channel is this followed by the user id
+  Returns  the user's presence_entry (includes/status.lua) after the change
+  Events   STATUS when the user's status or custom status changes as backends and the user see
+           it, or as other end users see it (ONLINE or OFFLINE to them when choosing or leaving
+           INVISIBLE while live); nothing when what is set was set already
+  Errors   "EXPIRES_NOT_AHEAD" (expires_ms not after now, or past the retention),
+           "SESSION_REVOKED", "SESSION_NOT_LIVE"; nothing is written when one is returned
+]]
+--- @include "clock"
+--- @include "activity"
+--- @include "status"
+local last_seen_key, online_key = KEYS[1], KEYS[2]
+leases.key = KEYS[3]
+local user_id, change = ARGV[1], ARGV[2]
+local window_ms, retention_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
+local prefix = ARGV[8]
+local channel = {ARGV[9], ARGV[10]}
+
+local now = now_ms()
+use_statuses(prefix, online_key, window_ms, now)
+local key = status_key(user_id)
+
+-- What backends and the user see, and what other end users see: {status, custom, invisible}.
+local function looks()
+  local status, choices = status_of(user_id, online_key, now)
+  local invisible = choices.chosen == 'INVISIBLE'
+  local custom = custom_value(choices.custom)
+  local others = {invisible and 'OFFLINE' or status, not invisible and custom}
+  return {status, custom, choices.visible}, others, invisible
+end
+
+local function same_custom(a, b)
+  if not a or not b then return a == b end
+  return a[1] == b[1] and a[2] == b[2] and a[3] == b[3]
+end
+
+local own_before, others_before, invisible_before = looks()
+
+if change == 'chosen' then
+  local chosen = ARGV[3]
+  if chosen == 'INVISIBLE' and not invisible_before then
+    local last_seen = last_seen_of(user_id, last_seen_key, now, retention_ms)
+    if last_seen >= 0 then
+      redis.call('HSET', key, 'hidden_seen', string.format('%d', last_seen))
+    else
+      redis.call('HDEL', key, 'hidden_seen')
+    end
+  end
+  if chosen == 'AUTO' then redis.call('HDEL', key, 'chosen') else redis.call('HSET', key, 'chosen', chosen) end
+  if chosen == 'INVISIBLE' then
+    redis.call('SADD', prefix .. 'invisible', user_id)
+  else
+    redis.call('SREM', prefix .. 'invisible', user_id)
+  end
+elseif change == 'custom' then
+  local text, emoji, expires = ARGV[3], ARGV[4], tonumber(ARGV[5])
+  if expires and (expires <= now or expires > now + retention_ms) then
+    return redis.error_reply('EXPIRES_NOT_AHEAD')
+  end
+  redis.call('HDEL', key, 'text', 'emoji', 'expires')
+  redis.call('ZREM', status_expiry_key(), user_id)
+  if text ~= '' then
+    redis.call('HSET', key, 'text', text)
+    if emoji ~= '' then redis.call('HSET', key, 'emoji', emoji) end
+    if expires then
+      redis.call('HSET', key, 'expires', ARGV[5])
+      redis.call('ZADD', status_expiry_key(), expires, user_id)
+    end
+  end
+elseif change == 'visible' then
+  if ARGV[3] == 'EVERYONE' then redis.call('HDEL', key, 'visible') else redis.call('HSET', key, 'visible', ARGV[3]) end
+elseif change == 'idle' then
+  local session_id, idle = ARGV[3], ARGV[4] == '1'
+  local revoked_until = redis.call('ZSCORE', prefix .. 'revoked:' .. user_id, session_id)
+  if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
+  local sessions_key = prefix .. 'sess:' .. user_id
+  local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
+  if keyless then keep_default_in_key(online_key, sessions_key, user_id, window_ms, now) end
+  local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
+  if not (score and session_live(score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
+  if keyless then expire_with_newest(sessions_key, score, window_ms) end
+  local extras = parse_extras(redis.call('HGET', extras_key(user_id), session_id))
+  extras.started = extras.started or choices_of(user_id, now).since or now
+  extras.idle = idle
+  redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
+  tidy_extras(user_id)
+end
+
+local own_after, others_after, invisible_after = looks()
+local own_changed = own_before[1] ~= own_after[1] or not same_custom(own_before[2], own_after[2])
+local others_changed = others_before[1] ~= others_after[1]
+  or not same_custom(others_before[2], others_after[2])
+if own_changed or others_changed then
+  local others_kind = ''
+  if others_changed then
+    others_kind = 'STATUS'
+    if others_before[1] == 'OFFLINE' and others_after[1] ~= 'OFFLINE' then others_kind = 'ONLINE' end
+    if others_before[1] ~= 'OFFLINE' and others_after[1] == 'OFFLINE' then others_kind = 'OFFLINE' end
+  end
+  local online = own_after[1] ~= 'OFFLINE' and 1 or 0
+  local look = {own_after[1], own_after[2], others_kind, own_after[3], invisible_after and 1 or 0}
+  announce(channel, 'STATUS', user_id, now, '', online, look)
+end
+return presence_entry(user_id, last_seen_key, now, retention_ms)

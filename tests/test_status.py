@@ -1,0 +1,242 @@
+"""Statuses through the API, on real Redis: how a user appears to themself, to backends and to
+other end users (docs/semantics.md, "Status")."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
+from tests.conftest import EVERY_DEPLOYMENT, error_codes
+from tests.helpers import BACKEND_TOKEN, Service, as_user, graphql_socket, user_token
+
+LOOK = """query($u: ID!) { presence(userId: $u) {
+  online status chosenStatus lastSeenVisibleTo lastSeen onlineSince
+  customStatus { text emoji expiresAt } sessions { sessionId device idle startedAt } } }"""
+TOUCH = """mutation($u: ID!, $s: ID, $d: String, $i: Boolean! = false) {
+  touch(userId: $u, sessionId: $s, device: $d, idle: $i) { status } }"""
+SET_STATUS = "mutation($u: ID, $s: ChosenStatus!) { setStatus(userId: $u, status: $s) { status chosenStatus } }"
+SET_CUSTOM = """mutation($u: ID, $t: String, $e: String, $x: DateTime) {
+  setCustomStatus(userId: $u, text: $t, emoji: $e, expiresAt: $x) { customStatus { text emoji expiresAt } } }"""
+SET_VISIBLE = "mutation($u: ID, $v: Visibility!) { setLastSeenVisibility(userId: $u, visibleTo: $v) { lastSeenVisibleTo } }"
+SET_IDLE = "mutation($u: ID, $s: ID!, $i: Boolean!) { setSessionIdle(userId: $u, sessionId: $s, idle: $i) { status } }"
+FRIENDS = "query($u: ID!) { onlineFriends(userId: $u) { totalCount nodes { userId status } } }"
+PRESENCES = "query($u: [ID!]!) { presences(userIds: $u) { userId online status lastSeen } }"
+
+ANN, BOB = user_token("ann"), user_token("bob")
+
+
+async def backend(service: Service, query: str, **variables: Any) -> Any:
+    body = await as_user(service, BACKEND_TOKEN, query, **variables)
+    assert "errors" not in body, body
+    return next(iter(body["data"].values()))
+
+
+async def seen(service: Service, token: str, user: str) -> dict[str, Any]:
+    body = await as_user(service, token, LOOK, u=user)
+    assert "errors" not in body, body
+    return dict(body["data"]["presence"])
+
+
+@pytest.fixture
+async def friends(secured: Service) -> Service:
+    """ann and bob, friends both ways."""
+    await backend(secured, 'mutation { addFriends(userId: "ann", friendIds: ["bob"]) }')
+    return secured
+
+
+async def test_status_follows_the_sessions_and_the_choice(secured: Service) -> None:
+    assert (await backend(secured, TOUCH, u="ann", s="web", d="web"))["status"] == "ONLINE"
+    assert (await backend(secured, TOUCH, u="ann", s="web", i=True))["status"] == "AWAY"
+    assert (await backend(secured, TOUCH, u="ann", s="phone"))["status"] == "ONLINE"
+    assert (await as_user(secured, ANN, SET_IDLE, s="phone", i=True))["data"]["setSessionIdle"] == {
+        "status": "AWAY"
+    }
+    mine = await seen(secured, ANN, "ann")
+    sessions = {s["sessionId"]: s for s in mine["sessions"]}
+    assert (sessions["web"]["device"], sessions["web"]["idle"]) == ("web", True)
+    assert sessions["phone"]["device"] is None
+    assert mine["onlineSince"] == sessions["web"]["startedAt"]
+    body = await as_user(secured, ANN, SET_STATUS, s="BUSY")
+    assert body["data"]["setStatus"] == {"status": "BUSY", "chosenStatus": "BUSY"}
+    await backend(secured, 'mutation { kick(userId: "ann") { kickedSessions } }')
+    mine = await seen(secured, ANN, "ann")
+    assert (mine["status"], mine["chosenStatus"], mine["onlineSince"]) == ("OFFLINE", "BUSY", None)
+
+
+async def test_a_custom_status_is_shown_until_it_ends_and_its_end_is_announced(
+    secured: Service, store_of_api: PresenceStore, http_redis: AnyRedis
+) -> None:
+    await backend(secured, TOUCH, u="ann")
+    soon = (datetime.now(UTC) + timedelta(milliseconds=400)).isoformat()
+    body = await as_user(secured, ANN, SET_CUSTOM, t="In a meeting", e="📅", x=soon)
+    assert body["data"]["setCustomStatus"]["customStatus"]["text"] == "In a meeting"
+    assert (await seen(secured, BACKEND_TOKEN, "ann"))["customStatus"]["emoji"] == "📅"
+    async with graphql_socket(secured, f"Bearer {BACKEND_TOKEN}") as socket:
+        await socket.send_json(
+            {
+                "id": "1",
+                "type": "subscribe",
+                "payload": {
+                    "query": 'subscription { presenceChanged(userIds: ["ann"]) { kind status customStatus { text } } }'
+                },
+            }
+        )
+        await asyncio.sleep(0.5)
+        assert (await seen(secured, BACKEND_TOKEN, "ann"))["customStatus"] is None
+        await store_of_api.sweep()
+        message = await socket.receive_json(timeout=3)
+        assert message["payload"]["data"]["presenceChanged"] == {
+            "kind": "STATUS",
+            "status": "ONLINE",
+            "customStatus": None,
+        }
+
+
+@EVERY_DEPLOYMENT
+async def test_an_invisible_user_is_offline_to_other_end_users_only(friends: Service) -> None:
+    await backend(friends, TOUCH, u="ann", s="web")
+    await backend(friends, TOUCH, u="bob", s="web")
+    before = (await seen(friends, BOB, "ann"))["lastSeen"]
+    await as_user(friends, ANN, SET_CUSTOM, t="Focus")
+    assert (await as_user(friends, ANN, SET_STATUS, s="INVISIBLE"))["data"]["setStatus"] == {
+        "status": "INVISIBLE",
+        "chosenStatus": "INVISIBLE",
+    }
+    await backend(friends, TOUCH, u="ann", s="web")
+    to_bob = await seen(friends, BOB, "ann")
+    assert to_bob == {
+        "online": False,
+        "status": "OFFLINE",
+        "chosenStatus": None,
+        "lastSeenVisibleTo": None,
+        "lastSeen": before,
+        "onlineSince": None,
+        "customStatus": None,
+        "sessions": [],
+    }
+    listed = await as_user(friends, BOB, FRIENDS, u="bob")
+    assert listed["data"]["onlineFriends"] == {"totalCount": 0, "nodes": []}
+    assert (await seen(friends, ANN, "ann"))["status"] == "INVISIBLE"
+    assert (await seen(friends, BACKEND_TOKEN, "ann"))["customStatus"]["text"] == "Focus"
+    await as_user(friends, ANN, SET_STATUS, s="AUTO")
+    listed = await as_user(friends, BOB, FRIENDS, u="bob")
+    assert listed["data"]["onlineFriends"]["nodes"] == [{"userId": "ann", "status": "ONLINE"}]
+
+
+async def test_who_may_see_last_seen(friends: Service) -> None:
+    await backend(
+        friends, 'mutation { addFriends(userId: "cat", friendIds: ["ann"], mutual: false) }'
+    )
+    await backend(friends, TOUCH, u="ann", s="web")
+    cat = user_token("cat")
+    await as_user(friends, ANN, SET_VISIBLE, v="FRIENDS")
+    assert (await seen(friends, BOB, "ann"))["lastSeen"] is not None
+    hidden = await seen(friends, cat, "ann")
+    assert (hidden["lastSeen"], hidden["sessions"], hidden["onlineSince"]) == (None, [], None)
+    assert (hidden["online"], hidden["status"]) == (True, "ONLINE")
+    await as_user(friends, ANN, SET_VISIBLE, v="NOBODY")
+    assert (await seen(friends, BOB, "ann"))["lastSeen"] is None
+    mine = await seen(friends, ANN, "ann")
+    assert mine["lastSeenVisibleTo"] == "NOBODY"
+    assert mine["lastSeen"] is not None
+
+
+async def test_presences_reads_friends_in_the_order_given(friends: Service) -> None:
+    await backend(friends, 'mutation { addFriends(userId: "ann", friendIds: ["new"]) }')
+    await backend(friends, TOUCH, u="bob")
+    body = await as_user(friends, ANN, PRESENCES, u=["bob", "ann", "new"])
+    assert [(p["userId"], p["status"]) for p in body["data"]["presences"]] == [
+        ("bob", "ONLINE"),
+        ("ann", "OFFLINE"),
+        ("new", "OFFLINE"),
+    ]
+    assert body["data"]["presences"][2]["lastSeen"] is None
+    assert error_codes(await as_user(friends, ANN, PRESENCES, u=["bob", "eve"])) == ["FORBIDDEN"]
+    assert error_codes(await as_user(friends, ANN, LOOK, u="eve")) == ["FORBIDDEN"]
+    many = [f"u{i}" for i in range(1001)]
+    body = await as_user(friends, BACKEND_TOKEN, PRESENCES, u=many)
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "1,000" in body["errors"][0]["message"]
+
+
+@pytest.mark.parametrize(
+    ("query", "variables", "allowed"),
+    [
+        (SET_CUSTOM, {"t": "x" * 129}, "1 to 128"),
+        (SET_CUSTOM, {"t": "line\nbreak"}, "control characters"),
+        (SET_CUSTOM, {"t": "evil\u202etxt"}, "bidirectional"),
+        (SET_CUSTOM, {"t": "ok", "e": "🙂" * 17}, "1 to 16"),
+        (SET_CUSTOM, {"t": "ok", "x": "2020-01-01T00:00:00Z"}, "future"),
+        (SET_CUSTOM, {"t": "ok", "x": "2999-01-01T00:00:00Z"}, "retention"),
+        (SET_IDLE, {"s": "nowhere", "i": True}, "not live"),
+    ],
+)
+async def test_bad_input_says_what_is_allowed_and_changes_nothing(
+    secured: Service, query: str, variables: dict[str, Any], allowed: str
+) -> None:
+    await as_user(secured, ANN, SET_CUSTOM, t="kept")
+    body = await as_user(secured, ANN, query, **variables)
+    assert error_codes(body) == ["BAD_USER_INPUT"], body
+    assert allowed in body["errors"][0]["message"]
+    assert (await seen(secured, ANN, "ann"))["customStatus"]["text"] == "kept"
+
+
+async def test_a_long_device_is_refused(secured: Service) -> None:
+    body = await as_user(secured, BACKEND_TOKEN, TOUCH, u="ann", d="d" * 33)
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "1 to 32" in body["errors"][0]["message"]
+    assert (await seen(secured, BACKEND_TOKEN, "ann"))["online"] is False
+
+
+async def test_end_users_change_only_their_own_status(secured: Service) -> None:
+    changes: list[tuple[str, dict[str, Any]]] = [
+        (SET_STATUS, {"s": "BUSY"}),
+        (SET_CUSTOM, {"t": "hi"}),
+        (SET_VISIBLE, {"v": "NOBODY"}),
+        (SET_IDLE, {"s": "web", "i": True}),
+    ]
+    for query, variables in changes:
+        assert error_codes(await as_user(secured, ANN, query, u="bob", **variables)) == [
+            "FORBIDDEN"
+        ]
+    assert (await seen(secured, BACKEND_TOKEN, "bob"))["chosenStatus"] == "AUTO"
+
+
+async def next_event(socket: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    message = await socket.receive_json(timeout=3)
+    assert message["type"] == "next", message
+    return dict(message["payload"]["data"]["presenceChanged"])
+
+
+async def test_subscribers_see_invisibility_as_the_user_lets_them(friends: Service) -> None:
+    document = "subscription($f: ID, $u: [ID!]) { presenceChanged(friendsOf: $f, userIds: $u) { kind userId status } }"
+    await backend(friends, TOUCH, u="ann", s="web")
+    async with (
+        graphql_socket(friends, f"Bearer {BOB}") as bob,
+        graphql_socket(friends, f"Bearer {BACKEND_TOKEN}") as watcher,
+    ):
+        for socket, variables in ((bob, {"f": "bob"}), (watcher, {"u": ["ann"]})):
+            payload = {"query": document, "variables": variables}
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        await asyncio.sleep(0.3)
+        await as_user(friends, ANN, SET_STATUS, s="INVISIBLE")
+        assert await next_event(bob) == {"kind": "OFFLINE", "userId": "ann", "status": "OFFLINE"}
+        assert await next_event(watcher) == {
+            "kind": "STATUS",
+            "userId": "ann",
+            "status": "INVISIBLE",
+        }
+        await backend(friends, 'mutation { kick(userId: "ann") { kickedSessions } }')
+        assert (await next_event(watcher))["kind"] == "KICKED"
+        await backend(friends, TOUCH, u="ann", s="phone")
+        assert (await next_event(watcher))["kind"] == "ONLINE"
+        await as_user(friends, ANN, SET_STATUS, s="BUSY")
+        # Nothing reached bob while ann was invisible: her return is the next he hears of her.
+        assert await next_event(bob) == {"kind": "ONLINE", "userId": "ann", "status": "BUSY"}
+        assert await next_event(watcher) == {"kind": "STATUS", "userId": "ann", "status": "BUSY"}
