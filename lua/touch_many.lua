@@ -145,7 +145,10 @@ for i = 1, n do
       online = 0
     end
   end
-  if online == 0 then add_event(events, 'ONLINE', user_id, now, '', 1) end
+  if online == 0 then
+    came_online(user_id, now)
+    add_event(events, 'ONLINE', user_id, now, '', 1)
+  end
 end
 if #expired > 0 then
   call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)

@@ -240,3 +240,61 @@ async def test_subscribers_see_invisibility_as_the_user_lets_them(friends: Servi
         # Nothing reached bob while ann was invisible: her return is the next he hears of her.
         assert await next_event(bob) == {"kind": "ONLINE", "userId": "ann", "status": "BUSY"}
         assert await next_event(watcher) == {"kind": "STATUS", "userId": "ann", "status": "BUSY"}
+
+
+BY_LOGIN = """query($a: String, $o: OnlineOrder!) { onlineUsers(first: 2, after: $a, orderBy: $o) {
+  totalCount nodes { userId onlineSince } pageInfo { endCursor hasNextPage } } }"""
+
+
+@EVERY_DEPLOYMENT
+async def test_the_online_list_by_login_time(secured: Service) -> None:
+    now = datetime.now(UTC)
+    for user, seconds_ago in (("early", 50), ("late", 5), ("middle", 20)):
+        at = (now - timedelta(seconds=seconds_ago)).isoformat()
+        await backend(
+            secured,
+            "mutation($u: ID!, $a: DateTime) { touch(userId: $u, at: $a) { online } }",
+            u=user,
+            a=at,
+        )
+    await backend(secured, TOUCH, u="early")  # activity moves lastSeen, not onlineSince
+    first = await backend(secured, BY_LOGIN, o="ONLINE_SINCE")
+    assert [n["userId"] for n in first["nodes"]] == ["late", "middle"]
+    assert first["totalCount"] == 3
+    rest = await backend(secured, BY_LOGIN, o="ONLINE_SINCE", a=first["pageInfo"]["endCursor"])
+    assert [n["userId"] for n in rest["nodes"]] == ["early"]
+    assert not rest["pageInfo"]["hasNextPage"]
+    by_activity = await backend(secured, BY_LOGIN, o="LAST_SEEN")
+    assert [n["userId"] for n in by_activity["nodes"]] == ["early", "late"]
+    body = await as_user(
+        secured, BACKEND_TOKEN, BY_LOGIN, o="LAST_SEEN", a=first["pageInfo"]["endCursor"]
+    )
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "same order" in body["errors"][0]["message"]
+    await backend(secured, 'mutation { kick(userId: "late") { kickedSessions } }')
+    first = await backend(secured, BY_LOGIN, o="ONLINE_SINCE")
+    assert [n["userId"] for n in first["nodes"]] == ["middle", "early"]
+
+
+async def test_a_held_session_says_its_device_and_turns_its_user_away_when_hidden(
+    friends: Service,
+) -> None:
+    document = 'subscription { presenceSession(sessionId: "tab", device: "web") { live } }'
+    watched = 'subscription { presenceChanged(friendsOf: "bob") { kind status } }'
+    async with (
+        graphql_socket(friends, f"Bearer {ANN}") as ann,
+        graphql_socket(friends, f"Bearer {BOB}") as bob,
+    ):
+        await bob.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
+        await asyncio.sleep(0.3)
+        await ann.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+        assert (await ann.receive_json(timeout=3))["payload"]["data"]["presenceSession"]["live"]
+        assert await next_event(bob) == {"kind": "ONLINE", "status": "ONLINE"}
+        mine = await seen(friends, ANN, "ann")
+        assert mine["sessions"] == [
+            {"sessionId": "tab", "device": "web", "idle": False, "startedAt": mine["onlineSince"]}
+        ]
+        await as_user(friends, ANN, SET_IDLE, s="tab", i=True)
+        assert await next_event(bob) == {"kind": "STATUS", "status": "AWAY"}
+        await as_user(friends, ANN, SET_IDLE, s="tab", i=False)
+        assert await next_event(bob) == {"kind": "STATUS", "status": "ONLINE"}

@@ -102,6 +102,7 @@ local function settle(user, channel, user_id, now, window_ms, events)
   if slot == nil then
     if expiry >= now then return 1 end
     redis.call('ZREM', user.online, user_id)
+    if status_hooks.offline then status_hooks.offline(user_id) end
     add_event(out, 'OFFLINE', user_id, expiry, '', 0)
     online = 0
   else

@@ -19,11 +19,14 @@
 --                    announces each end (lua/sweep.lua)
 --   invisible  SET   the users who chose INVISIBLE: taken out of onlineUsers' total for end
 --                    users
+--   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
+--                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
 -- Neither st nor stexp expires: a user's choice is kept until they change it.
 
 local statuses = {prefix = false, window_ms = 0, online_key = false}
 
 local function status_key(user_id) return statuses.prefix .. 'st:' .. user_id end
+local function since_key() return statuses.prefix .. 'since' end
 local function extras_key(user_id) return statuses.prefix .. 'sx:' .. user_id end
 local function status_expiry_key() return statuses.prefix .. 'stexp' end
 
@@ -154,11 +157,22 @@ local function fill_look(events, i)
   events[i + 8], events[i + 9] = choices.visible, invisible and 1 or 0
 end
 
+-- Records that the user came online through activity at t_ms: their onlineSince.
+local function came_online(user_id, t_ms)
+  redis.call('HSET', status_key(user_id), 'since', string.format('%d', t_ms))
+  redis.call('ZADD', since_key(), -t_ms, user_id)
+end
+
+local function went_offline(user_id)
+  redis.call('ZREM', since_key(), user_id)
+end
+
 -- Called by every script that changes or reads statuses, before anything else of this file:
 -- the shard's key prefix, its online key, the window (ms) and the script's `now`.
 local function use_statuses(prefix, online_key, window_ms, now)
   statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
+  status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
 end
 
 -- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
@@ -210,4 +224,23 @@ local function presence_entry(user_id, last_seen_key, now, retention_ms)
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
     choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
   }
+end
+
+-- How many users `online_key` holds online at `now` (online_count), less, when `hide`, those
+-- who chose INVISIBLE: O(users who chose it).
+local function listed_online_count(online_key, now, hide)
+  local total = online_count(online_key, now)
+  if hide then
+    for _, user_id in ipairs(redis.call('SMEMBERS', statuses.prefix .. 'invisible')) do
+      if live_expiry(online_key, user_id, now) then total = total - 1 end
+    end
+  end
+  return total
+end
+
+-- 1 if the user is online at `now` and, when `hide`, did not choose INVISIBLE; else nil.
+local function listed_online(online_key, user_id, now, hide)
+  if not live_expiry(online_key, user_id, now) then return nil end
+  if hide and redis.call('HGET', status_key(user_id), 'chosen') == 'INVISIBLE' then return nil end
+  return 1
 end
