@@ -64,6 +64,7 @@ local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
   went_offline(expired[i])
+  sync_hidden(expired[i])
   add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
 end
 

@@ -114,6 +114,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('ZREM', user.online, user_id)
     if status_hooks.offline then status_hooks.offline(user_id) end
   end
+  if status_hooks.online_moved then status_hooks.online_moved(user_id) end
   if slots > 0 then
     redis.call('ZADD', user.last_seen, -score, user_id)
     redis.call('PERSIST', user.sessions)

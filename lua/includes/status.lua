@@ -17,8 +17,10 @@
 --                    has no device. Expires with the user's sessions key.
 --   stexp      ZSET  member=user_id  score=when their custom status ends, ms: the sweep
 --                    announces each end (lua/sweep.lua)
---   invisible  SET   the users who chose INVISIBLE: taken out of onlineUsers' total for end
---                    users
+--   invisible  SET   the users who chose INVISIBLE
+--   hidden     ZSET  the online entries (includes/live.lua) of the users who chose INVISIBLE,
+--                    as in the online ZSET: onlineUsers' total for end users is the online
+--                    count less this one's, O(log n) (sync_hidden keeps it)
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
 -- Neither st nor stexp expires: a user's choice is kept until they change it.
@@ -167,12 +169,26 @@ local function went_offline(user_id)
   redis.call('ZREM', since_key(), user_id)
 end
 
+local function hidden_key() return statuses.prefix .. 'hidden' end
+
+-- Copies the user's online entry into `hidden` if they chose INVISIBLE (else takes it out).
+local function sync_hidden(user_id)
+  local score = redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 1
+    and redis.call('ZSCORE', statuses.online_key, user_id)
+  if score then
+    redis.call('ZADD', hidden_key(), score, user_id)
+  else
+    redis.call('ZREM', hidden_key(), user_id)
+  end
+end
+
 -- Called by every script that changes or reads statuses, before anything else of this file:
 -- the shard's key prefix, its online key, the window (ms) and the script's `now`.
 local function use_statuses(prefix, online_key, window_ms, now)
   statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
   status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
+  status_hooks.online_moved = sync_hidden
 end
 
 -- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
@@ -227,14 +243,10 @@ local function presence_entry(user_id, last_seen_key, now, retention_ms)
 end
 
 -- How many users `online_key` holds online at `now` (online_count), less, when `hide`, those
--- who chose INVISIBLE: O(users who chose it).
+-- who chose INVISIBLE: O(log n), and O(log n) per lapsed lease.
 local function listed_online_count(online_key, now, hide)
   local total = online_count(online_key, now)
-  if hide then
-    for _, user_id in ipairs(redis.call('SMEMBERS', statuses.prefix .. 'invisible')) do
-      if live_expiry(online_key, user_id, now) then total = total - 1 end
-    end
-  end
+  if hide then total = total - online_count(hidden_key(), now) end
   return total
 end
 
