@@ -27,7 +27,7 @@
 ]]
 --- @include "clock"
 --- @include "page"
---- @include "live"
+--- @include "status"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.sessions_prefix, leases.window_ms = ARGV[5], tonumber(ARGV[1])
 leases.key = KEYS[3]
@@ -36,19 +36,9 @@ local window_ms, first = tonumber(ARGV[1]), tonumber(ARGV[2])
 local hide_invisible, key_prefix = ARGV[6] == '1', ARGV[7]
 
 local now = now_ms()
-local total = online_count(online_key, now)
-if hide_invisible then
-  for _, user_id in ipairs(redis.call('SMEMBERS', key_prefix .. 'invisible')) do
-    if live_expiry(online_key, user_id, now) then total = total - 1 end
-  end
-end
-local function online_of(user_id)
-  if not live_expiry(online_key, user_id, now) then return nil end
-  if hide_invisible and redis.call('HGET', key_prefix .. 'st:' .. user_id, 'chosen') == 'INVISIBLE' then
-    return nil
-  end
-  return 1
-end
+use_statuses(key_prefix, online_key, window_ms, now)
+local total = listed_online_count(online_key, now, hide_invisible)
+local function online_of(user_id) return listed_online(online_key, user_id, now, hide_invisible) end
 local function jump(score) return past_lapsed(last_seen_key, score, now) end
 local start = page_start(last_seen_key, ARGV[3], ARGV[4])
 -- A live user's last activity is at least as recent as their newest live session.

@@ -27,6 +27,7 @@
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
                            named (includes/status.lua), in the hash tag of KEYS
+  ARGV[14] device         string: what the session's client says it is, or ""
   Returns  {generation, opened_ms}: the new holder's generation
   Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
@@ -57,10 +58,18 @@ local refused = activity_refused(activity_keys, session_id, now, now, boundaries
 if refused then return refused end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
+local status_before = online_before == 1 and status_of(user_id, online_key, now)
 mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
 
 local replaced = live_conn_entry(user, session_id, now)
+local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
+-- A session opened again while live keeps its start; it starts active.
+local extras = {started = now, idle = false, device = ARGV[14] ~= '' and ARGV[14] or nil}
+if before and session_live(before, now, window_ms) then
+  extras.started = parse_extras(redis.call('HGET', extras_key(user_id), session_id)).started or now
+end
+redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
 redis.call('ZADD', sessions_key, HELD + slot, session_id)
 if replaced and replaced.slot ~= slot then forget_if_last(user, user_id, replaced.slot, false) end
 local generation = redis.call('INCR', generations_key)
@@ -69,7 +78,12 @@ hold_in_slot(user, user_id, slot)
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 refresh_online(user, user_id, now, window_ms, nil)
 
-if online_before == 0 then add_event(events, 'ONLINE', user_id, now, '', 1) end
+if online_before == 0 then
+  came_online(user_id, now)
+  add_event(events, 'ONLINE', user_id, now, '', 1)
+elseif status_of(user_id, online_key, now) ~= status_before then
+  add_event(events, 'STATUS', user_id, now, '', 1)
+end
 if replaced then add_event(events, 'REPLACED', user_id, now, session_id, generation) end
 announce_all(channel, events)
 return {generation, now}

@@ -73,6 +73,7 @@ if change == 'chosen' then
   else
     redis.call('SREM', prefix .. 'invisible', user_id)
   end
+  sync_hidden(user_id)
 elseif change == 'custom' then
   local text, emoji, expires = ARGV[3], ARGV[4], tonumber(ARGV[5])
   if expires and (expires <= now or expires > now + retention_ms) then

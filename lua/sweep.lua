@@ -63,6 +63,8 @@ local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WIT
 local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
+  went_offline(expired[i])
+  sync_hidden(expired[i])
   add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
 end
 

@@ -85,7 +85,7 @@ else
   end
 end
 if online_after == 1 and online_before == 0 then
-  redis.call('HSET', status_key(user_id), 'since', string.format('%d', t_ms))
+  came_online(user_id, t_ms)
   add_event(events, 'ONLINE', user_id, now, '', 1)
 elseif online_after == 1 and status_of(user_id, online_key, now) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)

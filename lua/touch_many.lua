@@ -145,7 +145,10 @@ for i = 1, n do
       online = 0
     end
   end
-  if online == 0 then add_event(events, 'ONLINE', user_id, now, '', 1) end
+  if online == 0 then
+    came_online(user_id, now)
+    add_event(events, 'ONLINE', user_id, now, '', 1)
+  end
 end
 if #expired > 0 then
   call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)
@@ -171,5 +174,10 @@ call_chunked('ZADD', online_key, 'GT', #keyless, function(args, k, j)
   args[k + 1], args[k + 2] = now + window_ms, keyless[j]
   return k + 2
 end)
+-- Those who chose INVISIBLE keep their online entry in `hidden` too (includes/status.lua).
+local invisible = read_in_chunks('SMISMEMBER', ARGV[13] .. 'invisible', keyless)
+for j = 1, #keyless do
+  if invisible[j] == 1 then sync_hidden(keyless[j]) end
+end
 announce_all(channel, events)
 return n

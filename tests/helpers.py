@@ -637,10 +637,12 @@ class PausingStore(PresenceStore):
         self.opened: list[OpenedSession] = []
         self.closed: list[HeldSession] = []
 
-    async def open_session(self, user_id: str, session_id: str) -> OpenedSession:
+    async def open_session(
+        self, user_id: str, session_id: str, device: str | None = None
+    ) -> OpenedSession:
         self.opening += 1
         try:
-            opened = await super().open_session(user_id, session_id)
+            opened = await super().open_session(user_id, session_id, device)
             self.opened.append(opened)
             await self._pause("open")
         finally:

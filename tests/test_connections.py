@@ -335,10 +335,10 @@ def open_then(
     reaches the process before the reply of an opening."""
     open_session = store.open_session
 
-    async def opening(user: str, session: str) -> OpenedSession:
+    async def opening(user: str, session: str, device: str | None) -> OpenedSession:
         if before:
             await store.kick(*kick)
-        result = await open_session(user, session)
+        result = await open_session(user, session, device)
         if not before:
             await store.kick(*kick)
         for event in await published_in_full(channel):

@@ -179,7 +179,7 @@ async def test_keys_of_two_slots_are_a_fault_of_ours_not_an_outage(
         with pytest.raises(
             (RedisClusterException, ResponseError), match=r"same (key )?slot"
         ) as raised:
-            await store.presence("a")
+            await store.touch("a")
         assert not isinstance(raised.value, StoreUnavailableError)
     finally:
         await client.aclose()

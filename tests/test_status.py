@@ -4,16 +4,19 @@ other end users (docs/semantics.md, "Status")."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 import pytest
 
+from gql_presence.app import create_app
+from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
-from tests.conftest import EVERY_DEPLOYMENT, error_codes
-from tests.helpers import BACKEND_TOKEN, Service, as_user, graphql_socket, user_token
+from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes
+from tests.helpers import BACKEND_TOKEN, SECURED, Service, as_user, graphql_socket, user_token
 
 LOOK = """query($u: ID!) { presence(userId: $u) {
   online status chosenStatus lastSeenVisibleTo lastSeen onlineSince
@@ -240,3 +243,103 @@ async def test_subscribers_see_invisibility_as_the_user_lets_them(friends: Servi
         # Nothing reached bob while ann was invisible: her return is the next he hears of her.
         assert await next_event(bob) == {"kind": "ONLINE", "userId": "ann", "status": "BUSY"}
         assert await next_event(watcher) == {"kind": "STATUS", "userId": "ann", "status": "BUSY"}
+
+
+BY_LOGIN = """query($a: String, $o: OnlineOrder!) { onlineUsers(first: 2, after: $a, orderBy: $o) {
+  totalCount nodes { userId onlineSince } pageInfo { endCursor hasNextPage } } }"""
+
+
+@EVERY_DEPLOYMENT
+async def test_the_online_list_by_login_time(secured: Service) -> None:
+    now = datetime.now(UTC)
+    for user, seconds_ago in (("early", 50), ("late", 5), ("middle", 20)):
+        at = (now - timedelta(seconds=seconds_ago)).isoformat()
+        await backend(
+            secured,
+            "mutation($u: ID!, $a: DateTime) { touch(userId: $u, at: $a) { online } }",
+            u=user,
+            a=at,
+        )
+    await backend(secured, TOUCH, u="early")  # activity moves lastSeen, not onlineSince
+    first = await backend(secured, BY_LOGIN, o="ONLINE_SINCE")
+    assert [n["userId"] for n in first["nodes"]] == ["late", "middle"]
+    assert first["totalCount"] == 3
+    rest = await backend(secured, BY_LOGIN, o="ONLINE_SINCE", a=first["pageInfo"]["endCursor"])
+    assert [n["userId"] for n in rest["nodes"]] == ["early"]
+    assert not rest["pageInfo"]["hasNextPage"]
+    by_activity = await backend(secured, BY_LOGIN, o="LAST_SEEN")
+    assert [n["userId"] for n in by_activity["nodes"]] == ["early", "late"]
+    body = await as_user(
+        secured, BACKEND_TOKEN, BY_LOGIN, o="LAST_SEEN", a=first["pageInfo"]["endCursor"]
+    )
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "same order" in body["errors"][0]["message"]
+    await backend(secured, 'mutation { kick(userId: "late") { kickedSessions } }')
+    first = await backend(secured, BY_LOGIN, o="ONLINE_SINCE")
+    assert [n["userId"] for n in first["nodes"]] == ["middle", "early"]
+
+
+async def test_a_held_session_says_its_device_and_turns_its_user_away_when_hidden(
+    friends: Service,
+) -> None:
+    document = 'subscription { presenceSession(sessionId: "tab", device: "web") { live } }'
+    watched = 'subscription { presenceChanged(friendsOf: "bob") { kind status } }'
+    async with (
+        graphql_socket(friends, f"Bearer {ANN}") as ann,
+        graphql_socket(friends, f"Bearer {BOB}") as bob,
+    ):
+        await bob.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
+        await asyncio.sleep(0.3)
+        await ann.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+        assert (await ann.receive_json(timeout=3))["payload"]["data"]["presenceSession"]["live"]
+        assert await next_event(bob) == {"kind": "ONLINE", "status": "ONLINE"}
+        mine = await seen(friends, ANN, "ann")
+        assert mine["sessions"] == [
+            {"sessionId": "tab", "device": "web", "idle": False, "startedAt": mine["onlineSince"]}
+        ]
+        await as_user(friends, ANN, SET_IDLE, s="tab", i=True)
+        assert await next_event(bob) == {"kind": "STATUS", "status": "AWAY"}
+        await as_user(friends, ANN, SET_IDLE, s="tab", i=False)
+        assert await next_event(bob) == {"kind": "STATUS", "status": "ONLINE"}
+
+
+@pytest.fixture
+async def lists_open(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
+) -> Service:
+    """The service with credentials required, its lists open to end users
+    (PRESENCE_USERS_SEE_EVERYONE)."""
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=deployment.redis_url,
+        redis_cluster_nodes=deployment.redis_cluster_nodes,
+        shards=deployment.shards,
+        users_see_everyone=True,
+    )
+    return await aiohttp_client(create_app(settings))
+
+
+@EVERY_DEPLOYMENT
+async def test_online_totals_leave_invisible_users_out_for_end_users_only(
+    lists_open: Service,
+) -> None:
+    secured = lists_open
+    users = [f"u{i}" for i in range(6)]
+    await backend(secured, "mutation($u: [ID!]!) { touchMany(userIds: $u) }", u=users[:3])
+    for user in users[3:]:
+        await backend(secured, TOUCH, u=user, s="web")
+    for user in ("u1", "u4", "quiet"):
+        await backend(secured, SET_STATUS, u=user, s="INVISIBLE")
+    await backend(secured, "mutation($u: [ID!]!) { touchMany(userIds: $u) }", u=["u1", "quiet"])
+    document = "query($o: OnlineOrder!) { onlineUsers(first: 10, orderBy: $o) { totalCount nodes { userId } } }"
+    for order in ("LAST_SEEN", "ONLINE_SINCE"):
+        assert (await backend(secured, document, o=order))["totalCount"] == 7
+        body = await as_user(secured, ANN, document, o=order)
+        listed = body["data"]["onlineUsers"]
+        assert listed["totalCount"] == 4
+        assert sorted(n["userId"] for n in listed["nodes"]) == ["u0", "u2", "u3", "u5"]
+    await backend(secured, SET_STATUS, u="u4", s="AUTO")
+    await backend(secured, 'mutation { kick(userId: "u1") { kickedSessions } }')
+    assert (await backend(secured, document, o="LAST_SEEN"))["totalCount"] == 6
+    body = await as_user(secured, ANN, document, o="ONLINE_SINCE")
+    assert body["data"]["onlineUsers"]["totalCount"] == 5

@@ -206,7 +206,7 @@ class OperationPipeline:
                     held.place_id, held.user_id, held.session_id, held.state
                 )
             else:
-                hold = await sessions.open(held.user_id, held.session_id)
+                hold = await sessions.open(held.user_id, held.session_id, held.device)
         except Exception as error:  # as a subscription's generator that raises it is answered
             return _coded(_failed(error, self.schema.process_errors))
         try:

@@ -22,6 +22,7 @@ from gql_presence.graphql.types import (
     ChosenStatus,
     JSONObject,
     KickResult,
+    OnlineOrder,
     PlaceCount,
     PlaceEvent,
     PlaceMember,
@@ -42,6 +43,7 @@ from gql_presence.store import (
     MAX_PRESENCES,
     PresenceStore,
     PublishedPlaceEvent,
+    check_device,
     check_id,
     check_ids,
     member_joined,
@@ -165,10 +167,21 @@ class Query:
         description="Users with activity inside the presence window, most recently active first."
     )
     async def online_users(
-        self, info: strawberry.Info[Context, None], first: FirstArg = 50, after: AfterArg = None
+        self,
+        info: strawberry.Info[Context, None],
+        first: FirstArg = 50,
+        after: AfterArg = None,
+        order_by: Annotated[
+            OnlineOrder,
+            strawberry.argument(
+                description="LAST_SEEN (most recent activity first) or ONLINE_SINCE (most recently come online first); a cursor of one order is refused in the other."
+            ),
+        ] = OnlineOrder.LAST_SEEN,
     ) -> PresenceConnection:
         store = _store(info, Need.LISTING)
-        return PresenceConnection.of(await store.online_users(first, after, info.context.reader))
+        by_since = order_by is OnlineOrder.ONLINE_SINCE
+        page = await store.online_users(first, after, info.context.reader, by_online_since=by_since)
+        return PresenceConnection.of(page)
 
     @strawberry.field(
         description="The online users among userId's friends, most recently active first."
@@ -543,6 +556,7 @@ class Subscription:
         session_id: Annotated[
             ID, strawberry.argument(description="The session (device, tab) to keep live.")
         ],
+        device: DeviceArg = None,
     ) -> AsyncGenerator[SessionState, None]:
         context = info.context
         caller = context.caller
@@ -554,12 +568,13 @@ class Subscription:
         caller.authorize(Need.OWN, "presenceSession", user_id)
         check_id(user_id, "userId")
         check_id(session_id, "sessionId")
+        check_device(device)
         held = context.held_subscription
-        if held is not None and held.take(user_id, session_id, info, SessionState.of):
+        if held is not None and held.take(user_id, session_id, info, SessionState.of, device):
             # Held with no task (session_rendering.py): the pipeline opens it, and the
             # service's end of it writes the last messages.
             return
-        async with context.held_sessions.hold(user_id, session_id) as hold:
+        async with context.held_sessions.hold(user_id, session_id, device) as hold:
             yield SessionState(
                 user_id=user_id,
                 session_id=session_id,

@@ -121,6 +121,7 @@ class HeldSubscription:
 
     __slots__ = (
         "_renderings",
+        "device",
         "operation",
         "place_id",
         "rendering",
@@ -134,13 +135,19 @@ class HeldSubscription:
         self._renderings = renderings
         self.user_id = ""
         self.session_id = ""
+        self.device: str | None = None
         # A placeSession's place, and the state it joins with.
         self.place_id: str | None = None
         self.state: object = None
         self.rendering: SessionRendering | None = None
 
     def take(
-        self, user_id: str, session_id: str, info: strawberry.Info[Any, Any], root: Root
+        self,
+        user_id: str,
+        session_id: str,
+        info: strawberry.Info[Any, Any],
+        root: Root,
+        device: str | None = None,
     ) -> bool:
         """Whether the session is left to the pipeline: False when its document cannot be
         rendered that way (its resolver then holds it itself). `root` makes the root value
@@ -149,6 +156,7 @@ class HeldSubscription:
         if rendering is None:
             return False
         self.user_id, self.session_id, self.rendering = user_id, session_id, rendering
+        self.device = device
         return True
 
     def take_place(  # noqa: PLR0917 - a place session is all of these

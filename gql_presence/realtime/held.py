@@ -160,10 +160,12 @@ class HeldSessions:
         return len(self._holds)
 
     @contextlib.asynccontextmanager
-    async def hold(self, user_id: str, session_id: str) -> AsyncIterator[SessionHold]:
+    async def hold(
+        self, user_id: str, session_id: str, device: str | None = None
+    ) -> AsyncIterator[SessionHold]:
         """Opens the session and holds it until the block ends, then closes it at once
         (unless the service ended it first). Raises SessionRevokedError for a kicked id."""
-        async with self._until_done(await self.open(user_id, session_id)) as hold:
+        async with self._until_done(await self.open(user_id, session_id, device)) as hold:
             yield hold
 
     @contextlib.asynccontextmanager
@@ -188,11 +190,15 @@ class HeldSessions:
                 # the close must still happen, so it is not cancelled with it.
                 await asyncio.shield(closing)
 
-    async def open(self, user_id: str, session_id: str) -> SessionHold:
-        """Opens the session and holds it until `release`. Raises SessionRevokedError for a
-        kicked id. Cancelled at any point, it leaves nothing live and nothing held."""
+    async def open(self, user_id: str, session_id: str, device: str | None = None) -> SessionHold:
+        """Opens the session (its client says it is `device`) and holds it until `release`.
+        Raises SessionRevokedError for a kicked id. Cancelled at any point, it leaves nothing
+        live and nothing held."""
         opened, early = await self._opened(
-            user_id, (user_id,), lambda: self._store.open_session(user_id, session_id), self._undo
+            user_id,
+            (user_id,),
+            lambda: self._store.open_session(user_id, session_id, device),
+            self._undo,
         )
         return await self._held(SessionHold(opened.held, opened.at), early)
 

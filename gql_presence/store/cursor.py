@@ -27,20 +27,28 @@ class Cursors:
     def _tag(self, payload: bytes) -> bytes:
         return hashlib.blake2b(payload, key=self._key, digest_size=_TAG_BYTES).digest()
 
-    def encode(self, score: int, user_id: str) -> str:
-        payload = json.dumps([score, user_id], separators=(",", ":"), ensure_ascii=False).encode()
+    def encode(self, score: int, user_id: str, order: str = "") -> str:
+        """A cursor of a list in its default order, or of the one `order` names."""
+        position: list[object] = [score, user_id, order] if order else [score, user_id]
+        payload = json.dumps(position, separators=(",", ":"), ensure_ascii=False).encode()
         return base64.urlsafe_b64encode(self._tag(payload) + payload).decode().rstrip("=")
 
-    def decode(self, cursor: str) -> tuple[int, str]:
-        """The position a cursor holds; BadInputError for anything this secret did not tag."""
+    def decode(self, cursor: str, order: str = "") -> tuple[int, str]:
+        """The position a cursor of this order holds; BadInputError for anything this secret
+        did not tag, or a cursor of another order."""
         try:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             tag, payload = raw[:_TAG_BYTES], raw[_TAG_BYTES:]
             if not hmac.compare_digest(tag, self._tag(payload)):
                 raise BadInputError(_BAD_CURSOR)
-            score, user_id = json.loads(payload)
+            score, user_id, *ordered = json.loads(payload)
         except (binascii.Error, UnicodeDecodeError, ValueError, TypeError) as error:
             raise BadInputError(_BAD_CURSOR) from error
         if type(score) is not int or not isinstance(user_id, str) or not user_id:
             raise BadInputError(_BAD_CURSOR)
+        if ordered != ([order] if order else []):
+            raise BadInputError(
+                "after must be an endCursor of this list in the same order (orderBy); a "
+                "cursor of one order means nothing in another."
+            )
         return score, user_id

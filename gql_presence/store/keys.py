@@ -38,6 +38,12 @@ class Keys:
         return self.prefix + "online"
 
     @property
+    def online_since(self) -> str:
+        """ZSET of the users online: -(when their online period began, ms), for the list by
+        login time (lua/includes/status.lua names it from the prefix too)."""
+        return self.prefix + "since"
+
+    @property
     def user_index(self) -> str:
         """HASH user_id -> small integer: the user's bit in every day's activity bitmap."""
         return self.prefix + "uidx"

@@ -226,22 +226,25 @@ class PresenceStore:
             check_id(session_id, "sessionId")
         return await self._shard(user_id).kick(user_id, session_id)
 
-    async def open_session(self, user_id: str, session_id: str) -> OpenedSession:
+    async def open_session(
+        self, user_id: str, session_id: str, device: str | None = None
+    ) -> OpenedSession:
         """Holds the session under this process's lease in the user's shard: live while the
-        lease is renewed (renew_leases), until closed or kicked. A second opening of the same
-        session replaces the first holder (announced as REPLACED). Raises SessionRevokedError
-        for a kicked session id."""
+        lease is renewed (renew_leases), until closed or kicked; active, with `device` if
+        given. A second opening of the same session replaces the first holder (announced as
+        REPLACED). Raises SessionRevokedError for a kicked session id."""
         check_id(user_id, "userId")
         check_id(session_id, "sessionId")
+        check_device(device)
         index = shard_of(user_id, len(self._shards))
         lease = await self._lease(index)
         try:
-            return await self._shards[index].open_session(user_id, session_id, lease)
+            return await self._shards[index].open_session(user_id, session_id, lease, device)
         except LeaseLostError:
             # It lapsed since the last renewal (this process stood still): a new one.
             self._forget_lease(lease)
             lease = await self._lease(index)
-            return await self._shards[index].open_session(user_id, session_id, lease)
+            return await self._shards[index].open_session(user_id, session_id, lease, device)
 
     @property
     def leases(self) -> tuple[Lease, ...]:
@@ -517,11 +520,24 @@ class PresenceStore:
     # --- lists: a page from every shard, merged ---------------------------------------------
 
     async def online_users(
-        self, first: int = 50, after: str | None = None, reader: str | None = None
+        self,
+        first: int = 50,
+        after: str | None = None,
+        reader: str | None = None,
+        *,
+        by_online_since: bool = False,
     ) -> Page:
-        """The online users; for an end user `reader`, without those who chose INVISIBLE."""
+        """The online users, most recent activity first, or (by_online_since) most recently
+        come online first; for an end user `reader`, without those who chose INVISIBLE."""
         check_page_size(first)
         hide = reader is not None
+        if by_online_since:
+            return await self._merged(
+                lambda shard, at: shard.online_since(first, at, hide_invisible=hide),
+                first,
+                after,
+                ONLINE_SINCE,
+            )
         return await self._merged(
             lambda shard, at: shard.online_users(first, at, hide_invisible=hide), first, after
         )
@@ -555,6 +571,7 @@ class PresenceStore:
         page_of: Callable[[Shard, Position | None], Awaitable[ShardPage]],
         first: int,
         after: str | None,
+        order: str = "",
     ) -> Page:
         """Every shard pages its users from the same cursor position, (lastSeen, userId): as
         a user lives in one shard, the first `first` users after that position over all shards
@@ -562,7 +579,7 @@ class PresenceStore:
         user listed, so it means the same whatever shard that user lives in."""
         position = None
         if after is not None:
-            position = (await self._deployment_cursors(make=False)).decode(after)
+            position = (await self._deployment_cursors(make=False)).decode(after, order)
         pages = await asyncio.gather(*(page_of(shard, position) for shard in self._shards))
         rows = sorted((node for page in pages for node in page.nodes), key=_position)
         nodes = tuple(rows[:first])
@@ -570,13 +587,13 @@ class PresenceStore:
             total_count=sum(page.total_count for page in pages),
             nodes=nodes,
             has_next_page=len(rows) > first or any(page.has_next_page for page in pages),
-            end_cursor=await self._end_cursor(nodes),
+            end_cursor=await self._end_cursor(nodes, order),
         )
 
-    async def _end_cursor(self, nodes: Sequence[ListedUser]) -> str | None:
+    async def _end_cursor(self, nodes: Sequence[ListedUser], order: str = "") -> str | None:
         if not nodes:
             return None
-        return (await self._deployment_cursors(make=True)).encode(*_position(nodes[-1]))
+        return (await self._deployment_cursors(make=True)).encode(*_position(nodes[-1]), order)
 
     async def _deployment_cursors(self, *, make: bool) -> Cursors:
         """What makes and reads this deployment's cursors. Without PRESENCE_CURSOR_SECRET, the
@@ -680,6 +697,10 @@ class PresenceStore:
             lapsed=sum(p.lapsed for p in parts),
             ended_statuses=sum(p.ended_statuses for p in parts),
         )
+
+
+# The name of the order by onlineSince in its cursors.
+ONLINE_SINCE = "since"
 
 
 def _position(node: ListedUser) -> Position:

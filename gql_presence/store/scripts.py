@@ -32,6 +32,7 @@ class ScriptName(StrEnum):
     SET_STATUS = "set_status"
     FRIEND_OF_EACH = "friend_of_each"
     ONLINE_USERS = "online_users"
+    ONLINE_SINCE = "online_since"
     ONLINE_FRIENDS = "online_friends"
     ACTIVE_IN_RANGE = "active_in_range"
     WEEKLY_STATS = "weekly_stats"

@@ -255,7 +255,9 @@ class Shard:
         )
         return bool(renewed)
 
-    async def open_session(self, user_id: str, session_id: str, lease: Lease) -> OpenedSession:
+    async def open_session(
+        self, user_id: str, session_id: str, lease: Lease, device: str | None = None
+    ) -> OpenedSession:
         labels, boundaries = days_around(local_now_ms(), self._zone)
         k = self._keys
         generation, opened_ms = await self._run(
@@ -284,6 +286,7 @@ class Shard:
                 k.events,
                 k.user_events(""),
                 k.prefix,
+                device or "",
             ],
         )
         held = HeldSession(user_id, session_id, int(generation), lease)
@@ -480,6 +483,20 @@ class Shard:
         return await self._page(
             ScriptName.ONLINE_USERS,
             [k.last_seen, k.online, k.leases],
+            [self._settings.window_ms, first],
+            after,
+            [k.sessions(""), int(hide_invisible), k.prefix],
+        )
+
+    async def online_since(
+        self, first: int, after: Position | None, *, hide_invisible: bool
+    ) -> ShardPage:
+        """A page of the users online, most recently come online first: each node's
+        position is -(onlineSince ms)."""
+        k = self._keys
+        return await self._page(
+            ScriptName.ONLINE_SINCE,
+            [k.online_since, k.online, k.last_seen, k.leases],
             [self._settings.window_ms, first],
             after,
             [k.sessions(""), int(hide_invisible), k.prefix],

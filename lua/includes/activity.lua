@@ -73,6 +73,7 @@ end
 local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms)
   if t_ms >= cutoff_ms then
     redis.call('ZADD', online_key, 'GT', t_ms + window_ms, user_id)
+    if status_hooks.online_moved then status_hooks.online_moved(user_id) end
   end
   local expiry = redis.call('ZSCORE', online_key, user_id)
   if not expiry then return nil end
@@ -102,6 +103,8 @@ local function settle(user, channel, user_id, now, window_ms, events)
   if slot == nil then
     if expiry >= now then return 1 end
     redis.call('ZREM', user.online, user_id)
+    if status_hooks.offline then status_hooks.offline(user_id) end
+    if status_hooks.online_moved then status_hooks.online_moved(user_id) end
     add_event(out, 'OFFLINE', user_id, expiry, '', 0)
     online = 0
   else

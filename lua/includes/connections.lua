@@ -112,11 +112,14 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('ZADD', user.online, score, user_id)
   else
     redis.call('ZREM', user.online, user_id)
+    if status_hooks.offline then status_hooks.offline(user_id) end
   end
+  if status_hooks.online_moved then status_hooks.online_moved(user_id) end
   if slots > 0 then
     redis.call('ZADD', user.last_seen, -score, user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
+    if status_hooks.tidy then status_hooks.tidy(user_id) end
     return 1
   end
   redis.call('DEL', user.conn)
@@ -127,6 +130,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     user.expire_at = tonumber(touched[2]) + window_ms + 1
     if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
   end
+  if status_hooks.tidy and not user.defer_expiry then status_hooks.tidy(user_id) end
   return score and 1 or 0
 end
 

@@ -17,13 +17,18 @@
 --                    has no device. Expires with the user's sessions key.
 --   stexp      ZSET  member=user_id  score=when their custom status ends, ms: the sweep
 --                    announces each end (lua/sweep.lua)
---   invisible  SET   the users who chose INVISIBLE: taken out of onlineUsers' total for end
---                    users
+--   invisible  SET   the users who chose INVISIBLE
+--   hidden     ZSET  the online entries (includes/live.lua) of the users who chose INVISIBLE,
+--                    as in the online ZSET: onlineUsers' total for end users is the online
+--                    count less this one's, O(log n) (sync_hidden keeps it)
+--   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
+--                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
 -- Neither st nor stexp expires: a user's choice is kept until they change it.
 
 local statuses = {prefix = false, window_ms = 0, online_key = false}
 
 local function status_key(user_id) return statuses.prefix .. 'st:' .. user_id end
+local function since_key() return statuses.prefix .. 'since' end
 local function extras_key(user_id) return statuses.prefix .. 'sx:' .. user_id end
 local function status_expiry_key() return statuses.prefix .. 'stexp' end
 
@@ -154,11 +159,36 @@ local function fill_look(events, i)
   events[i + 8], events[i + 9] = choices.visible, invisible and 1 or 0
 end
 
+-- Records that the user came online through activity at t_ms: their onlineSince.
+local function came_online(user_id, t_ms)
+  redis.call('HSET', status_key(user_id), 'since', string.format('%d', t_ms))
+  redis.call('ZADD', since_key(), -t_ms, user_id)
+end
+
+local function went_offline(user_id)
+  redis.call('ZREM', since_key(), user_id)
+end
+
+local function hidden_key() return statuses.prefix .. 'hidden' end
+
+-- Copies the user's online entry into `hidden` if they chose INVISIBLE (else takes it out).
+local function sync_hidden(user_id)
+  local score = redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 1
+    and redis.call('ZSCORE', statuses.online_key, user_id)
+  if score then
+    redis.call('ZADD', hidden_key(), score, user_id)
+  else
+    redis.call('ZREM', hidden_key(), user_id)
+  end
+end
+
 -- Called by every script that changes or reads statuses, before anything else of this file:
 -- the shard's key prefix, its online key, the window (ms) and the script's `now`.
 local function use_statuses(prefix, online_key, window_ms, now)
   statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
+  status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
+  status_hooks.online_moved = sync_hidden
 end
 
 -- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
@@ -210,4 +240,19 @@ local function presence_entry(user_id, last_seen_key, now, retention_ms)
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
     choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
   }
+end
+
+-- How many users `online_key` holds online at `now` (online_count), less, when `hide`, those
+-- who chose INVISIBLE: O(log n), and O(log n) per lapsed lease.
+local function listed_online_count(online_key, now, hide)
+  local total = online_count(online_key, now)
+  if hide then total = total - online_count(hidden_key(), now) end
+  return total
+end
+
+-- 1 if the user is online at `now` and, when `hide`, did not choose INVISIBLE; else nil.
+local function listed_online(online_key, user_id, now, hide)
+  if not live_expiry(online_key, user_id, now) then return nil end
+  if hide and redis.call('HGET', status_key(user_id), 'chosen') == 'INVISIBLE' then return nil end
+  return 1
 end
