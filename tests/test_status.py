@@ -31,7 +31,15 @@ SET_IDLE = "mutation($u: ID, $s: ID!, $i: Boolean!) { setSessionIdle(userId: $u,
 FRIENDS = "query($u: ID!) { onlineFriends(userId: $u) { totalCount nodes { userId status } } }"
 PRESENCES = "query($u: [ID!]!) { presences(userIds: $u) { userId online status lastSeen } }"
 
-ANN, BOB = user_token("ann"), user_token("bob")
+
+
+def ann() -> str:
+    """ann's JWT, made when used: one made at import would expire during a long run."""
+    return user_token("ann")
+
+
+def bob() -> str:
+    return user_token("bob")
 
 
 async def backend(service: Service, query: str, **variables: Any) -> Any:
@@ -57,18 +65,18 @@ async def test_status_follows_the_sessions_and_the_choice(secured: Service) -> N
     assert (await backend(secured, TOUCH, u="ann", s="web", d="web"))["status"] == "ONLINE"
     assert (await backend(secured, TOUCH, u="ann", s="web", i=True))["status"] == "AWAY"
     assert (await backend(secured, TOUCH, u="ann", s="phone"))["status"] == "ONLINE"
-    assert (await as_user(secured, ANN, SET_IDLE, s="phone", i=True))["data"]["setSessionIdle"] == {
+    assert (await as_user(secured, ann(), SET_IDLE, s="phone", i=True))["data"]["setSessionIdle"] == {
         "status": "AWAY"
     }
-    mine = await seen(secured, ANN, "ann")
+    mine = await seen(secured, ann(), "ann")
     sessions = {s["sessionId"]: s for s in mine["sessions"]}
     assert (sessions["web"]["device"], sessions["web"]["idle"]) == ("web", True)
     assert sessions["phone"]["device"] is None
     assert mine["onlineSince"] == sessions["web"]["startedAt"]
-    body = await as_user(secured, ANN, SET_STATUS, s="BUSY")
+    body = await as_user(secured, ann(), SET_STATUS, s="BUSY")
     assert body["data"]["setStatus"] == {"status": "BUSY", "chosenStatus": "BUSY"}
     await backend(secured, 'mutation { kick(userId: "ann") { kickedSessions } }')
-    mine = await seen(secured, ANN, "ann")
+    mine = await seen(secured, ann(), "ann")
     assert (mine["status"], mine["chosenStatus"], mine["onlineSince"]) == ("OFFLINE", "BUSY", None)
 
 
@@ -77,7 +85,7 @@ async def test_a_custom_status_is_shown_until_it_ends_and_its_end_is_announced(
 ) -> None:
     await backend(secured, TOUCH, u="ann")
     soon = (datetime.now(UTC) + timedelta(milliseconds=400)).isoformat()
-    body = await as_user(secured, ANN, SET_CUSTOM, t="In a meeting", e="📅", x=soon)
+    body = await as_user(secured, ann(), SET_CUSTOM, t="In a meeting", e="📅", x=soon)
     assert body["data"]["setCustomStatus"]["customStatus"]["text"] == "In a meeting"
     assert (await seen(secured, BACKEND_TOKEN, "ann"))["customStatus"]["emoji"] == "📅"
     async with graphql_socket(secured, f"Bearer {BACKEND_TOKEN}") as socket:
@@ -105,14 +113,14 @@ async def test_a_custom_status_is_shown_until_it_ends_and_its_end_is_announced(
 async def test_an_invisible_user_is_offline_to_other_end_users_only(friends: Service) -> None:
     await backend(friends, TOUCH, u="ann", s="web")
     await backend(friends, TOUCH, u="bob", s="web")
-    before = (await seen(friends, BOB, "ann"))["lastSeen"]
-    await as_user(friends, ANN, SET_CUSTOM, t="Focus")
-    assert (await as_user(friends, ANN, SET_STATUS, s="INVISIBLE"))["data"]["setStatus"] == {
+    before = (await seen(friends, bob(), "ann"))["lastSeen"]
+    await as_user(friends, ann(), SET_CUSTOM, t="Focus")
+    assert (await as_user(friends, ann(), SET_STATUS, s="INVISIBLE"))["data"]["setStatus"] == {
         "status": "INVISIBLE",
         "chosenStatus": "INVISIBLE",
     }
     await backend(friends, TOUCH, u="ann", s="web")
-    to_bob = await seen(friends, BOB, "ann")
+    to_bob = await seen(friends, bob(), "ann")
     assert to_bob == {
         "online": False,
         "status": "OFFLINE",
@@ -123,12 +131,12 @@ async def test_an_invisible_user_is_offline_to_other_end_users_only(friends: Ser
         "customStatus": None,
         "sessions": [],
     }
-    listed = await as_user(friends, BOB, FRIENDS, u="bob")
+    listed = await as_user(friends, bob(), FRIENDS, u="bob")
     assert listed["data"]["onlineFriends"] == {"totalCount": 0, "nodes": []}
-    assert (await seen(friends, ANN, "ann"))["status"] == "INVISIBLE"
+    assert (await seen(friends, ann(), "ann"))["status"] == "INVISIBLE"
     assert (await seen(friends, BACKEND_TOKEN, "ann"))["customStatus"]["text"] == "Focus"
-    await as_user(friends, ANN, SET_STATUS, s="AUTO")
-    listed = await as_user(friends, BOB, FRIENDS, u="bob")
+    await as_user(friends, ann(), SET_STATUS, s="AUTO")
+    listed = await as_user(friends, bob(), FRIENDS, u="bob")
     assert listed["data"]["onlineFriends"]["nodes"] == [{"userId": "ann", "status": "ONLINE"}]
 
 
@@ -138,14 +146,14 @@ async def test_who_may_see_last_seen(friends: Service) -> None:
     )
     await backend(friends, TOUCH, u="ann", s="web")
     cat = user_token("cat")
-    await as_user(friends, ANN, SET_VISIBLE, v="FRIENDS")
-    assert (await seen(friends, BOB, "ann"))["lastSeen"] is not None
+    await as_user(friends, ann(), SET_VISIBLE, v="FRIENDS")
+    assert (await seen(friends, bob(), "ann"))["lastSeen"] is not None
     hidden = await seen(friends, cat, "ann")
     assert (hidden["lastSeen"], hidden["sessions"], hidden["onlineSince"]) == (None, [], None)
     assert (hidden["online"], hidden["status"]) == (True, "ONLINE")
-    await as_user(friends, ANN, SET_VISIBLE, v="NOBODY")
-    assert (await seen(friends, BOB, "ann"))["lastSeen"] is None
-    mine = await seen(friends, ANN, "ann")
+    await as_user(friends, ann(), SET_VISIBLE, v="NOBODY")
+    assert (await seen(friends, bob(), "ann"))["lastSeen"] is None
+    mine = await seen(friends, ann(), "ann")
     assert mine["lastSeenVisibleTo"] == "NOBODY"
     assert mine["lastSeen"] is not None
 
@@ -153,15 +161,15 @@ async def test_who_may_see_last_seen(friends: Service) -> None:
 async def test_presences_reads_friends_in_the_order_given(friends: Service) -> None:
     await backend(friends, 'mutation { addFriends(userId: "ann", friendIds: ["new"]) }')
     await backend(friends, TOUCH, u="bob")
-    body = await as_user(friends, ANN, PRESENCES, u=["bob", "ann", "new"])
+    body = await as_user(friends, ann(), PRESENCES, u=["bob", "ann", "new"])
     assert [(p["userId"], p["status"]) for p in body["data"]["presences"]] == [
         ("bob", "ONLINE"),
         ("ann", "OFFLINE"),
         ("new", "OFFLINE"),
     ]
     assert body["data"]["presences"][2]["lastSeen"] is None
-    assert error_codes(await as_user(friends, ANN, PRESENCES, u=["bob", "eve"])) == ["FORBIDDEN"]
-    assert error_codes(await as_user(friends, ANN, LOOK, u="eve")) == ["FORBIDDEN"]
+    assert error_codes(await as_user(friends, ann(), PRESENCES, u=["bob", "eve"])) == ["FORBIDDEN"]
+    assert error_codes(await as_user(friends, ann(), LOOK, u="eve")) == ["FORBIDDEN"]
     many = [f"u{i}" for i in range(1001)]
     body = await as_user(friends, BACKEND_TOKEN, PRESENCES, u=many)
     assert error_codes(body) == ["BAD_USER_INPUT"]
@@ -183,11 +191,11 @@ async def test_presences_reads_friends_in_the_order_given(friends: Service) -> N
 async def test_bad_input_says_what_is_allowed_and_changes_nothing(
     secured: Service, query: str, variables: dict[str, Any], allowed: str
 ) -> None:
-    await as_user(secured, ANN, SET_CUSTOM, t="kept")
-    body = await as_user(secured, ANN, query, **variables)
+    await as_user(secured, ann(), SET_CUSTOM, t="kept")
+    body = await as_user(secured, ann(), query, **variables)
     assert error_codes(body) == ["BAD_USER_INPUT"], body
     assert allowed in body["errors"][0]["message"]
-    assert (await seen(secured, ANN, "ann"))["customStatus"]["text"] == "kept"
+    assert (await seen(secured, ann(), "ann"))["customStatus"]["text"] == "kept"
 
 
 async def test_a_long_device_is_refused(secured: Service) -> None:
@@ -205,7 +213,7 @@ async def test_end_users_change_only_their_own_status(secured: Service) -> None:
         (SET_IDLE, {"s": "web", "i": True}),
     ]
     for query, variables in changes:
-        assert error_codes(await as_user(secured, ANN, query, u="bob", **variables)) == [
+        assert error_codes(await as_user(secured, ann(), query, u="bob", **variables)) == [
             "FORBIDDEN"
         ]
     assert (await seen(secured, BACKEND_TOKEN, "bob"))["chosenStatus"] == "AUTO"
@@ -221,15 +229,15 @@ async def test_subscribers_see_invisibility_as_the_user_lets_them(friends: Servi
     document = "subscription($f: ID, $u: [ID!]) { presenceChanged(friendsOf: $f, userIds: $u) { kind userId status } }"
     await backend(friends, TOUCH, u="ann", s="web")
     async with (
-        graphql_socket(friends, f"Bearer {BOB}") as bob,
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
         graphql_socket(friends, f"Bearer {BACKEND_TOKEN}") as watcher,
     ):
-        for socket, variables in ((bob, {"f": "bob"}), (watcher, {"u": ["ann"]})):
+        for socket, variables in ((bobs, {"f": "bob"}), (watcher, {"u": ["ann"]})):
             payload = {"query": document, "variables": variables}
             await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
         await asyncio.sleep(0.3)
-        await as_user(friends, ANN, SET_STATUS, s="INVISIBLE")
-        assert await next_event(bob) == {"kind": "OFFLINE", "userId": "ann", "status": "OFFLINE"}
+        await as_user(friends, ann(), SET_STATUS, s="INVISIBLE")
+        assert await next_event(bobs) == {"kind": "OFFLINE", "userId": "ann", "status": "OFFLINE"}
         assert await next_event(watcher) == {
             "kind": "STATUS",
             "userId": "ann",
@@ -239,9 +247,9 @@ async def test_subscribers_see_invisibility_as_the_user_lets_them(friends: Servi
         assert (await next_event(watcher))["kind"] == "KICKED"
         await backend(friends, TOUCH, u="ann", s="phone")
         assert (await next_event(watcher))["kind"] == "ONLINE"
-        await as_user(friends, ANN, SET_STATUS, s="BUSY")
+        await as_user(friends, ann(), SET_STATUS, s="BUSY")
         # Nothing reached bob while ann was invisible: her return is the next he hears of her.
-        assert await next_event(bob) == {"kind": "ONLINE", "userId": "ann", "status": "BUSY"}
+        assert await next_event(bobs) == {"kind": "ONLINE", "userId": "ann", "status": "BUSY"}
         assert await next_event(watcher) == {"kind": "STATUS", "userId": "ann", "status": "BUSY"}
 
 
@@ -285,22 +293,22 @@ async def test_a_held_session_says_its_device_and_turns_its_user_away_when_hidde
     document = 'subscription { presenceSession(sessionId: "tab", device: "web") { live } }'
     watched = 'subscription { presenceChanged(friendsOf: "bob") { kind status } }'
     async with (
-        graphql_socket(friends, f"Bearer {ANN}") as ann,
-        graphql_socket(friends, f"Bearer {BOB}") as bob,
+        graphql_socket(friends, f"Bearer {ann()}") as anns,
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
     ):
-        await bob.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
+        await bobs.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
         await asyncio.sleep(0.3)
-        await ann.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
-        assert (await ann.receive_json(timeout=3))["payload"]["data"]["presenceSession"]["live"]
-        assert await next_event(bob) == {"kind": "ONLINE", "status": "ONLINE"}
-        mine = await seen(friends, ANN, "ann")
+        await anns.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+        assert (await anns.receive_json(timeout=3))["payload"]["data"]["presenceSession"]["live"]
+        assert await next_event(bobs) == {"kind": "ONLINE", "status": "ONLINE"}
+        mine = await seen(friends, ann(), "ann")
         assert mine["sessions"] == [
             {"sessionId": "tab", "device": "web", "idle": False, "startedAt": mine["onlineSince"]}
         ]
-        await as_user(friends, ANN, SET_IDLE, s="tab", i=True)
-        assert await next_event(bob) == {"kind": "STATUS", "status": "AWAY"}
-        await as_user(friends, ANN, SET_IDLE, s="tab", i=False)
-        assert await next_event(bob) == {"kind": "STATUS", "status": "ONLINE"}
+        await as_user(friends, ann(), SET_IDLE, s="tab", i=True)
+        assert await next_event(bobs) == {"kind": "STATUS", "status": "AWAY"}
+        await as_user(friends, ann(), SET_IDLE, s="tab", i=False)
+        assert await next_event(bobs) == {"kind": "STATUS", "status": "ONLINE"}
 
 
 @pytest.fixture
@@ -334,12 +342,12 @@ async def test_online_totals_leave_invisible_users_out_for_end_users_only(
     document = "query($o: OnlineOrder!) { onlineUsers(first: 10, orderBy: $o) { totalCount nodes { userId } } }"
     for order in ("LAST_SEEN", "ONLINE_SINCE"):
         assert (await backend(secured, document, o=order))["totalCount"] == 7
-        body = await as_user(secured, ANN, document, o=order)
+        body = await as_user(secured, ann(), document, o=order)
         listed = body["data"]["onlineUsers"]
         assert listed["totalCount"] == 4
         assert sorted(n["userId"] for n in listed["nodes"]) == ["u0", "u2", "u3", "u5"]
     await backend(secured, SET_STATUS, u="u4", s="AUTO")
     await backend(secured, 'mutation { kick(userId: "u1") { kickedSessions } }')
     assert (await backend(secured, document, o="LAST_SEEN"))["totalCount"] == 6
-    body = await as_user(secured, ANN, document, o="ONLINE_SINCE")
+    body = await as_user(secured, ann(), document, o="ONLINE_SINCE")
     assert body["data"]["onlineUsers"]["totalCount"] == 5
