@@ -106,6 +106,7 @@ elseif change == 'idle' then
   extras.idle = idle
   redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
   tidy_extras(user_id)
+  track_activity(user_id)
 end
 
 local own_after, others_after, invisible_after = looks()

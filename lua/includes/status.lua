@@ -17,6 +17,9 @@
 --                    has no device. Expires with the user's sessions key.
 --   stexp      ZSET  member=user_id  score=when their custom status ends, ms: the sweep
 --                    announces each end (lua/sweep.lua)
+--   awayexp    ZSET  member=user_id  score=when their last active session expires, ms, for
+--                    users with an idle live session and no active held one: then they turn
+--                    AWAY by time alone, which the sweep announces (track_activity)
 --   invisible  SET   the users who chose INVISIBLE
 --   hidden     ZSET  the online entries (includes/live.lua) of the users who chose INVISIBLE,
 --                    as in the online ZSET: onlineUsers' total for end users is the online
@@ -170,6 +173,32 @@ local function went_offline(user_id)
 end
 
 local function hidden_key() return statuses.prefix .. 'hidden' end
+local function away_expiry_key() return statuses.prefix .. 'awayexp' end
+
+-- Notes when the user turns AWAY by time alone: when their newest active session that lives
+-- by time expires while an idle one stays live (and no active held session keeps them).
+local function track_activity(user_id)
+  local now = event_looks.now
+  local live = live_of(user_id, statuses.online_key, now)
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
+  local some_idle, active_until, active_held = false, nil, false
+  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  for i, extras in ipairs(extras_of(user_id, ids)) do
+    if extras.idle then
+      some_idle = true
+    elseif held_slot(tonumber(redis.call('ZSCORE', sessions_key, ids[i])) or 0) then
+      active_held = true
+    else
+      active_until = math.max(active_until or 0, live[2 * i] + statuses.window_ms)
+    end
+  end
+  if some_idle and active_until and not active_held then
+    redis.call('ZADD', away_expiry_key(), active_until, user_id)
+  else
+    redis.call('ZREM', away_expiry_key(), user_id)
+  end
+end
 
 -- Copies the user's online entry into `hidden` if they chose INVISIBLE (else takes it out).
 local function sync_hidden(user_id)
@@ -188,7 +217,10 @@ local function use_statuses(prefix, online_key, window_ms, now)
   statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
   status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
-  status_hooks.online_moved = sync_hidden
+  status_hooks.online_moved = function(user_id)
+    sync_hidden(user_id)
+    track_activity(user_id)
+  end
 end
 
 -- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
