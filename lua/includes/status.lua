@@ -179,6 +179,9 @@ local function away_expiry_key() return statuses.prefix .. 'awayexp' end
 -- by time expires while an idle one stays live (and no active held session keeps them).
 local function track_activity(user_id)
   local now = event_looks.now
+  -- A user without a sessions key has one session, never idle: nothing to note (an entry
+  -- left from before is dropped by the sweep, which checks).
+  if redis.call('EXISTS', statuses.prefix .. 'sess:' .. user_id) == 0 then return end
   local live = live_of(user_id, statuses.online_key, now)
   local ids = {}
   for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
@@ -200,10 +203,11 @@ local function track_activity(user_id)
   end
 end
 
--- Copies the user's online entry into `hidden` if they chose INVISIBLE (else takes it out).
+-- Copies the user's online entry into `hidden` if they chose INVISIBLE (set_status takes it
+-- out when they stop).
 local function sync_hidden(user_id)
-  local score = redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 1
-    and redis.call('ZSCORE', statuses.online_key, user_id)
+  if redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 0 then return end
+  local score = redis.call('ZSCORE', statuses.online_key, user_id)
   if score then
     redis.call('ZADD', hidden_key(), score, user_id)
   else
