@@ -9,8 +9,6 @@
 --                    visible      FRIENDS|NOBODY: who may see lastSeen (none: EVERYONE)
 --                    hidden_seen  the lastSeen other end users see while the user is
 --                                 invisible: their last activity before they chose it, ms
---                    since        when the current online period began, ms (only meant
---                                 while the user is online)
 --   sx:<user>  HASH  session_id -> "started_ms idle device": a session's start (ms), 1 if
 --                    its client said the user is idle on it, else 0, and its device (may be
 --                    empty). A session without an entry started at `since`, is active and
@@ -26,7 +24,8 @@
 --                    count less this one's, O(log n) (sync_hidden keeps it)
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
--- Neither st nor stexp expires: a user's choice is kept until they change it.
+-- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
+-- who never chose anything has no st key); the others go with what they describe.
 
 local statuses = {prefix = false, window_ms = 0, online_key = false}
 
@@ -39,9 +38,10 @@ local function status_expiry_key() return statuses.prefix .. 'stexp' end
 -- custom = {text, emoji or false, expires (ms) or false} or nil once ended}.
 local function choices_of(user_id, now)
   local v = redis.call('HMGET', status_key(user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
-    'hidden_seen', 'since')
+    'hidden_seen')
+  local since = tonumber(redis.call('ZSCORE', since_key(), user_id))
   local choices = {chosen = v[1] or 'AUTO', visible = v[5] or 'EVERYONE', hidden_seen = tonumber(v[6]),
-    since = tonumber(v[7])}
+    since = since and -since}
   local expires = tonumber(v[4])
   if v[2] and (expires == nil or now < expires) then
     choices.custom = {text = v[2], emoji = v[3] or false, expires = expires or false}
@@ -164,7 +164,6 @@ end
 
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(user_id, t_ms)
-  redis.call('HSET', status_key(user_id), 'since', string.format('%d', t_ms))
   redis.call('ZADD', since_key(), -t_ms, user_id)
 end
 
