@@ -19,7 +19,7 @@ from gql_presence.realtime.hub import EventHub
 from gql_presence.running.connection import ShardedSubscriber, cluster_client, redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
-from gql_presence.store import Keys, PresenceStore, shard_of
+from gql_presence.store import ChosenStatus, Keys, PresenceStore, shard_of
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import eventually, first_event, ignore
 from tests.redis_cluster import LocalCluster, bus_publishes, fail_over, subscribers
@@ -164,15 +164,16 @@ async def test_a_users_events_stay_on_the_master_of_their_shard(
         before = bus_publishes(valkey_cluster.nodes)
         await store.touch_many(users)
         for user in users:
+            await store.set_status(user, ChosenStatus.BUSY)
             await store.kick(user)
         heard = []
         async with asyncio.timeout(3):
             async for event in feed:
                 heard.append((event.user_id, event.kind))
-                if len(heard) == 2 * len(users):
+                if len(heard) == 3 * len(users):
                     break
         assert sorted(heard) == sorted(
-            [(u, "ONLINE") for u in users] + [(u, "KICKED") for u in users]
+            (u, kind) for u in users for kind in ("ONLINE", "STATUS", "KICKED")
         )
         # Not one message about them crossed the cluster bus (nodes have no replicas here).
         assert bus_publishes(valkey_cluster.nodes) == before
