@@ -68,7 +68,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(redis_store)
     # The bounded sweep of expired presence, on that store.
     app.cleanup_ctx.append(sweeper)
-    # The one Redis subscription of this process, fanned out to its WebSocket subscribers.
+    # The Redis subscription of this process (one per shard with sharded pub/sub), fanned out
+    # to its WebSocket subscribers.
     app.cleanup_ctx.append(event_hub)
     # The connection-bound sessions of this process, renewed in batches, ended by the hub's kicks.
     app.cleanup_ctx.append(held_sessions)
@@ -104,6 +105,7 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
         observe = tracing.observing(app[METRICS].observe_script)  # a span per call, when on
         store = PresenceStore(redis.client, settings, observe_script=observe)
         await store.load_scripts()  # a script that does not load fails the start, not a request
+        await store.choose_publish()  # sharded pub/sub on a cluster that has it, as recorded
         await store.make_cursor_secret()  # every process, and any replica, reads the same
         app[REDIS] = redis
         app[STORE] = store
@@ -123,7 +125,8 @@ async def sweeper(app: web.Application) -> AsyncIterator[None]:
 
 
 async def event_hub(app: web.Application) -> AsyncIterator[None]:
-    hub = EventHub(app[REDIS].subscriber, app[STORE], app[SETTINGS].subscriber_buffer)
+    subscriber = app[REDIS].subscriber_for(sharded=app[STORE].sharded_events)
+    hub = EventHub(subscriber, app[STORE], app[SETTINGS].subscriber_buffer)
     await hub.start()
     app[EVENTS] = hub
     app[METRICS].follow(

@@ -5,10 +5,13 @@
   KEYS[1..k]  friends  SET  owner i's friends' ids (those who live in this key's shard)
   ARGV[1]     change   string: "SADD" to add the links, "SREM" to remove them
   ARGV[2]     channel  string: the events channel of every user
-  ARGV[3..]   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix (the
-              owner's events channel is this followed by owner_id: in the owner's own shard,
-              which may not be this one), n_i, then n_i friend ids, distinct and none equal
-              to owner_id
+  ARGV[3]     publish  string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
+                       channel given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[4..]   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix (the
+              channel of the owner's FRIENDS events is this followed by owner_id: with
+              PUBLISH the owner's own channel, in the owner's shard, which may not be this
+              one; with SPUBLISH the owner's channel in this shard), n_i, then n_i friend ids,
+              distinct and none equal to owner_id
   Events   FRIENDS (for subscribers of friendsOf) for each owner whose friend set changed, on
            the owner's channel
   Returns  {changed_1, ..., changed_k}: how many links each owner's set gained (SADD) or
@@ -18,10 +21,10 @@
 ]]
 --- @include "chunks"
 --- @include "events"
-local change, every_user_channel = ARGV[1], ARGV[2]
+local change, every_user_channel, publish = ARGV[1], ARGV[2], ARGV[3]
 if change ~= 'SADD' and change ~= 'SREM' then return redis.error_reply('BAD_CHANGE') end
 local reply = {}
-local at = 3
+local at = 4
 for i = 1, #KEYS do
   local owner_id, owner_channel_prefix, n = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
   local friend_ids = {}
@@ -29,7 +32,7 @@ for i = 1, #KEYS do
   at = at + 3 + n
   reply[i] = call_in_chunks(change, KEYS[i], friend_ids)
   if reply[i] > 0 then
-    announce({every_user_channel, owner_channel_prefix}, 'FRIENDS', owner_id, 0, '', 0)
+    announce({every_user_channel, owner_channel_prefix, publish}, 'FRIENDS', owner_id, 0, '', 0)
   end
 end
 return reply

@@ -25,6 +25,8 @@
   ARGV[11] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   ARGV[12] key_prefix     string: the shard's key prefix, from which users' status keys are
                            named (includes/status.lua), in the hash tag of KEYS
+  ARGV[13] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                          given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
            OFFLINE, now, when the closed session was the user's last live one
@@ -42,7 +44,7 @@ leases.key = KEYS[11]
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
 local window_ms, retention_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
-local channel = {ARGV[10], ARGV[11]}
+local channel = {ARGV[10], ARGV[11], ARGV[13]}
 
 local now = now_ms()
 use_statuses(ARGV[12], online_key, window_ms, now)

@@ -21,6 +21,8 @@
   ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   ARGV[7] key_prefix     string: the shard's key prefix, from which users' status keys are
                            named (includes/status.lua), in the hash tag of KEYS
+  ARGV[8]  publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                         given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
            session ended (the process holding a held session ends its subscription on it),
@@ -36,7 +38,7 @@ local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
 leases.key = KEYS[7]
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
-local channel = {ARGV[5], ARGV[6]}
+local channel = {ARGV[5], ARGV[6], ARGV[8]}
 
 local now = now_ms()
 use_statuses(ARGV[7], online_key, window_ms, now)

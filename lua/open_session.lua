@@ -28,6 +28,8 @@
   ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
                            named (includes/status.lua), in the hash tag of KEYS
   ARGV[14] device         string: what the session's client says it is, or ""
+  ARGV[15] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                          given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {generation, opened_ms}: the new holder's generation
   Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
@@ -47,7 +49,7 @@ leases.key = KEYS[13]
 local user_id, session_id, slot, token = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local window_ms, retention_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local channel = {ARGV[11], ARGV[12]}
+local channel = {ARGV[11], ARGV[12], ARGV[15]}
 
 local now = now_ms()
 use_statuses(ARGV[13], online_key, window_ms, now)

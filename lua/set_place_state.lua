@@ -11,6 +11,8 @@
   ARGV[3]  session_id  string
   ARGV[4]  state       string: JSON object
   ARGV[5]  channel     string: the place's events channel
+  ARGV[6]  publish    string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                      given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the moment the session joined, ms
   Events   UPDATED with the state, unless it is the state already
   Errors   "NOT_IN_PLACE" (the session is not held in the place now); nothing is written then
@@ -19,7 +21,7 @@
 --- @include "connections"
 --- @include "places"
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5]}
+  channel = ARGV[5], publish = ARGV[6]}
 leases.key = KEYS[5]
 local user_id, session_id, state = ARGV[2], ARGV[3], ARGV[4]
 

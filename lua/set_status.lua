@@ -20,6 +20,8 @@
                          (includes/status.lua), in the hash tag of KEYS
   ARGV[9]  channel       string: the events channel of every user
   ARGV[10] user_channel_prefix  string: a user's events channel is this followed by the user id
+  ARGV[11] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
+                         channel given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the user's presence_entry (includes/status.lua) after the change
   Events   STATUS when the user's status or custom status changes as backends and the user see
            it, or as other end users see it (ONLINE or OFFLINE to them when choosing or leaving
@@ -35,7 +37,7 @@ leases.key = KEYS[3]
 local user_id, change = ARGV[1], ARGV[2]
 local window_ms, retention_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
 local prefix = ARGV[8]
-local channel = {ARGV[9], ARGV[10]}
+local channel = {ARGV[9], ARGV[10], ARGV[11]}
 
 local now = now_ms()
 use_statuses(prefix, online_key, window_ms, now)

@@ -32,6 +32,8 @@
                             far fewer of them than it removes expired entries
   ARGV[19] key_prefix       string: the shard's key prefix, from which users' status keys are
                             named (includes/status.lua), in the hash tag of KEYS
+  ARGV[20] publish          string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                            given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses}:
            online_count is of users online now; lapsed_count of the users and place sessions
            of lapsed leases whose sessions under them were ended; ended_statuses the most of
@@ -50,7 +52,7 @@
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 leases.key = KEYS[5]
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local channel = {ARGV[3], ARGV[4]}
+local channel = {ARGV[3], ARGV[4], ARGV[20]}
 local sessions_prefix, conn_prefix = ARGV[5], ARGV[6]
 local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
 local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
@@ -89,6 +91,7 @@ for i = 1, #lapsed, 2 do
     if ended >= lapsed_batch then break end
     local place = {id = place_id}
     for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
+    place.publish = channel[3]
     local left = {}
     ended = ended + end_lapsed_members(place, slot, lapsed_batch - ended, left)
     announce_place(place, left)

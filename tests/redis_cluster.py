@@ -175,3 +175,28 @@ def _wait(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             raise RedisStartError(f"waited {_START_TIMEOUT_S:g} s for {what} in vain")
         time.sleep(0.05)
+
+
+def bus_publishes(nodes: Sequence[tuple[str, int]]) -> dict[str, int]:
+    """The cluster bus messages that carried published messages, summed over the nodes: those
+    of classic PUBLISH ("publish", sent to every other node) and of sharded SPUBLISH
+    ("publishshard", sent to the replicas of the publishing shard only), each as sent."""
+    totals = {"publish": 0, "publishshard": 0}
+    for host, port in nodes:
+        with Redis(host=host, port=port, decode_responses=True) as client:
+            info = client.execute_command("CLUSTER", "INFO")
+        for line in info.splitlines():
+            name, _, value = line.partition(":")
+            for kind in totals:
+                if name == f"cluster_stats_messages_{kind}_sent":
+                    totals[kind] += int(value)
+    return totals
+
+
+def subscribers(address: tuple[str, int], channel: str) -> tuple[int, int]:
+    """The subscribers of a channel on one node: (sharded ones, classic ones), from PUBSUB
+    SHARDNUMSUB and PUBSUB NUMSUB."""
+    with Redis(host=address[0], port=address[1], decode_responses=True) as client:
+        _, sharded = client.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+        _, classic = client.execute_command("PUBSUB", "NUMSUB", channel)
+    return int(sharded), int(classic)

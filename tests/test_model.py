@@ -537,7 +537,9 @@ class ShardedModel(PresenceModel):
         return dataclasses.replace(self.deployment, connection_ttl_ms=TTL_MS)
 
 
-@pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
+@pytest.mark.parametrize(
+    "deployment", ["three-shards", "cluster", "sharded-cluster"], indirect=True
+)
 def test_sharded_store_agrees_with_the_model(deployment: Settings) -> None:
     # "ann" lives in shard 0, "bob", "cy" and "dee" in shard 2.
     assert {shard_of(user, 3) for user in USERS} == {0, 2}

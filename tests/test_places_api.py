@@ -14,7 +14,7 @@ import pytest
 from gql_presence.app import create_app
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.settings import Settings
-from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
+from tests.conftest import EVERY_EVENTS_DEPLOYMENT, ClientFactory, error_codes, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
     Service,
@@ -68,7 +68,7 @@ def event(message: dict[str, Any]) -> tuple[Any, ...]:
     return body["kind"], body["userId"], body["sessionId"], body["state"]
 
 
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: Service) -> None:
     async with (
         graphql_socket(service) as ann,
@@ -108,7 +108,7 @@ async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: S
     assert counts["data"]["placeCounts"] == [{"sessions": 0, "users": 0}]
 
 
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_a_place_session_ends_with_kicked_or_replaced(service: Service) -> None:
     async with graphql_socket(service) as first, graphql_socket(service) as second:
         await start(first, "1", HOLD, place="lobby", user="ann", session="s")
@@ -186,7 +186,7 @@ async def test_a_places_claim_that_is_not_a_list_of_strings_is_not_a_valid_token
     assert error_codes(body) == ["UNAUTHENTICATED"]
 
 
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_watchers_of_one_document_share_each_events_bytes_and_miss_no_join(
     service: Service,
 ) -> None:

@@ -233,7 +233,9 @@ class ShardedPlacesModel(PlacesModel):
         return dataclasses.replace(self.deployment, connection_ttl_ms=TTL_MS)
 
 
-@pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
+@pytest.mark.parametrize(
+    "deployment", ["three-shards", "cluster", "sharded-cluster"], indirect=True
+)
 def test_sharded_places_agree_with_the_model(deployment: Settings) -> None:
     ShardedPlacesModel.deployment = deployment
     run_state_machine_as_test(ShardedPlacesModel, settings=runs(max_examples=15))

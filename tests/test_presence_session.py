@@ -18,7 +18,7 @@ from gql_presence.http.app_keys import HELD_SESSIONS
 from gql_presence.settings import Settings
 from gql_presence.store import shard_of
 from gql_presence.store.keys import Keys
-from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, graphql
+from tests.conftest import EVERY_EVENTS_DEPLOYMENT, ClientFactory, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
     FIELDS,
@@ -65,7 +65,7 @@ async def presence_online(service: Service, user: str) -> bool:
 
 
 @pytest.mark.slow
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_a_session_lives_with_its_subscription(service: Service) -> None:
     async with graphql_socket(service) as watcher, graphql_socket(service) as tab:
         await start(watcher, "w", CHANGES, users=["alice"])
@@ -103,7 +103,7 @@ async def test_a_closed_socket_ends_its_sessions_at_once(service: Service) -> No
 
 
 @pytest.mark.slow
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_a_kick_ends_the_subscription_and_the_socket_stays_open(service: Service) -> None:
     async with graphql_socket(service) as tab:
         await start(tab, "s", SESSION, user="alice", session="tab-1")

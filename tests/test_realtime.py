@@ -31,7 +31,7 @@ from gql_presence.store import PresenceStore
 from gql_presence.store.days import to_ms
 from tests.conftest import (
     CLUSTER_PASSWORD,
-    EVERY_DEPLOYMENT,
+    EVERY_EVENTS_DEPLOYMENT,
     TEST_SETTINGS,
     ClientFactory,
     graphql,
@@ -69,7 +69,7 @@ async def start_service(aiohttp_client: ClientFactory, **changes: Any) -> Servic
 
 @pytest.fixture
 async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
-    """The service on the deployment: one Redis unless a test asks for EVERY_DEPLOYMENT."""
+    """The service on the deployment: one Redis unless a test asks for EVERY_EVENTS_DEPLOYMENT."""
     return await aiohttp_client(create_app(deployment))
 
 
@@ -78,7 +78,7 @@ def without_at(event: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.slow
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_online_kicked_and_offline_arrive_in_order_with_their_fields(
     service: Service,
 ) -> None:
@@ -162,7 +162,7 @@ async def test_a_cluster_that_requires_a_password_serves_requests_and_events(
     assert readiness.status == 200, await readiness.text()
 
 
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_a_process_receives_the_events_of_the_users_followed_there_only(
     service: Service, store_of_api: PresenceStore
 ) -> None:
@@ -178,7 +178,7 @@ async def test_a_process_receives_the_events_of_the_users_followed_there_only(
         assert (hub.messages_received, hub.events_decoded) == (1, 1)
 
 
-@EVERY_DEPLOYMENT
+@EVERY_EVENTS_DEPLOYMENT
 async def test_friends_of_follows_the_friend_set_as_it_changes(service: Service) -> None:
     # With three shards, "me" lives in shard 0, "former" in shard 1 and "newer" in shard 2.
     await graphql(service, 'mutation { addFriends(userId: "me", friendIds: ["former"]) }')

@@ -9,10 +9,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from redis.asyncio import RedisCluster
+from redis.asyncio import Redis, RedisCluster
 
 from gql_presence.realtime.hub import EventHub
-from gql_presence.running.connection import cluster_subscriber, subscriber_client
+from gql_presence.running.connection import (
+    ShardedSubscriber,
+    cluster_subscriber,
+    subscriber_client,
+)
 from gql_presence.settings import Settings
 from gql_presence.store import Page, PresenceStore, shard_of
 from gql_presence.store.client import AnyRedis
@@ -20,13 +24,17 @@ from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.keys import Keys
 from tests.helpers import eventually, first_event, ignore
 
-SHARDED = pytest.mark.parametrize("deployment", ["three-shards", "cluster"], indirect=True)
+SHARDED = pytest.mark.parametrize(
+    "deployment", ["three-shards", "cluster", "sharded-cluster"], indirect=True
+)
 pytestmark = SHARDED
 
 
 @pytest.fixture
-def store(http_redis: AnyRedis, deployment: Settings) -> PresenceStore:
-    return PresenceStore(http_redis, deployment)
+async def store(http_redis: AnyRedis, deployment: Settings) -> PresenceStore:
+    store = PresenceStore(http_redis, deployment)
+    await store.choose_publish()  # sharded pub/sub on the sharded cluster
+    return store
 
 
 def ids_in_every_shard(prefix: str, per_shard: int, shards: int = 3) -> list[str]:
@@ -213,14 +221,18 @@ async def test_friend_links_live_in_the_friends_shard(
     assert await store.friends(me) == sorted(friends[3:5])
 
 
-# --- events: one channel for every shard ---------------------------------------------------
+# --- events: one channel for every shard, or with sharded pub/sub one per shard -------------
 
 
 @pytest.fixture
 async def hub(
     store: PresenceStore, http_redis: AnyRedis, deployment: Settings
 ) -> AsyncIterator[EventHub]:
-    if isinstance(http_redis, RedisCluster):
+    subscriber: Redis | ShardedSubscriber
+    if store.sharded_events:
+        assert isinstance(http_redis, RedisCluster)
+        subscriber = ShardedSubscriber(http_redis)
+    elif isinstance(http_redis, RedisCluster):
         subscriber = cluster_subscriber(http_redis, deployment.redis_cluster_nodes)
     else:
         assert deployment.redis_url is not None
@@ -229,7 +241,8 @@ async def hub(
     await events.start()
     yield events
     await events.stop()
-    await asyncio.wait_for(subscriber.aclose(), 5)
+    if isinstance(subscriber, Redis):
+        await asyncio.wait_for(subscriber.aclose(), 5)
 
 
 async def test_friends_of_follows_friends_of_every_shard(

@@ -5,8 +5,12 @@ its user, and on the channel of every user. Each API process holds one pub/sub c
 which it subscribes to the channels of the users its subscribers follow (their friendsOf
 owners, and the users whose sessions it holds), and to the channel of every user only while
 one of its subscribers follows everyone: a process receives and decodes only the events it
-hands on. It hands each event to the followers of its user: feeds, which queue events for a
-task to read, and deliveries, which write the event's message to their socket at once
+hands on. With sharded pub/sub (on a Redis Cluster that has it: PresenceStore.choose_publish)
+it holds one such connection per shard instead, a *route*, to the master of the shard's slot,
+which alone hears the shard's channels (each shard has its own channel of every user then);
+everything below holds for each route on its own, and a user's events all take one route.
+It hands each event to the followers of its user: feeds, which queue events for a task to
+read, and deliveries, which write the event's message to their socket at once
 (realtime/delivery.py).
 A user's channel is subscribed when the user gets their first follower here and unsubscribed
 when the last one leaves, the changes of one event-loop turn in one command. A subscriber's
@@ -24,7 +28,10 @@ at most that many unsent (counted as the bytes waiting there over the mean size 
 just written). One that falls further behind is dropped (its socket closed with a reason)
 instead of slowing the others or growing memory.
 When the Redis subscription is lost, every subscriber is dropped too, since events were
-missed; clients re-read presence and subscribe again. Events are never replayed.
+missed; clients re-read presence and subscribe again. Events are never replayed. With one
+connection per shard, the loss of one (the shard's master failed over, its slot moved, which
+Redis says with an SUNSUBSCRIBE of every channel of the slot, or the connection broke) drops
+the subscribers that follow a user or place of that shard, or everyone, and the others go on.
 """
 
 from __future__ import annotations
@@ -78,12 +85,55 @@ _CHANNELS_PER_COMMAND = 1000
 # Messages read before the deliveries written to are flushed: those already arrived are read
 # first, so that the events of one script (one message per user) reach a socket in one write.
 _MESSAGES_PER_BATCH = 1000
+_CONFIRMATIONS = frozenset({"subscribe", "unsubscribe", "ssubscribe", "sunsubscribe"})
+
+
+class ShardSubscriber(Protocol):
+    """Opens the pub/sub connections of sharded pub/sub (running/connection.py)."""
+
+    async def pubsub_for(self, channel: str, *, again: bool) -> PubSub:
+        """A connection to the master that serves the channel's slot, as far as known: after
+        a loss (`again`), as the cluster says now."""
+        ...
+
+
+class _Route:
+    """One pub/sub connection and what is known of it: the only one with classic PUBLISH, one
+    per shard with sharded pub/sub."""
+
+    __slots__ = (
+        "every_user",
+        "index",
+        "listener",
+        "pubsub",
+        "quiet",
+        "send_failed",
+        "sending",
+        "sharded",
+        "subscribed",
+    )
+
+    def __init__(self, index: int, every_user: bytes, quiet: bytes, *, sharded: bool) -> None:
+        self.index = index
+        self.sharded = sharded
+        # Channels as bytes, as the subscriber's replies name them.
+        self.every_user = every_user
+        self.quiet = quiet
+        # None while there is no connection.
+        self.pubsub: PubSub | None = None
+        self.subscribed = asyncio.Event()
+        self.sending = asyncio.Lock()
+        self.send_failed: Exception | None = None
+        self.listener: asyncio.Task[None] | None = None
+
+    def name(self) -> str:
+        return f"presence events of shard {self.index}" if self.sharded else "presence events"
 
 
 class EventHub:
     def __init__(
         self,
-        redis: Redis,
+        redis: Redis | ShardSubscriber,
         store: PresenceStore,
         capacity: int,
         *,
@@ -96,9 +146,9 @@ class EventHub:
         self._ping_every_s = ping_every_s
         self._silence_limit_s = silence_limit_s
         self._capacity = capacity
-        # Channels as bytes, as the subscriber's replies name them.
-        self._channel = store.events_channel.encode()
-        self._quiet = store.quiet_channel.encode()
+        # Made at the start, once the store knows how events are published.
+        self._routes: list[_Route] = []
+        self._every_user: frozenset[bytes] = frozenset()
         self._store = store
         self._followers: set[Follower] = set()
         # Followers whose channels are not confirmed yet: their subscribe is not answered.
@@ -114,14 +164,14 @@ class EventHub:
         self._gap_watchers: list[Callable[[], None]] = []
         # Users whose held sessions are watched here: how many holds watch each.
         self._watched: dict[str, int] = {}
-        # The subscription's channels: the pub/sub connection (None while there is none),
-        # the channels whose last command sent was SUBSCRIBE, how many commands of each
-        # channel Redis has not confirmed yet, and the channels whose events are handed on.
+        # The subscription's channels, of every route: the channels whose last command sent
+        # was SUBSCRIBE, how many commands of each channel Redis has not confirmed yet, and
+        # the channels whose events are handed on.
         # A user's channel is live once its last command, a SUBSCRIBE, is confirmed, and no
         # longer as soon as it is unsubscribed (nobody here follows the user then). The channel
         # of every user is live from the confirmation of a SUBSCRIBE to that of an
-        # UNSUBSCRIBE: its copies of events replace those of the users' channels then.
-        self._pubsub: PubSub | None = None
+        # UNSUBSCRIBE: its copies of events replace those of the users' channels (of its
+        # route) then.
         # The channel of each user wanted here, named once.
         self._channel_of: dict[str, bytes] = {}
         self._asked: set[bytes] = set()
@@ -130,20 +180,19 @@ class EventHub:
         # Per channel awaited, one future for all who wait: True once confirmed, False when
         # the connection was lost first.
         self._confirmed: dict[bytes, asyncio.Future[bool]] = {}
+        # friendsOf owners whose friend set's channels in other shards are asked for (sharded
+        # pub/sub only).
+        self._friend_set_owners: set[str] = set()
         # Users whose interest changed in this event-loop turn, and whether everyone's did.
         self._changed: set[str] = set()
         self._everyone_changed = False
         self._update_planned = False
-        self._sending = asyncio.Lock()
-        self._send_failed: Exception | None = None
         # Messages received, and events decoded from them: what this process pays for.
         self.messages_received = 0
         self.events_decoded = 0
         # Deliveries with messages of the batch being read, written once it has been read.
         self.to_flush: list[Writer] = []
         self._tasks: set[asyncio.Task[None]] = set()
-        self._listener: asyncio.Task[None] | None = None
-        self._subscribed = asyncio.Event()
         # redis-py may turn a cancellation into a ConnectionError; this flag is what ends the
         # listener's loop for certain.
         self._stopping = False
@@ -161,14 +210,30 @@ class EventHub:
     def follows(self, user_id: str) -> bool:
         """Whether a subscriber of this process follows the user now (friendsOf: once the
         friend set read last is applied), its channel's subscription confirmed."""
-        if self._everyone and self._settled(self._channel):
+        route = self._routes[self._store.route_of(user_id)]
+        if self._everyone and self._settled(route.every_user):
             return True
         return user_id in self._by_user and self._settled(self._user_channel(user_id))
 
     @property
     def channel_count(self) -> int:
-        """Channels this process asked Redis to send it (the quiet one included)."""
+        """Channels this process asked Redis to send it (the quiet ones included)."""
         return len(self._asked)
+
+    def _route_of(self, channel: bytes) -> _Route:
+        return self._routes[self._store.route_of_channel(channel)]
+
+    def _friend_set_channels(self, user_id: str) -> list[bytes]:
+        """The channels that announce changes of the user's friend set besides their own
+        (with sharded pub/sub: their channel in each other shard)."""
+        if not self._store.sharded_events or user_id.startswith(PLACE_KEY):
+            return []
+        own = self._user_channel(user_id)
+        return [
+            channel
+            for channel in map(str.encode, self._store.friend_set_channels(user_id))
+            if channel != own
+        ]
 
     def _user_channel(self, user_id: str) -> bytes:
         """The channel of a user, or of a place by its `place_key`."""
@@ -186,18 +251,37 @@ class EventHub:
 
     @property
     def subscribed(self) -> bool:
-        """Whether this process receives events now."""
-        return self._subscribed.is_set()
+        """Whether this process receives events now (over every route)."""
+        return all(route.subscribed.is_set() for route in self._routes)
 
     async def start(self) -> None:
-        self._listener = asyncio.create_task(self._listen(), name="presence-events")
-        await asyncio.wait_for(self._subscribed.wait(), timeout=10)
+        await self._store.choose_publish()
+        sharded = self._store.sharded_events
+        if sharded == isinstance(self._redis, Redis):
+            raise TypeError("sharded pub/sub takes a ShardSubscriber, classic a Redis client")
+        self._routes = [
+            _Route(
+                i,
+                self._store.every_user_channel(i).encode(),
+                self._store.quiet_channel(i).encode(),
+                sharded=sharded,
+            )
+            for i in range(self._store.event_routes)
+        ]
+        self._every_user = frozenset(route.every_user for route in self._routes)
+        for route in self._routes:
+            name = f"presence-events-{route.index}" if route.sharded else "presence-events"
+            route.listener = asyncio.create_task(self._listen(route), name=name)
+        async with asyncio.timeout(10):
+            for route in self._routes:
+                await route.subscribed.wait()
 
     async def stop(self) -> None:
         """Ends the subscription and the hub's tasks; bounded, so that a shutdown never waits
         on a connection that stopped answering."""
         self._stopping = True
-        tasks = [*self._tasks, *([self._listener] if self._listener else [])]
+        listeners = [route.listener for route in self._routes if route.listener is not None]
+        tasks = [*self._tasks, *listeners]
         for task in tasks:
             task.cancel()
         if tasks:
@@ -348,15 +432,17 @@ class EventHub:
                 self._everyone.add(follower)
                 self._everyone_changed = True
                 self._plan_update()
-                await self._until_live([self._channel])
+                await self._until_live(route.every_user for route in self._routes)
                 return
             if friends_of is not None:
                 follower.friends_of = friends_of
                 self._by_friends_of.setdefault(friends_of, set()).add(follower)
                 self._interest_changed((friends_of,))
-                # The owner's channel first: a change of the friend set made after it is read
+                # The owner's channels first: a change of the friend set made after it is read
                 # is announced there.
-                await self._until_live([self._user_channel(friends_of)])
+                await self._until_live(
+                    [self._user_channel(friends_of), *self._friend_set_channels(friends_of)]
+                )
                 await self._reload_friends(follower)
             else:
                 self._follow(follower, frozenset(user_ids))
@@ -428,30 +514,41 @@ class EventHub:
 
     def _update_subscription(self) -> None:
         self._update_planned = False
-        pubsub = self._pubsub
-        if pubsub is None:
-            return  # the next connection subscribes to what is wanted then
-        subscribe: list[bytes] = []
-        unsubscribe: list[bytes] = []
+        # Per route, the channels to subscribe to and those to leave.
+        plans: dict[int, tuple[list[bytes], list[bytes]]] = {}
         for user_id in self._changed:
             wanted = self._wanted(user_id)
             channel = self._user_channel(user_id)
-            self._ask(channel, wanted, subscribe, unsubscribe)
+            self._ask(channel, wanted, plans)
+            if user_id in self._by_friends_of or user_id in self._friend_set_owners:
+                owner = user_id in self._by_friends_of
+                for other in self._friend_set_channels(user_id):
+                    self._ask(other, owner, plans)
+                if owner:
+                    self._friend_set_owners.add(user_id)
+                else:
+                    self._friend_set_owners.discard(user_id)
             if not wanted:
                 self._channel_of.pop(user_id, None)
                 self._place_of.pop(channel, None)
         self._changed.clear()
         if self._everyone_changed:
             self._everyone_changed = False
-            self._ask(self._channel, bool(self._everyone), subscribe, unsubscribe)
-        if subscribe or unsubscribe:
-            self.spawn(self._send(pubsub, subscribe, unsubscribe))
+            for route in self._routes:
+                self._ask(route.every_user, bool(self._everyone), plans)
+        for index, (subscribe, unsubscribe) in plans.items():
+            route = self._routes[index]
+            self.spawn(self._send(route, route.pubsub, subscribe, unsubscribe))
 
     def _ask(
-        self, channel: bytes, wanted: bool, subscribe: list[bytes], unsubscribe: list[bytes]
+        self, channel: bytes, wanted: bool, plans: dict[int, tuple[list[bytes], list[bytes]]]
     ) -> None:
+        route = self._route_of(channel)
+        if route.pubsub is None:
+            return  # the route's next connection subscribes to what is wanted then
         if wanted == (channel in self._asked):
             return
+        subscribe, unsubscribe = plans.setdefault(route.index, ([], []))
         self._unconfirmed[channel] = self._unconfirmed.get(channel, 0) + 1
         if wanted:
             self._asked.add(channel)
@@ -459,36 +556,41 @@ class EventHub:
         else:
             self._asked.discard(channel)
             unsubscribe.append(channel)
-            if channel != self._channel:
+            if channel not in self._every_user:
                 self._live.discard(channel)  # nobody here follows its user any more
 
     async def _send(
-        self, pubsub: PubSub, subscribe: Sequence[bytes], unsubscribe: Sequence[bytes]
+        self,
+        route: _Route,
+        pubsub: PubSub | None,
+        subscribe: Sequence[bytes],
+        unsubscribe: Sequence[bytes],
     ) -> None:
         # In order, and subscriptions before unsubscriptions: a user's channel is confirmed
         # before the channel of every user that brought its events meanwhile is left.
-        async with self._sending:
-            if pubsub is not self._pubsub:
+        async with route.sending:
+            if pubsub is None or pubsub is not route.pubsub:
                 return  # that connection was lost; the next one subscribes to what is wanted
             try:
                 for command, channels in (
-                    (pubsub.subscribe, subscribe),
-                    (pubsub.unsubscribe, unsubscribe),
+                    (pubsub.ssubscribe if route.sharded else pubsub.subscribe, subscribe),
+                    (pubsub.sunsubscribe if route.sharded else pubsub.unsubscribe, unsubscribe),
                 ):
                     for first in range(0, len(channels), _CHANNELS_PER_COMMAND):
                         await command(*channels[first : first + _CHANNELS_PER_COMMAND])
             except Exception as error:
                 # Its confirmations would never come: the listener starts again (unless that
                 # connection is already given up).
-                if pubsub is self._pubsub:
-                    self._send_failed = error
+                if pubsub is route.pubsub:
+                    route.send_failed = error
 
-    def _confirm(self, kind: str, channel: bytes) -> None:
-        """Takes Redis's confirmation of one channel's SUBSCRIBE or UNSUBSCRIBE."""
+    def _confirm(self, route: _Route, kind: str, channel: bytes) -> None:
+        """Takes Redis's confirmation of one channel's SUBSCRIBE or UNSUBSCRIBE (or their
+        sharded kin)."""
         left = self._unconfirmed.get(channel, 0) - 1
-        if channel == self._channel:
+        if channel == route.every_user:
             # Where the copies of events come from changes at this point of the stream.
-            if kind == "subscribe":
+            if kind in {"subscribe", "ssubscribe"}:
                 self._live.add(channel)
             else:
                 self._live.discard(channel)
@@ -527,24 +629,26 @@ class EventHub:
                 "The store did not confirm the event subscription in time; subscribe again."
             ) from None
 
-    async def _subscribe_anew(self, pubsub: PubSub) -> None:
-        """Subscribes a new connection to every channel wanted now."""
+    async def _subscribe_anew(self, route: _Route, pubsub: PubSub) -> None:
+        """Subscribes a new connection of the route to every channel of it wanted now."""
         self._channel_of = {u: c for u, c in self._channel_of.items() if self._wanted(u)}
-        self._asked = {self._quiet}
-        self._asked.update(
-            self._user_channel(u)
-            for u in self._by_user.keys() | self._by_friends_of.keys() | self._watched.keys()
-        )
+        interests = self._by_user.keys() | self._by_friends_of.keys() | self._watched.keys()
+        channels = [*map(self._user_channel, interests), route.quiet]
+        for owner in self._by_friends_of:
+            channels += self._friend_set_channels(owner)
+        if self._store.sharded_events:
+            self._friend_set_owners |= self._by_friends_of.keys()
         if self._everyone:
-            self._asked.add(self._channel)
-        self._unconfirmed = dict.fromkeys(self._asked, 1)
-        self._live = set()
-        self._changed.clear()
-        self._everyone_changed = False
-        asked = sorted(self._asked)
+            channels.append(route.every_user)
+        mine = {channel for channel in channels if self._route_of(channel) is route}
+        self._asked = {c for c in self._asked if self._route_of(c) is not route} | mine
+        # The route's channels had none unconfirmed or live since its last connection was lost.
+        self._unconfirmed.update(dict.fromkeys(mine, 1))
+        asked = sorted(mine)
+        subscribe = pubsub.ssubscribe if route.sharded else pubsub.subscribe
         for first in range(0, len(asked), _CHANNELS_PER_COMMAND):
-            await pubsub.subscribe(*asked[first : first + _CHANNELS_PER_COMMAND])
-        self._pubsub = pubsub
+            await subscribe(*asked[first : first + _CHANNELS_PER_COMMAND])
+        route.pubsub = pubsub
         # What changed while the commands were sent.
         self._changed.update(
             self._by_user.keys() | self._by_friends_of.keys() | self._watched.keys()
@@ -552,14 +656,16 @@ class EventHub:
         self._everyone_changed = True
         self._plan_update()
 
-    def _lost(self) -> None:
-        """The connection is gone: so is every subscription, and the waits for one."""
-        self._pubsub = None
-        self._send_failed = None
-        self._live.clear()
-        self._unconfirmed.clear()
-        waiting, self._confirmed = self._confirmed, {}
-        for confirmed in waiting.values():
+    def _lost(self, route: _Route) -> None:
+        """The route's connection is gone: so is every subscription of it, and the waits for
+        one."""
+        route.pubsub = None
+        route.send_failed = None
+        self._live = {c for c in self._live if self._route_of(c) is not route}
+        for channel in [c for c in self._unconfirmed if self._route_of(c) is route]:
+            del self._unconfirmed[channel]
+        for channel in [c for c in self._confirmed if self._route_of(c) is route]:
+            confirmed = self._confirmed.pop(channel)
             if not confirmed.done():
                 confirmed.set_result(False)
 
@@ -589,38 +695,47 @@ class EventHub:
         except PresenceError as error:
             feed.drop(FeedDroppedError(_again(error.message), violation=False))
 
-    async def _listen(self) -> None:
+    async def _open(self, route: _Route, *, again: bool) -> PubSub:
+        if isinstance(self._redis, Redis):
+            return self._redis.pubsub()
+        return await self._redis.pubsub_for(route.quiet.decode(), again=again)
+
+    async def _listen(self, route: _Route) -> None:
         attempt = 0
         while not self._stopping:
-            pubsub = self._redis.pubsub()
+            pubsub: PubSub | None = None
             try:
-                await self._subscribe_anew(pubsub)
-                await self._receive(pubsub)
+                # After a loss, the cluster is asked again where the route's slot is.
+                pubsub = await self._open(route, again=attempt > 0)
+                await self._subscribe_anew(route, pubsub)
+                await self._receive(route, pubsub)
             except asyncio.CancelledError:
                 raise
             except Exception as error:
                 if self._stopping:
                     return
                 # Whatever ended the subscription, events may have been missed: every
-                # subscriber is told, and this process subscribes again.
-                self._subscribed.clear()
+                # subscriber whose events take this route is told, and this process
+                # subscribes again.
+                route.subscribed.clear()
                 why = f"event stream interrupted ({type(error).__name__})"
-                self._lost()
-                self._drop_all(why)
+                self._lost(route)
+                self._drop_followers_of(route, why)
                 for on_gap in self._gap_watchers:
                     on_gap()
                 delay = _RECONNECT_DELAYS_S[min(attempt, len(_RECONNECT_DELAYS_S) - 1)]
                 attempt += 1
-                log.warning("presence events lost (%s); subscribing again in %g s", error, delay)
+                log.warning("%s lost (%s); subscribing again in %g s", route.name(), error, delay)
                 await asyncio.sleep(delay)
             else:
                 attempt = 0
             finally:
-                # Bounded: closing must not hang on a connection that stopped answering.
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(pubsub.aclose(), 2)  # type: ignore[no-untyped-call]
+                if pubsub is not None:
+                    # Bounded: closing must not hang on a connection that stopped answering.
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(pubsub.aclose(), 2)  # type: ignore[no-untyped-call]
 
-    async def _receive(self, pubsub: PubSub) -> None:
+    async def _receive(self, route: _Route, pubsub: PubSub) -> None:
         loop = asyncio.get_running_loop()
         heard = pinged = loop.time()
         while not self._stopping:
@@ -629,54 +744,71 @@ class EventHub:
             if message is not None:
                 heard = now
                 try:
-                    self._take(message)
+                    self._take(route, message)
                     for _ in range(_MESSAGES_PER_BATCH - 1):
                         # Those already here: a read that finds none returns at once.
                         message = await pubsub.get_message(timeout=0)
                         if message is None:
                             break
-                        self._take(message)
+                        self._take(route, message)
                 finally:
                     to_flush, self.to_flush = self.to_flush, []
                     for delivery in to_flush:
                         delivery.flush()
-            if self._send_failed is not None:
-                raise redis_errors.ConnectionError(f"subscribing failed: {self._send_failed}")
+            if route.send_failed is not None:
+                raise redis_errors.ConnectionError(f"subscribing failed: {route.send_failed}")
             if now - heard > self._silence_limit_s:
                 raise redis_errors.ConnectionError(
                     f"no answer from Redis for {self._silence_limit_s:g} s"
                 )
-            if now - pinged >= self._ping_every_s or not self._subscribed.is_set():
+            if now - pinged >= self._ping_every_s or not route.subscribed.is_set():
                 await pubsub.ping()
                 pinged = now
 
-    def _drop_all(self, why: str) -> None:
+    def _drop_followers_of(self, route: _Route, why: str) -> None:
+        """Drops the subscribers some of whose events take the route."""
         for feed in list(self._followers):
-            feed.drop(FeedDroppedError(_again(why), violation=False))
-        for followers in list(self._place_followers.values()):
-            for follower in list(followers):
-                if isinstance(follower, _PlaceCallback):
-                    follower.lost(_again(why))
+            if self._takes_route(feed, route):
+                feed.drop(FeedDroppedError(_again(why), violation=False))
+        for place_id, followers in list(self._place_followers.items()):
+            if self._store.route_of(place_id) == route.index:
+                for follower in list(followers):
+                    if isinstance(follower, _PlaceCallback):
+                        follower.lost(_again(why))
 
-    def _take(self, message: dict[str, Any]) -> None:
+    def _takes_route(self, follower: Follower, route: _Route) -> bool:
+        if len(self._routes) == 1 or follower in self._everyone or follower.friends_of:
+            return True  # a friend set's changes come by every route
+        if isinstance(follower, PlaceDelivery):
+            return self._store.route_of(follower.place_id) == route.index
+        return any(self._store.route_of(user_id) == route.index for user_id in follower.user_ids)
+
+    def _take(self, route: _Route, message: dict[str, Any]) -> None:
         kind = message["type"]
-        if kind == "message":
+        if kind in {"message", "smessage"}:
             self.messages_received += 1
             channel = message["channel"]
             if channel in self._place_of:
                 if channel in self._live:
                     self._dispatch_place(message["data"])
-            elif channel == self._channel:
+            elif channel == route.every_user:
                 if channel in self._live:
                     # Those who follow everyone get events once the channel is settled: not
                     # those of a subscription about to be left, which a gap would follow.
                     self._dispatch(message["data"], everyone=channel not in self._unconfirmed)
-            elif channel in self._live and self._channel not in self._live:
+            elif channel in self._live and route.every_user not in self._live:
                 self._dispatch(message["data"], everyone=False)
-        elif kind in {"subscribe", "unsubscribe"}:
-            self._confirm(kind, message["channel"])
-        elif kind == "pong" and not self._subscribed.is_set():
-            self._subscribed.set()  # the first answer: subscribed and heard
+        elif kind in _CONFIRMATIONS:
+            channel = message["channel"]
+            if kind == "sunsubscribe" and (
+                channel == route.quiet or channel not in self._unconfirmed
+            ):
+                # Not asked for: the slot is no longer this node's (a failover, or the slot
+                # moved), and events published on its new master do not come here.
+                raise redis_errors.ConnectionError("the shard's slot moved to another node")
+            self._confirm(route, kind, channel)
+        elif kind == "pong" and not route.subscribed.is_set():
+            route.subscribed.set()  # the first answer: subscribed and heard
 
     def _dispatch(self, data: bytes, *, everyone: bool) -> None:
         try:

@@ -15,7 +15,7 @@ from redis.asyncio import BlockingConnectionPool, ConnectionPool, Redis, RedisCl
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gql_presence.running.redis_server import start_embedded_redis
@@ -58,6 +58,17 @@ class Connection:
     where: str
     # The settings that name what to fix when this Redis cannot be reached.
     settings_to_check: str
+    # On a Redis Cluster, for the connections of sharded pub/sub, one per shard, when the
+    # deployment publishes events sharded (PresenceStore.choose_publish).
+    sharded_subscriber: ShardedSubscriber | None = None
+
+    def subscriber_for(self, *, sharded: bool) -> Redis | ShardedSubscriber:
+        """What the event hub opens its pub/sub connections with."""
+        if not sharded:
+            return self.subscriber
+        if self.sharded_subscriber is None:
+            raise ValueError("sharded pub/sub needs a Redis Cluster")
+        return self.sharded_subscriber
 
 
 @contextlib.contextmanager
@@ -98,6 +109,7 @@ async def connect(settings: Settings) -> AsyncIterator[Connection]:
             connection = Connection(
                 client=client,
                 subscriber=cluster_subscriber(client, reachable.redis_cluster_nodes),
+                sharded_subscriber=ShardedSubscriber(client),
                 where=f"the Redis Cluster of {nodes}",
                 settings_to_check=(
                     "REDIS_CLUSTER_NODES, REDIS_CLUSTER_USERNAME and REDIS_CLUSTER_PASSWORD"
@@ -192,3 +204,39 @@ def cluster_subscriber(client: RedisCluster, startup: Sequence[tuple[str, int]])
         return [(n.host, int(n.port)) for n in client.get_nodes()] or startup
 
     return ClusterSubscriber(nodes, {key: used.get(key) for key in ("username", "password")})
+
+
+class ShardedSubscriber:
+    """The pub/sub connections of a process whose events go by sharded pub/sub on a Redis
+    Cluster: one per shard, each to the master that serves the shard's slot (which alone
+    hears the shard's channels), with the cluster client's user and password.
+
+    redis-py's own ClusterPubSub is not used: it moves a channel's subscription to a slot's
+    new master by itself after a failover, and reconnects a dropped node's connection and
+    subscribes it again without a word, so that the events published meanwhile would be
+    missed unnoticed; the event hub must see every such loss to tell its subscribers."""
+
+    def __init__(self, client: RedisCluster) -> None:
+        self._client = client
+        used = client.get_connection_kwargs()
+        self._credentials: dict[str, Any] = {k: used.get(k) for k in ("username", "password")}
+
+    async def pubsub_for(self, channel: str, *, again: bool) -> PubSub:
+        """A connection (not opened yet) to the master of the channel's slot: as the cluster
+        client knows it, or, `again` (after a loss: the slot may have moved), as the cluster
+        says now."""
+        if again:
+            await self._client.nodes_manager.initialize()
+        node = self._client.get_node_from_key(channel)
+        if node is None:
+            raise RedisConnectionError(f"no master serves the slot of {channel}")
+        pool = ConnectionPool(
+            host=node.host,
+            port=node.port,
+            socket_connect_timeout=CONNECT_TIMEOUT_S,
+            # No retries: redis-py would reconnect a broken connection and subscribe it again
+            # unnoticed; the hub must see the break.
+            retry=Retry(NoBackoff(), 0),
+            **self._credentials,
+        )
+        return PubSub(pool)

@@ -60,9 +60,16 @@ class Keys:
 
     @property
     def events(self) -> str:
-        """Pub/sub channel of the presence events of every user of every shard; see
-        lua/includes/events.lua and gql_presence/realtime/hub.py."""
+        """Pub/sub channel of the presence events of every user of every shard, with classic
+        PUBLISH; see lua/includes/events.lua and gql_presence/realtime/hub.py."""
         return self.channel
+
+    @property
+    def shard_events(self) -> str:
+        """With sharded pub/sub (SPUBLISH, on a Redis Cluster that has it), the channel of the
+        presence events of every user of this shard, in its hash tag: a sharded channel must
+        hash to the slot of the script that publishes on it."""
+        return self.prefix + "events"
 
     def user_events(self, user_id: str) -> str:
         """Pub/sub channel of the user's presence events (and of FRIENDS, their friend set's
@@ -74,6 +81,18 @@ class Keys:
         """Pub/sub channel nobody publishes on: a process's subscription holds it always, so
         that it stays subscribed (and answers PINGs as such) while it follows nobody."""
         return "gqlp:quiet"
+
+    @property
+    def shard_quiet(self) -> str:
+        """As quiet, for a connection of sharded pub/sub: in this shard's slot, whose master
+        alone takes its subscription."""
+        return self.prefix + "quiet"
+
+    @property
+    def publish(self) -> str:
+        """STRING "PUBLISH" or "SPUBLISH": how the deployment publishes events, chosen by its
+        first process (lua/choose_publish.lua; shard 0 only)."""
+        return self.prefix + "publish"
 
     @property
     def scratch(self) -> str:
@@ -158,3 +177,8 @@ class Keys:
         """STRING: the secret that keys page cursors' tags, when no PRESENCE_CURSOR_SECRET is
         set (see lua/cursor_secret.lua). Kept in shard 0."""
         return self.prefix + "cursor-secret"
+
+
+def shard_of_name(name: bytes) -> int:
+    """The shard whose hash tag a key or channel of `Keys.of_shard` carries (gqlp:{i}:...)."""
+    return int(name[name.index(b"{") + 1 : name.index(b"}")])

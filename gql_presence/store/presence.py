@@ -35,7 +35,7 @@ from gql_presence.store.errors import (
     SessionRevokedError,
     WritesRefusedError,
 )
-from gql_presence.store.keys import Keys
+from gql_presence.store.keys import Keys, shard_of_name
 from gql_presence.store.models import (
     ChosenStatus,
     DailyActiveUsers,
@@ -55,6 +55,7 @@ from gql_presence.store.models import (
     Visibility,
     WeeklyStats,
 )
+from gql_presence.store.publishing import Publish, sharded_everywhere
 from gql_presence.store.scripts import Scripts
 from gql_presence.store.shard import (
     REVOKED_SESSION,
@@ -123,8 +124,20 @@ class PresenceStore:
         # Without PRESENCE_CURSOR_SECRET, the deployment's own, read from Redis when first used.
         secret = settings.cursor_secret
         self._cursors = None if secret is None else Cursors(secret)
+        # On a Redis Cluster, events are published as the deployment chose: its record is read
+        # at start-up (choose_publish), or by the first change of a store that did not ask.
+        on_cluster = isinstance(redis, RedisCluster)
+        self._publish: Publish | None = None if on_cluster else Publish.CLASSIC
+        self._choosing = asyncio.Lock()
         self._shards = tuple(
-            Shard(redis, settings, Keys.of_shard(i), self._scripts, observe_script)
+            Shard(
+                redis,
+                settings,
+                Keys.of_shard(i),
+                self._scripts,
+                observe_script,
+                learn_publish=self.choose_publish if on_cluster else None,
+            )
             for i in range(settings.shards)
         )
         # This process's leases, one per shard it holds sessions in, taken when first needed.
@@ -139,15 +152,84 @@ class PresenceStore:
     def connections_in_use(self) -> int:
         return connections_in_use(self._redis)
 
+    async def choose_publish(self) -> None:
+        """At start-up: how events are published, the same for every process of the
+        deployment. On a Redis Cluster whose every master has sharded pub/sub, with SPUBLISH
+        on channels of the publishing shard, so that an event stays on its shard's master
+        instead of crossing the cluster bus to every node; else with classic PUBLISH. The
+        deployment's first process chooses, and every later one follows its record
+        (lua/choose_publish.lua). One Redis keeps classic PUBLISH and records nothing."""
+        if not isinstance(self._redis, RedisCluster):
+            return
+        async with self._choosing:
+            if self._publish is None:
+                await self._choose_publish(self._redis)
+
+    async def _choose_publish(self, cluster: RedisCluster) -> None:
+        able = await guarded(sharded_everywhere(cluster))
+        chosen = await self._shards[0].choose_publish(Publish.SHARDED if able else Publish.CLASSIC)
+        if chosen is Publish.SHARDED and not able:
+            raise RuntimeError(
+                "this deployment publishes events with SPUBLISH (sharded pub/sub), which a "
+                "master of the cluster lacks (Redis before 7.0): upgrade it, or stop every "
+                f"process, set {Keys().publish} to PUBLISH and start them again"
+            )
+        self._publish = chosen
+        for shard in self._shards:
+            shard.publish_with(chosen)
+
+    @property
+    def sharded_events(self) -> bool:
+        """Whether events are published with sharded pub/sub (once choose_publish returned)."""
+        if self._publish is None:
+            raise RuntimeError("choose_publish() tells how events are published on a cluster")
+        return self._publish is Publish.SHARDED
+
+    # --- the channels a process subscribes to ------------------------------------------------
+    # A process reads events over one connection per route: the only one with classic PUBLISH
+    # (every node hears every event), one per shard with sharded pub/sub (to the master of the
+    # shard's slot, which alone hears its channels' events). Route i's channels are those of
+    # shard i then, all in the one slot of its hash tag.
+
+    @property
+    def event_routes(self) -> int:
+        return len(self._shards) if self.sharded_events else 1
+
+    def route_of(self, user_or_place_id: str) -> int:
+        """The route of a user's (or a place's) events."""
+        return shard_of(user_or_place_id, len(self._shards)) if self.sharded_events else 0
+
+    def route_of_channel(self, channel: bytes) -> int:
+        """The route of any channel named by the methods below."""
+        return shard_of_name(channel) if self.sharded_events else 0
+
     @property
     def events_channel(self) -> str:
-        """The pub/sub channel of every user's events, of every shard (a channel is not a
-        key: on Redis Cluster, a classic PUBLISH reaches the subscribers of every node)."""
+        """The pub/sub channel of every user's events, of every shard, with classic PUBLISH
+        (a channel is not a key: on Redis Cluster, a classic PUBLISH reaches the subscribers
+        of every node)."""
         return Keys().events
+
+    def every_user_channel(self, route: int) -> str:
+        """The channel of every user's events that the route carries: with sharded pub/sub,
+        those of the route's shard."""
+        return Keys.of_shard(route).shard_events if self.sharded_events else Keys().events
+
+    def quiet_channel(self, route: int) -> str:
+        """A channel nobody publishes on, of the route (see Keys.quiet)."""
+        return Keys.of_shard(route).shard_quiet if self.sharded_events else Keys().quiet
 
     def user_events_channel(self, user_id: str) -> str:
         """The pub/sub channel of the user's events, and of their friend set's changes."""
         return self._user_channel_prefix(user_id) + user_id
+
+    def friend_set_channels(self, user_id: str) -> list[str]:
+        """The channels that announce changes of the user's friend set (FRIENDS): their own
+        channel with classic PUBLISH; with sharded pub/sub, the user's channel in every shard,
+        as each shard's script announces the links it changed on a channel of its own slot."""
+        if not self.sharded_events:
+            return [self.user_events_channel(user_id)]
+        return [shard.user_channel_prefix + user_id for shard in self._shards]
 
     def _user_channel_prefix(self, user_id: str) -> str:
         return self._shard(user_id).user_channel_prefix
@@ -155,11 +237,6 @@ class PresenceStore:
     def place_events_channel(self, place_id: str) -> str:
         """The channel of the place's events, in its shard."""
         return self._shard(place_id).place_events_channel(place_id)
-
-    @property
-    def quiet_channel(self) -> str:
-        """A pub/sub channel nobody publishes on (see Keys.quiet)."""
-        return Keys().quiet
 
     async def load_scripts(self) -> None:
         """Makes sure Redis holds every script, loading what it lacks: at start-up, so that a

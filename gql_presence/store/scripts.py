@@ -52,6 +52,7 @@ class ScriptName(StrEnum):
     SESSION_REVOKED = "session_revoked"
     TAKE_TOKEN = "take_token"  # noqa: S105 - a script name, not a password
     CURSOR_SECRET = "cursor_secret"  # noqa: S105 - a script name, not a password
+    CHOOSE_PUBLISH = "choose_publish"
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"

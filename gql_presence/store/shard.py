@@ -41,6 +41,7 @@ from gql_presence.store.models import (
     Visibility,
     WeeklyStats,
 )
+from gql_presence.store.publishing import Publish
 from gql_presence.store.scripts import ScriptCall, ScriptError, ScriptName, Scripts
 from gql_presence.store.validation import (
     AT_BEFORE_RETENTION,
@@ -127,6 +128,8 @@ class Shard:
         keys: Keys,
         scripts: Scripts,
         observe_script: Callable[[str, int, float], None] | None = None,
+        *,
+        learn_publish: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._redis = redis
         self._settings = settings
@@ -134,11 +137,42 @@ class Shard:
         self._scripts = scripts
         self._observe_script = observe_script
         self._zone = settings.stats_zone
+        # How this shard's scripts publish, and the channel of every user they publish on:
+        # classic PUBLISH without `learn_publish` (one Redis); else unknown until the
+        # deployment's choice is read, which the first change asks for.
+        self._learn_publish = learn_publish
+        self._publish: Publish | None = None if learn_publish else Publish.CLASSIC
+        self._every_user = keys.events
+
+    def publish_with(self, publish: Publish) -> None:
+        """How this shard's scripts publish their events from now on (the deployment's)."""
+        self._publish = publish
+        k = self._keys
+        self._every_user = k.events if publish is Publish.CLASSIC else k.shard_events
+
+    async def _announcing(self) -> tuple[str, Publish]:
+        """The channel of every user and the command of a script that publishes events."""
+        if self._publish is None and self._learn_publish is not None:
+            await self._learn_publish()
+        if self._publish is None:
+            raise RuntimeError("the deployment's way of publishing events is not known")
+        return self._every_user, self._publish
 
     @property
     def user_channel_prefix(self) -> str:
         """A user of this shard's events channel is this followed by their id."""
         return self._keys.user_events("")
+
+    async def choose_publish(self, candidate: Publish) -> Publish:
+        """The deployment's way of publishing: the one recorded, or else `candidate`, recorded
+        now (shard 0's)."""
+        chosen = await self._run(ScriptName.CHOOSE_PUBLISH, [self._keys.publish], [candidate])
+        try:
+            return Publish(_text(chosen))
+        except ValueError:
+            raise RuntimeError(
+                f"{self._keys.publish} holds {_text(chosen)!r}: it must be PUBLISH or SPUBLISH"
+            ) from None
 
     def place_events_channel(self, place_id: str) -> str:
         return self._keys.place_events(place_id)
@@ -153,6 +187,7 @@ class Shard:
         idle: bool = False,
     ) -> Presence:
         labels, boundaries = days_around(local_now_ms() if at_ms is None else at_ms, self._zone)
+        every_user, publish = await self._announcing()
         k = self._keys
         reply = await self._run(
             ScriptName.TOUCH,
@@ -176,11 +211,12 @@ class Shard:
                 self._settings.retention_ms,
                 MAX_FUTURE_MS,
                 *boundaries,
-                k.events,
+                every_user,
                 k.user_events(""),
                 k.prefix,
                 device or "",
                 int(idle),
+                publish,
             ],
         )
         return seen_of(user_id, reply[1])
@@ -188,17 +224,18 @@ class Shard:
     async def touch_many(self, user_ids: Sequence[str]) -> int:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
         labels, boundaries = days_around(local_now_ms(), self._zone)
+        every_user, publish = await self._announcing()
         k = self._keys
         keys = [k.last_seen, k.online, k.user_index, k.next_index, k.free_indexes]
         keys += [*map(k.day, labels), k.leases]
         # The script derives each user's keys: passing 2 keys per user cost more than the
         # rest of the call.
         args: list[str | int] = [self._settings.window_ms, self._settings.retention_ms]
-        args += [*boundaries, k.events, k.sessions(""), k.revoked("")]
+        args += [*boundaries, every_user, k.sessions(""), k.revoked("")]
         # Sorted, the users' sorted-set entries are written next to each other, which takes
         # Redis a third less time than in the caller's order.
         ordered = sorted(user_ids)
-        after = [k.conn(""), k.user_events(""), k.prefix]
+        after = [k.conn(""), k.user_events(""), k.prefix, publish]
         calls = [
             # One argument instead of one per user: ids hold no control characters.
             (keys, [*args, "\n".join(ordered[first : first + TOUCH_MANY_BATCH]), *after])
@@ -207,6 +244,7 @@ class Shard:
         return sum(int(recorded) for recorded in await self._run_each(ScriptName.TOUCH_MANY, calls))
 
     async def kick(self, user_id: str, session_id: str | None) -> KickResult:
+        every_user, publish = await self._announcing()
         k = self._keys
         kicked, online = await self._run(
             ScriptName.KICK,
@@ -224,9 +262,10 @@ class Shard:
                 session_id or "",
                 self._settings.window_ms,
                 self._settings.revoke_ms,
-                k.events,
+                every_user,
                 k.user_events(""),
                 k.prefix,
+                publish,
             ],
         )
         return KickResult(user_id, int(kicked), bool(online))
@@ -259,6 +298,7 @@ class Shard:
         self, user_id: str, session_id: str, lease: Lease, device: str | None = None
     ) -> OpenedSession:
         labels, boundaries = days_around(local_now_ms(), self._zone)
+        every_user, publish = await self._announcing()
         k = self._keys
         generation, opened_ms = await self._run(
             ScriptName.OPEN_SESSION,
@@ -283,10 +323,11 @@ class Shard:
                 self._settings.window_ms,
                 self._settings.retention_ms,
                 *boundaries,
-                k.events,
+                every_user,
                 k.user_events(""),
                 k.prefix,
                 device or "",
+                publish,
             ],
         )
         held = HeldSession(user_id, session_id, int(generation), lease)
@@ -303,6 +344,7 @@ class Shard:
 
     async def close_session(self, held: HeldSession) -> bool:
         labels, boundaries = days_around(local_now_ms(), self._zone)
+        every_user, publish = await self._announcing()
         k = self._keys
         closed, _ = await self._run(
             ScriptName.CLOSE_SESSION,
@@ -324,9 +366,10 @@ class Shard:
                 self._settings.window_ms,
                 self._settings.retention_ms,
                 *boundaries,
-                k.events,
+                every_user,
                 k.user_events(""),
                 k.prefix,
+                publish,
             ],
         )
         return bool(closed)
@@ -345,6 +388,7 @@ class Shard:
     async def open_place_session(
         self, place_id: str, user_id: str, session_id: str, state: str | None, lease: Lease
     ) -> OpenedPlaceSession:
+        _, publish = await self._announcing()
         k = self._keys
         generation, joined_ms = await self._run(
             ScriptName.OPEN_PLACE_SESSION,
@@ -357,6 +401,7 @@ class Shard:
                 lease.token,
                 state or "",
                 k.place_events(place_id),
+                publish,
             ],
         )
         held = HeldPlaceSession(place_id, user_id, session_id, int(generation), lease)
@@ -374,6 +419,7 @@ class Shard:
         return [held[int(position) - 1] for position in lost]
 
     async def close_place_session(self, held: HeldPlaceSession) -> bool:
+        _, publish = await self._announcing()
         k = self._keys
         left = await self._run(
             ScriptName.CLOSE_PLACE_SESSION,
@@ -384,6 +430,7 @@ class Shard:
                 held.session_id,
                 held.generation,
                 k.place_events(held.place_id),
+                publish,
             ],
         )
         return bool(left)
@@ -391,11 +438,12 @@ class Shard:
     async def set_place_state(
         self, place_id: str, user_id: str, session_id: str, state: str
     ) -> PlaceMember:
+        _, publish = await self._announcing()
         k = self._keys
         joined_ms = await self._run(
             ScriptName.SET_PLACE_STATE,
             [*self._place_keys(place_id), k.leases],
-            [place_id, user_id, session_id, state, k.place_events(place_id)],
+            [place_id, user_id, session_id, state, k.place_events(place_id), publish],
         )
         return PlaceMember(
             place_id, user_id, session_id, from_ms(int(joined_ms)), state, -int(joined_ms)
@@ -458,6 +506,7 @@ class Shard:
     async def set_status(self, user_id: str, change: str, *values: str | int) -> Presence:
         """One change of how the user appears (lua/set_status.lua); the user's presence
         after it, as they and backends see it."""
+        every_user, publish = await self._announcing()
         k = self._keys
         padded = [*values, "", "", ""][:3]
         entry = await self._run(
@@ -470,8 +519,9 @@ class Shard:
                 self._settings.window_ms,
                 self._settings.retention_ms,
                 k.prefix,
-                k.events,
+                every_user,
                 k.user_events(""),
+                publish,
             ],
         )
         return seen_of(user_id, entry)
@@ -560,14 +610,19 @@ class Shard:
         given friends (who live in this shard), in one atomic step. Ids are valid, distinct
         per owner and not the owner's own. Returns how many links each owner's set changed.
         An owner's events channel is `owner_channel_prefix(owner)` followed by their id: in
-        the owner's own shard, which may not be this one."""
+        the owner's own shard, which may not be this one. With sharded pub/sub, an owner's
+        FRIENDS events go on the owner's channel in this shard instead, as a script publishes
+        only on channels of its own slot (PresenceStore.friend_set_channels)."""
         owners = [owner for owner, friend_ids in links.items() if friend_ids]
         if not owners:
             return dict.fromkeys(links, 0)
+        every_user, publish = await self._announcing()
         k = self._keys
-        args: list[str | int] = [change, k.events]
+        args: list[str | int] = [change, every_user, publish]
         for owner in owners:
-            args += [owner, owner_channel_prefix(owner), len(links[owner]), *links[owner]]
+            own = publish is Publish.CLASSIC
+            prefix = owner_channel_prefix(owner) if own else k.user_events("")
+            args += [owner, prefix, len(links[owner]), *links[owner]]
         reply = await self._run(ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args)
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
@@ -578,6 +633,7 @@ class Shard:
         and ends the sessions of up to `lapsed_batch` users and place sessions of lapsed
         leases."""
         labels, boundaries = days_around(local_now_ms(), self._zone)
+        every_user, publish = await self._announcing()
         k = self._keys
         reply = await self._run(
             ScriptName.SWEEP,
@@ -585,7 +641,7 @@ class Shard:
             [
                 batch,
                 self._settings.retention_ms + PURGE_SLACK_MS,
-                k.events,
+                every_user,
                 k.user_events(""),
                 k.sessions(""),
                 k.conn(""),
@@ -599,6 +655,7 @@ class Shard:
                 k.place_events(""),
                 lapsed_batch,
                 k.prefix,
+                publish,
             ],
         )
         offline, purged, online, lapsed, ended_statuses = reply

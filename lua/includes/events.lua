@@ -7,11 +7,14 @@
 -- users see ("" for nothing: the user is invisible to them), who may see lastSeen
 -- (EVERYONE, FRIENDS or NOBODY), 1 if the user chose INVISIBLE (else 0), and the moment it
 -- was announced (ms), which is the `at` shown to a reader who may not see lastSeen.
--- `channel` is {every_user, user_prefix}: each user's events go, in order, in one message on
--- their own channel (user_prefix .. user_id, which a process subscribes to while someone there
--- follows the user), then all of them in one message on the channel of every user (for
--- processes that follow everyone). Both in one script: a subscriber of both channels sees an
--- event's two messages next to each other, never a subscription's start between them.
+-- `channel` is {every_user, user_prefix, publish}: each user's events go, in order, in one
+-- message on their own channel (user_prefix .. user_id, which a process subscribes to while
+-- someone there follows the user), then all of them in one message on the channel of every
+-- user (for processes that follow everyone). Both in one script: a subscriber of both channels
+-- sees an event's two messages next to each other, never a subscription's start between them.
+-- `publish` is PUBLISH, or SPUBLISH (sharded pub/sub, on a Redis Cluster that has it): then
+-- both channels are the script's shard's, in the hash tag of its KEYS, as a sharded channel
+-- must hash to the script's slot, and the message stays on that shard's nodes.
 
 local EVENT_FIELDS = 11
 
@@ -49,28 +52,28 @@ end
 -- Announces many changes, in order: for scripts that change many users. A user's events are
 -- one message on their channel when they are next to each other in `events` (as the scripts
 -- that change many users add them), else one per run of them; then every event in one message
--- on the channel of every user. One PUBLISH per user besides: to a channel nobody follows, it
--- is a lookup.
+-- on the channel of every user. One PUBLISH (or SPUBLISH) per user besides: to a channel
+-- nobody follows, it is a lookup.
 local function announce_all(channel, events)
   local n = #events
   if n == 0 then return end
   fill_looks(events)
   local message = cjson.encode(events)
-  local user_prefix = channel[2]
+  local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then
-    redis.call('PUBLISH', user_prefix .. events[2], message)
+    redis.call(publish, user_prefix .. events[2], message)
   else
     local first = 1
     for i = 1, n, EVENT_FIELDS do
       local user_id = events[i + 1]
       if events[i + EVENT_FIELDS + 1] ~= user_id then
         local own = {unpack(events, first, i + EVENT_FIELDS - 1)}
-        redis.call('PUBLISH', user_prefix .. user_id, cjson.encode(own))
+        redis.call(publish, user_prefix .. user_id, cjson.encode(own))
         first = i + EVENT_FIELDS
       end
     end
   end
-  redis.call('PUBLISH', channel[1], message)
+  redis.call(publish, channel[1], message)
 end
 
 -- Announces one change.

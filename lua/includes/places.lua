@@ -14,7 +14,8 @@
 -- (`:pm:<slot>:<place_id>`, SET), so that the sweep ends a lapsed lease's members without
 -- reading any place whole.
 --
--- Events go on the place's channel, each a JSON array of one or more events of seven values:
+-- Events go on the place's channel (with place.publish: PUBLISH, or SPUBLISH, the place's
+-- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of seven values:
 -- kind (JOINED, UPDATED, LEFT, or REPLACED for the holding process), place_id, user_id,
 -- session_id, at_ms, the state (JSON text) or false, and the event's number in the place's
 -- sequence (so that a subscriber that reads the place's members, whose reply says up to which
@@ -30,7 +31,7 @@ end
 local function lease_places_key(slot) return leases.key .. ':places:' .. slot end
 local function lease_members_key(slot, place_id) return leases.key .. ':pm:' .. slot .. ':' .. place_id end
 
--- The place's keys: {members, holders, states, users, channel, id}.
+-- The place's keys: {members, holders, states, users, channel, id, publish}.
 
 local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
   local n = #events
@@ -52,7 +53,7 @@ local function place_user_count(place)
 end
 
 local function announce_place(place, events)
-  if #events > 0 then redis.call('PUBLISH', place.channel, cjson.encode(events)) end
+  if #events > 0 then redis.call(place.publish, place.channel, cjson.encode(events)) end
 end
 
 -- The holder {generation=string, slot=number} of a member, or nil.
