@@ -72,10 +72,11 @@ if change == 'chosen' then
   if chosen == 'AUTO' then redis.call('HDEL', key, 'chosen') else redis.call('HSET', key, 'chosen', chosen) end
   if chosen == 'INVISIBLE' then
     redis.call('SADD', prefix .. 'invisible', user_id)
+    sync_hidden(user_id)
   else
     redis.call('SREM', prefix .. 'invisible', user_id)
+    redis.call('ZREM', hidden_key(), user_id)
   end
-  sync_hidden(user_id)
 elseif change == 'custom' then
   local text, emoji, expires = ARGV[3], ARGV[4], tonumber(ARGV[5])
   if expires and (expires <= now or expires > now + retention_ms) then
@@ -108,6 +109,7 @@ elseif change == 'idle' then
   extras.idle = idle
   redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
   tidy_extras(user_id)
+  track_activity(user_id)
 end
 
 local own_after, others_after, invisible_after = looks()

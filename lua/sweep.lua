@@ -36,11 +36,12 @@
                             given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses}:
            online_count is of users online now; lapsed_count of the users and place sessions
-           of lapsed leases whose sessions under them were ended; ended_statuses of custom
-           statuses whose end passed, at most `batch`
+           of lapsed leases whose sessions under them were ended; ended_statuses the most of
+           custom statuses ended and of users turned AWAY by time, each at most `batch`
   Events   OFFLINE for each user whose presence expired, at the moment it expired, or whose
            last live sessions were held under a lease that lapsed, at its lapse; STATUS for
-           each custom status that ended; all in one message. LEFT, on its place's channel, for each place session of a lapsed lease. As the same script removes what it announces, two processes sweeping at
+           each custom status that ended, and for each user turned AWAY when their last active
+           session expired while an idle one stays live; all in one message. LEFT, on its place's channel, for each place session of a lapsed lease. As the same script removes what it announces, two processes sweeping at
            once never both announce it.
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
@@ -121,6 +122,14 @@ for _, user_id in ipairs(ended_statuses) do
     add_event(offline, 'STATUS', user_id, now, '', online)
   end
 end
+
+-- Users whose last active session expired by time while an idle one stays live: AWAY since.
+local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(), '-inf', '(' .. now, 'LIMIT', 0, batch)
+for _, user_id in ipairs(turned_away) do
+  redis.call('ZREM', away_expiry_key(), user_id)
+  local status, choices = status_of(user_id, online_key, now)
+  if status == 'AWAY' and choices.chosen == 'AUTO' then add_event(offline, 'STATUS', user_id, now, '', 1) end
+end
 announce_all(channel, offline)
 
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
@@ -133,4 +142,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired / 2, #forgotten, online_count(online_key, now), ended, #ended_statuses}
+return {#expired / 2, #forgotten, online_count(online_key, now), ended, math.max(#ended_statuses, #turned_away)}

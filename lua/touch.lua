@@ -84,6 +84,7 @@ else
     extras.idle = idle
     if device ~= '' then extras.device = device end
     redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
+    track_activity(user_id)
   end
 end
 if online_after == 1 and online_before == 0 then

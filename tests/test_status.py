@@ -15,7 +15,7 @@ from gql_presence.app import create_app
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
-from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes
+from tests.conftest import EVERY_DEPLOYMENT, TEST_SETTINGS, ClientFactory, error_codes
 from tests.helpers import BACKEND_TOKEN, SECURED, Service, as_user, graphql_socket, user_token
 
 LOOK = """query($u: ID!) { presence(userId: $u) {
@@ -30,7 +30,6 @@ SET_VISIBLE = "mutation($u: ID, $v: Visibility!) { setLastSeenVisibility(userId:
 SET_IDLE = "mutation($u: ID, $s: ID!, $i: Boolean!) { setSessionIdle(userId: $u, sessionId: $s, idle: $i) { status } }"
 FRIENDS = "query($u: ID!) { onlineFriends(userId: $u) { totalCount nodes { userId status } } }"
 PRESENCES = "query($u: [ID!]!) { presences(userIds: $u) { userId online status lastSeen } }"
-
 
 
 def ann() -> str:
@@ -65,9 +64,9 @@ async def test_status_follows_the_sessions_and_the_choice(secured: Service) -> N
     assert (await backend(secured, TOUCH, u="ann", s="web", d="web"))["status"] == "ONLINE"
     assert (await backend(secured, TOUCH, u="ann", s="web", i=True))["status"] == "AWAY"
     assert (await backend(secured, TOUCH, u="ann", s="phone"))["status"] == "ONLINE"
-    assert (await as_user(secured, ann(), SET_IDLE, s="phone", i=True))["data"]["setSessionIdle"] == {
-        "status": "AWAY"
-    }
+    assert (await as_user(secured, ann(), SET_IDLE, s="phone", i=True))["data"][
+        "setSessionIdle"
+    ] == {"status": "AWAY"}
     mine = await seen(secured, ann(), "ann")
     sessions = {s["sessionId"]: s for s in mine["sessions"]}
     assert (sessions["web"]["device"], sessions["web"]["idle"]) == ("web", True)
@@ -351,3 +350,24 @@ async def test_online_totals_leave_invisible_users_out_for_end_users_only(
     assert (await backend(secured, document, o="LAST_SEEN"))["totalCount"] == 6
     body = await as_user(secured, ann(), document, o="ONLINE_SINCE")
     assert body["data"]["onlineUsers"]["totalCount"] == 5
+
+
+async def test_a_user_turns_away_when_their_last_active_session_expires(
+    friends: Service, store_of_api: PresenceStore
+) -> None:
+    window = timedelta(milliseconds=TEST_SETTINGS.window_ms)
+    almost_gone = (datetime.now(UTC) - window + timedelta(milliseconds=400)).isoformat()
+    touch_at = "mutation($u: ID!, $s: ID, $a: DateTime) { touch(userId: $u, sessionId: $s, at: $a) { status } }"
+    assert (await backend(friends, touch_at, u="ann", s="web", a=almost_gone))["status"] == "ONLINE"
+    assert (await backend(friends, TOUCH, u="ann", s="phone", i=True))["status"] == "ONLINE"
+    watched = 'subscription { presenceChanged(friendsOf: "bob") { kind status } }'
+    async with graphql_socket(friends, f"Bearer {bob()}") as bobs:
+        await bobs.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
+        await asyncio.sleep(0.5)
+        assert (await seen(friends, bob(), "ann"))["status"] == "AWAY"
+        await store_of_api.sweep()
+        assert await next_event(bobs) == {"kind": "STATUS", "status": "AWAY"}
+        await store_of_api.sweep()
+        await backend(friends, TOUCH, u="ann", s="phone")
+        # The next event is the return: the second sweep announced nothing.
+        assert await next_event(bobs) == {"kind": "STATUS", "status": "ONLINE"}

@@ -9,21 +9,23 @@
 --                    visible      FRIENDS|NOBODY: who may see lastSeen (none: EVERYONE)
 --                    hidden_seen  the lastSeen other end users see while the user is
 --                                 invisible: their last activity before they chose it, ms
---                    since        when the current online period began, ms (only meant
---                                 while the user is online)
 --   sx:<user>  HASH  session_id -> "started_ms idle device": a session's start (ms), 1 if
 --                    its client said the user is idle on it, else 0, and its device (may be
 --                    empty). A session without an entry started at `since`, is active and
 --                    has no device. Expires with the user's sessions key.
 --   stexp      ZSET  member=user_id  score=when their custom status ends, ms: the sweep
 --                    announces each end (lua/sweep.lua)
+--   awayexp    ZSET  member=user_id  score=when their last active session expires, ms, for
+--                    users with an idle live session and no active held one: then they turn
+--                    AWAY by time alone, which the sweep announces (track_activity)
 --   invisible  SET   the users who chose INVISIBLE
 --   hidden     ZSET  the online entries (includes/live.lua) of the users who chose INVISIBLE,
 --                    as in the online ZSET: onlineUsers' total for end users is the online
 --                    count less this one's, O(log n) (sync_hidden keeps it)
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
--- Neither st nor stexp expires: a user's choice is kept until they change it.
+-- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
+-- who never chose anything has no st key); the others go with what they describe.
 
 local statuses = {prefix = false, window_ms = 0, online_key = false}
 
@@ -36,9 +38,10 @@ local function status_expiry_key() return statuses.prefix .. 'stexp' end
 -- custom = {text, emoji or false, expires (ms) or false} or nil once ended}.
 local function choices_of(user_id, now)
   local v = redis.call('HMGET', status_key(user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
-    'hidden_seen', 'since')
+    'hidden_seen')
+  local since = tonumber(redis.call('ZSCORE', since_key(), user_id))
   local choices = {chosen = v[1] or 'AUTO', visible = v[5] or 'EVERYONE', hidden_seen = tonumber(v[6]),
-    since = tonumber(v[7])}
+    since = since and -since}
   local expires = tonumber(v[4])
   if v[2] and (expires == nil or now < expires) then
     choices.custom = {text = v[2], emoji = v[3] or false, expires = expires or false}
@@ -161,7 +164,6 @@ end
 
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(user_id, t_ms)
-  redis.call('HSET', status_key(user_id), 'since', string.format('%d', t_ms))
   redis.call('ZADD', since_key(), -t_ms, user_id)
 end
 
@@ -170,11 +172,41 @@ local function went_offline(user_id)
 end
 
 local function hidden_key() return statuses.prefix .. 'hidden' end
+local function away_expiry_key() return statuses.prefix .. 'awayexp' end
 
--- Copies the user's online entry into `hidden` if they chose INVISIBLE (else takes it out).
+-- Notes when the user turns AWAY by time alone: when their newest active session that lives
+-- by time expires while an idle one stays live (and no active held session keeps them).
+local function track_activity(user_id)
+  local now = event_looks.now
+  -- A user without a sessions key has one session, never idle: nothing to note (an entry
+  -- left from before is dropped by the sweep, which checks).
+  if redis.call('EXISTS', statuses.prefix .. 'sess:' .. user_id) == 0 then return end
+  local live = live_of(user_id, statuses.online_key, now)
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
+  local some_idle, active_until, active_held = false, nil, false
+  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  for i, extras in ipairs(extras_of(user_id, ids)) do
+    if extras.idle then
+      some_idle = true
+    elseif held_slot(tonumber(redis.call('ZSCORE', sessions_key, ids[i])) or 0) then
+      active_held = true
+    else
+      active_until = math.max(active_until or 0, live[2 * i] + statuses.window_ms)
+    end
+  end
+  if some_idle and active_until and not active_held then
+    redis.call('ZADD', away_expiry_key(), active_until, user_id)
+  else
+    redis.call('ZREM', away_expiry_key(), user_id)
+  end
+end
+
+-- Copies the user's online entry into `hidden` if they chose INVISIBLE (set_status takes it
+-- out when they stop).
 local function sync_hidden(user_id)
-  local score = redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 1
-    and redis.call('ZSCORE', statuses.online_key, user_id)
+  if redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 0 then return end
+  local score = redis.call('ZSCORE', statuses.online_key, user_id)
   if score then
     redis.call('ZADD', hidden_key(), score, user_id)
   else
@@ -188,7 +220,10 @@ local function use_statuses(prefix, online_key, window_ms, now)
   statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
   status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
-  status_hooks.online_moved = sync_hidden
+  status_hooks.online_moved = function(user_id)
+    sync_hidden(user_id)
+    track_activity(user_id)
+  end
 end
 
 -- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
