@@ -84,15 +84,22 @@ async def test_the_subgraph_resolves_users_presence_through_entities(
     assert "specs.apollo.dev/federation/v2" in sdl
 
 
-async def test_an_end_user_reads_only_their_own_presence_through_entities(
+async def test_an_end_user_reads_their_own_and_their_friends_presence_through_entities(
     aiohttp_client: AiohttpClient, deployment: Settings, http_redis: AnyRedis
 ) -> None:
     client = await aiohttp_client(create_app(federated(deployment)))
+    await post(
+        client, 'mutation { addFriends(userId: "alice", friendIds: ["carol"]) }', BACKEND_TOKEN
+    )
     alice = user_token("alice")
-    own = await post(client, ENTITIES, alice, **users("alice"))
-    assert own["data"]["_entities"] == [{"id": "alice", "presence": {"online": False}}]
-    other = await post(client, ENTITIES, alice, **users("bob"))
+    own = await post(client, ENTITIES, alice, **users("alice", "carol"))
+    assert own["data"]["_entities"] == [
+        {"id": "alice", "presence": {"online": False}},
+        {"id": "carol", "presence": {"online": False}},
+    ]
+    other = await post(client, ENTITIES, alice, **users("carol", "bob"))
     assert [e["extensions"]["code"] for e in other["errors"]] == ["FORBIDDEN"]
+    assert other["errors"][0]["path"] == ["_entities", 1, "presence"]
 
 
 async def test_without_the_setting_the_schema_is_unchanged(api: TestClient[Any, Any]) -> None:

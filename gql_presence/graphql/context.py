@@ -99,6 +99,18 @@ class Context:
         batches: a WebSocket's operations share this Context, and each must read afresh."""
         return presences_loader(self.store, self.reader)
 
+    @cached_property
+    def friend_checks(self) -> DataLoader[str, bool]:
+        """Whether each user is in this end user's friend set, read in batches (the Users of
+        one `_entities` list together)."""
+        reader = self.caller.name
+
+        async def load(user_ids: list[str]) -> list[bool]:
+            friends = await self.store.friends_among(reader, user_ids)
+            return [user_id in friends for user_id in user_ids]
+
+        return DataLoader(load_fn=load, cache=False, max_batch_size=MAX_REPRESENTATIONS)
+
     @property
     def reader(self) -> str | None:
         """Whom what is read is shown to: an end user's id, or None for a backend (or an open

@@ -107,6 +107,12 @@ def _store(
     return info.context.store_for(need, info.field_name, user_id)
 
 
+_NOT_A_FRIEND = (
+    "A user may read the presence of themselves and their friends (the users in their friend "
+    "set); {} is not one."
+)
+
+
 async def _reader_store(
     info: strawberry.Info[Context, None], user_ids: Sequence[str]
 ) -> PresenceStore:
@@ -121,10 +127,7 @@ async def _reader_store(
     if others and not caller.users_see_everyone:
         strangers = others - await store.friends_among(caller.name, others)
         if strangers:
-            raise ForbiddenError(
-                f"A user may read the presence of themselves and their friends (the users in "
-                f"their friend set); {json.dumps(min(strangers))} is not one."
-            )
+            raise ForbiddenError(_NOT_A_FRIEND.format(json.dumps(min(strangers))))
     return store
 
 
@@ -679,7 +682,18 @@ class User:
     @strawberry.field(description="The user's presence.")
     async def presence(self, info: strawberry.Info[Context, None]) -> UserPresence:
         context = info.context
-        context.caller.authorize(Need.OWN, info.field_name, self.id)
+        caller = context.caller
+        caller.require_credentials()
+        # As presence(userId) allows: an end user themselves and their friends, each checked
+        # with every other User of the _entities list in one read per shard.
+        stranger = (
+            caller.kind is CallerKind.USER
+            and self.id != caller.name
+            and not caller.users_see_everyone
+            and not await context.friend_checks.load(self.id)
+        )
+        if stranger:
+            raise ForbiddenError(_NOT_A_FRIEND.format(json.dumps(self.id)))
         # Every User of an _entities list in one read per shard.
         return UserPresence.of(await context.presences.load(self.id))
 
