@@ -91,27 +91,26 @@ def valkey_cluster() -> Iterator[LocalCluster]:
     cluster.stop()
 
 
+def _failover_cluster(binary: str) -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
+    cluster = start_redis_cluster((0, 7000, 11000), binary=binary)
+    try:
+        replica = add_replica(cluster, 2, binary=binary)
+        yield cluster, replica
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
 def failover_cluster() -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
     """A cluster of its own, as redis_cluster's, for one test that fails a master over: the
     master of shard 0 (slots from 11000) has a replica, whose address comes with it."""
-    cluster = start_redis_cluster((0, 7000, 11000), binary=redis_server_binary())
-    try:
-        replica = add_replica(cluster, 2, binary=redis_server_binary())
-        yield cluster, replica
-    finally:
-        cluster.stop()
+    yield from _failover_cluster(redis_server_binary())
 
 
 @pytest.fixture
 def valkey_failover_cluster() -> Iterator[tuple[LocalCluster, tuple[str, int]]]:
     """As failover_cluster, of Valkey 9 (sharded pub/sub)."""
-    cluster = start_redis_cluster((0, 7000, 11000), binary=valkey_binary())
-    try:
-        replica = add_replica(cluster, 2, binary=valkey_binary())
-        yield cluster, replica
-    finally:
-        cluster.stop()
+    yield from _failover_cluster(valkey_binary())
 
 
 CLUSTER_PASSWORD = "a-cluster-password-for-tests"  # noqa: S105 - a throwaway cluster

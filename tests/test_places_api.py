@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from gql_presence.app import create_app
+from gql_presence.graphql.session_rendering import SessionRenderings
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.settings import Settings
 from tests.conftest import EVERY_EVENTS_DEPLOYMENT, ClientFactory, error_codes, graphql
@@ -251,3 +252,26 @@ async def test_a_second_subscribe_of_a_known_document_is_still_refused_a_place_n
         assert first["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
         await start(allowed, "w", WATCH, place="doc:1")
         assert event(await receive(allowed))[:2] == ("JOINED", "cy")
+
+
+async def test_a_place_session_its_resolver_holds_itself_lives_and_ends_alike(
+    service: Service, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A document the pipeline cannot hold without a task (SessionRenderings has no rendering
+    # for it) is held by the resolver's own generator: the same session, the same end.
+    monkeypatch.setattr(SessionRenderings, "get", lambda *_: None)
+    async with graphql_socket(service) as ann, graphql_socket(service) as watcher:
+        await start(watcher, "w", WATCH, place="room")
+        await start(ann, "a", HOLD, place="room", user="ann", session="t", state={"x": 1})
+        assert (await receive(ann))["payload"]["data"]["placeSession"]["live"] is True
+        assert event(await receive(watcher)) == ("JOINED", "ann", "t", {"x": 1})
+        await graphql(service, 'mutation { kick(userId: "ann", sessionId: "t") { online } }')
+        last = await receive(ann)
+        assert last["payload"]["data"]["placeSession"]["endReason"] == "KICKED"
+        assert (await receive(ann))["type"] == "complete"
+        assert event(await receive(watcher)) == ("LEFT", "ann", "t", None)
+        await start(ann, "b", HOLD, place="room", user="ann", session="u")
+        await receive(ann)
+        assert event(await receive(watcher)) == ("JOINED", "ann", "u", None)
+        await ann.send_json({"id": "b", "type": "complete"})
+        assert event(await receive(watcher)) == ("LEFT", "ann", "u", None)
