@@ -18,6 +18,10 @@
                          the hash tag of KEYS): read for a user held under several leases while
                          one has lapsed unswept (includes/live.lua)
   ARGV[9]  window_ms     int ms
+  ARGV[10] hide_invisible  0|1: 1 shows users who chose INVISIBLE as offline (for an end
+                         user); they are listed all the same: their activity counts as any other
+  ARGV[11] key_prefix    string: the shard's key prefix (includes/status.lua), in the hash tag
+                         of KEYS
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online 0|1, ...}: held users
            first, their last activity shown as the present (or `to`, if earlier)
   Work     O(log n + page), and O(log n) per lapsed lease. Users held under a lease that
@@ -26,14 +30,17 @@
 ]]
 --- @include "clock"
 --- @include "page"
---- @include "live"
+--- @include "status"
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.sessions_prefix, leases.window_ms = ARGV[8], tonumber(ARGV[9])
 leases.key = KEYS[3]
 local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 
+local hide_invisible = ARGV[10] == '1'
+
 local now = now_ms()
+use_statuses(ARGV[11], online_key, tonumber(ARGV[9]), now)
 from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
 local with_held = from_ms <= now and to_ms >= now - held_slack_ms
@@ -49,8 +56,7 @@ if with_held then
   end
 end
 local function online_of(user_id)
-  if live_expiry(online_key, user_id, now) then return 1 end
-  return 0
+  return listed_online(online_key, user_id, now, hide_invisible) or 0
 end
 local function jump(score)
   if held_slot(-score) then return past_lapsed(last_seen_key, score, now) end

@@ -345,6 +345,16 @@ async def test_online_totals_leave_invisible_users_out_for_end_users_only(
         listed = body["data"]["onlineUsers"]
         assert listed["totalCount"] == 4
         assert sorted(n["userId"] for n in listed["nodes"]) == ["u0", "u2", "u3", "u5"]
+    # Their activity counts in activeInRange, as offline users to an end user.
+    active = """query($f: DateTime!, $t: DateTime!) {
+      activeInRange(from: $f, to: $t, first: 10) { totalCount nodes { userId online } } }"""
+    span = {"f": "2000-01-01T00:00:00Z", "t": datetime.now(UTC).isoformat()}
+    body = await as_user(secured, ann(), active, **span)
+    nodes = {n["userId"]: n["online"] for n in body["data"]["activeInRange"]["nodes"]}
+    assert body["data"]["activeInRange"]["totalCount"] == 7
+    assert (nodes["u1"], nodes["u4"], nodes["quiet"], nodes["u0"]) == (False, False, False, True)
+    as_backend = (await backend(secured, active, **span))["nodes"]
+    assert [n["online"] for n in as_backend] == [True] * 7
     await backend(secured, SET_STATUS, u="u4", s="AUTO")
     await backend(secured, 'mutation { kick(userId: "u1") { kickedSessions } }')
     assert (await backend(secured, document, o="LAST_SEEN"))["totalCount"] == 6

@@ -218,9 +218,9 @@ class Query:
         first: FirstArg = 50,
         after: AfterArg = None,
     ) -> PresenceConnection:
-        return PresenceConnection.of(
-            await _store(info, Need.LISTING).active_in_range(from_, to, first, after)
-        )
+        store = _store(info, Need.LISTING)
+        page = await store.active_in_range(from_, to, first, after, info.context.reader)
+        return PresenceConnection.of(page)
 
     @strawberry.field(
         description="Daily unique active users over the 7 days that end on endDate (default: today in the stats time zone)."

@@ -634,13 +634,25 @@ class PresenceStore:
         )
 
     async def active_in_range(
-        self, start: datetime, end: datetime, first: int = 50, after: str | None = None
+        self,
+        start: datetime,
+        end: datetime,
+        first: int = 50,
+        after: str | None = None,
+        reader: str | None = None,
     ) -> Page:
+        """Users by last activity in [start, end]; to an end user `reader`, those who chose
+        INVISIBLE are listed (their activity counts) but offline."""
         check_page_size(first)
         check_range(start, end)
         start_ms, end_ms = to_ms(start), to_ms(end)
+        hide = reader is not None
         return await self._merged(
-            lambda shard, at: shard.active_in_range(start_ms, end_ms, first, at), first, after
+            lambda shard, at: shard.active_in_range(
+                start_ms, end_ms, first, at, hide_invisible=hide
+            ),
+            first,
+            after,
         )
 
     async def _merged(

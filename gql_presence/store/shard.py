@@ -565,7 +565,13 @@ class Shard:
         )
 
     async def active_in_range(
-        self, start_ms: int, end_ms: int, first: int, after: Position | None
+        self,
+        start_ms: int,
+        end_ms: int,
+        first: int,
+        after: Position | None,
+        *,
+        hide_invisible: bool,
     ) -> ShardPage:
         k = self._keys
         return await self._page(
@@ -573,7 +579,13 @@ class Shard:
             [k.last_seen, k.online, k.leases],
             [start_ms, end_ms, self._settings.retention_ms, first],
             after,
-            [self._settings.connection_ttl_ms // 2, k.sessions(""), self._settings.window_ms],
+            [
+                self._settings.connection_ttl_ms // 2,
+                k.sessions(""),
+                self._settings.window_ms,
+                int(hide_invisible),
+                k.prefix,
+            ],
         )
 
     async def weekly_stats(self, end_date: date) -> WeeklyStats:
