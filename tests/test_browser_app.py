@@ -1,8 +1,8 @@
 """A frontend on another origin, in Chromium: a page served from another port queries and
 mutates with fetch and an Authorization header, follows presenceChanged over a WebSocket with
 the graphql-ws client, keeps its user online with presenceSession until the tab is closed, and
-runs README.md's JavaScript as written. Without PRESENCE_CORS_ORIGINS the same page is
-refused."""
+runs README.md's JavaScript as written; a tab that another tab hides makes its user AWAY to a
+friend's page until it is shown. Without PRESENCE_CORS_ORIGINS the same page is refused."""
 
 from __future__ import annotations
 
