@@ -7,9 +7,12 @@ Valkey cluster, whose events go by sharded pub/sub."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
 import shutil
+import signal
 import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -23,6 +26,7 @@ from redis.asyncio.client import PubSub
 
 from gql_presence.app import create_app
 from gql_presence.observability.logs import ClientFaults
+from gql_presence.running.children import start_child
 from gql_presence.running.connection import connect, redis_client
 from gql_presence.running.redis_server import RedisServer, redis_server_binary, start_redis_server
 from gql_presence.settings import Settings
@@ -300,6 +304,49 @@ async def browser(chromium_path: str) -> AsyncIterator[Browser]:
         )
         yield launched
         await launched.close()
+
+
+@pytest.fixture
+async def tabbed_browser(chromium_path: str, tmp_path: Path) -> AsyncIterator[Browser]:
+    """A Chromium whose default context's pages (`contexts[0]`) are tabs of one window, as a
+    user has them: a tab opened over another hides it (`document.visibilityState` "hidden",
+    with its `visibilitychange`), and `bring_to_front()` shows it again. The `browser`
+    fixture's pages never hide: Playwright's own pages are focus-emulated, which keeps them
+    visible. So this Chromium is started here and attached over CDP with `no_defaults`, which
+    leaves the default context's pages as the browser has them."""
+    from tests.helpers import eventually  # noqa: PLC0415 - helpers import this module
+
+    profile = tmp_path / "chromium"
+    chromium = start_child(
+        [
+            chromium_path,
+            "--headless",
+            "--remote-debugging-port=0",  # a free port, written to DevToolsActivePort
+            f"--user-data-dir={profile}",
+            *CHROMIUM_FLAGS,
+            "about:blank",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        active_port = profile / "DevToolsActivePort"
+
+        def listening() -> bool:
+            return active_port.exists() and len(active_port.read_text().splitlines()) == 2
+
+        await eventually(listening, 10, "Chromium's DevTools port")
+        port, path = active_port.read_text().splitlines()
+        async with async_playwright() as playwright:
+            attached = await playwright.chromium.connect_over_cdp(
+                f"ws://127.0.0.1:{port}{path}", no_defaults=True
+            )
+            yield attached
+            await attached.close()
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # its session: the browser's processes
+            os.killpg(chromium.pid, signal.SIGTERM)
+        chromium.wait(timeout=10)
 
 
 # --- JavaScript clients from the npm registry ------------------------------------------------

@@ -1,8 +1,8 @@
 """A frontend on another origin, in Chromium: a page served from another port queries and
 mutates with fetch and an Authorization header, follows presenceChanged over a WebSocket with
 the graphql-ws client, keeps its user online with presenceSession until the tab is closed, and
-runs README.md's JavaScript as written. Without PRESENCE_CORS_ORIGINS the same page is
-refused."""
+runs README.md's JavaScript as written; a tab that another tab hides makes its user AWAY to a
+friend's page until it is shown. Without PRESENCE_CORS_ORIGINS the same page is refused."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, BrowserContext, Page
 from pytest_aiohttp import AiohttpServer
 
 from gql_presence.app import create_app
@@ -246,3 +246,112 @@ async def test_closing_the_tab_that_holds_a_session_is_offline_within_2_s(
         offline = await alices_next()
         assert (offline["kind"], offline["online"]) == ("OFFLINE", False)
         assert time.monotonic() - started < 2
+
+
+# bob's friends panel: his friends' changes, with their status.
+FOLLOW_BOBS_FRIENDS = """async ({ url, token }) => {
+  const { createClient } = await import("graphql-ws");
+  window.events = [];
+  const client = createClient({ url, connectionParams: { Authorization: `Bearer ${token}` } });
+  client.subscribe(
+    { query: `subscription { presenceChanged(friendsOf: "bob") {
+        userId kind status customStatus { text } } }` },
+    { next: ({ data }) => window.events.push(data.presenceChanged),
+      error: (e) => window.events.push({ error: String(e.reason || e.message || e) }),
+      complete: () => {} },
+  );
+}"""
+
+HOLDING_SNIPPET = next(s for s in READMES_JAVASCRIPT if "presenceSession(" in s.code)
+
+
+@dataclasses.dataclass
+class Tabs:
+    """ann's tabs, in one window of a browser whose tabs hide one another, and bob's friends
+    panel in a window of its own, each page from the frontend's origin."""
+
+    window: BrowserContext
+    bobs: Page
+    socket_url: str
+    page_url: str
+    problems: list[str]
+
+    async def holding_anns_session(self, page: Page) -> None:
+        """Runs README.md's presenceSession code in `page`, signed in as ann."""
+        page.on("pageerror", lambda error: self.problems.append(str(error)))
+        page.on("console", lambda m: self.problems.append(m.text) if m.type == "error" else None)
+        await page.goto(self.page_url)
+        await page.evaluate(
+            "(token) => { window.getUserJwt = async () => token;"
+            " window.showEnded = (reason) => console.error('ended', reason); }",
+            user_token("ann"),
+        )
+        url = self.socket_url
+        code = HOLDING_SNIPPET.code.replace("wss://presence.example.com/graphql", url)
+        await page.add_script_tag(content=code, type="module")
+
+    async def seen(self, *expected: tuple[str, str]) -> None:
+        """Waits until bob's panel has shown exactly these (kind, status) of ann's."""
+
+        async def arrived() -> bool:
+            events = await self.bobs.evaluate("window.events")
+            assert all("error" not in e for e in events), events
+            return [(e["kind"], e["status"]) for e in events if e["userId"] == "ann"] == list(
+                expected
+            )
+
+        await eventually(arrived, 5, f"bob's panel to show ann's {list(expected)}")
+
+
+@pytest.fixture
+async def tabs(
+    serve: Serve, tabbed_browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> Tabs:
+    page_url, service = await serve(listed=True)
+    socket_url = service.replace("http", "ws", 1)
+    store = PresenceStore(http_redis, deployment)
+    await store.add_friends("bob", ["ann", "probe"])
+    bobs = await (await tabbed_browser.new_context()).new_page()  # another window
+    await bobs.goto(page_url)
+    await bobs.evaluate(FOLLOW_BOBS_FRIENDS, {"url": socket_url, "token": user_token("bob")})
+    sessions = itertools.count()  # a kicked session id is refused for a while
+
+    async def following() -> bool:
+        await store.touch("probe", f"s{next(sessions)}")
+        await store.kick("probe")
+        return bool(await bobs.evaluate("window.events.length > 0"))
+
+    await eventually(following, 10, "bob's panel to subscribe")
+    return Tabs(tabbed_browser.contexts[0], bobs, socket_url, page_url, [])
+
+
+async def test_a_hidden_tab_is_away_to_a_friend_and_online_again_when_shown(tabs: Tabs) -> None:
+    anns = tabs.window.pages[0]  # the only tab of its window
+    await tabs.holding_anns_session(anns)
+    await tabs.seen(("ONLINE", "ONLINE"))
+
+    # Another tab opened over it hides it, as a user switching tabs does.
+    cover = await tabs.window.new_page()
+    assert await anns.evaluate("document.visibilityState") == "hidden"
+    await tabs.seen(("ONLINE", "ONLINE"), ("STATUS", "AWAY"))
+
+    await anns.bring_to_front()
+    assert await anns.evaluate("document.visibilityState") == "visible"
+    await tabs.seen(("ONLINE", "ONLINE"), ("STATUS", "AWAY"), ("STATUS", "ONLINE"))
+    await cover.close()
+    assert tabs.problems == []
+
+
+async def test_a_session_opened_in_a_hidden_tab_is_away_until_the_tab_is_shown(
+    tabs: Tabs,
+) -> None:
+    anns = tabs.window.pages[0]
+    cover = await tabs.window.new_page()
+    assert await anns.evaluate("document.visibilityState") == "hidden"
+    await tabs.holding_anns_session(anns)  # a session starts active
+    await tabs.seen(("ONLINE", "ONLINE"), ("STATUS", "AWAY"))
+
+    await cover.close()
+    assert await anns.evaluate("document.visibilityState") == "visible"
+    await tabs.seen(("ONLINE", "ONLINE"), ("STATUS", "AWAY"), ("STATUS", "ONLINE"))
+    assert tabs.problems == []

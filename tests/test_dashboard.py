@@ -3,6 +3,7 @@ whole service on a real port."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import hashlib
 import os
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
-from playwright.async_api import Browser, Page
+from playwright.async_api import Browser, Page, Route
 
 from gql_presence.app import create_app
 from gql_presence.running.demo import fill
@@ -92,6 +93,84 @@ async def test_the_online_list_is_read_on_events_not_polled(browser: Browser, ap
     assert problems == []
 
 
+async def row_shows(page: Page, user: str, text: str) -> None:
+    """Waits (5 s at most) until the online list's row of that user contains that text."""
+    await page.wait_for_function(
+        """([user, text]) => [...document.querySelectorAll('#recent li')].some(
+             (row) => row.dataset.user === user && row.textContent.includes(text))""",
+        arg=[user, text],
+        timeout=5000,
+    )
+
+
+async def test_each_listed_user_shows_their_status_from_the_events(
+    browser: Browser, api: Service
+) -> None:
+    await graphql(api, 'mutation { touch(userId: "ann", sessionId: "web") { online } }')
+    page, problems = await open_dashboard(browser, api)
+    await shows(page, "status", "live")
+    await row_shows(page, "ann", "online")
+    # The list's reads wait meanwhile: what changes the row is the events themselves.
+    reads_may_go = asyncio.Event()
+
+    async def held(route: Route) -> None:
+        if "onlineUsers" in (route.request.post_data or ""):
+            await reads_may_go.wait()
+        await route.continue_()
+
+    await page.route("**/graphql", held)
+    idle = 'mutation { setSessionIdle(userId: "ann", sessionId: "web", idle: true) { status } }'
+    await graphql(api, idle)
+    await row_shows(page, "ann", "away")
+    custom = (
+        'mutation { setCustomStatus(userId: "ann", text: "In a meeting", emoji: "📅") { status } }'
+    )
+    await graphql(api, custom)
+    await row_shows(page, "ann", "📅 In a meeting")
+    await graphql(api, 'mutation { setStatus(userId: "ann", status: BUSY) { status } }')
+    await row_shows(page, "ann", "busy")
+    reads_may_go.set()
+    # The reads that follow agree, and a cleared custom status leaves the row.
+    await graphql(api, 'mutation { setCustomStatus(userId: "ann") { status } }')
+    await page.wait_for_function(
+        "!document.getElementById('recent').textContent.includes('In a meeting')", timeout=5000
+    )
+    await row_shows(page, "ann", "busy")
+    assert problems == []
+
+
+async def test_a_read_that_answers_late_does_not_undo_a_newer_one(
+    browser: Browser, api: Service
+) -> None:
+    await graphql(api, 'mutation { touch(userId: "ann", sessionId: "web") { online } }')
+    page, problems = await open_dashboard(browser, api)
+    await shows(page, "status", "live")
+    await row_shows(page, "ann", "online")
+    held, may_answer = asyncio.Event(), asyncio.Event()
+
+    async def one_late(route: Route) -> None:
+        if "onlineUsers" not in (route.request.post_data or "") or held.is_set():
+            await route.continue_()
+            return
+        answer = await route.fetch()  # ann online, as read now
+        held.set()
+        await may_answer.wait()
+        await route.fulfill(response=answer)
+
+    await page.route("**/graphql", one_late)
+    await graphql(api, 'mutation { touch(userId: "bob") { online } }')  # its read answers late
+    await asyncio.wait_for(held.wait(), 5)
+    idle = 'mutation { setSessionIdle(userId: "ann", sessionId: "web", idle: true) { status } }'
+    await graphql(api, idle)
+    await shows(page, "online-count", "2")  # a newer read is shown
+    await row_shows(page, "ann", "away")
+    async with page.expect_request_finished(lambda r: "onlineUsers" in (r.post_data or "")):
+        may_answer.set()
+    await page.evaluate("new Promise((resolve) => setTimeout(resolve))")  # once it was taken
+    assert "away" in await page.inner_text("#recent li[data-user=ann]")
+    assert problems == []
+
+
 @pytest.mark.skipif(
     not os.environ.get("UPDATE_SCREENSHOT"), reason="UPDATE_SCREENSHOT=1 redraws it"
 )
@@ -112,10 +191,13 @@ async def test_screenshot_for_the_readme(
 
 async def test_it_fits_a_phone_screen(browser: Browser, api: Service) -> None:
     await graphql(api, 'mutation { touchMany(userIds: ["a", "b", "c"]) }')
+    long_status = 'mutation($t: String) { setCustomStatus(userId: "a", text: $t) { status } }'
+    await graphql(api, long_status, t="Working from the mountains this week " * 3)
     page, problems = await open_dashboard(browser, api, viewport={"width": 390, "height": 844})
     await page.wait_for_function(
         "document.getElementById('online-count').textContent === '3'", timeout=5000
     )
+    await row_shows(page, "a", "Working from the mountains")
     overflow = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0
     assert problems == []
