@@ -67,6 +67,14 @@ def test_serve_with_no_settings_keeps_its_data_and_cursors_across_restarts(data_
         assert touched["data"]["touch"]["lastSeen"]
         post(port, 'mutation { touch(userId: "bob") { lastSeen } }')
         cursor = post(port, FIRST_PAGE)["data"]["onlineUsers"]["pageInfo"]["endCursor"]
+        post(port, 'mutation { setStatus(userId: "alice", status: BUSY) { status } }')
+        post(
+            port, 'mutation { setCustomStatus(userId: "alice", text: "Away on a trip") { status } }'
+        )
+        post(
+            port,
+            'mutation { setLastSeenVisibility(userId: "alice", visibleTo: NOBODY) { status } }',
+        )
     finally:
         output = stop(service)
     assert service.returncode == 0, output
@@ -78,8 +86,14 @@ def test_serve_with_no_settings_keeps_its_data_and_cursors_across_restarts(data_
     service = run_service(data_dir, port)
     try:
         wait_until_serving(service, port)
-        presence = post(port, '{ presence(userId: "alice") { lastSeen } }')
-        assert presence["data"]["presence"]["lastSeen"] == touched["data"]["touch"]["lastSeen"]
+        chosen = "chosenStatus customStatus { text } lastSeenVisibleTo"
+        presence = post(port, f'{{ presence(userId: "alice") {{ lastSeen {chosen} }} }}')
+        assert presence["data"]["presence"] == {
+            "lastSeen": touched["data"]["touch"]["lastSeen"],
+            "chosenStatus": "BUSY",
+            "customStatus": {"text": "Away on a trip"},
+            "lastSeenVisibleTo": "NOBODY",
+        }
         assert post(port, next_page(cursor)) == {
             "data": {"onlineUsers": {"nodes": [{"userId": "alice"}]}}
         }
