@@ -381,3 +381,49 @@ async def test_a_user_turns_away_when_their_last_active_session_expires(
         await backend(friends, TOUCH, u="ann", s="phone")
         # The next event is the return: the second sweep announced nothing.
         assert await next_event(bobs) == {"kind": "STATUS", "status": "ONLINE"}
+
+
+async def test_events_show_their_time_to_those_who_may_see_last_seen(
+    friends: Service, store_of_api: PresenceStore
+) -> None:
+    await backend(
+        friends, 'mutation { addFriends(userId: "cat", friendIds: ["ann"], mutual: false) }'
+    )
+    await as_user(friends, ann(), SET_VISIBLE, v="FRIENDS")
+    document = "subscription($f: ID!) { presenceChanged(friendsOf: $f) { kind at } }"
+    touch_at = 'mutation($a: DateTime) { touch(userId: "ann", at: $a) { online } }'
+
+    async def goes_offline() -> datetime:
+        """ann goes offline by time; the moment her presence expired."""
+        window = timedelta(milliseconds=TEST_SETTINGS.window_ms)
+        expiry = datetime.now(UTC) + timedelta(milliseconds=300)
+        await backend(friends, touch_at, a=(expiry - window).isoformat())
+        await asyncio.sleep(0.5)
+        await store_of_api.sweep()
+        return expiry
+
+    async with (
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
+        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
+    ):
+        for socket, user in ((bobs, "bob"), (cats, "cat")):
+            payload = {"query": document, "variables": {"f": user}}
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        await asyncio.sleep(0.3)
+
+        async def offline_at(socket: aiohttp.ClientWebSocketResponse) -> datetime:
+            assert (await next_event(socket))["kind"] == "ONLINE"
+            event = await next_event(socket)
+            assert event["kind"] == "OFFLINE"
+            return datetime.fromisoformat(event["at"])
+
+        expiry = await goes_offline()
+        # bob is in ann's friend set: the moment it happened; cat is not: when it was told.
+        assert abs(await offline_at(bobs) - expiry) < timedelta(milliseconds=50)
+        assert await offline_at(cats) - expiry > timedelta(milliseconds=150)
+        await backend(
+            friends, 'mutation { removeFriends(userId: "ann", friendIds: ["bob"], mutual: false) }'
+        )
+        await asyncio.sleep(0.3)
+        expiry = await goes_offline()
+        assert await offline_at(bobs) - expiry > timedelta(milliseconds=150)

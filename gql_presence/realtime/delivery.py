@@ -52,14 +52,20 @@ class PresenceChange:
             custom_status_of(announced.custom),
         )
 
-    def seen_by_others(self, announced: PublishedEvent) -> PresenceChange | None:
-        """The event as other end users see it, or None when they see nothing of it
-        (SEMANTICS, "Status": an invisible user is offline to them; a lastSeen they may
-        not see leaves the event's `at` at its announcement)."""
+    def seen_by_others(
+        self, announced: PublishedEvent, *, in_friend_set: bool = False
+    ) -> PresenceChange | None:
+        """The event as other end users see it (`in_friend_set`: those in its user's friend
+        set), or None when they see nothing of it (SEMANTICS, "Status": an invisible user is
+        offline to them; a lastSeen they may not see leaves the event's `at` at its
+        announcement)."""
         if not announced.others_kind:
             return None
         shown = self
-        if announced.visible_to != Visibility.EVERYONE:
+        may_see = announced.visible_to == Visibility.EVERYONE or (
+            announced.visible_to == Visibility.FRIENDS and in_friend_set
+        )
+        if not may_see:
             shown = replace(shown, at=from_ms(int(announced.announced_ms)))
         if announced.invisible:
             shown = replace(shown, status=Status.OFFLINE, custom=None, online=False)
@@ -98,6 +104,7 @@ class Follower:
         "friends_applied",
         "friends_of",
         "friends_read",
+        "in_friend_sets_of",
         "reader",
         "user_ids",
     )
@@ -113,8 +120,11 @@ class Follower:
         self.friends_read = 0
         self.friends_applied = 0
         self.dropped: FeedDroppedError | None = None
-        # Whom events are shown to: an end user's id, or None for a backend (see all).
+        # Whom events are shown to: an end user's id, or None for a backend (see all); and
+        # the users followed whose friend set holds that end user (who may then see the
+        # lastSeen of those who let FRIENDS see it).
         self.reader: str | None = None
+        self.in_friend_sets_of: frozenset[str] = frozenset()
 
     def offer(self, event: PresenceChange, rendered: Rendered) -> None:
         raise NotImplementedError

@@ -680,10 +680,27 @@ class EventHub:
                 f"friendsOf has {len(friends):,} friends; a subscription follows at most "
                 f"{MAX_IDS_PER_CALL:,} users."
             )
+        in_sets: frozenset[str] = frozenset()
+        if feed.reader is not None:
+            in_sets = await self._store.in_friend_sets_of(feed.reader, friends)
         # The subscriber may have left, or a later read been applied, while this one waited.
         if feed in self._followers and this_read > feed.friends_applied:
             feed.friends_applied = this_read
+            feed.in_friend_sets_of = in_sets
             self._follow(feed, friends)
+
+    async def _check_friend_set(self, feed: Follower, owner: str) -> None:
+        """After `owner`'s friend set changed: whether it still holds the feed's reader."""
+        assert feed.reader is not None
+        try:
+            holds = await self._store.in_friend_sets_of(feed.reader, [owner])
+        except PresenceError as error:
+            feed.drop(FeedDroppedError(_again(error.message), violation=False))
+            return
+        if holds:
+            feed.in_friend_sets_of |= {owner}
+        else:
+            feed.in_friend_sets_of -= {owner}
 
     async def _follow_friend_change(self, feed: Follower) -> None:
         """After a friend-set change: follow the new set, or end the feed if that fails, as
@@ -836,11 +853,19 @@ class EventHub:
             for follower in list(self._place_followers.get(one.place_id, ())):
                 follower.offer_place(one, rendered)
 
+    def _friends_changed(self, owner: str) -> None:
+        """The owner's friend set changed: their friendsOf subscribers follow the new set,
+        and end users who follow them learn whether they are still in it."""
+        for feed in list(self._by_friends_of.get(owner, ())):
+            self.spawn(self._follow_friend_change(feed))
+        for feed in list(self._by_user.get(owner, ())):
+            if feed.reader is not None:
+                self.spawn(self._check_friend_set(feed, owner))
+
     def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
         kind, user_id = announced.kind, announced.user_id
         if kind == EventKind.FRIENDS:
-            for feed in list(self._by_friends_of.get(user_id, ())):
-                self.spawn(self._follow_friend_change(feed))
+            self._friends_changed(user_id)
             return
         if kind in {EventKind.KICKED, EventKind.REPLACED, EventKind.REVOKED}:
             for watcher in self._session_watchers:
@@ -859,15 +884,16 @@ class EventHub:
         rendered: Rendered = {}
         # Other end users see the event as its user lets them (includes/status.lua): made
         # and rendered once, when the first of them is met.
-        others: PresenceChange | None = None
-        others_made = False
-        others_rendered: Rendered = {}
+        # Those in the user's friend set may see more of it: a view, and renderings, of theirs.
+        views: dict[bool, tuple[PresenceChange | None, Rendered]] = {}
         for feed in [*(feeds or ()), *all_users]:
             if feed.reader is None or feed.reader == user_id:
                 feed.offer(event, rendered)
                 continue
-            if not others_made:
-                others, others_made = event.seen_by_others(announced), True
+            in_set = user_id in feed.in_friend_sets_of
+            if in_set not in views:
+                views[in_set] = (event.seen_by_others(announced, in_friend_set=in_set), {})
+            others, others_rendered = views[in_set]
             if others is not None:
                 feed.offer(others, others_rendered)
 

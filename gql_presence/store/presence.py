@@ -582,10 +582,7 @@ class PresenceStore:
         owners = [
             p.user_id for p in found if p.visible_to is Visibility.FRIENDS and p.user_id != reader
         ]
-        friend_of = set()
-        if owners:
-            flags = await self._shard(reader).friend_of_each(reader, owners)
-            friend_of = {owner for owner, flag in zip(owners, flags, strict=True) if flag}
+        friend_of = await self.in_friend_sets_of(reader, owners)
         return [p.seen_by(reader, reader_is_friend=p.user_id in friend_of) for p in found]
 
     def _by_shard(self, user_ids: Iterable[str]) -> dict[int, list[str]]:
@@ -722,6 +719,15 @@ class PresenceStore:
         check_id(user_id, "userId")
         parts = await asyncio.gather(*(shard.friends(user_id) for shard in self._shards))
         return sorted({friend for part in parts for friend in part})
+
+    async def in_friend_sets_of(self, user_id: str, owners: Iterable[str]) -> frozenset[str]:
+        """Which of `owners` have user_id in their friend set: one script call on user_id's
+        shard, which keeps each set's members that live there."""
+        asked = list(owners)
+        if not asked:
+            return frozenset()
+        flags = await self._shard(user_id).friend_of_each(user_id, asked)
+        return frozenset(owner for owner, flag in zip(asked, flags, strict=True) if flag)
 
     async def friends_among(self, user_id: str, user_ids: Iterable[str]) -> set[str]:
         """Which of user_ids are in user_id's friend set (each shard keeps the part of it
