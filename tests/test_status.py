@@ -4,6 +4,7 @@ other end users (docs/semantics.md, "Status")."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -83,8 +84,8 @@ async def test_a_custom_status_is_shown_until_it_ends_and_its_end_is_announced(
     secured: Service, store_of_api: PresenceStore, http_redis: AnyRedis
 ) -> None:
     await backend(secured, TOUCH, u="ann")
-    soon = (datetime.now(UTC) + timedelta(milliseconds=400)).isoformat()
-    body = await as_user(secured, ann(), SET_CUSTOM, t="In a meeting", e="📅", x=soon)
+    ends = datetime.now(UTC) + timedelta(seconds=1)
+    body = await as_user(secured, ann(), SET_CUSTOM, t="In a meeting", e="📅", x=ends.isoformat())
     assert body["data"]["setCustomStatus"]["customStatus"]["text"] == "In a meeting"
     assert (await seen(secured, BACKEND_TOKEN, "ann"))["customStatus"]["emoji"] == "📅"
     async with graphql_socket(secured, f"Bearer {BACKEND_TOKEN}") as socket:
@@ -97,7 +98,7 @@ async def test_a_custom_status_is_shown_until_it_ends_and_its_end_is_announced(
                 },
             }
         )
-        await asyncio.sleep(0.5)
+        await asyncio.sleep((ends - datetime.now(UTC)).total_seconds() + 0.05)
         assert (await seen(secured, BACKEND_TOKEN, "ann"))["customStatus"] is None
         await store_of_api.sweep()
         message = await socket.receive_json(timeout=3)
@@ -427,3 +428,20 @@ async def test_events_show_their_time_to_those_who_may_see_last_seen(
         await asyncio.sleep(0.3)
         expiry = await goes_offline()
         assert await offline_at(bobs) - expiry > timedelta(milliseconds=150)
+
+
+async def test_a_cursor_shows_neither_the_time_nor_the_id_it_holds(friends: Service) -> None:
+    await as_user(friends, ann(), SET_VISIBLE, v="NOBODY")
+    await backend(friends, TOUCH, u="ann", s="web")
+    page = """query($a: String) { onlineFriends(userId: "bob", first: 1, after: $a) {
+      nodes { userId lastSeen } pageInfo { endCursor } } }"""
+    body = (await as_user(friends, bob(), page))["data"]["onlineFriends"]
+    assert body["nodes"] == [{"userId": "ann", "lastSeen": None}]
+    cursor = body["pageInfo"]["endCursor"]
+    raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+    last_seen = (await seen(friends, BACKEND_TOKEN, "ann"))["lastSeen"]
+    seconds = str(int(datetime.fromisoformat(last_seen).timestamp()))
+    assert b"ann" not in raw
+    assert seconds[:8].encode() not in raw
+    following = await as_user(friends, bob(), page, a=cursor)
+    assert following["data"]["onlineFriends"]["nodes"] == []
