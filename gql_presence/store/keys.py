@@ -44,6 +44,12 @@ class Keys:
         return self.prefix + "since"
 
     @property
+    def invisible(self) -> str:
+        """SET of the users who chose INVISIBLE (lua/includes/status.lua names it from the
+        prefix too)."""
+        return self.prefix + "invisible"
+
+    @property
     def user_index(self) -> str:
         """HASH user_id -> small integer: the user's bit in every day's activity bitmap."""
         return self.prefix + "uidx"

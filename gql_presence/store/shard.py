@@ -558,10 +558,10 @@ class Shard:
         k = self._keys
         return await self._page(
             ScriptName.ONLINE_FRIENDS,
-            [k.friends(user_id), k.online, k.last_seen, k.scratch, k.leases],
+            [k.friends(user_id), k.online, k.last_seen, k.scratch, k.leases, k.invisible],
             [first],
             after,
-            [k.sessions(""), self._settings.window_ms, int(hide_invisible), k.prefix],
+            [k.sessions(""), self._settings.window_ms, int(hide_invisible)],
         )
 
     async def active_in_range(
