@@ -61,6 +61,7 @@ from gql_presence.http.view import PresenceView
 from gql_presence.running.connection import connect, redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
+from gql_presence.store import Presence
 from tests.conftest import TEST_SETTINGS, ClientFactory
 from tests.graphql_documents import CURSOR_SECRET, several_operations, with_variables, within_limits
 from tests.helpers import BACKEND_TOKEN, SECURED, user_token
@@ -747,8 +748,10 @@ def _fields_below_root(schema: GraphQLSchema, query: str) -> tuple[_Field, ...]:
 
 def test_a_plan_reads_the_attributes_strawberrys_resolvers_read() -> None:
     schema = build_schema(introspection=True, federation=False, plans=None)._schema
-    fields = _fields_below_root(schema, '{ odd: presence(userId: "u") { userId online } }')
-    presence = UserPresence(user_id=strawberry.ID("u"), online=True)
+    fields = _fields_below_root(
+        schema, '{ odd: presence(userId: "u") { userId online lastSeen status } }'
+    )
+    presence = UserPresence.of(Presence("u", online=True, last_seen=None, sessions=()))
     for field in fields:
         assert field.attribute is not None
         resolve = field.definition.resolve

@@ -445,3 +445,10 @@ async def test_a_cursor_shows_neither_the_time_nor_the_id_it_holds(friends: Serv
     assert seconds[:8].encode() not in raw
     following = await as_user(friends, bob(), page, a=cursor)
     assert following["data"]["onlineFriends"]["nodes"] == []
+
+
+async def test_a_kicked_session_cannot_be_marked_idle(secured: Service) -> None:
+    await backend(secured, TOUCH, u="ann", s="web")
+    await backend(secured, 'mutation { kick(userId: "ann", sessionId: "web") { kickedSessions } }')
+    body = await as_user(secured, ann(), SET_IDLE, s="web", i=True)
+    assert error_codes(body) == ["SESSION_REVOKED"]

@@ -11,6 +11,7 @@ from enum import Enum
 from typing import NewType
 
 import strawberry
+from strawberry.types.nodes import SelectedField, Selection
 
 from gql_presence.graphql.context import Context
 from gql_presence.realtime.delivery import PresenceChange
@@ -173,67 +174,80 @@ class Session:
 
 @strawberry.type(description="A user's presence: online or not, when last seen, and where.")
 class UserPresence:
+    # Plain values, not resolvers: a list of 1,000 presences completes without a task each.
     user_id: ID = strawberry.field(description="The user's id.")
     online: bool = strawberry.field(
         description="Whether at least one of the user's sessions is live."
     )
-    # A list's node knows the user's lastSeen as backends see it; the rest is read when asked.
-    listed_last_seen: strawberry.Private[datetime | None] = None
-    known: strawberry.Private[models.Presence | None] = None
-
-    async def _presence(self, info: strawberry.Info[Context, None]) -> models.Presence:
-        if self.known is None:
-            self.known = await info.context.presences.load(str(self.user_id))
-        return self.known
-
-    @strawberry.field(
+    last_seen: datetime | None = strawberry.field(
         description="The last recorded activity; null when none is kept, or when this reader may not see it."
     )
-    async def last_seen(self, info: strawberry.Info[Context, None]) -> datetime | None:
-        reader = info.context.reader
-        if self.known is None and (reader is None or reader == self.user_id):
-            return self.listed_last_seen
-        return (await self._presence(info)).last_seen
-
-    @strawberry.field(description="The live sessions, most recently active first.")
-    async def sessions(self, info: strawberry.Info[Context, None]) -> list[Session]:
-        return [Session.of(s) for s in (await self._presence(info)).sessions]
-
-    @strawberry.field(
+    sessions: list[Session] = strawberry.field(
+        description="The live sessions, most recently active first."
+    )
+    status: PresenceStatus = strawberry.field(
         description="As this reader may see it (an invisible user is OFFLINE to other end users)."
     )
-    async def status(self, info: strawberry.Info[Context, None]) -> PresenceStatus:
-        return PresenceStatus((await self._presence(info)).status.value)
-
-    @strawberry.field(
+    custom_status: CustomStatus | None = strawberry.field(
         description="Null when none is set, it expired, or this reader may not see it."
     )
-    async def custom_status(self, info: strawberry.Info[Context, None]) -> CustomStatus | None:
-        return CustomStatus.of((await self._presence(info)).custom)
-
-    @strawberry.field(
+    chosen_status: ChosenStatus | None = strawberry.field(
         description="The user's own choice: shown to the user themself and to backends, null to everyone else."
     )
-    async def chosen_status(self, info: strawberry.Info[Context, None]) -> ChosenStatus | None:
-        chosen = (await self._presence(info)).chosen
-        return None if chosen is None else ChosenStatus(chosen.value)
-
-    @strawberry.field(
+    last_seen_visible_to: Visibility | None = strawberry.field(
         description="Who may see lastSeen: shown to the user themself and to backends, null to everyone else."
     )
-    async def last_seen_visible_to(self, info: strawberry.Info[Context, None]) -> Visibility | None:
-        visible = (await self._presence(info)).visible_to
-        return None if visible is None else Visibility(visible.value)
-
-    @strawberry.field(
+    online_since: datetime | None = strawberry.field(
         description="When the user's current online period began (the activity that brought them online); null when offline, and to a reader who may not see lastSeen."
     )
-    async def online_since(self, info: strawberry.Info[Context, None]) -> datetime | None:
-        return (await self._presence(info)).online_since
 
     @classmethod
     def of(cls, presence: models.Presence) -> UserPresence:
-        return cls(user_id=ID(presence.user_id), online=presence.online, known=presence)
+        return cls(
+            user_id=ID(presence.user_id),
+            online=presence.online,
+            last_seen=presence.last_seen,
+            sessions=[Session.of(s) for s in presence.sessions],
+            status=PresenceStatus(presence.status.value),
+            custom_status=CustomStatus.of(presence.custom),
+            chosen_status=None if presence.chosen is None else ChosenStatus(presence.chosen.value),
+            last_seen_visible_to=(
+                None if presence.visible_to is None else Visibility(presence.visible_to.value)
+            ),
+            online_since=presence.online_since,
+        )
+
+    @classmethod
+    def listed(cls, user: models.ListedUser) -> UserPresence:
+        """A list's node as the list knows it (id, online, lastSeen as backends see it): for
+        a selection that asks for nothing more."""
+        return cls(
+            user_id=ID(user.user_id),
+            online=user.online,
+            last_seen=user.last_seen,
+            sessions=[],
+            status=PresenceStatus.ONLINE if user.online else PresenceStatus.OFFLINE,
+            custom_status=None,
+            chosen_status=None,
+            last_seen_visible_to=None,
+            online_since=None,
+        )
+
+
+# What a list's node knows without reading the users' presence: for a backend, lastSeen too.
+_LISTED = frozenset({"userId", "online", "__typename"})
+_LISTED_FOR_BACKENDS = _LISTED | {"lastSeen"}
+
+
+def _selected_names(selections: list[Selection]) -> set[str]:
+    """The names of the fields selected, through fragments."""
+    names: set[str] = set()
+    for selection in selections:
+        if isinstance(selection, SelectedField):
+            names.add(selection.name)
+        else:
+            names |= _selected_names(selection.selections)
+    return names
 
 
 @strawberry.type(description="Whether there are more users after this page, and where it ended.")
@@ -247,19 +261,31 @@ class PageInfo:
 @strawberry.type(description="One page of a list of users, most recently active first.")
 class PresenceConnection:
     total_count: int = strawberry.field(description="How many users match, over all pages.")
-    nodes: list[UserPresence] = strawberry.field(description="The users on this page, in order.")
+    listed: strawberry.Private[tuple[models.ListedUser, ...]]
+
+    @strawberry.field(description="The users on this page, in order.")
+    async def nodes(self, info: strawberry.Info[Context, None]) -> list[UserPresence]:
+        reader = info.context.reader
+        wanted = set().union(*(_selected_names(f.selections) for f in _fields(info)))
+        if wanted <= (_LISTED if reader is not None else _LISTED_FOR_BACKENDS):
+            return [UserPresence.listed(user) for user in self.listed]
+        # Their presence as this reader may see it: the page's users in one read per shard.
+        found = await info.context.store.presence_many([u.user_id for u in self.listed], reader)
+        return [UserPresence.of(presence) for presence in found]
+
     page_info: PageInfo = strawberry.field(description="Where this page ended.")
 
     @classmethod
     def of(cls, page: models.Page) -> PresenceConnection:
         return cls(
             total_count=page.total_count,
-            nodes=[
-                UserPresence(user_id=ID(u.user_id), online=u.online, listed_last_seen=u.last_seen)
-                for u in page.nodes
-            ],
+            listed=page.nodes,
             page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
         )
+
+
+def _fields(info: strawberry.Info[Context, None]) -> list[SelectedField]:
+    return [f for f in info.selected_fields if isinstance(f, SelectedField)]
 
 
 @strawberry.type(description="What a kick ended.")
