@@ -22,8 +22,8 @@
            kicked while an older one stays live until it expires are skipped over too.
            total counts a user held under several leases that have all lapsed until the
            sweep ends their sessions (within a second); the page never lists them.
-           Hiding invisible users costs one look-up per user listed, and O(users who chose
-           INVISIBLE) for the total.
+           Hiding invisible users costs one look-up per user listed, and O(log n) for the
+           total (the `hidden` set's count, includes/status.lua).
 ]]
 --- @include "clock"
 --- @include "page"
