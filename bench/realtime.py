@@ -61,6 +61,7 @@ class Subscriber(asyncio.Protocol):
 
     def __init__(self) -> None:
         self.received: list[tuple[float, bytes]] = []  # (arrival, message)
+        self.errors: list[bytes] = []  # error messages: a subscribe the service refused
         self.first = asyncio.Event()
         self._buffer = b""
         self._upgraded = False
@@ -120,6 +121,8 @@ class Subscriber(asyncio.Protocol):
             elif b'"next"' in message:
                 self.received.append((now, message))
                 self.first.set()
+            elif b'"error"' in message:
+                self.errors.append(message)
         self._buffer = buffer
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -282,11 +285,22 @@ async def quiet(clients: list[Subscriber]) -> None:
             return
 
 
-async def first_events(redis: Redis, clients: list[Subscriber]) -> None:
-    """Publishes events until every client has had one: each is subscribed then."""
-    while not all(s.first.is_set() for s in clients):
+async def first_events(redis: Redis, clients: list[Subscriber], limit_s: float = 60) -> None:
+    """Publishes events until every client has had one: each is subscribed then. Raises if
+    some have not within limit_s, or were refused or disconnected, rather than wait forever."""
+    deadline = time.perf_counter() + limit_s
+    while not all(s.first.is_set() or s.errors or s.disconnected for s in clients):
+        if time.perf_counter() > deadline:
+            break
         await publish(redis, 1, 0)
         await asyncio.sleep(0.05)
+    unheard = [s for s in clients if not s.first.is_set()]
+    if unheard:
+        said = next((s.errors[0] for s in unheard if s.errors), b"nothing")
+        raise RuntimeError(
+            f"{len(unheard)} of {len(clients)} subscribers had no event: "
+            f"{sum(s.disconnected for s in unheard)} disconnected; the service said {said[:300]!r}"
+        )
 
 
 async def measure(
