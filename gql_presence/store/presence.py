@@ -479,6 +479,10 @@ class PresenceStore:
         except PresenceError as error:
             log.warning("a waiting place state is left to the sweep to announce: %s", error.message)
             return
+        except Exception:
+            # A fault of ours; the sweep still announces the state, a second or so late.
+            log.exception("announcing a waiting place state failed")
+            return
         if due_in_ms > 0 and key not in self._flushes:
             self._plan_flush(key, due_in_ms)
 
