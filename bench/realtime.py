@@ -254,13 +254,18 @@ async def service(code: Path | None, buffer: int) -> AsyncIterator[Service]:
 async def publish(redis: Redis, count: int, first: int) -> None:
     """`count` events as the scripts announce them, each in a message of its own: on the
     channel of its user (the service's one shard) and on that of every user, one of which a
-    process subscribes to (a commit before the users' channels, the second)."""
+    process subscribes to (a commit before the users' channels, the second). In the format of
+    statuses (eleven fields), which a commit before them does not read."""
     channel, shard = Keys().events, Keys.of_shard(0)
     at_ms = int(time.time() * 1000)
     for i in range(first, first + count):
         user = USERS[i % len(USERS)]
         online = i % 2 == 0
-        message = json.dumps(["ONLINE" if online else "OFFLINE", user, at_ms, "", int(online)])
+        kind = "ONLINE" if online else "OFFLINE"
+        # As lua/includes/events.lua writes it for a user with no status of their own.
+        message = json.dumps(
+            [kind, user, at_ms, "", int(online), kind, False, kind, "EVERYONE", 0, at_ms]
+        )
         async with redis.pipeline(transaction=False) as both:
             both.publish(shard.user_events(user), message)
             both.publish(channel, message)
