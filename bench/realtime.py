@@ -226,8 +226,8 @@ async def service(code: Path | None, buffer: int) -> AsyncIterator[Service]:
         "PRESENCE_REVOKE_SECONDS": "0",  # kicked sessions may come back at once
         "PRESENCE_SUBSCRIBER_BUFFER": str(buffer),
     }
-    if code is not None:
-        env["PYTHONPATH"] = str(code)
+    if code is not None:  # before whatever path the caller gives (a profiler's hook, say)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
     process = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
         [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
         env=env,
