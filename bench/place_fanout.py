@@ -1,4 +1,4 @@
-"""Place fan-out: `python -m bench.place_fanout [--subscribers N]`.
+"""Place fan-out: `python -m bench.place_fanout [--subscribers N] [--baseline REF]`.
 
 One API process (`gql-presence serve`) on a private Redis, N WebSocket subscribers (default
 1,000) of one document, first of `presenceChanged` following ten users, then, in the same
@@ -8,7 +8,8 @@ counted), from /proc/<pid>/stat. Then a steady phase at 10,000 deliveries a seco
 of the place moved by `setPlaceState` requests, 10,000/N a second, and the time from each
 request to its UPDATED at every subscriber (p50, p99), beside the same for presenceChanged
 (bench.realtime's touches and kicks) in the same run. The target: the place's CPU per
-delivery within 1.5x presenceChanged's, and p99 under 100 ms.
+delivery within 1.5x presenceChanged's, and p99 under 100 ms. With --baseline, the same for a
+git commit of this repository first (extracted and run from a temporary folder), in one run.
 """
 
 from __future__ import annotations
@@ -16,8 +17,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import aiohttp
 from redis.asyncio import Redis
@@ -26,7 +29,9 @@ from bench.realtime import (
     Service,
     Subscriber,
     all_arrived,
+    checkout,
     client_frame,
+    collector_paused,
     first_events,
     post,
     publish,
@@ -91,15 +96,11 @@ async def cpu_per_delivery(
     return (svc.cpu_s() - before) / delivered * 1e6
 
 
-async def main() -> None:  # noqa: PLR0915 - one run, phase after phase, as the docstring says
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--subscribers", type=int, default=1000)
-    parser.add_argument("--burst", type=int, default=25)
-    parser.add_argument("--steady-s", type=float, default=10)
-    args = parser.parse_args()
-    n = args.subscribers
+async def measure(code: Path | None, n: int, burst: int, steady_s: float) -> dict[str, float]:
+    """The figures of one service, of `code` (None: this checkout)."""
+    figures: dict[str, float] = {}
     async with (
-        service(None, max(1000, args.burst)) as svc,
+        service(code, max(1000, burst)) as svc,
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
         Redis.from_url(svc.redis_url) as redis,
     ):
@@ -108,12 +109,12 @@ async def main() -> None:  # noqa: PLR0915 - one run, phase after phase, as the 
         presence = await subscribe_all(svc, n, 1)
         await first_events(redis, presence)
         await quiet(presence)
-        presence_us = await cpu_per_delivery(
-            svc, presence, args.burst, lambda count: publish(redis, count, 1)
+        figures["presence_us"] = await cpu_per_delivery(
+            svc, presence, burst, lambda count: publish(redis, count, 1)
         )
         rate = 10_000 / n
         presence_delays = await steady_phase(
-            http, url, presence, int(args.steady_s * rate) // 2 * 2, rate
+            http, url, presence, int(steady_s * rate) // 2 * 2, rate
         )
         for client in presence:
             client.close()
@@ -132,52 +133,81 @@ async def main() -> None:  # noqa: PLR0915 - one run, phase after phase, as the 
                 assert isinstance(s, PlaceSubscriber)
                 s.subscribe("p", WATCH, {"p": PLACE})
         await all_arrived(places, 1, 60)  # the mover's JOINED: every subscription has started
-        place_us = await cpu_per_delivery(
-            svc, places, args.burst, lambda count: publish_place(redis, count, 0)
+        figures["place_us"] = await cpu_per_delivery(
+            svc, places, burst, lambda count: publish_place(redis, count, 0)
         )
 
-        rate = 10_000 / n
-        count = int(args.steady_s * rate)
+        count = int(steady_s * rate)
         for s in places:
             s.received.clear()
         sent = []
-        started = time.perf_counter()
-        for i in range(count):
-            await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
-            sent.append(time.perf_counter())
-            await post(http, url, MOVE % i)
-        await all_arrived(places, count, 120)
+        with collector_paused():
+            started = time.perf_counter()
+            for i in range(count):
+                await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
+                sent.append(time.perf_counter())
+                await post(http, url, MOVE % i)
+            await all_arrived(places, count, 120)
         delays = sorted(
             (arrival - sent[i]) * 1000
             for s in places
             for i, (arrival, _) in enumerate(s.received[:count])
         )
-        dropped = sum(s.disconnected for s in places)
+        figures["dropped"] = sum(s.disconnected for s in places)
         for client in [*places, mover]:
             client.close()
+    figures["presence_p50"], figures["presence_p99"] = percentiles(presence_delays)
+    figures["place_p50"], figures["place_p99"] = percentiles(delays)
+    return figures
 
-    ratio = place_us / presence_us
-    print(f"\n{n:,} subscribers of one document, one process")
-    print(f"service CPU per delivered event, presenceChanged (burst) {presence_us:8.1f} µs")
+
+ROWS = [
+    ("presence_us", "service CPU per delivered event, presenceChanged (burst)", "{:,.1f} µs"),
+    ("place_us", "service CPU per delivered event, placeChanged (burst)", "{:,.1f} µs"),
+    ("presence_p50", "steady 10,000 deliveries/s, touch or kick to its event: p50", "{:,.1f} ms"),
+    ("presence_p99", "same, p99", "{:,.1f} ms"),
+    ("place_p50", "steady 10,000 deliveries/s, setPlaceState to UPDATED: p50", "{:,.1f} ms"),
+    ("place_p99", "same, p99", "{:,.1f} ms"),
+    ("dropped", "subscribers the service disconnected", "{:,.0f}"),
+]
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--subscribers", type=int, default=1000)
+    parser.add_argument("--burst", type=int, default=25)
+    parser.add_argument("--steady-s", type=float, default=10)
+    parser.add_argument("--baseline", default=None, help="a git commit to measure first, e.g. main")
+    args = parser.parse_args()
+    targets: list[tuple[str, str | None]] = [("this checkout", None)]
+    if args.baseline:
+        targets.insert(0, (args.baseline, args.baseline))
+    results: dict[str, dict[str, float]] = {}
+    for name, ref in targets:
+        with checkout(ref) as code:
+            results[name] = await measure(code, args.subscribers, args.burst, args.steady_s)
+    load = os.getloadavg()
     print(
-        f"service CPU per delivered event, placeChanged (burst)    {place_us:8.1f} µs {ratio:.2f}x"
+        f"\n{args.subscribers:,} subscribers of one document, one process, load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}\n"
     )
-    if presence_delays:
-        p50, p99 = percentiles(presence_delays)
+    names = list(results)
+    print("| what | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for key, what, shape in ROWS:
+        print(f"| {what} | " + " | ".join(shape.format(results[n][key]) for n in names) + " |")
+    for name in names:
+        figures = results[name]
         print(
-            f"steady 10,000 deliveries/s, touch or kick to its event: p50 {p50:.1f} ms, "
-            f"p99 {p99:.1f} ms"
+            f"{name}: placeChanged ÷ presenceChanged, CPU per delivery "
+            f"{figures['place_us'] / figures['presence_us']:.2f}x, p99 "
+            f"{figures['place_p99'] / figures['presence_p99']:.2f}x"
         )
-    if delays:
-        p50, p99 = percentiles(delays)
-        print(
-            f"steady 10,000 deliveries/s, setPlaceState to UPDATED: p50 {p50:.1f} ms, "
-            f"p99 {p99:.1f} ms"
-        )
-    print(f"subscribers the service disconnected: {dropped}")
 
 
 def percentiles(delays: list[float]) -> tuple[float, float]:
+    if not delays:
+        return float("nan"), float("nan")
     return delays[len(delays) // 2], delays[int(len(delays) * 0.99)]
 
 

@@ -111,6 +111,8 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
         app[STORE] = store
         app[LIMITER] = RateLimiter(store, settings)
         yield
+        # Place states this process left waiting, announced now rather than by another's sweep.
+        await store.flush_planned()
 
 
 async def sweeper(app: web.Application) -> AsyncIterator[None]:

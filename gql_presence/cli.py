@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import logging
 import random
 import sys
@@ -15,6 +14,7 @@ from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
 from gql_presence.observability.logs import configure_logging
+from gql_presence.running.collector import SurvivorFreezer
 from gql_presence.running.ports import refusal_to_listen
 from gql_presence.running.redis_server import RedisStartError, make_data_dir, redis_server_binary
 from gql_presence.running.workers import SHUTDOWN_TIMEOUT_S, serve_workers
@@ -67,7 +67,7 @@ def _serve(settings: Settings, host: str, port: int, workers: int, reuse_port: b
     from gql_presence.app import create_app  # noqa: PLC0415 - keeps `--help` fast
 
     app = create_app(settings)
-    app.on_startup.append(freeze_start_up_objects)
+    collect_garbage_by_growth(app)
     web.run_app(
         app,
         host=host,
@@ -127,13 +127,24 @@ def described(error: Exception) -> str:
     return error.message if error.__cause__ is None else f"{error.message} ({error.__cause__})"
 
 
-async def freeze_start_up_objects(app: web.Application) -> None:
+def collect_garbage_by_growth(app: web.Application) -> None:
     """Hides what start-up made (modules, the schema, the scripts) from the garbage
-    collector: they live as long as the process, and every full collection would walk them
-    again. Under a load of touches it cut the time spent in full collections by two thirds
-    (bench/RESULTS.md)."""
-    gc.collect()
-    gc.freeze()
+    collector once the app has started, and then what survives each full collection: those
+    live long, and every full collection would walk them again, stopping the process for a
+    time that grows with the connections it holds (gql_presence/running/collector.py)."""
+    freezer: SurvivorFreezer | None = None
+
+    async def start(_: web.Application) -> None:
+        nonlocal freezer
+        freezer = SurvivorFreezer(asyncio.get_running_loop())
+        freezer.start()
+
+    async def stop(_: web.Application) -> None:
+        if freezer is not None:
+            freezer.stop()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)
 
 
 def settings_or_exit() -> Settings | None:

@@ -4,7 +4,7 @@
 
   KEYS[1]  members      ZSET    "user_id \0 session_id" -> -(joined, ms) (includes/places.lua)
   KEYS[2]  holders      HASH    member -> "generation slot"
-  KEYS[3]  states       HASH    member -> state, JSON
+  KEYS[3]  states       HASH    member -> state, JSON; member .. "\0" -> its last UPDATED, ms
   KEYS[4]  users        HASH    user_id -> the user's sessions in the place
   KEYS[5]  generations  STRING  counter: the last holder generation handed out in the shard
   KEYS[6]  leases       ZSET    member=slot  score=the moment the lease lapses, ms; the lease's
@@ -21,7 +21,8 @@
   Returns  {generation, joined_ms}: a replaced session keeps the moment it joined
   Events   LEFT for a session held there under a lease that lapsed, at the lapse; JOINED with
            the state; or for a session held already, REPLACED (its state field the new
-           generation) and UPDATED if the state differs
+           generation) and UPDATED if the state differs (a state that waited to be announced
+           waits no more: lua/flush_place_state.lua finds nothing to do)
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's); nothing is written then
 ]]
 --- @include "clock"
@@ -61,7 +62,7 @@ if holder then
   add_place_event(events, place, 'REPLACED', user_id, session_id, now, tostring(generation))
   if redis.call('HGET', place.states, member) ~= (state or false) then
     if state then redis.call('HSET', place.states, member, state) else redis.call('HDEL', place.states, member) end
-    add_place_event(events, place, 'UPDATED', user_id, session_id, now, state)
+    add_update(events, place, member, now, state)
   end
 else
   redis.call('ZADD', place.members, -now, member)

@@ -9,7 +9,9 @@
   KEYS[4]  free_indexes  LIST  bit indexes of purged users
   KEYS[5]  leases        ZSET  member=slot  score=the moment the lease lapses, ms; a lease's
                                owners, users and bits keys are named from it (same hash tag)
-  KEYS[6..8]  days       bitmaps of three consecutive days, oldest first: a lapsed lease's
+  KEYS[6]  flushes       ZSET  "place_id \0 user_id \0 session_id" -> when a place session's
+                               waiting state is due to be announced, ms (includes/places.lua)
+  KEYS[7..9]  days       bitmaps of three consecutive days, oldest first: a lapsed lease's
                          users' bits go into the bitmap of the day it lapsed, if given
   ARGV[1]  batch          int: at most this many users of each kind per call (expired, past
                           the retention)
@@ -34,15 +36,22 @@
                             named (includes/status.lua), in the hash tag of KEYS
   ARGV[20] publish          string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                             given is in the hash tag of KEYS; lua/includes/events.lua)
-  Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses}:
-           online_count is of users online now; lapsed_count of the users and place sessions
-           of lapsed leases whose sessions under them were ended; ended_statuses the most of
-           custom statuses ended and of users turned AWAY by time, each at most `batch`
+  ARGV[21] overdue_ms       int ms: a waiting place state due more than this long ago is
+                            announced here (its process died or stalled before it did): at most
+                            lapsed_batch of them per call; the interval of set_place_state
+  Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
+           flushed_count}: online_count is of users online now; lapsed_count of the users and
+           place sessions of lapsed leases whose sessions under them were ended; ended_statuses
+           the most of custom statuses ended and of users turned AWAY by time, each at most
+           `batch`; flushed_count of the waiting place states taken, announced or not (their
+           session had left)
   Events   OFFLINE for each user whose presence expired, at the moment it expired, or whose
            last live sessions were held under a lease that lapsed, at its lapse; STATUS for
            each custom status that ended, and for each user turned AWAY when their last active
-           session expired while an idle one stays live; all in one message. LEFT, on its place's channel, for each place session of a lapsed lease. As the same script removes what it announces, two processes sweeping at
-           once never both announce it.
+           session expired while an idle one stays live; all in one message. LEFT, on its
+           place's channel, for each place session of a lapsed lease; UPDATED for each overdue
+           waiting place state. As the same script removes what it announces, two processes
+           sweeping at once never both announce it.
   Sessions and revocations need no sweep: their keys expire with their newest entry.
 ]]
 --- @include "clock"
@@ -58,7 +67,14 @@ local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
 local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
 local place_prefixes = {members = ARGV[13], holders = ARGV[14], states = ARGV[15], users = ARGV[16],
   channel = ARGV[17]}
-local lapsed_batch = tonumber(ARGV[18])
+local lapsed_batch, overdue_ms = tonumber(ARGV[18]), tonumber(ARGV[21])
+local flushes_key = KEYS[6]
+
+local function place_of(place_id)
+  local place = {id = place_id, flushes = flushes_key, publish = channel[3]}
+  for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
+  return place
+end
 
 local now = now_ms()
 use_statuses(ARGV[19], online_key, window_ms, now)
@@ -89,9 +105,7 @@ for i = 1, #lapsed, 2 do
   local places_key = lease_places_key(slot)
   for _, place_id in ipairs(redis.call('SRANDMEMBER', places_key, 100)) do
     if ended >= lapsed_batch then break end
-    local place = {id = place_id}
-    for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
-    place.publish = channel[3]
+    local place = place_of(place_id)
     local left = {}
     ended = ended + end_lapsed_members(place, slot, lapsed_batch - ended, left)
     announce_place(place, left)
@@ -101,8 +115,8 @@ for i = 1, #lapsed, 2 do
     local day = day_of(lapse, boundaries)
     local bits_key = lease_bits_key(slot)
     if day and redis.call('EXISTS', bits_key) == 1 then
-      redis.call('BITOP', 'OR', KEYS[5 + day], KEYS[5 + day], bits_key)
-      keep_day(KEYS[5 + day], day, boundaries, retention_ms)
+      redis.call('BITOP', 'OR', KEYS[6 + day], KEYS[6 + day], bits_key)
+      keep_day(KEYS[6 + day], day, boundaries, retention_ms)
     end
     redis.call('DEL', bits_key)
     redis.call('ZREM', leases.key, slot)
@@ -132,6 +146,16 @@ for _, user_id in ipairs(turned_away) do
 end
 announce_all(channel, offline)
 
+-- Waiting states whose process did not announce them in time, oldest first.
+local overdue = redis.call('ZRANGEBYSCORE', flushes_key, '-inf', '(' .. (now - overdue_ms), 'LIMIT', 0, lapsed_batch)
+for _, entry in ipairs(overdue) do
+  local at = string.find(entry, '\0', 1, true)
+  local place = place_of(string.sub(entry, 1, at - 1))
+  local events = {}
+  flush_state(place, string.sub(entry, at + 1), now, overdue_ms, events)
+  announce_place(place, events)
+end
+
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
 for i = 1, #forgotten do
   local user_id = forgotten[i]
@@ -142,4 +166,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired / 2, #forgotten, online_count(online_key, now), ended, math.max(#ended_statuses, #turned_away)}
+return {#expired / 2, #forgotten, online_count(online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}

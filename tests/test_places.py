@@ -6,8 +6,10 @@ channel by the script that makes the change."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
+import time
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,6 +19,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.realtime.held import EndReason, HeldSessions
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
 from gql_presence.store.errors import BadInputError, SessionRevokedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
@@ -208,3 +212,103 @@ async def test_a_holder_that_missed_a_kick_or_a_replacement_ends_its_place_holds
             await asyncio.wait_for(replaced.ended(), 1)
     await sessions.settle()
     assert [m.user_id for m in (await store.place_members(DOC)).nodes] == ["bob"]
+
+
+# --- states set faster than 20 a second: merged, the latest read and announced last ----------
+
+# The shortest time between two UPDATED of one session (docs/semantics.md): 20 a second.
+INTERVAL_MS = 50
+
+
+async def updates(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[int, int, int]]:
+    """(state's i, at ms, number in the place's sequence) of every UPDATED published until
+    none came for wait_s."""
+    found = []
+    while (message := await pubsub.get_message(timeout=wait_s)) is not None:
+        values = json.loads(message["data"])
+        for i in range(0, len(values), 7):
+            kind, _, _, _, at_ms, state, sequence = values[i : i + 7]
+            if kind == "UPDATED":
+                found.append((json.loads(state)["i"], at_ms, sequence))
+    return found
+
+
+def assert_merged(found: list[tuple[int, int, int]], last: int, calls: int, took_s: float) -> None:
+    """At most one UPDATED per interval, states and sequence never going back, the last
+    state set announced last."""
+    states = [i for i, _, _ in found]
+    assert states[-1] == last
+    assert states == sorted(set(states)), states
+    assert [n for _, _, n in found] == sorted({n for _, _, n in found})
+    ats = [at for _, at, _ in found]
+    assert all(b - a >= INTERVAL_MS - 1 for a, b in itertools.pairwise(ats)), ats
+    assert len(found) <= took_s * 1000 / INTERVAL_MS + 2 < calls
+
+
+async def test_a_state_set_100_times_a_second_is_announced_at_most_20_times_a_second(
+    store: PresenceStore, place_channel: PubSub
+) -> None:
+    await store.open_place_session(DOC, "ann", "tab", {"i": -1})
+    started = time.perf_counter()
+    for i in range(40):
+        member = await store.set_place_state(DOC, "ann", "tab", {"i": i})
+        assert member.state == f'{{"i":{i}}}'
+        # Every read has the state just set, announced or not yet.
+        assert (await store.place_members(DOC)).nodes[0].state == f'{{"i":{i}}}'
+        await asyncio.sleep(0.01)
+    took_s = time.perf_counter() - started
+    assert_merged(await updates(place_channel), 39, 40, took_s)
+
+
+async def test_states_set_through_two_processes_are_merged_alike(
+    make_store: StoreFactory, place_channel: PubSub
+) -> None:
+    first, second = make_store(), make_store()
+    await first.open_place_session(DOC, "ann", "tab", {"i": -1})
+    started = time.perf_counter()
+    for i in range(40):
+        await (first, second)[i % 2].set_place_state(DOC, "ann", "tab", {"i": i})
+        assert (await second.place_members(DOC)).nodes[0].state == f'{{"i":{i}}}'
+    took_s = time.perf_counter() - started
+    assert_merged(await updates(place_channel), 39, 40, took_s)
+
+
+async def test_a_state_whose_process_died_before_announcing_it_is_announced_by_the_sweep(
+    store: PresenceStore, any_server: RedisServer, place_channel: PubSub
+) -> None:
+    await store.open_place_session(DOC, "ann", "tab", {"i": -1})
+
+    async def burst_then_die() -> None:
+        """Another process sets the state twice at once, and ends before announcing the
+        second: its event loop closes with the announcement still planned."""
+        client = redis_client(any_server.url)
+        other = PresenceStore(client, TEST_SETTINGS)
+        await other.set_place_state(DOC, "ann", "tab", {"i": 0})
+        await other.set_place_state(DOC, "ann", "tab", {"i": 1})
+        await client.aclose()
+
+    await asyncio.to_thread(asyncio.run, burst_then_die())
+    assert (await store.place_members(DOC)).nodes[0].state == '{"i":1}'
+    assert [i for i, _, _ in await updates(place_channel)] == [0]
+    await store.sweep()  # a window and more after the state was set: overdue
+    assert [i for i, _, _ in await updates(place_channel)] == [1]
+    await store.sweep()
+    assert await updates(place_channel) == []
+
+
+async def test_a_session_that_leaves_with_a_state_not_yet_announced_leaves_last(
+    store: PresenceStore, place_channel: PubSub
+) -> None:
+    opened = await store.open_place_session(DOC, "ann", "tab", {"i": -1})
+    await store.set_place_state(DOC, "ann", "tab", {"i": 0})
+    await store.set_place_state(DOC, "ann", "tab", {"i": 1})
+    await store.close_place_session(opened.held)
+    await store.open_place_session(DOC, "ann", "tab", {"i": 2})  # back at once
+    await asyncio.sleep(2 * INTERVAL_MS / 1000)
+    await store.sweep()
+    assert [(kind, state) for kind, _, _, state in await place_events(place_channel)] == [
+        ("JOINED", {"i": -1}),
+        ("UPDATED", {"i": 0}),
+        ("LEFT", False),
+        ("JOINED", {"i": 2}),
+    ]

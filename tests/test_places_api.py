@@ -275,3 +275,33 @@ async def test_a_place_session_its_resolver_holds_itself_lives_and_ends_alike(
         assert event(await receive(watcher)) == ("JOINED", "ann", "u", None)
         await ann.send_json({"id": "b", "type": "complete"})
         assert event(await receive(watcher)) == ("LEFT", "ann", "u", None)
+
+
+@pytest.mark.parametrize("deployment", ["one-redis", "three-shards"], indirect=True)
+async def test_states_set_faster_than_20_a_second_through_two_services_are_merged_and_read_at_once(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
+) -> None:
+    services = [await aiohttp_client(create_app(deployment)) for _ in range(2)]
+    async with graphql_socket(services[0]) as ann, graphql_socket(services[1]) as watcher:
+        await start(ann, "a", HOLD, place="doc:1", user="ann", session="t", state={"i": -1})
+        await receive(ann)
+        await start(watcher, "w", WATCH, place="doc:1")
+        assert event(await receive(watcher)) == ("JOINED", "ann", "t", {"i": -1})
+        for i in range(30):
+            await graphql(
+                services[i % 2], SET_STATE, place="doc:1", user="ann", session="t", state={"i": i}
+            )
+            # Read at once through the other service, announced or not.
+            members = await graphql(services[(i + 1) % 2], MEMBERS, place="doc:1")
+            assert members["data"]["placeMembers"]["nodes"][0]["state"] == {"i": i}
+            if i == 1:  # the second state waits to be announced; a new watcher has it first
+                async with graphql_socket(services[0]) as late:
+                    await start(late, "l", WATCH, place="doc:1")
+                    assert event(await receive(late)) == ("JOINED", "ann", "t", {"i": 1})
+        announced: list[int] = []
+        while not announced or announced[-1] != 29:
+            kind, _, _, state = event(await receive(watcher))
+            assert kind == "UPDATED"
+            announced.append(state["i"])
+        assert announced == sorted(set(announced))
+        assert len(announced) < 30

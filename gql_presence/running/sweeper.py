@@ -28,7 +28,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             metrics.users_online.set(result.online)
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
-                or result.lapsed >= LAPSED_BATCH
+                or max(result.lapsed, result.flushed) >= LAPSED_BATCH
             ):
                 await asyncio.sleep(0)
                 continue

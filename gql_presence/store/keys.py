@@ -150,12 +150,19 @@ class Keys:
         return self.prefix + "ph:" + place_id
 
     def place_states(self, place_id: str) -> str:
-        """HASH member -> its state, JSON."""
+        """HASH member -> its state, JSON; member + "\\0" -> when its last UPDATED was
+        announced, ms, and whether a later state waits (lua/includes/places.lua)."""
         return self.prefix + "ps:" + place_id
 
     def place_users(self, place_id: str) -> str:
         """HASH user_id -> how many of the user's sessions are in the place."""
         return self.prefix + "pu:" + place_id
+
+    @property
+    def place_flushes(self) -> str:
+        """ZSET "place_id \\0 user_id \\0 session_id" -> when the place session's state, left
+        waiting by set_place_state, is due to be announced, ms (lua/includes/places.lua)."""
+        return self.prefix + "pflush"
 
     def place_events(self, place_id: str) -> str:
         """Pub/sub channel of the place's JOINED, UPDATED and LEFT events (and the REPLACED

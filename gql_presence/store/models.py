@@ -175,13 +175,15 @@ class OpenedSession:
 @dataclass(frozen=True)
 class SweepResult:
     """What one sweep did: users gone offline, users forgotten, users online now, users
-    whose sessions under a lapsed lease were ended, and custom statuses that ended."""
+    whose sessions under a lapsed lease were ended, custom statuses that ended, and waiting
+    place states it took over from a process that did not announce them in time."""
 
     offline: int
     purged: int
     online: int
     lapsed: int = 0
     ended_statuses: int = 0
+    flushed: int = 0
 
 
 @dataclass(frozen=True)

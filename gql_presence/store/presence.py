@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import uuid
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -32,6 +33,7 @@ from gql_presence.store.days import local_date, local_now_ms, to_ms
 from gql_presence.store.errors import (
     BadInputError,
     LeaseLostError,
+    PresenceError,
     SessionRevokedError,
     WritesRefusedError,
 )
@@ -83,6 +85,8 @@ from gql_presence.store.validation import (
     check_shown_text,
 )
 
+log = logging.getLogger("gql_presence")
+
 DEFAULT_SESSION = "default"
 SWEEP_BATCH = 1000
 # Users and place sessions of lapsed leases ended per sweep call: ending one takes about a
@@ -99,6 +103,12 @@ REFRESH_BATCH = 250
 # Held sessions checked per script call (check_sessions): about three reads each, so a call
 # blocks Redis for a millisecond or two at most.
 CHECK_BATCH = 1000
+# A waiting place state is announced this long after it is due by Redis's clock, which counts
+# whole ms: never before, which would find it not yet due.
+FLUSH_SLACK_S = 0.002
+
+# A place session: (place_id, user_id, session_id).
+PlaceSessionKey = tuple[str, str, str]
 
 
 def shard_of(user_id: str, shards: int) -> int:
@@ -144,6 +154,10 @@ class PresenceStore:
         self._token = uuid.uuid4().hex
         self._leases: dict[int, Lease] = {}
         self._lease_locks = tuple(asyncio.Lock() for _ in self._shards)
+        # The announcements of place states this process's calls left waiting, each at the
+        # end of its session's interval; should this process die first, the sweep makes them.
+        self._flushes: dict[PlaceSessionKey, asyncio.TimerHandle] = {}
+        self._flushing: set[asyncio.Task[None]] = set()
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""
@@ -431,13 +445,54 @@ class PresenceStore:
     async def set_place_state(
         self, place_id: str, user_id: str, session_id: str, state: object
     ) -> PlaceMember:
-        """Replaces the state of a session that is in the place (UPDATED); BadInputError when
-        it is not there."""
+        """Replaces the state of a session that is in the place, read so from now on; and
+        announces it (UPDATED) at once, or, within PLACE_STATE_INTERVAL_MS of the session's
+        last UPDATED, at the end of that interval, with whatever state is the latest then.
+        BadInputError when the session is not in the place."""
         check_id(place_id, "placeId")
         check_id(user_id, "userId")
         check_id(session_id, "sessionId")
         text = check_place_state(state)
-        return await self._shard(place_id).set_place_state(place_id, user_id, session_id, text)
+        shard = self._shard(place_id)
+        member, flush_in_ms = await shard.set_place_state(place_id, user_id, session_id, text)
+        if flush_in_ms > 0:
+            self._plan_flush((place_id, user_id, session_id), flush_in_ms)
+        return member
+
+    def _plan_flush(self, key: PlaceSessionKey, in_ms: int) -> None:
+        earlier = self._flushes.pop(key, None)
+        if earlier is not None:
+            earlier.cancel()  # an interval's that has passed: this one is the session's now
+        loop = asyncio.get_running_loop()
+        self._flushes[key] = loop.call_later(in_ms / 1000 + FLUSH_SLACK_S, self._flush_due, key)
+
+    def _flush_due(self, key: PlaceSessionKey) -> None:
+        del self._flushes[key]
+        task = asyncio.get_running_loop().create_task(self._flush(key))
+        self._flushing.add(task)
+        task.add_done_callback(self._flushing.discard)
+
+    async def _flush(self, key: PlaceSessionKey) -> None:
+        place_id, user_id, session_id = key
+        try:
+            due_in_ms = await self._shard(place_id).flush_place_state(place_id, user_id, session_id)
+        except PresenceError as error:
+            log.warning("a waiting place state is left to the sweep to announce: %s", error.message)
+            return
+        except Exception:
+            # A fault of ours; the sweep still announces the state, a second or so late.
+            log.exception("announcing a waiting place state failed")
+            return
+        if due_in_ms > 0 and key not in self._flushes:
+            self._plan_flush(key, due_in_ms)
+
+    async def flush_planned(self) -> None:
+        """Announces at once every waiting place state this process planned to announce: at
+        shutdown, rather than leave them to another process's sweep."""
+        planned, self._flushes = self._flushes, {}
+        for timer in planned.values():
+            timer.cancel()
+        await asyncio.gather(*map(self._flush, planned), *self._flushing)
 
     async def place_members(
         self, place_id: str, first: int = 50, after: str | None = None
@@ -781,8 +836,9 @@ class PresenceStore:
         self, batch: int = SWEEP_BATCH, lapsed_batch: int = LAPSED_BATCH
     ) -> SweepResult:
         """Removes up to `batch` expired online entries and `batch` users past the retention,
-        and ends the sessions of up to `lapsed_batch` users and place sessions of lapsed
-        leases, in each shard, summing what they did: a sum of a full batch or more makes the
+        ends the sessions of up to `lapsed_batch` users and place sessions of lapsed leases,
+        and announces up to `lapsed_batch` waiting place states a process did not announce in
+        time, in each shard, summing what they did: a sum of a full batch or more makes the
         sweeper sweep again at once, as it may be one shard's full batch."""
         parts = await asyncio.gather(*(shard.sweep(batch, lapsed_batch) for shard in self._shards))
         return SweepResult(
@@ -791,6 +847,7 @@ class PresenceStore:
             online=sum(p.online for p in parts),
             lapsed=sum(p.lapsed for p in parts),
             ended_statuses=sum(p.ended_statuses for p in parts),
+            flushed=sum(p.flushed for p in parts),
         )
 
 

@@ -46,6 +46,7 @@ class ScriptName(StrEnum):
     OPEN_PLACE_SESSION = "open_place_session"
     CLOSE_PLACE_SESSION = "close_place_session"
     SET_PLACE_STATE = "set_place_state"
+    FLUSH_PLACE_STATE = "flush_place_state"
     PLACE_MEMBERS = "place_members"
     PLACE_COUNTS = "place_counts"
     CLOSE_SESSION = "close_session"

@@ -63,6 +63,11 @@ PURGE_SLACK_MS = 2 * DAY_MS
 # call keep a call within a few milliseconds, and other clients are served between calls.
 TOUCH_MANY_BATCH = 250
 
+# The least time between two UPDATED of one place session: one that sets its state more often
+# has the states between merged, the last of them announced at the end of the interval
+# (docs/semantics.md, "Places").
+PLACE_STATE_INTERVAL_MS = 50
+
 # A position in a list: (-(last seen, ms), user id), the order of every list.
 Position = tuple[int, str]
 LinkChange = Literal["SADD", "SREM"]
@@ -437,17 +442,47 @@ class Shard:
 
     async def set_place_state(
         self, place_id: str, user_id: str, session_id: str, state: str
-    ) -> PlaceMember:
+    ) -> tuple[PlaceMember, int]:
+        """The member with its state; and, when the state waits to be announced and no
+        announcement of it was planned, in how many ms to call flush_place_state, else 0."""
         _, publish = await self._announcing()
         k = self._keys
-        joined_ms = await self._run(
+        joined_ms, flush_in_ms = await self._run(
             ScriptName.SET_PLACE_STATE,
-            [*self._place_keys(place_id), k.leases],
-            [place_id, user_id, session_id, state, k.place_events(place_id), publish],
+            [*self._place_keys(place_id), k.leases, k.place_flushes],
+            [
+                place_id,
+                user_id,
+                session_id,
+                state,
+                k.place_events(place_id),
+                publish,
+                PLACE_STATE_INTERVAL_MS,
+            ],
         )
-        return PlaceMember(
+        member = PlaceMember(
             place_id, user_id, session_id, from_ms(int(joined_ms)), state, -int(joined_ms)
         )
+        return member, int(flush_in_ms)
+
+    async def flush_place_state(self, place_id: str, user_id: str, session_id: str) -> int:
+        """Announces the session's waiting state, if it still waits and is due; when it waits
+        for a later moment, in how many ms it is due, else 0."""
+        _, publish = await self._announcing()
+        k = self._keys
+        _, due_in_ms = await self._run(
+            ScriptName.FLUSH_PLACE_STATE,
+            [*self._place_keys(place_id), k.leases, k.place_flushes],
+            [
+                place_id,
+                user_id,
+                session_id,
+                k.place_events(place_id),
+                publish,
+                PLACE_STATE_INTERVAL_MS,
+            ],
+        )
+        return int(due_in_ms)
 
     async def place_members(
         self, place_id: str, first: int, after: Position | None
@@ -642,14 +677,22 @@ class Shard:
 
     async def sweep(self, batch: int, lapsed_batch: int) -> SweepResult:
         """Removes up to `batch` expired online entries and `batch` users past the retention,
-        and ends the sessions of up to `lapsed_batch` users and place sessions of lapsed
-        leases."""
+        ends the sessions of up to `lapsed_batch` users and place sessions of lapsed leases,
+        and announces up to `lapsed_batch` place states whose process did not in time."""
         labels, boundaries = days_around(local_now_ms(), self._zone)
         every_user, publish = await self._announcing()
         k = self._keys
         reply = await self._run(
             ScriptName.SWEEP,
-            [k.online, k.last_seen, k.user_index, k.free_indexes, k.leases, *map(k.day, labels)],
+            [
+                k.online,
+                k.last_seen,
+                k.user_index,
+                k.free_indexes,
+                k.leases,
+                k.place_flushes,
+                *map(k.day, labels),
+            ],
             [
                 batch,
                 self._settings.retention_ms + PURGE_SLACK_MS,
@@ -668,10 +711,14 @@ class Shard:
                 lapsed_batch,
                 k.prefix,
                 publish,
+                # Overdue: a state its process would have announced an interval ago.
+                PLACE_STATE_INTERVAL_MS,
             ],
         )
-        offline, purged, online, lapsed, ended_statuses = reply
-        return SweepResult(int(offline), int(purged), int(online), int(lapsed), int(ended_statuses))
+        offline, purged, online, lapsed, ended_statuses, flushed = reply
+        return SweepResult(
+            int(offline), int(purged), int(online), int(lapsed), int(ended_statuses), int(flushed)
+        )
 
     async def take_token(
         self, caller: str, rate: float, burst: int, cost: int, *, owed: bool

@@ -6,10 +6,15 @@
 --                  first and never occurs in one)
 --   holders  HASH  member -> "generation slot": the subscription holding it, under the lease of
 --                  its process in the shard (includes/live.lua)
---   states   HASH  member -> its state, JSON (absent: none)
+--   states   HASH  member -> its state, JSON (absent: none); and member .. "\0" -> when its
+--                  last UPDATED was announced, ms, followed by " pending" while a later state
+--                  waits to be announced (lua/set_place_state.lua); it goes with the member
 --   users    HASH  user_id -> how many of the user's sessions are in the place; its field ""
 --                  (no user id is empty) counts the place's events: their sequence
--- and, named from the shard's leases key (same hash tag), per lease the places it holds
+-- The shard's flushes ZSET ("place_id \0 user_id \0 session_id" -> when its state is due to be
+-- announced, ms) lists the pending states, so that the sweep announces those whose process
+-- died before it did (lua/flush_place_state.lua).
+-- And, named from the shard's leases key (same hash tag), per lease the places it holds
 -- members of (`:places:<slot>`, SET) and per lease and place those members
 -- (`:pm:<slot>:<place_id>`, SET), so that the sweep ends a lapsed lease's members without
 -- reading any place whole.
@@ -31,7 +36,8 @@ end
 local function lease_places_key(slot) return leases.key .. ':places:' .. slot end
 local function lease_members_key(slot, place_id) return leases.key .. ':pm:' .. slot .. ':' .. place_id end
 
--- The place's keys: {members, holders, states, users, channel, id, publish}.
+-- The place's keys: {members, holders, states, users, channel, id, publish}, and where a state
+-- may be left to announce, the shard's flushes key.
 
 local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
   local n = #events
@@ -64,12 +70,46 @@ local function place_holder(place, member)
   return {generation = generation, slot = tonumber(slot)}
 end
 
+-- The field of the states hash that says when the member's last UPDATED was announced.
+local function updated_field(member) return member .. '\0' end
+
+-- When the member's last UPDATED was announced (ms, or nil), and whether a state waits.
+local function last_update(place, member)
+  local value = redis.call('HGET', place.states, updated_field(member))
+  if not value then return nil, false end
+  local at_ms, pending = string.match(value, '^(%d+)(.*)$')
+  return tonumber(at_ms), pending ~= ''
+end
+
+local function flush_entry(place, member) return place.id .. '\0' .. member end
+
+-- UPDATED with the member's state now, announced at `now`; nothing waits after it.
+local function add_update(events, place, member, now, state)
+  local user_id, session_id = split_member(member)
+  add_place_event(events, place, 'UPDATED', user_id, session_id, now, state)
+  redis.call('HSET', place.states, updated_field(member), now)
+end
+
+-- Announces a member's waiting state if its interval has passed, the member still held
+-- under a live lease (one that lapsed leaves with the sweep). Returns {1 if it announced it,
+-- else 0; in how many ms the state is due, if it waits for a later moment, else 0}.
+local function flush_state(place, member, now, interval_ms, events)
+  local last_ms, pending = last_update(place, member)
+  if pending and now < last_ms + interval_ms then return {0, last_ms + interval_ms - now} end
+  redis.call('ZREM', place.flushes, flush_entry(place, member))
+  if not pending then return {0, 0} end
+  local holder = place_holder(place, member)
+  if not holder or not slot_live(holder.slot, now) then return {0, 0} end
+  add_update(events, place, member, now, redis.call('HGET', place.states, member))
+  return {1, 0}
+end
+
 -- Takes a member out of the place and out of its lease's books; LEFT at `at_ms`.
 local function remove_member(place, member, holder, at_ms, events)
   local user_id, session_id = split_member(member)
   redis.call('ZREM', place.members, member)
   redis.call('HDEL', place.holders, member)
-  redis.call('HDEL', place.states, member)
+  redis.call('HDEL', place.states, member, updated_field(member))
   if redis.call('HINCRBY', place.users, user_id, -1) <= 0 then redis.call('HDEL', place.users, user_id) end
   local by_lease = lease_members_key(holder.slot, place.id)
   redis.call('SREM', by_lease, member)
