@@ -14,7 +14,7 @@ from gql_presence.policy.limits import MAX_REPRESENTATIONS, RateLimiter
 from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
-from gql_presence.store import Presence, PresenceStore, Session
+from gql_presence.store import Presence, PresenceStore
 from gql_presence.store.errors import UnauthenticatedError
 
 if TYPE_CHECKING:
@@ -81,12 +81,6 @@ class Context:
             code = WSCloseCode.POLICY_VIOLATION if reason.violation else WSCloseCode.SERVICE_RESTART
             await socket.close(code=code, message=reason.reason.encode()[:123])
 
-    @cached_property
-    def sessions(self) -> DataLoader[str, tuple[Session, ...]]:
-        """The sessions of users, read in batches: made anew for each request (most never
-        use it), so that no request reads another's cached sessions."""
-        return sessions_loader(self.store, self.reader)
-
     async def charge(self, items: int) -> None:
         """Counts `items` ids or representations a field was given against the caller's rate
         (RateLimiter.charge), before the field's Redis work."""
@@ -121,17 +115,6 @@ class Context:
         """The store, once the caller is known to be allowed this operation."""
         self.caller.authorize(need, operation, user_id)
         return self.store
-
-
-def sessions_loader(
-    store: PresenceStore, reader: str | None
-) -> DataLoader[str, tuple[Session, ...]]:
-    """Reads the sessions of every user on a page in one script call per shard."""
-
-    async def load(user_ids: list[str]) -> list[tuple[Session, ...]]:
-        return [p.sessions for p in await store.presence_many(user_ids, reader)]
-
-    return DataLoader(load_fn=load)
 
 
 def presences_loader(store: PresenceStore, reader: str | None) -> DataLoader[str, Presence]:
