@@ -31,8 +31,9 @@
   ARGV[14] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                           given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the number of users recorded: all but those whose default session is revoked
-  Events   per user, OFFLINE if their presence had expired or lapsed unswept, then ONLINE if they come
-           online; all in one message on the channel of every user, and each user's in one message on
+  Events   per user, OFFLINE if their presence had expired or lapsed unswept (or STATUS if a
+           lapse left them AWAY), then ONLINE if they come online, or STATUS if the touch made
+           their default session active again and so them ONLINE; all in one message on the channel of every user, and each user's in one message on
            their own channel (lua/includes/events.lua), in the order of user_ids
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
   Work     a few commands per 1,000 users: every structure is read and written with variadic
@@ -133,17 +134,18 @@ local function user_keys(user_id)
     conn = conn_prefix .. user_id, index = index_key}
 end
 local expiries = read_in_chunks('ZMSCORE', online_key, users)
-local events, expired = {}, {}
+local events, expired, was_online = {}, {}, {}
 for i = 1, n do
   local user_id, expiry = users[i], tonumber(expiries[i])
   local online
   if own_key[user_id] then
     online = settle(user_keys(user_id), channel, user_id, now, window_ms, events)
+    settle_away(user_id, events)
   else
     online = expiry and 1 or 0
     if expiry and expiry < now then
       expired[#expired + 1] = user_id
-      add_event(events, 'OFFLINE', user_id, expiry, '', 0)
+      add_event(events, 'OFFLINE', user_id, expiry, '', 0, look_of('OFFLINE', user_id, 0))
       online = 0
     end
   end
@@ -151,6 +153,7 @@ for i = 1, n do
     came_online(user_id, now)
     add_event(events, 'ONLINE', user_id, now, '', 1)
   end
+  was_online[user_id] = online == 1
 end
 if #expired > 0 then
   call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)
@@ -166,7 +169,19 @@ local keyless = {}
 for i = 1, n do
   local user_id = users[i]
   if own_key[user_id] then
+    -- As a touch of the default session: activity, which makes it active again.
+    local status_before = was_online[user_id] and status_of(user_id, KEYS[2], now)
+    local before = tonumber(redis.call('ZSCORE', sessions_prefix .. user_id, DEFAULT_SESSION))
+    local was_live = before and session_live(before, now, window_ms)
     record_session(user_keys(user_id), user_id, DEFAULT_SESSION, now, now, window_ms)
+    local extras = was_live and parse_extras(redis.call('HGET', extras_key(user_id), DEFAULT_SESSION)) or {}
+    extras.started, extras.idle = extras.started or now, false
+    redis.call('HSET', extras_key(user_id), DEFAULT_SESSION, format_extras(extras))
+    tidy_extras(user_id)
+    track_activity(user_id)
+    if status_before and status_of(user_id, KEYS[2], now) ~= status_before then
+      add_event(events, 'STATUS', user_id, now, '', 1)
+    end
   else
     keyless[#keyless + 1] = user_id
   end
