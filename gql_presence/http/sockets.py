@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSCloseCode, web
@@ -47,6 +48,32 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
         )
         self._heartbeat_started = False
         self._transport: asyncio.Transport | None = None
+        self._serve: Callable[[], Awaitable[None]] | None = None
+        self._ends: list[Callable[[bool], None]] = []
+
+    def serve_after_handshake(
+        self, serve: Callable[[], Awaitable[None]], ends: list[Callable[[bool], None]]
+    ) -> None:
+        """Serves the socket once the request's handler and middlewares have returned it:
+        aiohttp then awaits write_eof(), which here awaits `serve` to the socket's end, then
+        calls each of `ends` (with whether `serve` failed), then closes the socket.
+
+        What an idle socket keeps alive is then `serve`'s frames, not those of the
+        middlewares and of the view that answered the handshake as well."""
+        self._serve, self._ends = serve, ends
+
+    async def write_eof(self) -> None:  # type: ignore[override]  # as aiohttp's own
+        serve, self._serve = self._serve, None
+        if serve is not None:
+            failed = True
+            try:
+                await serve()
+                failed = False
+            finally:
+                for end in self._ends:
+                    end(failed)
+                self._ends = []
+        await super().write_eof()
 
     def _close_reason(self, code: int) -> str:
         """Why aiohttp closes with `code`, which it says with no reason of its own: made only
