@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
@@ -111,7 +112,6 @@ class PresenceView(GraphQLView[Context, None]):
         store = request.app[STORE]
         authenticator = request.app[AUTHENTICATOR]
         if isinstance(response, web.WebSocketResponse):
-            request.app[SOCKETS].add(response)
             request[SOCKET] = response
             caller = authenticator.caller(None)  # until connection_init says who it is
         else:
@@ -180,8 +180,9 @@ class PresenceView(GraphQLView[Context, None]):
             max_subscriptions_per_connection=self.max_subscriptions_per_connection,
         )
         # The request's line and metrics are made at the socket's end (request_log.py),
-        # once its credentials need watching no more.
-        ends: list[Callable[[bool], None]] = [lambda _: stop_watching_credentials(request)]
+        # once its credentials need watching no more and a shutdown need not close it.
+        request.app[SOCKETS].add(socket)
+        ends: list[Callable[[bool], None]] = [partial(_socket_ended, request, socket)]
         request[SERVED_LATER] = ends
         assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
         socket.serve_after_handshake(handler.handle, ends)
@@ -318,6 +319,11 @@ class PresenceView(GraphQLView[Context, None]):
     ) -> GraphQLHTTPResponse:
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
+
+
+def _socket_ended(request: web.Request, socket: web.WebSocketResponse, _failed: bool) -> None:
+    stop_watching_credentials(request)
+    request.app[SOCKETS].discard(socket)
 
 
 # Stands in for the body of a request refused for its credentials.
