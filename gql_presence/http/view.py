@@ -53,7 +53,7 @@ from gql_presence.http.ws import (
     stop_watching_credentials,
 )
 from gql_presence.observability.request_log import CALLER, OUTCOMES, SERVED_LATER
-from gql_presence.policy.auth import Caller, CallerKind
+from gql_presence.policy.auth import ANONYMOUS_CALLER
 from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.settings import Settings
 from gql_presence.store.errors import (
@@ -120,7 +120,7 @@ class PresenceView(GraphQLView[Context, None]):
                 caller.require_credentials()
             except UnauthenticatedError as error:
                 request[CREDENTIALS_REFUSED] = error
-                caller = Caller(CallerKind.ANONYMOUS)
+                caller = ANONYMOUS_CALLER
             request[CALLER] = caller.label
 
         return Context(
