@@ -34,6 +34,9 @@ class Socket(Protocol):
         """Writes the messages at once; the bytes left waiting to be sent, or None when the
         socket is closing."""
 
+    def send_frames(self, frames: bytes) -> int | None:
+        """Writes text frames made already (realtime/delivery.text_frame), as send_now."""
+
 
 @dataclass(frozen=True)
 class UncheckedDocument:
