@@ -13,7 +13,10 @@ ten users. It measures, for this checkout and, with --baseline, for a git commit
   events channels (so that no HTTP request is counted), the process's CPU time from
   /proc/<pid>/stat over the burst, divided by the deliveries;
 - delay: changes (`touch`/`kick` mutations) at a steady rate, and the time from sending each
-  to its event arriving, at every subscriber (p50, p99).
+  to its event arriving, at every subscriber (p50, p99); and the service's CPU over those
+  changes per delivery, as measured from outside (one change at a time, its mutation's cost
+  included), beside a floor: the bare handler writing one prebuilt frame to each of N sockets
+  per event.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ temporary export (as bench/realtime.py does), and prints both side by side.
 socket (N sockets) and at 20 per socket, for this checkout and, with `--baseline REF`, for a
 git commit of it served from a temporary export; beside the floor, a bare aiohttp WebSocket
 handler process holding N open sockets and nothing else.
+
+`--heap` shows where the memory of an idle socket goes: the bare handler, this checkout's
+service holding N sockets with no session, then with one session each, every process under
+tracemalloc; Python's heap after the sockets minus before, per socket, by allocating line.
 """
 
 from __future__ import annotations
