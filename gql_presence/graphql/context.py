@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -59,8 +59,9 @@ class Context:
     limiter: RateLimiter
     # The connection-bound sessions (presenceSession) of this process.
     held_sessions: HeldSessions
-    # A WebSocket's connection_init payload, as the client sent it.
-    connection_params: dict[str, object] = field(default_factory=dict)
+    # A WebSocket's connection_init payload, as the client sent it, until the socket's caller
+    # has been read from it (then None: the socket does not keep its token).
+    connection_params: dict[str, object] | None = None
     # The SHA-256 of the request's document once checked against its text (persisted.py).
     document_hash: str | None = None
     # A document named by its hash, to keep once it has passed every check (persisted.py).

@@ -281,7 +281,7 @@ def _shape_fault(message: object) -> str | None:
 async def authenticate_socket(context: Context) -> None:
     """Who a WebSocket's caller is: connection_init's payload carries `Authorization`. A
     socket that does not authenticate is closed, saying why."""
-    params = context.connection_params
+    params, context.connection_params = context.connection_params or {}, None
     authorization = params.get("Authorization", params.get("authorization"))
     try:
         caller = context.request.app[AUTHENTICATOR].caller(authorization)
