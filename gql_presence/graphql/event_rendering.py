@@ -31,7 +31,7 @@ from graphql import ExecutionResult, GraphQLError
 
 from gql_presence.graphql.error_codes import with_codes
 from gql_presence.graphql.internals import EventExecutionContext, running_document
-from gql_presence.policy.auth import Caller, Need
+from gql_presence.policy.auth import Need
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     import strawberry
     from graphql.execution import Executor
 
+    from gql_presence.graphql.context import Context
     from gql_presence.realtime.delivery import PresenceChange
     from gql_presence.store import PublishedPlaceEvent
 
@@ -88,9 +89,12 @@ class Interest:
     friends_of: str | None  # also the user whose right Need.OWN checks
     everyone: bool
 
-    def authorize(self, caller: Caller) -> None:
-        """Raises as the resolver's own check does when the caller may not subscribe."""
-        caller.authorize(self.need, self.operation, self.friends_of)
+    async def authorize(self, context: Context) -> None:
+        """Raises unless the context's caller may subscribe: the resolver's check, and the
+        join's of a subscription the hub already renders."""
+        context.caller.authorize(self.need, self.operation, self.friends_of)
+        if self.need is Need.READ:
+            await context.check_may_read(self.user_ids)
 
 
 class Rendering(Generic[E]):

@@ -447,6 +447,13 @@ class EventHub:
             else:
                 self._follow(follower, frozenset(user_ids))
             await self._until_live(map(self._user_channel, follower.user_ids))
+            if friends_of is None and follower.reader is not None:
+                # Which of them hold the end user in their friend set: read once their channels
+                # are live, so that a change after it is announced there (_friends_changed).
+                others = follower.user_ids - {follower.reader}
+                follower.in_friend_sets_of = await self._store.in_friend_sets_of(
+                    follower.reader, others
+                )
         except BaseException:
             self.forget(follower)
             raise
