@@ -31,15 +31,14 @@ from graphql import ExecutionResult, GraphQLError
 
 from gql_presence.graphql.error_codes import with_codes
 from gql_presence.graphql.internals import EventExecutionContext, running_document
-from gql_presence.policy.auth import Need
+from gql_presence.policy.auth import Caller, Need
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     import strawberry
     from graphql.execution import Executor
 
-    from gql_presence.graphql.context import Context
     from gql_presence.realtime.delivery import PresenceChange
     from gql_presence.store import PublishedPlaceEvent
 
@@ -89,12 +88,15 @@ class Interest:
     friends_of: str | None  # also the user whose right Need.OWN checks
     everyone: bool
 
-    async def authorize(self, context: Context) -> None:
-        """Raises unless the context's caller may subscribe: the resolver's check, and the
-        join's of a subscription the hub already renders."""
-        context.caller.authorize(self.need, self.operation, self.friends_of)
+    async def authorize(
+        self, caller: Caller, check_may_read: Callable[[Iterable[str]], Awaitable[None]]
+    ) -> None:
+        """Raises unless the caller may subscribe (check_may_read: Context.check_may_read of
+        the caller's request): the resolver's check, and the join's of a subscription the hub
+        already renders."""
+        caller.authorize(self.need, self.operation, self.friends_of)
         if self.need is Need.READ:
-            await context.check_may_read(self.user_ids)
+            await check_may_read(self.user_ids)
 
 
 class Rendering(Generic[E]):

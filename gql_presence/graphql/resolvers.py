@@ -507,7 +507,7 @@ class Subscription:
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
         interest = Interest(need, what, frozenset(followed), friends_of, everyone=everyone)
-        await interest.authorize(context)
+        await interest.authorize(context.caller, context.check_may_read)
         await context.charge(len(followed))
         shared = context.shared_subscription
         if shared is not None and shared.take(interest, info, PresenceEvent.of):
