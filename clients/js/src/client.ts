@@ -182,7 +182,11 @@ export class PresenceClient {
     return new PresenceHold(this, options);
   }
 
-  /** A live map of users' presence: given ids, or a user's friends (`{ friendsOf }`). */
+  /**
+   * A live map of users' presence: a user's friends (`{ friendsOf }`: what an end user may
+   * follow, their own friends), or given ids (backends only: an end user's presenceChanged
+   * with userIds is FORBIDDEN, and the map then only holds its reads).
+   */
   followUsers(target: readonly string[] | { friendsOf: string }): Follow {
     return new Follow(this, target);
   }
@@ -587,40 +591,57 @@ export class Follow extends Store<ReadonlyMap<string, Presence>> {
 
 // --- myStatus -----------------------------------------------------------------------------------
 
-/** The signed-in user's own presence (known once a held session says who they are). */
+/**
+ * The signed-in user's own presence (known once a held session says who they are): read when
+ * known and after every reconnect, and replaced by what each of its setters answers. (An end
+ * user may not follow their own id with presenceChanged, so a change made on another device
+ * shows at the next reconnect or setter.)
+ */
 export class MyStatus extends Store<Presence | null> {
   readonly #client: PresenceClient;
-  #follow: Follow | null = null;
-  #unfollow: () => void = () => {};
-  readonly #unlisten: () => void;
+  readonly #unlisten: Array<() => void>;
+  #stopped = false;
 
   constructor(client: PresenceClient) {
     super(null);
     this.#client = client;
-    this.#unlisten = client.whenMeKnown((userId) => {
-      this.#unfollow();
-      this.#follow?.stop();
-      const follow = client.followUsers([userId]);
-      this.#follow = follow;
-      this.#unfollow = follow.subscribe(() => this.publish(follow.get(userId) ?? null));
-    });
+    this.#unlisten = [
+      client.whenMeKnown(() => void this.refresh()),
+      client.onReconnect(() => void this.refresh()),
+    ];
   }
 
-  setStatus(status: ChosenStatus): Promise<Presence> {
-    return this.#client.setStatus(status);
+  /** Reads the user's presence again. */
+  async refresh(): Promise<void> {
+    const me = this.#client.userId;
+    if (me === null || this.#stopped) return;
+    try {
+      const [presence] = (await this.#client.request(PresencesDocument, { userIds: [me] })).presences;
+      if (presence !== undefined && !this.#stopped) this.publish(presence);
+    } catch {
+      // Read again at the next reconnect or setter.
+    }
   }
 
-  setCustomStatus(
+  async setStatus(status: ChosenStatus): Promise<Presence> {
+    return this.#answered(await this.#client.setStatus(status));
+  }
+
+  async setCustomStatus(
     text: string | null,
     options?: { emoji?: string | null; expiresAt?: string | null },
   ): Promise<Presence> {
-    return this.#client.setCustomStatus(text, options);
+    return this.#answered(await this.#client.setCustomStatus(text, options));
   }
 
   stop(): void {
-    this.#unlisten();
-    this.#unfollow();
-    this.#follow?.stop();
+    this.#stopped = true;
+    for (const unlisten of this.#unlisten) unlisten();
+  }
+
+  #answered(presence: Presence): Presence {
+    if (!this.#stopped) this.publish(presence);
+    return presence;
   }
 }
 

@@ -53,13 +53,18 @@ const noStore = {
   subscribe: () => () => {},
 };
 
-/** These users' presence, live (user id → Presence); empty until the first read. */
-export function usePresence(userIds: readonly string[]): ReadonlyMap<string, Presence> {
+/**
+ * These users' presence, live (user id → Presence); empty until the first read. An end user
+ * gives `{ friendsOf: theirOwnId }`; a list of ids is for backends' tools.
+ */
+export function usePresence(
+  userIds: readonly string[] | { friendsOf: string },
+): ReadonlyMap<string, Presence> {
   const client = usePresenceClient();
   const key = JSON.stringify(userIds);
   const [follow, setFollow] = useState<Follow | null>(null);
   useEffect(() => {
-    const made = client.followUsers(JSON.parse(key) as string[]);
+    const made = client.followUsers(JSON.parse(key) as string[] | { friendsOf: string });
     setFollow(made);
     return () => made.stop();
   }, [client, key]);
@@ -122,10 +127,12 @@ export function useMyStatus(): UseMyStatus {
   return useMemo(
     () => ({
       presence,
-      setStatus: (status: ChosenStatus) => client.setStatus(status),
-      setCustomStatus: (text: string | null, options?: { emoji?: string | null; expiresAt?: string | null }) =>
-        client.setCustomStatus(text, options),
+      setStatus: (status: ChosenStatus) => (mine ?? client).setStatus(status),
+      setCustomStatus: (
+        text: string | null,
+        options?: { emoji?: string | null; expiresAt?: string | null },
+      ) => (mine ?? client).setCustomStatus(text, options),
     }),
-    [client, presence],
+    [client, mine, presence],
   );
 }
