@@ -5,15 +5,16 @@ and events, throttling, backoff). Its real-browser tests are in tests/test_js_cl
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient
 
 from tests.conftest import JS_CLIENT
-
-pytestmark = pytest.mark.slow  # npm and tsc
 
 
 def run(*command: str, cwd: Path) -> str:
@@ -22,6 +23,7 @@ def run(*command: str, cwd: Path) -> str:
     return done.stdout
 
 
+@pytest.mark.slow  # npm and tsc
 @pytest.mark.timeout(600)  # the first npm ci downloads a few hundred packages
 def test_the_client_builds_typechecks_and_passes_its_node_tests(built_js_client: Path) -> None:
     assert (built_js_client / "dist" / "index.d.ts").exists()
@@ -44,3 +46,37 @@ def test_the_client_depends_on_graphql_ws_alone_at_run_time() -> None:
     assert all(p.get("version") and p.get("integrity") for p in installed.values())
     resolved = [p["resolved"] for p in installed.values() if "resolved" in p]
     assert all(url.startswith("https://registry.npmjs.org/") for url in resolved), resolved
+
+
+def vendoring() -> Any:
+    """scripts/vendor_client.py as a module (scripts/ is not a package)."""
+    path = Path(__file__).parent.parent / "scripts" / "vendor_client.py"
+    spec = importlib.util.spec_from_file_location("vendor_client", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_copy_the_service_serves_is_the_client_as_built(built_js_client: Path) -> None:
+    script = vendoring()
+    expected = script.vendored_files(built_js_client)
+    vendor: Path = script.VENDOR
+    served = {str(p.relative_to(vendor)) for p in vendor.rglob("*") if p.is_file()}
+    assert served == set(expected), "run: python scripts/vendor_client.py"
+    for name, built in expected.items():
+        assert (vendor / name).read_bytes() == built.read_bytes(), (
+            f"{name} differs from the build: run python scripts/vendor_client.py"
+        )
+
+
+async def test_the_service_serves_the_client_at_client(api: TestClient[Any, Any]) -> None:
+    for path in ("/client/index.js", "/client/graphql-ws/client.js"):
+        response = await api.get(path)
+        assert response.status == 200, path
+        assert response.content_type in {"text/javascript", "application/javascript"}
+    places = await (await api.get("/places")).text()
+    assert '"gql-presence-client": "/client/index.js"' in places

@@ -34,6 +34,11 @@ export interface PresenceClientOptions {
    * mode.
    */
   token?: Token | (() => Token | Promise<Token>);
+  /**
+   * The user this client acts for, where the token does not say it: a service with no
+   * credentials configured (open mode), or a backend token. An end user's JWT names them.
+   */
+  userId?: string | null;
   /** The waits between reconnects (exponential, with jitter). */
   backoff?: BackoffOptions;
   /** A WebSocket implementation where there is no global one (Node before 22). */
@@ -133,10 +138,14 @@ export class PresenceClient {
   #state: ConnectionState = "connecting";
   #connectedBefore = false;
   #me: string | null = null;
+  /** What the operations give as userId: null for an end user (their token names them). */
+  readonly actingFor: string | null;
   readonly #meKnown = new Emitter<{ me: [string] }>();
 
   constructor(options: PresenceClientOptions) {
     this.#backoff = options.backoff ?? {};
+    this.actingFor = options.userId ?? null;
+    this.#me = this.actingFor;
     const token = options.token;
     this.#socket = createClient({
       url: options.url,
@@ -202,7 +211,7 @@ export class PresenceClient {
   }
 
   async setStatus(status: ChosenStatus): Promise<Presence> {
-    const data = await this.request(SetStatusDocument, { status });
+    const data = await this.request(SetStatusDocument, { userId: this.actingFor, status });
     return data.setStatus;
   }
 
@@ -211,7 +220,12 @@ export class PresenceClient {
     text: string | null,
     { emoji = null, expiresAt = null }: { emoji?: string | null; expiresAt?: string | null } = {},
   ): Promise<Presence> {
-    const data = await this.request(SetCustomStatusDocument, { text, emoji, expiresAt });
+    const data = await this.request(SetCustomStatusDocument, {
+      userId: this.actingFor,
+      text,
+      emoji,
+      expiresAt,
+    });
     return data.setCustomStatus;
   }
 
@@ -414,7 +428,7 @@ export class PresenceHold extends Store<HoldState> {
     this.#idleWhenHidden = options.idleWhenHidden ?? true;
     this.#kept = client.keep(
       HoldPresenceDocument,
-      { sessionId: this.sessionId, device: options.device ?? null },
+      { userId: client.actingFor, sessionId: this.sessionId, device: options.device ?? null },
       {
         next: ({ presenceSession: state }) => {
           if (state.live) {
@@ -463,7 +477,11 @@ export class PresenceHold extends Store<HoldState> {
       .then(async () => {
         if (!this.getSnapshot().live) return;
         const idle = this.#hidden();
-        await this.#client.request(SetSessionIdleDocument, { sessionId: this.sessionId, idle });
+        await this.#client.request(SetSessionIdleDocument, {
+          userId: this.#client.actingFor,
+          sessionId: this.sessionId,
+          idle,
+        });
         this.publish({ ...this.getSnapshot(), idle });
       })
       .catch(() => {}); // a session that just ended: its end is reported by the subscription
@@ -689,7 +707,12 @@ export class Place extends Store<PlaceSnapshot> {
   readonly #client: PresenceClient;
   readonly #map = new PlaceMap();
   readonly #events = new Emitter<PlaceEvents>();
-  readonly #holdVariables: { placeId: string; sessionId: string; state: PlaceState | null };
+  readonly #holdVariables: {
+    placeId: string;
+    userId: string | null;
+    sessionId: string;
+    state: PlaceState | null;
+  };
   readonly #hold: Kept;
   readonly #watch: Kept;
   readonly #throttle: LatestWinsThrottle<PlaceState>;
@@ -705,7 +728,12 @@ export class Place extends Store<PlaceSnapshot> {
     this.#client = client;
     this.placeId = placeId;
     this.sessionId = options.sessionId ?? tabSessionId();
-    this.#holdVariables = { placeId, sessionId: this.sessionId, state: options.state ?? null };
+    this.#holdVariables = {
+      placeId,
+      userId: client.actingFor,
+      sessionId: this.sessionId,
+      state: options.state ?? null,
+    };
     this.#throttle = new LatestWinsThrottle(
       (state) => this.#sendState(state),
       1000 / (options.statesPerSecond ?? 20),
@@ -785,7 +813,12 @@ export class Place extends Store<PlaceSnapshot> {
   #sendState(state: PlaceState): void {
     if (!this.#live) return; // it goes with the placeSession when it is opened again
     this.#client
-      .request(SetPlaceStateDocument, { placeId: this.placeId, sessionId: this.sessionId, state })
+      .request(SetPlaceStateDocument, {
+        placeId: this.placeId,
+        userId: this.#client.actingFor,
+        sessionId: this.sessionId,
+        state,
+      })
       .catch((error: unknown) => this.#events.emit("error", asError(error)));
   }
 
