@@ -23,7 +23,7 @@ from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.models import ChosenStatus
-from tests.helpers import BACKEND_TOKEN, SECURED, eventually, user_token
+from tests.helpers import BACKEND_TOKEN, SECURED, eventually, readme_snippets, user_token
 
 pytestmark = pytest.mark.slow  # a browser
 
@@ -102,6 +102,10 @@ class Site:
         data: dict[str, Any] = body["data"]
         return data
 
+    @property
+    def page_origin(self) -> str:
+        return self.page_url.rstrip("/")
+
     async def opened(self, page: Page, user: str) -> Page:
         problems: list[str] = []
         page.on("pageerror", lambda error: problems.append(str(error)))
@@ -123,8 +127,19 @@ async def site(
     async def page(request: web.Request) -> web.Response:
         return web.Response(text=PAGE, content_type="text/html")
 
+    async def readme_page(request: web.Request) -> web.Response:
+        """README.md's page as written, for the user named in the query, with what it assumes
+        of the app around it (getUserJwt, myName), against this service."""
+        user = request.query["user"]
+        token = user_token(user, places=["doc:*"])
+        address = str(made.service.make_url("")).removeprefix("http://").rstrip("/")
+        app = f"<script>window.getUserJwt = () => {token!r}; window.myName = {user!r};</script>"
+        html = app + README_PAGE.code.replace("127.0.0.1:8080", address)
+        return web.Response(text=html, content_type="text/html")
+
     frontend = web.Application()
     frontend.router.add_get("/", page)
+    frontend.router.add_get("/readme", readme_page)
     frontend.router.add_static("/client", built_js_client / "dist")
     graphql_ws = built_js_client / "node_modules" / "graphql-ws" / "dist"
     frontend.router.add_static("/graphql-ws", graphql_ws)
@@ -138,7 +153,11 @@ async def site(
         server: TestServer = await aiohttp_server(create_app(settings), **kwargs)
         return server
 
-    return Site(str(served.make_url("/")), await start_service(), settings, start_service)
+    made = Site(str(served.make_url("/")), await start_service(), settings, start_service)
+    return made
+
+
+README_PAGE = next(s for s in readme_snippets() if "gql-presence-client" in s.code)
 
 
 async def view(page: Page) -> dict[str, Any]:
@@ -241,3 +260,40 @@ async def test_a_kicked_page_stops_and_says_why(
     # Not held again: ann stays offline.
     read = await site.backend('query { presence(userId: "ann") { online } }')
     assert read == {"presence": {"online": False}}
+
+
+async def test_the_readmes_page_shows_who_is_here_with_their_cursors(
+    site: Site, browser: Browser
+) -> None:
+    assert README_PAGE.language == "html"
+    problems: list[str] = []
+    pages = []
+    for user in ("ann", "bob"):
+        page = await browser.new_page()
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.on("dialog", lambda dialog: problems.append(dialog.message))
+        await page.goto(f"{site.page_origin}/readme?user={user}")
+        pages.append(page)
+    anns, bobs = pages
+
+    async def items(page: Page) -> list[str]:
+        texts: list[str] = await page.locator("#here li").all_text_contents()
+        return sorted(texts)
+
+    for page in pages:
+        await eventually(lambda p=page: _equals(items(p), ["ann", "bob"]), 10, "both users listed")
+    await anns.mouse.move(150, 90)
+    anns_item = bobs.locator("#here li", has_text="ann")
+
+    async def moved() -> bool:
+        style = await anns_item.get_attribute("style") or ""
+        return "left: 150px" in style and "top: 90px" in style
+
+    await eventually(moved, 10, "ann's cursor to move at bob's page")
+    await anns.close()
+    await eventually(lambda: _equals(items(bobs), ["bob"]), 5, "ann to leave bob's page")
+    assert problems == []
+
+
+async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
+    return await value == expected
