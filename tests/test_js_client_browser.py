@@ -7,6 +7,7 @@ their maps equal placeMembers and presences read afresh; a kicked page stops and
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -38,14 +39,18 @@ PAGE = """<!doctype html>
 
 # What the page does with the client: its user online, in the place with a name and a cursor,
 # and the presence of the user's friends; window.view() tells the test what the page shows.
-START = """async ({ url, token, name }) => {
+START = """async ({ url, token, name, tokens = [] }) => {
   const { createPresenceClient } = await import("gql-presence-client");
-  const client = createPresenceClient({ url, token: () => token, backoff: { baseMs: 200 } });
+  // The app's token function: `tokens` first (short-lived ones, for a test), then `token`.
+  window.tokensAsked = 0;
+  const fresh = () => { window.tokensAsked++; return tokens.shift() ?? token; };
+  const client = createPresenceClient({ url, token: fresh, backoff: { baseMs: 200 } });
   const hold = client.holdPresence({ device: "web" });
   const place = client.joinPlace("doc:42", { state: { name } });
   const follow = client.followUsers({ friendsOf: name });
   const why = document.getElementById("why");
   window.log = [];
+  client.on("connection", (state) => log.push(`connection ${state}`));
   client.on("error", (e) => log.push(`error ${e.code ?? e.closeCode}: ${e.message}`));
   follow.on("error", (e) => log.push(`follow error ${e.code ?? e.closeCode}: ${e.message}`));
   place.onJoin((m) => log.push(`join ${m.userId}`));
@@ -106,12 +111,13 @@ class Site:
     def page_origin(self) -> str:
         return self.page_url.rstrip("/")
 
-    async def opened(self, page: Page, user: str) -> Page:
+    async def opened(self, page: Page, user: str, first_tokens: tuple[str, ...] = ()) -> Page:
         problems: list[str] = []
         page.on("pageerror", lambda error: problems.append(str(error)))
         await page.goto(self.page_url)
         token = user_token(user, places=["doc:*"])
-        await page.evaluate(START, {"url": self.socket_url, "token": token, "name": user})
+        arguments = {"url": self.socket_url, "token": token, "name": user}
+        await page.evaluate(START, {**arguments, "tokens": list(first_tokens)})
         await eventually(lambda: page.evaluate("window.view().live"), 10, f"{user}'s page live")
         assert problems == []
         return page
@@ -297,3 +303,23 @@ async def test_the_readmes_page_shows_who_is_here_with_their_cursors(
 
 async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
     return await value == expected
+
+
+async def test_a_socket_closed_for_an_expired_token_comes_back_with_a_fresh_one(
+    site: Site, browser: Browser
+) -> None:
+    # The service allows 30 s of clock skew: this token stops being valid in 3 to 4 s.
+    expiring = user_token("ann", places=["doc:*"], exp=int(time.time()) - 30 + 4)
+    anns = await site.opened(await browser.new_page(), "ann", first_tokens=(expiring,))
+    assert await anns.evaluate("window.tokensAsked") == 1
+    # At the token's expiry the service closes the socket (4401); the client asks for a new one.
+    await eventually(lambda: anns.evaluate("window.tokensAsked >= 2"), 10, "a fresh token")
+
+    async def back() -> bool:
+        seen = await view(anns)
+        online = await site.backend('query { presence(userId: "ann") { online } }')
+        return bool(seen["live"] and names(seen) == ["ann"] and online["presence"]["online"])
+
+    await eventually(back, 10, "ann's page held again")
+    assert await anns.evaluate("document.getElementById('why').textContent") == ""
+    assert not [line for line in await anns.evaluate("window.log") if "ended" in line]
