@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -80,3 +81,28 @@ async def test_the_service_serves_the_client_at_client(api: TestClient[Any, Any]
         assert response.content_type in {"text/javascript", "application/javascript"}
     places = await (await api.get("/places")).text()
     assert '"gql-presence-client": "/client/index.js"' in places
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_schema_change_that_breaks_the_client_fails_its_build(
+    built_js_client: Path, tmp_path: Path
+) -> None:
+    # The client's layout kept (its codegen reads ../../schema.graphql), its packages shared.
+    client = tmp_path / "clients" / "js"
+    shutil.copytree(
+        built_js_client, client, ignore=shutil.ignore_patterns("node_modules", "dist", "gql")
+    )
+    (client / "node_modules").symlink_to(built_js_client / "node_modules")
+    schema = (Path(__file__).parent.parent / "schema.graphql").read_text()
+    # A field the client reads, renamed: every document that asks for it is invalid.
+    broken = schema.replace("  status: PresenceStatus!\n", "  presenceStatus: PresenceStatus!\n")
+    assert broken != schema
+    (tmp_path / "schema.graphql").write_text(broken)
+    npm = shutil.which("npm")
+    assert npm is not None  # built_js_client needed it
+    done = subprocess.run(
+        [npm, "run", "build"], cwd=client, capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0
+    assert 'Cannot query field "status"' in done.stdout + done.stderr
