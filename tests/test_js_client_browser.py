@@ -48,6 +48,7 @@ START = """async ({ url, token, name, tokens = [] }) => {
   const hold = client.holdPresence({ device: "web" });
   const place = client.joinPlace("doc:42", { state: { name } });
   const follow = client.followUsers({ friendsOf: name });
+  window.mine = client.myStatus();
   const why = document.getElementById("why");
   window.log = [];
   client.on("connection", (state) => log.push(`connection ${state}`));
@@ -65,6 +66,7 @@ START = """async ({ url, token, name, tokens = [] }) => {
     presences: Object.fromEntries([...follow.getSnapshot()].map(([id, p]) => [id, p.status])),
     live: hold.getSnapshot().live && place.getSnapshot().live,
     idle: hold.getSnapshot().idle,
+    mine: mine.getSnapshot()?.status ?? null,
     sessionId: hold.sessionId,
   });
 }"""
@@ -323,3 +325,16 @@ async def test_a_socket_closed_for_an_expired_token_comes_back_with_a_fresh_one(
     await eventually(back, 10, "ann's page held again")
     assert await anns.evaluate("document.getElementById('why').textContent") == ""
     assert not [line for line in await anns.evaluate("window.log") if "ended" in line]
+
+
+async def test_my_status_is_read_set_and_seen_by_a_friend(site: Site, browser: Browser) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    bobs = await site.opened(await browser.new_page(), "bob")
+
+    async def statuses(expected: str) -> bool:
+        mine, seen = (await view(anns))["mine"], (await view(bobs))["presences"].get("ann")
+        return bool(mine == expected == seen)
+
+    await eventually(lambda: statuses("ONLINE"), 10, "ann ONLINE to herself and to bob")
+    await anns.evaluate("window.mine.setStatus('BUSY')")
+    await eventually(lambda: statuses("BUSY"), 10, "ann BUSY to herself and to bob")
