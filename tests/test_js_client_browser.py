@@ -71,6 +71,10 @@ START = """async ({ url, token, name, tokens = [] }) => {
   });
 }"""
 
+REACT_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>react</title></head>
+<body style="margin:0"><div id="root"></div></body></html>"""
+
 MEMBERS = """query($place: ID!) { placeMembers(placeId: $place, first: 100) {
   nodes { userId sessionId state } } }"""
 PRESENCES = 'query { presences(userIds: ["ann", "bob"]) { userId status } }'
@@ -145,8 +149,14 @@ async def site(
         html = app + README_PAGE.code.replace("127.0.0.1:8080", address)
         return web.Response(text=html, content_type="text/html")
 
+    async def react_page(request: web.Request) -> web.Response:
+        return web.Response(text=REACT_PAGE, content_type="text/html")
+
     frontend = web.Application()
     frontend.router.add_get("/", page)
+    frontend.router.add_get("/react", react_page)
+    # The React app on the hooks (clients/js/fixtures/react-app.js), bundled by esbuild.
+    frontend.router.add_static("/build", built_js_client / "build")
     frontend.router.add_get("/readme", readme_page)
     frontend.router.add_static("/client", built_js_client / "dist")
     graphql_ws = built_js_client / "node_modules" / "graphql-ws" / "dist"
@@ -338,3 +348,51 @@ async def test_my_status_is_read_set_and_seen_by_a_friend(site: Site, browser: B
     await eventually(lambda: statuses("ONLINE"), 10, "ann ONLINE to herself and to bob")
     await anns.evaluate("window.mine.setStatus('BUSY')")
     await eventually(lambda: statuses("BUSY"), 10, "ann BUSY to herself and to bob")
+
+
+async def test_the_react_hooks_show_the_place_the_friends_and_my_status(
+    site: Site, browser: Browser
+) -> None:
+    problems: list[str] = []
+    pages = []
+    for user in ("ann", "bob"):
+        page = await browser.new_page()
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        await page.goto(f"{site.page_origin}/react")
+        token = user_token(user, places=["doc:*"])
+        await page.evaluate(
+            "async (args) => (await import('/build/react-app.js')).start(args)",
+            {"url": site.socket_url, "token": token, "name": user},
+        )
+        pages.append(page)
+    anns, bobs = pages
+
+    async def shown(page: Page, selector: str) -> list[str]:
+        texts: list[str] = await page.locator(selector).all_text_contents()
+        return sorted(texts)
+
+    async def everything_shown() -> bool:
+        ann = await shown(anns, "#members li"), await shown(anns, "#friends li")
+        bob = await shown(bobs, "#members li"), await shown(bobs, "#friends li")
+        mine = await anns.locator("#me").text_content()
+        return (
+            ann == (["ann", "bob"], ["bob ONLINE"])
+            and bob == (["ann", "bob"], ["ann ONLINE"])
+            and mine == "ONLINE"
+        )
+
+    await eventually(everything_shown, 10, "usePlace, usePresence and useMyStatus to show")
+    await anns.mouse.move(70, 60)
+    anns_item = bobs.locator("#members li", has_text="ann")
+    await eventually(
+        lambda: _equals_text(anns_item.get_attribute("data-x"), "70"), 10, "ann's cursor at bob's"
+    )
+    await anns.close()
+    await eventually(
+        lambda: _equals(shown(bobs, "#members li"), ["bob"]), 5, "ann to leave bob's page"
+    )
+    assert problems == []
+
+
+async def _equals_text(value: Awaitable[str | None], expected: str) -> bool:
+    return await value == expected
