@@ -236,12 +236,16 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
 ) -> None:
     anns = await site.opened(await browser.new_page(), "ann")
     bobs = await site.opened(await browser.new_page(), "bob")
+    cys = await site.opened(await browser.new_page(), "cy")
+    await eventually(lambda: _equals(_names(anns), ["ann", "bob", "cy"]), 10, "cy at ann's page")
     await bobs.mouse.move(30, 40)
     store = PresenceStore(http_redis, deployment)
 
     async def while_down() -> None:
-        # A change no page hears of (there is no service to tell them): the re-read must show it.
+        # Changes no page hears of (there is no service to tell them): the re-read must show
+        # bob BUSY, and the place's map must lose cy, who left with the old process.
         await store.set_status("bob", ChosenStatus.BUSY)
+        await cys.close()
 
     await site.restart(while_down)
 
@@ -396,3 +400,7 @@ async def test_the_react_hooks_show_the_place_the_friends_and_my_status(
 
 async def _equals_text(value: Awaitable[str | None], expected: str) -> bool:
     return await value == expected
+
+
+async def _names(page: Page) -> list[str]:
+    return names(await view(page))
