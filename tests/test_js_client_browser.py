@@ -49,6 +49,10 @@ START = """async ({ url, token, name, tokens = [] }) => {
   const place = client.joinPlace("doc:42", { state: { name } });
   const follow = client.followUsers({ friendsOf: name });
   window.mine = client.myStatus();
+  window.reopen = () => {  // the tab's session opened on another socket, as a copied tab does
+    const other = createPresenceClient({ url, token: () => token });
+    return other.holdPresence({ sessionId: hold.sessionId });
+  };
   const why = document.getElementById("why");
   window.log = [];
   client.on("connection", (state) => log.push(`connection ${state}`));
@@ -404,3 +408,19 @@ async def _equals_text(value: Awaitable[str | None], expected: str) -> bool:
 
 async def _names(page: Page) -> list[str]:
     return names(await view(page))
+
+
+async def test_a_session_taken_over_elsewhere_says_replaced_and_is_not_taken_back(
+    site: Site, browser: Browser
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    await anns.evaluate("window.other = window.reopen(); undefined")
+    await eventually(
+        lambda: anns.evaluate("document.getElementById('why').textContent === 'ended: replaced'"),
+        10,
+        "the first hold to say it was replaced",
+    )
+    await eventually(lambda: anns.evaluate("window.other.getSnapshot().live"), 10, "the other")
+    read = await site.backend('query { presence(userId: "ann") { online sessions { sessionId } } }')
+    session = await anns.evaluate("window.view().sessionId")
+    assert read == {"presence": {"online": True, "sessions": [{"sessionId": session}]}}
