@@ -638,14 +638,13 @@ export class Place extends Store {
         this.#map.beginResync();
         // Read only once the new subscription is surely made: after its first event, or a while.
         await new Promise((resolve) => {
-            const timer = setTimeout(done, RESYNC_WAIT_MS);
-            const self = this;
-            function done() {
+            const done = () => {
                 clearTimeout(timer);
-                if (self.#firstEvent === done)
-                    self.#firstEvent = null;
+                if (this.#firstEvent === done)
+                    this.#firstEvent = null;
                 resolve();
-            }
+            };
+            const timer = setTimeout(done, RESYNC_WAIT_MS);
             this.#firstEvent = done;
         });
         if (sync !== this.#syncs || this.#ended !== null)
