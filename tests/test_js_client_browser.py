@@ -345,7 +345,9 @@ async def test_a_socket_closed_for_an_expired_token_comes_back_with_a_fresh_one(
     assert not [line for line in await anns.evaluate("window.log") if "ended" in line]
 
 
-async def test_my_status_is_read_set_and_seen_by_a_friend(site: Site, browser: Browser) -> None:
+async def test_my_status_is_read_set_and_seen_by_a_friend(
+    site: Site, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
     anns = await site.opened(await browser.new_page(), "ann")
     bobs = await site.opened(await browser.new_page(), "bob")
 
@@ -356,6 +358,9 @@ async def test_my_status_is_read_set_and_seen_by_a_friend(site: Site, browser: B
     await eventually(lambda: statuses("ONLINE"), 10, "ann ONLINE to herself and to bob")
     await anns.evaluate("window.mine.setStatus('BUSY')")
     await eventually(lambda: statuses("BUSY"), 10, "ann BUSY to herself and to bob")
+    # Changed elsewhere (another device, a backend): the page follows the user's own id too.
+    await PresenceStore(http_redis, deployment).set_status("ann", ChosenStatus.AWAY)
+    await eventually(lambda: statuses("AWAY"), 10, "ann AWAY to herself and to bob")
 
 
 async def test_the_react_hooks_show_the_place_the_friends_and_my_status(

@@ -54,8 +54,8 @@ const noStore = {
 };
 
 /**
- * These users' presence, live (user id → Presence); empty until the first read. An end user
- * gives `{ friendsOf: theirOwnId }`; a list of ids is for backends' tools.
+ * These users' presence, live (user id → Presence), or a user's friends' (`{ friendsOf }`);
+ * empty until the first read. An end user may follow themselves and their friends.
  */
 export function usePresence(
   userIds: readonly string[] | { friendsOf: string },

@@ -111,9 +111,8 @@ export class PresenceClient {
         return new PresenceHold(this, options);
     }
     /**
-     * A live map of users' presence: a user's friends (`{ friendsOf }`: what an end user may
-     * follow, their own friends), or given ids (backends only: an end user's presenceChanged
-     * with userIds is FORBIDDEN, and the map then only holds its reads).
+     * A live map of users' presence: given ids, or a user's friends (`{ friendsOf }`, followed as
+     * the friend set changes). An end user may follow themselves and their friends.
      */
     followUsers(target) {
         return new Follow(this, target);
@@ -473,36 +472,29 @@ export class Follow extends Store {
 }
 // --- myStatus -----------------------------------------------------------------------------------
 /**
- * The signed-in user's own presence (known once a held session says who they are): read when
- * known and after every reconnect, and replaced by what each of its setters answers. (An end
- * user may not follow their own id with presenceChanged, so a change made on another device
- * shows at the next reconnect or setter.)
+ * The signed-in user's own presence, live (known once a held session says who they are):
+ * followUsers of their own id, and what each of its setters answers at once.
  */
 export class MyStatus extends Store {
     #client;
+    #follow = null;
+    #unfollow = () => { };
     #unlisten;
     #stopped = false;
     constructor(client) {
         super(null);
         this.#client = client;
-        this.#unlisten = [
-            client.whenMeKnown(() => void this.refresh()),
-            client.onReconnect(() => void this.refresh()),
-        ];
-    }
-    /** Reads the user's presence again. */
-    async refresh() {
-        const me = this.#client.userId;
-        if (me === null || this.#stopped)
-            return;
-        try {
-            const [presence] = (await this.#client.request(PresencesDocument, { userIds: [me] })).presences;
-            if (presence !== undefined && !this.#stopped)
-                this.publish(presence);
-        }
-        catch {
-            // Read again at the next reconnect or setter.
-        }
+        this.#unlisten = client.whenMeKnown((userId) => {
+            this.#unfollow();
+            this.#follow?.stop();
+            const follow = client.followUsers([userId]);
+            this.#follow = follow;
+            this.#unfollow = follow.subscribe(() => {
+                const presence = follow.get(userId);
+                if (presence !== undefined)
+                    this.publish(presence);
+            });
+        });
     }
     async setStatus(status) {
         return this.#answered(await this.#client.setStatus(status));
@@ -512,8 +504,9 @@ export class MyStatus extends Store {
     }
     stop() {
         this.#stopped = true;
-        for (const unlisten of this.#unlisten)
-            unlisten();
+        this.#unlisten();
+        this.#unfollow();
+        this.#follow?.stop();
     }
     #answered(presence) {
         if (!this.#stopped)
