@@ -22,7 +22,14 @@ from gql_presence.http.app_keys import (
 from gql_presence.http.cors import cors
 from gql_presence.http.hosts import host_check
 from gql_presence.http.ide import GRAPHIQL_ASSETS
-from gql_presence.http.probes import dashboard, healthz, metrics_page, places_page, readyz
+from gql_presence.http.probes import (
+    CLIENT_ASSETS,
+    dashboard,
+    healthz,
+    metrics_page,
+    places_page,
+    readyz,
+)
 from gql_presence.http.view import PresenceView
 from gql_presence.observability import tracing
 from gql_presence.observability.logs import log_client_faults_quietly
@@ -89,6 +96,8 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/dashboard", dashboard)
     # A place where the tabs that open it see each other's cursors.
     app.router.add_get("/places", places_page)
+    # The browser client, as ES modules (the places page uses it).
+    app.router.add_static("/client", CLIENT_ASSETS)
     return app
 
 

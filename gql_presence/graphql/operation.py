@@ -292,7 +292,7 @@ class OperationPipeline:
         rendering = self._renderings.known(operation)
         if rendering is None or rendering.interest is None:
             return None
-        rendering.interest.authorize(context.caller)
+        await rendering.interest.authorize(context.caller, context.check_may_read)
         # What the resolver would have charged for the users it follows.
         await context.charge(len(rendering.interest.user_ids))
         return await self._join(context, operation, rendering, rendering.interest)
