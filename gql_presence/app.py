@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
@@ -68,7 +67,7 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[AUTHENTICATOR] = Authenticator(settings)
-    app[SOCKETS] = weakref.WeakSet()
+    app[SOCKETS] = set()
     # Open WebSockets would hold up a shutdown: close them first, saying why.
     app.on_shutdown.append(close_sockets)
     # Redis first (the embedded one when neither REDIS_URL nor a cluster is set), the store on it.
@@ -103,8 +102,7 @@ def create_app(settings: Settings) -> web.Application:
 
 
 async def close_sockets(app: web.Application) -> None:
-    sockets: weakref.WeakSet[web.WebSocketResponse] = app[SOCKETS]
-    closing = [s.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down") for s in sockets]
+    closing = [s.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down") for s in app[SOCKETS]]
     await asyncio.gather(*closing, return_exceptions=True)
 
 

@@ -24,7 +24,15 @@ from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
 from gql_presence.store.models import ChosenStatus, Visibility
 from tests.conftest import TEST_SETTINGS, StoreFactory
-from tests.helpers import eventually, first_event, ignore, kinds, published, published_in_full
+from tests.helpers import (
+    eventually,
+    first_event,
+    ignore,
+    kinds,
+    published,
+    published_in_full,
+    text_messages,
+)
 from tests.redis_cluster import LocalCluster
 
 
@@ -266,14 +274,15 @@ async def test_friends_of_follows_each_change_and_nothing_is_left_behind(
 
 
 class Socket:
-    """Stands in for a WebSocket's send_now: keeps what is written, reports `waiting` bytes."""
+    """Stands in for a WebSocket's send_frames: keeps the messages of the frames written,
+    reports `waiting` bytes."""
 
     def __init__(self, waiting: int = 0) -> None:
         self.writes: list[list[bytes]] = []
         self.waiting = waiting
 
-    def __call__(self, messages: list[bytes]) -> int | None:
-        self.writes.append(messages)
+    def __call__(self, frames: bytes) -> int | None:
+        self.writes.append(text_messages(frames))
         return self.waiting
 
 

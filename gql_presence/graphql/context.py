@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -41,6 +41,9 @@ class Socket(Protocol):
         """Writes the messages at once; the bytes left waiting to be sent, or None when the
         socket is closing."""
 
+    def send_frames(self, frames: bytes) -> int | None:
+        """Writes text frames made already (realtime/delivery.text_frame), as send_now."""
+
 
 @dataclass(frozen=True)
 class UncheckedDocument:
@@ -63,8 +66,9 @@ class Context:
     limiter: RateLimiter
     # The connection-bound sessions (presenceSession) of this process.
     held_sessions: HeldSessions
-    # A WebSocket's connection_init payload, as the client sent it.
-    connection_params: dict[str, object] = field(default_factory=dict)
+    # A WebSocket's connection_init payload, as the client sent it, until the socket's caller
+    # has been read from it (then None: the socket does not keep its token).
+    connection_params: dict[str, object] | None = None
     # The SHA-256 of the request's document once checked against its text (persisted.py).
     document_hash: str | None = None
     # A document named by its hash, to keep once it has passed every check (persisted.py).

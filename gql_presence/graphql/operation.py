@@ -234,7 +234,7 @@ class OperationPipeline:
         try:
             delivery = await context.events.deliver_place(
                 context.close_socket,
-                context.socket.send_now,
+                context.socket.send_frames,
                 operation.next_head(),
                 rendering.render,
                 place_id,
@@ -308,7 +308,7 @@ class OperationPipeline:
         assert context.socket is not None
         return await context.events.deliver(
             context.close_socket,
-            context.socket.send_now,
+            context.socket.send_frames,
             operation.next_head(),
             rendering.render,
             user_ids=interest.user_ids,

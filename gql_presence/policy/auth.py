@@ -115,6 +115,12 @@ class Caller:
         return f"backend:{self.name}" if self.kind is CallerKind.BACKEND else self.kind.value
 
 
+# Callers with no name or credentials: one of each, shared by every request and socket (a
+# held socket kept one of its own).
+OPEN_CALLER = Caller(CallerKind.OPEN)
+ANONYMOUS_CALLER = Caller(CallerKind.ANONYMOUS)
+
+
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self._secured = settings.secured
@@ -136,9 +142,9 @@ class Authenticator:
 
         Raises UnauthenticatedError for credentials that are sent but not valid."""
         if not self._secured:
-            return Caller(CallerKind.OPEN)
+            return OPEN_CALLER
         if authorization is None or authorization == "":
-            return Caller(CallerKind.ANONYMOUS)
+            return ANONYMOUS_CALLER
         scheme, _, token = str(authorization).strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:

@@ -52,6 +52,7 @@ from gql_presence.realtime.delivery import (
     Feed,
     FeedDroppedError,
     Follower,
+    Frames,
     OnDrop,
     PlaceDelivery,
     PlaceRender,
@@ -59,7 +60,7 @@ from gql_presence.realtime.delivery import (
     PresenceChange,
     Render,
     Rendered,
-    WriteNow,
+    WriteFrames,
     Writer,
 )
 from gql_presence.realtime.held import PLACE_KEY, Announced, place_key
@@ -350,7 +351,7 @@ class EventHub:
             self._forget_place_follower(place_id, taker)
 
     async def deliver_place(
-        self, on_drop: OnDrop, write: WriteNow, head: bytes, render: PlaceRender, place_id: str
+        self, on_drop: OnDrop, write: WriteFrames, head: bytes, render: PlaceRender, place_id: str
     ) -> PlaceDelivery:
         """A placeChanged subscription written at once with `write`, as deliver() makes one
         of presenceChanged: its events are kept from now (the place's channel confirmed)
@@ -404,7 +405,7 @@ class EventHub:
     async def deliver(
         self,
         on_drop: OnDrop,
-        write: WriteNow,
+        write: WriteFrames,
         head: bytes,
         render: Render,
         *,
@@ -811,8 +812,9 @@ class EventHub:
                         self._take(route, message)
                 finally:
                     to_flush, self.to_flush = self.to_flush, []
+                    frames: Frames = {}  # each message framed once, for this flush
                     for delivery in to_flush:
-                        delivery.flush()
+                        delivery.flush(frames)
             if route.send_failed is not None:
                 raise redis_errors.ConnectionError(f"subscribing failed: {route.send_failed}")
             if now - heard > self._silence_limit_s:
