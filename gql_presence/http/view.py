@@ -102,6 +102,9 @@ class PresenceView(GraphQLView[Context, None]):
             plans,
             subscribes_again=not traced,
         )
+        # Tracing's span of a socket's request lasts while its handler runs, and the spans of
+        # its operations go under it: a traced socket is served before its handler returns.
+        self._traced = traced
         # aiohttp pings every heartbeat and closes a socket whose pong is not back within
         # half of it: a client gone silent is found within half the TTL of its sessions.
         self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
@@ -159,7 +162,8 @@ class PresenceView(GraphQLView[Context, None]):
     async def _open_socket(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() for a WebSocket, with the same checks and hooks in the same
         order, except that the socket is served after this returns (sockets.py): what an idle
-        socket keeps is its handler's loop, not this view's frames and the middlewares'."""
+        socket keeps is its handler's loop, not this view's frames and the middlewares'. With
+        tracing on, it is served before, under the request's span."""
         if not self._check_websocket_origin(request):
             return await self.reject_websocket(request)
         subprotocol = await self.pick_websocket_subprotocol(request)
@@ -179,9 +183,15 @@ class PresenceView(GraphQLView[Context, None]):
             connection_init_wait_timeout=self.connection_init_wait_timeout,
             max_subscriptions_per_connection=self.max_subscriptions_per_connection,
         )
+        request.app[SOCKETS].add(socket)
+        if self._traced:
+            try:
+                await handler.handle()
+            finally:
+                _socket_ended(request, socket, False)
+            return socket
         # The request's line and metrics are made at the socket's end (request_log.py),
         # once its credentials need watching no more and a shutdown need not close it.
-        request.app[SOCKETS].add(socket)
         ends: list[Callable[[bool], None]] = [partial(_socket_ended, request, socket)]
         request[SERVED_LATER] = ends
         assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
