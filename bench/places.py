@@ -8,6 +8,10 @@ large place among them and once with 1,000 small ones. The target: the large pla
 within 2x the small one's. A page of a place of 10 holds 10 members where the large place's
 holds 50, so the page of the place of 100 is measured too: the same page, the same work.
 
+Then what a client sees: the same first pages read over HTTP from one service process on that
+Redis (`gql-presence serve`, PRESENCE_WORKERS=1), the time from request to answer, median of
+HTTP_ROUNDS requests each, interleaved.
+
 Last, what the large place's sessions cost Redis while idle: the commands Redis runs (INFO
 commandstats, those the scripts run included) over IDLE_S seconds in which this process does
 what a serving process does (as it does all along), renewing its lease every TTL/3, and
@@ -18,20 +22,26 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import aiohttp
 from redis.asyncio import Redis
 
+from bench.__main__ import serve_ours, wait_for
 from gql_presence.running.connection import redis_client
-from gql_presence.running.redis_server import start_redis_server
+from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 
 ROUNDS = 50
+HTTP_ROUNDS = 300
+PAGE = """query($p: ID!) { placeMembers(placeId: $p, first: 50) { totalCount users
+  nodes { userId sessionId joinedAt state } pageInfo { endCursor hasNextPage } } }"""
 FILL_CONCURRENCY = 200
 IDLE_S = 30
 RENEW_EVERY_S = Settings().connection_ttl_ms / 1000 / 3
@@ -45,19 +55,21 @@ async def main() -> None:
         server = start_redis_server(data_dir=Path(folder))
         client = redis_client(server.url)
         try:
-            await measure(client, args.members)
+            await measure(client, server.url, args.members)
         finally:
             await client.aclose()
             server.stop()
 
 
-async def measure(client: Redis, members: int) -> None:
+async def measure(client: Redis, redis_url: str, members: int) -> None:
     store = PresenceStore(client, Settings())
     await store.load_scripts()
     # As a serving process does: its lease renewed every TTL/3, its sessions live meanwhile.
     renewals = asyncio.create_task(renew_forever(store))
     try:
         await measure_with(client, store, members)
+        await measure_http(redis_url)
+        await measure_idle(client, store, members)
     finally:
         renewals.cancel()
 
@@ -115,6 +127,33 @@ async def measure_with(client: Redis, store: PresenceStore, members: int) -> Non
         print(f"{name:<50} {big_us:7.0f}  {small_us:7.0f}   {big_us / small_us:5.2f}x")
     await client.config_set("slowlog-log-slower-than", 10_000)
 
+
+async def measure_http(redis_url: str) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/graphql"
+    process = serve_ours({**os.environ, "REDIS_URL": redis_url}, port, 1)
+    try:
+        await wait_for(url)
+        times: dict[str, list[float]] = {"big": [], "small-0": [], "hundred": []}
+        async with aiohttp.ClientSession() as http:
+            for _ in range(HTTP_ROUNDS):  # interleaved, so all see the same machine
+                for place, taken in times.items():
+                    started = time.perf_counter()
+                    async with http.post(url, json={"query": PAGE, "variables": {"p": place}}) as r:
+                        body = await r.json()
+                    taken.append((time.perf_counter() - started) * 1000)
+                    assert "errors" not in body, body
+        big, small, hundred = (statistics.median(t) for t in times.values())
+        heading = f"placeMembers(first: 50) over HTTP, median of {HTTP_ROUNDS}, ms"
+        print(f"\n{heading:<50}   large    small   large/small")
+        print(f"{'against a place of 10':<50} {big:7.2f}  {small:7.2f}   {big / small:5.2f}x")
+        print(f"{'against a place of 100':<50} {big:7.2f}  {hundred:7.2f}   {big / hundred:5.2f}x")
+    finally:
+        process.terminate()
+        process.wait()
+
+
+async def measure_idle(client: Redis, store: PresenceStore, members: int) -> None:
     before = await commands(client)
     started = time.perf_counter()
     while time.perf_counter() < started + IDLE_S:

@@ -13,7 +13,10 @@ ten users. It measures, for this checkout and, with --baseline, for a git commit
   events channels (so that no HTTP request is counted), the process's CPU time from
   /proc/<pid>/stat over the burst, divided by the deliveries;
 - delay: changes (`touch`/`kick` mutations) at a steady rate, and the time from sending each
-  to its event arriving, at every subscriber (p50, p99).
+  to its event arriving, at every subscriber (p50, p99); and the service's CPU over those
+  changes per delivery, as measured from outside (one change at a time, its mutation's cost
+  included), beside a floor: the bare handler writing one prebuilt frame to each of N sockets
+  per event.
 """
 
 from __future__ import annotations
@@ -358,7 +361,11 @@ async def measure(
         figures["connects_cpu"] = subscribers / connect_cpu_s
 
         rate = 10_000 / subscribers  # changes/s for 10,000 deliveries/s
-        delays = await steady_phase(session, http_url, clients, int(steady_s * rate) // 2 * 2, rate)
+        changes = int(steady_s * rate) // 2 * 2
+        cpu_before = svc.cpu_s()
+        delays = await steady_phase(session, http_url, clients, changes, rate)
+        # Measured from outside: each change's mutation, its script and its event's fan-out.
+        figures["steady_cpu_us"] = (svc.cpu_s() - cpu_before) / max(1, len(delays)) * 1e6
         figures["p50"] = delays[len(delays) // 2] if delays else float("nan")
         figures["p99"] = delays[int(len(delays) * 0.99)] if delays else float("nan")
         figures["dropped"] = sum(s.disconnected for s in clients)
@@ -420,6 +427,12 @@ ROWS = [
     ("rss_one", "process memory per idle subscription, one per socket", "{:,.1f} KiB"),
     ("rss_many", f"same, {PER_SOCKET_MANY} per socket", "{:,.1f} KiB"),
     ("cpu_us", "service CPU per delivered event (burst published into Redis)", "{:,.1f} µs"),
+    (
+        "steady_cpu_us",
+        "service CPU per delivery, changes one at a time (touch and kick alternating, 10/s, "
+        "each mutation's own cost included)",
+        "{:,.1f} µs",
+    ),
     ("p50", "steady 10,000 deliveries/s: change (request) to event, p50", "{:,.1f} ms"),
     ("p99", "same, p99", "{:,.1f} ms"),
     ("dropped", "subscribers the service disconnected (could not keep up)", "{:,.0f}"),
@@ -444,6 +457,75 @@ app = web.Application()
 app.router.add_get("/graphql", graphql)
 web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 """
+
+
+# The floor of this stack for a fan-out: the bare handler above, which also writes one
+# prebuilt frame (header and `next` message) straight to every socket's transport for each
+# POST to /fanout, one write per socket per event, and nothing else.
+BARE_FANOUT = BARE_SERVER.replace(
+    "app = web.Application()",
+    """sockets = []
+FRAME = bytes([0x81, 126]) + (150).to_bytes(2, "big") + b'{"id":"0","type":"next","payload":'
+FRAME += b'{"data":{"presenceChanged":{"userId":"bench-0"}}}' + b" " * (150 - 85) + b"}"
+
+async def connected(request):
+    socket = web.WebSocketResponse(protocols=["graphql-transport-ws"])
+    await socket.prepare(request)
+    sockets.append(request.transport)
+    async for message in socket:
+        if json.loads(message.data)["type"] == "connection_init":
+            await socket.send_str(json.dumps({"type": "connection_ack"}))
+    return socket
+
+async def fanout(request):
+    for transport in sockets:
+        transport.write(FRAME)
+    return web.Response(text="{}", content_type="application/json")
+
+app = web.Application()
+app.router.add_post("/fanout", fanout)
+graphql = connected""",
+)
+
+
+async def bare_fanout_cpu_us(subscribers: int, steady_s: float) -> float:
+    """The bare fan-out's CPU per delivery: `subscribers` sockets, events one at a time at
+    the steady phase's rate, each a POST and one write per socket."""
+    port = free_port()
+    process = subprocess.Popen([sys.executable, "-c", BARE_FANOUT, str(port)])  # noqa: ASYNC220
+    try:
+        bare = Service(f"127.0.0.1:{port}/graphql", process.pid, "")
+        url = f"http://127.0.0.1:{port}/fanout"
+        async with aiohttp.ClientSession() as session:
+            for _ in range(400):  # until it listens
+                try:
+                    async with session.post(url) as response:
+                        await response.read()
+                    break
+                except aiohttp.ClientError:
+                    await asyncio.sleep(0.05)
+            clients = await subscribe_all(bare, subscribers, 1)
+            await asyncio.sleep(1)
+            rate = 10_000 / subscribers
+            count = int(steady_s * rate) // 2 * 2
+            for s in clients:
+                s.received.clear()
+            cpu_before = bare.cpu_s()
+            with collector_paused():
+                started = time.perf_counter()
+                for i in range(count):
+                    await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
+                    async with session.post(url) as response:
+                        await response.read()
+                await all_arrived(clients, count, 120)
+            used_s = bare.cpu_s() - cpu_before
+            delivered = sum(len(s.received) for s in clients)
+            for client in clients:
+                client.close()
+        return used_s / max(1, delivered) * 1e6
+    finally:
+        process.kill()  # nothing of it to keep
+        process.wait(10)
 
 
 async def bare_connect_cpu_us(connections: int) -> float:
@@ -483,6 +565,7 @@ async def run(options: argparse.Namespace) -> None:
                 code, options.subscribers, options.burst, options.steady_seconds
             )
     bare_us = await bare_connect_cpu_us(options.subscribers)
+    fanout_us = await bare_fanout_cpu_us(options.subscribers, options.steady_seconds)
     load = os.getloadavg()
     print(
         f"real-time: {options.subscribers:,} subscribers of one document, one API process, "
@@ -504,7 +587,9 @@ async def run(options: argparse.Namespace) -> None:
     print(
         f"\nThe floor, a bare aiohttp WebSocket handler (connect, connection_init, ack, the "
         f"subscribe message read): {bare_us:,.0f} µs of its CPU each, "
-        f"{1e6 / bare_us:,.0f}/s."
+        f"{1e6 / bare_us:,.0f}/s.\nThe floor of a fan-out, the same handler writing one "
+        f"prebuilt frame to each socket's transport per POST, at the steady phase's rate: "
+        f"{fanout_us:,.1f} µs of its CPU per delivery."
     )
 
 

@@ -24,6 +24,10 @@ temporary export (as bench/realtime.py does), and prints both side by side.
 socket (N sockets) and at 20 per socket, for this checkout and, with `--baseline REF`, for a
 git commit of it served from a temporary export; beside the floor, a bare aiohttp WebSocket
 handler process holding N open sockets and nothing else.
+
+`--heap` shows where the memory of an idle socket goes: the bare handler, this checkout's
+service holding N sockets with no session, then with one session each, every process under
+tracemalloc; Python's heap after the sockets minus before, per socket, by allocating line.
 """
 
 from __future__ import annotations
@@ -737,6 +741,103 @@ async def memory(count: int, baseline: str | None) -> None:
     )
 
 
+# The service (or, with argv[2] "bare", the bare handler) with tracemalloc on: SIGUSR1 writes
+# a snapshot of Python's heap to argv[3] + a number.
+HEAP_SERVER = """
+import gc, os, signal, sys, tracemalloc
+tracemalloc.start(1)
+from aiohttp import web
+port, kind, prefix = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+taken = 0
+def dump(*_):
+    global taken
+    gc.collect()
+    taken += 1
+    tracemalloc.take_snapshot().dump(prefix + str(taken))
+signal.signal(signal.SIGUSR1, dump)
+if kind == "bare":
+    exec(BARE.replace("web.run_app", "run = web.run_app").split("run = ")[0])
+    loop = None
+else:
+    from gql_presence.app import create_app
+    from gql_presence.cli import new_event_loop
+    from gql_presence.settings import Settings
+    settings = Settings.from_env()
+    app = create_app(settings)
+    loop = new_event_loop(settings.event_loop)
+web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, loop=loop)
+"""
+
+
+async def heap(count: int) -> None:
+    """Python's heap per idle socket, by the line that allocated it (tracemalloc snapshots
+    before and after `count` sockets, diffed): the bare handler, this checkout's socket holding
+    nothing, and holding one session."""
+    import tempfile  # noqa: PLC0415 - only here
+    import tracemalloc  # noqa: PLC0415 - only here
+
+    server = start_redis_server()
+    try:
+        for kind, per_socket in (("bare", 0), ("service", 0), ("service", 1)):
+            port = free_port()
+            with tempfile.TemporaryDirectory() as folder:
+                prefix = f"{folder}/snapshot-"
+                process = subprocess.Popen(  # noqa: ASYNC220 - started once, before measuring
+                    [
+                        sys.executable,
+                        "-c",
+                        f"BARE = {BARE_SERVER!r}\n" + HEAP_SERVER,
+                        str(port),
+                        kind,
+                        prefix,
+                    ],
+                    env={**os.environ, "REDIS_URL": server.url},
+                    stdout=subprocess.DEVNULL,
+                )
+                try:
+                    await _heap_sockets(process.pid, port, count, per_socket)
+                finally:
+                    process.kill()
+                    process.wait(10)
+                before = tracemalloc.Snapshot.load(prefix + "1")
+                after = tracemalloc.Snapshot.load(prefix + "2")
+            stats = after.compare_to(before, "lineno")
+            total = sum(stat.size_diff for stat in stats) / count
+            what = "bare handler" if kind == "bare" else f"service, {per_socket} session(s)"
+            print(f"\n{what}: {total:,.0f} bytes of heap per socket; the largest lines:")
+            for stat in stats[:25]:
+                frame = stat.traceback[0]
+                where = frame.filename.split("site-packages/")[-1].split("gql_presence/")[-1]
+                print(f"  {stat.size_diff / count:7,.0f} B  {where}:{frame.lineno}")
+    finally:
+        server.stop()
+
+
+async def _heap_sockets(pid: int, port: int, count: int, per_socket: int) -> None:
+    url = f"ws://127.0.0.1:{port}/graphql"
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http:
+        warm = await first_socket(http, url)
+        await subscribe(warm, "warm", HOLD, user="warm-up")
+        await asyncio.sleep(1)
+        await warm.ws.close()
+        await asyncio.sleep(1)
+        os.kill(pid, signal.SIGUSR1)
+        await asyncio.sleep(3)
+        sockets, tally = [], Tally()
+        for i in range(count):
+            socket = await connect(http, url, tally)
+            if per_socket:
+                socket.users = [f"user-{i}"]
+                await subscribe(socket, socket.users[0], HOLD, user=socket.users[0])
+            sockets.append(socket)
+        await until(lambda: tally.all_live(count * per_socket), 60, "every session live")
+        await asyncio.sleep(2)
+        os.kill(pid, signal.SIGUSR1)
+        await asyncio.sleep(3 + count / 200)
+        for socket in sockets:
+            await socket.ws.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=10_000)
@@ -754,8 +855,15 @@ def main() -> None:
         "--kill", action="store_true", help="then kill -9 the (first) worker holding them"
     )
     parser.add_argument("--openers", type=int, default=4, help="sockets opened at once")
+    parser.add_argument(
+        "--heap",
+        action="store_true",
+        help="heap per idle socket by allocating line (tracemalloc), beside the bare handler",
+    )
     arguments = parser.parse_args()
-    if arguments.memory:
+    if arguments.heap:
+        asyncio.run(heap(arguments.sessions))
+    elif arguments.memory:
         asyncio.run(memory(arguments.sessions, arguments.baseline))
     else:
         options = Options(

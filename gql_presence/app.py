@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import weakref
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
@@ -23,7 +22,14 @@ from gql_presence.http.app_keys import (
 from gql_presence.http.cors import cors
 from gql_presence.http.hosts import host_check
 from gql_presence.http.ide import GRAPHIQL_ASSETS
-from gql_presence.http.probes import dashboard, healthz, metrics_page, places_page, readyz
+from gql_presence.http.probes import (
+    CLIENT_ASSETS,
+    dashboard,
+    healthz,
+    metrics_page,
+    places_page,
+    readyz,
+)
 from gql_presence.http.view import PresenceView
 from gql_presence.observability import tracing
 from gql_presence.observability.logs import log_client_faults_quietly
@@ -61,7 +67,7 @@ def create_app(settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[METRICS] = metrics
     app[AUTHENTICATOR] = Authenticator(settings)
-    app[SOCKETS] = weakref.WeakSet()
+    app[SOCKETS] = set()
     # Open WebSockets would hold up a shutdown: close them first, saying why.
     app.on_shutdown.append(close_sockets)
     # Redis first (the embedded one when neither REDIS_URL nor a cluster is set), the store on it.
@@ -90,12 +96,13 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/dashboard", dashboard)
     # A place where the tabs that open it see each other's cursors.
     app.router.add_get("/places", places_page)
+    # The browser client, as ES modules (the places page uses it).
+    app.router.add_static("/client", CLIENT_ASSETS)
     return app
 
 
 async def close_sockets(app: web.Application) -> None:
-    sockets: weakref.WeakSet[web.WebSocketResponse] = app[SOCKETS]
-    closing = [s.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down") for s in sockets]
+    closing = [s.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down") for s in app[SOCKETS]]
     await asyncio.gather(*closing, return_exceptions=True)
 
 

@@ -134,9 +134,15 @@ local function user_keys(user_id)
     conn = conn_prefix .. user_id, index = index_key}
 end
 local expiries = read_in_chunks('ZMSCORE', online_key, users)
-local events, expired, was_online = {}, {}, {}
+-- A keyless user who never chose anything looks plain in every event (one active session, no
+-- choice): their look is known here, with no reads of their own at announce time.
+local chose = with_key(status_key(''), users)
+local PLAIN_OFFLINE = {'OFFLINE', false, 'OFFLINE', 'EVERYONE', 0}
+local PLAIN_ONLINE = {'ONLINE', false, 'ONLINE', 'EVERYONE', 0}
+local events, expired, arrived, was_online = {}, {}, {}, {}
 for i = 1, n do
   local user_id, expiry = users[i], tonumber(expiries[i])
+  local plain = not own_key[user_id] and not chose[user_id]
   local online
   if own_key[user_id] then
     online = settle(user_keys(user_id), channel, user_id, now, window_ms, events)
@@ -145,16 +151,21 @@ for i = 1, n do
     online = expiry and 1 or 0
     if expiry and expiry < now then
       expired[#expired + 1] = user_id
-      add_event(events, 'OFFLINE', user_id, expiry, '', 0, look_of('OFFLINE', user_id, 0))
+      add_event(events, 'OFFLINE', user_id, expiry, '', 0, plain and PLAIN_OFFLINE or look_of('OFFLINE', user_id, 0))
       online = 0
     end
   end
   if online == 0 then
-    came_online(user_id, now)
-    add_event(events, 'ONLINE', user_id, now, '', 1)
+    arrived[#arrived + 1] = user_id
+    add_event(events, 'ONLINE', user_id, now, '', 1, plain and PLAIN_ONLINE or nil)
   end
   was_online[user_id] = online == 1
 end
+-- Their onlineSince (came_online, includes/status.lua), for all of them at once.
+call_chunked('ZADD', since_key(), nil, #arrived, function(args, k, j)
+  args[k + 1], args[k + 2] = -now, arrived[j]
+  return k + 2
+end)
 if #expired > 0 then
   call_chunked('ZREM', online_key, nil, #expired, function(args, k, j)
     args[k + 1] = expired[j]

@@ -373,3 +373,26 @@ def js_clients() -> Path:
         )
         assert done.returncode == 0, done.stdout + done.stderr
     return JS_CLIENTS
+
+
+# --- the browser client (clients/js) ---------------------------------------------------------
+
+JS_CLIENT = Path(__file__).parent.parent / "clients" / "js"
+
+
+@pytest.fixture(scope="session")
+def built_js_client() -> Path:
+    """clients/js with its packages installed (`npm ci`, from its lockfile) and built
+    (`npm run build`: its types generated from schema.graphql, then tsc into dist/), with the
+    React app of its browser test bundled (build/react-app.js); skipped with the command that
+    installs npm when it is missing."""
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        pytest.skip("needs Node.js 20+ and npm to build clients/js: apt-get install npm")
+    steps = (["ci", "--no-audit", "--no-fund"], ["run", "build"], ["run", "build:react-app"])
+    for step in steps:
+        done = subprocess.run(
+            [npm, *step], cwd=JS_CLIENT, capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    return JS_CLIENT

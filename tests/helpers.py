@@ -777,3 +777,19 @@ async def as_user(service: Service, token: str, query: str, **variables: Any) ->
     )
     body: dict[str, Any] = await response.json()
     return body
+
+
+def text_messages(frames: bytes) -> list[bytes]:
+    """The messages of unmasked text frames written one after the other, as a server writes
+    them (realtime/delivery.text_frame)."""
+    messages = []
+    while frames:
+        assert frames[0] == 0x81, frames[:2]  # FIN, text, never compressed
+        size, start = frames[1], 2
+        if size == 126:
+            size, start = int.from_bytes(frames[2:4], "big"), 4
+        elif size == 127:
+            size, start = int.from_bytes(frames[2:10], "big"), 10
+        messages.append(frames[start : start + size])
+        frames = frames[start + size :]
+    return messages

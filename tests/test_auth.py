@@ -83,7 +83,7 @@ def expected(credential: str, operation: str) -> str:
     if credential == "backend token":
         return "ok"
     if credential == "own token":
-        return "ok" if operation in OWN | {"friendsOf"} else "FORBIDDEN"
+        return "ok" if operation in OWN | {"friendsOf", "userIds"} else "FORBIDDEN"
     if credential == "another user's token":
         return "FORBIDDEN"
     return "UNAUTHENTICATED"

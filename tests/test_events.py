@@ -22,8 +22,17 @@ from gql_presence.running.redis_server import free_port
 from gql_presence.store import PresenceStore, shard_of
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
+from gql_presence.store.models import ChosenStatus, Visibility
 from tests.conftest import TEST_SETTINGS, StoreFactory
-from tests.helpers import eventually, first_event, ignore, kinds, published
+from tests.helpers import (
+    eventually,
+    first_event,
+    ignore,
+    kinds,
+    published,
+    published_in_full,
+    text_messages,
+)
 from tests.redis_cluster import LocalCluster
 
 
@@ -78,6 +87,38 @@ async def test_touch_many_announces_each_user_who_comes_online(
         ("ONLINE", "a"),
         ("ONLINE", "b"),
         ("ONLINE", "c"),
+    ]
+
+
+async def test_touch_many_announces_each_user_as_they_look(
+    make_store: StoreFactory, channel: PubSub
+) -> None:
+    store = make_store(window_ms=300)
+    # Users who chose something look as they chose; the others plainly online, also when an
+    # unswept expiry of theirs is announced first, with a session key of their own or not.
+    await store.set_status("busy", ChosenStatus.BUSY)
+    await store.set_status("ghost", ChosenStatus.INVISIBLE)
+    await store.set_custom_status("lunch", "at lunch", "🍜")
+    await store.set_last_seen_visibility("shy", Visibility.NOBODY)
+    await store.touch("late")
+    await store.touch("late-phone", "phone")
+    await asyncio.sleep(0.4)  # both expired, no sweep yet
+    await published_in_full(channel)
+    await store.touch_many(["plain", "busy", "ghost", "lunch", "shy", "late", "late-phone"])
+    looks = [
+        (e.user_id, e.kind, e.status, e.custom, e.others_kind, e.visible_to, e.invisible)
+        for e in await published_in_full(channel)
+    ]
+    assert sorted(looks) == [
+        ("busy", "ONLINE", "BUSY", False, "ONLINE", "EVERYONE", 0),
+        ("ghost", "ONLINE", "INVISIBLE", False, "", "EVERYONE", 1),
+        ("late", "OFFLINE", "OFFLINE", False, "OFFLINE", "EVERYONE", 0),
+        ("late", "ONLINE", "ONLINE", False, "ONLINE", "EVERYONE", 0),
+        ("late-phone", "OFFLINE", "OFFLINE", False, "OFFLINE", "EVERYONE", 0),
+        ("late-phone", "ONLINE", "ONLINE", False, "ONLINE", "EVERYONE", 0),
+        ("lunch", "ONLINE", "ONLINE", ["at lunch", "🍜", False], "ONLINE", "EVERYONE", 0),
+        ("plain", "ONLINE", "ONLINE", False, "ONLINE", "EVERYONE", 0),
+        ("shy", "ONLINE", "ONLINE", False, "ONLINE", "NOBODY", 0),
     ]
 
 
@@ -233,14 +274,15 @@ async def test_friends_of_follows_each_change_and_nothing_is_left_behind(
 
 
 class Socket:
-    """Stands in for a WebSocket's send_now: keeps what is written, reports `waiting` bytes."""
+    """Stands in for a WebSocket's send_frames: keeps the messages of the frames written,
+    reports `waiting` bytes."""
 
     def __init__(self, waiting: int = 0) -> None:
         self.writes: list[list[bytes]] = []
         self.waiting = waiting
 
-    def __call__(self, messages: list[bytes]) -> int | None:
-        self.writes.append(messages)
+    def __call__(self, frames: bytes) -> int | None:
+        self.writes.append(text_messages(frames))
         return self.waiting
 
 

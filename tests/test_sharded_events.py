@@ -261,6 +261,38 @@ async def test_a_follower_of_everyone_gets_the_events_of_every_shard(
         assert feed.pending == 0  # a second session of someone online: no event
 
 
+async def test_an_end_user_learns_of_changes_of_followed_friend_sets_made_in_their_shard(
+    store: PresenceStore, hub: EventHub
+) -> None:
+    # The links of ann's friend set that hold bob live in bob's shard, and are announced there.
+    ann, bob = one_in_each_shard("set")[:2]
+    await store.add_friends(bob, [ann], mutual=False)
+    # bob follows ann by id, and as his friend (friendsOf): each feed knows whether ann's set
+    # holds him, from the start and as it changes.
+    async with (
+        hub.feed(ignore, user_ids=[ann], reader=bob) as by_id,
+        hub.feed(ignore, friends_of=bob, reader=bob) as as_friend,
+    ):
+        assert by_id.in_friend_sets_of == as_friend.in_friend_sets_of == frozenset()
+        await store.add_friends(ann, [bob], mutual=False)
+        await eventually(
+            lambda: ann in by_id.in_friend_sets_of and ann in as_friend.in_friend_sets_of,
+            3,
+            "bob to learn that ann's friend set holds him",
+        )
+        await store.remove_friends(ann, [bob], mutual=False)
+        await eventually(
+            lambda: not by_id.in_friend_sets_of and not as_friend.in_friend_sets_of,
+            3,
+            "bob to learn that it no longer does",
+        )
+    async with hub.feed(ignore, user_ids=[ann], reader=bob) as by_id:
+        assert by_id.in_friend_sets_of == frozenset()
+    await store.add_friends(ann, [bob], mutual=False)
+    async with hub.feed(ignore, user_ids=[ann], reader=bob) as by_id:
+        assert by_id.in_friend_sets_of == {ann}
+
+
 # --- losses -------------------------------------------------------------------------------
 
 

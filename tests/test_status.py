@@ -452,3 +452,64 @@ async def test_a_kicked_session_cannot_be_marked_idle(secured: Service) -> None:
     await backend(secured, 'mutation { kick(userId: "ann", sessionId: "web") { kickedSessions } }')
     body = await as_user(secured, ann(), SET_IDLE, s="web", i=True)
     assert error_codes(body) == ["SESSION_REVOKED"]
+
+
+async def test_an_end_user_follows_themself_and_their_friends_by_id(friends: Service) -> None:
+    document = 'subscription { presenceChanged(userIds: ["ann", "bob"]) { kind userId status } }'
+    async with (
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
+        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
+    ):
+        await bobs.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+        await asyncio.sleep(0.3)
+        # The same document from one who is not ann's friend, nor bob: refused, though this
+        # process renders the document already.
+        await cats.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+        refusal = await cats.receive_json(timeout=3)
+        assert refusal["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+        assert '"ann" is not one' in refusal["payload"]["errors"][0]["message"]
+        await backend(friends, TOUCH, u="ann", s="web")
+        await as_user(friends, bob(), SET_STATUS, s="BUSY")
+        await backend(friends, TOUCH, u="bob", s="phone")
+        assert await next_event(bobs) == {"kind": "ONLINE", "userId": "ann", "status": "ONLINE"}
+        assert await next_event(bobs) == {"kind": "ONLINE", "userId": "bob", "status": "BUSY"}
+        # A stranger among the ids of a document new to the process is refused too.
+        mixed = 'subscription { presenceChanged(userIds: ["cat", "ann"]) { kind } }'
+        await cats.send_json({"id": "2", "type": "subscribe", "payload": {"query": mixed}})
+        while (refusal := await cats.receive_json(timeout=3))["id"] != "2":
+            assert refusal == {"id": "1", "type": "complete"}
+        assert refusal["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+
+
+async def test_a_follower_by_id_sees_the_time_when_in_the_users_friend_set(
+    friends: Service, store_of_api: PresenceStore
+) -> None:
+    await as_user(friends, ann(), SET_VISIBLE, v="FRIENDS")
+    await backend(
+        friends, 'mutation { addFriends(userId: "cat", friendIds: ["ann"], mutual: false) }'
+    )
+    document = 'subscription { presenceChanged(userIds: ["ann"]) { kind at } }'
+    window = timedelta(milliseconds=TEST_SETTINGS.window_ms)
+    touch_at = 'mutation($a: DateTime) { touch(userId: "ann", at: $a) { online } }'
+    async with (
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
+        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
+    ):
+        for socket in (bobs, cats):
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+        await asyncio.sleep(0.3)
+        expiry = datetime.now(UTC) + timedelta(milliseconds=300)
+        await backend(friends, touch_at, a=(expiry - window).isoformat())
+        await asyncio.sleep(0.5)
+        await store_of_api.sweep()
+
+        async def offline_at(socket: aiohttp.ClientWebSocketResponse) -> datetime:
+            assert (await next_event(socket))["kind"] == "ONLINE"
+            event = await next_event(socket)
+            assert event["kind"] == "OFFLINE"
+            return datetime.fromisoformat(event["at"])
+
+        # bob is in ann's friend set: the moment it happened; cat (ann is in cat's set, not
+        # cat in ann's) is not: when it was told.
+        assert abs(await offline_at(bobs) - expiry) < timedelta(milliseconds=50)
+        assert await offline_at(cats) - expiry > timedelta(milliseconds=150)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Protocol
 
@@ -15,11 +17,16 @@ from gql_presence.realtime.delivery import FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
 from gql_presence.store import Presence, PresenceStore
-from gql_presence.store.errors import UnauthenticatedError
+from gql_presence.store.errors import ForbiddenError, UnauthenticatedError
 
 if TYPE_CHECKING:
     from gql_presence.graphql.event_rendering import SharedSubscription
     from gql_presence.graphql.session_rendering import HeldSubscription
+
+NOT_A_FRIEND = (
+    "A user may read the presence of themselves and their friends (the users in their friend "
+    "set); {} is not one."
+)
 
 
 class Socket(Protocol):
@@ -33,6 +40,9 @@ class Socket(Protocol):
     def send_now(self, messages: list[bytes]) -> int | None:
         """Writes the messages at once; the bytes left waiting to be sent, or None when the
         socket is closing."""
+
+    def send_frames(self, frames: bytes) -> int | None:
+        """Writes text frames made already (realtime/delivery.text_frame), as send_now."""
 
 
 @dataclass(frozen=True)
@@ -56,8 +66,9 @@ class Context:
     limiter: RateLimiter
     # The connection-bound sessions (presenceSession) of this process.
     held_sessions: HeldSessions
-    # A WebSocket's connection_init payload, as the client sent it.
-    connection_params: dict[str, object] = field(default_factory=dict)
+    # A WebSocket's connection_init payload, as the client sent it, until the socket's caller
+    # has been read from it (then None: the socket does not keep its token).
+    connection_params: dict[str, object] | None = None
     # The SHA-256 of the request's document once checked against its text (persisted.py).
     document_hash: str | None = None
     # A document named by its hash, to keep once it has passed every check (persisted.py).
@@ -110,6 +121,18 @@ class Context:
         """Whom what is read is shown to: an end user's id, or None for a backend (or an open
         deployment's caller), who sees everything as it is."""
         return self.caller.name if self.caller.kind is CallerKind.USER else None
+
+    async def check_may_read(self, user_ids: Iterable[str]) -> None:
+        """Raises unless the caller may read the presence of every user given: a backend
+        anyone's, an end user their own and their friends' (the users in their friend set)."""
+        self.caller.require_credentials()
+        if self.caller.kind is not CallerKind.USER or self.caller.users_see_everyone:
+            return
+        others = {user_id for user_id in user_ids if user_id != self.caller.name}
+        if others:
+            strangers = others - await self.store.friends_among(self.caller.name, others)
+            if strangers:
+                raise ForbiddenError(NOT_A_FRIEND.format(json.dumps(min(strangers))))
 
     def store_for(self, need: Need, operation: str, user_id: str | None = None) -> PresenceStore:
         """The store, once the caller is known to be allowed this operation."""

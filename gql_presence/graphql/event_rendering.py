@@ -34,7 +34,7 @@ from gql_presence.graphql.internals import EventExecutionContext, running_docume
 from gql_presence.policy.auth import Caller, Need
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable, Iterable
 
     import strawberry
     from graphql.execution import Executor
@@ -88,9 +88,15 @@ class Interest:
     friends_of: str | None  # also the user whose right Need.OWN checks
     everyone: bool
 
-    def authorize(self, caller: Caller) -> None:
-        """Raises as the resolver's own check does when the caller may not subscribe."""
+    async def authorize(
+        self, caller: Caller, check_may_read: Callable[[Iterable[str]], Awaitable[None]]
+    ) -> None:
+        """Raises unless the caller may subscribe (check_may_read: Context.check_may_read of
+        the caller's request): the resolver's check, and the join's of a subscription the hub
+        already renders."""
         caller.authorize(self.need, self.operation, self.friends_of)
+        if self.need is Need.READ:
+            await check_may_read(self.user_ids)
 
 
 class Rendering(Generic[E]):

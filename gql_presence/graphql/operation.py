@@ -234,7 +234,7 @@ class OperationPipeline:
         try:
             delivery = await context.events.deliver_place(
                 context.close_socket,
-                context.socket.send_now,
+                context.socket.send_frames,
                 operation.next_head(),
                 rendering.render,
                 place_id,
@@ -292,7 +292,7 @@ class OperationPipeline:
         rendering = self._renderings.known(operation)
         if rendering is None or rendering.interest is None:
             return None
-        rendering.interest.authorize(context.caller)
+        await rendering.interest.authorize(context.caller, context.check_may_read)
         # What the resolver would have charged for the users it follows.
         await context.charge(len(rendering.interest.user_ids))
         return await self._join(context, operation, rendering, rendering.interest)
@@ -308,7 +308,7 @@ class OperationPipeline:
         assert context.socket is not None
         return await context.events.deliver(
             context.close_socket,
-            context.socket.send_now,
+            context.socket.send_frames,
             operation.next_head(),
             rendering.render,
             user_ids=interest.user_ids,

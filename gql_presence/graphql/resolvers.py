@@ -15,7 +15,7 @@ import strawberry
 from strawberry.extensions import DisableIntrospection
 from strawberry.printer import print_schema
 
-from gql_presence.graphql.context import Context
+from gql_presence.graphql.context import NOT_A_FRIEND, Context
 from gql_presence.graphql.event_rendering import Interest
 from gql_presence.graphql.types import (
     ID,
@@ -107,28 +107,12 @@ def _store(
     return info.context.store_for(need, info.field_name, user_id)
 
 
-_NOT_A_FRIEND = (
-    "A user may read the presence of themselves and their friends (the users in their friend "
-    "set); {} is not one."
-)
-
-
 async def _reader_store(
     info: strawberry.Info[Context, None], user_ids: Sequence[str]
 ) -> PresenceStore:
-    """The store, once the caller may read the presence of every user given: a backend
-    anyone's, an end user their own and their friends' (the users in their friend set)."""
-    caller = info.context.caller
-    caller.require_credentials()
-    store = info.context.store
-    if caller.kind is not CallerKind.USER:
-        return store
-    others = {user_id for user_id in user_ids if user_id != caller.name}
-    if others and not caller.users_see_everyone:
-        strangers = others - await store.friends_among(caller.name, others)
-        if strangers:
-            raise ForbiddenError(_NOT_A_FRIEND.format(json.dumps(min(strangers))))
-    return store
+    """The store, once the caller may read the presence of every user given."""
+    await info.context.check_may_read(user_ids)
+    return info.context.store
 
 
 def _place_store(info: strawberry.Info[Context, None], place_ids: Sequence[str]) -> PresenceStore:
@@ -494,7 +478,9 @@ class Subscription:
         info: strawberry.Info[Context, None],
         user_ids: Annotated[
             list[ID] | None,
-            strawberry.argument(description="The users to follow, at most 10,000."),
+            strawberry.argument(
+                description="The users to follow, at most 10,000 (an end user: themselves and their friends)."
+            ),
         ] = None,
         friends_of: Annotated[
             ID | None,
@@ -514,15 +500,15 @@ class Subscription:
         if everyone:
             need, what = Need.BACKEND, "presenceChanged(all)"
         elif friends_of is None:
-            need, what = Need.BACKEND, "presenceChanged(userIds)"
+            need, what = Need.READ, "presenceChanged(userIds)"
         else:
             need, what = Need.OWN, "presenceChanged(friendsOf)"
-        context.caller.authorize(need, what, friends_of)
         followed = () if user_ids is None else check_ids(user_ids, "userIds")
         if friends_of is not None:
             check_id(friends_of, "friendsOf")
-        await context.charge(len(followed))
         interest = Interest(need, what, frozenset(followed), friends_of, everyone=everyone)
+        await interest.authorize(context.caller, context.check_may_read)
+        await context.charge(len(followed))
         shared = context.shared_subscription
         if shared is not None and shared.take(interest, info, PresenceEvent.of):
             # Multiplexed (event_rendering.py): the pipeline joins the hub for it, and the
@@ -693,7 +679,7 @@ class User:
             and not await context.friend_checks.load(self.id)
         )
         if stranger:
-            raise ForbiddenError(_NOT_A_FRIEND.format(json.dumps(self.id)))
+            raise ForbiddenError(NOT_A_FRIEND.format(json.dumps(self.id)))
         # Every User of an _entities list in one read per shard.
         return UserPresence.of(await context.presences.load(self.id))
 

@@ -3,8 +3,6 @@ view, the WebSocket handler and the probes."""
 
 from __future__ import annotations
 
-import weakref
-
 from aiohttp import web
 
 from gql_presence.observability.metrics import Metrics
@@ -22,7 +20,9 @@ EVENTS = web.AppKey("events", EventHub)
 # The connection-bound sessions (presenceSession) this process holds under its leases.
 HELD_SESSIONS = web.AppKey("held_sessions", HeldSessions)
 METRICS = web.AppKey("metrics", Metrics)
-SOCKETS = web.AppKey("sockets", weakref.WeakSet[web.WebSocketResponse])
+# The open WebSockets, which a shutdown closes: each leaves at its end (a weak set's
+# reference cost each about 300 bytes more).
+SOCKETS = web.AppKey("sockets", set[web.WebSocketResponse])
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 LIMITER = web.AppKey("limiter", RateLimiter)
 # Why an HTTP request's credentials (its Authorization header) are refused: bad, or missing

@@ -14,6 +14,9 @@ from gql_presence.store.errors import PresenceError
 
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
 PLACES = (Path(__file__).parent / "places.html").read_bytes()
+# The browser client (clients/js, built and copied by scripts/vendor_client.py), served at
+# /client/: the places page imports it, and so may any page of a listed origin.
+CLIENT_ASSETS = Path(__file__).parent / "client"
 
 
 async def dashboard(request: web.Request) -> web.Response:

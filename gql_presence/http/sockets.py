@@ -4,20 +4,18 @@ message written at once, and whose pings start when the caller says."""
 from __future__ import annotations
 
 import asyncio
-import struct
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import WSCloseCode, web
 from aiohttp.abc import AbstractStreamWriter
 
+from gql_presence.realtime.delivery import text_frame
+
 # How long a close may wait for the client: to take what is queued for it and the close
 # frame, and to answer with its own. A client that reads answers within milliseconds.
 CLOSE_WAIT_S = 1.0
 
-# The first byte of a frame that is a whole text message: FIN and opcode 1, no RSV bits (so
-# never compressed, which permessage-deflate allows message by message).
-_TEXT_FIN = 0x81
-_SHORT, _MEDIUM, _LONG = struct.Struct("!BB"), struct.Struct("!BBH"), struct.Struct("!BBQ")
 # A control frame's payload is at most 125 bytes, two of them the close code (RFC 6455, 5.5).
 _MAX_REASON_BYTES = 123
 
@@ -47,6 +45,32 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
         )
         self._heartbeat_started = False
         self._transport: asyncio.Transport | None = None
+        self._serve: Callable[[], Awaitable[None]] | None = None
+        self._ends: list[Callable[[bool], None]] = []
+
+    def serve_after_handshake(
+        self, serve: Callable[[], Awaitable[None]], ends: list[Callable[[bool], None]]
+    ) -> None:
+        """Serves the socket once the request's handler and middlewares have returned it:
+        aiohttp then awaits write_eof(), which here awaits `serve` to the socket's end, then
+        calls each of `ends` (with whether `serve` failed), then closes the socket.
+
+        What an idle socket keeps alive is then `serve`'s frames, not those of the
+        middlewares and of the view that answered the handshake as well."""
+        self._serve, self._ends = serve, ends
+
+    async def write_eof(self) -> None:  # type: ignore[override]  # as aiohttp's own
+        serve, self._serve = self._serve, None
+        if serve is not None:
+            failed = True
+            try:
+                await serve()
+                failed = False
+            finally:
+                for end in self._ends:
+                    end(failed)
+                self._ends = []
+        await super().write_eof()
 
     def _close_reason(self, code: int) -> str:
         """Why aiohttp closes with `code`, which it says with no reason of its own: made only
@@ -88,7 +112,16 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
         transport = self._transport
         if self.closed or transport is None or transport.is_closing():
             return None
-        transport.write(b"".join([part for m in messages for part in (_header(len(m)), m)]))
+        transport.write(b"".join([text_frame(m) for m in messages]))
+        return transport.get_write_buffer_size()
+
+    def send_frames(self, frames: bytes) -> int | None:
+        """Writes `frames` (text_frame's, of UTF-8 JSON messages) as they are, as send_now
+        writes the frames it makes; returns as send_now."""
+        transport = self._transport
+        if self.closed or transport is None or transport.is_closing():
+            return None
+        transport.write(frames)
         return transport.get_write_buffer_size()
 
     async def close(
@@ -122,11 +155,3 @@ def _bounded(reason: bytes) -> bytes:
     if len(reason) <= _MAX_REASON_BYTES:
         return reason
     return reason[: _MAX_REASON_BYTES - 3].decode(errors="ignore").encode() + "…".encode()
-
-
-def _header(size: int) -> bytes:
-    if size < 126:
-        return _SHORT.pack(_TEXT_FIN, size)
-    if size < 1 << 16:
-        return _MEDIUM.pack(_TEXT_FIN, 126, size)
-    return _LONG.pack(_TEXT_FIN, 127, size)

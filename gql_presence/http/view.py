@@ -5,9 +5,11 @@ runs through the one pipeline (graphql/operation.py), as a WebSocket's do."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from aiohttp import hdrs, web
 from aiohttp.web_ws import WebSocketReady
@@ -50,8 +52,8 @@ from gql_presence.http.ws import (
     authenticate_socket,
     stop_watching_credentials,
 )
-from gql_presence.observability.request_log import CALLER, OUTCOMES
-from gql_presence.policy.auth import Caller, CallerKind
+from gql_presence.observability.request_log import CALLER, OUTCOMES, SERVED_LATER
+from gql_presence.policy.auth import ANONYMOUS_CALLER
 from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
 from gql_presence.settings import Settings
 from gql_presence.store.errors import (
@@ -100,6 +102,9 @@ class PresenceView(GraphQLView[Context, None]):
             plans,
             subscribes_again=not traced,
         )
+        # Tracing's span of a socket's request lasts while its handler runs, and the spans of
+        # its operations go under it: a traced socket is served before its handler returns.
+        self._traced = traced
         # aiohttp pings every heartbeat and closes a socket whose pong is not back within
         # half of it: a client gone silent is found within half the TTL of its sessions.
         self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
@@ -110,7 +115,6 @@ class PresenceView(GraphQLView[Context, None]):
         store = request.app[STORE]
         authenticator = request.app[AUTHENTICATOR]
         if isinstance(response, web.WebSocketResponse):
-            request.app[SOCKETS].add(response)
             request[SOCKET] = response
             caller = authenticator.caller(None)  # until connection_init says who it is
         else:
@@ -119,7 +123,7 @@ class PresenceView(GraphQLView[Context, None]):
                 caller.require_credentials()
             except UnauthenticatedError as error:
                 request[CREDENTIALS_REFUSED] = error
-                caller = Caller(CallerKind.ANONYMOUS)
+                caller = ANONYMOUS_CALLER
             request[CALLER] = caller.label
 
         return Context(
@@ -142,6 +146,8 @@ class PresenceView(GraphQLView[Context, None]):
         return graphiql_page()  # its scripts from this service, not from a CDN
 
     async def __call__(self, request: web.Request) -> web.StreamResponse:
+        if self.is_websocket_request(request):
+            return await self._open_socket(request)
         if (
             self.pipeline.plans is not None
             and request.method == "POST"
@@ -151,10 +157,46 @@ class PresenceView(GraphQLView[Context, None]):
                 return await self._answer_json_post(request)
             except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
                 return web.Response(body=error.reason, status=error.status_code)
-        try:
-            return await super().__call__(request)
-        finally:
-            stop_watching_credentials(request)
+        return await super().__call__(request)
+
+    async def _open_socket(self, request: web.Request) -> web.StreamResponse:
+        """Strawberry's run() for a WebSocket, with the same checks and hooks in the same
+        order, except that the socket is served after this returns (sockets.py): what an idle
+        socket keeps is its handler's loop, not this view's frames and the middlewares'. With
+        tracing on, it is served before, under the request's span."""
+        if not self._check_websocket_origin(request):
+            return await self.reject_websocket(request)
+        subprotocol = await self.pick_websocket_subprotocol(request)
+        socket = await self.create_websocket_response(request, subprotocol)
+        # Strawberry's adapter is typed for a view of no context type; it reads none.
+        websocket = PresenceWebSocket(cast("Any", self), request, socket)
+        context = await self.get_context(request, response=socket)
+        if subprotocol != GRAPHQL_TRANSPORT_WS_PROTOCOL:  # the one protocol offered
+            await websocket.close(4406, "Subprotocol not acceptable")
+            return socket
+        handler = self.graphql_transport_ws_handler_class(
+            view=self,
+            websocket=websocket,
+            context=context,
+            root_value=None,
+            schema=self.schema,
+            connection_init_wait_timeout=self.connection_init_wait_timeout,
+            max_subscriptions_per_connection=self.max_subscriptions_per_connection,
+        )
+        request.app[SOCKETS].add(socket)
+        if self._traced:
+            try:
+                await handler.handle()
+            finally:
+                _socket_ended(request, socket, False)
+            return socket
+        # The request's line and metrics are made at the socket's end (request_log.py),
+        # once its credentials need watching no more and a shutdown need not close it.
+        ends: list[Callable[[bool], None]] = [partial(_socket_ended, request, socket)]
+        request[SERVED_LATER] = ends
+        assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
+        socket.serve_after_handshake(handler.handle, ends)
+        return socket
 
     async def create_websocket_response(
         self, request: web.Request, subprotocol: str | None
@@ -287,6 +329,11 @@ class PresenceView(GraphQLView[Context, None]):
     ) -> GraphQLHTTPResponse:
         request[OUTCOMES] = outcomes(result.errors)
         return await super().process_result(request, result)
+
+
+def _socket_ended(request: web.Request, socket: web.WebSocketResponse, _failed: bool) -> None:
+    stop_watching_credentials(request)
+    request.app[SOCKETS].discard(socket)
 
 
 # Stands in for the body of a request refused for its credentials.

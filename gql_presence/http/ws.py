@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import time
 from contextlib import aclosing, suppress
+from json import JSONDecodeError
 from typing import Any, NoReturn, Protocol, cast
 
-from aiohttp import web
+from aiohttp import WSMsgType, web
 from strawberry.aiohttp.views import AiohttpWebSocketAdapter
 from strawberry.exceptions import ConnectionRejectionError
+from strawberry.http.exceptions import WebSocketDisconnected
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
     Operation,
@@ -43,6 +45,8 @@ from gql_presence.store.errors import BadInputError, UnauthenticatedError
 CREDENTIALS_EXPIRED = 4401
 # Closes a WebSocket when its caller's credentials expire.
 EXPIRY_TIMER = web.RequestKey("expiry_timer", asyncio.Task[None])
+# What aiohttp's receive() gives once the socket is closing or closed: the end of its messages.
+_ENDED = frozenset({WSMsgType.CLOSE, WSMsgType.CLOSING, WSMsgType.CLOSED})
 
 
 class PipelineOwner(Protocol):
@@ -61,6 +65,31 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         # Made once: each held session keeps it until the service ends the session.
         self._held_ended = self._end_held
         self._init_timer: asyncio.TimerHandle | None = None
+
+    async def handle(self) -> None:
+        """Strawberry's loop over the socket's messages, with the same answers, without its
+        adapter's async generator: an idle socket keeps this frame and aiohttp's read."""
+        self.on_request_accepted()
+        socket = cast("PresenceWebSocket", self.websocket).ws
+        try:
+            while True:
+                received = await socket.receive()
+                if received.type is WSMsgType.TEXT:
+                    try:
+                        message = self.view.decode_json(received.data)
+                    except JSONDecodeError:
+                        await self.handle_invalid_message("WebSocket message must be valid JSON")
+                        return
+                    await self.handle_message(cast("Message", message))
+                elif received.type is WSMsgType.BINARY:
+                    await self.handle_invalid_message("WebSocket message type must be text")
+                    return
+                elif received.type in _ENDED:
+                    return
+        except WebSocketDisconnected:
+            pass
+        finally:
+            await self.shutdown()
 
     def on_request_accepted(self) -> None:
         # A timer where Strawberry starts a task that sleeps: the task cost more to make and
@@ -252,7 +281,7 @@ def _shape_fault(message: object) -> str | None:
 async def authenticate_socket(context: Context) -> None:
     """Who a WebSocket's caller is: connection_init's payload carries `Authorization`. A
     socket that does not authenticate is closed, saying why."""
-    params = context.connection_params
+    params, context.connection_params = context.connection_params or {}, None
     authorization = params.get("Authorization", params.get("authorization"))
     try:
         caller = context.request.app[AUTHENTICATOR].caller(authorization)

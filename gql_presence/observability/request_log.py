@@ -23,6 +23,12 @@ OUTCOMES = web.RequestKey("outcomes", list[str])
 CALLER = web.RequestKey("caller", str)
 
 
+# Set by a handler that returns a WebSocket whose serving goes on after the middlewares have
+# returned (http/sockets.py): what each must do at the socket's end, called with whether its
+# serving failed. The request's line and metrics are made then, as they were when the
+# handler returned at the socket's end.
+SERVED_LATER = web.RequestKey("served_later", list[Callable[[bool], None]])
+
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -41,44 +47,64 @@ def request_telemetry(metrics: Metrics) -> Middleware:
         if request.path != "/graphql":
             return await handler(request)
         started = time.perf_counter()
-        status = 500
         try:
             response = await handler(request)
+        except BaseException:
+            _record(metrics, request, started, 500)
+            raise
+        ends = request.get(SERVED_LATER)
+        if ends is None:
+            _record(metrics, request, started, response.status)
+        else:  # a WebSocket served after its handshake: its line is made at its end
             status = response.status
-            return response
-        finally:
-            seconds = time.perf_counter() - started
-            websocket = request.headers.get("Upgrade", "").lower() == "websocket"
-            operation = request.get(OPERATION, "websocket" if websocket else "none")
-            ended = request.get(OUTCOMES, [_outcome_of_status(status)])
-            caller = request.get(CALLER, "unknown")
-            for outcome in ended:
-                metrics.request_counter(operation, outcome).inc()
-            if not websocket:  # a WebSocket's "request" lasts as long as its connection
-                metrics.request_timer(operation).observe(seconds)
-            # Made only when written: the line costs more than the metrics.
-            if log.isEnabledFor(logging.INFO):
-                outcome = ",".join(ended)
-                # aiohttp's Python parser takes any token as a method, up to 8 KiB of it.
-                method = request.method if request.method in hdrs.METH_ALL else "OTHER"
-                log.info(
-                    "%s %s %s %s %s %d %.1f ms",
-                    method,
-                    request.path,
-                    operation,
-                    outcome,
-                    caller,
-                    status,
-                    seconds * 1000,
-                    extra={
-                        "method": method,
-                        "path": request.path,
-                        "status": status,
-                        "operation": operation,
-                        "outcome": outcome,
-                        "caller": caller,
-                        "duration_ms": round(seconds * 1000, 2),
-                    },
-                )
+            ends.append(
+                lambda failed: _record(metrics, request, started, 500 if failed else status)
+            )
+        return response
 
     return observe
+
+
+def _record_later(
+    metrics: Metrics, request: web.Request, started: float, status: int, failed: bool
+) -> None:
+    """_record at the end of a WebSocket served after its handshake (a partial of this costs
+    an idle socket less than a closure)."""
+    _record(metrics, request, started, 500 if failed else status)
+
+
+def _record(metrics: Metrics, request: web.Request, started: float, status: int) -> None:
+    """The metrics and the log line of a request to /graphql that has ended."""
+    seconds = time.perf_counter() - started
+    websocket = request.headers.get("Upgrade", "").lower() == "websocket"
+    operation = request.get(OPERATION, "websocket" if websocket else "none")
+    ended = request.get(OUTCOMES, [_outcome_of_status(status)])
+    caller = request.get(CALLER, "unknown")
+    for outcome in ended:
+        metrics.request_counter(operation, outcome).inc()
+    if not websocket:  # a WebSocket's "request" lasts as long as its connection
+        metrics.request_timer(operation).observe(seconds)
+    # Made only when written: the line costs more than the metrics.
+    if log.isEnabledFor(logging.INFO):
+        outcome = ",".join(ended)
+        # aiohttp's Python parser takes any token as a method, up to 8 KiB of it.
+        method = request.method if request.method in hdrs.METH_ALL else "OTHER"
+        log.info(
+            "%s %s %s %s %s %d %.1f ms",
+            method,
+            request.path,
+            operation,
+            outcome,
+            caller,
+            status,
+            seconds * 1000,
+            extra={
+                "method": method,
+                "path": request.path,
+                "status": status,
+                "operation": operation,
+                "outcome": outcome,
+                "caller": caller,
+                "duration_ms": round(seconds * 1000, 2),
+            },
+        )

@@ -36,8 +36,11 @@ class CallerKind(StrEnum):
 class Need(Enum):
     """What an operation needs of its caller."""
 
-    BACKEND = "backend"  # changes, and following arbitrary users
+    BACKEND = "backend"  # changes, and following everyone
     OWN = "own"  # one user's own data: a user may ask for their own id only
+    # Given users' presence: a user may ask for themselves and their friends, which the
+    # request's context checks against the store (Context.check_may_read).
+    READ = "read"
     LISTING = "listing"  # everyone's presence and statistics
 
 
@@ -78,8 +81,9 @@ class Caller:
             return
         if need is Need.BACKEND:
             raise ForbiddenError(
-                f"{operation} is for backend services; a user may read their own presence, "
-                "onlineFriends and friends, and follow their friends (friendsOf)."
+                f"{operation} is for backend services; a user may read and follow their own "
+                "presence and their friends' (presence, presences, presenceChanged with userIds "
+                "or friendsOf), and read onlineFriends and friends."
             )
         if need is Need.OWN and user_id != self.name:
             raise ForbiddenError(
@@ -111,6 +115,12 @@ class Caller:
         return f"backend:{self.name}" if self.kind is CallerKind.BACKEND else self.kind.value
 
 
+# Callers with no name or credentials: one of each, shared by every request and socket (a
+# held socket kept one of its own).
+OPEN_CALLER = Caller(CallerKind.OPEN)
+ANONYMOUS_CALLER = Caller(CallerKind.ANONYMOUS)
+
+
 class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self._secured = settings.secured
@@ -132,9 +142,9 @@ class Authenticator:
 
         Raises UnauthenticatedError for credentials that are sent but not valid."""
         if not self._secured:
-            return Caller(CallerKind.OPEN)
+            return OPEN_CALLER
         if authorization is None or authorization == "":
-            return Caller(CallerKind.ANONYMOUS)
+            return ANONYMOUS_CALLER
         scheme, _, token = str(authorization).strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:

@@ -10,6 +10,7 @@ the reason, instead of slowing the others or growing memory.
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -95,6 +96,11 @@ Render = Callable[[PresenceChange], bytes]
 # Writes messages to a socket at once; returns the bytes waiting to be sent there, or None
 # when the socket is closing.
 WriteNow = Callable[[list[bytes]], int | None]
+# Writes WebSocket frames (text_frame's) to a socket at once, as they are; returns as WriteNow.
+WriteFrames = Callable[[bytes], int | None]
+# One flush's frames of single messages, by the message's head and payload: the same bytes
+# for every socket whose subscription shares the rendering and the operation id.
+Frames = dict[tuple[bytes, bytes], bytes]
 # One event's payloads, each rendered once, by the renderer that made it.
 Rendered = dict[Render, bytes]
 
@@ -192,19 +198,20 @@ class Feed(Follower):
 
 class Writer(Follower):
     """A subscription whose messages are written to its socket as the hub receives events:
-    no task, queue or execution of its own. Its messages are `head + payload + b"}"`. The
-    messages of one batch of events (those the store published at once) are written together
-    when the batch has been read. The socket's end, or its operation's, ends it (`forget`)."""
+    no task, queue or execution of its own. Its messages are `head + payload + b"}"`, each
+    one uncompressed text frame. The messages of one batch of events (those the store
+    published at once) are written together when the batch has been read. The socket's end,
+    or its operation's, ends it (`forget`)."""
 
     __slots__ = ("_batch", "_head", "_write")
 
     def __init__(
-        self, hub: Hub, capacity: int, on_drop: OnDrop, write: WriteNow, head: bytes
+        self, hub: Hub, capacity: int, on_drop: OnDrop, write: WriteFrames, head: bytes
     ) -> None:
         super().__init__(hub, capacity, on_drop)
         self._write = write
         self._head = head
-        self._batch: list[bytes] = []
+        self._batch: list[bytes] = []  # the payloads
 
     def _add(self, payload: bytes) -> None:
         if len(self._batch) >= self._capacity:
@@ -213,17 +220,47 @@ class Writer(Follower):
             return
         if not self._batch:
             self._hub.to_flush.append(self)
-        self._batch.append(b"".join((self._head, payload, b"}")))
+        self._batch.append(payload)
 
-    def flush(self) -> None:
+    def flush(self, frames: Frames | None = None) -> None:
+        """Writes the batch. A batch of one message (as when changes come one at a time) is
+        framed once in `frames` for every writer of the same head and payload, then written
+        as those same bytes to each socket."""
         batch, self._batch = self._batch, []
         if self.dropped is not None or not batch:
             return
-        waiting = self._write(batch)
+        head = self._head
+        if len(batch) == 1 and frames is not None:
+            key = (head, batch[0])
+            framed = frames.get(key)
+            if framed is None:
+                framed = frames[key] = text_frame(b"".join((head, batch[0], b"}")))
+        else:
+            framed = b"".join([text_frame(b"".join((head, p, b"}"))) for p in batch])
+        waiting = self._write(framed)
         # None: the socket is closing, and this subscription ends with it. Otherwise the
         # bytes unsent, counted in messages of this batch's size.
-        if waiting is not None and waiting * len(batch) > self._capacity * sum(map(len, batch)):
+        if waiting and waiting * len(batch) > self._capacity * (
+            sum(map(len, batch)) + len(batch) * (len(head) + 1)
+        ):
             self._too_slow()
+
+
+# The first byte of a frame that is a whole text message: FIN and opcode 1, no RSV bits (so
+# never compressed, which permessage-deflate allows message by message).
+_TEXT_FIN = 0x81
+_SHORT, _MEDIUM, _LONG = struct.Struct("!BB"), struct.Struct("!BBH"), struct.Struct("!BBQ")
+
+
+def text_frame(message: bytes) -> bytes:
+    """`message` (UTF-8 JSON) as one uncompressed, unmasked text frame, as a server sends it
+    (RFC 6455, 5.1)."""
+    size = len(message)
+    if size < 126:
+        return _SHORT.pack(_TEXT_FIN, size) + message
+    if size < 1 << 16:
+        return _MEDIUM.pack(_TEXT_FIN, 126, size) + message
+    return _LONG.pack(_TEXT_FIN, 127, size) + message
 
 
 class Delivery(Writer):
@@ -237,7 +274,7 @@ class Delivery(Writer):
         hub: Hub,
         capacity: int,
         on_drop: OnDrop,
-        write: WriteNow,
+        write: WriteFrames,
         head: bytes,
         render: Render,
     ) -> None:
@@ -268,7 +305,7 @@ class PlaceDelivery(Writer):
         hub: Hub,
         capacity: int,
         on_drop: OnDrop,
-        write: WriteNow,
+        write: WriteFrames,
         head: bytes,
         render: PlaceRender,
         place_id: str,

@@ -147,7 +147,9 @@ class HeldSessions:
         # Set when announcements may have been missed (the event stream was interrupted):
         # the next tick checks every session held, as a kick may have gone unheard.
         self._check_all = False
-        self._by_user: dict[str, set[SessionHold]] = {}
+        # A user's holds: the one hold itself, as nearly always, or a set of several (a set
+        # per user cost an idle session about 200 bytes more).
+        self._by_user: dict[str, SessionHold | set[SessionHold]] = {}
         # Per user, the lists that collect the announcements made while one of their
         # sessions is being opened: a kick or a replacement can be announced before the
         # opening's reply arrives, and so before its hold is there to be ended.
@@ -250,7 +252,14 @@ class HeldSessions:
     async def _held(self, hold: SessionHold, early: list[Announced]) -> SessionHold:
         self._holds[hold.held] = hold
         self._leases.add(hold.held.lease)
-        self._by_user.setdefault(hold.held.user_id, set()).add(hold)
+        user_id = hold.held.user_id
+        others = self._by_user.get(user_id)
+        if others is None:
+            self._by_user[user_id] = hold
+        elif isinstance(others, set):
+            others.add(hold)
+        elif others is not hold:
+            self._by_user[user_id] = {others, hold}
         try:
             await self._catch_up(hold, early)
         except BaseException:
@@ -314,11 +323,14 @@ class HeldSessions:
             self._events.unwatch(hold.held.user_id)
             if isinstance(hold.held, HeldPlaceSession):
                 self._events.unwatch(place_key(hold.held.place_id))
-        holds = self._by_user.get(hold.held.user_id)
-        if holds is not None:
+        user_id = hold.held.user_id
+        holds = self._by_user.get(user_id)
+        if holds is hold:
+            del self._by_user[user_id]
+        elif isinstance(holds, set):
             holds.discard(hold)
-            if not holds:
-                del self._by_user[hold.held.user_id]
+            if len(holds) == 1:
+                self._by_user[user_id] = holds.pop()
 
     def on_event(self, announced: Announced) -> None:
         """Ends the holds a kick or a newer opening of their session has ended."""
@@ -327,7 +339,8 @@ class HeldSessions:
             return
         for early in self._openings.get(user_id, ()):
             early.append(announced)
-        for hold in list(self._by_user.get(user_id, ())):
+        holds = self._by_user.get(user_id)
+        for hold in [holds] if isinstance(holds, SessionHold) else list(holds or ()):
             ending = _ending(hold.held, announced)
             if ending is not None:
                 hold.end(ending)

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -51,6 +52,7 @@ from gql_presence.realtime.delivery import (
     Feed,
     FeedDroppedError,
     Follower,
+    Frames,
     OnDrop,
     PlaceDelivery,
     PlaceRender,
@@ -58,7 +60,7 @@ from gql_presence.realtime.delivery import (
     PresenceChange,
     Render,
     Rendered,
-    WriteNow,
+    WriteFrames,
     Writer,
 )
 from gql_presence.realtime.held import PLACE_KEY, Announced, place_key
@@ -180,9 +182,11 @@ class EventHub:
         # Per channel awaited, one future for all who wait: True once confirmed, False when
         # the connection was lost first.
         self._confirmed: dict[bytes, asyncio.Future[bool]] = {}
-        # friendsOf owners whose friend set's channels in other shards are asked for (sharded
-        # pub/sub only).
-        self._friend_set_owners: set[str] = set()
+        # With sharded pub/sub, a change of a user's friend set is announced in the shard of
+        # each friend it adds or takes out (the links live with the friend): per user followed
+        # here by end users, how many of those followers each shard holds the readers of, so
+        # that the user's channel in those shards is followed too.
+        self._reader_shards: dict[str, Counter[int]] = {}
         # Users whose interest changed in this event-loop turn, and whether everyone's did.
         self._changed: set[str] = set()
         self._everyone_changed = False
@@ -222,6 +226,14 @@ class EventHub:
 
     def _route_of(self, channel: bytes) -> _Route:
         return self._routes[self._store.route_of_channel(channel)]
+
+    def _wants_friend_set_channel(self, user_id: str, channel: bytes) -> bool:
+        """Whether one of the user's friend-set channels (_friend_set_channels) is needed
+        here: all of them for a friendsOf owner, those of the shards of end users who follow
+        the user."""
+        if user_id in self._by_friends_of:
+            return True
+        return self._route_of(channel).index in self._reader_shards.get(user_id, ())
 
     def _friend_set_channels(self, user_id: str) -> list[bytes]:
         """The channels that announce changes of the user's friend set besides their own
@@ -339,7 +351,7 @@ class EventHub:
             self._forget_place_follower(place_id, taker)
 
     async def deliver_place(
-        self, on_drop: OnDrop, write: WriteNow, head: bytes, render: PlaceRender, place_id: str
+        self, on_drop: OnDrop, write: WriteFrames, head: bytes, render: PlaceRender, place_id: str
     ) -> PlaceDelivery:
         """A placeChanged subscription written at once with `write`, as deliver() makes one
         of presenceChanged: its events are kept from now (the place's channel confirmed)
@@ -393,7 +405,7 @@ class EventHub:
     async def deliver(
         self,
         on_drop: OnDrop,
-        write: WriteNow,
+        write: WriteFrames,
         head: bytes,
         render: Render,
         *,
@@ -447,6 +459,21 @@ class EventHub:
             else:
                 self._follow(follower, frozenset(user_ids))
             await self._until_live(map(self._user_channel, follower.user_ids))
+            if friends_of is None and follower.reader is not None:
+                # Which of them hold the end user in their friend set: read once the channels
+                # that announce a change of it are live (with sharded pub/sub, the users'
+                # channels in the reader's shard), so that a change after it is heard there.
+                others = follower.user_ids - {follower.reader}
+                reader_route = self._store.route_of(follower.reader)
+                await self._until_live(
+                    channel
+                    for user_id in others
+                    for channel in self._friend_set_channels(user_id)
+                    if self._route_of(channel).index == reader_route
+                )
+                follower.in_friend_sets_of = await self._store.in_friend_sets_of(
+                    follower.reader, others
+                )
         except BaseException:
             self.forget(follower)
             raise
@@ -480,18 +507,37 @@ class EventHub:
     def _follow(self, feed: Follower, user_ids: frozenset[str]) -> None:
         # Only a user's first follower and their last change what is subscribed.
         changed = []
+        reader_shard = None
+        if feed.reader is not None and self._store.sharded_events:
+            reader_shard = self._store.route_of(feed.reader)
         for user_id in feed.user_ids - user_ids:
             _discard(self._by_user, user_id, feed)
-            if user_id not in self._by_user:
+            shards_changed = self._count_reader(user_id, reader_shard, -1)
+            if user_id not in self._by_user or shards_changed:
                 changed.append(user_id)
         for user_id in user_ids - feed.user_ids:
-            feeds = self._by_user.get(user_id)
-            if feeds is None:
-                feeds = self._by_user[user_id] = set()
-                changed.append(user_id)
+            feeds = self._by_user.setdefault(user_id, set())
+            first = not feeds
             feeds.add(feed)
+            shards_changed = self._count_reader(user_id, reader_shard, 1)
+            if first or shards_changed:
+                changed.append(user_id)
         feed.user_ids = user_ids
         self._interest_changed(changed)
+
+    def _count_reader(self, user_id: str, shard: int | None, step: int) -> bool:
+        """Counts an end user's follower of user_id in `shard` (the reader's), in or out;
+        whether the shards with such followers changed."""
+        if shard is None:
+            return False
+        counts = self._reader_shards.setdefault(user_id, Counter())
+        counts[shard] += step
+        if counts[shard] > 0:
+            return step > 0 and counts[shard] == 1
+        del counts[shard]
+        if not counts:
+            del self._reader_shards[user_id]
+        return True
 
     # --- which channels are subscribed ---------------------------------------------------
 
@@ -520,14 +566,8 @@ class EventHub:
             wanted = self._wanted(user_id)
             channel = self._user_channel(user_id)
             self._ask(channel, wanted, plans)
-            if user_id in self._by_friends_of or user_id in self._friend_set_owners:
-                owner = user_id in self._by_friends_of
-                for other in self._friend_set_channels(user_id):
-                    self._ask(other, owner, plans)
-                if owner:
-                    self._friend_set_owners.add(user_id)
-                else:
-                    self._friend_set_owners.discard(user_id)
+            for other in self._friend_set_channels(user_id):
+                self._ask(other, self._wants_friend_set_channel(user_id, other), plans)
             if not wanted:
                 self._channel_of.pop(user_id, None)
                 self._place_of.pop(channel, None)
@@ -634,10 +674,12 @@ class EventHub:
         self._channel_of = {u: c for u, c in self._channel_of.items() if self._wanted(u)}
         interests = self._by_user.keys() | self._by_friends_of.keys() | self._watched.keys()
         channels = [*map(self._user_channel, interests), route.quiet]
-        for owner in self._by_friends_of:
-            channels += self._friend_set_channels(owner)
-        if self._store.sharded_events:
-            self._friend_set_owners |= self._by_friends_of.keys()
+        for user_id in interests:
+            channels += [
+                other
+                for other in self._friend_set_channels(user_id)
+                if self._wants_friend_set_channel(user_id, other)
+            ]
         if self._everyone:
             channels.append(route.every_user)
         mine = {channel for channel in channels if self._route_of(channel) is route}
@@ -770,8 +812,9 @@ class EventHub:
                         self._take(route, message)
                 finally:
                     to_flush, self.to_flush = self.to_flush, []
+                    frames: Frames = {}  # each message framed once, for this flush
                     for delivery in to_flush:
-                        delivery.flush()
+                        delivery.flush(frames)
             if route.send_failed is not None:
                 raise redis_errors.ConnectionError(f"subscribing failed: {route.send_failed}")
             if now - heard > self._silence_limit_s:

@@ -1,0 +1,108 @@
+"""touchMany's Redis time, this checkout against earlier commits, in one run:
+`python -m bench.touch_many [--baseline REV ...] [--users N] [--rounds R]`.
+
+Each version (this checkout, then each REV exported to a temporary folder) runs in a process of
+its own on a private Redis 6.2 of its own: `touchMany` of N new users through the store (250 a
+script call, as the service sends them), then once more with the same users, online already;
+R rounds, the versions taking turns in each. Redis time is the scripts' from INFO
+commandstats; wall time is the store call's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import start_redis_server
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+
+
+async def measure(users: int, rounds: int) -> None:
+    """Prints one line of figures (medians of `rounds`) for the code on sys.path: run in each
+    version's process."""
+    server = start_redis_server()
+    try:
+        redis = redis_client(server.url)
+        store = PresenceStore(redis, Settings(redis_url=server.url))
+        await store.load_scripts()
+
+        async def one(ids: list[str]) -> tuple[float, float]:
+            await redis.config_resetstat()
+            started = time.perf_counter()
+            await store.touch_many(ids)
+            wall_ms = (time.perf_counter() - started) * 1000
+            stats = await redis.info("commandstats")
+            redis_ms = sum(v["usec"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
+            return wall_ms, redis_ms / 1000
+
+        new = [await one([f"r{r}-u{i}" for i in range(users)]) for r in range(rounds)]
+        again = await one([f"r{rounds - 1}-u{i}" for i in range(users)])
+        print(
+            f"{statistics.median(r for _, r in new):.0f}",
+            f"{statistics.median(w for w, _ in new):.0f}",
+            f"{again[1]:.0f}",
+            f"{again[0]:.0f}",
+        )
+        await redis.aclose()
+    finally:
+        server.stop()
+
+
+def run_version(folder: str, users: int, rounds: int) -> list[str]:
+    output = subprocess.run(
+        # This file by its path, so that only `folder` is on the path for gql_presence.
+        [sys.executable, __file__, "--measure", str(users), str(rounds)],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": folder},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return output.split()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--baseline", action="append", default=[], metavar="REV")
+    parser.add_argument("--users", type=int, default=10_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--measure", nargs=2, type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.measure:
+        asyncio.run(measure(*args.measure))
+        return
+    # Here, not above: a version's process runs this file with only that version on its path.
+    from bench.compare import export  # noqa: PLC0415
+
+    print(
+        f"touchMany of {args.users:,} users, median of {args.rounds} rounds (ms)\n"
+        "| version | Redis, new users | wall, new users | Redis, online already "
+        "| wall, online already |\n|---|---|---|---|---|"
+    )
+    versions = [("this checkout", os.getcwd())]
+    with tempfile.TemporaryDirectory() as root:
+        for rev in args.baseline:
+            folder = f"{root}/{rev}"
+            export(rev, folder)
+            versions.append((rev, folder))
+        # Round after round, each version in turn, so that other work on the machine falls on
+        # all alike.
+        figures: dict[str, list[list[float]]] = {name: [] for name, _ in versions}
+        for _ in range(args.rounds):
+            for name, folder in versions:
+                figures[name].append([float(x) for x in run_version(folder, args.users, 1)])
+        for name, rows in figures.items():
+            medians = [f"{statistics.median(column):.0f}" for column in zip(*rows, strict=True)]
+            print(f"| {name} | " + " | ".join(medians) + " |")
+
+
+if __name__ == "__main__":
+    main()

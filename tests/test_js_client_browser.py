@@ -1,0 +1,431 @@
+"""clients/js (gql-presence-client) as a browser app uses it: the package tsc built, served to a
+page on another origin with graphql-ws by an import map, in Debian's Chromium, against the
+service. Two pages in one place see each other join, move a cursor and leave; a hidden tab makes
+its user AWAY to the other page; the service restarted under them, both pages come back and
+their maps equal placeMembers and presences read afresh; a kicked page stops and says why."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from playwright.async_api import Browser, Page
+from pytest_aiohttp import AiohttpServer
+
+from gql_presence.app import create_app
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
+from gql_presence.store.models import ChosenStatus
+from tests.helpers import BACKEND_TOKEN, SECURED, eventually, readme_snippets, user_token
+
+pytestmark = pytest.mark.slow  # a browser
+
+PLACE = "doc:42"
+
+# A frontend's page: the client from its built package, graphql-ws beside it, by import map.
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>who is here</title>
+<script type="importmap">{"imports": {
+  "gql-presence-client": "/client/index.js", "graphql-ws": "/graphql-ws/client.js"}}</script>
+</head><body style="margin:0;height:100vh"><p id="why"></p></body></html>"""
+
+# What the page does with the client: its user online, in the place with a name and a cursor,
+# and the presence of the user's friends; window.view() tells the test what the page shows.
+START = """async ({ url, token, name, tokens = [] }) => {
+  const { createPresenceClient } = await import("gql-presence-client");
+  // The app's token function: `tokens` first (short-lived ones, for a test), then `token`.
+  window.tokensAsked = 0;
+  const fresh = () => { window.tokensAsked++; return tokens.shift() ?? token; };
+  const client = createPresenceClient({ url, token: fresh, backoff: { baseMs: 200 } });
+  const hold = client.holdPresence({ device: "web" });
+  const place = client.joinPlace("doc:42", { state: { name } });
+  const follow = client.followUsers({ friendsOf: name });
+  window.mine = client.myStatus();
+  window.reopen = () => {  // the tab's session opened on another socket, as a copied tab does
+    const other = createPresenceClient({ url, token: () => token });
+    return other.holdPresence({ sessionId: hold.sessionId });
+  };
+  const why = document.getElementById("why");
+  window.log = [];
+  client.on("connection", (state) => log.push(`connection ${state}`));
+  client.on("error", (e) => log.push(`error ${e.code ?? e.closeCode}: ${e.message}`));
+  follow.on("error", (e) => log.push(`follow error ${e.code ?? e.closeCode}: ${e.message}`));
+  place.onJoin((m) => log.push(`join ${m.userId}`));
+  place.onLeave((m) => log.push(`leave ${m.userId}`));
+  hold.on("ended", (reason, error) => { why.textContent = `ended: ${reason ?? error?.code}`; });
+  place.on("ended", (reason) => log.push(`place ended: ${reason}`));
+  addEventListener("pointermove", (e) => place.setState({ name, x: e.clientX, y: e.clientY }));
+  window.view = () => ({
+    members: [...place.members.values()]
+      .map((m) => ({ userId: m.userId, sessionId: m.sessionId, state: m.state }))
+      .sort((a, b) => a.userId.localeCompare(b.userId)),
+    presences: Object.fromEntries([...follow.getSnapshot()].map(([id, p]) => [id, p.status])),
+    live: hold.getSnapshot().live && place.getSnapshot().live,
+    idle: hold.getSnapshot().idle,
+    mine: mine.getSnapshot()?.status ?? null,
+    sessionId: hold.sessionId,
+  });
+}"""
+
+REACT_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>react</title></head>
+<body style="margin:0"><div id="root"></div></body></html>"""
+
+MEMBERS = """query($place: ID!) { placeMembers(placeId: $place, first: 100) {
+  nodes { userId sessionId state } } }"""
+PRESENCES = 'query { presences(userIds: ["ann", "bob"]) { userId status } }'
+
+
+@dataclasses.dataclass
+class Site:
+    """The frontend's origin and the service, which `restart` stops and starts on its port."""
+
+    page_url: str
+    service: TestServer
+    settings: Settings
+    start_service: Callable[..., Awaitable[TestServer]]
+
+    @property
+    def socket_url(self) -> str:
+        return str(self.service.make_url("/graphql")).replace("http", "ws", 1)
+
+    async def restart(self, while_down: Callable[[], Awaitable[None]]) -> None:
+        port = self.service.port
+        await self.service.close()
+        await while_down()
+        self.service = await self.start_service(port=port)
+
+    async def backend(self, query: str, **variables: Any) -> dict[str, Any]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                self.service.make_url("/graphql"),
+                json={"query": query, "variables": variables},
+                headers={"Authorization": f"Bearer {BACKEND_TOKEN}"},
+            ) as response,
+        ):
+            body: dict[str, Any] = await response.json()
+        assert "errors" not in body, body
+        data: dict[str, Any] = body["data"]
+        return data
+
+    @property
+    def page_origin(self) -> str:
+        return self.page_url.rstrip("/")
+
+    async def opened(self, page: Page, user: str, first_tokens: tuple[str, ...] = ()) -> Page:
+        problems: list[str] = []
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        await page.goto(self.page_url)
+        token = user_token(user, places=["doc:*"])
+        arguments = {"url": self.socket_url, "token": token, "name": user}
+        await page.evaluate(START, {**arguments, "tokens": list(first_tokens)})
+        await eventually(lambda: page.evaluate("window.view().live"), 10, f"{user}'s page live")
+        assert problems == []
+        return page
+
+
+@pytest.fixture
+async def site(
+    aiohttp_server: AiohttpServer,
+    built_js_client: Path,
+    deployment: Settings,
+    http_redis: AnyRedis,
+) -> Site:
+    async def page(request: web.Request) -> web.Response:
+        return web.Response(text=PAGE, content_type="text/html")
+
+    async def readme_page(request: web.Request) -> web.Response:
+        """README.md's page as written, for the user named in the query, with what it assumes
+        of the app around it (getUserJwt, myName), against this service."""
+        user = request.query["user"]
+        token = user_token(user, places=["doc:*"])
+        address = str(made.service.make_url("")).removeprefix("http://").rstrip("/")
+        app = f"<script>window.getUserJwt = () => {token!r}; window.myName = {user!r};</script>"
+        html = app + README_PAGE.code.replace("127.0.0.1:8080", address)
+        return web.Response(text=html, content_type="text/html")
+
+    async def react_page(request: web.Request) -> web.Response:
+        return web.Response(text=REACT_PAGE, content_type="text/html")
+
+    frontend = web.Application()
+    frontend.router.add_get("/", page)
+    frontend.router.add_get("/react", react_page)
+    # The React app on the hooks (clients/js/fixtures/react-app.js), bundled by esbuild.
+    frontend.router.add_static("/build", built_js_client / "build")
+    frontend.router.add_get("/readme", readme_page)
+    frontend.router.add_static("/client", built_js_client / "dist")
+    graphql_ws = built_js_client / "node_modules" / "graphql-ws" / "dist"
+    frontend.router.add_static("/graphql-ws", graphql_ws)
+    served: TestServer = await aiohttp_server(frontend)
+    origin = str(served.make_url("")).rstrip("/")
+    settings = dataclasses.replace(SECURED, redis_url=deployment.redis_url, cors_origins=(origin,))
+    store = PresenceStore(http_redis, deployment)
+    await store.add_friends("ann", ["bob"])
+
+    async def start_service(**kwargs: Any) -> TestServer:
+        server: TestServer = await aiohttp_server(create_app(settings), **kwargs)
+        return server
+
+    made = Site(str(served.make_url("/")), await start_service(), settings, start_service)
+    return made
+
+
+README_PAGE = next(s for s in readme_snippets() if "gql-presence-client" in s.code)
+
+
+async def view(page: Page) -> dict[str, Any]:
+    seen: dict[str, Any] = await page.evaluate("window.view()")
+    return seen
+
+
+def names(seen: dict[str, Any]) -> list[str]:
+    return [m["userId"] for m in seen["members"]]
+
+
+async def test_two_pages_see_each_other_join_move_and_leave(site: Site, browser: Browser) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    bobs = await site.opened(await browser.new_page(), "bob")
+
+    async def both_here() -> bool:
+        return names(await view(anns)) == names(await view(bobs)) == ["ann", "bob"]
+
+    await eventually(both_here, 10, "each page to see the other join")
+    assert "join bob" in await anns.evaluate("window.log")
+
+    await anns.mouse.move(120, 80)  # ann's cursor, as the other page sees it
+
+    async def moved() -> bool:
+        state = (await view(bobs))["members"][0]["state"]
+        return bool(state == {"name": "ann", "x": 120, "y": 80})
+
+    await eventually(moved, 10, "bob's page to see ann's cursor")
+    await anns.close()
+
+    async def left() -> bool:
+        return names(await view(bobs)) == ["bob"]
+
+    await eventually(left, 5, "bob's page to see ann leave")
+    assert "leave ann" in await bobs.evaluate("window.log")
+
+
+async def test_a_hidden_tab_turns_its_user_away_at_the_other_page(
+    site: Site, tabbed_browser: Browser
+) -> None:
+    bobs = await site.opened(await (await tabbed_browser.new_context()).new_page(), "bob")
+    window = tabbed_browser.contexts[0]
+    anns = await site.opened(window.pages[0], "ann")
+
+    async def ann_is(status: str) -> bool:
+        return bool((await view(bobs))["presences"].get("ann") == status)
+
+    await eventually(lambda: ann_is("ONLINE"), 10, "ann ONLINE at bob's page")
+    cover = await window.new_page()  # another tab over ann's hides it
+    assert await anns.evaluate("document.visibilityState") == "hidden"
+    await eventually(lambda: ann_is("AWAY"), 10, "ann AWAY at bob's page")
+    await cover.close()
+    await eventually(lambda: ann_is("ONLINE"), 10, "ann ONLINE again at bob's page")
+
+
+async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
+    site: Site, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    bobs = await site.opened(await browser.new_page(), "bob")
+    cys = await site.opened(await browser.new_page(), "cy")
+    await eventually(lambda: _equals(_names(anns), ["ann", "bob", "cy"]), 10, "cy at ann's page")
+    await bobs.mouse.move(30, 40)
+    store = PresenceStore(http_redis, deployment)
+
+    async def while_down() -> None:
+        # Changes no page hears of (there is no service to tell them): the re-read must show
+        # bob BUSY, and the place's map must lose cy, who left with the old process.
+        await store.set_status("bob", ChosenStatus.BUSY)
+        await cys.close()
+
+    await site.restart(while_down)
+
+    async def equal_to_a_fresh_read() -> bool:
+        members = (await site.backend(MEMBERS, place=PLACE))["placeMembers"]["nodes"]
+        fresh = sorted(members, key=lambda m: str(m["userId"]))
+        presences = {p["userId"]: p["status"] for p in (await site.backend(PRESENCES))["presences"]}
+        seen = {"ann": await view(anns), "bob": await view(bobs)}
+        friends = {"ann": "bob", "bob": "ann"}  # each page follows its user's friends
+        return presences == {"ann": "ONLINE", "bob": "BUSY"} and all(
+            s["live"] and s["members"] == fresh and s["presences"] == {f: presences[f]}
+            for user, s in seen.items()
+            for f in [friends[user]]
+        )
+
+    await eventually(equal_to_a_fresh_read, 20, "both pages' maps to equal a fresh read")
+    seen = await view(anns)
+    assert names(seen) == ["ann", "bob"]
+    assert seen["members"][1]["state"] == {"name": "bob", "x": 30, "y": 40}  # the latest state
+
+
+async def test_a_kicked_page_stops_and_says_why(
+    site: Site, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    await PresenceStore(http_redis, deployment).kick("ann")
+    await eventually(
+        lambda: anns.evaluate("document.getElementById('why').textContent === 'ended: kicked'"),
+        10,
+        "the page to say it was kicked",
+    )
+    assert "place ended: kicked" in await anns.evaluate("window.log")
+    assert (await view(anns))["live"] is False
+    # Not held again: ann stays offline.
+    read = await site.backend('query { presence(userId: "ann") { online } }')
+    assert read == {"presence": {"online": False}}
+
+
+async def test_the_readmes_page_shows_who_is_here_with_their_cursors(
+    site: Site, browser: Browser
+) -> None:
+    assert README_PAGE.language == "html"
+    problems: list[str] = []
+    pages = []
+    for user in ("ann", "bob"):
+        page = await browser.new_page()
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        page.on("dialog", lambda dialog: problems.append(dialog.message))
+        await page.goto(f"{site.page_origin}/readme?user={user}")
+        pages.append(page)
+    anns, bobs = pages
+
+    async def items(page: Page) -> list[str]:
+        texts: list[str] = await page.locator("#here li").all_text_contents()
+        return sorted(texts)
+
+    for page in pages:
+        await eventually(lambda p=page: _equals(items(p), ["ann", "bob"]), 10, "both users listed")
+    await anns.mouse.move(150, 90)
+    anns_item = bobs.locator("#here li", has_text="ann")
+
+    async def moved() -> bool:
+        style = await anns_item.get_attribute("style") or ""
+        return "left: 150px" in style and "top: 90px" in style
+
+    await eventually(moved, 10, "ann's cursor to move at bob's page")
+    await anns.close()
+    await eventually(lambda: _equals(items(bobs), ["bob"]), 5, "ann to leave bob's page")
+    assert problems == []
+
+
+async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
+    return await value == expected
+
+
+async def test_a_socket_closed_for_an_expired_token_comes_back_with_a_fresh_one(
+    site: Site, browser: Browser
+) -> None:
+    # The service allows 30 s of clock skew: this token stops being valid in 3 to 4 s.
+    expiring = user_token("ann", places=["doc:*"], exp=int(time.time()) - 30 + 4)
+    anns = await site.opened(await browser.new_page(), "ann", first_tokens=(expiring,))
+    assert await anns.evaluate("window.tokensAsked") == 1
+    # At the token's expiry the service closes the socket (4401); the client asks for a new one.
+    await eventually(lambda: anns.evaluate("window.tokensAsked >= 2"), 10, "a fresh token")
+
+    async def back() -> bool:
+        seen = await view(anns)
+        online = await site.backend('query { presence(userId: "ann") { online } }')
+        return bool(seen["live"] and names(seen) == ["ann"] and online["presence"]["online"])
+
+    await eventually(back, 10, "ann's page held again")
+    assert await anns.evaluate("document.getElementById('why').textContent") == ""
+    assert not [line for line in await anns.evaluate("window.log") if "ended" in line]
+
+
+async def test_my_status_is_read_set_and_seen_by_a_friend(
+    site: Site, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    bobs = await site.opened(await browser.new_page(), "bob")
+
+    async def statuses(expected: str) -> bool:
+        mine, seen = (await view(anns))["mine"], (await view(bobs))["presences"].get("ann")
+        return bool(mine == expected == seen)
+
+    await eventually(lambda: statuses("ONLINE"), 10, "ann ONLINE to herself and to bob")
+    await anns.evaluate("window.mine.setStatus('BUSY')")
+    await eventually(lambda: statuses("BUSY"), 10, "ann BUSY to herself and to bob")
+    # Changed elsewhere (another device, a backend): the page follows the user's own id too.
+    await PresenceStore(http_redis, deployment).set_status("ann", ChosenStatus.AWAY)
+    await eventually(lambda: statuses("AWAY"), 10, "ann AWAY to herself and to bob")
+
+
+async def test_the_react_hooks_show_the_place_the_friends_and_my_status(
+    site: Site, browser: Browser
+) -> None:
+    problems: list[str] = []
+    pages = []
+    for user in ("ann", "bob"):
+        page = await browser.new_page()
+        page.on("pageerror", lambda error: problems.append(str(error)))
+        await page.goto(f"{site.page_origin}/react")
+        token = user_token(user, places=["doc:*"])
+        await page.evaluate(
+            "async (args) => (await import('/build/react-app.js')).start(args)",
+            {"url": site.socket_url, "token": token, "name": user},
+        )
+        pages.append(page)
+    anns, bobs = pages
+
+    async def shown(page: Page, selector: str) -> list[str]:
+        texts: list[str] = await page.locator(selector).all_text_contents()
+        return sorted(texts)
+
+    async def everything_shown() -> bool:
+        ann = await shown(anns, "#members li"), await shown(anns, "#friends li")
+        bob = await shown(bobs, "#members li"), await shown(bobs, "#friends li")
+        mine = await anns.locator("#me").text_content()
+        return (
+            ann == (["ann", "bob"], ["bob ONLINE"])
+            and bob == (["ann", "bob"], ["ann ONLINE"])
+            and mine == "ONLINE"
+        )
+
+    await eventually(everything_shown, 10, "usePlace, usePresence and useMyStatus to show")
+    await anns.mouse.move(70, 60)
+    anns_item = bobs.locator("#members li", has_text="ann")
+    await eventually(
+        lambda: _equals_text(anns_item.get_attribute("data-x"), "70"), 10, "ann's cursor at bob's"
+    )
+    await anns.close()
+    await eventually(
+        lambda: _equals(shown(bobs, "#members li"), ["bob"]), 5, "ann to leave bob's page"
+    )
+    assert problems == []
+
+
+async def _equals_text(value: Awaitable[str | None], expected: str) -> bool:
+    return await value == expected
+
+
+async def _names(page: Page) -> list[str]:
+    return names(await view(page))
+
+
+async def test_a_session_taken_over_elsewhere_says_replaced_and_is_not_taken_back(
+    site: Site, browser: Browser
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    await anns.evaluate("window.other = window.reopen(); undefined")
+    await eventually(
+        lambda: anns.evaluate("document.getElementById('why').textContent === 'ended: replaced'"),
+        10,
+        "the first hold to say it was replaced",
+    )
+    await eventually(lambda: anns.evaluate("window.other.getSnapshot().live"), 10, "the other")
+    read = await site.backend('query { presence(userId: "ann") { online sessions { sessionId } } }')
+    session = await anns.evaluate("window.view().sessionId")
+    assert read == {"presence": {"online": True, "sessions": [{"sessionId": session}]}}
