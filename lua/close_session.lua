@@ -29,7 +29,8 @@
                           given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
-           OFFLINE, now, when the closed session was the user's last live one
+           OFFLINE, now, when the closed session was the user's last live one; STATUS, now,
+           when it was their last active one and an idle one stays live (AWAY)
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
 ]]
 --- @include "clock"
@@ -51,17 +52,24 @@ use_statuses(ARGV[12], online_key, window_ms, now)
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}
 local online = settle(user, channel, user_id, now, window_ms, events)
+settle_away(user_id, events)
 local entry = conn_entry(user, session_id)
 if not entry or entry.generation ~= generation then
   announce_all(channel, events)
   return {0, online}
 end
 
+local status_before = status_with(user_id, {})
 redis.call('ZREM', sessions_key, session_id)
 redis.call('HDEL', user.conn, session_id)
 forget_if_last(user, user_id, entry.slot, false)
 mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
 local online_after = refresh_online(user, user_id, now, window_ms, now)
-if online_after == 0 then add_event(events, 'OFFLINE', user_id, now, '', 0) end
+if online_after == 0 then
+  add_event(events, 'OFFLINE', user_id, now, '', 0)
+elseif status_with(user_id, {}) ~= status_before then
+  -- Its user's last active session: AWAY now, with an idle one left.
+  add_event(events, 'STATUS', user_id, now, '', 1)
+end
 announce_all(channel, events)
 return {1, online_after}

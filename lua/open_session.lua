@@ -31,7 +31,8 @@
   ARGV[15] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                           given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  {generation, opened_ms}: the new holder's generation
-  Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
+  Events   OFFLINE if the user's presence had expired or lapsed unswept, or STATUS if a lapse
+           or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "SESSION_REVOKED",
            "DAY_NOT_GIVEN"; nothing is written when one is returned
@@ -60,6 +61,7 @@ local refused = activity_refused(activity_keys, session_id, now, now, boundaries
 if refused then return refused end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
+settle_away(user_id, events)
 local status_before = online_before == 1 and status_of(user_id, online_key, now)
 mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)

@@ -17,15 +17,19 @@
   ARGV[7]  retention_ms  int ms: how far ahead a custom status's end may lie; how long a last
                          activity is kept
   ARGV[8]  key_prefix    string: the shard's key prefix, from which the user's keys are named
-                         (includes/status.lua), in the hash tag of KEYS
+                         (includes/status.lua; their sessions, conn and the bit indexes as
+                         gql_presence/store/keys.py names them), in the hash tag of KEYS
   ARGV[9]  channel       string: the events channel of every user
   ARGV[10] user_channel_prefix  string: a user's events channel is this followed by the user id
   ARGV[11] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
                          channel given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the user's presence_entry (includes/status.lua) after the change
-  Events   STATUS when the user's status or custom status changes as backends and the user see
-           it, or as other end users see it (ONLINE or OFFLINE to them when choosing or leaving
-           INVISIBLE while live); nothing when what is set was set already
+  Events   OFFLINE (or STATUS) for a presence that expired or lapsed unswept, and STATUS for a
+           custom status that ended unswept (before anything else, as the sweep
+           would have); STATUS when the user's status or custom status changes as backends
+           and the user see it, or as other end users see it (ONLINE or OFFLINE to them when choosing or leaving
+           INVISIBLE while live); of kind "" when only other end users see a change (a custom
+           status hidden or shown by INVISIBLE); nothing when what is set was set already
   Errors   "EXPIRES_NOT_AHEAD" (expires_ms not after now, or past the retention),
            "SESSION_REVOKED", "SESSION_NOT_LIVE"; nothing is written when one is returned
 ]]
@@ -57,6 +61,38 @@ local function same_custom(a, b)
   return a[1] == b[1] and a[2] == b[2] and a[3] == b[3]
 end
 
+-- Refusals first, before anything is written.
+if change == 'custom' then
+  local expires = tonumber(ARGV[5])
+  if expires and (expires <= now or expires > now + retention_ms) then
+    return redis.error_reply('EXPIRES_NOT_AHEAD')
+  end
+elseif change == 'idle' then
+  local session_id = ARGV[3]
+  local revoked_until = redis.call('ZSCORE', prefix .. 'revoked:' .. user_id, session_id)
+  if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
+  local sessions_key = prefix .. 'sess:' .. user_id
+  local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
+  if session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0 then
+    local expiry = live_expiry(online_key, user_id, now)
+    score = expiry and expiry - window_ms
+  end
+  if not (score and session_live(score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
+end
+
+-- Whatever ended unswept (an expired presence, a lapsed lease, a turn to AWAY by time) is
+-- announced first, as the
+-- sweep would have, so that the change is told from what subscribers were told last.
+local user = {online = online_key, last_seen = last_seen_key, sessions = prefix .. 'sess:' .. user_id,
+  conn = prefix .. 'conn:' .. user_id, index = prefix .. 'uidx'}
+local settled = {}
+settle(user, channel, user_id, now, window_ms, settled)
+settle_away(user_id, settled)
+announce_all(channel, settled)
+-- Likewise a custom status that ended.
+if choices_of(user_id, now).ended then
+  announce(channel, 'STATUS', user_id, now, '', #live_of(user_id, online_key, now) > 0 and 1 or 0)
+end
 local own_before, others_before, invisible_before = looks()
 
 if change == 'chosen' then
@@ -125,6 +161,7 @@ if own_changed or others_changed then
   end
   local online = own_after[1] ~= 'OFFLINE' and 1 or 0
   local look = {own_after[1], own_after[2], others_kind, own_after[3], invisible_after and 1 or 0}
-  announce(channel, 'STATUS', user_id, now, '', online, look)
+  -- Backends and the user are told only of what changed as they see it.
+  announce(channel, own_changed and 'STATUS' or '', user_id, now, '', online, look)
 end
 return presence_entry(user_id, last_seen_key, now, retention_ms)

@@ -84,7 +84,7 @@ for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
   went_offline(expired[i])
   sync_hidden(expired[i])
-  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0)
+  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of('OFFLINE', expired[i], 0))
 end
 
 -- Lapsed leases, oldest first: their users' sessions under them end, at their lapse, up to
@@ -133,7 +133,7 @@ for _, user_id in ipairs(ended_statuses) do
   if expires and expires <= now then
     redis.call('HDEL', key, 'text', 'emoji', 'expires')
     local online = #live_of(user_id, online_key, now) > 0 and 1 or 0
-    add_event(offline, 'STATUS', user_id, now, '', online)
+    add_event(offline, 'STATUS', user_id, now, '', online, look_of('STATUS', user_id, online))
   end
 end
 
@@ -142,7 +142,9 @@ local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(), '-inf', '(' .
 for _, user_id in ipairs(turned_away) do
   redis.call('ZREM', away_expiry_key(), user_id)
   local status, choices = status_of(user_id, online_key, now)
-  if status == 'AWAY' and choices.chosen == 'AUTO' then add_event(offline, 'STATUS', user_id, now, '', 1) end
+  if status == 'AWAY' and choices.chosen == 'AUTO' then
+    add_event(offline, 'STATUS', user_id, now, '', 1, look_of('STATUS', user_id, 1))
+  end
 end
 announce_all(channel, offline)
 

@@ -34,7 +34,8 @@
   Returns  {online_before 0|1, entry}: the user's presence_entry (includes/status.lua) after
            the touch (a held session's activity is now). A held session stays held:
            touching it moves lastSeen only.
-  Events   OFFLINE if the user's presence had expired or lapsed unswept; ONLINE if they come
+  Events   OFFLINE if the user's presence had expired or lapsed unswept, or STATUS if a lapse
+           or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online (the touched session's start, and the user's onlineSince, are then t_ms);
            STATUS if the touch made them AWAY or active again
   Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
@@ -64,6 +65,7 @@ local refused = activity_refused(activity_keys, session_id, t_ms, now, boundarie
 if refused then return refused end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
+settle_away(user_id, events)
 local status_before = online_before == 1 and status_of(user_id, online_key, now)
 mark_activity(activity_keys, user_id, t_ms, boundaries, retention_ms)
 local cutoff = now - window_ms

@@ -31,8 +31,9 @@
   ARGV[14] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                           given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the number of users recorded: all but those whose default session is revoked
-  Events   per user, OFFLINE if their presence had expired or lapsed unswept, then ONLINE if they come
-           online; all in one message on the channel of every user, and each user's in one message on
+  Events   per user, OFFLINE if their presence had expired or lapsed unswept (or STATUS if a
+           lapse left them AWAY), then ONLINE if they come online, or STATUS if the touch made
+           their default session active again and so them ONLINE; all in one message on the channel of every user, and each user's in one message on
            their own channel (lua/includes/events.lua), in the order of user_ids
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
   Work     a few commands per 1,000 users: every structure is read and written with variadic
@@ -138,18 +139,19 @@ local expiries = read_in_chunks('ZMSCORE', online_key, users)
 local chose = with_key(status_key(''), users)
 local PLAIN_OFFLINE = {'OFFLINE', false, 'OFFLINE', 'EVERYONE', 0}
 local PLAIN_ONLINE = {'ONLINE', false, 'ONLINE', 'EVERYONE', 0}
-local events, expired, arrived = {}, {}, {}
+local events, expired, arrived, was_online = {}, {}, {}, {}
 for i = 1, n do
   local user_id, expiry = users[i], tonumber(expiries[i])
   local plain = not own_key[user_id] and not chose[user_id]
   local online
   if own_key[user_id] then
     online = settle(user_keys(user_id), channel, user_id, now, window_ms, events)
+    settle_away(user_id, events)
   else
     online = expiry and 1 or 0
     if expiry and expiry < now then
       expired[#expired + 1] = user_id
-      add_event(events, 'OFFLINE', user_id, expiry, '', 0, plain and PLAIN_OFFLINE or nil)
+      add_event(events, 'OFFLINE', user_id, expiry, '', 0, plain and PLAIN_OFFLINE or look_of('OFFLINE', user_id, 0))
       online = 0
     end
   end
@@ -157,6 +159,7 @@ for i = 1, n do
     arrived[#arrived + 1] = user_id
     add_event(events, 'ONLINE', user_id, now, '', 1, plain and PLAIN_ONLINE or nil)
   end
+  was_online[user_id] = online == 1
 end
 -- Their onlineSince (came_online, includes/status.lua), for all of them at once.
 call_chunked('ZADD', since_key(), nil, #arrived, function(args, k, j)
@@ -177,7 +180,19 @@ local keyless = {}
 for i = 1, n do
   local user_id = users[i]
   if own_key[user_id] then
+    -- As a touch of the default session: activity, which makes it active again.
+    local status_before = was_online[user_id] and status_of(user_id, KEYS[2], now)
+    local before = tonumber(redis.call('ZSCORE', sessions_prefix .. user_id, DEFAULT_SESSION))
+    local was_live = before and session_live(before, now, window_ms)
     record_session(user_keys(user_id), user_id, DEFAULT_SESSION, now, now, window_ms)
+    local extras = was_live and parse_extras(redis.call('HGET', extras_key(user_id), DEFAULT_SESSION)) or {}
+    extras.started, extras.idle = extras.started or now, false
+    redis.call('HSET', extras_key(user_id), DEFAULT_SESSION, format_extras(extras))
+    tidy_extras(user_id)
+    track_activity(user_id)
+    if status_before and status_of(user_id, KEYS[2], now) ~= status_before then
+      add_event(events, 'STATUS', user_id, now, '', 1)
+    end
   else
     keyless[#keyless + 1] = user_id
   end

@@ -42,16 +42,22 @@ class PresenceChange:
 
     @classmethod
     def of(cls, announced: PublishedEvent) -> PresenceChange:
-        """The event as backends and its user see it."""
+        """The event as backends and its user see it (of kind `others_kind` for an event
+        they see nothing of: `for_others_only`)."""
         return cls(
             announced.user_id,
-            EventKind(announced.kind),
+            EventKind(announced.kind or announced.others_kind),
             from_ms(int(announced.at_ms)),
             announced.session_id or None,
             bool(announced.online_or_generation),
             Status(announced.status),
             custom_status_of(announced.custom),
         )
+
+    @staticmethod
+    def for_others_only(announced: PublishedEvent) -> bool:
+        """Whether backends and the user see nothing of the event."""
+        return not announced.kind
 
     def seen_by_others(
         self, announced: PublishedEvent, *, in_friend_set: bool = False

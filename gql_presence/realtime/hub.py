@@ -907,6 +907,7 @@ class EventHub:
 
     def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
         kind, user_id = announced.kind, announced.user_id
+        own_sees = not PresenceChange.for_others_only(announced)
         if kind == EventKind.FRIENDS:
             self._friends_changed(user_id)
             return
@@ -931,7 +932,8 @@ class EventHub:
         views: dict[bool, tuple[PresenceChange | None, Rendered]] = {}
         for feed in [*(feeds or ()), *all_users]:
             if feed.reader is None or feed.reader == user_id:
-                feed.offer(event, rendered)
+                if own_sees:
+                    feed.offer(event, rendered)
                 continue
             in_set = user_id in feed.in_friend_sets_of
             if in_set not in views:

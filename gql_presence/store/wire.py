@@ -33,7 +33,9 @@ class PublishedEvent(NamedTuple):
     """One event as the scripts publish it: values straight from the JSON, checked only when
     read (the event hub decodes those it hands on into a PresenceChange)."""
 
-    kind: str  # an EventKind
+    # An EventKind; "" for an event that backends and the user see nothing of (a change only
+    # other end users see: a custom status hidden from them or shown again).
+    kind: str
     user_id: str
     at_ms: int  # on the Redis server's clock; 0 for FRIENDS
     session_id: str  # "" unless one session was kicked

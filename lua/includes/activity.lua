@@ -105,7 +105,7 @@ local function settle(user, channel, user_id, now, window_ms, events)
     redis.call('ZREM', user.online, user_id)
     if status_hooks.offline then status_hooks.offline(user_id) end
     if status_hooks.online_moved then status_hooks.online_moved(user_id) end
-    add_event(out, 'OFFLINE', user_id, expiry, '', 0)
+    add_event(out, 'OFFLINE', user_id, expiry, '', 0, status_hooks.look and status_hooks.look('OFFLINE', user_id, 0))
     online = 0
   else
     if slot > 0 and slot_live(slot, now) then return 1 end

@@ -85,7 +85,8 @@ end
 
 -- Sets the user's online entry from their sessions, whose lapsed ones were ended first
 -- (end_lapsed), and while a session holds them their lastSeen too; `ended_ms` is when what
--- ended their last held session ended, if that happened. Sets the expiry of their sessions
+-- ended their last held session ended, if that happened (their lastSeen then, unless a touched
+-- session's activity is later). Sets the expiry of their sessions
 -- key: none while a session is held (or, with user.defer_expiry, leaves it to the caller in
 -- user.expire_at). Returns 1 if the user is online, else 0.
 local function refresh_online(user, user_id, now, window_ms, ended_ms)
@@ -124,7 +125,11 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
   end
   redis.call('DEL', user.conn)
   if was and held_slot(was) then
-    redis.call('ZADD', user.last_seen, -(ended_ms or now), user_id)
+    -- When the hold ended, or the latest activity of a touched session if that came later
+    -- (a lease renewed last before it and lapsed since): never back before it.
+    local last = ended_ms or now
+    if #touched > 0 then last = math.max(last, tonumber(touched[2])) end
+    redis.call('ZADD', user.last_seen, -last, user_id)
   end
   if #touched > 0 then
     user.expire_at = tonumber(touched[2]) + window_ms + 1
@@ -140,7 +145,12 @@ end
 -- had lapsed, else 1 if the user is online afterwards, 0 if not.
 local function end_lapsed(user, user_id, now, window_ms, events)
   local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
-  local ended, slots = nil, {}
+  local ended, slots, ending = nil, {}, {}
+  for i = 1, #held, 2 do
+    if not slot_live(tonumber(held[i + 1]) - HELD, now) then ending[#ending + 1] = held[i] end
+  end
+  -- The status its subscribers were told while those sessions were live.
+  local status_before = #ending > 0 and status_hooks.status and status_hooks.status(user_id, ending)
   for i = 1, #held, 2 do
     local slot = tonumber(held[i + 1]) - HELD
     if not slot_live(slot, now) then
@@ -156,7 +166,10 @@ local function end_lapsed(user, user_id, now, window_ms, events)
   local before = tonumber(redis.call('ZSCORE', user.online, user_id))
   local online = refresh_online(user, user_id, now, window_ms, ended)
   if online == 0 and before and held_slot(before) then
-    add_event(events, 'OFFLINE', user_id, ended, '', 0)
+    add_event(events, 'OFFLINE', user_id, ended, '', 0, status_hooks.look and status_hooks.look('OFFLINE', user_id, 0))
+  elseif online == 1 and status_before and status_hooks.status(user_id, {}) ~= status_before then
+    -- Its last active session lapsed, an idle one stays: AWAY, with the look of now.
+    add_event(events, 'STATUS', user_id, ended, '', 1, status_hooks.look('STATUS', user_id, 1))
   end
   return online
 end

@@ -1,7 +1,7 @@
 -- Announces changes, from the script that makes them, so that no event goes without its change
 -- nor a change without its event. A message is a JSON array of one or more events in order,
 -- EVENT_FIELDS values each (read by gql_presence/store/wire.py): kind (ONLINE, OFFLINE,
--- KICKED, STATUS, REPLACED, REVOKED or FRIENDS), user_id, at_ms, session_id or "", online
+-- KICKED, STATUS, REPLACED, REVOKED or FRIENDS; "" for a change only other end users see), user_id, at_ms, session_id or "", online
 -- 0|1, then what the user looks like after it: status (as backends and the user see it),
 -- custom status ({text, emoji or false, expires_ms or false}, or false), the kind other end
 -- users see ("" for nothing: the user is invisible to them), who may see lastSeen

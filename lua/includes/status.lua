@@ -35,7 +35,8 @@ local function extras_key(user_id) return statuses.prefix .. 'sx:' .. user_id en
 local function status_expiry_key() return statuses.prefix .. 'stexp' end
 
 -- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
--- custom = {text, emoji or false, expires (ms) or false} or nil once ended}.
+-- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
+-- it ended but is still kept, not yet announced}.
 local function choices_of(user_id, now)
   local v = redis.call('HMGET', status_key(user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
     'hidden_seen')
@@ -45,6 +46,8 @@ local function choices_of(user_id, now)
   local expires = tonumber(v[4])
   if v[2] and (expires == nil or now < expires) then
     choices.custom = {text = v[2], emoji = v[3] or false, expires = expires or false}
+  elseif v[2] then
+    choices.ended = true
   end
   return choices
 end
@@ -109,6 +112,18 @@ local function status_of(user_id, online_key, now)
   return status_from(#live > 0, choices.chosen, all_idle(user_id, live)), choices
 end
 
+-- The user's status as if the sessions `ending` (ids whose extras are still kept) were live
+-- too: what subscribers were told while they were, to compare with the status once they end.
+local function status_with(user_id, ending)
+  local now = event_looks.now
+  local choices = choices_of(user_id, now)
+  local live = live_of(user_id, statuses.online_key, now)
+  for _, id in ipairs(ending) do
+    live[#live + 1], live[#live + 2] = id, now
+  end
+  return status_from(#live > 0, choices.chosen, all_idle(user_id, live))
+end
+
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
 -- key the sessions key's expiry.
 local function tidy_extras(user_id)
@@ -144,22 +159,38 @@ local LOOKED = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true}
 -- Fills in an event's look from the user's state after the script's changes (an event
 -- followed by another change of the same user in the same script says by its own `online`
 -- whether they were live).
+-- The look of an event of `kind` of the user (online 0|1 after it), from their state now:
+-- {status, custom, others_kind, visible, invisible}, as add_event takes it.
+local function look_of(kind, user_id, online)
+  local status, choices
+  local now = event_looks.now
+  if online == 1 then
+    status, choices = status_of(user_id, statuses.online_key, now)
+  else
+    status, choices = 'OFFLINE', choices_of(user_id, now)
+  end
+  -- The event tells the look of now: a custom status that ended, and a turn to AWAY by time,
+  -- are announced by it, not by the sweep again.
+  if choices.ended then
+    redis.call('HDEL', status_key(user_id), 'text', 'emoji', 'expires')
+    redis.call('ZREM', status_expiry_key(), user_id)
+  end
+  local away = tonumber(redis.call('ZSCORE', statuses.prefix .. 'awayexp', user_id))
+  if away and away < now then redis.call('ZREM', statuses.prefix .. 'awayexp', user_id) end
+  local invisible = choices.chosen == 'INVISIBLE'
+  return {status, custom_value(choices.custom), invisible and '' or kind, choices.visible,
+    invisible and 1 or 0}
+end
+
 local function fill_look(events, i)
   local kind, user_id, online = events[i], events[i + 1], events[i + 4]
   if not LOOKED[kind] then
     events[i + 5] = online == 1 and 'ONLINE' or 'OFFLINE'
     return
   end
-  local status, choices
-  if online == 1 then
-    status, choices = status_of(user_id, statuses.online_key, event_looks.now)
-  else
-    status, choices = 'OFFLINE', choices_of(user_id, event_looks.now)
-  end
-  events[i + 5], events[i + 6] = status, custom_value(choices.custom)
-  local invisible = choices.chosen == 'INVISIBLE'
-  events[i + 7] = invisible and '' or kind
-  events[i + 8], events[i + 9] = choices.visible, invisible and 1 or 0
+  local look = look_of(kind, user_id, online)
+  events[i + 5], events[i + 6], events[i + 7] = look[1], look[2], look[3]
+  events[i + 8], events[i + 9] = look[4], look[5]
 end
 
 -- Records that the user came online through activity at t_ms: their onlineSince.
@@ -198,7 +229,22 @@ local function track_activity(user_id)
   if some_idle and active_until and not active_held then
     redis.call('ZADD', away_expiry_key(), active_until, user_id)
   else
-    redis.call('ZREM', away_expiry_key(), user_id)
+    -- One that is due stays for the sweep: the turn to AWAY it notes is not announced yet.
+    local due = tonumber(redis.call('ZSCORE', away_expiry_key(), user_id))
+    if due and due >= now then redis.call('ZREM', away_expiry_key(), user_id) end
+  end
+end
+
+-- A turn to AWAY by time (track_activity) that the sweep has not announced yet is announced
+-- first, into `events` with the look of now, so that a change that follows is told from it.
+local function settle_away(user_id, events)
+  local now = event_looks.now
+  local due = tonumber(redis.call('ZSCORE', away_expiry_key(), user_id))
+  if not due or due >= now then return end
+  redis.call('ZREM', away_expiry_key(), user_id)
+  local status, choices = status_of(user_id, statuses.online_key, now)
+  if status == 'AWAY' and choices.chosen == 'AUTO' then
+    add_event(events, 'STATUS', user_id, due, '', 1, look_of('STATUS', user_id, 1))
   end
 end
 
@@ -220,6 +266,7 @@ local function use_statuses(prefix, online_key, window_ms, now)
   statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
   status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
+  status_hooks.status, status_hooks.look = status_with, look_of
   status_hooks.online_moved = function(user_id)
     sync_hidden(user_id)
     track_activity(user_id)
@@ -245,7 +292,12 @@ local function last_seen_of(user_id, last_seen_key, now, retention_ms)
       end
       lapsed = math.max(lapsed, lapse_of(slot) or now)
     end
-    if #held > 0 then last_seen = lapsed end
+    if #held > 0 then
+      -- As the sweep will record it: the last lapse, or a touched session's later activity.
+      local touched = redis.call('ZREVRANGEBYSCORE', sessions_key, string.format('(%d', HELD),
+        now - statuses.window_ms, 'WITHSCORES', 'LIMIT', 0, 1)
+      last_seen = math.max(lapsed, tonumber(touched[2]) or 0)
+    end
   end
   if last_seen < now - retention_ms then return -1 end
   return last_seen
