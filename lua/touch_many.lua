@@ -33,8 +33,9 @@
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired or lapsed unswept (or STATUS if a
            lapse left them AWAY), then ONLINE if they come online, or STATUS if the touch made
-           their default session active again and so them ONLINE; all in one message on the channel of every user, and each user's in one message on
-           their own channel (lua/includes/events.lua), in the order of user_ids
+           their default session active again and so them ONLINE; all in one message on the
+           channel of every user, and each user's in one message on their own channel
+           (lua/includes/events.lua), in the order of user_ids
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
   Work     a few commands per 1,000 users: every structure is read and written with variadic
            commands. A user with a session key (sessions besides "default") is recorded with
