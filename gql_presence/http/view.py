@@ -102,9 +102,7 @@ class PresenceView(GraphQLView[Context, None]):
             plans,
             subscribes_again=not traced,
         )
-        # aiohttp pings every heartbeat and closes a socket whose pong is not back within
-        # half of it: a client gone silent is found within half the TTL of its sessions.
-        self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
+        self._heartbeat_s = heartbeat_s(settings)
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -181,10 +179,10 @@ class PresenceView(GraphQLView[Context, None]):
         )
         # The request's line and metrics are made at the socket's end (request_log.py),
         # once its credentials need watching no more and a shutdown need not close it.
+        assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
         request.app[SOCKETS].add(socket)
         ends: list[Callable[[bool], None]] = [partial(_socket_ended, request, socket)]
         request[SERVED_LATER] = ends
-        assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
         socket.serve_after_handshake(handler.handle, ends)
         return socket
 
@@ -321,7 +319,14 @@ class PresenceView(GraphQLView[Context, None]):
         return await super().process_result(request, result)
 
 
-def _socket_ended(request: web.Request, socket: web.WebSocketResponse, _failed: bool) -> None:
+def heartbeat_s(settings: Settings) -> float:
+    """A socket silent for a heartbeat is pinged, and closed when its pong is not back within
+    half of it (sockets.ping_forever): a client gone silent is found within half the TTL of
+    its sessions."""
+    return settings.connection_ttl_ms / 1000 / 3
+
+
+def _socket_ended(request: web.Request, socket: BoundedWebSocketResponse, _failed: bool) -> None:
     stop_watching_credentials(request)
     request.app[SOCKETS].discard(socket)
 
