@@ -30,7 +30,8 @@ from gql_presence.http.probes import (
     places_page,
     readyz,
 )
-from gql_presence.http.view import PresenceView
+from gql_presence.http.sockets import ping_forever
+from gql_presence.http.view import PresenceView, heartbeat_s
 from gql_presence.observability import tracing
 from gql_presence.observability.logs import log_client_faults_quietly
 from gql_presence.observability.metrics import Metrics
@@ -70,6 +71,8 @@ def create_app(settings: Settings) -> web.Application:
     app[SOCKETS] = set()
     # Open WebSockets would hold up a shutdown: close them first, saying why.
     app.on_shutdown.append(close_sockets)
+    # One heartbeat for all of them: pings, and the drop of a client gone silent.
+    app.cleanup_ctx.append(heartbeat)
     # Redis first (the embedded one when neither REDIS_URL nor a cluster is set), the store on it.
     app.cleanup_ctx.append(redis_store)
     # The bounded sweep of expired presence, on that store.
@@ -104,6 +107,15 @@ def create_app(settings: Settings) -> web.Application:
 async def close_sockets(app: web.Application) -> None:
     closing = [s.close(code=WSCloseCode.GOING_AWAY, message=b"shutting down") for s in app[SOCKETS]]
     await asyncio.gather(*closing, return_exceptions=True)
+
+
+async def heartbeat(app: web.Application) -> AsyncIterator[None]:
+    sockets = app[SOCKETS]
+    pings = asyncio.create_task(ping_forever(sockets, heartbeat_s(app[SETTINGS])), name="heartbeat")
+    yield
+    pings.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await pings
 
 
 async def redis_store(app: web.Application) -> AsyncIterator[None]:

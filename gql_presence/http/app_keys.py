@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.observability.metrics import Metrics
 from gql_presence.policy.auth import Authenticator
 from gql_presence.policy.limits import RateLimiter
@@ -20,9 +21,9 @@ EVENTS = web.AppKey("events", EventHub)
 # The connection-bound sessions (presenceSession) this process holds under its leases.
 HELD_SESSIONS = web.AppKey("held_sessions", HeldSessions)
 METRICS = web.AppKey("metrics", Metrics)
-# The open WebSockets, which a shutdown closes: each leaves at its end (a weak set's
-# reference cost each about 300 bytes more).
-SOCKETS = web.AppKey("sockets", set[web.WebSocketResponse])
+# The open WebSockets, which the heartbeat pings and a shutdown closes: each leaves at its
+# end (a weak set's reference cost each about 300 bytes more).
+SOCKETS = web.AppKey("sockets", set[BoundedWebSocketResponse])
 AUTHENTICATOR = web.AppKey("authenticator", Authenticator)
 LIMITER = web.AppKey("limiter", RateLimiter)
 # Why an HTTP request's credentials (its Authorization header) are refused: bad, or missing

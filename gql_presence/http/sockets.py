@@ -1,10 +1,11 @@
 """WebSockets whose close ends in bounded time, whatever the client does, that take a text
-message written at once, and whose pings start when the caller says."""
+message written at once, and whose pings start when the caller says; one heartbeat pings the
+sockets of a process."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 from aiohttp import WSCloseCode, web
@@ -19,6 +20,16 @@ CLOSE_WAIT_S = 1.0
 # A control frame's payload is at most 125 bytes, two of them the close code (RFC 6455, 5.5).
 _MAX_REASON_BYTES = 123
 
+# The heartbeat looks at every socket this many times a `heartbeat`: a socket silent for
+# PING_AFTER_TICKS looks is pinged (after 3/4 to 1 heartbeat of silence), and one still
+# silent DROP_AFTER_TICKS looks on (half a heartbeat after its ping, as aiohttp waits for a
+# pong) is dropped: within 1.5 heartbeats of its last frame, aiohttp's own bound.
+TICKS_PER_HEARTBEAT = 4
+PING_AFTER_TICKS = 4
+DROP_AFTER_TICKS = 6
+# An unmasked PING frame with no payload (RFC 6455, 5.5.2): control frames are never compressed.
+_PING_FRAME = b"\x89\x00"
+
 
 class BoundedWebSocketResponse(web.WebSocketResponse):
     """A WebSocket whose close() ends within CLOSE_WAIT_S and then releases the connection.
@@ -32,21 +43,28 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     and those Strawberry and aiohttp make.
     """
 
+    # Slots for what this class adds: aiohttp's own attributes fill the instance dictionary
+    # so far that more keys there would make CPython give up its shared-key (split) form
+    # for a whole table of its own, about 1.2 KiB more per socket.
+    __slots__ = ("_ends", "_serve", "_silent_ticks", "_transport")
+
     def __init__(
         self, *, heartbeat: float | None = None, max_msg_size: int = 4 * 1024 * 1024, **kwargs: Any
     ) -> None:
-        # aiohttp pings from the handshake on, and drops a client that misses a pong with no
-        # close frame (the client sees 1006). Its heartbeat is made here, so that prepare()
-        # wires the reading of pongs to it, and held back until start_heartbeat(): until then
-        # the one timer that may end the socket is the one whose close says why
-        # (graphql-transport-ws's 4408).
+        # aiohttp would ping from the handshake on with a timer of each socket's own; here
+        # `heartbeat` only makes prepare() report each frame read (_on_data_received), and
+        # ping_forever(), one task for every socket of the process, pings and drops a client
+        # that misses a pong with no close frame (the client sees 1006), as aiohttp does,
+        # from start_heartbeat() on: until then the one timer that may end the socket is the
+        # one whose close says why (graphql-transport-ws's 4408).
         super().__init__(
             timeout=CLOSE_WAIT_S, max_msg_size=max_msg_size, heartbeat=heartbeat, **kwargs
         )
-        self._heartbeat_started = False
         self._transport: asyncio.Transport | None = None
         self._serve: Callable[[], Awaitable[None]] | None = None
         self._ends: list[Callable[[bool], None]] = []
+        # The heartbeat's looks since the client last sent anything; -1 until start_heartbeat().
+        self._silent_ticks = -1
 
     def serve_after_handshake(
         self, serve: Callable[[], Awaitable[None]], ends: list[Callable[[bool], None]]
@@ -80,24 +98,37 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
         return _REASONS.get(code, "")
 
     def start_heartbeat(self) -> None:
-        """From now on, pings the client every `heartbeat` seconds and drops it when a pong is
-        not back within half of that: aiohttp's own heartbeat, started late."""
-        if self._heartbeat_started or self.closed:
+        """From now on, ping_forever() pings the client after about `heartbeat` seconds of
+        silence and drops it when nothing (a pong) is back within half of that: aiohttp's
+        own heartbeat, started late, on one timer for all sockets."""
+        if self._silent_ticks < 0 and not self.closed:
+            self._silent_ticks = 0
+
+    def _reset_heartbeat(self) -> None:
+        pass  # aiohttp's per-socket timer: ping_forever() does its work for every socket
+
+    def _on_data_received(self) -> None:
+        # aiohttp's: anything the client sends (a pong, too) counts, not before it started.
+        self._silent_ticks = min(self._silent_ticks, 0)
+
+    def heartbeat_tick(self) -> None:
+        """One look of ping_forever(): a ping after PING_AFTER_TICKS looks of silence, and
+        aiohttp's drop for a missed pong (code 1006, the handler told) after DROP_AFTER_TICKS."""
+        silent = self._silent_ticks
+        if silent < 0 or self.closed:
             return
-        self._heartbeat_started = True
-        self._reset_heartbeat()
+        silent += 1
+        self._silent_ticks = silent
+        if silent == PING_AFTER_TICKS:
+            transport = self._transport
+            if transport is not None and not transport.is_closing():
+                transport.write(_PING_FRAME)  # whole, as aiohttp writes its frames (send_now)
+        elif silent >= DROP_AFTER_TICKS:
+            self._pong_not_received()
 
     async def prepare(self, request: web.BaseRequest) -> AbstractStreamWriter:
         self._transport = request.transport
-        writer = await super().prepare(request)
-        if not self._heartbeat_started:
-            self._cancel_heartbeat()  # started by aiohttp's prepare(); it waits for ours
-        return writer
-
-    def _on_data_received(self) -> None:
-        # aiohttp's: anything the client sends re-arms the heartbeat, not before it started.
-        if self._heartbeat_started:
-            super()._on_data_received()
+        return await super().prepare(request)
 
     def send_now(self, messages: list[bytes]) -> int | None:
         """Writes each of `messages` (UTF-8 JSON) as one uncompressed text frame, now, after
@@ -155,3 +186,13 @@ def _bounded(reason: bytes) -> bytes:
     if len(reason) <= _MAX_REASON_BYTES:
         return reason
     return reason[: _MAX_REASON_BYTES - 3].decode(errors="ignore").encode() + "…".encode()
+
+
+async def ping_forever(sockets: Collection[BoundedWebSocketResponse], heartbeat_s: float) -> None:
+    """The heartbeat of every socket in `sockets` (those whose start_heartbeat() was called):
+    one task and one timer for the process instead of a timer per socket, looking at each
+    socket TICKS_PER_HEARTBEAT times a `heartbeat_s`."""
+    while True:
+        await asyncio.sleep(heartbeat_s / TICKS_PER_HEARTBEAT)
+        for socket in tuple(sockets):  # a drop may end a socket's handler, which leaves the set
+            socket.heartbeat_tick()

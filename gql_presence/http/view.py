@@ -105,9 +105,7 @@ class PresenceView(GraphQLView[Context, None]):
         # Tracing's span of a socket's request lasts while its handler runs, and the spans of
         # its operations go under it: a traced socket is served before its handler returns.
         self._traced = traced
-        # aiohttp pings every heartbeat and closes a socket whose pong is not back within
-        # half of it: a client gone silent is found within half the TTL of its sessions.
-        self._heartbeat_s = settings.connection_ttl_ms / 1000 / 3
+        self._heartbeat_s = heartbeat_s(settings)
 
     async def get_context(
         self, request: web.Request, response: web.Response | web.WebSocketResponse
@@ -183,6 +181,7 @@ class PresenceView(GraphQLView[Context, None]):
             connection_init_wait_timeout=self.connection_init_wait_timeout,
             max_subscriptions_per_connection=self.max_subscriptions_per_connection,
         )
+        assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
         request.app[SOCKETS].add(socket)
         if self._traced:
             try:
@@ -194,7 +193,6 @@ class PresenceView(GraphQLView[Context, None]):
         # once its credentials need watching no more and a shutdown need not close it.
         ends: list[Callable[[bool], None]] = [partial(_socket_ended, request, socket)]
         request[SERVED_LATER] = ends
-        assert isinstance(socket, BoundedWebSocketResponse)  # create_websocket_response's
         socket.serve_after_handshake(handler.handle, ends)
         return socket
 
@@ -331,7 +329,14 @@ class PresenceView(GraphQLView[Context, None]):
         return await super().process_result(request, result)
 
 
-def _socket_ended(request: web.Request, socket: web.WebSocketResponse, _failed: bool) -> None:
+def heartbeat_s(settings: Settings) -> float:
+    """A socket silent for a heartbeat is pinged, and closed when its pong is not back within
+    half of it (sockets.ping_forever): a client gone silent is found within half the TTL of
+    its sessions."""
+    return settings.connection_ttl_ms / 1000 / 3
+
+
+def _socket_ended(request: web.Request, socket: BoundedWebSocketResponse, _failed: bool) -> None:
     stop_watching_credentials(request)
     request.app[SOCKETS].discard(socket)
 
