@@ -7,11 +7,11 @@
   ARGV[2]     channel  string: the events channel of every user
   ARGV[3]     publish  string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
                        channel given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[4..]   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix (the
-              channel of the owner's FRIENDS events is this followed by owner_id: with
-              PUBLISH the owner's own channel, in the owner's shard, which may not be this
-              one; with SPUBLISH the owner's channel in this shard), n_i, then n_i friend ids,
-              distinct and none equal to owner_id
+  ARGV[4..]   owners   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix
+                       (the channel of the owner's FRIENDS events is this followed by
+                       owner_id: with PUBLISH the owner's own channel, in the owner's shard,
+                       which may not be this one; with SPUBLISH the owner's channel in this
+                       shard), n_i, then n_i friend ids, distinct and none equal to owner_id
   Events   FRIENDS (for subscribers of friendsOf) for each owner whose friend set changed, on
            the owner's channel
   Returns  {changed_1, ..., changed_k}: how many links each owner's set gained (SADD) or

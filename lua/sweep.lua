@@ -26,7 +26,7 @@
   ARGV[7]  window_ms        int ms
   ARGV[8]  retention_ms     int ms: how long a day bitmap is kept after the day
   ARGV[9..12]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[13..17] place prefixes  string: a place's members, holders, states and users keys and
+  ARGV[13..17] place_prefixes  string: a place's members, holders, states and users keys and
                             its events channel are each of these followed by the place id
                             (includes/places.lua), in the hash tag of KEYS
   ARGV[18] lapsed_batch     int: at most this many users and place sessions of lapsed leases

@@ -28,8 +28,8 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
 from gql_presence.store.keys import Keys
+from gql_presence.store.presence import TOUCH_MANY_BATCH
 from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
-from gql_presence.store.shard import TOUCH_MANY_BATCH
 from tests.conftest import StoreFactory
 
 KEYS = Keys()
