@@ -53,7 +53,7 @@ async def measure(users: int, rounds: int) -> None:
                 await store.touch(user_id, "tab")
             stats = await redis.info("commandstats")
             evals = [v for k, v in stats.items() if k.startswith("cmdstat_eval")]
-            return sum(v["usec"] for v in evals) / sum(v["calls"] for v in evals)
+            return float(sum(v["usec"] for v in evals) / sum(v["calls"] for v in evals))
 
         new = [await one([f"r{r}-u{i}" for i in range(users)]) for r in range(rounds)]
         again = await one([f"r{rounds - 1}-u{i}" for i in range(users)])
