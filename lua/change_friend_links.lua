@@ -4,10 +4,10 @@
 
   KEYS[1..k]  friends  SET  owner i's friends' ids (those who live in this key's shard)
   ARGV[1]     change   string: "SADD" to add the links, "SREM" to remove them
-  ARGV[2]     channel  string: the events channel of every user
-  ARGV[3]     publish  string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
-                       channel given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[4..]   owners   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix
+  ARGV[2]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
+                  and the shard's names that this script reads: channel, publish (a name ending in
+                  ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[3..]   owners   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix
                        (the channel of the owner's FRIENDS events is this followed by
                        owner_id: with PUBLISH the owner's own channel, in the owner's shard,
                        which may not be this one; with SPUBLISH the owner's channel in this
@@ -21,10 +21,11 @@
 ]]
 --- @include "chunks"
 --- @include "events"
-local change, every_user_channel, publish = ARGV[1], ARGV[2], ARGV[3]
+local shard = cjson.decode(ARGV[2])
+local change, every_user_channel, publish = ARGV[1], shard.channel, shard.publish
 if change ~= 'SADD' and change ~= 'SREM' then return redis.error_reply('BAD_CHANGE') end
 local reply = {}
-local at = 4
+local at = 3
 for i = 1, #KEYS do
   local owner_id, owner_channel_prefix, n = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
   local friend_ids = {}

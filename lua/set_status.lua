@@ -13,16 +13,10 @@
                                   until changed)
                          visible: EVERYONE|FRIENDS|NOBODY
                          idle:    session_id, 0|1
-  ARGV[6]  window_ms     int ms
-  ARGV[7]  retention_ms  int ms: how far ahead a custom status's end may lie; how long a last
-                         activity is kept
-  ARGV[8]  key_prefix    string: the shard's key prefix, from which the user's keys are named
-                         (includes/status.lua; their sessions, conn and the bit indexes as
-                         gql_presence/store/keys.py names them), in the hash tag of KEYS
-  ARGV[9]  channel       string: the events channel of every user
-  ARGV[10] user_channel_prefix  string: a user's events channel is this followed by the user id
-  ARGV[11] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
-                         channel given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[6]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
+                  and the shard's names that this script reads: window_ms, retention_ms, key_prefix,
+                  channel, user_channel_prefix, publish (a name ending in ':' is followed by a user
+                  id, in the hash tag of KEYS)
   Returns  the user's presence_entry (includes/status.lua) after the change
   Events   OFFLINE (or STATUS) for a presence that expired or lapsed unswept, and STATUS for a
            custom status that ended unswept (before anything else, as the sweep
@@ -36,12 +30,13 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+local shard = cjson.decode(ARGV[6])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.key = KEYS[3]
 local user_id, change = ARGV[1], ARGV[2]
-local window_ms, retention_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
-local prefix = ARGV[8]
-local channel = {ARGV[9], ARGV[10], ARGV[11]}
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local prefix = shard.key_prefix
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
 use_statuses(prefix, online_key, window_ms, now)

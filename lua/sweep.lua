@@ -18,25 +18,18 @@
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
-  ARGV[3]  channel        string: the events channel of every user
-  ARGV[4]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[5]  sessions_prefix  string: a user's sessions key is this followed by the user id
-  ARGV[6]  conn_prefix      string: a user's conn key is this followed by the user id; both
-                            hold the hash tag of KEYS: one slot
-  ARGV[7]  window_ms        int ms
-  ARGV[8]  retention_ms     int ms: how long a day bitmap is kept after the day
-  ARGV[9..12]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[13..17] place_prefixes  string: a place's members, holders, states and users keys and
+  ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
+                  and the shard's names that this script reads: channel, user_channel_prefix,
+                  sessions_prefix, conn_prefix, window_ms, retention_ms, key_prefix, publish (a name
+                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
+  ARGV[8..12] place_prefixes  string: a place's members, holders, states and users keys and
                             its events channel are each of these followed by the place id
                             (includes/places.lua), in the hash tag of KEYS
-  ARGV[18] lapsed_batch     int: at most this many users and place sessions of lapsed leases
+  ARGV[13] lapsed_batch     int: at most this many users and place sessions of lapsed leases
                             per call: ending one takes about a dozen commands, so a call ends
                             far fewer of them than it removes expired entries
-  ARGV[19] key_prefix       string: the shard's key prefix, from which users' status keys are
-                            named (includes/status.lua), in the hash tag of KEYS
-  ARGV[20] publish          string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                            given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[21] overdue_ms       int ms: a waiting place state due more than this long ago is
+  ARGV[14] overdue_ms       int ms: a waiting place state due more than this long ago is
                             announced here (its process died or stalled before it did): at most
                             lapsed_batch of them per call; the interval of set_place_state
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
@@ -58,16 +51,17 @@
 --- @include "activity"
 --- @include "places"
 --- @include "status"
+local shard = cjson.decode(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 leases.key = KEYS[5]
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local channel = {ARGV[3], ARGV[4], ARGV[20]}
-local sessions_prefix, conn_prefix = ARGV[5], ARGV[6]
-local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
-local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
-local place_prefixes = {members = ARGV[13], holders = ARGV[14], states = ARGV[15], users = ARGV[16],
-  channel = ARGV[17]}
-local lapsed_batch, overdue_ms = tonumber(ARGV[18]), tonumber(ARGV[21])
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local boundaries = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
+local place_prefixes = {members = ARGV[8], holders = ARGV[9], states = ARGV[10], users = ARGV[11],
+  channel = ARGV[12]}
+local lapsed_batch, overdue_ms = tonumber(ARGV[13]), tonumber(ARGV[14])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)
@@ -77,7 +71,7 @@ local function place_of(place_id)
 end
 
 local now = now_ms()
-use_statuses(ARGV[19], online_key, window_ms, now)
+use_statuses(shard.key_prefix, online_key, window_ms, now)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do

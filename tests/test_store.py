@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
 import zlib
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -668,7 +669,10 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     run = Scripts.run
 
     def slots(keys: Sequence[str], args: Sequence[str | int]) -> set[int]:
-        named = [a for a in args if isinstance(a, str) and a.startswith("gqlp:{")]
+        # The `shard` argument (Shard.options) holds the shard's names in one JSON object.
+        texts = [a for a in args if isinstance(a, str)]
+        texts += [v for a in texts if a.startswith('{"') for v in json.loads(a).values()]
+        named = [a for a in texts if isinstance(a, str) and a.startswith("gqlp:{")]
         return {key_slot(k.encode()) for k in [*keys, *(named if sharded else [])]}
 
     async def recording_run(

@@ -91,7 +91,7 @@ class Friends:
         owners = [owner for owner, friend_ids in links.items() if friend_ids]
         if not owners:
             return dict.fromkeys(links, 0)
-        every_user, publish = await shard.announcing()
+        publish = await shard.announcing()
         entries: list[str | int] = []
         for owner in owners:
             own = self._shard(owner) if publish is Publish.CLASSIC else shard
@@ -99,7 +99,7 @@ class Friends:
         reply = await shard.run(
             ScriptName.CHANGE_FRIEND_LINKS,
             named(friends=[shard.keys.friends(owner) for owner in owners]),
-            named(change=change, channel=every_user, publish=publish, owners=entries),
+            named(change=change, shard=shard.options, owners=entries),
         )
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))

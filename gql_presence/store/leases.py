@@ -94,7 +94,7 @@ class Leases:
                 token=lease.token,
                 ttl_ms=0 if give_up else settings.connection_ttl_ms,
                 at_ms="" if at_ms is None else at_ms,
-                retention_ms=settings.retention_ms,
+                shard=shard.options,
                 boundaries=boundaries,
             ),
         )

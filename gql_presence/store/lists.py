@@ -55,12 +55,10 @@ class Lists:
             ScriptName.ONLINE_USERS,
             named(last_seen=k.last_seen, online=k.online, leases=k.leases),
             named(
-                window_ms=shard.settings.window_ms,
+                shard=shard.options,
                 first=first,
                 **_after(after),
-                sessions_prefix=k.sessions(""),
                 hide_invisible=int(hide),
-                key_prefix=k.prefix,
             ),
         )
         return page_of(reply)
@@ -75,12 +73,10 @@ class Lists:
             ScriptName.ONLINE_SINCE,
             named(since=k.online_since, online=k.online, last_seen=k.last_seen, leases=k.leases),
             named(
-                window_ms=shard.settings.window_ms,
+                shard=shard.options,
                 first=first,
                 **_after(after),
-                sessions_prefix=k.sessions(""),
                 hide_invisible=int(hide),
-                key_prefix=k.prefix,
             ),
         )
         return page_of(reply)
@@ -107,8 +103,7 @@ class Lists:
                 named(
                     first=first,
                     **_after(at),
-                    sessions_prefix=k.sessions(""),
-                    window_ms=shard.settings.window_ms,
+                    shard=shard.options,
                     hide_invisible=int(hide),
                 ),
             )
@@ -131,14 +126,11 @@ class Lists:
                 named(
                     from_ms=start_ms,
                     to_ms=end_ms,
-                    retention_ms=settings.retention_ms,
+                    shard=shard.options,
                     first=first,
                     **_after(at),
                     held_slack_ms=settings.connection_ttl_ms // 2,
-                    sessions_prefix=k.sessions(""),
-                    window_ms=settings.window_ms,
                     hide_invisible=int(hide),
-                    key_prefix=k.prefix,
                 ),
             )
             return page_of(reply)
@@ -205,7 +197,7 @@ class Lists:
         reply = await shard.run(
             ScriptName.WEEKLY_STATS,
             named(days=[k.day(label) for label in labels], scratch=k.scratch),
-            named(retention_ms=shard.settings.retention_ms, boundaries=boundaries),
+            named(shard=shard.options, boundaries=boundaries),
         )
         counts = [int(n) for n in reply]
         daily = tuple(DailyActiveUsers(start_date + timedelta(days=i), counts[i]) for i in range(7))

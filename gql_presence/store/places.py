@@ -91,7 +91,7 @@ class Places:
         shard = self._shard(place_id)
 
         async def opening(lease: Lease) -> OpenedPlaceSession:
-            _, publish = await shard.announcing()
+            await shard.announcing()
             generation, joined_ms = await shard.run(
                 ScriptName.OPEN_PLACE_SESSION,
                 named(
@@ -107,7 +107,7 @@ class Places:
                     token=lease.token,
                     state=text or "",
                     channel=shard.channels.place_events(place_id),
-                    publish=publish,
+                    shard=shard.options,
                 ),
             )
             held = HeldPlaceSession(place_id, user_id, session_id, int(generation), lease)
@@ -118,7 +118,7 @@ class Places:
     async def close_session(self, held: HeldPlaceSession) -> bool:
         """Takes the session out of the place at once if `held` still holds it (LEFT)."""
         shard = self._shard(held.place_id)
-        _, publish = await shard.announcing()
+        await shard.announcing()
         left = await shard.run(
             ScriptName.CLOSE_PLACE_SESSION,
             named(**place_keys(shard, held.place_id), leases=shard.keys.leases),
@@ -128,7 +128,7 @@ class Places:
                 session_id=held.session_id,
                 generation=held.generation,
                 channel=shard.channels.place_events(held.place_id),
-                publish=publish,
+                shard=shard.options,
             ),
         )
         return bool(left)
@@ -160,7 +160,7 @@ class Places:
         check_id(session_id, "sessionId")
         text = check_place_state(state)
         shard = self._shard(place_id)
-        _, publish = await shard.announcing()
+        await shard.announcing()
         joined_ms, flush_in_ms = await shard.run(
             ScriptName.SET_PLACE_STATE,
             named(
@@ -174,7 +174,7 @@ class Places:
                 session_id=session_id,
                 state=text,
                 channel=shard.channels.place_events(place_id),
-                publish=publish,
+                shard=shard.options,
                 interval_ms=PLACE_STATE_INTERVAL_MS,
             ),
         )
@@ -214,7 +214,7 @@ class Places:
         """Announces the session's waiting state, if it still waits and is due; when it waits
         for a later moment, in how many ms it is due, else 0."""
         shard = self._shard(place_id)
-        _, publish = await shard.announcing()
+        await shard.announcing()
         _, due_in_ms = await shard.run(
             ScriptName.FLUSH_PLACE_STATE,
             named(
@@ -227,7 +227,7 @@ class Places:
                 user_id=user_id,
                 session_id=session_id,
                 channel=shard.channels.place_events(place_id),
-                publish=publish,
+                shard=shard.options,
                 interval_ms=PLACE_STATE_INTERVAL_MS,
             ),
         )

@@ -233,7 +233,7 @@ class PresenceStore:
         labels, boundaries = days_around(
             local_now_ms() if at_ms is None else at_ms, settings.stats_zone
         )
-        every_user, publish = await shard.announcing()
+        await shard.announcing()
         reply = await shard.run(
             ScriptName.TOUCH,
             named(
@@ -252,16 +252,11 @@ class PresenceStore:
                 user_id=user_id,
                 session_id=session,
                 at_ms="" if at_ms is None else at_ms,
-                window_ms=settings.window_ms,
-                retention_ms=settings.retention_ms,
+                shard=shard.options,
                 max_future_ms=MAX_FUTURE_MS,
                 boundaries=boundaries,
-                channel=every_user,
-                user_channel_prefix=shard.channels.user_events(""),
-                key_prefix=k.prefix,
                 device=device or "",
                 idle=int(idle),
-                publish=publish,
             ),
         )
         return presence_of(user_id, reply[1])
@@ -278,7 +273,7 @@ class PresenceStore:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
         settings, k = shard.settings, shard.keys
         labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
-        every_user, publish = await shard.announcing()
+        await shard.announcing()
         keys = named(
             last_seen=k.last_seen,
             online=k.online,
@@ -297,18 +292,10 @@ class PresenceStore:
                 # The script derives each user's keys from the prefixes: passing 2 keys per
                 # user cost more than the rest of the call.
                 named(
-                    window_ms=settings.window_ms,
-                    retention_ms=settings.retention_ms,
+                    shard=shard.options,
                     boundaries=boundaries,
-                    channel=every_user,
-                    sessions_prefix=k.sessions(""),
-                    revoked_prefix=k.revoked(""),
                     # One argument instead of one per user: ids hold no control characters.
                     user_ids="\n".join(ordered[first : first + TOUCH_MANY_BATCH]),
-                    conn_prefix=k.conn(""),
-                    user_channel_prefix=shard.channels.user_events(""),
-                    key_prefix=k.prefix,
-                    publish=publish,
                 ),
             )
             for first in range(0, len(ordered), TOUCH_MANY_BATCH)
@@ -322,7 +309,7 @@ class PresenceStore:
             check_id(session_id, "sessionId")
         shard = self._shard(user_id)
         k = shard.keys
-        every_user, publish = await shard.announcing()
+        await shard.announcing()
         kicked, online = await shard.run(
             ScriptName.KICK,
             named(
@@ -337,12 +324,7 @@ class PresenceStore:
             named(
                 user_id=user_id,
                 session_id=session_id or "",
-                window_ms=shard.settings.window_ms,
-                revoke_ms=shard.settings.revoke_ms,
-                channel=every_user,
-                user_channel_prefix=shard.channels.user_events(""),
-                key_prefix=k.prefix,
-                publish=publish,
+                shard=shard.options,
             ),
         )
         return KickResult(user_id, int(kicked), bool(online))
@@ -482,9 +464,7 @@ class PresenceStore:
             ScriptName.PRESENCE,
             named(last_seen=k.last_seen, online=k.online, leases=k.leases),
             named(
-                window_ms=shard.settings.window_ms,
-                retention_ms=shard.settings.retention_ms,
-                key_prefix=k.prefix,
+                shard=shard.options,
                 user_ids=list(user_ids),
             ),
         )

@@ -42,7 +42,7 @@ class Sessions:
         async def opening(lease: Lease) -> OpenedSession:
             settings, k = shard.settings, shard.keys
             labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
-            every_user, publish = await shard.announcing()
+            await shard.announcing()
             generation, opened_ms = await shard.run(
                 ScriptName.OPEN_SESSION,
                 named(
@@ -63,14 +63,9 @@ class Sessions:
                     session_id=session_id,
                     slot=lease.slot,
                     token=lease.token,
-                    window_ms=settings.window_ms,
-                    retention_ms=settings.retention_ms,
+                    shard=shard.options,
                     boundaries=boundaries,
-                    channel=every_user,
-                    user_channel_prefix=shard.channels.user_events(""),
-                    key_prefix=k.prefix,
                     device=device or "",
-                    publish=publish,
                 ),
             )
             held = HeldSession(user_id, session_id, int(generation), lease)
@@ -84,7 +79,7 @@ class Sessions:
         shard = self._shard(held.user_id)
         settings, k = shard.settings, shard.keys
         labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
-        every_user, publish = await shard.announcing()
+        await shard.announcing()
         closed, _ = await shard.run(
             ScriptName.CLOSE_SESSION,
             named(
@@ -102,13 +97,8 @@ class Sessions:
                 user_id=held.user_id,
                 session_id=held.session_id,
                 generation=held.generation,
-                window_ms=settings.window_ms,
-                retention_ms=settings.retention_ms,
+                shard=shard.options,
                 boundaries=boundaries,
-                channel=every_user,
-                user_channel_prefix=shard.channels.user_events(""),
-                key_prefix=k.prefix,
-                publish=publish,
             ),
         )
         return bool(closed)
@@ -148,7 +138,7 @@ class Sessions:
         lost = await shard.run(
             ScriptName.CHECK_SESSIONS,
             named(leases=k.leases),
-            named(sessions_prefix=k.sessions(""), conn_prefix=k.conn(""), held=triples),
+            named(shard=shard.options, held=triples),
         )
         return [held[int(position) - 1] for position in lost]
 

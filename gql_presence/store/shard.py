@@ -9,6 +9,7 @@ of ours, raised before Redis is asked (tests/test_seam.py holds every caller to 
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NoReturn
@@ -133,18 +134,46 @@ class Shard:
         # asks for.
         self._learn_publish = learn_publish
         self._publish: Publish | None = None if learn_publish else Publish.CLASSIC
+        self._options: str | None = None
 
     def publish_with(self, publish: Publish) -> None:
         """How this shard's scripts publish their events from now on (the deployment's)."""
         self._publish = publish
+        self._options = None
 
-    async def announcing(self) -> tuple[str, Publish]:
-        """The channel of every user and the command of a script that publishes events."""
+    @property
+    def options(self) -> str:
+        """The scripts' `shard` argument: the deployment's options and this shard's names,
+        one JSON object made once (and again once the deployment's way of publishing is
+        known; until then, "" for a script that reads but does not publish). A name ending in
+        ':' is followed by a user id."""
+        if self._options is None:
+            k, settings, publish = self.keys, self.settings, self._publish
+            self._options = json.dumps(
+                {
+                    "window_ms": settings.window_ms,
+                    "retention_ms": settings.retention_ms,
+                    "revoke_ms": settings.revoke_ms,
+                    "publish": publish or "",
+                    "channel": self.channels.every_user(publish or Publish.CLASSIC),
+                    "user_channel_prefix": self.channels.user_events(""),
+                    "key_prefix": k.prefix,
+                    "sessions_prefix": k.sessions(""),
+                    "conn_prefix": k.conn(""),
+                    "revoked_prefix": k.revoked(""),
+                },
+                separators=(",", ":"),
+            )
+        return self._options
+
+    async def announcing(self) -> Publish:
+        """How a script that publishes events publishes them: the deployment's way, asked for
+        now if it is not known yet (it is in `options` from then on)."""
         if self._publish is None and self._learn_publish is not None:
             await self._learn_publish()
         if self._publish is None:
             raise RuntimeError("the deployment's way of publishing events is not known")
-        return self.channels.every_user(self._publish), self._publish
+        return self._publish
 
     def call(self, script: ScriptName, keys: Named, args: Named) -> tuple[list[str], list[Value]]:
         """A call's KEYS and ARGV, in its header's order."""

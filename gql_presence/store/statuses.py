@@ -13,7 +13,7 @@ async def change_status(shard: Shard, user_id: str, change: str, *values: str | 
     """One change of how the user appears (lua/set_status.lua); the user's presence
     after it, as they and backends see it."""
     k = shard.keys
-    every_user, publish = await shard.announcing()
+    await shard.announcing()
     entry = await shard.run(
         ScriptName.SET_STATUS,
         named(last_seen=k.last_seen, online=k.online, leases=k.leases),
@@ -21,12 +21,7 @@ async def change_status(shard: Shard, user_id: str, change: str, *values: str | 
             user_id=user_id,
             change=change,
             values=[*values, "", "", ""][:3],
-            window_ms=shard.settings.window_ms,
-            retention_ms=shard.settings.retention_ms,
-            key_prefix=k.prefix,
-            channel=every_user,
-            user_channel_prefix=shard.channels.user_events(""),
-            publish=publish,
+            shard=shard.options,
         ),
     )
     return presence_of(user_id, entry)

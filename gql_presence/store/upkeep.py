@@ -26,7 +26,7 @@ async def sweep(shards: Sequence[Shard], batch: int, lapsed_batch: int) -> Sweep
 async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
     settings, k, c = shard.settings, shard.keys, shard.channels
     labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
-    every_user, publish = await shard.announcing()
+    await shard.announcing()
     reply = await shard.run(
         ScriptName.SWEEP,
         named(
@@ -41,12 +41,7 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
         named(
             batch=batch,
             purge_after_ms=settings.retention_ms + PURGE_SLACK_MS,
-            channel=every_user,
-            user_channel_prefix=c.user_events(""),
-            sessions_prefix=k.sessions(""),
-            conn_prefix=k.conn(""),
-            window_ms=settings.window_ms,
-            retention_ms=settings.retention_ms,
+            shard=shard.options,
             boundaries=boundaries,
             place_prefixes=[
                 k.place_members(""),
@@ -56,8 +51,6 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
                 c.place_events(""),
             ],
             lapsed_batch=lapsed_batch,
-            key_prefix=k.prefix,
-            publish=publish,
             # Overdue: a state its process would have announced an interval ago.
             overdue_ms=PLACE_STATE_INTERVAL_MS,
         ),
