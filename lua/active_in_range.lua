@@ -9,8 +9,9 @@
   ARGV[2]  to_ms         int ms, inclusive
   ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: retention_ms, sessions_prefix,
-                  window_ms, key_prefix (a name ending in ':' is followed by a user id, in the hash
-                  tag of KEYS)
+                  window_ms, the names of includes/status.lua (status_prefix, extras_prefix, since,
+                  invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[4]  first         int: page size, 0 to 1000
   ARGV[5]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[6]  after_member  the cursor's user_id
@@ -38,7 +39,7 @@ local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 local hide_invisible = ARGV[8] == '1'
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, tonumber(shard.window_ms), now)
+use_statuses(shard, online_key, tonumber(shard.window_ms), now)
 from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
 local with_held = from_ms <= now and to_ms >= now - held_slack_ms

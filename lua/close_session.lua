@@ -20,8 +20,9 @@
                         replaced) or no longer held (kicked, lapsed) is left as it is
   ARGV[4]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  user_channel_prefix, key_prefix, publish (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+                  user_channel_prefix, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
+                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[5..8]  boundaries int ms: the start of each of the three days, then the end of the last
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
@@ -45,7 +46,7 @@ local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ton
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}
 local online = settle(user, channel, user_id, now, window_ms, events)

@@ -17,8 +17,9 @@
   ARGV[2]  session_id  string, or "" for every live session
   ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: window_ms, revoke_ms, channel,
-                  user_channel_prefix, key_prefix, publish (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+                  user_channel_prefix, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
+                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
            session ended (the process holding a held session ends its subscription on it),
@@ -38,7 +39,7 @@ local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local events = {}
 settle(user, channel, user_id, now, window_ms, events)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)

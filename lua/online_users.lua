@@ -6,9 +6,10 @@
                             score (includes/live.lua)
   KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, sessions_prefix,
-                  key_prefix (a name ending in ':' is followed by a user id, in the hash tag of
-                  KEYS)
+                  and the shard's names that this script reads: window_ms, sessions_prefix, the
+                  names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
+                  hidden, status_expiries, away_expiries) (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
   ARGV[2]  first         int: page size, 0 to 1000
   ARGV[3]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[4]  after_member  the cursor's user_id
@@ -32,10 +33,10 @@ leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard
 leases.key = KEYS[3]
 local window_ms, first = tonumber(shard.window_ms), tonumber(ARGV[2])
 
-local hide_invisible, key_prefix = ARGV[5] == '1', shard.key_prefix
+local hide_invisible = ARGV[5] == '1'
 
 local now = now_ms()
-use_statuses(key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local total = listed_online_count(online_key, now, hide_invisible)
 local function online_of(user_id) return listed_online(online_key, user_id, now, hide_invisible) end
 local function jump(score) return past_lapsed(last_seen_key, score, now) end

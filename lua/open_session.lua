@@ -22,8 +22,9 @@
   ARGV[4]  token          string: the holding process's, which owns the lease
   ARGV[5]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  user_channel_prefix, key_prefix, publish (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+                  user_channel_prefix, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
+                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   ARGV[10] device         string: what the session's client says it is, or ""
   Returns  {generation, opened_ms}: the new holder's generation
@@ -50,7 +51,7 @@ local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ton
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then
   return redis.error_reply('LEASE_LOST')
 end

@@ -6,8 +6,10 @@
                                   a held score (includes/live.lua)
   KEYS[3]        leases     ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, key_prefix
-                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  and the shard's names that this script reads: window_ms, retention_ms, the names
+                  of includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
+                  status_expiries, away_expiries) (a name ending in ':' is followed by a user id, in
+                  the hash tag of KEYS)
   ARGV[2..]  user_ids    string
   Returns  {entry, ...}: one presence_entry (includes/status.lua) per user, in order: a held
            session's activity, and its user's lastSeen, is the present; a session whose lease
@@ -22,7 +24,7 @@ leases.key = KEYS[3]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local reply = {}
 for i = 2, #ARGV do
   reply[#reply + 1] = presence_entry(ARGV[i], last_seen_key, now, retention_ms)

@@ -20,8 +20,10 @@
                           by more than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: channel, user_channel_prefix,
-                  sessions_prefix, conn_prefix, window_ms, retention_ms, key_prefix, publish (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  sessions_prefix, conn_prefix, window_ms, retention_ms, the names of
+                  includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
+                  status_expiries, away_expiries), publish (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
   ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[8..12] place_prefixes  string: a place's members, holders, states and users keys and
                             its events channel are each of these followed by the place id
@@ -71,7 +73,7 @@ local function place_of(place_id)
 end
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do

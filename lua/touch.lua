@@ -21,8 +21,9 @@
   ARGV[3]  at_ms            int ms, or "" for now
   ARGV[4]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  user_channel_prefix, key_prefix, publish (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+                  user_channel_prefix, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
+                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[5]  max_future_ms    int ms: how far ahead of now `at` may lie
   ARGV[6..9]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[10] device        string: what the session's client says it is, or "" to keep it
@@ -54,7 +55,7 @@ local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 local device, idle = ARGV[10], ARGV[11] == '1'
 
 local now = now_ms()
-use_statuses(shard.key_prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end

@@ -12,8 +12,10 @@
                                  leases' users keys are named from it (same hash tag)
   ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
                   and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  sessions_prefix, revoked_prefix, conn_prefix, user_channel_prefix, key_prefix,
-                  publish (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  sessions_prefix, revoked_prefix, conn_prefix, user_channel_prefix, the names of
+                  includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
+                  status_expiries, away_expiries), publish (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
   ARGV[2..5]  boundaries    int ms: the start of each of the three days, then the end of the last
   ARGV[6] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
                             characters); sorted, for speed only. A few hundred at most: Redis
@@ -47,7 +49,7 @@ local conn_prefix = shard.conn_prefix
 leases.key = KEYS[9]
 
 local now = now_ms()
-use_statuses(shard.key_prefix, KEYS[2], window_ms, now)
+use_statuses(shard, KEYS[2], window_ms, now)
 local day = day_of(now, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
@@ -197,7 +199,7 @@ call_chunked('ZADD', online_key, 'GT', #keyless, function(args, k, j)
   return k + 2
 end)
 -- Those who chose INVISIBLE keep their online entry in `hidden` too (includes/status.lua).
-local invisible = read_in_chunks('SMISMEMBER', shard.key_prefix .. 'invisible', keyless)
+local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do
   if invisible[j] == 1 then sync_hidden(keyless[j]) end
 end

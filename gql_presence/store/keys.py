@@ -38,14 +38,36 @@ class Keys:
     @property
     def online_since(self) -> str:
         """ZSET of the users online: -(when their online period began, ms), for the list by
-        login time (lua/includes/status.lua names it from the prefix too)."""
+        login time (lua/includes/status.lua)."""
         return self.prefix + "since"
 
     @property
     def invisible(self) -> str:
-        """SET of the users who chose INVISIBLE (lua/includes/status.lua names it from the
-        prefix too)."""
+        """SET of the users who chose INVISIBLE (lua/includes/status.lua)."""
         return self.prefix + "invisible"
+
+    @property
+    def hidden(self) -> str:
+        """ZSET: the online entries of the users who chose INVISIBLE, as in `online`."""
+        return self.prefix + "hidden"
+
+    @property
+    def status_expiries(self) -> str:
+        """ZSET member=user_id score=when their custom status ends, ms."""
+        return self.prefix + "stexp"
+
+    @property
+    def away_expiries(self) -> str:
+        """ZSET member=user_id score=when they turn AWAY by time alone, ms."""
+        return self.prefix + "awayexp"
+
+    def status(self, user_id: str) -> str:
+        """HASH: the user's choices (chosen status, custom status, lastSeen visibility)."""
+        return self.prefix + "st:" + user_id
+
+    def session_extras(self, user_id: str) -> str:
+        """HASH session_id -> "started_ms idle device" of the user's sessions."""
+        return self.prefix + "sx:" + user_id
 
     @property
     def user_index(self) -> str:

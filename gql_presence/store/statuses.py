@@ -16,7 +16,16 @@ async def change_status(shard: Shard, user_id: str, change: str, *values: str | 
     await shard.announcing()
     entry = await shard.run(
         ScriptName.SET_STATUS,
-        named(last_seen=k.last_seen, online=k.online, leases=k.leases),
+        named(
+            last_seen=k.last_seen,
+            online=k.online,
+            leases=k.leases,
+            sessions=k.sessions(user_id),
+            revoked=k.revoked(user_id),
+            conn=k.conn(user_id),
+            user_index=k.user_index,
+            invisible=k.invisible,
+        ),
         named(
             user_id=user_id,
             change=change,
