@@ -7,11 +7,11 @@
   KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  from_ms       int ms, inclusive
   ARGV[2]  to_ms         int ms, inclusive
-  ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: retention_ms, sessions_prefix,
-                  window_ms, the names of includes/status.lua (status_prefix, extras_prefix, since,
-                  invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
-                  followed by a user id, in the hash tag of KEYS)
+  ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: retention_ms,
+                  sessions_prefix, window_ms, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries) (a name
+                  ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[4]  first         int: page size, 0 to 1000
   ARGV[5]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[6]  after_member  the cursor's user_id
@@ -29,7 +29,8 @@
 --- @include "clock"
 --- @include "page"
 --- @include "status"
-local shard = cjson.decode(ARGV[3])
+--- @include "options"
+local shard = shard_options(ARGV[3])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
 leases.key = KEYS[3]

@@ -4,9 +4,9 @@
 
   KEYS[1..k]  friends  SET  owner i's friends' ids (those who live in this key's shard)
   ARGV[1]     change   string: "SADD" to add the links, "SREM" to remove them
-  ARGV[2]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: channel, publish (a name ending in
-                  ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[2]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: channel,
+                  publish (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[3..]   owners   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix
                        (the channel of the owner's FRIENDS events is this followed by
                        owner_id: with PUBLISH the owner's own channel, in the owner's shard,
@@ -21,7 +21,8 @@
 ]]
 --- @include "chunks"
 --- @include "events"
-local shard = cjson.decode(ARGV[2])
+--- @include "options"
+local shard = shard_options(ARGV[2])
 local change, every_user_channel, publish = ARGV[1], shard.channel, shard.publish
 if change ~= 'SADD' and change ~= 'SREM' then return redis.error_reply('BAD_CHANGE') end
 local reply = {}

@@ -3,9 +3,10 @@
   closed, or their lease lapsed), for a holder that may have missed the announcement.
 
   KEYS[1]  leases   ZSET  member=slot  score=the moment the lease lapses, ms
-  ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: sessions_prefix, conn_prefix (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads:
+                  sessions_prefix, conn_prefix (a name ending in ':' is followed by a user id, in
+                  the hash tag of KEYS)
   ARGV[2..] held            string triples: user_id, session_id, generation; at most a batch
                             (the store's CHECK_BATCH) per call
   Returns  {position, ...}: the 1-based positions of the triples whose session is no longer
@@ -14,7 +15,8 @@
 ]]
 --- @include "clock"
 --- @include "connections"
-local shard = cjson.decode(ARGV[1])
+--- @include "options"
+local shard = shard_options(ARGV[1])
 leases.key = KEYS[1]
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
 

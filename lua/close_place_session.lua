@@ -12,16 +12,17 @@
   ARGV[4]  generation  int: the holder's; a session held by another (it was replaced) or no
                        longer held (kicked) is left as it is
   ARGV[5]  channel     string: the place's events channel
-  ARGV[6]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: publish (a name ending in ':' is
-                  followed by a user id, in the hash tag of KEYS)
+  ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: publish (a name
+                  ending in ':' is followed by a user id, in the hash tag of KEYS)
   Returns  1 if the session left the place, else 0
   Events   LEFT: now, or at its lease's lapse if that came first
 ]]
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
-local shard = cjson.decode(ARGV[6])
+--- @include "options"
+local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[5], publish = shard.publish}
 leases.key = KEYS[5]

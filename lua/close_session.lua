@@ -18,11 +18,12 @@
   ARGV[2]  session_id   string
   ARGV[3]  generation   int: the holder's; a session held by another generation (it was
                         replaced) or no longer held (kicked, lapsed) is left as it is
-  ARGV[4]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  user_channel_prefix, the names of includes/status.lua (status_prefix,
-                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
-                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   ARGV[5..8]  boundaries int ms: the start of each of the three days, then the end of the last
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
@@ -33,7 +34,8 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[4])
+--- @include "options"
+local shard = shard_options(ARGV[4])
 local last_seen_key, online_key, sessions_key = KEYS[1], KEYS[2], KEYS[3]
 local activity_keys = {last_seen = last_seen_key, index = KEYS[5], next = KEYS[6],
   free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}

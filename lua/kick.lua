@@ -15,11 +15,12 @@
                             users and bits keys are named from it (same hash tag)
   ARGV[1]  user_id     string
   ARGV[2]  session_id  string, or "" for every live session
-  ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, revoke_ms, channel,
-                  user_channel_prefix, the names of includes/status.lua (status_prefix,
-                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
-                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  revoke_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
            session ended (the process holding a held session ends its subscription on it),
@@ -29,7 +30,8 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[3])
+--- @include "options"
+local shard = shard_options(ARGV[3])
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
   conn = KEYS[4], index = KEYS[6]}

@@ -11,9 +11,10 @@
   ARGV[1]  first         int: page size, 0 to 1000
   ARGV[2]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[3]  after_member  the cursor's user_id
-  ARGV[4]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: sessions_prefix, window_ms (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads:
+                  sessions_prefix, window_ms (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   ARGV[5]  hide_invisible  0|1: 1 leaves out friends who chose INVISIBLE (for an end user,
                          to whom they are offline)
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: held users
@@ -32,7 +33,8 @@
 --- @include "page"
 --- @include "chunks"
 --- @include "live"
-local shard = cjson.decode(ARGV[4])
+--- @include "options"
+local shard = shard_options(ARGV[4])
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local invisible_key = KEYS[6]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)

@@ -8,11 +8,11 @@
                             score (includes/live.lua)
   KEYS[3]  last_seen  ZSET  member=user_id  score=-(last activity, ms), or -(held score)
   KEYS[4]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
-  ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, sessions_prefix, the
-                  names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
-                  hidden, status_expiries, away_expiries) (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  sessions_prefix, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[2]  first         int: page size, 0 to 1000
   ARGV[3]  after_score   the cursor's since score, or "" for the first page
   ARGV[4]  after_member  the cursor's user_id
@@ -25,7 +25,8 @@
 --- @include "clock"
 --- @include "page"
 --- @include "status"
-local shard = cjson.decode(ARGV[1])
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local since_key, online_key, last_seen_key = KEYS[1], KEYS[2], KEYS[3]
 leases.key = KEYS[4]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)

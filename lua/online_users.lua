@@ -5,11 +5,11 @@
   KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms, or a held
                             score (includes/live.lua)
   KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
-  ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, sessions_prefix, the
-                  names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
-                  hidden, status_expiries, away_expiries) (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  sessions_prefix, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[2]  first         int: page size, 0 to 1000
   ARGV[3]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[4]  after_member  the cursor's user_id
@@ -27,7 +27,8 @@
 --- @include "clock"
 --- @include "page"
 --- @include "status"
-local shard = cjson.decode(ARGV[1])
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
 leases.key = KEYS[3]

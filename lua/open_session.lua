@@ -20,11 +20,12 @@
   ARGV[2]  session_id     string
   ARGV[3]  slot           int: the holding process's lease in this shard (lua/acquire_lease.lua)
   ARGV[4]  token          string: the holding process's, which owns the lease
-  ARGV[5]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  user_channel_prefix, the names of includes/status.lua (status_prefix,
-                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
-                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   ARGV[10] device         string: what the session's client says it is, or ""
   Returns  {generation, opened_ms}: the new holder's generation
@@ -37,7 +38,8 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[5])
+--- @include "options"
+local shard = shard_options(ARGV[5])
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local generations_key = KEYS[6]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[7],

@@ -5,11 +5,11 @@
   KEYS[2]        online     ZSET  member=user_id     score=newest live session's expiry, ms, or
                                   a held score (includes/live.lua)
   KEYS[3]        leases     ZSET  member=slot  score=the moment the lease lapses, ms
-  ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, the names
-                  of includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
-                  status_expiries, away_expiries) (a name ending in ':' is followed by a user id, in
-                  the hash tag of KEYS)
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[2..]  user_ids    string
   Returns  {entry, ...}: one presence_entry (includes/status.lua) per user, in order: a held
            session's activity, and its user's lastSeen, is the present; a session whose lease
@@ -18,7 +18,8 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[1])
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.key = KEYS[3]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)

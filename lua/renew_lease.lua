@@ -12,9 +12,9 @@
   ARGV[3]  ttl_ms      int ms: the lease lapses this long after the renewal; 0 to give it up
                        (its sessions, if any are left, are then ended by the sweep)
   ARGV[4]  at_ms       int ms, or "" for now: a backfilled renewal (never after now)
-  ARGV[5]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: retention_ms (a name ending in ':'
-                  is followed by a user id, in the hash tag of KEYS)
+  ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: retention_ms (a
+                  name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
   Returns  1 if renewed; 0 if the lease had lapsed, or is not this process's: the sweep ends
@@ -22,7 +22,8 @@
 ]]
 --- @include "clock"
 --- @include "activity"
-local shard = cjson.decode(ARGV[5])
+--- @include "options"
+local shard = shard_options(ARGV[5])
 leases.key = KEYS[1]
 local slot, token, ttl_ms, at_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local retention_ms = tonumber(shard.retention_ms)

@@ -15,9 +15,9 @@
   ARGV[3]  session_id   string
   ARGV[4]  state        string: JSON object
   ARGV[5]  channel      string: the place's events channel
-  ARGV[6]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: publish (a name ending in ':' is
-                  followed by a user id, in the hash tag of KEYS)
+  ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: publish (a name
+                  ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[7]  interval_ms  int ms: the least time between two UPDATED of one session
   Returns  {joined_ms, flush_in_ms}: the moment the session joined; and, when this call left
            its state waiting where none waited, in how many ms the caller announces it
@@ -29,7 +29,8 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
-local shard = cjson.decode(ARGV[6])
+--- @include "options"
+local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[5], publish = shard.publish, flushes = KEYS[6]}
 leases.key = KEYS[5]

@@ -19,11 +19,12 @@
                                   until changed)
                          visible: EVERYONE|FRIENDS|NOBODY
                          idle:    session_id, 0|1
-  ARGV[6]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, the names
-                  of includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
-                  status_expiries, away_expiries), channel, user_channel_prefix, publish (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries), channel,
+                  user_channel_prefix, publish (a name ending in ':' is followed by a user id, in
+                  the hash tag of KEYS)
   Returns  the user's presence_entry (includes/status.lua) after the change
   Events   OFFLINE (or STATUS) for a presence that expired or lapsed unswept, and STATUS for a
            custom status that ended unswept (before anything else, as the sweep
@@ -37,7 +38,8 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[6])
+--- @include "options"
+local shard = shard_options(ARGV[6])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.key = KEYS[3]
 local user_id, change = ARGV[1], ARGV[2]

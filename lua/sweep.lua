@@ -18,12 +18,12 @@
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
-  ARGV[3]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: channel, user_channel_prefix,
-                  sessions_prefix, conn_prefix, window_ms, retention_ms, the names of
-                  includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
-                  status_expiries, away_expiries), publish (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+  ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: channel,
+                  user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms, the
+                  names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
+                  hidden, status_expiries, away_expiries), publish (a name ending in ':' is followed
+                  by a user id, in the hash tag of KEYS)
   ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[8..12] place_prefixes  string: a place's members, holders, states and users keys and
                             its events channel are each of these followed by the place id
@@ -53,7 +53,8 @@
 --- @include "activity"
 --- @include "places"
 --- @include "status"
-local shard = cjson.decode(ARGV[3])
+--- @include "options"
+local shard = shard_options(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 leases.key = KEYS[5]
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])

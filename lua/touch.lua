@@ -19,11 +19,12 @@
   ARGV[1]  user_id          string
   ARGV[2]  session_id       string
   ARGV[3]  at_ms            int ms, or "" for now
-  ARGV[4]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  user_channel_prefix, the names of includes/status.lua (status_prefix,
-                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
-                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   ARGV[5]  max_future_ms    int ms: how far ahead of now `at` may lie
   ARGV[6..9]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[10] device        string: what the session's client says it is, or "" to keep it
@@ -41,7 +42,8 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[4])
+--- @include "options"
+local shard = shard_options(ARGV[4])
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[5],
   next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}

@@ -10,12 +10,12 @@
   KEYS[6..8]  days       bitmaps of three consecutive days, oldest first
   KEYS[9]  leases        ZSET    member=slot  score=the moment the lease lapses, ms; the
                                  leases' users keys are named from it (same hash tag)
-  ARGV[1]  shard  JSON, made once per shard by the store (Shard.options): the deployment's options
-                  and the shard's names that this script reads: window_ms, retention_ms, channel,
-                  sessions_prefix, revoked_prefix, conn_prefix, user_channel_prefix, the names of
-                  includes/status.lua (status_prefix, extras_prefix, since, invisible, hidden,
-                  status_expiries, away_expiries), publish (a name ending in ':' is followed by a
-                  user id, in the hash tag of KEYS)
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, channel, sessions_prefix, revoked_prefix, conn_prefix,
+                  user_channel_prefix, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
+                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[2..5]  boundaries    int ms: the start of each of the three days, then the end of the last
   ARGV[6] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
                             characters); sorted, for speed only. A few hundred at most: Redis
@@ -39,7 +39,8 @@
 --- @include "chunks"
 --- @include "activity"
 --- @include "status"
-local shard = cjson.decode(ARGV[1])
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)

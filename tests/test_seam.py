@@ -8,12 +8,21 @@ import re
 from typing import Any
 
 import pytest
+from redis.asyncio import Redis
 
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.scripts import Entry, ScriptName, header_of, lua_dir
-from gql_presence.store.shard import Named, Shard, named
+from gql_presence.store.shard import (
+    OPTION_NAMES,
+    OPTION_NUMBERS,
+    Named,
+    Shard,
+    named,
+    pack_options,
+    unpack_options,
+)
 from tests.helpers import call_every_script
 
 # A header line naming an entry: `  KEYS[3]  name`, `  ARGV[7..10]  name`, `  ARGV[4..]  name`.
@@ -105,3 +114,26 @@ def test_a_call_that_differs_from_its_scripts_header_is_refused_before_redis_is_
         [k.persisted_documents, k.persisted_documents_used],
         ["0" * 64, "{ a }", 1, 10],
     )
+
+
+async def test_the_shard_argument_is_unpacked_by_the_scripts_as_the_store_packs_it(
+    redis: Redis,
+) -> None:
+    text = (lua_dir() / "includes" / "options.lua").read_text()
+    unpacked = re.search(r"local o = \{\}\n(.*?) = struct.unpack", text, re.S)
+    assert unpacked is not None
+    assert re.findall(r"o\.(\w+)", unpacked[1]) == [*OPTION_NUMBERS, *OPTION_NAMES]
+    shard = Shard(redis, Settings(), 2, None)  # type: ignore[arg-type]
+    options = unpack_options(shard.options)
+    assert options["window_ms"] == Settings().window_ms
+    assert options["status_prefix"] == shard.keys.status("")
+    assert pack_options(options) == shard.options
+    # What Redis's Lua reads from it, name by name.
+    script = (
+        text
+        + "local o = shard_options(ARGV[1])\nlocal out = {}\n"
+        + "for i = 2, #ARGV do out[#out + 1] = tostring(o[ARGV[i]]) end\nreturn out"
+    )
+    names = [*OPTION_NUMBERS, *OPTION_NAMES]
+    read = await redis.eval(script, 0, shard.options, *names)
+    assert read == [str(options[name]) for name in names]

@@ -172,7 +172,7 @@ class Scripts:
             if not present:
                 await client.script_load(script_source(name))
 
-    async def run(self, name: ScriptName, keys: list[str], args: list[str | int]) -> Any:
+    async def run(self, name: ScriptName, keys: list[str], args: list[str | int | bytes]) -> Any:
         if self.auto_pipeline is not None:
             return await self.auto_pipeline.run(self.by_name[name], keys, args)
         return await self.by_name[name](keys=keys, args=args)
@@ -197,7 +197,7 @@ class Scripts:
 
 
 # The keys and the arguments of one script call.
-ScriptCall = tuple[list[str], list[str | int]]
+ScriptCall = tuple[list[str], list[str | int | bytes]]
 
 
 async def _pipelined(client: AnyRedis, sha: str, calls: Sequence[ScriptCall]) -> list[Any]:

@@ -9,9 +9,9 @@ of ours, raised before Redis is asked (tests/test_seam.py holds every caller to 
 
 from __future__ import annotations
 
-import json
+import struct
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from redis import exceptions as redis_errors
@@ -77,8 +77,53 @@ _UNREACHABLE = "The presence store cannot be reached right now; try again shortl
 # Redis words these inside a script's own error, so they are found in its text.
 _WRITES_REFUSED = ("READONLY", "read only replica", "OOM command not allowed")
 
+# The fields of the `shard` argument, in the order lua/includes/options.lua unpacks them: the
+# numbers (ms) first, then the names. Packed rather than JSON: Redis's Lua unpacks it faster
+# than it reads as many separate arguments, where decoding JSON took a touch 3 µs more.
+OPTION_NUMBERS = ("window_ms", "retention_ms", "revoke_ms")
+OPTION_NAMES = (
+    "publish",
+    "channel",
+    "user_channel_prefix",
+    "sessions_prefix",
+    "status_prefix",
+    "extras_prefix",
+    "since",
+    "invisible",
+    "hidden",
+    "status_expiries",
+    "away_expiries",
+    "conn_prefix",
+    "revoked_prefix",
+)
+
+
+def pack_options(options: Mapping[str, str | int]) -> bytes:
+    """The options as lua/includes/options.lua unpacks them (its format, '>ddd' then 'Bc0'
+    per name): each number a big-endian double, each name a byte of length then its bytes."""
+    if tuple(options) != OPTION_NUMBERS + OPTION_NAMES:
+        raise RuntimeError(f"options are {OPTION_NUMBERS + OPTION_NAMES}, not {tuple(options)}")
+    packed = struct.pack(">ddd", *(float(options[n]) for n in OPTION_NUMBERS))
+    for name in OPTION_NAMES:
+        value = str(options[name]).encode()
+        packed += struct.pack(">B", len(value)) + value
+    return packed
+
+
+def unpack_options(packed: bytes) -> dict[str, str | int]:
+    """What pack_options packed (for tests and tools)."""
+    numbers = struct.unpack_from(">ddd", packed)
+    options: dict[str, str | int] = dict(zip(OPTION_NUMBERS, map(int, numbers), strict=True))
+    at = 24
+    for name in OPTION_NAMES:
+        size = packed[at]
+        options[name] = packed[at + 1 : at + 1 + size].decode()
+        at += 1 + size
+    return options
+
+
 # A value of a KEYS or ARGV entry: one, or the values of a range (`KEYS[8..10]`, `ARGV[4..]`).
-Value = str | int
+Value = str | int | bytes
 Named = dict[str, Value | Sequence[Value]]
 
 
@@ -134,7 +179,7 @@ class Shard:
         # asks for.
         self._learn_publish = learn_publish
         self._publish: Publish | None = None if learn_publish else Publish.CLASSIC
-        self._options: str | None = None
+        self._options: bytes | None = None
 
     def publish_with(self, publish: Publish) -> None:
         """How this shard's scripts publish their events from now on (the deployment's)."""
@@ -142,14 +187,14 @@ class Shard:
         self._options = None
 
     @property
-    def options(self) -> str:
+    def options(self) -> bytes:
         """The scripts' `shard` argument: the deployment's options and this shard's names,
-        one JSON object made once (and again once the deployment's way of publishing is
-        known; until then, "" for a script that reads but does not publish). A name ending in
-        ':' is followed by a user id."""
+        packed once (and again once the deployment's way of publishing is known; until then,
+        "" for a script that reads but does not publish). A name ending in ':' is followed
+        by a user id."""
         if self._options is None:
             k, settings, publish = self.keys, self.settings, self._publish
-            self._options = json.dumps(
+            self._options = pack_options(
                 {
                     "window_ms": settings.window_ms,
                     "retention_ms": settings.retention_ms,
@@ -167,8 +212,7 @@ class Shard:
                     "away_expiries": k.away_expiries,
                     "conn_prefix": k.conn(""),
                     "revoked_prefix": k.revoked(""),
-                },
-                separators=(",", ":"),
+                }
             )
         return self._options
 
