@@ -10,8 +10,9 @@
   ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: retention_ms,
                   sessions_prefix, window_ms, the names of includes/status.lua (status_prefix,
-                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries) (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), and the
+                  names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[4]  first         int: page size, 0 to 1000
   ARGV[5]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[6]  after_member  the cursor's user_id
@@ -33,7 +34,7 @@
 local shard = shard_options(ARGV[3])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
-leases.key = KEYS[3]
+leases.key, leases.names = KEYS[3], shard
 local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(shard.retention_ms)
 local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 

@@ -5,8 +5,9 @@
   KEYS[1]  leases   ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads:
-                  sessions_prefix, conn_prefix (a name ending in ':' is followed by a user id, in
-                  the hash tag of KEYS)
+                  sessions_prefix, conn_prefix, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   ARGV[2..] held            string triples: user_id, session_id, generation; at most a batch
                             (the store's CHECK_BATCH) per call
   Returns  {position, ...}: the 1-based positions of the triples whose session is no longer
@@ -17,7 +18,7 @@
 --- @include "connections"
 --- @include "options"
 local shard = shard_options(ARGV[1])
-leases.key = KEYS[1]
+leases.key, leases.names = KEYS[1], shard
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
 
 local now = now_ms()

@@ -13,8 +13,9 @@
                        longer held (kicked) is left as it is
   ARGV[5]  channel     string: the place's events channel
   ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
-                  deployment's options and the shard's names that this script reads: publish (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  deployment's options and the shard's names that this script reads: publish, and
+                  the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   Returns  1 if the session left the place, else 0
   Events   LEFT: now, or at its lease's lapse if that came first
 ]]
@@ -25,7 +26,7 @@
 local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[5], publish = shard.publish}
-leases.key = KEYS[5]
+leases.key, leases.names = KEYS[5], shard
 local user_id, session_id, generation = ARGV[2], ARGV[3], ARGV[4]
 
 local now = now_ms()

@@ -22,7 +22,8 @@
                   deployment's options and the shard's names that this script reads: window_ms,
                   retention_ms, channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
-                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
                   hash tag of KEYS)
   ARGV[5..8]  boundaries int ms: the start of each of the three days, then the end of the last
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
@@ -41,7 +42,7 @@ local activity_keys = {last_seen = last_seen_key, index = KEYS[5], next = KEYS[6
   free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[4], index = KEYS[5]}
-leases.key = KEYS[11]
+leases.key, leases.names = KEYS[11], shard
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])}

@@ -19,7 +19,8 @@
                   deployment's options and the shard's names that this script reads: window_ms,
                   revoke_ms, channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
-                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
                   hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
@@ -35,7 +36,7 @@ local shard = shard_options(ARGV[3])
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
   conn = KEYS[4], index = KEYS[6]}
-leases.key = KEYS[7]
+leases.key, leases.names = KEYS[7], shard
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms)
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}

@@ -13,7 +13,8 @@
   ARGV[3]  after_member  the cursor's user_id
   ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads:
-                  sessions_prefix, window_ms (a name ending in ':' is followed by a user id, in the
+                  sessions_prefix, window_ms, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
                   hash tag of KEYS)
   ARGV[5]  hide_invisible  0|1: 1 leaves out friends who chose INVISIBLE (for an end user,
                          to whom they are offline)
@@ -38,7 +39,7 @@ local shard = shard_options(ARGV[4])
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local invisible_key = KEYS[6]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
-leases.key = KEYS[5]
+leases.key, leases.names = KEYS[5], shard
 local first = tonumber(ARGV[1])
 local hide_invisible = ARGV[5] == '1'
 local EXPIRED_LIST_MAX = 1000

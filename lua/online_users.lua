@@ -8,8 +8,9 @@
   ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: window_ms,
                   sessions_prefix, the names of includes/status.lua (status_prefix, extras_prefix,
-                  since, invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
-                  followed by a user id, in the hash tag of KEYS)
+                  since, invisible, hidden, status_expiries, away_expiries), and the names of a
+                  lease's keys (includes/connections.lua) (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
   ARGV[2]  first         int: page size, 0 to 1000
   ARGV[3]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[4]  after_member  the cursor's user_id
@@ -31,7 +32,7 @@
 local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
-leases.key = KEYS[3]
+leases.key, leases.names = KEYS[3], shard
 local window_ms, first = tonumber(shard.window_ms), tonumber(ARGV[2])
 
 local hide_invisible = ARGV[5] == '1'

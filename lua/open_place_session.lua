@@ -17,8 +17,9 @@
   ARGV[6]  state        string: JSON object, or "" for none
   ARGV[7]  channel      string: the place's events channel
   ARGV[8]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
-                  deployment's options and the shard's names that this script reads: publish (a name
-                  ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  deployment's options and the shard's names that this script reads: publish, and
+                  the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   Returns  {generation, joined_ms}: a replaced session keeps the moment it joined
   Events   LEFT for a session held there under a lease that lapsed, at the lapse; JOINED with
            the state; or for a session held already, REPLACED (its state field the new
@@ -34,7 +35,7 @@ local shard = shard_options(ARGV[8])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[7], publish = shard.publish}
 local generations_key = KEYS[5]
-leases.key = KEYS[6]
+leases.key, leases.names = KEYS[6], shard
 local user_id, session_id, slot, token = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local state = ARGV[6] ~= '' and ARGV[6] or nil
 

@@ -24,7 +24,8 @@
                   deployment's options and the shard's names that this script reads: window_ms,
                   retention_ms, channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
-                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
                   hash tag of KEYS)
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   ARGV[10] device         string: what the session's client says it is, or ""
@@ -46,7 +47,7 @@ local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index =
   next = KEYS[8], free = KEYS[9], days = {KEYS[10], KEYS[11], KEYS[12]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[5], index = KEYS[7]}
-leases.key = KEYS[13]
+leases.key, leases.names = KEYS[13], shard
 local user_id, session_id, slot, token = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}

@@ -8,8 +8,9 @@
   ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: window_ms,
                   retention_ms, the names of includes/status.lua (status_prefix, extras_prefix,
-                  since, invisible, hidden, status_expiries, away_expiries) (a name ending in ':' is
-                  followed by a user id, in the hash tag of KEYS)
+                  since, invisible, hidden, status_expiries, away_expiries), and the names of a
+                  lease's keys (includes/connections.lua) (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
   ARGV[2..]  user_ids    string
   Returns  {entry, ...}: one presence_entry (includes/status.lua) per user, in order: a held
            session's activity, and its user's lastSeen, is the present; a session whose lease
@@ -21,7 +22,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key = KEYS[3]
+leases.key, leases.names = KEYS[3], shard
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 
 local now = now_ms()

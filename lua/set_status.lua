@@ -23,8 +23,9 @@
                   deployment's options and the shard's names that this script reads: window_ms,
                   retention_ms, the names of includes/status.lua (status_prefix, extras_prefix,
                   since, invisible, hidden, status_expiries, away_expiries), channel,
-                  user_channel_prefix, publish (a name ending in ':' is followed by a user id, in
-                  the hash tag of KEYS)
+                  user_channel_prefix, publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   Returns  the user's presence_entry (includes/status.lua) after the change
   Events   OFFLINE (or STATUS) for a presence that expired or lapsed unswept, and STATUS for a
            custom status that ended unswept (before anything else, as the sweep
@@ -41,7 +42,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[6])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key = KEYS[3]
+leases.key, leases.names = KEYS[3], shard
 local user_id, change = ARGV[1], ARGV[2]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}

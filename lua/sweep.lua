@@ -22,8 +22,9 @@
                   deployment's options and the shard's names that this script reads: channel,
                   user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms, the
                   names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
-                  hidden, status_expiries, away_expiries), publish (a name ending in ':' is followed
-                  by a user id, in the hash tag of KEYS)
+                  hidden, status_expiries, away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[8..12] place_prefixes  string: a place's members, holders, states and users keys and
                             its events channel are each of these followed by the place id
@@ -56,7 +57,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-leases.key = KEYS[5]
+leases.key, leases.names = KEYS[5], shard
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix

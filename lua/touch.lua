@@ -23,7 +23,8 @@
                   deployment's options and the shard's names that this script reads: window_ms,
                   retention_ms, channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
-                  away_expiries), publish (a name ending in ':' is followed by a user id, in the
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
                   hash tag of KEYS)
   ARGV[5]  max_future_ms    int ms: how far ahead of now `at` may lie
   ARGV[6..9]  boundaries   int ms: the start of each of the three days, then the end of the last
@@ -49,7 +50,7 @@ local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index =
   next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[11], index = KEYS[5], defer_expiry = true}
-leases.key = KEYS[12]
+leases.key, leases.names = KEYS[12], shard
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms), tonumber(ARGV[5])
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}

@@ -14,8 +14,9 @@
                   deployment's options and the shard's names that this script reads: window_ms,
                   retention_ms, channel, sessions_prefix, revoked_prefix, conn_prefix,
                   user_channel_prefix, the names of includes/status.lua (status_prefix,
-                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish
-                  (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish,
+                  and the names of a lease's keys (includes/connections.lua) (a name ending in ':'
+                  is followed by a user id, in the hash tag of KEYS)
   ARGV[2..5]  boundaries    int ms: the start of each of the three days, then the end of the last
   ARGV[6] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
                             characters); sorted, for speed only. A few hundred at most: Redis
@@ -47,7 +48,7 @@ local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retent
 local boundaries = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 local channel, sessions_prefix, revoked_prefix = {shard.channel, shard.user_channel_prefix, shard.publish}, shard.sessions_prefix, shard.revoked_prefix
 local conn_prefix = shard.conn_prefix
-leases.key = KEYS[9]
+leases.key, leases.names = KEYS[9], shard
 
 local now = now_ms()
 use_statuses(shard, KEYS[2], window_ms, now)

@@ -115,9 +115,35 @@ class Keys:
     @property
     def leases(self) -> str:
         """ZSET member=slot score=the moment the lease lapses, ms: one lease per process that
-        holds sessions in this shard. Its owners (`:owners`), users (`:users:<slot>`) and bits
-        (`:bits:<slot>`) are named from it by the scripts (lua/includes/connections.lua)."""
+        holds sessions in this shard (lua/includes/connections.lua)."""
         return self.prefix + "leases"
+
+    @property
+    def lease_owners(self) -> str:
+        """HASH slot -> the token of the process that owns the lease."""
+        return self.prefix + "leases:owners"
+
+    @property
+    def lease_next(self) -> str:
+        """STRING counter: the last lease slot handed out (a slot is never reused)."""
+        return self.prefix + "leases:next"
+
+    def lease_users(self, slot: str) -> str:
+        """SET of the users the lease holds sessions of."""
+        return self.prefix + "leases:users:" + slot
+
+    def lease_bits(self, slot: str) -> str:
+        """Bitmap of those users' day-bitmap bits, which each renewal ORs into its day's."""
+        return self.prefix + "leases:bits:" + slot
+
+    def lease_places(self, slot: str) -> str:
+        """SET of the places the lease holds sessions in (lua/includes/places.lua)."""
+        return self.prefix + "leases:places:" + slot
+
+    def lease_members(self, slot: str, place_id: str = "") -> str:
+        """SET of the members the lease holds in the place; lua/includes/places.lua names it
+        from lease_members("") followed by the slot, ':' and the place id."""
+        return self.prefix + "leases:pm:" + (slot + ":" + place_id if slot else "")
 
     @property
     def generations(self) -> str:

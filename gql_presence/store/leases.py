@@ -51,7 +51,11 @@ class Leases:
                 slot = await shard.run(
                     ScriptName.ACQUIRE_LEASE,
                     named(leases=shard.keys.leases),
-                    named(token=self._token, ttl_ms=shard.settings.connection_ttl_ms),
+                    named(
+                        token=self._token,
+                        ttl_ms=shard.settings.connection_ttl_ms,
+                        shard=shard.options,
+                    ),
                 )
                 lease = Lease(index, int(slot), self._token)
                 self._held[index] = lease

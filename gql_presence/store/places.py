@@ -256,6 +256,7 @@ class Places:
                 first=first,
                 after_score=position[0] if position else "",
                 after_member=position[1] if position else "",
+                shard=shard.options,
             ),
         )
         sessions, users, nodes, more, sequence = place_members_of(place_id, reply)
@@ -288,6 +289,6 @@ class Places:
                 users=[k.place_users(p) for p in place_ids],
                 leases=k.leases,
             ),
-            named(place_id=list(place_ids)),
+            named(place_id=list(place_ids), shard=shard.options),
         )
         return [(int(reply[i]), int(reply[i + 1])) for i in range(0, len(reply), 2)]

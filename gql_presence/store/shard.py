@@ -95,6 +95,12 @@ OPTION_NAMES = (
     "away_expiries",
     "conn_prefix",
     "revoked_prefix",
+    "lease_owners",
+    "lease_next",
+    "lease_users_prefix",
+    "lease_bits_prefix",
+    "lease_places_prefix",
+    "lease_members_prefix",
 )
 
 
@@ -212,6 +218,12 @@ class Shard:
                     "away_expiries": k.away_expiries,
                     "conn_prefix": k.conn(""),
                     "revoked_prefix": k.revoked(""),
+                    "lease_owners": k.lease_owners,
+                    "lease_next": k.lease_next,
+                    "lease_users_prefix": k.lease_users(""),
+                    "lease_bits_prefix": k.lease_bits(""),
+                    "lease_places_prefix": k.lease_places(""),
+                    "lease_members_prefix": k.lease_members(""),
                 }
             )
         return self._options
