@@ -8,8 +8,8 @@
   ARGV[2]  ttl_ms    int ms: the lease lapses this long after its last renewal
   ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   names of a lease's keys (lease_owners, lease_next, lease_users_prefix, ...), each
-                  followed by the lease's slot where it ends in ':': the owners (HASH slot -> token) and the slot counter
-                  (STRING), in the hash tag of KEYS
+                  followed by the lease's slot where it ends in ':': the owners (HASH slot -> token)
+                  and the slot counter (STRING), in the hash tag of KEYS
   Returns  the slot, an int from 1 (far below the 7 * 2^50 that held scores leave room for)
 ]]
 --- @include "clock"

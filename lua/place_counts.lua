@@ -6,7 +6,7 @@
   KEYS[2n+1]     leases   ZSET  member=slot  score=the moment the lease lapses, ms; the leases'
                                 place books are named from it (same hash tag)
   ARGV[1..n]     place_id string
-  ARGV[n+1]      shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+  ARGV[n+1]      shard packed once per shard by the store (Shard.options, includes/options.lua): the
                   names of a lease's keys (lease_owners, lease_next, lease_users_prefix, ...), each
                   followed by the lease's slot where it ends in ':'
   Returns  {sessions_1, users_1, sessions_2, users_2, ...} in the order given
