@@ -83,6 +83,30 @@ async def test_the_service_serves_the_client_at_client(api: TestClient[Any, Any]
     assert '"gql-presence-client": "/client/index.js"' in places
 
 
+async def test_the_clients_files_may_be_loaded_by_any_page_and_graphql_keeps_its_origins(
+    api: TestClient[Any, Any],
+) -> None:
+    # The service runs with no PRESENCE_CORS_ORIGINS here: a page elsewhere imports the client.
+    elsewhere = {"Origin": "http://app.example.test"}
+    module = await api.get("/client/index.js", headers=elsewhere)
+    assert module.status == 200
+    assert module.headers["Access-Control-Allow-Origin"] == "*"
+    asked = await api.post("/graphql", json={"query": "{ __typename }"}, headers=elsewhere)
+    assert asked.status == 200
+    assert "Access-Control-Allow-Origin" not in asked.headers
+    preflight = {**elsewhere, "Access-Control-Request-Method": "POST"}
+    assert (await api.options("/graphql", headers=preflight)).status == 403
+
+
+async def test_every_page_has_its_icon(api: TestClient[Any, Any]) -> None:
+    icon = await api.get("/favicon.ico")
+    assert icon.status == 200
+    assert icon.content_type == "image/vnd.microsoft.icon"
+    body = await icon.read()
+    assert body[:4] == b"\x00\x00\x01\x00"  # an icon file
+    assert body[22:30] == b"\x89PNG\r\n\x1a\n"  # of one PNG image
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_schema_change_that_breaks_the_client_fails_its_build(
