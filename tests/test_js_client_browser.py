@@ -23,6 +23,7 @@ from playwright.async_api import Browser, Page
 from pytest_aiohttp import AiohttpServer
 
 from gql_presence.app import create_app
+from gql_presence.running.redis_server import free_port
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
@@ -31,7 +32,6 @@ from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
     eventually,
-    free_port,
     readme_snippets,
     run_service,
     stop,
