@@ -157,6 +157,49 @@ async def test_a_kick_through_another_process_ends_the_held_sessions(
         assert await asyncio.to_thread(members_of, other.port, "doc:1") == []
 
 
+async def test_a_storm_of_replacements_from_two_processes_tells_each_replaced_one(
+    services: list[Running],
+) -> None:
+    openings = 15
+    async with (
+        subscribed(services[1].ws_url, EVERYONE, authorization=BACKEND) as changes,
+        holding_socket(services[0].port, BACKEND) as on_first,
+        holding_socket(services[1].port, BACKEND) as on_second,
+    ):
+        await until_following(changes, services[1].port, BACKEND)
+        query = (
+            'subscription { presenceSession(userId: "ada", sessionId: "tab") { live endReason } }'
+        )
+        holders = [(on_first, "first"), (on_second, "second")]
+        operations = [(h, f"{name}-{i}") for i in range(openings) for h, name in holders]
+        # Every subscribe sent at once, from both sockets.
+        await asyncio.gather(
+            *(
+                h.socket.send_json({"id": o, "type": "subscribe", "payload": {"query": query}})
+                for h, o in operations
+            )
+        )
+
+        def settled() -> bool:
+            done = sum(h.completed(o) for h, o in operations)
+            live = [o for h, o in operations if h.received.get(o) and not h.completed(o)]
+            return done == len(operations) - 1 and len(live) == 1
+
+        await eventually(settled, within_s=5, what="all but one opening to be replaced")
+        for holder, operation in operations:
+            messages = holder.received[operation]
+            assert messages[0]["payload"].get("data"), messages
+            assert messages[0]["payload"]["data"]["presenceSession"]["live"] is True, messages
+            if holder.completed(operation):
+                assert holder.ends(operation) == [REPLACED], (operation, messages)
+        assert not on_first.closed.is_set()
+        assert not on_second.closed.is_set()
+        assert await asyncio.to_thread(sessions_of, services[0].port, "ada") == (True, ["tab"])
+        await asyncio.sleep(0.5)  # for an OFFLINE or a second ONLINE on its way
+        # Online once, and never offline in between.
+        assert [e["kind"] for e in received(changes) if e["userId"] == "ada"] == ["ONLINE"]
+
+
 async def test_a_process_stood_still_past_the_ttl_tells_its_holders_their_sessions_ended(
     services: list[Running],
 ) -> None:
