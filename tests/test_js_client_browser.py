@@ -2,7 +2,9 @@
 page on another origin with graphql-ws by an import map, in Debian's Chromium, against the
 service. Two pages in one place see each other join, move a cursor and leave; a hidden tab makes
 its user AWAY to the other page; the service restarted under them, both pages come back and
-their maps equal placeMembers and presences read afresh; a kicked page stops and says why."""
+their maps equal placeMembers and presences read afresh, and say meanwhile that they show the
+last known; a kicked page stops and says why; a refused token is told at once, with the
+service's reason; README.md's page runs as written against the service as README.md starts it."""
 
 from __future__ import annotations
 
