@@ -122,6 +122,38 @@ def test_a_bad_setting_stops_the_start_naming_it(data_dir: Path) -> None:
     assert not data_dir.exists(), "nothing was started"
 
 
+SECRET = "Secret0Value0That0Must0Not0Show0Anywhere"
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"PRESENCE_BACKEND_TOKENS": SECRET}, "no name before a colon"),
+        ({"PRESENCE_BACKEND_TOKENS": f"api:{SECRET},{SECRET}"}, "entry 2 has no name"),
+        ({"PRESENCE_BACKEND_TOKENS": f":{SECRET}"}, "no name before a colon"),
+        ({"PRESENCE_BACKEND_TOKENS": "api:short"}, "the token of 'api' is too short"),
+        ({"PRESENCE_BACKEND_TOKENS": f"api:{SECRET[:20]}"}, "the token of 'api' is too short"),
+        ({"PRESENCE_JWT_SECRET": SECRET[:20]}, "PRESENCE_JWT_SECRET is too short"),
+        ({"PRESENCE_JWT_SECRET": SECRET}, "PRESENCE_JWT_ISSUER"),
+        ({"PRESENCE_CURSOR_SECRET": SECRET[:20]}, "PRESENCE_CURSOR_SECRET is too short"),
+        ({"REDIS_URL": f"redis://app:{SECRET}@[::1/0"}, "is not a Redis URL"),
+        ({"REDIS_URL": f"redis://app:{SECRET}@host:port/0"}, "is not a Redis URL"),
+        ({"REDIS_URL": f"http://app:{SECRET}@host/0"}, "is not a Redis URL"),
+        ({"REDIS_URL": f"unix:///redis.sock?password={SECRET}&db=x"}, "is not a Redis URL"),
+        ({"REDIS_CLUSTER_PASSWORD": SECRET}, "REDIS_CLUSTER_PASSWORD is for a Redis Cluster"),
+    ],
+    ids=lambda value: next(iter(value)) if isinstance(value, dict) else "",
+)
+def test_a_bad_secret_setting_stops_the_start_without_repeating_the_secret(
+    data_dir: Path, settings: dict[str, str], says: str
+) -> None:
+    service = run_service(data_dir, free_port(), **settings)
+    output, _ = service.communicate(timeout=20)
+    assert service.returncode == 2, output.decode()
+    assert says in output.decode()
+    assert SECRET[:8] not in output.decode()
+
+
 def test_a_redis_that_does_not_answer_stops_the_start_saying_why(data_dir: Path) -> None:
     unreachable = f"redis://127.0.0.1:{free_port()}/0"
     service = run_service(data_dir, free_port(), REDIS_URL=unreachable, PRESENCE_WORKERS="1")
