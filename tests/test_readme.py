@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import shutil
 import subprocess
@@ -16,8 +17,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
-from graphql import DocumentNode, OperationDefinitionNode, build_schema, parse, validate
+from graphql import (
+    DocumentNode,
+    NonNullTypeNode,
+    OperationDefinitionNode,
+    OperationType,
+    build_schema,
+    parse,
+    print_ast,
+    validate,
+)
 
 from gql_presence.running.redis_server import free_port, redis_server_binary, start_redis_server
 from tests.helpers import (
@@ -157,3 +168,79 @@ def test_graphql_snippet_is_valid_against_the_schema(snippet: Snippet) -> None:
     for operation in operations:
         assert isinstance(operation, OperationDefinitionNode)
         assert validate(schema, DocumentNode(definitions=(operation,))) == []
+
+
+def variables_of(snippet: Snippet) -> dict[str, Any]:
+    """The variables the README gives a GraphQL snippet: the JSON snippet right after it,
+    introduced by a paragraph that begins with "Variables"; none when there is no such one."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    following = SNIPPETS[SNIPPETS.index(snippet) + 1 :]
+    if not following or following[0].language != "json":
+        return {}
+    end = snippet.line + snippet.code.count("\n")  # the closing fence's index, 0-based
+    between = " ".join(lines[end + 1 : following[0].line - 1]).strip()
+    if not between.startswith("Variables"):
+        return {}
+    given: dict[str, Any] = json.loads(following[0].code)
+    return given
+
+
+async def run_operation(
+    port: int, socket: aiohttp.ClientWebSocketResponse, document: str, variables: dict[str, Any]
+) -> list[Any]:
+    """The errors of one operation run as GraphiQL runs it: a query or mutation by POST, a
+    subscription over the socket (left running until the snippet's end, so that a session it
+    holds is there for the operations after it), its first message awaited briefly."""
+    operation = parse(document).definitions[0]
+    assert isinstance(operation, OperationDefinitionNode)
+    if operation.operation is not OperationType.SUBSCRIPTION:
+        body = {"query": document, "variables": variables}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"http://127.0.0.1:{port}/graphql", json=body) as response,
+        ):
+            answer = await response.json()
+        return list(answer.get("errors") or ()) + ([] if response.status == 200 else [answer])
+    operation_id = str(len(document)) + str(id(operation))
+    payload = {"query": document, "variables": variables}
+    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+    try:
+        message = await socket.receive_json(timeout=0.5)
+    except TimeoutError:
+        return []  # subscribed, and nothing has happened yet
+    if message["type"] == "error":
+        return list(message["payload"])
+    return list(message.get("payload", {}).get("errors") or ())
+
+
+@pytest.mark.parametrize("snippet", by_language("graphql"))
+async def test_graphql_snippet_runs_with_its_variables(snippet: Snippet, port: int) -> None:
+    """Each operation of the snippet in turn, with the variables the README gives it, against
+    the service as the README starts it (open, no credentials)."""
+    definitions = parse(snippet.code).definitions
+    given = variables_of(snippet)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(
+            f"ws://127.0.0.1:{port}/graphql", protocols=["graphql-transport-ws"]
+        ) as socket,
+    ):
+        await socket.send_json({"type": "connection_init", "payload": {}})
+        assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+        for operation in definitions:
+            assert isinstance(operation, OperationDefinitionNode)
+            document = print_ast(DocumentNode(definitions=(operation,)))
+            declared = {v.variable.name.value for v in operation.variable_definitions or ()}
+            missing = (
+                declared
+                - given.keys()
+                - {
+                    v.variable.name.value
+                    for v in operation.variable_definitions or ()
+                    if v.default_value is not None or not isinstance(v.type, NonNullTypeNode)
+                }
+            )
+            assert not missing, f"README.md:{snippet.line}: no variables given for {missing}"
+            variables = {name: value for name, value in given.items() if name in declared}
+            errors = await run_operation(port, socket, document, variables)
+            assert errors == [], f"README.md:{snippet.line}: {document}"
