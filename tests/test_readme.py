@@ -10,6 +10,8 @@ import asyncio
 import itertools
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -244,3 +246,43 @@ async def test_graphql_snippet_runs_with_its_variables(snippet: Snippet, port: i
             variables = {name: value for name, value in given.items() if name in declared}
             errors = await run_operation(port, socket, document, variables)
             assert errors == [], f"README.md:{snippet.line}: {document}"
+
+
+def test_run_it_says_how_to_choose_the_port_and_the_workers(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    run_it = text[text.index("**Run it**") : text.index("**Test it**")]
+    assert "one worker process per CPU core" in run_it
+    shown = re.search(r"`gql-presence serve --port (\d+) --workers 1`", run_it)
+    assert shown, "Run it shows how to choose the port and the workers"
+    port = free_port()
+    command = shown[0].strip("`").replace(shown[1], str(port)).split()
+    env = {**environment(), "PRESENCE_DATA_DIR": str(tmp_path)}
+    service = subprocess.Popen(
+        [str(Path(sys.executable).parent / command[0]), *command[1:]],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until_serving(service, port)
+    finally:
+        output = stop(service)
+    assert f"http://127.0.0.1:{port}/graphql" in output
+    assert "worker processes" not in output, output  # one process serves
+
+
+def test_test_it_gives_the_fast_subset() -> None:
+    text = README.read_text(encoding="utf-8")
+    test_it = text[text.index("**Test it**") : text.index("## Using the API")]
+    [fast] = [s for s in SNIPPETS if s.code.strip() in test_it and "not slow" in s.code]
+    python, *arguments = shlex.split(fast.code)  # the README's command, run by this Python
+    assert python == ".venv/bin/python"
+    counted = []
+    for command in ([sys.executable, "-m", "pytest"], [sys.executable, *arguments]):
+        done = run([*command, "--collect-only", "-q"], ROOT)
+        assert done.returncode == 0, done.stdout[-2000:]
+        collected = re.search(r"^(\d+)(?:/\d+)? tests collected", done.stdout, re.MULTILINE)
+        assert collected, done.stdout[-2000:]
+        counted.append(int(collected[1]))
+    everything, fast_part = counted
+    assert 0 < fast_part < everything

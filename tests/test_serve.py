@@ -122,7 +122,7 @@ def test_a_bad_setting_stops_the_start_naming_it(data_dir: Path) -> None:
     assert not data_dir.exists(), "nothing was started"
 
 
-SECRET = "Secret0Value0That0Must0Not0Show0Anywhere"
+SECRET = "Secret0Value0That0Must0Not0Show0Anywhere"  # noqa: S105 - a test value
 
 
 @pytest.mark.parametrize(
