@@ -1,4 +1,5 @@
-"""The gql-presence command: serve the API, check a deployment, fill a demo, export the schema."""
+"""The gql-presence command: serve the API, check a deployment, fill a demo, sign a user's token
+for trying it, export the schema."""
 
 from __future__ import annotations
 
@@ -255,6 +256,22 @@ async def _demo(settings: Settings, users: int, seed: int, keep_alive: bool) -> 
             await sample.keep_alive(store, users, rng)
 
 
+def token(user_id: str, places: str, hours: float) -> int:
+    """Prints an end user's JWT signed with the configured secret, for trying the service."""
+    from gql_presence.policy.auth import development_token  # noqa: PLC0415
+
+    settings = settings_or_exit()
+    if settings is None:
+        return 2
+    allowed = [place.strip() for place in places.split(",") if place.strip()]
+    try:
+        print(development_token(settings, user_id, allowed, round(hours * 3600)))
+    except ValueError as error:
+        print(f"gql-presence: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def export_schema(path: Path, check: bool) -> int:
     sdl = schema_sdl()
     if check:
@@ -276,6 +293,16 @@ def _worker_count(raw: str) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise argparse.ArgumentTypeError(f"{raw!r}: give a whole number of 1 or more")
     return int(raw)
+
+
+def _hours(raw: str) -> float:
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = 0
+    if not 0 < hours <= 24 * 30:
+        raise argparse.ArgumentTypeError(f"{raw!r}: give a number of hours, at most 720")
+    return hours
 
 
 def _user_count(raw: str) -> int:
@@ -315,6 +342,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     fill.add_argument("--seed", type=int, default=7, help="random seed, for the same sample again")
     fill.add_argument("--keep-alive", action="store_true", help="then keep users coming and going")
+    sign = commands.add_parser(
+        "token",
+        help="print an end user's JWT signed with PRESENCE_JWT_SECRET, for trying the service",
+    )
+    sign.add_argument("--user", required=True, help="the user id (the token's `sub`)")
+    sign.add_argument(
+        "--places",
+        default="",
+        help="places the user may join, comma-separated ids or prefixes ending in * (doc:*)",
+    )
+    sign.add_argument(
+        "--hours", type=_hours, default=12.0, help="how long it is valid (default 12)"
+    )
     export = commands.add_parser("export-schema", help="write the schema's SDL to a file")
     export.add_argument("path", nargs="?", type=Path, default=SCHEMA_FILE)
     export.add_argument("--check", action="store_true", help="fail if the file differs instead")
@@ -325,4 +365,6 @@ def main(argv: list[str] | None = None) -> int:
         return check()
     if args.command == "demo":
         return demo(args.users, args.seed, args.keep_alive)
+    if args.command == "token":
+        return token(args.user, args.places, args.hours)
     return export_schema(args.path, args.check)

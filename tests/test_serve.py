@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -35,6 +37,7 @@ from tests.helpers import (
     FIELDS,
     Subscriber,
     post,
+    readme_snippets,
     run_service,
     stop,
     subscribed,
@@ -529,3 +532,45 @@ async def _held_session(port: int) -> AsyncIterator[aiohttp.ClientWebSocketRespo
             yield socket
         finally:
             await socket.close()
+
+
+def test_a_token_from_the_readme_command_is_accepted_by_the_secured_service(
+    data_dir: Path,
+) -> None:
+    [snippet] = [s for s in readme_snippets() if "gql-presence token" in s.code]
+    [line] = [line for line in snippet.code.splitlines() if "gql-presence token" in line]
+    command = shlex.split(line.removeprefix("token=$(").removesuffix(")"))
+    assert command[0] == ".venv/bin/gql-presence"
+    settings = {
+        "PRESENCE_JWT_SECRET": secrets.token_urlsafe(32),
+        "PRESENCE_JWT_ISSUER": "dev",
+        "PRESENCE_JWT_AUDIENCE": "gql-presence",
+    }
+    signed = run_command(*command[1:], **settings)
+    assert signed.returncode == 0, signed.stderr
+    bearer = f"Bearer {signed.stdout.strip()}"
+    port = free_port()
+    service = run_service(data_dir, port, **settings)
+    try:
+        wait_until_serving(service, port)
+        # As the README's curl, and as GraphiQL's Headers and the places page send it.
+        mine = post(port, "mutation { setStatus(status: BUSY) { chosenStatus } }", bearer)
+        assert mine == {"data": {"setStatus": {"chosenStatus": "BUSY"}}}
+        assert post(port, '{ presence(userId: "ann") { chosenStatus } }', bearer) == {
+            "data": {"presence": {"chosenStatus": "BUSY"}}
+        }
+        here = post(port, '{ placeMembers(placeId: "doc:42") { totalCount } }', bearer)
+        assert here == {"data": {"placeMembers": {"totalCount": 0}}}
+        elsewhere = post(port, '{ placeMembers(placeId: "team:7") { totalCount } }', bearer)
+        assert elsewhere["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+        anonymous = post(port, "mutation { setStatus(status: BUSY) { status } }")
+        assert anonymous["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    finally:
+        stop(service)
+
+
+def test_the_token_command_says_what_it_needs() -> None:
+    done = run_command("token", "--user", "ann")
+    assert done.returncode == 2
+    assert "PRESENCE_JWT_SECRET" in done.stderr
+    assert done.stdout == ""
