@@ -315,27 +315,54 @@ def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:
     assert "PRESENCE_STATS_TIMEZONE" in bad.stderr
 
 
-def test_demo_fills_the_running_service_with_a_living_sample(data_dir: Path) -> None:
-    port = free_port()
+def test_demo_serves_a_living_sample_apart_from_the_users_data(data_dir: Path) -> None:
+    """As the README has it: the user's service runs, and `gql-presence demo --keep-alive` in a
+    second terminal serves the sample from a data folder of its own, which deleting removes."""
+    port, demo_port = free_port(), free_port()
     service = run_service(data_dir, port)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
+    environment.update(PRESENCE_DATA_DIR=str(data_dir))
+    command = ["demo", "--users", "300", "--keep-alive", "--port", str(demo_port)]
     try:
         wait_until_serving(service, port)
-        done = run_command("demo", "--users", "300", PRESENCE_DATA_DIR=str(data_dir))
-        assert done.returncode == 0, done.stderr
-        assert "300 users" in done.stdout
-        body = post(
-            port,
-            "{ onlineUsers(first: 3) { totalCount nodes { userId sessions { sessionId } } } "
-            "weeklyStats { days { activeUsers } uniqueUsers activeEveryDay } "
-            'friends(userId: "user-00001") }',
-        )["data"]
+        post(port, 'mutation { touch(userId: "mine") { online } }')
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "gql_presence", *command],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            assert demo.stdout is not None
+            lines = iter(demo.stdout.readline, b"")
+            said = next(line.decode() for line in lines if b"users with friends" in line)
+            body = post(
+                demo_port,
+                "{ onlineUsers(first: 3) { totalCount nodes { userId sessions { sessionId } } } "
+                "weeklyStats { days { activeUsers } uniqueUsers activeEveryDay } "
+                'friends(userId: "user-00001") }',
+            )["data"]
+        finally:
+            demo.send_signal(signal.SIGTERM)
+            demo.communicate(timeout=30)
+        assert demo.returncode == 0
         assert body["onlineUsers"]["totalCount"] >= 30
         assert all(node["sessions"] for node in body["onlineUsers"]["nodes"])
         assert all(day["activeUsers"] > 0 for day in body["weeklyStats"]["days"])
         assert body["weeklyStats"]["activeEveryDay"] >= 30  # the regulars
         assert len(body["friends"]) >= 5
+        # The user's own service and data have none of it.
+        mine = post(
+            port, '{ onlineUsers(first: 5) { nodes { userId } } friends(userId: "user-00001") }'
+        )
+        assert mine["data"] == {"onlineUsers": {"nodes": [{"userId": "mine"}]}, "friends": []}
     finally:
         stop(service)
+    demo_dir = data_dir.with_name(data_dir.name + "-demo")
+    assert str(demo_dir) in said
+    assert "delete that folder to remove it" in said
+    assert (demo_dir / "appendonly.aof").exists()
+    assert not (demo_dir / "redis.sock").exists(), "the demo's service and Redis stopped"
 
 
 def test_sigterm_lets_requests_in_flight_finish(redis_server: RedisServer, data_dir: Path) -> None:
