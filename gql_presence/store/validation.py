@@ -28,8 +28,8 @@ def at_before_retention(now_ms: int, retention_ms: int) -> str:
     earliest = datetime.fromtimestamp(earliest_s, UTC).isoformat().replace("+00:00", "Z")
     days = retention_ms / DAY_MS
     return (
-        f"at must lie within the retention, the last {days:g} days "
-        f"(PRESENCE_RETENTION_DAYS): no earlier than {earliest} now."
+        f"at must lie within the retention of {days:g} days (PRESENCE_RETENTION_DAYS): the "
+        f"earliest time allowed now is {earliest}."
     )
 
 
