@@ -106,7 +106,8 @@ Rendered = dict[Render, bytes]
 
 
 class Follower:
-    """One subscription's place in the hub: the users it follows, and whether it was dropped."""
+    """One subscription's place in the hub: whom its events are shown to, and whether it was
+    dropped (what it follows is the hub's: realtime/interests.py)."""
 
     __slots__ = (
         "_capacity",
@@ -114,19 +115,15 @@ class Follower:
         "_on_drop",
         "dropped",
         "friends_applied",
-        "friends_of",
         "friends_read",
         "in_friend_sets_of",
         "reader",
-        "user_ids",
     )
 
     def __init__(self, hub: Hub, capacity: int, on_drop: OnDrop) -> None:
         self._hub = hub
         self._capacity = capacity
         self._on_drop = on_drop
-        self.user_ids: frozenset[str] = frozenset()
-        self.friends_of: str | None = None
         # Reads of the friend set started, and the latest one applied: a read that finishes
         # after a later one was applied is stale and dropped.
         self.friends_read = 0
@@ -219,7 +216,7 @@ class Writer(Follower):
             self._too_slow()
             return
         if not self._batch:
-            self._hub.to_flush.append(self)
+            self._hub.flush_later(self)
         self._batch.append(payload)
 
     def flush(self, frames: Frames | None = None) -> None:
@@ -360,7 +357,8 @@ _START_BATCH = 50
 class Hub(Protocol):
     """What a follower needs of the hub that holds it (realtime/hub.py's EventHub)."""
 
-    to_flush: list[Writer]
+    def flush_later(self, writer: Writer) -> None:
+        """The writer's batch is to be written once the messages arrived have been read."""
 
     def forget(self, follower: Follower) -> None: ...
 
