@@ -135,7 +135,9 @@ class Follower:
         self.reader: str | None = None
         self.in_friend_sets_of: frozenset[str] = frozenset()
 
-    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+    def offer(self, event: PresenceChange, rendered: Rendered) -> Writer | None:
+        """Takes the event in; returns the follower when it has messages to write once the
+        batch of events being read has been read (a Writer's first of the batch)."""
         raise NotImplementedError
 
     def drop(self, reason: FeedDroppedError) -> None:
@@ -210,14 +212,15 @@ class Writer(Follower):
         self._head = head
         self._batch: list[bytes] = []  # the payloads
 
-    def _add(self, payload: bytes) -> None:
-        if len(self._batch) >= self._capacity:
-            self._batch.clear()
+    def _add(self, payload: bytes) -> Writer | None:
+        """Adds a message to the batch; returns itself when it is the batch's first."""
+        batch = self._batch
+        if len(batch) >= self._capacity:
+            batch.clear()
             self._too_slow()
-            return
-        if not self._batch:
-            self._hub.flush_later(self)
-        self._batch.append(payload)
+            return None
+        batch.append(payload)
+        return self if len(batch) == 1 else None
 
     def flush(self, frames: Frames | None = None) -> None:
         """Writes the batch. A batch of one message (as when changes come one at a time) is
@@ -278,10 +281,10 @@ class Delivery(Writer):
         super().__init__(hub, capacity, on_drop, write, head)
         self._render = render
 
-    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+    def offer(self, event: PresenceChange, rendered: Rendered) -> Writer | None:
         if self.dropped is not None:
-            return
-        self._add(rendered_once(self._render, event, rendered))
+            return None
+        return self._add(rendered_once(self._render, event, rendered))
 
 
 # Renders a place's event as the `payload` of a placeChanged `next` message, JSON-encoded.
@@ -313,17 +316,19 @@ class PlaceDelivery(Writer):
         self._waiting: list[PublishedPlaceEvent] | None = []
         self._after = 0  # the number of the last event the read reflects
 
-    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> None:
+    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> Writer | None:
+        """As `offer`, for the place's events."""
         if self.dropped is not None:
-            return
+            return None
         if self._waiting is not None:
             if len(self._waiting) >= self._capacity:
                 self._too_slow()
             else:
                 self._waiting.append(event)
-            return
+            return None
         if event.sequence > self._after:
-            self._add(rendered_once(self._render, event, rendered))
+            return self._add(rendered_once(self._render, event, rendered))
+        return None
 
     def start(self, members: Iterable[PublishedPlaceEvent], sequence: int) -> None:
         """Writes the members read (as JOINED events), then the events heard since the read
@@ -356,9 +361,6 @@ _START_BATCH = 50
 
 class Hub(Protocol):
     """What a follower needs of the hub that holds it (realtime/hub.py's EventHub)."""
-
-    def flush_later(self, writer: Writer) -> None:
-        """The writer's batch is to be written once the messages arrived have been read."""
 
     def forget(self, follower: Follower) -> None: ...
 

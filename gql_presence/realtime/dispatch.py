@@ -43,7 +43,9 @@ log = logging.getLogger("gql_presence.events")
 class PlaceFollower(Protocol):
     """Who takes a place's JOINED, UPDATED and LEFT events."""
 
-    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> None: ...
+    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> Writer | None:
+        """Takes the event in; returns the follower when it has messages to write once the
+        batch of events being read has been read."""
 
 
 class PlaceCallback:
@@ -88,10 +90,6 @@ class Dispatch:
         `on_gap` is called when the stream was interrupted."""
         self._session_watchers.append(watcher)
         self._gap_watchers.append(on_gap)
-
-    def flush_later(self, writer: Writer) -> None:
-        """The writer has messages to write once the batch has been read."""
-        self._to_flush.append(writer)
 
     # --- channels.Receiver ---------------------------------------------------------------
 
@@ -143,7 +141,8 @@ class Dispatch:
                 continue
             rendered: PlaceRendered = {}
             for follower in self._interests.place_followers(one.place_id):
-                follower.offer_place(one, rendered)
+                if (writer := follower.offer_place(one, rendered)) is not None:
+                    self._to_flush.append(writer)
 
     def _dispatch_one(self, announced: PublishedEvent, everyone: bool) -> None:
         kind, user_id = announced.kind, announced.user_id
@@ -170,17 +169,18 @@ class Dispatch:
         # and rendered once, when the first of them is met.
         # Those in the user's friend set may see more of it: a view, and renderings, of theirs.
         views: dict[bool, tuple[PresenceChange | None, Rendered]] = {}
+        to_flush = self._to_flush
         for feed in [*(feeds or ()), *all_users]:
             if feed.reader is None or feed.reader == user_id:
-                if own_sees:
-                    feed.offer(event, rendered)
+                if own_sees and (writer := feed.offer(event, rendered)) is not None:
+                    to_flush.append(writer)
                 continue
             in_set = user_id in feed.in_friend_sets_of
             if in_set not in views:
                 views[in_set] = (event.seen_by_others(announced, in_friend_set=in_set), {})
             others, others_rendered = views[in_set]
-            if others is not None:
-                feed.offer(others, others_rendered)
+            if others is not None and (writer := feed.offer(others, others_rendered)) is not None:
+                to_flush.append(writer)
 
 
 def dropped_by_loss(why: str) -> FeedDroppedError:

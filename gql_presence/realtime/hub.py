@@ -57,7 +57,7 @@ from gql_presence.realtime.dispatch import (
     PlaceFollower,
     dropped_by_loss,
 )
-from gql_presence.realtime.held import PLACE_KEY, Announced
+from gql_presence.realtime.held import Announced
 from gql_presence.realtime.interests import Changes, Interests
 from gql_presence.store import MAX_IDS_PER_CALL, PresenceStore, PublishedPlaceEvent
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
@@ -131,9 +131,6 @@ class EventHub:
         # subscribe is not answered).
         self._followers: set[Follower] = set()
         self._joining: set[Follower] = set()
-        # What a writer needs of the hub (delivery.Hub): its messages written once the batch
-        # of events has been read. Dispatch's own method, as it is called for each delivery.
-        self.flush_later: Callable[[Writer], None] = self._dispatch.flush_later
 
     def spawn(self, work: Awaitable[None]) -> None:
         """Runs `work` in a task of its own, ended by `stop`; its failure is logged."""
@@ -205,12 +202,9 @@ class EventHub:
     # --- sessions held here ------------------------------------------------------------------
 
     async def watch(self, user_id: str) -> None:
-        """From when this returns until `unwatch(user_id)`, the user's events (or, for a
-        held.place_key, the place's: `watch_place`) reach the session watchers: once their
-        channel's subscription is confirmed. Raising, it leaves nothing to undo."""
-        if user_id.startswith(PLACE_KEY):
-            await self.watch_place(user_id[len(PLACE_KEY) :])
-            return
+        """From when this returns until `unwatch(user_id)`, the user's events reach the
+        session watchers: once their channel's subscription is confirmed. Raising, it leaves
+        nothing to undo."""
         self._want(self._interests.watch_user(user_id))
         try:
             await self._channels.until_live([self._names.user(user_id)])
@@ -219,9 +213,6 @@ class EventHub:
             raise
 
     def unwatch(self, user_id: str) -> None:
-        if user_id.startswith(PLACE_KEY):
-            self.unwatch_place(user_id[len(PLACE_KEY) :])
-            return
         self._want(self._interests.unwatch_user(user_id))
 
     async def watch_place(self, place_id: str) -> None:

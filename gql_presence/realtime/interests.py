@@ -69,7 +69,7 @@ class Changes:
 NO_CHANGE = Changes()
 
 
-@dataclass
+@dataclass(slots=True)
 class _Follow:
     """What one subscription follows."""
 
