@@ -139,10 +139,10 @@ class EventHub:
     def watch_sessions(
         self, watcher: Callable[[Announced], None], on_gap: Callable[[], None]
     ) -> None:
-        """Hands every KICKED, REPLACED and REVOKED event of the users (and places) `watch` is
-        asked for to `watcher` as well: the holder of this process's connection-bound
-        sessions ends those they concern. `on_gap` is called when the stream was
-        interrupted, as events may have been missed then."""
+        """Hands every KICKED, REPLACED and REVOKED event of the users `watch` is asked for
+        (and of the places `watch_place` is) to `watcher` as well: the holder of this
+        process's connection-bound sessions ends those they concern. `on_gap` is called when
+        the stream was interrupted, as events may have been missed then."""
         self._dispatch.watch_sessions(watcher, on_gap)
 
     # --- what is known of it -----------------------------------------------------------------
