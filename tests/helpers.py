@@ -743,7 +743,7 @@ async def cancel_hold_at(
             # now: the holder asks the store whether it ended this opening too.
             now_ms = int(time.time() * 1000)
             kicked = (EventKind.KICKED, user_id, now_ms, "", 0, "OFFLINE", False, "KICKED")
-            sessions.on_event(PublishedEvent(*kicked, "EVERYONE", 0, now_ms))
+            sessions.on_event(PublishedEvent(*kicked, "EVERYONE", 0, now_ms, 0, ""))
             store.resume.set()
             await _until(store.paused.wait(), task)
     task.cancel()

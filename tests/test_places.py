@@ -24,6 +24,7 @@ from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
 from gql_presence.store.channels import Channels
 from gql_presence.store.errors import BadInputError, SessionRevokedError, StoreUnavailableError
+from gql_presence.store.wire import read_place_events
 from tests.conftest import TEST_SETTINGS, StoreFactory
 
 TTL_S = TEST_SETTINGS.connection_ttl_ms / 1000
@@ -47,10 +48,10 @@ async def place_events(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[Any, .
     """(kind, user, session, state) of every place event published until none came."""
     events = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        values = json.loads(message["data"])
-        for i in range(0, len(values), 7):
-            kind, _, user, session, _, state, _ = values[i : i + 7]
-            events.append((kind, user, session, state if state is False else json.loads(state)))
+        for event in read_place_events(message["data"]):
+            state = event.state
+            parsed = state if state is False else json.loads(str(state))
+            events.append((event.kind, event.user_id, event.session_id, parsed))
     return events
 
 
@@ -225,11 +226,11 @@ async def updates(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[int, int, i
     none came for wait_s."""
     found = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        values = json.loads(message["data"])
-        for i in range(0, len(values), 7):
-            kind, _, _, _, at_ms, state, sequence = values[i : i + 7]
-            if kind == "UPDATED":
-                found.append((json.loads(state)["i"], at_ms, sequence))
+        found += [
+            (json.loads(str(event.state))["i"], event.at_ms, event.sequence)
+            for event in read_place_events(message["data"])
+            if event.kind == "UPDATED"
+        ]
     return found
 
 

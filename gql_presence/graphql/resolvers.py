@@ -642,7 +642,7 @@ class Subscription:
             ended = why
             # Wakes the subscription, which ends with the reason rather than this event.
             with contextlib.suppress(asyncio.QueueFull):
-                changes.put_nowait(PublishedPlaceEvent("LEFT", place_id, "", "", 0, False, 0))
+                changes.put_nowait(PublishedPlaceEvent("LEFT", place_id, "", "", 0, False, 0, ""))
 
         async with info.context.events.follow_place(place_id, follow, lost):
             # Subscribed first, then read: what changed meanwhile is in both, and the

@@ -79,7 +79,13 @@ _WRITES_REFUSED = ("READONLY", "read only replica", "OOM command not allowed")
 # The fields of the `shard` argument, in the order lua/includes/options.lua unpacks them: the
 # numbers (ms) first, then the names. Packed rather than JSON: Redis's Lua unpacks it faster
 # than it reads as many separate arguments, where decoding JSON took a touch 3 µs more.
-OPTION_NUMBERS = ("window_ms", "retention_ms", "revoke_ms")
+OPTION_NUMBERS = (
+    "window_ms",
+    "retention_ms",
+    "revoke_ms",
+    "feed_retention_ms",
+    "feed_max_changes",
+)
 OPTION_NAMES = (
     "publish",
     "channel",
@@ -100,15 +106,18 @@ OPTION_NAMES = (
     "lease_bits_prefix",
     "lease_places_prefix",
     "lease_members_prefix",
+    "feed",
+    "version_prefix",
 )
+_NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
 
 def pack_options(options: Mapping[str, str | int]) -> bytes:
-    """The options as lua/includes/options.lua unpacks them (its format, '>ddd' then 'Bc0'
+    """The options as lua/includes/options.lua unpacks them (its format, a 'd' per number then 'Bc0'
     per name): each number a big-endian double, each name a byte of length then its bytes."""
     if tuple(options) != OPTION_NUMBERS + OPTION_NAMES:
         raise RuntimeError(f"options are {OPTION_NUMBERS + OPTION_NAMES}, not {tuple(options)}")
-    packed = struct.pack(">ddd", *(float(options[n]) for n in OPTION_NUMBERS))
+    packed = struct.pack(_NUMBERS_FORMAT, *(float(options[n]) for n in OPTION_NUMBERS))
     for name in OPTION_NAMES:
         value = str(options[name]).encode()
         packed += struct.pack(">B", len(value)) + value
@@ -117,9 +126,9 @@ def pack_options(options: Mapping[str, str | int]) -> bytes:
 
 def unpack_options(packed: bytes) -> dict[str, str | int]:
     """What pack_options packed (for tests and tools)."""
-    numbers = struct.unpack_from(">ddd", packed)
+    numbers = struct.unpack_from(_NUMBERS_FORMAT, packed)
     options: dict[str, str | int] = dict(zip(OPTION_NUMBERS, map(int, numbers), strict=True))
-    at = 24
+    at = struct.calcsize(_NUMBERS_FORMAT)
     for name in OPTION_NAMES:
         size = packed[at]
         options[name] = packed[at + 1 : at + 1 + size].decode()
@@ -204,6 +213,8 @@ class Shard:
                     "window_ms": settings.window_ms,
                     "retention_ms": settings.retention_ms,
                     "revoke_ms": settings.revoke_ms,
+                    "feed_retention_ms": settings.feed_retention_ms,
+                    "feed_max_changes": settings.feed_max_changes,
                     "publish": publish or "",
                     "channel": self.channels.every_user(publish or Publish.CLASSIC),
                     "user_channel_prefix": self.channels.user_events(""),
@@ -223,6 +234,8 @@ class Shard:
                     "lease_bits_prefix": k.lease_bits(""),
                     "lease_places_prefix": k.lease_places(""),
                     "lease_members_prefix": k.lease_members(""),
+                    "feed": k.feed,
+                    "version_prefix": k.version(""),
                 }
             )
         return self._options

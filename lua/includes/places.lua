@@ -1,4 +1,6 @@
 --- @include "live"
+--- @include "clock"
+--- @include "feed"
 -- Places (lua/open_place_session.lua): each place lives in one shard, the shard of its id, in
 -- keys named by the place id (its last part):
 --   members  ZSET  "user_id \0 session_id" -> -(joined, ms): most recently joined first, ties
@@ -22,9 +24,14 @@
 -- Events go on the place's channel (with place.publish: PUBLISH, or SPUBLISH, the place's
 -- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of seven values:
 -- kind (JOINED, UPDATED, LEFT, or REPLACED for the holding process), place_id, user_id,
--- session_id, at_ms, the state (JSON text) or false, and the event's number in the place's
--- sequence (so that a subscriber that reads the place's members, whose reply says up to which
--- number it holds, takes the events after it and no other).
+-- session_id, at_ms, the state (JSON text) or false, the event's number in the place's
+-- sequence, which is the place's version (so that a subscriber that reads the place's members,
+-- whose reply says up to which number it holds, takes the events after it and no other; a
+-- REPLACED counts for nothing and carries the number before it), and the id of its entry in
+-- the feed (includes/feed.lua; "" for a REPLACED, which the feed does not keep). The place's
+-- `feed` is its shard's (feed_of). The users hash, which holds the sequence, is kept while
+-- anyone is in the place and for the feed's retention after it empties, then goes: no kept
+-- change is older than its end, so a version that starts again at 1 confuses no reader.
 
 local function member_of(user_id, session_id) return user_id .. '\0' .. session_id end
 
@@ -45,7 +52,12 @@ local function add_place_event(events, place, kind, user_id, session_id, at_ms, 
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
   events[n + 4], events[n + 5], events[n + 6] = session_id, at_ms, state or false
-  events[n + 7] = redis.call('HINCRBY', place.users, '', 1)
+  if kind == 'REPLACED' then
+    events[n + 7] = tonumber(redis.call('HGET', place.users, '')) or 0
+  else
+    events[n + 7] = redis.call('HINCRBY', place.users, '', 1)
+  end
+  events[n + 8] = ''
 end
 
 -- The number of the place's last event.
@@ -60,8 +72,28 @@ local function place_user_count(place)
   return count
 end
 
+local PLACE_FIELDS = 8
+
+-- Keeps the place's changes in the feed, then announces them; an emptied place's users hash
+-- (its version) ends after the feed's retention, one in use is kept.
 local function announce_place(place, events)
-  if #events > 0 then redis.call(place.publish, place.channel, cjson.encode(events)) end
+  if #events == 0 then return end
+  local kept = false
+  for i = 1, #events, PLACE_FIELDS do
+    if FEED_KINDS[events[i]] then
+      events[i + 7] = feed_append(place.feed, 'p', {unpack(events, i, i + 6)})
+      kept = true
+    end
+  end
+  if kept then
+    feed_trim(place.feed, now_ms())
+    if place_user_count(place) == 0 then
+      redis.call('PEXPIRE', place.users, place.feed.retention_ms)
+    else
+      redis.call('PERSIST', place.users)
+    end
+  end
+  redis.call(place.publish, place.channel, cjson.encode(events))
 end
 
 -- The holder {generation=string, slot=number} of a member, or nil.
