@@ -871,3 +871,6 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    page = await store.changes(None, 5)
+    await store.changes(page.end_cursor, 5)
+    await store.feed_cursor()

@@ -644,6 +644,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_members("doc")
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
+    await store.changes((await store.changes(None, 5)).end_cursor, 5)
     # choose_publish runs on a Redis Cluster only (the test below).
     assert set(slots_of_calls) == set(ScriptName) - {ScriptName.CHOOSE_PUBLISH}
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
@@ -734,6 +735,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    await store.changes((await store.changes(None, 5)).end_cursor, 5)
     on_cluster = bool(deployment.redis_cluster_nodes)
     assert names == set(ScriptName) - (set() if on_cluster else {ScriptName.CHOOSE_PUBLISH})
     assert all(len(slots) == 1 for slots in slots_of_each_call)

@@ -57,6 +57,7 @@ class ScriptName(StrEnum):
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
+    FEED_PAGE = "feed_page"
 
 
 class ScriptError(StrEnum):
