@@ -829,6 +829,12 @@ class PresenceModel(RuleBasedStateMachine):
                 assert {text(k): json.loads(v) for k, v in fields.items()} == {"u": [*event[:12]]}
             if entries:
                 self.feed_read[shard] = text(entries[-1][0])
+        # A read and the last event of a user carry the same version; other end users see none.
+        for user in USERS:
+            assert self.run(self.store.presence(user)).version == self.versions[user]
+            assert self.run(self.store.presence(user, reader=user)).version == self.versions[user]
+            other = next(u for u in USERS if u != user)
+            assert self.run(self.store.presence(user, reader=other)).version is None
 
     @invariant()
     def lists_agree(self) -> None:

@@ -249,7 +249,7 @@ class OperationPipeline:
             if isinstance(error, PresenceError):
                 return _refused(error)
             raise
-        delivery.start(map(member_joined, page.nodes), page.sequence)
+        delivery.start((member_joined(m, page.sequence) for m in page.nodes), page.sequence)
         return delivery
 
     async def _stream(self, context: Context, operation: SocketOperation) -> Results:

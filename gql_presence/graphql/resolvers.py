@@ -19,6 +19,8 @@ from gql_presence.graphql.context import NOT_A_FRIEND, Context
 from gql_presence.graphql.event_rendering import Interest
 from gql_presence.graphql.types import (
     ID,
+    ChangeKind,
+    ChangePage,
     ChosenStatus,
     JSONObject,
     KickResult,
@@ -280,6 +282,42 @@ class Query:
             PlaceCount(place_id=ID(c.place_id), sessions=c.sessions, users=c.users)
             for c in await store.place_counts(place_ids)
         ]
+
+    @strawberry.field(
+        description="The retained changes after `after` (from the oldest retained when null), oldest first, at most `first` (1 to 1,000), of the kinds and places asked for. Backends only. A request examines a bounded number of changes: when a filter leaves few of them, a page may hold fewer than `first` with hasMore true."
+    )
+    async def changes(
+        self,
+        info: strawberry.Info[Context, None],
+        after: Annotated[
+            str | None,
+            strawberry.argument(
+                description="An event's `cursor`, a page's `endCursor` or `feedCursor`; null for the oldest change retained."
+            ),
+        ] = None,
+        first: Annotated[
+            int, strawberry.argument(description="Changes per page, 1 to 1,000.")
+        ] = 100,
+        kinds: Annotated[
+            list[ChangeKind] | None,
+            strawberry.argument(description="The kinds of change wanted; null for every kind."),
+        ] = None,
+        places: Annotated[
+            list[str] | None,
+            strawberry.argument(
+                description="Place ids, and prefixes ending in `*`, whose place events are wanted (as a JWT's `places` claim); null for every place. Presence events are not filtered by it."
+            ),
+        ] = None,
+    ) -> ChangePage:
+        store = _store(info, Need.BACKEND)
+        wanted = None if kinds is None else [kind.value for kind in kinds]
+        return ChangePage.of(await store.changes(after, first, wanted, places))
+
+    @strawberry.field(
+        description="A cursor at the present: the changes after it are those still to come. Backends only."
+    )
+    async def feed_cursor(self, info: strawberry.Info[Context, None]) -> str:
+        return await _store(info, Need.BACKEND).feed_cursor()
 
 
 def _friend_links_mutation(
@@ -649,7 +687,7 @@ class Subscription:
             # sequence the page reflects tells which of the changes it holds already.
             page = await store.place_members(place_id, first=1000)
             for member in page.nodes:
-                yield PlaceEvent.of(member_joined(member))
+                yield PlaceEvent.of(member_joined(member, page.sequence))
             while True:
                 event = await changes.get()
                 if ended is not None:

@@ -27,7 +27,7 @@ def text(value: bytes | str) -> str:
 
 def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
     """A user's presence from a presence_entry of lua/includes/status.lua."""
-    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms = entry
+    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms, version = entry
     sessions = []
     for i in range(0, len(live), 5):
         session_id, activity_ms, started_ms, idle, device = live[i : i + 5]
@@ -52,6 +52,7 @@ def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
         visible_to=Visibility(text(visible)),
         online_since=_time_or_none(since_ms),
         hidden_last_seen=_time_or_none(hidden_ms),
+        version=int(version),
     )
 
 

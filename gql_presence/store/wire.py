@@ -126,7 +126,7 @@ def read_place_events(message: bytes | str) -> list[PublishedPlaceEvent]:
     ]
 
 
-def member_joined(member: PlaceMember) -> PublishedPlaceEvent:
+def member_joined(member: PlaceMember, sequence: int = 0) -> PublishedPlaceEvent:
     """A member read from its place, as the JOINED event a placeChanged subscription starts
     with (its sequence is the read's, which the subscription keeps apart)."""
     return PublishedPlaceEvent(
@@ -136,7 +136,7 @@ def member_joined(member: PlaceMember) -> PublishedPlaceEvent:
         member.session_id,
         -member.position,
         member.state if member.state is not None else False,
-        0,
+        sequence,
         "",
     )
 
