@@ -9,10 +9,10 @@
 -- end users see, such as a custom status hidden from them or shown again): a backend's read
 -- of the feed skips them, while an end user's replay shows them as the live event would.
 -- Events that are no change of presence (REPLACED, REVOKED, FRIENDS) are not kept.
--- Trimmed after each script's appends to the retention (entries older than
--- feed_retention_ms) and length (about feed_max_changes), whichever keeps less: approximately
--- (whole nodes of the stream), which bounds the work; a read of the feed skips what is older
--- than the retention.
+-- Trimmed to about feed_max_changes by each append, and to the retention (entries older than
+-- feed_retention_ms) by the sweep (lua/sweep.lua, every process's sweep interval): both
+-- approximately (whole nodes of the stream), which bounds the work. A read of the feed skips
+-- what is older than the retention, so the sweep's lag shows only in memory.
 
 local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
   JOINED = true, UPDATED = true, LEFT = true}
@@ -26,14 +26,14 @@ local function feed_of(shard)
     version_ms = math.max(shard.retention_ms, shard.feed_retention_ms)}
 end
 
--- Appends an entry of `field` ("u" or "p") with `values`; returns its id.
+-- Appends an entry of `field` ("u" or "p") with `values`, trimming the feed to about its
+-- length; returns its id.
 local function feed_append(feed, field, values)
-  return redis.call('XADD', feed.key, '*', field, cjson.encode(values))
+  return redis.call('XADD', feed.key, 'MAXLEN', '~', feed.max_changes, '*', field, cjson.encode(values))
 end
 
--- Trims the feed to its retention before `now` and to its length, approximately.
+-- Trims the feed to its retention before `now`, approximately (the sweep's).
 local function feed_trim(feed, now)
-  redis.call('XTRIM', feed.key, 'MAXLEN', '~', feed.max_changes)
   redis.call('XTRIM', feed.key, 'MINID', '~', math.max(0, now - feed.retention_ms))
 end
 

@@ -1,5 +1,4 @@
 --- @include "live"
---- @include "clock"
 --- @include "feed"
 -- Places (lua/open_place_session.lua): each place lives in one shard, the shard of its id, in
 -- keys named by the place id (its last part):
@@ -74,24 +73,22 @@ end
 
 local PLACE_FIELDS = 8
 
--- Keeps the place's changes in the feed, then announces them; an emptied place's users hash
--- (its version) ends after the feed's retention, one in use is kept.
+-- Keeps the place's changes in the feed, then announces them. A place emptied by a LEFT
+-- keeps its users hash (its version) for the feed's retention; a JOINED keeps it again.
 local function announce_place(place, events)
   if #events == 0 then return end
-  local kept = false
+  local joined, left = false, false
   for i = 1, #events, PLACE_FIELDS do
-    if FEED_KINDS[events[i]] then
+    local kind = events[i]
+    if FEED_KINDS[kind] then
       events[i + 7] = feed_append(place.feed, 'p', {unpack(events, i, i + 6)})
-      kept = true
+      joined, left = joined or kind == 'JOINED', left or kind == 'LEFT'
     end
   end
-  if kept then
-    feed_trim(place.feed, now_ms())
-    if place_user_count(place) == 0 then
-      redis.call('PEXPIRE', place.users, place.feed.retention_ms)
-    else
-      redis.call('PERSIST', place.users)
-    end
+  if left and place_user_count(place) == 0 then
+    redis.call('PEXPIRE', place.users, place.feed.retention_ms)
+  elseif joined then
+    redis.call('PERSIST', place.users)
   end
   redis.call(place.publish, place.channel, cjson.encode(events))
 end
