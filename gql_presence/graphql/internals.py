@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from graphql import DocumentNode
+from graphql import DocumentNode, FragmentDefinitionNode, GraphQLError, OperationDefinitionNode
 
 # graphql-core 3.3's executor pieces, which graphql.execution does not export: planned
 # execution (planned.py) calls them as the executor does.
@@ -22,9 +22,13 @@ from graphql.execution.collect_fields import (
     collect_subfields,
 )
 from graphql.execution.executor import CollectedErrors
+from graphql.execution.values import get_argument_values
 from graphql.pyutils.gather_with_cancel import gather_with_cancel
+from strawberry.exceptions import MissingQueryError
+from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.schema.schema import (
     StrawberryGraphQLCoreExecutionContext,
+    _coerce_pre_execution_error,
 )
 from strawberry.schema.schema import (
     _OperationContextAwareGraphQLResolveInfo as ResolveInfo,
@@ -32,16 +36,20 @@ from strawberry.schema.schema import (
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     _OperationStreamClosed as OperationStreamClosed,
 )
+from strawberry.types.execution import PreExecutionError
+from strawberry.types.graphql import OperationType
 
 if TYPE_CHECKING:
     import strawberry
     from graphql import GraphQLResolveInfo, GraphQLSchema
+    from graphql.execution import Executor
     from strawberry.schema.schema import StreamResult
     from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
         BaseGraphQLTransportWSHandler,
         Operation,
     )
     from strawberry.types.execution import ExecutionContext
+    from strawberry.types.execution import ExecutionResult as StrawberryResult
     from strawberry.types.field import StrawberryField
 
 __all__ = [
@@ -129,6 +137,81 @@ async def send_result_stream(
     await handler._send_result_stream(operation, results)
 
 
+async def parsed_subscription(
+    schema: strawberry.Schema,
+    query: str,
+    variables: dict[str, Any] | None,
+    context: object,
+    operation_name: str | None,
+) -> DocumentNode | StrawberryResult:
+    """A subscription's document, parsed and validated as Strawberry's `Schema.stream` does
+    (the same extensions' operation, parsing and validation hooks, the same caches and
+    limits) up to where it would execute it: the document of the operation run and its
+    fragments, or the result Strawberry answers a document that fails.
+
+    A copy of the start of strawberry-graphql 0.341.2's `Schema._stream` (STRAWBERRY_COPIED)."""
+    execution_context = schema._create_execution_context(
+        query=query,
+        allowed_operation_types=(OperationType.SUBSCRIPTION,),
+        variable_values=variables,
+        context_value=context,
+        operation_name=operation_name,
+    )
+    extensions = schema.get_extensions()
+    for extension in extensions:
+        extension.execution_context = execution_context
+    runner = schema.create_extensions_runner(execution_context, extensions)
+    async with runner.operation():
+        try:
+            error = await schema._prepare_operation_async(execution_context, runner)
+        except (MissingQueryError, CannotGetOperationTypeError, InvalidOperationTypeError) as e:
+            error = PreExecutionError(data=None, errors=[_coerce_pre_execution_error(e)])
+        if error:
+            error.extensions = await runner.get_extensions_results(execution_context)
+            return await schema._handle_execution_result(execution_context, error, runner)
+        document = execution_context.graphql_document
+        assert document is not None
+        operation = execution_context.operation_name
+        chosen = [
+            d
+            for d in document.definitions
+            if isinstance(d, OperationDefinitionNode)
+            and (operation is None or (d.name is not None and d.name.value == operation))
+        ]
+        fragments = [d for d in document.definitions if isinstance(d, FragmentDefinitionNode)]
+        return DocumentNode(definitions=(chosen[0], *fragments))
+
+
+def subscription_field(executor: Executor[Any]) -> tuple[str, dict[str, Any]]:
+    """The root field of a subscription's executor and its arguments, coerced by their
+    GraphQL names, as graphql-core 3.3.2's `execute_subscription` gives them to the field's
+    resolver (GRAPHQL_CORE_COPIED). Raises the GraphQLError graphql-core would."""
+    schema = executor.schema
+    root_type = schema.subscription_type
+    assert root_type is not None
+    grouped = collect_fields(
+        schema,
+        executor.fragments,
+        executor.variable_values,
+        root_type,
+        executor.operation,
+        executor.hide_suggestions,
+    ).grouped_field_set
+    _, details = next(iter(grouped.items()))
+    field_name = details[0].node.name.value
+    field = schema.get_field(root_type, field_name)
+    if field is None:
+        raise GraphQLError(f"The subscription field '{field_name}' is not defined.")
+    args = get_argument_values(
+        field,
+        details[0].node,
+        executor.variable_values,
+        details[0].fragment_variable_values,
+        executor.hide_suggestions,
+    )
+    return field_name, args
+
+
 # What each use above needs of the installed libraries: (module, attribute path).
 _USED = (
     ("graphql.execution.collect_fields", "collect_fields"),
@@ -138,6 +221,11 @@ _USED = (
     ("graphql.execution.executor", "CollectedErrors"),
     ("graphql.execution.executor", "Executor.build_per_event_executor"),
     ("graphql.pyutils.gather_with_cancel", "gather_with_cancel"),
+    ("graphql.execution.collect_fields", "FieldDetails.fragment_variable_values"),
+    ("strawberry.schema.schema", "Schema._create_execution_context"),
+    ("strawberry.schema.schema", "Schema._prepare_operation_async"),
+    ("strawberry.schema.schema", "Schema._handle_execution_result"),
+    ("strawberry.schema.schema", "_coerce_pre_execution_error"),
     ("strawberry.schema.schema", "_OperationContextAwareGraphQLResolveInfo"),
     ("strawberry.schema.schema", "StrawberryGraphQLCoreExecutionContext"),
     ("strawberry.subscriptions.protocols.graphql_transport_ws.handlers", "_OperationStreamClosed"),

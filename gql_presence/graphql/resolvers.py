@@ -16,7 +16,17 @@ from strawberry.extensions import DisableIntrospection
 from strawberry.printer import print_schema
 
 from gql_presence.graphql.context import NOT_A_FRIEND, Context
-from gql_presence.graphql.event_rendering import Interest
+from gql_presence.graphql.follows import (
+    PLACE_CHANGED,
+    PLACE_SESSION,
+    PRESENCE_CHANGED,
+    PRESENCE_SESSION,
+    PlaceFollow,
+    PresenceFollow,
+    SessionClaim,
+    follow_of,
+    own_user,
+)
 from gql_presence.graphql.types import (
     ID,
     ChosenStatus,
@@ -43,9 +53,7 @@ from gql_presence.store import (
     MAX_PRESENCES,
     PresenceStore,
     PublishedPlaceEvent,
-    check_device,
     check_id,
-    check_ids,
     member_joined,
     models,
 )
@@ -124,14 +132,7 @@ def _place_store(info: strawberry.Info[Context, None], place_ids: Sequence[str])
 def _own_user(info: strawberry.Info[Context, None], user_id: str | None) -> str:
     """The user an operation acts for: the one given (an end user's own only), or an end
     user's own id when none is."""
-    caller = info.context.caller
-    if user_id is None:
-        caller.require_credentials()
-        if caller.kind is not CallerKind.USER or caller.name is None:
-            raise BadInputError("Give the userId whose session this is.")
-        user_id = caller.name
-    caller.authorize(Need.OWN, info.field_name, user_id)
-    return check_id(user_id, "userId")
+    return own_user(info.field_name, user_id, info.context)
 
 
 PlaceIdArg = Annotated[
@@ -493,32 +494,15 @@ class Subscription:
             strawberry.argument(description="Follow every user (backends only)."),
         ] = False,
     ) -> AsyncGenerator[PresenceEvent, None]:
-        everyone = bool(all)  # null means false, as the contract's type allows
-        if [user_ids is not None, friends_of is not None, everyone].count(True) != 1:
-            raise BadInputError("Give exactly one of userIds, friendsOf and all: true.")
         context = info.context
-        if everyone:
-            need, what = Need.BACKEND, "presenceChanged(all)"
-        elif friends_of is None:
-            need, what = Need.READ, "presenceChanged(userIds)"
-        else:
-            need, what = Need.OWN, "presenceChanged(friendsOf)"
-        followed = () if user_ids is None else check_ids(user_ids, "userIds")
-        if friends_of is not None:
-            check_id(friends_of, "friendsOf")
-        interest = Interest(need, what, frozenset(followed), friends_of, everyone=everyone)
-        await interest.authorize(context.caller, context.check_may_read)
-        await context.charge(len(followed))
-        shared = context.shared_subscription
-        if shared is not None and shared.take(interest, info, PresenceEvent.of):
-            # Multiplexed (event_rendering.py): the pipeline joins the hub for it, and the
-            # hub writes each event's message to the socket.
-            return
+        args = {"userIds": user_ids, "friendsOf": friends_of, "all": all}
+        follow = await follow_of(PRESENCE_CHANGED, args, context)
+        assert isinstance(follow, PresenceFollow)
         async with context.events.feed(
             context.close_socket,
-            user_ids=followed,
-            friends_of=friends_of,
-            everyone=everyone,
+            user_ids=follow.user_ids,
+            friends_of=follow.friends_of,
+            everyone=follow.everyone,
             reader=context.reader,
         ) as feed:
             try:
@@ -548,22 +532,11 @@ class Subscription:
         device: DeviceArg = None,
     ) -> AsyncGenerator[SessionState, None]:
         context = info.context
-        caller = context.caller
-        if user_id is None:
-            caller.require_credentials()
-            if caller.kind is not CallerKind.USER or caller.name is None:
-                raise BadInputError("Give the userId whose session this is.")
-            user_id = ID(caller.name)
-        caller.authorize(Need.OWN, "presenceSession", user_id)
-        check_id(user_id, "userId")
-        check_id(session_id, "sessionId")
-        check_device(device)
-        held = context.held_subscription
-        if held is not None and held.take(user_id, session_id, info, SessionState.of, device):
-            # Held with no task (session_rendering.py): the pipeline opens it, and the
-            # service's end of it writes the last messages.
-            return
-        async with context.held_sessions.hold(user_id, session_id, device) as hold:
+        args = {"userId": user_id, "sessionId": session_id, "device": device}
+        claim = await follow_of(PRESENCE_SESSION, args, context)
+        assert isinstance(claim, SessionClaim)
+        user_id, session_id = ID(claim.user_id), ID(claim.session_id)
+        async with context.held_sessions.hold(user_id, session_id, claim.device) as hold:
             yield SessionState(
                 user_id=user_id,
                 session_id=session_id,
@@ -596,17 +569,14 @@ class Subscription:
             ),
         ] = None,
     ) -> AsyncGenerator[PlaceSessionState, None]:
-        user = _own_user(info, user_id)
-        _place_store(info, [place_id])
-        check_id(place_id, "placeId")
-        check_id(session_id, "sessionId")
-        held = info.context.held_subscription
-        if held is not None and held.take_place(
-            place_id, user, session_id, state, info, PlaceSessionState.of
-        ):
-            # Held with no task (session_rendering.py), as a presenceSession is.
-            return
-        async with info.context.held_sessions.hold_place(place_id, user, session_id, state) as hold:
+        args = {"placeId": place_id, "sessionId": session_id, "userId": user_id, "state": state}
+        claim = await follow_of(PLACE_SESSION, args, info.context)
+        assert isinstance(claim, SessionClaim)
+        assert claim.place_id is not None
+        sessions = info.context.held_sessions
+        async with sessions.hold_place(
+            claim.place_id, claim.user_id, claim.session_id, claim.state
+        ) as hold:
             yield PlaceSessionState.of(hold)
             await hold.ended()
             yield PlaceSessionState.of(hold)
@@ -617,13 +587,9 @@ class Subscription:
     async def place_changed(
         self, info: strawberry.Info[Context, None], place_id: PlaceIdArg
     ) -> AsyncGenerator[PlaceEvent, None]:
-        store = _place_store(info, [place_id])
-        check_id(place_id, "placeId")
-        shared = info.context.shared_subscription
-        if shared is not None and shared.take_place(place_id, info, PlaceEvent.of):
-            # Multiplexed (graphql/event_rendering.py): the pipeline hands it to the hub,
-            # which renders each event once for every subscription of this document.
-            return
+        decided = await follow_of(PLACE_CHANGED, {"placeId": place_id}, info.context)
+        assert isinstance(decided, PlaceFollow)
+        place_id, store = ID(decided.place_id), info.context.store
         changes: asyncio.Queue[PublishedPlaceEvent] = asyncio.Queue(PLACE_EVENTS_BUFFERED)
         ended: str | None = None
 

@@ -100,7 +100,7 @@ class PresenceView(GraphQLView[Context, None]):
             documents,
             settings.request_timeout_ms / 1000,
             plans,
-            subscribes_again=not traced,
+            on_socket=not traced,
         )
         # Tracing's span of a socket's request lasts while its handler runs, and the spans of
         # its operations go under it: a traced socket is served before its handler returns.
