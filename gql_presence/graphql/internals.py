@@ -4,11 +4,19 @@ The rest of the package reaches these only through this module, so that an upgra
 library is checked here: `missing()` names what an installed version no longer has, and
 tests/test_internals.py fails with that list. The version bounds in pyproject.toml say which
 versions were checked (strawberry-graphql 0.341, graphql-core 3.3).
+
+Bodies copied from Strawberry, graphql-core and aiohttp (to change a step of theirs, or to
+skip work they do) are listed in COPIED, each with the upstream code and the version it was
+copied from: `copied_from_other_versions()` names those whose library is installed at another
+version, and tests/test_internals.py fails with that list, so that an upgrade compares each
+copy with the new upstream code in one named place.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from graphql import DocumentNode, FragmentDefinitionNode, GraphQLError, OperationDefinitionNode
@@ -63,6 +71,74 @@ __all__ = [
     "collect_subfields",
     "gather_with_cancel",
 ]
+
+
+@dataclass(frozen=True)
+class Copied:
+    """A body of ours copied from a library's, to be compared with it on every upgrade."""
+
+    ours: str  # module: what
+    upstream: str  # the library's code it follows
+    distribution: str
+    version: str
+
+
+COPIED = (
+    Copied(
+        "gql_presence/http/view.py: PresenceView._open_socket, _answer_json_post",
+        "strawberry.http.async_base_view.AsyncBaseHTTPView.run",
+        "strawberry-graphql",
+        "0.341.2",
+    ),
+    Copied(
+        "gql_presence/http/ws.py: GraphQLTransportWS.handle",
+        "strawberry.subscriptions.protocols.graphql_transport_ws.handlers"
+        ".BaseGraphQLTransportWSHandler.handle",
+        "strawberry-graphql",
+        "0.341.2",
+    ),
+    Copied(
+        "gql_presence/http/ws.py: GraphQLTransportWS.run_operation",
+        "strawberry.subscriptions.protocols.graphql_transport_ws.handlers"
+        ".BaseGraphQLTransportWSHandler.run_operation",
+        "strawberry-graphql",
+        "0.341.2",
+    ),
+    Copied(
+        "gql_presence/graphql/internals.py: parsed_subscription",
+        "strawberry.schema.schema.Schema._stream (to the execution of a subscription)",
+        "strawberry-graphql",
+        "0.341.2",
+    ),
+    Copied(
+        "gql_presence/graphql/internals.py: subscription_field",
+        "graphql.execution.execute.execute_subscription (to its resolver's call)",
+        "graphql-core",
+        "3.3.2",
+    ),
+    Copied(
+        "gql_presence/http/sockets.py: BoundedWebSocketResponse._reset_heartbeat, "
+        "_on_data_received, heartbeat_tick (with _pong_not_received), write_eof, close",
+        "aiohttp.web_ws.WebSocketResponse: _reset_heartbeat, _on_data_received, "
+        "_send_heartbeat, _pong_not_received, write_eof, close",
+        "aiohttp",
+        "3.14.5",
+    ),
+)
+
+
+def copied_from_other_versions(copies: tuple[Copied, ...] = COPIED) -> list[str]:
+    """The copies (in COPIED) whose library is installed at another version than the one they
+    were copied from, worded for the person upgrading it; empty when none is."""
+    stale = []
+    for copied in copies:
+        installed = metadata.version(copied.distribution)
+        if installed != copied.version:
+            stale.append(
+                f"{copied.ours} copies {copied.upstream} of {copied.distribution} "
+                f"{copied.version}; {installed} is installed"
+            )
+    return stale
 
 
 def core_schema(schema: strawberry.Schema) -> GraphQLSchema:
@@ -149,7 +225,7 @@ async def parsed_subscription(
     limits) up to where it would execute it: the document of the operation run and its
     fragments, or the result Strawberry answers a document that fails.
 
-    A copy of the start of strawberry-graphql 0.341.2's `Schema._stream` (STRAWBERRY_COPIED)."""
+    A copy of the start of Strawberry's `Schema._stream` (COPIED)."""
     execution_context = schema._create_execution_context(
         query=query,
         allowed_operation_types=(OperationType.SUBSCRIPTION,),
@@ -185,7 +261,7 @@ async def parsed_subscription(
 def subscription_field(executor: Executor[Any]) -> tuple[str, dict[str, Any]]:
     """The root field of a subscription's executor and its arguments, coerced by their
     GraphQL names, as graphql-core 3.3.2's `execute_subscription` gives them to the field's
-    resolver (GRAPHQL_CORE_COPIED). Raises the GraphQLError graphql-core would."""
+    resolver (a copy: COPIED). Raises the GraphQLError graphql-core would."""
     schema = executor.schema
     root_type = schema.subscription_type
     assert root_type is not None
@@ -221,6 +297,9 @@ _USED = (
     ("graphql.execution.executor", "CollectedErrors"),
     ("graphql.execution.executor", "Executor.build_per_event_executor"),
     ("graphql.pyutils.gather_with_cancel", "gather_with_cancel"),
+    ("aiohttp.web_ws", "WebSocketResponse._reset_heartbeat"),
+    ("aiohttp.web_ws", "WebSocketResponse._on_data_received"),
+    ("aiohttp.web_ws", "WebSocketResponse._pong_not_received"),
     ("graphql.execution.collect_fields", "FieldDetails.fragment_variable_values"),
     ("strawberry.schema.schema", "Schema._create_execution_context"),
     ("strawberry.schema.schema", "Schema._prepare_operation_async"),
