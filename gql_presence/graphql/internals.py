@@ -258,6 +258,27 @@ async def parsed_subscription(
         return DocumentNode(definitions=(chosen[0], *fragments))
 
 
+def subscription_executor(
+    schema: GraphQLSchema,
+    document: DocumentNode,
+    variables: dict[str, Any] | None,
+    operation_name: str | None,
+) -> tuple[Executor[Any], str, dict[str, Any]] | list[GraphQLError]:
+    """A validated subscription's executor (as Strawberry builds it to subscribe), its root
+    field and the field's coerced arguments; or the errors graphql-core answers instead
+    (variables that do not fit the document)."""
+    executor = EventExecutionContext.build(
+        schema, document, raw_variable_values=variables, operation_name=operation_name
+    )
+    if isinstance(executor, list):
+        return executor
+    try:
+        field, args = subscription_field(executor)
+    except GraphQLError as error:
+        return [error]
+    return executor, field, args
+
+
 def subscription_field(executor: Executor[Any]) -> tuple[str, dict[str, Any]]:
     """The root field of a subscription's executor and its arguments, coerced by their
     GraphQL names, as graphql-core 3.3.2's `execute_subscription` gives them to the field's

@@ -47,10 +47,9 @@ from gql_presence.graphql.follows import (
     follow_of,
 )
 from gql_presence.graphql.internals import (
-    EventExecutionContext,
     core_schema,
     parsed_subscription,
-    subscription_field,
+    subscription_executor,
 )
 from gql_presence.graphql.labels import chosen_operation
 from gql_presence.graphql.persisted import PersistedDocuments
@@ -190,23 +189,11 @@ class OperationPipeline:
         if not isinstance(parsed, DocumentNode):
             return _coded(_once(parsed))
         core = core_schema(self.schema)
-        executor = EventExecutionContext.build(
-            core,
-            parsed,
-            raw_variable_values=operation.variables,
-            operation_name=operation.operation_name,
-        )
-        errors = executor if isinstance(executor, list) else None
-        if not isinstance(executor, list):
-            try:
-                field, args = subscription_field(executor)
-            except GraphQLError as error:
-                errors = [error]
-        if errors is not None or isinstance(executor, list):
-            # As Strawberry answers variables that do not fit the document.
-            failed = errors or []
-            self.schema.process_errors(failed)
-            return _coded(_once(PreExecutionError(data=None, errors=failed)))
+        built = subscription_executor(core, parsed, operation.variables, operation.operation_name)
+        if isinstance(built, list):  # as Strawberry answers variables that do not fit
+            self.schema.process_errors(built)
+            return _coded(_once(PreExecutionError(data=None, errors=built)))
+        executor, field, args = built
         rendering: EventRendering | PlaceRendering | SessionRendering
         report = self.schema.process_errors
         if field == PRESENCE_CHANGED:
