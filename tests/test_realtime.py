@@ -877,7 +877,7 @@ async def test_a_subscribe_refused_is_answered_alike_on_either_path(
     the decision refuses."""
     secured = dataclasses.replace(SECURED, redis_url=redis_server.url)
     service = await start_service(aiohttp_client, **dataclasses.asdict(secured))
-    refused = [
+    refused: list[tuple[str, dict[str, Any] | None]] = [
         ("subscription { presenceChanged(userIds: 1) { nope } }", None),
         ("subscription($ids: [ID!]) { presenceChanged(userIds: $ids) { userId } }", {"ids": [{}]}),
         ('subscription { presenceChanged(userIds: ["a"], all: true) { userId } }', None),
