@@ -157,6 +157,7 @@ class PresenceView(GraphQLView[Context, None]):
                 return web.Response(body=error.reason, status=error.status_code)
         return await super().__call__(request)
 
+    # A copy of Strawberry's run(), recorded with its version in graphql/internals.COPIED.
     async def _open_socket(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() for a WebSocket, with the same checks and hooks in the same
         order, except that the socket is served after this returns (sockets.py): what an idle
@@ -289,6 +290,7 @@ class PresenceView(GraphQLView[Context, None]):
             sub_response.headers["Retry-After"] = str(retry_after_s)
         return result
 
+    # A copy of Strawberry's run(), recorded with its version in graphql/internals.COPIED.
     async def _answer_json_post(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() cut down to a JSON POST of one operation, with the same steps,
         hooks and answer: its body is read and its caller authenticated once, and a document
