@@ -8,14 +8,17 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import date, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from graphql import (
     FieldNode,
+    FragmentDefinitionNode,
     GraphQLError,
     GraphQLField,
     GraphQLLeafType,
     GraphQLObjectType,
+    GraphQLSchema,
+    OperationDefinitionNode,
     Undefined,
     located_error,
 )
@@ -33,8 +36,15 @@ from gql_presence.graphql.internals import (
     resolve_info,
 )
 
-if TYPE_CHECKING:
-    from gql_presence.graphql.planned import Plan
+
+class Plan(Protocol):
+    """What a run reads of its plan (planned.Plan)."""
+
+    schema: GraphQLSchema
+    operation: OperationDefinitionNode
+    fragment_definitions: dict[str, FragmentDefinitionNode]
+    propagate_errors: bool
+
 
 # Values of leaf fields that are neither awaitable, nor an error, nor null: all `complete`
 # would do with them is coerce them, so they are coerced at once. (Exact types: an instance
