@@ -161,13 +161,6 @@ def raw_info(info: strawberry.Info[Any, Any]) -> GraphQLResolveInfo[Any]:
     return info._raw_info
 
 
-def running_document(info: strawberry.Info[Any, Any]) -> tuple[GraphQLSchema, DocumentNode]:
-    """graphql-core's schema, and a document of the operation a resolver runs in and its
-    fragments: what an executor of that operation is built from."""
-    raw = raw_info(info)
-    return raw.schema, DocumentNode(definitions=(raw.operation, *raw.fragments.values()))
-
-
 def resolve_info(raw: object, field: StrawberryField, info_class: Any) -> Any:
     """Strawberry's resolve info of a field, as its resolver wrapper makes it."""
     return info_class(_raw_info=raw, _field=field)
