@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
     from graphql.execution import Executor
 
+    from gql_presence.graphql.follows import PresenceFollow
     from gql_presence.realtime.delivery import PresenceChange
     from gql_presence.store import PublishedPlaceEvent
 
@@ -97,6 +98,17 @@ class Rendering(Generic[E]):
 
 class EventRendering(Rendering["PresenceChange"]):
     """A presenceChanged document's rendering of presence events."""
+
+    def __init__(
+        self,
+        executor: Executor[Any],
+        root: Callable[[PresenceChange], object],
+        report: Callable[[list[GraphQLError]], None],
+    ) -> None:
+        super().__init__(executor, root, report)
+        # The last decision of a subscription of this rendering: the same arguments decide
+        # the same users, and every delivery of the rendering holds this one set of them.
+        self.follow: PresenceFollow | None = None
 
 
 class PlaceRendering(Rendering["PublishedPlaceEvent"]):

@@ -229,6 +229,10 @@ class OperationPipeline:
             assert isinstance(rendering, PlaceRendering)
             return await self._deliver_place(context, operation, rendering, follow.place_id)
         assert isinstance(rendering, EventRendering)
+        if follow == rendering.follow:
+            follow = rendering.follow
+        else:
+            rendering.follow = follow
         try:
             return await self._join(context, operation, rendering, follow)
         except PresenceError as error:
