@@ -97,6 +97,11 @@ LAPSED_BATCH = 100
 # versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
 # Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
+# A registration counts as a use this long before it (lua/persist_document.lua): any caller
+# may register documents, so a flood of them must forget first what nobody has used, not the
+# documents in use, whose uses reach Redis up to 10 s late. Ten minutes: any document used
+# within them outranks every registration; a new one still outranks those unused for longer.
+REGISTERED_AGE_MS = 10 * 60 * 1000
 # Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
 # members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
 REFRESH_BATCH = 250
@@ -588,10 +593,13 @@ class PresenceStore:
         """Keeps a GraphQL document (Unicode text of at most MAX_DOCUMENT_BYTES bytes of
         UTF-8) under its SHA-256 (lowercase hex; that it is the document's is the caller's
         to check) for every process of the deployment; beyond MAX_PERSISTED_DOCUMENTS the
-        least recently used are forgotten. Like rate-limit buckets, they all live in shard 0."""
+        least recently used are forgotten, a registration counting as a use REGISTERED_AGE_MS
+        before it. Like rate-limit buckets, they all live in shard 0."""
         check_sha256(sha256)
         check_document(document)
-        await self._shards[0].persist_document(sha256, document, MAX_PERSISTED_DOCUMENTS)
+        await self._shards[0].persist_document(
+            sha256, document, MAX_PERSISTED_DOCUMENTS, REGISTERED_AGE_MS
+        )
 
     async def persisted_document(self, sha256: str) -> str | None:
         """The document kept under this SHA-256, or None (never kept, or forgotten)."""

@@ -738,12 +738,14 @@ class Shard:
         secret = await self._run(ScriptName.CURSOR_SECRET, [self._keys.cursor_secret], [candidate])
         return _text(secret)
 
-    async def persist_document(self, sha256: str, document: str, max_count: int) -> None:
+    async def persist_document(
+        self, sha256: str, document: str, max_count: int, registered_age_ms: int
+    ) -> None:
         k = self._keys
         await self._run(
             ScriptName.PERSIST_DOCUMENT,
             [k.persisted_documents, k.persisted_documents_used],
-            [sha256, document, max_count, MAX_DOCUMENT_BYTES],
+            [sha256, document, max_count, MAX_DOCUMENT_BYTES, registered_age_ms],
         )
 
     async def refresh_documents(self, sha256s: Sequence[str]) -> int:
