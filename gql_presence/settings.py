@@ -65,6 +65,9 @@ class Settings:
     stats_timezone: str = "UTC"
     # Where the embedded Redis keeps its append-only file.
     data_dir: Path = Path.home() / ".local" / "share" / "gql-presence"
+    # The most friends one user's friend set may hold: addFriends beyond it is refused.
+    # onlineFriends pages them, but its cost and a friendsOf subscription grow with the set.
+    max_friends: int = 5000
     # How often each API process runs the bounded sweep of expired presence, ms.
     sweep_interval_ms: int = 1000
     # How many events may wait for one subscriber before it is dropped as too slow.
@@ -205,6 +208,7 @@ class Settings:
             stats_timezone=_timezone(env),
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
+            max_friends=_count(env, "PRESENCE_MAX_FRIENDS", 5000),
             log_format=_choice(env, "PRESENCE_LOG_FORMAT", ("text", "json")),
             log_level=_choice(env, "PRESENCE_LOG_LEVEL", ("info", "warning", "error", "debug")),
             event_loop=_choice(env, "PRESENCE_EVENT_LOOP", ("uvloop", "asyncio")),

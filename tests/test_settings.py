@@ -58,6 +58,8 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),
         ("PRESENCE_SUBSCRIBER_BUFFER", "0"),
         ("PRESENCE_SUBSCRIBER_BUFFER", "many"),
+        ("PRESENCE_MAX_FRIENDS", "0"),
+        ("PRESENCE_MAX_FRIENDS", "lots"),
         ("REDIS_URL", "localhost:6379"),
         ("REDIS_URL", "http://example"),
         ("PRESENCE_GRAPHIQL", "maybe"),

@@ -24,3 +24,5 @@ class StoreSettings(Protocol):
     def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts
     @property
     def cursor_secret(self) -> str | None: ...  # keys page cursors' tags; None: Redis's
+    @property
+    def max_friends(self) -> int: ...  # the most friends one user's friend set may hold

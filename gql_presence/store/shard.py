@@ -70,12 +70,25 @@ PLACE_STATE_INTERVAL_MS = 50
 
 # A position in a list: (-(last seen, ms), user id), the order of every list.
 Position = tuple[int, str]
-LinkChange = Literal["SADD", "SREM"]
+LinkChange = Literal["SADD", "SREM", "CHECK"]
 
 REVOKED_SESSION = (
     "This session was kicked and is revoked for now: "
     "give touch, presenceSession or placeSession a new sessionId."
 )
+
+
+class FriendSetFullError(BadInputError):
+    """An addition would take a friend set past its maximum (lua/change_friend_links.lua)."""
+
+
+def friend_set_full(most: int) -> str:
+    return (
+        f"A user's friend set holds at most {most:,} friends (PRESENCE_MAX_FRIENDS), and "
+        "this change would take one past it: remove friends first, or add fewer. Nothing "
+        "was changed."
+    )
+
 
 # What a script's error reply means for the caller; a reply not here is a fault of ours.
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
@@ -93,6 +106,8 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
         "within the presence window, or held by a presenceSession).",
     ),
     ScriptError.EXPIRES_NOT_AHEAD: (BadInputError, EXPIRES_NOT_AHEAD),
+    # Worded by change_links, which knows the maximum.
+    ScriptError.TOO_MANY_FRIENDS: (FriendSetFullError, "a friend set would be over its maximum"),
     ScriptError.LEASE_LOST: (
         LeaseLostError,
         "This process held sessions under a lease that lapsed; subscribe again.",
@@ -538,6 +553,15 @@ class Shard:
         )
         return [bool(f) for f in found]
 
+    async def friend_counts(self, owners: Sequence[str]) -> list[int]:
+        """How many friends each owner's friend set keeps in this shard."""
+        if not owners:
+            return []
+        counts = await self._run(
+            ScriptName.FRIEND_COUNTS, [self._keys.friends(owner) for owner in owners], []
+        )
+        return [int(c) for c in counts]
+
     async def set_status(self, user_id: str, change: str, *values: str | int) -> Presence:
         """One change of how the user appears (lua/set_status.lua); the user's presence
         after it, as they and backends see it."""
@@ -652,10 +676,14 @@ class Shard:
         change: LinkChange,
         links: Mapping[str, Sequence[str]],
         owner_channel_prefix: Callable[[str], str],
+        kept_elsewhere: Mapping[str, int] | None = None,
     ) -> dict[str, int]:
         """Adds (SADD) to or removes (SREM) from each owner's friend set in this shard the
-        given friends (who live in this shard), in one atomic step. Ids are valid, distinct
+        given friends (who live in this shard), in one atomic step; or (CHECK) writes nothing
+        and returns the size each owner's set here would have after SADD. Ids are valid, distinct
         per owner and not the owner's own. Returns how many links each owner's set changed.
+        An addition that would take an owner's set past max_friends, counting the friends
+        `kept_elsewhere` (in other shards), is refused whole with BadInputError.
         An owner's events channel is `owner_channel_prefix(owner)` followed by their id: in
         the owner's own shard, which may not be this one. With sharded pub/sub, an owner's
         FRIENDS events go on the owner's channel in this shard instead, as a script publishes
@@ -666,11 +694,18 @@ class Shard:
         every_user, publish = await self._announcing()
         k = self._keys
         args: list[str | int] = [change, every_user, publish]
+        most = self._settings.max_friends
         for owner in owners:
             own = publish is Publish.CLASSIC
             prefix = owner_channel_prefix(owner) if own else k.user_events("")
-            args += [owner, prefix, len(links[owner]), *links[owner]]
-        reply = await self._run(ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args)
+            room = most - (kept_elsewhere or {}).get(owner, 0)
+            args += [owner, prefix, room, len(links[owner]), *links[owner]]
+        try:
+            reply = await self._run(
+                ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args
+            )
+        except FriendSetFullError:
+            raise BadInputError(friend_set_full(most)) from None
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
         return changed
