@@ -321,6 +321,34 @@ async def test_page_size_is_bounded(store: PresenceStore, first: int) -> None:
         await store.online_users(first=first)
 
 
+# --- the sessions' maximum ------------------------------------------------------------------
+
+
+async def test_a_user_has_at_most_the_maximum_of_live_sessions_and_one_past_it_writes_nothing(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(max_sessions=2)
+    await store.touch("ann", "phone")
+    await store.touch("ann", "tab", device="firefox")
+    await store.touch("ann", "tab")  # live already: no new session
+    await store.touch("ann", "long-gone", at=ago(hours=2))  # never live: none either
+    before = await store.presence("ann")
+    with pytest.raises(BadInputError, match=r"at most 2 live sessions \(PRESENCE_MAX_SESSIONS\)"):
+        await store.touch("ann", "laptop", device="laptop")
+    with pytest.raises(BadInputError, match="at most 2 live sessions"):
+        await store.open_session("ann", "socket")
+    assert await store.presence("ann") == before
+    await store.kick("ann", "phone")
+    await store.open_session("ann", "socket")
+    sessions = (await store.presence("ann")).sessions
+    assert sorted(s.session_id for s in sessions) == ["socket", "tab"]
+    # The default session kept by the online entry alone counts as one.
+    single = make_store(max_sessions=1)
+    await single.touch("bob")
+    with pytest.raises(BadInputError, match="at most 1 live sessions"):
+        await single.touch("bob", "phone")
+
+
 # --- the friend set's maximum --------------------------------------------------------------
 
 

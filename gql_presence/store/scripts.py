@@ -74,6 +74,7 @@ class ScriptError(StrEnum):
     SESSION_NOT_LIVE = "SESSION_NOT_LIVE"
     EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
     TOO_MANY_FRIENDS = "TOO_MANY_FRIENDS"
+    TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:

@@ -78,10 +78,6 @@ REVOKED_SESSION = (
 )
 
 
-class FriendSetFullError(BadInputError):
-    """An addition would take a friend set past its maximum (lua/change_friend_links.lua)."""
-
-
 def friend_set_full(most: int) -> str:
     return (
         f"A user's friend set holds at most {most:,} friends (PRESENCE_MAX_FRIENDS), and "
@@ -90,8 +86,18 @@ def friend_set_full(most: int) -> str:
     )
 
 
-# What a script's error reply means for the caller; a reply not here is a fault of ours.
-_REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
+def sessions_full(settings: StoreSettings) -> str:
+    return (
+        f"A user may have at most {settings.max_sessions:,} live sessions "
+        "(PRESENCE_MAX_SESSIONS), and as many in each place: end one first (a session ends "
+        "when its window passes, its subscription ends, or it is kicked), or reuse a "
+        "sessionId. Nothing was changed."
+    )
+
+
+# What a script's error reply means for the caller, its message fixed or worded from the
+# settings; a reply not here is a fault of ours.
+_REFUSALS: dict[ScriptError, tuple[type[Exception], str | Callable[[StoreSettings], str]]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),
@@ -106,8 +112,8 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
         "within the presence window, or held by a presenceSession).",
     ),
     ScriptError.EXPIRES_NOT_AHEAD: (BadInputError, EXPIRES_NOT_AHEAD),
-    # Worded by change_links, which knows the maximum.
-    ScriptError.TOO_MANY_FRIENDS: (FriendSetFullError, "a friend set would be over its maximum"),
+    ScriptError.TOO_MANY_FRIENDS: (BadInputError, lambda s: friend_set_full(s.max_friends)),
+    ScriptError.TOO_MANY_SESSIONS: (BadInputError, sessions_full),
     ScriptError.LEASE_LOST: (
         LeaseLostError,
         "This process held sessions under a lease that lapsed; subscribe again.",
@@ -237,6 +243,7 @@ class Shard:
                 device or "",
                 int(idle),
                 publish,
+                self._settings.max_sessions,
             ],
         )
         return seen_of(user_id, reply[1])
@@ -348,6 +355,7 @@ class Shard:
                 k.prefix,
                 device or "",
                 publish,
+                self._settings.max_sessions,
             ],
         )
         held = HeldSession(user_id, session_id, int(generation), lease)
@@ -422,6 +430,7 @@ class Shard:
                 state or "",
                 k.place_events(place_id),
                 publish,
+                self._settings.max_sessions,
             ],
         )
         held = HeldPlaceSession(place_id, user_id, session_id, int(generation), lease)
@@ -451,6 +460,7 @@ class Shard:
                 held.generation,
                 k.place_events(held.place_id),
                 publish,
+                self._settings.empty_place_ttl_ms,
             ],
         )
         return bool(left)
@@ -700,12 +710,7 @@ class Shard:
             prefix = owner_channel_prefix(owner) if own else k.user_events("")
             room = most - (kept_elsewhere or {}).get(owner, 0)
             args += [owner, prefix, room, len(links[owner]), *links[owner]]
-        try:
-            reply = await self._run(
-                ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args
-            )
-        except FriendSetFullError:
-            raise BadInputError(friend_set_full(most)) from None
+        reply = await self._run(ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args)
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
         return changed
@@ -748,6 +753,7 @@ class Shard:
                 publish,
                 # Overdue: a state its process would have announced an interval ago.
                 PLACE_STATE_INTERVAL_MS,
+                self._settings.empty_place_ttl_ms,
             ],
         )
         offline, purged, online, lapsed, ended_statuses, flushed = reply
@@ -820,7 +826,7 @@ class Shard:
         try:
             return await guarded(self._scripts.run(script, keys, args))
         except redis_errors.ResponseError as error:
-            _raise_meaning(error)
+            _raise_meaning(error, self._settings)
         finally:
             if self._observe_script is not None:
                 self._observe_script(script, self._keys.shard, time.perf_counter() - started)
@@ -839,17 +845,17 @@ class Shard:
                     self._observe_script(script, self._keys.shard, share)
         for reply in replies:
             if isinstance(reply, redis_errors.ResponseError):
-                _raise_meaning(reply)
+                _raise_meaning(reply, self._settings)
         return replies
 
 
-def _raise_meaning(error: redis_errors.ResponseError) -> NoReturn:
+def _raise_meaning(error: redis_errors.ResponseError, settings: StoreSettings) -> NoReturn:
     """Raises what a script's error reply means for the caller; a reply not known is a fault
     of ours, raised as it is."""
     code = ScriptError.of(str(error))
     if code is not None and code in _REFUSALS:
         refusal, message = _REFUSALS[code]
-        raise refusal(message) from None
+        raise refusal(message if isinstance(message, str) else message(settings)) from None
     # Redis refuses a script's first write: nothing of it was applied, and the store
     # takes changes again once a primary with room answers (after a failover).
     if any(refused in str(error) for refused in _WRITES_REFUSED):
