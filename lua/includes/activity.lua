@@ -55,11 +55,11 @@ local function sessions_full(user, user_id, session_id, now, window_ms, max_sess
   local score = tonumber(redis.call('ZSCORE', user.sessions, session_id))
   if score and session_live(score, now, window_ms) then return false end
   local live = redis.call('ZCOUNT', user.sessions, now - window_ms, '+inf')
+  -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
+  if live >= max_sessions then live = #live_sessions(user, now, window_ms) / 2 end
   if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(user.online, user_id, now) then
     live = 1
   end
-  -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
-  if live >= max_sessions then live = #live_sessions(user, now, window_ms) / 2 end
   return live >= max_sessions
 end
 
