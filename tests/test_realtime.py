@@ -46,6 +46,7 @@ from tests.helpers import (
     flood_until_dropped,
     graphql_socket,
     ids,
+    over_socket,
     pile_up_events,
     released,
     run_service,
@@ -862,3 +863,47 @@ async def test_a_message_of_the_wrong_shape_closes_the_socket_saying_what_is_exp
     assert (closed.type, closed.data) == (aiohttp.WSMsgType.CLOSE, 4400)
     assert "must be" in str(closed.extra)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_a_subscribe_refused_is_answered_alike_on_either_path(
+    aiohttp_client: ClientFactory,
+    redis_server: RedisServer,
+    http_redis: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A subscribe the pipeline decides itself (on a socket) and one Strawberry runs through
+    the resolvers (while tracing, as off sockets) get the same answers to what is refused:
+    a document that fails validation, variables that do not fit it, arguments or a caller
+    the decision refuses."""
+    secured = dataclasses.replace(SECURED, redis_url=redis_server.url)
+    service = await start_service(aiohttp_client, **dataclasses.asdict(secured))
+    refused: list[tuple[str, dict[str, Any] | None]] = [
+        ("subscription { presenceChanged(userIds: 1) { nope } }", None),
+        ("subscription($ids: [ID!]) { presenceChanged(userIds: $ids) { userId } }", {"ids": [{}]}),
+        ('subscription { presenceChanged(userIds: ["a"], all: true) { userId } }', None),
+        ('subscription { presenceChanged(userIds: ["carol"]) { userId } }', None),
+        ("subscription { presenceChanged(all: true) { userId } }", None),
+        ('subscription { presenceSession(userId: "carol", sessionId: "t") { live } }', None),
+        ('subscription { placeChanged(placeId: "") { kind } }', None),
+    ]
+
+    async def answers() -> list[list[dict[str, Any]]]:
+        async with graphql_socket(service, f"Bearer {user_token('bob')}") as bob:
+            return [
+                await over_socket(bob, document, variables, str(number))
+                for number, (document, variables) in enumerate(refused)
+            ]
+
+    decided = await answers()
+    # As while tracing: every subscription runs through Strawberry and the resolvers.
+    [view] = [
+        route.handler
+        for route in service.app.router.routes()
+        if isinstance(route.handler, PresenceView)
+    ]
+    monkeypatch.setattr(view.pipeline, "_on_socket", False)
+    assert await answers() == decided
+    assert all(
+        "errors" in json.dumps(messages) or messages[0]["type"] == "error" for messages in decided
+    )
+    assert service.app[EVENTS].delivery_count == 0
