@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from graphql import get_introspection_query
 
-from bench.__main__ import cpu_seconds, serve_ours, wait_for
+from bench.harness import cpu_seconds, serve_ours, wait_for
 from gql_presence.policy.limits import MAX_ALIASES, MAX_DOCUMENT_BYTES
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL
