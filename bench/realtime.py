@@ -143,8 +143,11 @@ ROWS = [
 BARE_FANOUT = BARE_SERVER.replace(
     "app = web.Application()",
     """sockets = []
-FRAME = bytes([0x81, 126]) + (150).to_bytes(2, "big") + b'{"id":"0","type":"next","payload":'
-FRAME += b'{"data":{"presenceChanged":{"userId":"bench-0"}}}' + b" " * (150 - 85) + b"}"
+# A `next` message of 150 bytes, about the size of the service's in this scenario, and a
+# header that declares its length (a client refuses a frame whose length is not its payload's).
+MESSAGE = b'{"id":"0","type":"next","payload":{"data":{"presenceChanged":{"userId":"bench-0"}}}'
+MESSAGE += b" " * (149 - len(MESSAGE)) + b"}"
+FRAME = bytes([0x81, 126]) + len(MESSAGE).to_bytes(2, "big") + MESSAGE
 
 async def connected(request):
     socket = web.WebSocketResponse(protocols=["graphql-transport-ws"])
