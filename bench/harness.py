@@ -90,15 +90,18 @@ def serve_ours(env: dict[str, str], port: int, workers: int) -> subprocess.Popen
     )
 
 
-async def wait_for(url: str) -> None:
+async def wait_for(url: str, within_s: float = 60) -> None:
+    """Returns once the server at `url` answers. A service starts in a second or two, but
+    several started at once on a busy machine have taken more than ten."""
+    deadline = time.monotonic() + within_s
     async with aiohttp.ClientSession() as session:
-        for _ in range(200):
+        while time.monotonic() < deadline:
             try:
                 async with session.post(url, json={"query": TYPENAME, "variables": {"u": "x"}}):
                     return
             except aiohttp.ClientError:
                 await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not start")
+    raise RuntimeError(f"{url} did not start within {within_s:g} s")
 
 
 def cpu_seconds(processes: list[subprocess.Popen[bytes]]) -> float:
