@@ -44,11 +44,11 @@ from gql_presence.store.models import (
 from gql_presence.store.publishing import Publish
 from gql_presence.store.scripts import ScriptCall, ScriptError, ScriptName, Scripts
 from gql_presence.store.validation import (
-    AT_BEFORE_RETENTION,
     AT_IN_FUTURE,
     EXPIRES_NOT_AHEAD,
     MAX_DOCUMENT_BYTES,
     MAX_FUTURE_MS,
+    at_before_retention,
 )
 from gql_presence.store.wire import custom_status_of
 
@@ -81,7 +81,6 @@ REVOKED_SESSION = (
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
-    ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),
     ScriptError.NOT_IN_PLACE: (
         BadInputError,
         "This session is not in the place: a session's state can be set while a placeSession "
@@ -783,7 +782,7 @@ class Shard:
         try:
             return await guarded(self._scripts.run(script, keys, args))
         except redis_errors.ResponseError as error:
-            _raise_meaning(error)
+            _raise_meaning(error, self._settings.retention_ms)
         finally:
             if self._observe_script is not None:
                 self._observe_script(script, self._keys.shard, time.perf_counter() - started)
@@ -802,14 +801,18 @@ class Shard:
                     self._observe_script(script, self._keys.shard, share)
         for reply in replies:
             if isinstance(reply, redis_errors.ResponseError):
-                _raise_meaning(reply)
+                _raise_meaning(reply, self._settings.retention_ms)
         return replies
 
 
-def _raise_meaning(error: redis_errors.ResponseError) -> NoReturn:
+def _raise_meaning(error: redis_errors.ResponseError, retention_ms: int) -> NoReturn:
     """Raises what a script's error reply means for the caller; a reply not known is a fault
     of ours, raised as it is."""
     code = ScriptError.of(str(error))
+    if code is ScriptError.AT_BEFORE_RETENTION:
+        raise BadInputError(
+            at_before_retention(time.time_ns() // 1_000_000, retention_ms)
+        ) from None
     if code is not None and code in _REFUSALS:
         refusal, message = _REFUSALS[code]
         raise refusal(message) from None
