@@ -407,6 +407,23 @@ async def test_a_held_session_keeps_no_task(service: Service) -> None:
     await eventually(lambda: service.app[HELD_SESSIONS].count == 0, within_s=2, what="closes")
 
 
+async def test_a_session_past_the_users_maximum_is_bad_input_and_held_nowhere(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
+) -> None:
+    service = await aiohttp_client(create_app(dataclasses.replace(deployment, max_sessions=1)))
+    await graphql(service, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        message = json.loads(await raw(tab))
+        [error] = message["payload"]["errors"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", message
+        assert "at most 1 live sessions (PRESENCE_MAX_SESSIONS)" in error["message"]
+        assert await raw(tab) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 0
+    body = await graphql(service, '{ presence(userId: "alice") { sessions { sessionId } } }')
+    assert body["data"]["presence"]["sessions"] == [{"sessionId": "phone"}]
+
+
 async def test_a_revoked_id_is_refused_as_before(service: Service) -> None:
     async with graphql_socket(service) as tab:
         await graphql(service, 'mutation { kick(userId: "alice", sessionId: "tab-1") { online } }')

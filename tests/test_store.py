@@ -330,6 +330,58 @@ async def test_page_size_is_bounded(store: PresenceStore, first: int) -> None:
         await store.online_users(first=first)
 
 
+# --- the sessions' maximum ------------------------------------------------------------------
+
+
+async def test_a_user_has_at_most_the_maximum_of_live_sessions_and_one_past_it_writes_nothing(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(max_sessions=2)
+    await store.touch("ann", "phone")
+    await store.touch("ann", "tab", device="firefox")
+    await store.touch("ann", "tab")  # live already: no new session
+    await store.touch("ann", "long-gone", at=ago(hours=2))  # never live: none either
+    before = await store.presence("ann")
+    with pytest.raises(BadInputError, match=r"at most 2 live sessions \(PRESENCE_MAX_SESSIONS\)"):
+        await store.touch("ann", "laptop", device="laptop")
+    with pytest.raises(BadInputError, match="at most 2 live sessions"):
+        await store.open_session("ann", "socket")
+    assert await store.presence("ann") == before
+    await store.kick("ann", "phone")
+    await store.open_session("ann", "socket")
+    sessions = (await store.presence("ann")).sessions
+    assert sorted(s.session_id for s in sessions) == ["socket", "tab"]
+    # The default session kept by the online entry alone counts as one.
+    single = make_store(max_sessions=1)
+    await single.touch("bob")
+    with pytest.raises(BadInputError, match="at most 1 live sessions"):
+        await single.touch("bob", "phone")
+
+
+# --- the friend set's maximum --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_friend_set_holds_at_most_its_maximum_and_a_change_past_it_writes_nothing(
+    make_store: StoreFactory, shards: int
+) -> None:
+    store = make_store(max_friends=4, shards=shards)
+    assert await store.add_friends("me", ["a", "b", "c"]) == 3
+    # Friends already in the set take no room: adding them again is no change.
+    assert await store.add_friends("me", ["a", "b", "c", "d"]) == 1
+    with pytest.raises(BadInputError, match=r"at most 4 friends \(PRESENCE_MAX_FRIENDS\)"):
+        await store.add_friends("me", ["a", "e"])
+    assert await store.friends("me") == ["a", "b", "c", "d"]
+    assert await store.friends("e") == []
+    # Mutual links count in the friend's set too: a full one refuses the whole change.
+    await store.add_friends("full", ["p", "q", "r", "s"], mutual=False)
+    with pytest.raises(BadInputError, match="at most 4 friends"):
+        await store.add_friends("new", ["x", "full"])
+    assert (await store.friends("new"), await store.friends("x")) == ([], [])
+    assert await store.remove_friends("me", ["a"]) == 1
+    assert await store.add_friends("me", ["e"]) == 1
+
+
 # --- onlineFriends ------------------------------------------------------------------------
 
 
@@ -467,7 +519,10 @@ async def test_a_user_is_never_their_own_friend(store: PresenceStore) -> None:
     assert await store.friends("a") == []
 
 
-async def test_ten_thousand_ids_per_call_and_no_more(store: PresenceStore, redis: Redis) -> None:
+async def test_ten_thousand_ids_per_call_and_no_more(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(max_friends=10_000)  # the largest call's friends in one set
     many = [f"f{i}" for i in range(10_000)]
     assert await store.add_friends("a", many) == 10_000
     assert await redis.scard(KEYS.friends("f9999")) == 1
@@ -733,8 +788,12 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_members("doc")
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
-    # choose_publish runs on a Redis Cluster only (the test below).
-    assert set(slots_of_calls) == set(ScriptName) - {ScriptName.CHOOSE_PUBLISH}
+    # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
+    # (the test below).
+    assert set(slots_of_calls) == set(ScriptName) - {
+        ScriptName.CHOOSE_PUBLISH,
+        ScriptName.FRIEND_COUNTS,
+    }
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
 
 
