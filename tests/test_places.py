@@ -285,16 +285,17 @@ async def updates(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[int, int, i
     return found
 
 
-def assert_merged(found: list[tuple[int, int, int]], last: int, calls: int, took_s: float) -> None:
+def assert_merged(found: list[tuple[int, int, int]], last: int, took_s: float) -> None:
     """At most one UPDATED per interval, states and sequence never going back, the last
-    state set announced last."""
+    state set announced last. (How many calls fit in an interval is the test loop's speed,
+    not the service's: a slow loop sees every state announced, and rightly.)"""
     states = [i for i, _, _ in found]
     assert states[-1] == last
     assert states == sorted(set(states)), states
     assert [n for _, _, n in found] == sorted({n for _, _, n in found})
     ats = [at for _, at, _ in found]
     assert all(b - a >= INTERVAL_MS - 1 for a, b in itertools.pairwise(ats)), ats
-    assert len(found) <= took_s * 1000 / INTERVAL_MS + 2 < calls
+    assert len(found) <= took_s * 1000 / INTERVAL_MS + 2
 
 
 async def test_a_state_set_100_times_a_second_is_announced_at_most_20_times_a_second(
@@ -309,7 +310,7 @@ async def test_a_state_set_100_times_a_second_is_announced_at_most_20_times_a_se
         assert (await store.place_members(DOC)).nodes[0].state == f'{{"i":{i}}}'
         await asyncio.sleep(0.01)
     took_s = time.perf_counter() - started
-    assert_merged(await updates(place_channel), 39, 40, took_s)
+    assert_merged(await updates(place_channel), 39, took_s)
 
 
 async def test_states_set_through_two_processes_are_merged_alike(
@@ -322,7 +323,7 @@ async def test_states_set_through_two_processes_are_merged_alike(
         await (first, second)[i % 2].set_place_state(DOC, "ann", "tab", {"i": i})
         assert (await second.place_members(DOC)).nodes[0].state == f'{{"i":{i}}}'
     took_s = time.perf_counter() - started
-    assert_merged(await updates(place_channel), 39, 40, took_s)
+    assert_merged(await updates(place_channel), 39, took_s)
 
 
 async def test_a_state_whose_process_died_before_announcing_it_is_announced_by_the_sweep(
