@@ -24,17 +24,17 @@
                   empty_place_ttl_ms (how long a place emptied here keeps its users key, its
                   events' sequence, before it expires), the
                   names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
-                  hidden, status_expiries, away_expiries), publish, and the names of a lease's keys
-                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
-                  hash tag of KEYS)
+                  hidden, status_expiries, away_expiries), publish, the names of a lease's keys
+                  (includes/connections.lua), and a place's members, holders, states and users
+                  keys and events channel (place_members_prefix, place_holders_prefix,
+                  place_states_prefix, place_users_prefix, place_channel_prefix; includes/
+                  places.lua) (a name ending in ':' is followed by a user id, or a place's by
+                  its id, in the hash tag of KEYS)
   ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[8..12] place_prefixes  string: a place's members, holders, states and users keys and
-                            its events channel are each of these followed by the place id
-                            (includes/places.lua), in the hash tag of KEYS
-  ARGV[13] lapsed_batch     int: at most this many users and place sessions of lapsed leases
+  ARGV[8]  lapsed_batch     int: at most this many users and place sessions of lapsed leases
                             per call: ending one takes about a dozen commands, so a call ends
                             far fewer of them than it removes expired entries
-  ARGV[14] overdue_ms       int ms: a waiting place state due more than this long ago is
+  ARGV[9]  overdue_ms       int ms: a waiting place state due more than this long ago is
                             announced here (its process died or stalled before it did): at most
                             lapsed_batch of them per call; the interval of set_place_state
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
@@ -65,9 +65,10 @@ local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
-local place_prefixes = {members = ARGV[8], holders = ARGV[9], states = ARGV[10], users = ARGV[11],
-  channel = ARGV[12]}
-local lapsed_batch, overdue_ms = tonumber(ARGV[13]), tonumber(ARGV[14])
+local place_prefixes = {members = shard.place_members_prefix, holders = shard.place_holders_prefix,
+  states = shard.place_states_prefix, users = shard.place_users_prefix,
+  channel = shard.place_channel_prefix}
+local lapsed_batch, overdue_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)

@@ -127,6 +127,11 @@ OPTION_NAMES = (
     "lease_bits_prefix",
     "lease_places_prefix",
     "lease_members_prefix",
+    "place_members_prefix",
+    "place_holders_prefix",
+    "place_states_prefix",
+    "place_users_prefix",
+    "place_channel_prefix",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -253,6 +258,11 @@ class Shard:
                     "lease_bits_prefix": k.lease_bits(""),
                     "lease_places_prefix": k.lease_places(""),
                     "lease_members_prefix": k.lease_members(""),
+                    "place_members_prefix": k.place_members(""),
+                    "place_holders_prefix": k.place_holders(""),
+                    "place_states_prefix": k.place_states(""),
+                    "place_users_prefix": k.place_users(""),
+                    "place_channel_prefix": self.channels.place_events(""),
                 }
             )
         return self._options
