@@ -79,14 +79,14 @@ local function place_of(place_id)
 end
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
-  went_offline(expired[i])
-  sync_hidden(expired[i])
-  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of('OFFLINE', expired[i], 0))
+  went_offline(statuses, expired[i])
+  sync_hidden(statuses, expired[i])
+  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of(statuses, 'OFFLINE', expired[i], 0))
 end
 
 -- Lapsed leases, oldest first: their users' sessions under them end, at their lapse, up to
@@ -100,7 +100,7 @@ for i = 1, #lapsed, 2 do
   local users = redis.call('SPOP', users_key, lapsed_batch - ended)
   for _, user_id in ipairs(users) do
     local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
-      conn = conn_prefix .. user_id, index = index_key}
+      conn = conn_prefix .. user_id, index = index_key, statuses = statuses}
     end_lapsed(user, user_id, now, window_ms, offline)
   end
   ended = ended + #users
@@ -127,28 +127,28 @@ for i = 1, #lapsed, 2 do
 end
 
 -- Custom statuses whose end has come: gone from every read already, announced here once.
-local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(), '-inf', now, 'LIMIT', 0, batch)
+local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(statuses), '-inf', now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(ended_statuses) do
-  redis.call('ZREM', status_expiry_key(), user_id)
-  local key = status_key(user_id)
+  redis.call('ZREM', status_expiry_key(statuses), user_id)
+  local key = status_key(statuses, user_id)
   local expires = tonumber(redis.call('HGET', key, 'expires'))
   if expires and expires <= now then
     redis.call('HDEL', key, 'text', 'emoji', 'expires')
-    local online = #live_of(user_id, online_key, now) > 0 and 1 or 0
-    add_event(offline, 'STATUS', user_id, now, '', online, look_of('STATUS', user_id, online))
+    local online = #live_of(statuses, user_id, online_key, now) > 0 and 1 or 0
+    add_event(offline, 'STATUS', user_id, now, '', online, look_of(statuses, 'STATUS', user_id, online))
   end
 end
 
 -- Users whose last active session expired by time while an idle one stays live: AWAY since.
-local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(), '-inf', '(' .. now, 'LIMIT', 0, batch)
+local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(turned_away) do
-  redis.call('ZREM', away_expiry_key(), user_id)
-  local status, choices = status_of(user_id, online_key, now)
+  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  local status, choices = status_of(statuses, user_id, online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
-    add_event(offline, 'STATUS', user_id, now, '', 1, look_of('STATUS', user_id, 1))
+    add_event(offline, 'STATUS', user_id, now, '', 1, look_of(statuses, 'STATUS', user_id, 1))
   end
 end
-announce_all(channel, offline)
+announce_all(channel, offline, statuses)
 
 -- Waiting states whose process did not announce them in time, oldest first.
 local overdue = redis.call('ZRANGEBYSCORE', flushes_key, '-inf', '(' .. (now - overdue_ms), 'LIMIT', 0, lapsed_batch)
