@@ -94,7 +94,7 @@ def main() -> None:
         asyncio.run(measure())
         return
     # Here, not above: a version's process runs this file with only that version on its path.
-    from bench.compare import export  # noqa: PLC0415
+    from bench.harness import export  # noqa: PLC0415
 
     print(
         f"Redis time, median of {args.rounds} rounds\n"

@@ -41,7 +41,7 @@ local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 local hide_invisible = ARGV[8] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, tonumber(shard.window_ms), now)
+local statuses = statuses_of(shard, online_key, tonumber(shard.window_ms), now)
 from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
 local with_held = from_ms <= now and to_ms >= now - held_slack_ms
@@ -57,7 +57,7 @@ if with_held then
   end
 end
 local function online_of(user_id)
-  return listed_online(online_key, user_id, now, hide_invisible) or 0
+  return listed_online(statuses, online_key, user_id, now, hide_invisible) or 0
 end
 local function jump(score)
   if held_slot(-score) then return past_lapsed(last_seen_key, score, now) end

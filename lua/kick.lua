@@ -45,7 +45,8 @@ local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now)
+user.statuses = statuses
 local events = {}
 settle(user, channel, user_id, now, window_ms, events)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
@@ -86,5 +87,5 @@ if kicked > 0 then
 else
   add_event(events, 'REVOKED', user_id, now, session_id, online_after)
 end
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 return {kicked, online_after}

@@ -35,9 +35,9 @@ local window_ms, first = tonumber(shard.window_ms), tonumber(ARGV[2])
 local hide_invisible = ARGV[5] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
-local total = listed_online_count(online_key, now, hide_invisible)
-local function online_of(user_id) return listed_online(online_key, user_id, now, hide_invisible) end
+local statuses = statuses_of(shard, online_key, window_ms, now)
+local total = listed_online_count(statuses, online_key, now, hide_invisible)
+local function online_of(user_id) return listed_online(statuses, online_key, user_id, now, hide_invisible) end
 local start = page_start(since_key, ARGV[3], ARGV[4])
 local rows = collect(since_key, start, math.huge, first + 1, online_of)
 local reply = {total, #rows > first * 3 and 1 or 0}

@@ -22,7 +22,8 @@
   ARGV[4]  token          string: the holding process's, which owns the lease
   ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: window_ms,
-                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  retention_ms, max_sessions (the most live sessions the user may have; a
+                  session not live yet beyond them is refused), channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
                   away_expiries), publish, and the names of a lease's keys
                   (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
@@ -34,7 +35,7 @@
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "SESSION_REVOKED",
-           "DAY_NOT_GIVEN"; nothing is written when one is returned
+           "DAY_NOT_GIVEN", "TOO_MANY_SESSIONS"; nothing is written when one is returned
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
@@ -57,16 +58,20 @@ local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ton
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now)
+user.statuses = statuses
 if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then
   return redis.error_reply('LEASE_LOST')
 end
 local refused = activity_refused(activity_keys, session_id, now, now, boundaries)
 if refused then return refused end
+if sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
-settle_away(user_id, events)
-local status_before = online_before == 1 and status_of(user_id, online_key, now)
+settle_away(statuses, user_id, events)
+local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
 mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
 
@@ -75,9 +80,9 @@ local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
 -- A session opened again while live keeps its start; it starts active.
 local extras = {started = now, idle = false, device = ARGV[10] ~= '' and ARGV[10] or nil}
 if before and session_live(before, now, window_ms) then
-  extras.started = parse_extras(redis.call('HGET', extras_key(user_id), session_id)).started or now
+  extras.started = parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)).started or now
 end
-redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
+redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
 redis.call('ZADD', sessions_key, HELD + slot, session_id)
 if replaced and replaced.slot ~= slot then forget_if_last(user, user_id, replaced.slot, false) end
 local generation = redis.call('INCR', generations_key)
@@ -87,11 +92,11 @@ redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 refresh_online(user, user_id, now, window_ms, nil)
 
 if online_before == 0 then
-  came_online(user_id, now)
+  came_online(statuses, user_id, now)
   add_event(events, 'ONLINE', user_id, now, '', 1)
-elseif status_of(user_id, online_key, now) ~= status_before then
+elseif status_of(statuses, user_id, online_key, now) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
 if replaced then add_event(events, 'REPLACED', user_id, now, session_id, generation) end
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 return {generation, now}

@@ -20,19 +20,21 @@
                           by more than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: channel,
-                  user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms, the
+                  user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms,
+                  empty_place_ttl_ms (how long a place emptied here keeps its users key, its
+                  events' sequence, before it expires), the
                   names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
-                  hidden, status_expiries, away_expiries), publish, and the names of a lease's keys
-                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
-                  hash tag of KEYS)
+                  hidden, status_expiries, away_expiries), publish, the names of a lease's keys
+                  (includes/connections.lua), and a place's members, holders, states and users
+                  keys and events channel (place_members_prefix, place_holders_prefix,
+                  place_states_prefix, place_users_prefix, place_channel_prefix; includes/
+                  places.lua) (a name ending in ':' is followed by a user id, or a place's by
+                  its id, in the hash tag of KEYS)
   ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[8..12] place_prefixes  string: a place's members, holders, states and users keys and
-                            its events channel are each of these followed by the place id
-                            (includes/places.lua), in the hash tag of KEYS
-  ARGV[13] lapsed_batch     int: at most this many users and place sessions of lapsed leases
+  ARGV[8]  lapsed_batch     int: at most this many users and place sessions of lapsed leases
                             per call: ending one takes about a dozen commands, so a call ends
                             far fewer of them than it removes expired entries
-  ARGV[14] overdue_ms       int ms: a waiting place state due more than this long ago is
+  ARGV[9]  overdue_ms       int ms: a waiting place state due more than this long ago is
                             announced here (its process died or stalled before it did): at most
                             lapsed_batch of them per call; the interval of set_place_state
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
@@ -66,26 +68,28 @@ local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_o
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
-local place_prefixes = {members = ARGV[8], holders = ARGV[9], states = ARGV[10], users = ARGV[11],
-  channel = ARGV[12]}
-local lapsed_batch, overdue_ms = tonumber(ARGV[13]), tonumber(ARGV[14])
+local place_prefixes = {members = shard.place_members_prefix, holders = shard.place_holders_prefix,
+  states = shard.place_states_prefix, users = shard.place_users_prefix,
+  channel = shard.place_channel_prefix}
+local lapsed_batch, overdue_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)
-  local place = {id = place_id, flushes = flushes_key, publish = channel[3], feed = channel[4]}
+  local place = {id = place_id, flushes = flushes_key, publish = channel[3], feed = channel[4],
+    empty_ttl_ms = shard.empty_place_ttl_ms}
   for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
   return place
 end
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
-  went_offline(expired[i])
-  sync_hidden(expired[i])
-  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of('OFFLINE', expired[i], 0))
+  went_offline(statuses, expired[i])
+  sync_hidden(statuses, expired[i])
+  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of(statuses, 'OFFLINE', expired[i], 0))
 end
 
 -- Lapsed leases, oldest first: their users' sessions under them end, at their lapse, up to
@@ -99,7 +103,7 @@ for i = 1, #lapsed, 2 do
   local users = redis.call('SPOP', users_key, lapsed_batch - ended)
   for _, user_id in ipairs(users) do
     local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
-      conn = conn_prefix .. user_id, index = index_key}
+      conn = conn_prefix .. user_id, index = index_key, statuses = statuses}
     end_lapsed(user, user_id, now, window_ms, offline)
   end
   ended = ended + #users
@@ -126,28 +130,28 @@ for i = 1, #lapsed, 2 do
 end
 
 -- Custom statuses whose end has come: gone from every read already, announced here once.
-local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(), '-inf', now, 'LIMIT', 0, batch)
+local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(statuses), '-inf', now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(ended_statuses) do
-  redis.call('ZREM', status_expiry_key(), user_id)
-  local key = status_key(user_id)
+  redis.call('ZREM', status_expiry_key(statuses), user_id)
+  local key = status_key(statuses, user_id)
   local expires = tonumber(redis.call('HGET', key, 'expires'))
   if expires and expires <= now then
     redis.call('HDEL', key, 'text', 'emoji', 'expires')
-    local online = #live_of(user_id, online_key, now) > 0 and 1 or 0
-    add_event(offline, 'STATUS', user_id, now, '', online, look_of('STATUS', user_id, online))
+    local online = #live_of(statuses, user_id, online_key, now) > 0 and 1 or 0
+    add_event(offline, 'STATUS', user_id, now, '', online, look_of(statuses, 'STATUS', user_id, online))
   end
 end
 
 -- Users whose last active session expired by time while an idle one stays live: AWAY since.
-local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(), '-inf', '(' .. now, 'LIMIT', 0, batch)
+local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(turned_away) do
-  redis.call('ZREM', away_expiry_key(), user_id)
-  local status, choices = status_of(user_id, online_key, now)
+  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  local status, choices = status_of(statuses, user_id, online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
-    add_event(offline, 'STATUS', user_id, now, '', 1, look_of('STATUS', user_id, 1))
+    add_event(offline, 'STATUS', user_id, now, '', 1, look_of(statuses, 'STATUS', user_id, 1))
   end
 end
-announce_all(channel, offline)
+announce_all(channel, offline, statuses)
 
 -- Waiting states whose process did not announce them in time, oldest first.
 local overdue = redis.call('ZRANGEBYSCORE', flushes_key, '-inf', '(' .. (now - overdue_ms), 'LIMIT', 0, lapsed_batch)

@@ -21,7 +21,8 @@
   ARGV[3]  at_ms            int ms, or "" for now
   ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: window_ms,
-                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  retention_ms, max_sessions (the most live sessions the user may have; a
+                  session not live yet beyond them is refused), channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
                   away_expiries), publish, and the names of a lease's keys
                   (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
@@ -37,8 +38,8 @@
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online (the touched session's start, and the user's onlineSince, are then t_ms);
            STATUS if the touch made them AWAY or active again
-  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
-           (mirrored by the store's error mapping); nothing is written when one is returned
+  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN",
+           "TOO_MANY_SESSIONS" (mirrored by the store's error mapping); nothing is written when one is returned
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
@@ -61,16 +62,21 @@ local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_o
 local device, idle = ARGV[10], ARGV[11] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now)
+user.statuses = statuses
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
 local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
+if t_ms >= now - window_ms
+    and sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
-settle_away(user_id, events)
-local status_before = online_before == 1 and status_of(user_id, online_key, now)
+settle_away(statuses, user_id, events)
+local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
 mark_activity(activity_keys, user_id, t_ms, boundaries, retention_ms)
 local cutoff = now - window_ms
 local online_after
@@ -78,31 +84,31 @@ local online_after
 local keyless = session_id == DEFAULT_SESSION and device == '' and not idle
   and redis.call('EXISTS', sessions_key) == 0
 if keyless then
-  online_after = record_default(online_key, user_id, t_ms, cutoff, window_ms) and 1 or 0
+  online_after = record_default(online_key, user_id, t_ms, cutoff, window_ms, statuses) and 1 or 0
 else
   keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
   local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   local was_live = before and session_live(before, now, window_ms)
   online_after = record_session(user, user_id, session_id, t_ms, now, window_ms)
   if t_ms >= cutoff or was_live then
-    local extras = was_live and parse_extras(redis.call('HGET', extras_key(user_id), session_id)) or {}
+    local extras = was_live and parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)) or {}
     extras.started = extras.started or t_ms
     extras.idle = idle
     if device ~= '' then extras.device = device end
-    redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
-    track_activity(user_id)
+    redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
+    track_activity(statuses, user_id)
   end
 end
 if online_after == 1 and online_before == 0 then
-  came_online(user_id, t_ms)
+  came_online(statuses, user_id, t_ms)
   add_event(events, 'ONLINE', user_id, now, '', 1)
-elseif online_after == 1 and status_of(user_id, online_key, now) ~= status_before then
+elseif online_after == 1 and status_of(statuses, user_id, online_key, now) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 
-local entry = presence_entry(user_id, last_seen_key, now, retention_ms)
+local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
-tidy_extras(user_id)
+tidy_extras(statuses, user_id)
 return {online_before, entry}

@@ -493,7 +493,7 @@ class PlaceMemberConnection:
             users=page.users,
             nodes=[PlaceMember.of(member) for member in page.nodes],
             page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
-            version=page.sequence,
+            version=page.version,
         )
 
 
@@ -541,7 +541,7 @@ class PlaceEvent:
             session_id=ID(event.session_id),
             at=from_ms(int(event.at_ms)),
             state=_state(event.state if isinstance(event.state, str) else None),
-            version=int(event.sequence),
+            version=int(event.version),
         )
 
 

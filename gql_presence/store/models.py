@@ -235,6 +235,8 @@ class PlacePage:
     end_cursor: str | None
     # The number of the place's last event that the page reflects (PublishedPlaceEvent).
     sequence: int = 0
+    # The place's version then: its events since its sequence began (lua/includes/places.lua).
+    version: int = 0
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ async def sweep(shards: Sequence[Shard], batch: int, lapsed_batch: int) -> Sweep
 
 
 async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
-    settings, k, c = shard.settings, shard.keys, shard.channels
+    settings, k = shard.settings, shard.keys
     labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
     await shard.announcing()
     reply = await shard.run(
@@ -43,13 +43,6 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
             purge_after_ms=settings.retention_ms + PURGE_SLACK_MS,
             shard=shard.options,
             boundaries=boundaries,
-            place_prefixes=[
-                k.place_members(""),
-                k.place_holders(""),
-                k.place_states(""),
-                k.place_users(""),
-                c.place_events(""),
-            ],
             lapsed_batch=lapsed_batch,
             # Overdue: a state its process would have announced an interval ago.
             overdue_ms=PLACE_STATE_INTERVAL_MS,

@@ -105,9 +105,11 @@ class PublishedPlaceEvent(NamedTuple):
     # JOINED, UPDATED: the state's JSON text, or False for none. REPLACED: the new holder's
     # generation, as text. LEFT: False.
     state: str | bool
-    # The event's number in the place's sequence of events: the place's version after it (a
-    # REPLACED carries the version before it and counts for nothing).
+    # The event's number in the place's sequence of events (a REPLACED carries the number
+    # before it and counts for nothing), and the place's version after it: 1 for the first
+    # event since its sequence began.
     sequence: int
+    version: int
     feed_id: str  # the id of the event's entry in its shard's feed ("" for REPLACED)
 
 
@@ -126,7 +128,7 @@ def read_place_events(message: bytes | str) -> list[PublishedPlaceEvent]:
     ]
 
 
-def member_joined(member: PlaceMember, sequence: int = 0) -> PublishedPlaceEvent:
+def member_joined(member: PlaceMember, sequence: int = 0, version: int = 0) -> PublishedPlaceEvent:
     """A member read from its place, as the JOINED event a placeChanged subscription starts
     with (its sequence is the read's, which the subscription keeps apart)."""
     return PublishedPlaceEvent(
@@ -137,6 +139,7 @@ def member_joined(member: PlaceMember, sequence: int = 0) -> PublishedPlaceEvent
         -member.position,
         member.state if member.state is not None else False,
         sequence,
+        version,
         "",
     )
 

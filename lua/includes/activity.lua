@@ -48,6 +48,21 @@ local function activity_refused(keys, session_id, t_ms, now, boundaries)
   return nil
 end
 
+-- Whether a session that is not live yet (session_id) would give the user more than
+-- max_sessions live ones: checked before anything is written. A user with no sessions key may
+-- have their default session live in their online entry alone (keep_default_in_key).
+local function sessions_full(user, user_id, session_id, now, window_ms, max_sessions)
+  local score = tonumber(redis.call('ZSCORE', user.sessions, session_id))
+  if score and session_live(score, now, window_ms) then return false end
+  local live = redis.call('ZCOUNT', user.sessions, now - window_ms, '+inf')
+  -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
+  if live >= max_sessions then live = #live_sessions(user, now, window_ms) / 2 end
+  if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(user.online, user_id, now) then
+    live = 1
+  end
+  return live >= max_sessions
+end
+
 -- Records that a session of the user was active at t_ms, which activity_refused allowed: the
 -- user's bit in the bitmap of t_ms's day (kept until retention_ms after the day) and their
 -- lastSeen.
@@ -70,10 +85,10 @@ end
 -- Records activity of the default session of a user with no session key, at t_ms (never
 -- moving a time backwards); returns the session's newest time if it is live, else nil.
 -- An expired online entry must have been settled first.
-local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms)
+local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms, statuses)
   if t_ms >= cutoff_ms then
     redis.call('ZADD', online_key, 'GT', t_ms + window_ms, user_id)
-    if status_hooks.online_moved then status_hooks.online_moved(user_id) end
+    if statuses then statuses.online_moved(user_id) end
   end
   local expiry = redis.call('ZSCORE', online_key, user_id)
   if not expiry then return nil end
@@ -103,14 +118,14 @@ local function settle(user, channel, user_id, now, window_ms, events)
   if slot == nil then
     if expiry >= now then return 1 end
     redis.call('ZREM', user.online, user_id)
-    if status_hooks.offline then status_hooks.offline(user_id) end
-    if status_hooks.online_moved then status_hooks.online_moved(user_id) end
-    add_event(out, 'OFFLINE', user_id, expiry, '', 0, status_hooks.look and status_hooks.look('OFFLINE', user_id, 0))
+    if user.statuses then user.statuses.offline(user_id) end
+    if user.statuses then user.statuses.online_moved(user_id) end
+    add_event(out, 'OFFLINE', user_id, expiry, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))
     online = 0
   else
     if slot > 0 and slot_live(slot, now) then return 1 end
     online = end_lapsed(user, user_id, now, window_ms, out) or 1
   end
-  if not events then announce_all(channel, out) end
+  if not events then announce_all(channel, out, user.statuses) end
   return online
 end

@@ -14,6 +14,13 @@
 --
 -- `user` names one user's keys: {online, last_seen, sessions, conn, index}; a script that
 -- reads the sessions key after changing it sets `defer_expiry` (see expire_with_newest).
+-- A script that knows statuses sets `statuses` (includes/status.lua, statuses_of), whose
+-- functions these call besides: offline(user_id) when a user's online entry goes,
+-- online_moved(user_id) after any write of it (an entry made, moved or removed),
+-- tidy(user_id) when their sessions key got its expiry; status(user_id, ending_ids) is the
+-- user's status as if the sessions ending_ids were still live (to compare with the status
+-- once they ended), and look(kind, user_id, online) an event's look at this moment
+-- (add_event's `look`).
 
 local function lease_owners_key() return leases.names.lease_owners end
 local function lease_users_key(slot) return leases.names.lease_users_prefix .. slot end
@@ -114,14 +121,14 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('ZADD', user.online, score, user_id)
   else
     redis.call('ZREM', user.online, user_id)
-    if status_hooks.offline then status_hooks.offline(user_id) end
+    if user.statuses then user.statuses.offline(user_id) end
   end
-  if status_hooks.online_moved then status_hooks.online_moved(user_id) end
+  if user.statuses then user.statuses.online_moved(user_id) end
   if slots > 0 then
     redis.call('ZADD', user.last_seen, -score, user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
-    if status_hooks.tidy then status_hooks.tidy(user_id) end
+    if user.statuses then user.statuses.tidy(user_id) end
     return 1
   end
   redis.call('DEL', user.conn)
@@ -136,7 +143,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     user.expire_at = tonumber(touched[2]) + window_ms + 1
     if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
   end
-  if status_hooks.tidy and not user.defer_expiry then status_hooks.tidy(user_id) end
+  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id) end
   return score and 1 or 0
 end
 
@@ -151,7 +158,7 @@ local function end_lapsed(user, user_id, now, window_ms, events)
     if not slot_live(tonumber(held[i + 1]) - HELD, now) then ending[#ending + 1] = held[i] end
   end
   -- The status its subscribers were told while those sessions were live.
-  local status_before = #ending > 0 and status_hooks.status and status_hooks.status(user_id, ending)
+  local status_before = #ending > 0 and user.statuses and user.statuses.status(user_id, ending)
   for i = 1, #held, 2 do
     local slot = tonumber(held[i + 1]) - HELD
     if not slot_live(slot, now) then
@@ -167,10 +174,10 @@ local function end_lapsed(user, user_id, now, window_ms, events)
   local before = tonumber(redis.call('ZSCORE', user.online, user_id))
   local online = refresh_online(user, user_id, now, window_ms, ended)
   if online == 0 and before and held_slot(before) then
-    add_event(events, 'OFFLINE', user_id, ended, '', 0, status_hooks.look and status_hooks.look('OFFLINE', user_id, 0))
-  elseif online == 1 and status_before and status_hooks.status(user_id, {}) ~= status_before then
+    add_event(events, 'OFFLINE', user_id, ended, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))
+  elseif online == 1 and status_before and user.statuses.status(user_id, {}) ~= status_before then
     -- Its last active session lapsed, an idle one stays: AWAY, with the look of now.
-    add_event(events, 'STATUS', user_id, ended, '', 1, status_hooks.look('STATUS', user_id, 1))
+    add_event(events, 'STATUS', user_id, ended, '', 1, user.statuses.look('STATUS', user_id, 1))
   end
   return online
 end

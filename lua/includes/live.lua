@@ -13,14 +13,6 @@
 -- several leases, or held and touched, is scored HELD (slot 0): a reader takes them as live,
 -- and a script that writes to them ends first what has lapsed (includes/connections.lua).
 
--- What the scripts that know statuses (includes/status.lua) do besides: offline(user_id)
--- when a user's online entry goes, online_moved(user_id) after any write of it (an entry
--- made, moved or removed), tidy(user_id) when their sessions key got its expiry;
--- status(user_id, ending_ids) is the user's status as if the sessions ending_ids were still
--- live (to compare with the status once they ended), and look(kind, user_id, online) an
--- event's look at this moment (add_event's `look`).
-local status_hooks = {offline = false, online_moved = false, tidy = false, status = false, look = false}
-
 -- 2^50 ms, in the year 37,648: every time is below it, and HELD + slot is exact in a double.
 -- Written into a command's arguments with string.format('%d'), never with `..`, which would
 -- print it with 14 digits.

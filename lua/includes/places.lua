@@ -11,7 +11,9 @@
 --                  last UPDATED was announced, ms, followed by " pending" while a later state
 --                  waits to be announced (lua/set_place_state.lua); it goes with the member
 --   users    HASH  user_id -> how many of the user's sessions are in the place; its field ""
---                  (no user id is empty) counts the place's events: their sequence
+--                  (no user id is empty) counts the place's events: their sequence. Once the
+--                  place is empty it expires after place.empty_ttl_ms (remove_member), and
+--                  a place's sequence starts at the server's clock (next_in_sequence)
 -- The shard's flushes ZSET ("place_id \0 user_id \0 session_id" -> when its state is due to be
 -- announced, ms) lists the pending states, so that the sweep announces those whose process
 -- died before it did (lua/flush_place_state.lua).
@@ -21,16 +23,15 @@
 -- that the sweep ends a lapsed lease's members without reading any place whole.
 --
 -- Events go on the place's channel (with place.publish: PUBLISH, or SPUBLISH, the place's
--- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of seven values:
+-- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of nine values:
 -- kind (JOINED, UPDATED, LEFT, or REPLACED for the holding process), place_id, user_id,
 -- session_id, at_ms, the state (JSON text) or false, the event's number in the place's
--- sequence, which is the place's version (so that a subscriber that reads the place's members,
--- whose reply says up to which number it holds, takes the events after it and no other; a
--- REPLACED counts for nothing and carries the number before it), and the id of its entry in
--- the feed (includes/feed.lua; "" for a REPLACED, which the feed does not keep). The place's
--- `feed` is its shard's (feed_of). The users hash, which holds the sequence, is kept while
--- anyone is in the place and for the feed's retention after it empties, then goes: no kept
--- change is older than its end, so a version that starts again at 1 confuses no reader.
+-- sequence (so that a subscriber that reads the place's members, whose reply says up to which
+-- number it holds, takes the events after it and no other; a REPLACED counts for nothing and
+-- carries the number before it), the place's version after it (place_version), and the id of
+-- its entry in the feed (includes/feed.lua; "" for a REPLACED, which the feed does not keep). The place's
+-- `feed` is its shard's (feed_of). An emptied place's sequence expires no sooner than the
+-- feed's retention (Shard.options' empty_place_ttl_ms), so no kept change is older.
 
 local function member_of(user_id, session_id) return user_id .. '\0' .. session_id end
 
@@ -47,6 +48,23 @@ end
 -- The place's keys: {members, holders, states, users, channel, id, publish}, and where a state
 -- may be left to announce, the shard's flushes key.
 
+-- The number of the place's next event. A place without a sequence (new, or emptied and
+-- expired) starts it at the server's clock, ms: above every number it gave out before, which
+-- a subscriber may still hold (it leaves out the events up to the one its read reflects). Its
+-- field "\0" (no user id holds a control character) keeps where it started, so that the
+-- place's version, the events since then, starts at 1.
+local function next_in_sequence(place)
+  if redis.call('HSETNX', place.users, '', now_ms()) == 1 then
+    redis.call('HSET', place.users, '\0', redis.call('HGET', place.users, ''))
+  end
+  return redis.call('HINCRBY', place.users, '', 1)
+end
+
+-- The place's version at `sequence`: how many events it announced since its sequence began.
+local function place_version(place, sequence)
+  return sequence - (tonumber(redis.call('HGET', place.users, '\0')) or sequence)
+end
+
 local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
@@ -54,9 +72,10 @@ local function add_place_event(events, place, kind, user_id, session_id, at_ms, 
   if kind == 'REPLACED' then
     events[n + 7] = tonumber(redis.call('HGET', place.users, '')) or 0
   else
-    events[n + 7] = redis.call('HINCRBY', place.users, '', 1)
+    events[n + 7] = next_in_sequence(place)
   end
-  events[n + 8] = ''
+  events[n + 8] = place_version(place, events[n + 7])
+  events[n + 9] = ''
 end
 
 -- The number of the place's last event.
@@ -68,27 +87,19 @@ end
 local function place_user_count(place)
   local count = redis.call('HLEN', place.users)
   if redis.call('HEXISTS', place.users, '') == 1 then count = count - 1 end
+  if redis.call('HEXISTS', place.users, '\0') == 1 then count = count - 1 end
   return count
 end
 
-local PLACE_FIELDS = 8
+local PLACE_FIELDS = 9
 
--- Keeps the place's changes in the feed, then announces them. A place emptied by a LEFT
--- keeps its users hash (its version) for the feed's retention; a JOINED keeps it again.
+-- Keeps the place's changes in the feed, then announces them.
 local function announce_place(place, events)
   if #events == 0 then return end
-  local joined, left = false, false
   for i = 1, #events, PLACE_FIELDS do
-    local kind = events[i]
-    if FEED_KINDS[kind] then
-      events[i + 7] = feed_append(place.feed, 'p', {unpack(events, i, i + 6)})
-      joined, left = joined or kind == 'JOINED', left or kind == 'LEFT'
+    if FEED_KINDS[events[i]] then
+      events[i + 8] = feed_append(place.feed, 'p', {unpack(events, i, i + 7)})
     end
-  end
-  if left and place_user_count(place) == 0 then
-    redis.call('PEXPIRE', place.users, place.feed.retention_ms)
-  elseif joined then
-    redis.call('PERSIST', place.users)
   end
   redis.call(place.publish, place.channel, cjson.encode(events))
 end
@@ -146,6 +157,10 @@ local function remove_member(place, member, holder, at_ms, events)
   redis.call('SREM', by_lease, member)
   if redis.call('EXISTS', by_lease) == 0 then redis.call('SREM', lease_places_key(holder.slot), place.id) end
   add_place_event(events, place, 'LEFT', user_id, session_id, at_ms, nil)
+  -- Emptied: nothing of it is left but its sequence, which expires (a join persists it).
+  if place.empty_ttl_ms and place_user_count(place) == 0 then
+    redis.call('PEXPIRE', place.users, place.empty_ttl_ms)
+  end
 end
 
 -- Ends the place's members held under `slot`, whose lease lapsed, at its lapse: at most
