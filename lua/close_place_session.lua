@@ -14,6 +14,8 @@
   ARGV[5]  channel     string: the place's events channel
   ARGV[6]  publish    string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                       given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[7]  empty_ttl_ms  int ms: how long an emptied place keeps its users key (its events'
+                      sequence) before it expires
   Returns  1 if the session left the place, else 0
   Events   LEFT: now, or at its lease's lapse if that came first
 ]]
@@ -21,7 +23,7 @@
 --- @include "connections"
 --- @include "places"
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5], publish = ARGV[6]}
+  channel = ARGV[5], publish = ARGV[6], empty_ttl_ms = tonumber(ARGV[7])}
 leases.key = KEYS[5]
 local user_id, session_id, generation = ARGV[2], ARGV[3], ARGV[4]
 

@@ -30,12 +30,14 @@
   ARGV[14] device         string: what the session's client says it is, or ""
   ARGV[15] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                           given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[16] max_sessions   int: the most live sessions the user may have; a session not live
+                          yet beyond them is refused
   Returns  {generation, opened_ms}: the new holder's generation
   Events   OFFLINE if the user's presence had expired or lapsed unswept, or STATUS if a lapse
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "SESSION_REVOKED",
-           "DAY_NOT_GIVEN"; nothing is written when one is returned
+           "DAY_NOT_GIVEN", "TOO_MANY_SESSIONS"; nothing is written when one is returned
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -59,6 +61,9 @@ if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, 
 end
 local refused = activity_refused(activity_keys, session_id, now, now, boundaries)
 if refused then return refused end
+if sessions_full(user, user_id, session_id, now, window_ms, tonumber(ARGV[16])) then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
 settle_away(user_id, events)

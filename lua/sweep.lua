@@ -39,6 +39,8 @@
   ARGV[21] overdue_ms       int ms: a waiting place state due more than this long ago is
                             announced here (its process died or stalled before it did): at most
                             lapsed_batch of them per call; the interval of set_place_state
+  ARGV[22] empty_ttl_ms     int ms: how long a place emptied here keeps its users key (its
+                            events' sequence) before it expires
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
            flushed_count}: online_count is of users online now; lapsed_count of the users and
            place sessions of lapsed leases whose sessions under them were ended; ended_statuses
@@ -71,7 +73,8 @@ local lapsed_batch, overdue_ms = tonumber(ARGV[18]), tonumber(ARGV[21])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)
-  local place = {id = place_id, flushes = flushes_key, publish = channel[3]}
+  local place = {id = place_id, flushes = flushes_key, publish = channel[3],
+    empty_ttl_ms = tonumber(ARGV[22])}
   for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
   return place
 end

@@ -31,6 +31,8 @@
   ARGV[15] idle          0|1: 1 if the client says its user is away from the session
   ARGV[16] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
                          given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[17] max_sessions  int: the most live sessions the user may have; a session not live
+                         yet beyond them is refused
   Returns  {online_before 0|1, entry}: the user's presence_entry (includes/status.lua) after
            the touch (a held session's activity is now). A held session stays held:
            touching it moves lastSeen only.
@@ -38,8 +40,8 @@
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online (the touched session's start, and the user's onlineSince, are then t_ms);
            STATUS if the touch made them AWAY or active again
-  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
-           (mirrored by the store's error mapping); nothing is written when one is returned
+  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN",
+           "TOO_MANY_SESSIONS" (mirrored by the store's error mapping); nothing is written when one is returned
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -63,6 +65,10 @@ if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
 local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
+if t_ms >= now - window_ms
+    and sessions_full(user, user_id, session_id, now, window_ms, tonumber(ARGV[17])) then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
 settle_away(user_id, events)

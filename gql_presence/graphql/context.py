@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
@@ -18,10 +18,6 @@ from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
 from gql_presence.store import Presence, PresenceStore
 from gql_presence.store.errors import ForbiddenError, UnauthenticatedError
-
-if TYPE_CHECKING:
-    from gql_presence.graphql.event_rendering import SharedSubscription
-    from gql_presence.graphql.session_rendering import HeldSubscription
 
 NOT_A_FRIEND = (
     "A user may read the presence of themselves and their friends (the users in their friend "
@@ -78,12 +74,6 @@ class Context:
     credentials_refused: UnauthenticatedError | None = None
     # A WebSocket's connection, which multiplexed subscriptions write their events to.
     socket: Socket | None = None
-    # Set by the pipeline for a presenceChanged subscribe on a socket: where the resolver
-    # hands its events over to the hub (graphql/event_rendering.py).
-    shared_subscription: SharedSubscription | None = None
-    # Set by the pipeline for a subscribe on a socket: where a presenceSession resolver
-    # leaves its session for the pipeline to hold (graphql/session_rendering.py).
-    held_subscription: HeldSubscription | None = None
 
     async def close_socket(self, reason: FeedDroppedError) -> None:
         """Ends the WebSocket connection of a subscription whose feed was dropped."""

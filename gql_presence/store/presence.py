@@ -20,7 +20,7 @@ import contextlib
 import logging
 import uuid
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 
 from redis.asyncio import RedisCluster
@@ -65,6 +65,7 @@ from gql_presence.store.shard import (
     Position,
     Shard,
     ShardPage,
+    friend_set_full,
     guarded,
 )
 from gql_presence.store.validation import (
@@ -97,6 +98,11 @@ LAPSED_BATCH = 100
 # versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
 # Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
+# A registration counts as a use this long before it (lua/persist_document.lua): any caller
+# may register documents, so a flood of them must forget first what nobody has used, not the
+# documents in use, whose uses reach Redis up to 10 s late. Ten minutes: any document used
+# within them outranks every registration; a new one still outranks those unused for longer.
+REGISTERED_AGE_MS = 10 * 60 * 1000
 # Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
 # members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
 REFRESH_BATCH = 250
@@ -130,6 +136,7 @@ class PresenceStore:
         self._redis = redis
         self._zone = settings.stats_zone
         self._retention_ms = settings.retention_ms
+        self._max_friends = settings.max_friends
         self._scripts = Scripts.register(redis)
         # Without PRESENCE_CURSOR_SECRET, the deployment's own, read from Redis when first used.
         secret = settings.cursor_secret
@@ -588,10 +595,13 @@ class PresenceStore:
         """Keeps a GraphQL document (Unicode text of at most MAX_DOCUMENT_BYTES bytes of
         UTF-8) under its SHA-256 (lowercase hex; that it is the document's is the caller's
         to check) for every process of the deployment; beyond MAX_PERSISTED_DOCUMENTS the
-        least recently used are forgotten. Like rate-limit buckets, they all live in shard 0."""
+        least recently used are forgotten, a registration counting as a use REGISTERED_AGE_MS
+        before it. Like rate-limit buckets, they all live in shard 0."""
         check_sha256(sha256)
         check_document(document)
-        await self._shards[0].persist_document(sha256, document, MAX_PERSISTED_DOCUMENTS)
+        await self._shards[0].persist_document(
+            sha256, document, MAX_PERSISTED_DOCUMENTS, REGISTERED_AGE_MS
+        )
 
     async def persisted_document(self, sha256: str) -> str | None:
         """The document kept under this SHA-256, or None (never kept, or forgotten)."""
@@ -822,13 +832,45 @@ class PresenceStore:
             # After the reverse links: in one shard, the user's FRIENDS event comes last.
             owners = links.setdefault(shard_of(other, count), {})
             owners.setdefault(user_id, []).append(other)
+        kept_elsewhere: dict[int, dict[str, int]] = {}
+        if change == "SADD" and count > 1:
+            kept_elsewhere = await self._friends_kept_elsewhere(links)
         changed = await asyncio.gather(
             *(
-                self._shards[i].change_links(change, owners, self._user_channel_prefix)
+                self._shards[i].change_links(
+                    change, owners, self._user_channel_prefix, kept_elsewhere.get(i)
+                )
                 for i, owners in links.items()
             )
         )
         return sum(part.get(user_id, 0) for part in changed)
+
+    async def _friends_kept_elsewhere(
+        self, links: Mapping[int, Mapping[str, Sequence[str]]]
+    ) -> dict[int, dict[str, int]]:
+        """For each shard to be written and each owner written there, how many friends the
+        owner's set will keep in the other shards once the links are added: one script call
+        per shard, and one more per shard written. A set that would pass max_friends is
+        refused here, before anything is written; each shard's script checks its part again
+        against the rest, atomically, so that changes made meanwhile cannot pass it either."""
+        owners = sorted({owner for part in links.values() for owner in part})
+        counts, added = await asyncio.gather(
+            asyncio.gather(*(shard.friend_counts(owners) for shard in self._shards)),
+            asyncio.gather(
+                *(
+                    self._shards[i].change_links("CHECK", part, self._user_channel_prefix)
+                    for i, part in links.items()
+                )
+            ),
+        )
+        sizes = [dict(zip(owners, column, strict=True)) for column in counts]
+        for i, after in zip(links, added, strict=True):
+            sizes[i].update((owner, after[owner]) for owner in links[i] if links[i][owner])
+        totals = {owner: sum(part[owner] for part in sizes) for owner in owners}
+        most = self._max_friends
+        if any(total > most for total in totals.values()):
+            raise BadInputError(friend_set_full(most))
+        return {i: {owner: totals[owner] - sizes[i][owner] for owner in links[i]} for i in links}
 
     # --- upkeep ------------------------------------------------------------------------------
 

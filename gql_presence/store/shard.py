@@ -70,15 +70,34 @@ PLACE_STATE_INTERVAL_MS = 50
 
 # A position in a list: (-(last seen, ms), user id), the order of every list.
 Position = tuple[int, str]
-LinkChange = Literal["SADD", "SREM"]
+LinkChange = Literal["SADD", "SREM", "CHECK"]
 
 REVOKED_SESSION = (
     "This session was kicked and is revoked for now: "
     "give touch, presenceSession or placeSession a new sessionId."
 )
 
-# What a script's error reply means for the caller; a reply not here is a fault of ours.
-_REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
+
+def friend_set_full(most: int) -> str:
+    return (
+        f"A user's friend set holds at most {most:,} friends (PRESENCE_MAX_FRIENDS), and "
+        "this change would take one past it: remove friends first, or add fewer. Nothing "
+        "was changed."
+    )
+
+
+def sessions_full(settings: StoreSettings) -> str:
+    return (
+        f"A user may have at most {settings.max_sessions:,} live sessions "
+        "(PRESENCE_MAX_SESSIONS), and as many in each place: end one first (a session ends "
+        "when its window passes, its subscription ends, or it is kicked), or reuse a "
+        "sessionId. Nothing was changed."
+    )
+
+
+# What a script's error reply means for the caller, its message fixed or worded from the
+# settings; a reply not here is a fault of ours.
+_REFUSALS: dict[ScriptError, tuple[type[Exception], str | Callable[[StoreSettings], str]]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.NOT_IN_PLACE: (
@@ -92,6 +111,8 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
         "within the presence window, or held by a presenceSession).",
     ),
     ScriptError.EXPIRES_NOT_AHEAD: (BadInputError, EXPIRES_NOT_AHEAD),
+    ScriptError.TOO_MANY_FRIENDS: (BadInputError, lambda s: friend_set_full(s.max_friends)),
+    ScriptError.TOO_MANY_SESSIONS: (BadInputError, sessions_full),
     ScriptError.LEASE_LOST: (
         LeaseLostError,
         "This process held sessions under a lease that lapsed; subscribe again.",
@@ -221,6 +242,7 @@ class Shard:
                 device or "",
                 int(idle),
                 publish,
+                self._settings.max_sessions,
             ],
         )
         return seen_of(user_id, reply[1])
@@ -332,6 +354,7 @@ class Shard:
                 k.prefix,
                 device or "",
                 publish,
+                self._settings.max_sessions,
             ],
         )
         held = HeldSession(user_id, session_id, int(generation), lease)
@@ -406,6 +429,7 @@ class Shard:
                 state or "",
                 k.place_events(place_id),
                 publish,
+                self._settings.max_sessions,
             ],
         )
         held = HeldPlaceSession(place_id, user_id, session_id, int(generation), lease)
@@ -435,6 +459,7 @@ class Shard:
                 held.generation,
                 k.place_events(held.place_id),
                 publish,
+                self._settings.empty_place_ttl_ms,
             ],
         )
         return bool(left)
@@ -536,6 +561,15 @@ class Shard:
             ScriptName.FRIEND_OF_EACH, [self._keys.friends(owner) for owner in owners], [user_id]
         )
         return [bool(f) for f in found]
+
+    async def friend_counts(self, owners: Sequence[str]) -> list[int]:
+        """How many friends each owner's friend set keeps in this shard."""
+        if not owners:
+            return []
+        counts = await self._run(
+            ScriptName.FRIEND_COUNTS, [self._keys.friends(owner) for owner in owners], []
+        )
+        return [int(c) for c in counts]
 
     async def set_status(self, user_id: str, change: str, *values: str | int) -> Presence:
         """One change of how the user appears (lua/set_status.lua); the user's presence
@@ -651,10 +685,14 @@ class Shard:
         change: LinkChange,
         links: Mapping[str, Sequence[str]],
         owner_channel_prefix: Callable[[str], str],
+        kept_elsewhere: Mapping[str, int] | None = None,
     ) -> dict[str, int]:
         """Adds (SADD) to or removes (SREM) from each owner's friend set in this shard the
-        given friends (who live in this shard), in one atomic step. Ids are valid, distinct
+        given friends (who live in this shard), in one atomic step; or (CHECK) writes nothing
+        and returns the size each owner's set here would have after SADD. Ids are valid, distinct
         per owner and not the owner's own. Returns how many links each owner's set changed.
+        An addition that would take an owner's set past max_friends, counting the friends
+        `kept_elsewhere` (in other shards), is refused whole with BadInputError.
         An owner's events channel is `owner_channel_prefix(owner)` followed by their id: in
         the owner's own shard, which may not be this one. With sharded pub/sub, an owner's
         FRIENDS events go on the owner's channel in this shard instead, as a script publishes
@@ -665,10 +703,12 @@ class Shard:
         every_user, publish = await self._announcing()
         k = self._keys
         args: list[str | int] = [change, every_user, publish]
+        most = self._settings.max_friends
         for owner in owners:
             own = publish is Publish.CLASSIC
             prefix = owner_channel_prefix(owner) if own else k.user_events("")
-            args += [owner, prefix, len(links[owner]), *links[owner]]
+            room = most - (kept_elsewhere or {}).get(owner, 0)
+            args += [owner, prefix, room, len(links[owner]), *links[owner]]
         reply = await self._run(ScriptName.CHANGE_FRIEND_LINKS, list(map(k.friends, owners)), args)
         changed = dict.fromkeys(links, 0)
         changed.update((owner, int(n)) for owner, n in zip(owners, reply, strict=True))
@@ -712,6 +752,7 @@ class Shard:
                 publish,
                 # Overdue: a state its process would have announced an interval ago.
                 PLACE_STATE_INTERVAL_MS,
+                self._settings.empty_place_ttl_ms,
             ],
         )
         offline, purged, online, lapsed, ended_statuses, flushed = reply
@@ -737,12 +778,14 @@ class Shard:
         secret = await self._run(ScriptName.CURSOR_SECRET, [self._keys.cursor_secret], [candidate])
         return _text(secret)
 
-    async def persist_document(self, sha256: str, document: str, max_count: int) -> None:
+    async def persist_document(
+        self, sha256: str, document: str, max_count: int, registered_age_ms: int
+    ) -> None:
         k = self._keys
         await self._run(
             ScriptName.PERSIST_DOCUMENT,
             [k.persisted_documents, k.persisted_documents_used],
-            [sha256, document, max_count, MAX_DOCUMENT_BYTES],
+            [sha256, document, max_count, MAX_DOCUMENT_BYTES, registered_age_ms],
         )
 
     async def refresh_documents(self, sha256s: Sequence[str]) -> int:
@@ -782,7 +825,7 @@ class Shard:
         try:
             return await guarded(self._scripts.run(script, keys, args))
         except redis_errors.ResponseError as error:
-            _raise_meaning(error, self._settings.retention_ms)
+            _raise_meaning(error, self._settings)
         finally:
             if self._observe_script is not None:
                 self._observe_script(script, self._keys.shard, time.perf_counter() - started)
@@ -801,21 +844,21 @@ class Shard:
                     self._observe_script(script, self._keys.shard, share)
         for reply in replies:
             if isinstance(reply, redis_errors.ResponseError):
-                _raise_meaning(reply, self._settings.retention_ms)
+                _raise_meaning(reply, self._settings)
         return replies
 
 
-def _raise_meaning(error: redis_errors.ResponseError, retention_ms: int) -> NoReturn:
+def _raise_meaning(error: redis_errors.ResponseError, settings: StoreSettings) -> NoReturn:
     """Raises what a script's error reply means for the caller; a reply not known is a fault
     of ours, raised as it is."""
     code = ScriptError.of(str(error))
     if code is ScriptError.AT_BEFORE_RETENTION:
         raise BadInputError(
-            at_before_retention(time.time_ns() // 1_000_000, retention_ms)
+            at_before_retention(time.time_ns() // 1_000_000, settings.retention_ms)
         ) from None
     if code is not None and code in _REFUSALS:
         refusal, message = _REFUSALS[code]
-        raise refusal(message) from None
+        raise refusal(message if isinstance(message, str) else message(settings)) from None
     # Redis refuses a script's first write: nothing of it was applied, and the store
     # takes changes again once a primary with room answers (after a failover).
     if any(refused in str(error) for refused in _WRITES_REFUSED):
