@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,14 @@ from gql_presence.realtime.delivery import Feed, FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.running.redis_server import free_port
 from gql_presence.store import (
+    ChosenStatus,
     EventKind,
     HeldPlaceSession,
     HeldSession,
     OpenedSession,
     PresenceStore,
     PublishedEvent,
+    Visibility,
     read_events,
 )
 from gql_presence.store.client import AnyRedis
@@ -866,3 +869,44 @@ def text_messages(frames: bytes) -> list[bytes]:
         messages.append(frames[start : start + size])
         frames = frames[start + size :]
     return messages
+
+
+async def call_every_script(store: PresenceStore) -> None:
+    """Every store operation, so that each of the store's scripts runs at least once (but
+    choose_publish, which runs on a Redis Cluster only)."""
+    users = [f"u{i}" for i in range(12)]
+    await store.add_friends("a", users)
+    await store.touch("a", "s")
+    await store.touch_many(users)
+    await store.kick("a", "s")
+    await store.kick("u1")
+    await store.presence_many(users)
+    await store.set_status("u1", ChosenStatus.AWAY)
+    await store.set_last_seen_visibility("u1", Visibility.FRIENDS)
+    await store.presence_many(users, reader="a")
+    await store.online_users()
+    await store.online_users(by_online_since=True)
+    await store.online_friends("a")
+    now = datetime.now(UTC)
+    await store.active_in_range(now - timedelta(hours=1), now)
+    await store.weekly_stats()
+    await store.remove_friends("a", users[:6])
+    await store.take_token("backend:chat", 10, 10)
+    await store.persist_document("0" * 64, "{ __typename }")
+    await store.persisted_document("0" * 64)
+    await store.refresh_documents(["0" * 64])
+    held = [(await store.open_session(user, "tab")).held for user in users]
+    assert await store.renew_leases() == []
+    assert await store.check_sessions(held) == []
+    await store.session_revoked(held[0])
+    await store.close_session(held[0])
+    places = [f"doc{i}" for i in range(12)]
+    in_places = [(await store.open_place_session(p, "a", "tab")).held for p in places]
+    assert await store.check_sessions(in_places) == []
+    for x in range(2, 6):  # within 50 ms of the first: the last announced at the interval's end
+        await store.set_place_state(places[0], "a", "tab", {"x": x})
+    await store.flush_planned()
+    await store.place_members(places[0])
+    await store.place_counts(places)
+    await store.close_place_session(in_places[0])
+    await store.sweep()
