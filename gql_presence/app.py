@@ -25,6 +25,7 @@ from gql_presence.http.ide import GRAPHIQL_ASSETS
 from gql_presence.http.probes import (
     CLIENT_ASSETS,
     dashboard,
+    favicon,
     healthz,
     metrics_page,
     places_page,
@@ -57,9 +58,10 @@ def create_app(settings: Settings) -> web.Application:
     log_client_faults_quietly()
     metrics = Metrics()
     # One log line and the metrics of every request; CORS headers for browser pages on the
-    # origins PRESENCE_CORS_ORIGINS lists; then, in open mode, only requests addressed to
-    # loopback names or PRESENCE_ALLOWED_HOSTS (against DNS rebinding).
-    middlewares = [request_telemetry(metrics), cors(settings.cors_origins)]
+    # origins PRESENCE_CORS_ORIGINS lists (the browser client's files for any page); then, in
+    # open mode, only requests addressed to loopback names or PRESENCE_ALLOWED_HOSTS (against
+    # DNS rebinding).
+    middlewares = [request_telemetry(metrics), cors(settings.cors_origins, public=("/client/",))]
     if (checks_host := host_check(settings)) is not None:
         middlewares.append(checks_host)
     # Bodies over the limit get 413 unread.
@@ -99,8 +101,10 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/dashboard", dashboard)
     # A place where the tabs that open it see each other's cursors.
     app.router.add_get("/places", places_page)
-    # The browser client, as ES modules (the places page uses it).
+    # The browser client, as ES modules (the places page uses it, and so may any page).
     app.router.add_static("/client", CLIENT_ASSETS)
+    # The pages' icon, which browsers ask for on every page.
+    app.router.add_get("/favicon.ico", favicon)
     return app
 
 

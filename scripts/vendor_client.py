@@ -1,9 +1,11 @@
 """Copies the browser client (clients/js, built) into gql_presence/http/client/, which the service
 serves at /client/: the places page uses it, and a page anywhere may import it from there.
 
-It builds clients/js as its CI does (`npm ci` from its lockfile, `npm run build`), then copies
-the ES modules tsc wrote (not the React hooks, which need React) and graphql-ws's browser client
-with its licence. Run it after changing clients/js or schema.graphql, and commit what it writes:
+It builds clients/js as its CI does (`npm ci` from its lockfile, `npm run build`, which writes
+clients/js/dist/, committed so that `npm install` of the folder needs no build), then copies the
+ES modules tsc wrote (not the React hooks, which need React) and graphql-ws's browser client
+with its licence. Run it after changing clients/js or schema.graphql, and commit what it writes
+(clients/js/dist/ too):
 
     python scripts/vendor_client.py
 

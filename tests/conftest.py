@@ -395,4 +395,6 @@ def built_js_client() -> Path:
             [npm, *step], cwd=JS_CLIENT, capture_output=True, text=True, check=False
         )
         assert done.returncode == 0, done.stdout + done.stderr
+        # The README names Debian's Node 20: no package may ask for a newer one.
+        assert "EBADENGINE" not in done.stderr, done.stderr
     return JS_CLIENT

@@ -476,19 +476,53 @@ class HoldingSocket:
             f"subscription {{ presenceSession(userId: {json.dumps(user_id)}, "
             f"sessionId: {json.dumps(session_id)}) {{ live endReason }} }}"
         )
-        await self.socket.send_json(
-            {"id": operation, "type": "subscribe", "payload": {"query": query}}
+        return await self._held(operation, query, "presenceSession")
+
+    async def hold_place(
+        self, place_id: str, user_id: str, session_id: str, state: object = None
+    ) -> str:
+        """As `hold`, for a placeSession (under the id "place/user/session"), joining with
+        `state`."""
+        operation = f"{place_id}/{user_id}/{session_id}"
+        query = (
+            "subscription($place: ID!, $user: ID, $session: ID!, $state: JSONObject) { "
+            "placeSession(placeId: $place, userId: $user, sessionId: $session, state: $state) "
+            "{ live endReason } }"
         )
+        variables = {"place": place_id, "user": user_id, "session": session_id, "state": state}
+        return await self._held(operation, query, "placeSession", variables)
+
+    async def _held(
+        self, operation: str, query: str, field: str, variables: dict[str, Any] | None = None
+    ) -> str:
+        payload = {"query": query, "variables": variables}
+        await self.socket.send_json({"id": operation, "type": "subscribe", "payload": payload})
         await eventually(
             lambda: bool(self.received.get(operation)) or self.closed.is_set(),
             what=f"{operation} to be held",
         )
+        assert self.received.get(operation), f"the socket closed: {self.socket.close_code}"
         [first] = self.received[operation]
-        assert first["payload"] == {"data": {"presenceSession": {"live": True, "endReason": None}}}
+        assert first["payload"] == {"data": {field: {"live": True, "endReason": None}}}, first
         return operation
 
     def completed(self, operation: str) -> bool:
         return any(m["type"] == "complete" for m in self.received.get(operation, ()))
+
+    def ends(self, operation: str) -> list[Any]:
+        """The last state each of the operation's results carried after its first, or its
+        errors' codes: what the service told of the session's end."""
+        told: list[Any] = []
+        for message in self.received.get(operation, ())[1:]:
+            if message["type"] != "next":
+                continue
+            payload = message["payload"]
+            data = payload.get("data")
+            if data:
+                told.append(next(iter(data.values())))
+            else:
+                told.append([e["extensions"]["code"] for e in payload["errors"]])
+        return told
 
     async def close(self) -> None:
         await self.socket.close()

@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.realtime.held import EndReason, HeldSessions
-from gql_presence.store import HeldSession, OpenedSession, PresenceStore
+from gql_presence.store import HeldSession, OpenedSession, PresenceStore, PublishedEvent
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import SessionRevokedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
@@ -503,3 +503,29 @@ async def test_a_lapsed_lease_is_ended_a_batch_at_a_time_each_user_announced_onc
     assert ended == [10, 10, 5, 0]
     offline = [user for kind, user, *_ in await published(channel) if kind == "OFFLINE"]
     assert sorted(offline) == [f"u{i:02}" for i in range(25)]
+
+
+async def test_a_replacement_announced_while_two_openings_of_the_user_wait_reaches_its_own(
+    redis: Redis,
+) -> None:
+    store = PausingStore(redis, TEST_SETTINGS)
+    sessions = HeldSessions(store, ttl_ms=30_000)
+    # The first opening's reply waits; a second opening of the same session is made and
+    # announces that it replaced the first before that reply is read.
+    store.pause_at = "open"
+    first = asyncio.create_task(sessions.open("ann", "tab"))
+    await asyncio.wait_for(store.paused.wait(), 1)
+    second = await sessions.open("ann", "tab")
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    generation = second.held.generation
+    replaced = ("REPLACED", "ann", now_ms, "tab", generation, "ONLINE", False, "")
+    sessions.on_event(PublishedEvent(*replaced, "EVERYONE", 0, now_ms))
+    store.resume.set()
+
+    replaced_hold = await asyncio.wait_for(first, 1)
+    assert (await replaced_hold.ended()).reason is EndReason.REPLACED
+    assert second.outcome is None
+    sessions.release(replaced_hold)
+    sessions.release(second)
+    await sessions.settle()
+    assert not await online(store, "ann")

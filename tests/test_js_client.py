@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -74,6 +75,68 @@ def test_the_copy_the_service_serves_is_the_client_as_built(built_js_client: Pat
         )
 
 
+ROOT = Path(__file__).parent.parent
+
+
+def tracked(folder: str) -> list[str] | None:
+    """The files git tracks under `folder` (what a clone has); None outside a git checkout."""
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        return None
+    return run(git, "ls-files", "--cached", "--", folder, cwd=ROOT).split()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_the_committed_build_is_the_client_as_built(built_js_client: Path) -> None:
+    # npm installs the folder as it is committed (no build step runs): dist/ must be current.
+    files = tracked("clients/js/dist")
+    if files is None:
+        pytest.skip("needs a git checkout")
+    built = {str(p.relative_to(ROOT)) for p in (built_js_client / "dist").rglob("*") if p.is_file()}
+    assert set(files) == built, "run: python scripts/vendor_client.py, and commit clients/js/dist"
+    changed = run("git", "diff", "--name-only", "--", "clients/js/dist", cwd=ROOT)
+    assert changed == "", f"dist/ differs from a fresh build: commit it\n{changed}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_npm_install_of_the_folder_works_from_a_fresh_clone_as_the_readme_says(
+    tmp_path: Path,
+) -> None:
+    files = tracked("clients/js")
+    if files is None:
+        pytest.skip("needs a git checkout")
+    npm = shutil.which("npm")
+    if npm is None or shutil.which("node") is None:
+        pytest.skip("needs Node.js 20+ and npm: apt-get install npm")
+    # The clone's files of the client, as committed: nothing built or installed beside them.
+    clone = tmp_path / "gql-presence"
+    for name in files:
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, clone / name)
+    readme = (ROOT / "README.md").read_text()
+    command = re.search(r"`(npm install [^`]*path/to/gql-presence/clients/js)`", readme)
+    assert command is not None, "README.md names no npm install of clients/js"
+    # An app of its own, beside the clone.
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "package.json").write_text('{"name": "app", "private": true, "type": "module"}')
+    words = command[1].replace("path/to/gql-presence", str(clone)).split()
+    run(npm, *words[1:], "--no-audit", "--no-fund", cwd=app)
+    uses = """
+      import { createPresenceClient } from "gql-presence-client";
+      import { createClient } from "graphql-ws";  // its dependency, installed beside it
+      console.log(typeof createPresenceClient, typeof createClient);
+    """
+    assert run("node", "--input-type=module", "-e", uses, cwd=app).split() == [
+        "function",
+        "function",
+    ]
+    # Its types come with it.
+    assert (app / "node_modules" / "gql-presence-client" / "dist" / "index.d.ts").is_file()
+
+
 async def test_the_service_serves_the_client_at_client(api: TestClient[Any, Any]) -> None:
     for path in ("/client/index.js", "/client/graphql-ws/client.js"):
         response = await api.get(path)
@@ -81,6 +144,30 @@ async def test_the_service_serves_the_client_at_client(api: TestClient[Any, Any]
         assert response.content_type in {"text/javascript", "application/javascript"}
     places = await (await api.get("/places")).text()
     assert '"gql-presence-client": "/client/index.js"' in places
+
+
+async def test_the_clients_files_may_be_loaded_by_any_page_and_graphql_keeps_its_origins(
+    api: TestClient[Any, Any],
+) -> None:
+    # The service runs with no PRESENCE_CORS_ORIGINS here: a page elsewhere imports the client.
+    elsewhere = {"Origin": "http://app.example.test"}
+    module = await api.get("/client/index.js", headers=elsewhere)
+    assert module.status == 200
+    assert module.headers["Access-Control-Allow-Origin"] == "*"
+    asked = await api.post("/graphql", json={"query": "{ __typename }"}, headers=elsewhere)
+    assert asked.status == 200
+    assert "Access-Control-Allow-Origin" not in asked.headers
+    preflight = {**elsewhere, "Access-Control-Request-Method": "POST"}
+    assert (await api.options("/graphql", headers=preflight)).status == 403
+
+
+async def test_every_page_has_its_icon(api: TestClient[Any, Any]) -> None:
+    icon = await api.get("/favicon.ico")
+    assert icon.status == 200
+    assert icon.content_type == "image/vnd.microsoft.icon"
+    body = await icon.read()
+    assert body[:4] == b"\x00\x00\x01\x00"  # an icon file
+    assert body[22:30] == b"\x89PNG\r\n\x1a\n"  # of one PNG image
 
 
 @pytest.mark.slow

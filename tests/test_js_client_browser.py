@@ -2,11 +2,16 @@
 page on another origin with graphql-ws by an import map, in Debian's Chromium, against the
 service. Two pages in one place see each other join, move a cursor and leave; a hidden tab makes
 its user AWAY to the other page; the service restarted under them, both pages come back and
-their maps equal placeMembers and presences read afresh; a kicked page stops and says why."""
+their maps equal placeMembers and presences read afresh, and say meanwhile that they show the
+last known; a kicked page stops and says why; a refused token is told at once, with the
+service's reason; README.md's page runs as written against the service as README.md starts it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import itertools
+import shlex
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,11 +25,21 @@ from playwright.async_api import Browser, Page
 from pytest_aiohttp import AiohttpServer
 
 from gql_presence.app import create_app
+from gql_presence.running.redis_server import free_port
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.models import ChosenStatus
-from tests.helpers import BACKEND_TOKEN, SECURED, eventually, readme_snippets, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    eventually,
+    readme_snippets,
+    run_service,
+    stop,
+    user_token,
+    wait_until_serving,
+)
 
 pytestmark = pytest.mark.slow  # a browser
 
@@ -41,9 +56,13 @@ PAGE = """<!doctype html>
 # and the presence of the user's friends; window.view() tells the test what the page shows.
 START = """async ({ url, token, name, tokens = [] }) => {
   const { createPresenceClient } = await import("gql-presence-client");
-  // The app's token function: `tokens` first (short-lived ones, for a test), then `token`.
+  // The app's token function: `tokens` first (short-lived ones, for a test), then `token`; one
+  // the service refuses while window.refuse is set.
   window.tokensAsked = 0;
-  const fresh = () => { window.tokensAsked++; return tokens.shift() ?? token; };
+  const fresh = () => {
+    window.tokensAsked++;
+    return window.refuse ? "forged" : tokens.shift() ?? token;
+  };
   const client = createPresenceClient({ url, token: fresh, backoff: { baseMs: 200 } });
   const hold = client.holdPresence({ device: "web" });
   const place = client.joinPlace("doc:42", { state: { name } });
@@ -56,7 +75,7 @@ START = """async ({ url, token, name, tokens = [] }) => {
   const why = document.getElementById("why");
   window.log = [];
   client.on("connection", (state) => log.push(`connection ${state}`));
-  client.on("error", (e) => log.push(`error ${e.code ?? e.closeCode}: ${e.message}`));
+  client.on("error", (e) => log.push(`error ${e.code} ${e.closeCode}: ${e.message}`));
   follow.on("error", (e) => log.push(`follow error ${e.code ?? e.closeCode}: ${e.message}`));
   place.onJoin((m) => log.push(`join ${m.userId}`));
   place.onLeave((m) => log.push(`leave ${m.userId}`));
@@ -69,6 +88,13 @@ START = """async ({ url, token, name, tokens = [] }) => {
       .sort((a, b) => a.userId.localeCompare(b.userId)),
     presences: Object.fromEntries([...follow.getSnapshot()].map(([id, p]) => [id, p.status])),
     live: hold.getSnapshot().live && place.getSnapshot().live,
+    // What each of the page's snapshots says of itself: live, or last known.
+    stale: {
+      hold: hold.getSnapshot().stale, place: place.getSnapshot().stale,
+      follow: follow.getSnapshot().stale,
+    },
+    anyLive: hold.getSnapshot().live || place.getSnapshot().live,
+    errors: [hold.getSnapshot().error?.message ?? null, place.getSnapshot().error?.message ?? null],
     idle: hold.getSnapshot().idle,
     mine: mine.getSnapshot()?.status ?? null,
     sessionId: hold.sessionId,
@@ -143,16 +169,6 @@ async def site(
     async def page(request: web.Request) -> web.Response:
         return web.Response(text=PAGE, content_type="text/html")
 
-    async def readme_page(request: web.Request) -> web.Response:
-        """README.md's page as written, for the user named in the query, with what it assumes
-        of the app around it (getUserJwt, myName), against this service."""
-        user = request.query["user"]
-        token = user_token(user, places=["doc:*"])
-        address = str(made.service.make_url("")).removeprefix("http://").rstrip("/")
-        app = f"<script>window.getUserJwt = () => {token!r}; window.myName = {user!r};</script>"
-        html = app + README_PAGE.code.replace("127.0.0.1:8080", address)
-        return web.Response(text=html, content_type="text/html")
-
     async def react_page(request: web.Request) -> web.Response:
         return web.Response(text=REACT_PAGE, content_type="text/html")
 
@@ -161,7 +177,6 @@ async def site(
     frontend.router.add_get("/react", react_page)
     # The React app on the hooks (clients/js/fixtures/react-app.js), bundled by esbuild.
     frontend.router.add_static("/build", built_js_client / "build")
-    frontend.router.add_get("/readme", readme_page)
     frontend.router.add_static("/client", built_js_client / "dist")
     graphql_ws = built_js_client / "node_modules" / "graphql-ws" / "dist"
     frontend.router.add_static("/graphql-ws", graphql_ws)
@@ -175,11 +190,25 @@ async def site(
         server: TestServer = await aiohttp_server(create_app(settings), **kwargs)
         return server
 
-    made = Site(str(served.make_url("/")), await start_service(), settings, start_service)
-    return made
+    return Site(str(served.make_url("/")), await start_service(), settings, start_service)
 
 
-README_PAGE = next(s for s in readme_snippets() if "gql-presence-client" in s.code)
+SNIPPETS = readme_snippets()
+README_PAGE = next(s for s in SNIPPETS if s.language == "html" and "gql-presence-client" in s.code)
+# The command README.md prints beside the page: the service it runs against.
+README_SERVE = SNIPPETS[SNIPPETS.index(README_PAGE) - 1]
+# The app's origin in README.md's example, which the test's app server replaces.
+README_ORIGIN = "http://localhost:5173"
+
+
+def readme_settings(origin: str) -> dict[str, str]:
+    """The settings of README.md's command beside the page, for a page served from `origin`."""
+    words = shlex.split(README_SERVE.code)
+    assignments = list(itertools.takewhile(lambda word: "=" in word, words))
+    assert words[len(assignments) :] == [".venv/bin/gql-presence", "serve"], README_SERVE.code
+    settings = dict(word.split("=", 1) for word in assignments)
+    assert README_ORIGIN in settings.get("PRESENCE_CORS_ORIGINS", ""), README_SERVE.code
+    return {name: value.replace(README_ORIGIN, origin) for name, value in settings.items()}
 
 
 async def view(page: Page) -> dict[str, Any]:
@@ -250,6 +279,12 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
         # bob BUSY, and the place's map must lose cy, who left with the old process.
         await store.set_status("bob", ChosenStatus.BUSY)
         await cys.close()
+        # Meanwhile each page says that what it shows is last known, not live.
+        await eventually(lambda: _last_known(anns), 10, "ann's page to say it is not live")
+        await eventually(lambda: _last_known(bobs), 10, "bob's page to say it is not live")
+        seen = await view(anns)
+        assert names(seen) == ["ann", "bob", "cy"]  # the members it last knew
+        assert seen["presences"] == {"bob": "ONLINE"}
 
     await site.restart(while_down)
 
@@ -260,7 +295,10 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
         seen = {"ann": await view(anns), "bob": await view(bobs)}
         friends = {"ann": "bob", "bob": "ann"}  # each page follows its user's friends
         return presences == {"ann": "ONLINE", "bob": "BUSY"} and all(
-            s["live"] and s["members"] == fresh and s["presences"] == {f: presences[f]}
+            s["live"]
+            and not any(s["stale"].values())
+            and s["members"] == fresh
+            and s["presences"] == {f: presences[f]}
             for user, s in seen.items()
             for f in [friends[user]]
         )
@@ -269,6 +307,122 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
     seen = await view(anns)
     assert names(seen) == ["ann", "bob"]
     assert seen["members"][1]["state"] == {"name": "bob", "x": 30, "y": 40}  # the latest state
+
+
+async def _last_known(page: Page) -> bool:
+    seen = await view(page)
+    return not seen["anyLive"] and all(seen["stale"].values())
+
+
+REFUSED = "The bearer token is not valid."
+
+
+async def test_while_every_new_token_is_refused_the_page_says_why_and_that_it_shows_last_known(
+    site: Site, browser: Browser
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    await site.opened(await browser.new_page(), "bob")
+    await eventually(lambda: _equals(_names(anns), ["ann", "bob"]), 10, "bob at ann's page")
+
+    async def while_down() -> None:
+        await anns.evaluate("window.refuse = true")  # the app's sign-in has lapsed
+        await eventually(lambda: _last_known(anns), 10, "ann's page to say it is not live")
+
+    await site.restart(while_down)
+
+    async def told() -> bool:
+        return bool((await view(anns))["errors"] == [REFUSED, REFUSED])
+
+    await eventually(told, 10, "the refusal in the hold's and the place's snapshots")
+    seen = await view(anns)
+    assert names(seen) == ["ann", "bob"]  # last known, and said to be
+    assert await _last_known(anns)
+    log = await anns.evaluate("window.log")
+    assert log.count(f"error UNAUTHENTICATED 4403: {REFUSED}") == 1
+    assert not [line for line in log if "ended" in line]  # a new token may be accepted
+    # It goes on asking, with backoff; the next token accepted, the page is live again.
+    await anns.evaluate("window.refuse = false")
+
+    async def live_again() -> bool:
+        seen = await view(anns)
+        return bool(
+            seen["live"] and not any(seen["stale"].values()) and seen["errors"] == [None, None]
+        )
+
+    await eventually(live_again, 15, "ann's page live again")
+
+
+# A page whose token the service refuses: a fixed one, or a function (`tokens` in turn).
+REFUSED_START = """async ({ url, token, tokens }) => {
+  const { createPresenceClient } = await import("gql-presence-client");
+  window.tokensAsked = 0;
+  const asked = () => { window.tokensAsked++; return tokens.length > 1 ? tokens.shift() : tokens[0]; };
+  const client = createPresenceClient({ url, token: token ?? asked });
+  window.log = [];
+  client.on("error", (e) => log.push(`error ${e.code} ${e.closeCode}: ${e.message}`));
+  const hold = client.holdPresence();
+  const place = client.joinPlace("doc:42");
+  place.on("ended", (reason, error) => log.push(`place ended: ${reason} ${error?.message}`));
+  hold.on("ended", (reason, error) => log.push(`hold ended: ${reason} ${error?.message}`));
+  window.snapshots = () => ({ hold: hold.getSnapshot(), place: place.getSnapshot() });
+}"""
+
+
+async def test_a_fixed_token_refused_is_told_at_once_and_not_retried(
+    site: Site, browser: Browser
+) -> None:
+    page = await browser.new_page()
+    sockets: list[str] = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
+    await page.goto(site.page_url)
+    await page.evaluate(REFUSED_START, {"url": site.socket_url, "token": "forged"})
+    told = [
+        f"error UNAUTHENTICATED 4403: {REFUSED}",
+        f"place ended: null {REFUSED}",
+        f"hold ended: null {REFUSED}",
+    ]
+
+    async def all_told() -> bool:
+        return sorted(await page.evaluate("window.log")) == sorted(told)
+
+    await eventually(all_told, 5, "the refusal told to the app and both handles ended")
+    snapshots = await page.evaluate(
+        "(({ hold, place }) => [hold.live, hold.error.message, place.live, place.error.message])"
+        "(window.snapshots())"
+    )
+    assert snapshots == [False, REFUSED, False, REFUSED]
+    # No new token can come: the client asks no more (a first retry would be 0.25-0.5 s on).
+    await asyncio.sleep(1.5)
+    assert len(sockets) == 1
+    assert sorted(await page.evaluate("window.log")) == sorted(told)
+
+
+async def test_a_token_function_refused_is_told_at_once_and_asked_again_with_backoff(
+    site: Site, browser: Browser
+) -> None:
+    page = await browser.new_page()
+    await page.goto(site.page_url)
+    good = user_token("ann", places=["doc:*"])
+    tokens = ["forged"] * 3 + [good]
+    await page.evaluate(REFUSED_START, {"url": site.socket_url, "token": None, "tokens": tokens})
+    await eventually(lambda: page.evaluate("window.log.length > 0"), 2, "the refusal told at once")
+    assert await page.evaluate("window.log") == [f"error UNAUTHENTICATED 4403: {REFUSED}"]
+    snapshots = await page.evaluate(
+        "(({ hold, place }) => [hold.live, hold.ended, hold.error.message, place.live,"
+        " place.ended, place.error.message])(window.snapshots())"
+    )
+    assert snapshots == [False, None, REFUSED, False, None, REFUSED]
+    # Asked again after waits that double (0.25-0.5 s, then 0.5-1 s, ...): the fourth token,
+    # a good one, is accepted; the refusal was told once.
+    await eventually(
+        lambda: page.evaluate("window.snapshots().place.live && window.snapshots().hold.live"),
+        15,
+        "held once a token is accepted",
+    )
+    started = await page.evaluate("window.tokensAsked")
+    assert started == 4
+    assert await page.evaluate("window.log") == [f"error UNAUTHENTICATED 4403: {REFUSED}"]
+    assert await page.evaluate("window.snapshots().place.error") is None
 
 
 async def test_a_kicked_page_stops_and_says_why(
@@ -288,37 +442,57 @@ async def test_a_kicked_page_stops_and_says_why(
     assert read == {"presence": {"online": False}}
 
 
-async def test_the_readmes_page_shows_who_is_here_with_their_cursors(
-    site: Site, browser: Browser
+async def test_the_readmes_page_runs_as_written_on_another_origin_against_the_readmes_service(
+    aiohttp_server: AiohttpServer, browser: Browser, tmp_path: Path
 ) -> None:
+    """README.md's page pasted as it is into an app's page, served from the app's origin,
+    against `gql-presence serve` started with the settings printed beside it (open, with its
+    embedded Redis), in two tabs: ?me=ann and ?me=bob."""
     assert README_PAGE.language == "html"
-    problems: list[str] = []
-    pages = []
-    for user in ("ann", "bob"):
-        page = await browser.new_page()
-        page.on("pageerror", lambda error: problems.append(str(error)))
-        page.on("dialog", lambda dialog: problems.append(dialog.message))
-        await page.goto(f"{site.page_origin}/readme?user={user}")
-        pages.append(page)
-    anns, bobs = pages
+    port = free_port()
+    page_html = README_PAGE.code.replace("127.0.0.1:8080", f"127.0.0.1:{port}")
 
-    async def items(page: Page) -> list[str]:
-        texts: list[str] = await page.locator("#here li").all_text_contents()
-        return sorted(texts)
+    async def app_page(request: web.Request) -> web.Response:
+        return web.Response(text=page_html, content_type="text/html")
 
-    for page in pages:
-        await eventually(lambda p=page: _equals(items(p), ["ann", "bob"]), 10, "both users listed")
-    await anns.mouse.move(150, 90)
-    anns_item = bobs.locator("#here li", has_text="ann")
+    frontend = web.Application()
+    frontend.router.add_get("/", app_page)
+    app_server: TestServer = await aiohttp_server(frontend)
+    origin = str(app_server.make_url("")).rstrip("/")
+    service = run_service(tmp_path, port, **readme_settings(origin))
+    try:
+        await asyncio.to_thread(wait_until_serving, service, port)
+        problems: list[str] = []
+        pages = []
+        for user in ("ann", "bob"):
+            page = await browser.new_page()
+            page.on("pageerror", lambda error: problems.append(str(error)))
+            page.on("dialog", lambda dialog: problems.append(dialog.message))
+            await page.goto(f"{origin}/?me={user}")
+            pages.append(page)
+        anns, bobs = pages
 
-    async def moved() -> bool:
-        style = await anns_item.get_attribute("style") or ""
-        return "left: 150px" in style and "top: 90px" in style
+        async def items(page: Page) -> list[str]:
+            texts: list[str] = await page.locator("#here li").all_text_contents()
+            return sorted(texts)
 
-    await eventually(moved, 10, "ann's cursor to move at bob's page")
-    await anns.close()
-    await eventually(lambda: _equals(items(bobs), ["bob"]), 5, "ann to leave bob's page")
-    assert problems == []
+        for page in pages:
+            await eventually(
+                lambda p=page: _equals(items(p), ["ann", "bob"]), 10, "both users listed"
+            )
+        await anns.mouse.move(150, 90)
+        anns_item = bobs.locator("#here li", has_text="ann")
+
+        async def moved() -> bool:
+            style = await anns_item.get_attribute("style") or ""
+            return "left: 150px" in style and "top: 90px" in style
+
+        await eventually(moved, 10, "ann's cursor to move at bob's page")
+        await anns.close()
+        await eventually(lambda: _equals(items(bobs), ["bob"]), 5, "ann to leave bob's page")
+        assert problems == []
+    finally:
+        stop(service)
 
 
 async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:

@@ -1,9 +1,12 @@
 """The places page in a real browser (Debian's Chromium, driven by Playwright), against the
 whole service on a real port: two tabs on one place see each other, see each other's cursor
-move, and see a closed tab leave."""
+move, and see a closed tab leave; with JWTs each member is named by their user id; a tab alone
+says what to do."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Awaitable
 from typing import Any
 
 import pytest
@@ -12,7 +15,7 @@ from playwright.async_api import Browser, Page
 from gql_presence.app import create_app
 from gql_presence.settings import Settings
 from tests.conftest import ClientFactory, graphql
-from tests.helpers import Service
+from tests.helpers import SECURED, Service, eventually, user_token
 
 pytestmark = pytest.mark.slow  # a browser
 
@@ -62,3 +65,39 @@ async def test_two_tabs_on_a_place_see_each_others_cursor_and_leaving(
     assert await second.locator("[data-cursor]").count() == 0
     assert first_problems == []
     assert second_problems == []
+
+
+@pytest.fixture
+async def secured_service(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
+) -> Service:
+    settings = dataclasses.replace(SECURED, redis_url=deployment.redis_url)
+    return await aiohttp_client(create_app(settings))
+
+
+async def chips(page: Page) -> list[str]:
+    texts: list[str] = await page.locator("[data-member]").all_text_contents()
+    return sorted(texts)
+
+
+async def test_with_jwts_each_member_is_named_by_their_user_id_and_a_lone_tab_says_what_to_do(
+    browser: Browser, secured_service: Service
+) -> None:
+    pages = []
+    for user in ("ann", "bob"):
+        token = user_token(user, places=["doc:*"])
+        page, problems = await open_place(browser, secured_service, f"doc:1&token={token}")
+        pages.append((page, problems))
+        if user == "ann":  # alone: the board says how to see someone
+            hint = page.locator("#hint")
+            assert await hint.is_visible()
+            assert "another tab" in (await hint.text_content() or "")
+    (anns, ann_problems), (bobs, bob_problems) = pages
+    await eventually(lambda: _equals(chips(anns), ["ann (you)", "bob"]), 10, "bob at ann's")
+    await eventually(lambda: _equals(chips(bobs), ["ann", "bob (you)"]), 10, "ann at bob's")
+    assert not await anns.locator("#hint").is_visible()
+    assert ann_problems == bob_problems == []
+
+
+async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
+    return await value == expected

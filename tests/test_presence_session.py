@@ -126,6 +126,32 @@ async def test_a_kick_ends_the_subscription_and_the_socket_stays_open(service: S
         assert "presenceSession or placeSession a new sessionId" in json.dumps(refused)
 
 
+async def test_openings_of_one_session_at_once_each_end_replaced_but_the_last(
+    service: Service,
+) -> None:
+    openings = 20
+    async with graphql_socket(service) as socket:
+        for i in range(openings):
+            await start(socket, str(i), SESSION, user="alice", session="tab-1")
+        received: dict[str, list[dict[str, Any]]] = {}
+        while sum(m[-1]["type"] == "complete" for m in received.values()) < openings - 1:
+            message = await receive(socket)
+            received.setdefault(message["id"], []).append(message)
+        for messages in received.values():
+            assert data(messages[0])["live"], messages
+            if messages[-1]["type"] == "complete":
+                last = data(messages[1])
+                assert (last["live"], last["endReason"], len(messages)) == (False, "REPLACED", 3)
+        body = await graphql(service, '{ presence(userId: "alice") { sessions { sessionId } } }')
+        assert body["data"]["presence"]["sessions"] == [{"sessionId": "tab-1"}]
+
+    # Nothing of the openings outlives the socket.
+    async def offline() -> bool:
+        return not await presence_online(service, "alice")
+
+    await eventually(offline, within_s=3, what="alice to go offline")
+
+
 async def test_a_second_opening_replaces_the_first(service: Service) -> None:
     async with graphql_socket(service) as first, graphql_socket(service) as second:
         await start(first, "s", SESSION, user="alice", session="tab-1")

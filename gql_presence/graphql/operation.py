@@ -210,7 +210,7 @@ class OperationPipeline:
         except Exception as error:  # as a subscription's generator that raises it is answered
             return _coded(_failed(error, self.schema.process_errors))
         try:
-            payload = held.rendering.render(operation.variables, hold)
+            payload = held.rendering.render(operation.variables, hold.as_opened())
         except BaseException:
             sessions.release(hold)
             raise

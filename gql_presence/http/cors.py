@@ -1,5 +1,7 @@
 """Browser pages on other origins (CORS): the headers `fetch` with `Authorization` and a JSON
-body needs, for the origins PRESENCE_CORS_ORIGINS lists, and none for any other.
+body needs, for the origins PRESENCE_CORS_ORIGINS lists, and none for any other. Public files
+(the browser client's modules) are shared with every origin: they are the same code for anyone,
+and carry no credentials.
 
 Written here rather than taken from aiohttp-cors: that library refuses a route registered for
 every method ("*") unless its handler is an aiohttp `web.View`, and the GraphQL endpoint is a
@@ -26,13 +28,19 @@ _PREFLIGHT_HEADERS = {
 }
 
 
-def cors(origins: Collection[str]) -> Middleware:
+def cors(origins: Collection[str], public: tuple[str, ...] = ()) -> Middleware:
     """Adds CORS headers to answers to the listed origins (all of them for "*") and answers
-    their preflights; requests from other origins are left as they are."""
+    their preflights; requests from other origins are left as they are. Answers under the
+    `public` path prefixes may be read by any page."""
     any_origin = ANY in origins
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if public and request.path.startswith(public) and request.method == hdrs.METH_GET:
+            # A module script is fetched in CORS mode, without credentials: "*" suffices.
+            response = await handler(request)
+            response.headers[hdrs.ACCESS_CONTROL_ALLOW_ORIGIN] = "*"
+            return response
         origin = request.headers.get(hdrs.ORIGIN)
         listed = origin is not None and (any_origin or origin in origins)
         preflight = (

@@ -14,6 +14,8 @@ from gql_presence.store.errors import PresenceError
 
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
 PLACES = (Path(__file__).parent / "places.html").read_bytes()
+# A green dot: online.
+FAVICON = (Path(__file__).parent / "favicon.ico").read_bytes()
 # The browser client (clients/js, built and copied by scripts/vendor_client.py), served at
 # /client/: the places page imports it, and so may any page of a listed origin.
 CLIENT_ASSETS = Path(__file__).parent / "client"
@@ -25,6 +27,14 @@ async def dashboard(request: web.Request) -> web.Response:
 
 async def places_page(request: web.Request) -> web.Response:
     return web.Response(body=PLACES, content_type="text/html", charset="utf-8")
+
+
+async def favicon(request: web.Request) -> web.Response:
+    return web.Response(
+        body=FAVICON,
+        content_type="image/vnd.microsoft.icon",
+        headers={"Cache-Control": "public, max-age=86400"},
+    )
 
 
 async def metrics_page(request: web.Request) -> web.Response:

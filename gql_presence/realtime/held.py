@@ -90,6 +90,11 @@ class SessionHold:
         if self.on_end is not None:
             self.on_end(outcome)
 
+    def as_opened(self) -> SessionHold:
+        """The hold as its session opened, live: what its first message tells, even when the
+        service ended it before that message was written (its end is the next message)."""
+        return SessionHold(self.held, self.opened_at)
+
     @property
     def ended_by_service(self) -> bool:
         return self._outcome is not None
@@ -240,7 +245,10 @@ class HeldSessions:
             try:
                 opened = await self._owned(opening(), undo)
             finally:
-                openings.remove(early)
+                # By identity: another opening's list may equal this one (both empty, or
+                # both with the same announcements), and removing that one instead would
+                # leave this one collecting and the other hearing nothing more.
+                openings[:] = [other for other in openings if other is not early]
                 if not openings:
                     del self._openings[user_id]
         except BaseException:

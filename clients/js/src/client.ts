@@ -31,7 +31,8 @@ export interface PresenceClientOptions {
   /**
    * The user's JWT, or a function that returns it (sync or async): called for every new
    * socket, so a socket closed for an expired token comes back with a fresh one. None in open
-   * mode.
+   * mode. A token the service refuses is reported at once (`error`, and the handles'
+   * snapshots); a function is asked again after a backoff, a fixed token is not retried.
    */
   token?: Token | (() => Token | Promise<Token>);
   /**
@@ -82,6 +83,16 @@ function asError(reason: unknown): PresenceError {
   return new PresenceError(reason instanceof Error ? reason.message : String(reason));
 }
 
+/** The close of a socket whose credentials the service refused (4403, with its reason). */
+const REFUSED = 4403;
+
+function refusal(event: unknown): PresenceError | null {
+  if (typeof event !== "object" || event === null || !("code" in event)) return null;
+  const close = event as { code: number; reason?: string };
+  if (close.code !== REFUSED) return null;
+  return new PresenceError(close.reason || "The service refused the credentials.", "UNAUTHENTICATED", REFUSED);
+}
+
 /** Whether a subscription that ended with `error` should be subscribed again, later. */
 function retriable(error: PresenceError): boolean {
   if (error.closeCode === 4401) return true; // an expired token: the next socket asks afresh
@@ -128,6 +139,10 @@ export type ClientEvents = {
   connection: [ConnectionState];
   /** Each socket acknowledged: the first, and each after a reconnect. */
   connected: [reconnect: boolean];
+  /**
+   * A refusal: of a subscription, or of the socket's credentials (closeCode 4403, code
+   * UNAUTHENTICATED, the service's reason as message; told once until a socket is accepted).
+   */
   error: [PresenceError];
 };
 
@@ -138,6 +153,8 @@ export class PresenceClient {
   #state: ConnectionState = "connecting";
   #connectedBefore = false;
   #me: string | null = null;
+  #refusal: PresenceError | null = null;
+  readonly #down = new Emitter<{ down: [] }>();
   /** What the operations give as userId: null for an end user (their token names them). */
   readonly actingFor: string | null;
   readonly #meKnown = new Emitter<{ me: [string] }>();
@@ -147,6 +164,8 @@ export class PresenceClient {
     this.actingFor = options.userId ?? null;
     this.#me = this.actingFor;
     const token = options.token;
+    // Only a token function may give the service a token that it then accepts.
+    const refreshable = typeof token === "function";
     this.#socket = createClient({
       url: options.url,
       lazy: true,
@@ -157,17 +176,26 @@ export class PresenceClient {
       retryAttempts: Number.POSITIVE_INFINITY,
       retryWait: (retries) =>
         new Promise((resolve) => setTimeout(resolve, backoffDelay(retries, this.#backoff))),
-      shouldRetry: () => true,
+      shouldRetry: (reason) => refreshable || refusal(reason) === null,
       ...(options.webSocketImpl ? { webSocketImpl: options.webSocketImpl } : {}),
       on: {
         connecting: (retrying) => this.#setState(retrying ? "reconnecting" : "connecting"),
         connected: () => {
+          this.#refusal = null;
           this.#setState("connected");
           const reconnect = this.#connectedBefore;
           this.#connectedBefore = true;
           this.#events.emit("connected", reconnect);
         },
-        closed: () => this.#setState("reconnecting"),
+        closed: (event) => {
+          const refused = refusal(event);
+          if (refused !== null && refused.message !== this.#refusal?.message) {
+            this.#events.emit("error", refused);
+          }
+          if (refused !== null) this.#refusal = refused;
+          this.#setState("reconnecting");
+          this.#down.emit("down");
+        },
       },
     });
   }
@@ -175,6 +203,14 @@ export class PresenceClient {
   /** The socket's state: for a "reconnecting…" badge. */
   get connection(): ConnectionState {
     return this.#state;
+  }
+
+  /**
+   * Why the service refused the latest socket's credentials (closeCode 4403, its reason as
+   * message); null once a socket is accepted.
+   */
+  get refusal(): PresenceError | null {
+    return this.#refusal;
   }
 
   /** The signed-in user's id, once a held session told it (null before). */
@@ -233,6 +269,7 @@ export class PresenceClient {
     this.#setState("closed");
     void this.#socket.dispose();
     this.#events.clear();
+    this.#down.clear();
   }
 
   // -- for the handles of this module --
@@ -297,7 +334,8 @@ export class PresenceClient {
       unsubscribe();
       if (!retriable(error)) {
         stopped = true;
-        this.#events.emit("error", error);
+        // A refused socket was told when it closed.
+        if (error.closeCode !== REFUSED) this.#events.emit("error", error);
         handlers.failed(error);
         return;
       }
@@ -316,6 +354,11 @@ export class PresenceClient {
         unsubscribe();
       },
     };
+  }
+
+  /** Calls `listener` whenever a socket closes or fails to open: what is held is last known. */
+  onDown(listener: () => void): () => void {
+    return this.#down.on("down", listener);
   }
 
   /** Calls `listener` on every acknowledged socket after the first: a reconnect. */
@@ -390,11 +433,20 @@ export interface HoldOptions {
 }
 
 export interface HoldState {
+  /** Held on a socket that is up now. */
   live: boolean;
   idle: boolean;
+  /**
+   * The socket that held it is down (the client reconnects): live is false, and the service
+   * keeps the session only until its lease lapses. False again once it is held anew.
+   */
+  stale: boolean;
   /** Why the service ended it; null while held. */
   ended: EndReason | null;
-  /** The refusal that stopped it (SESSION_REVOKED, FORBIDDEN, ...), if any. */
+  /**
+   * The refusal that stopped it (SESSION_REVOKED, FORBIDDEN, ...), or, while the client
+   * retries with a token function, the service's refusal of the latest token; null once held.
+   */
   error: PresenceError | null;
 }
 
@@ -419,9 +471,10 @@ export class PresenceHold extends Store<HoldState> {
   readonly #idleWhenHidden: boolean;
   #idleSent: Promise<void> = Promise.resolve();
   #unlisten: () => void = () => {};
+  readonly #undown: () => void;
 
   constructor(client: PresenceClient, options: HoldOptions) {
-    super({ live: false, idle: false, ended: null, error: null });
+    super({ live: false, idle: false, stale: false, ended: null, error: null });
     this.#client = client;
     this.sessionId = options.sessionId ?? tabSessionId();
     this.#idleWhenHidden = options.idleWhenHidden ?? true;
@@ -433,7 +486,7 @@ export class PresenceHold extends Store<HoldState> {
           if (state.live) {
             client.learnMe(state.userId);
             // A session (re)opened starts active: a hidden tab says so at once.
-            this.publish({ ...this.getSnapshot(), live: true, idle: false });
+            this.publish({ ...this.getSnapshot(), live: true, idle: false, stale: false, error: null });
             this.#events.emit("live");
             if (this.#hidden()) this.#sendIdle();
           } else {
@@ -447,6 +500,14 @@ export class PresenceHold extends Store<HoldState> {
         },
       },
     );
+    this.#undown = client.onDown(() => {
+      const now = this.getSnapshot();
+      if (now.ended !== null) return;
+      const error = client.refusal ?? now.error;
+      if (now.live || error !== now.error) {
+        this.publish({ ...now, live: false, stale: now.live || now.stale, error });
+      }
+    });
     if (this.#idleWhenHidden && typeof document !== "undefined") {
       const changed = (): void => this.#sendIdle();
       document.addEventListener("visibilitychange", changed);
@@ -461,8 +522,9 @@ export class PresenceHold extends Store<HoldState> {
   /** Ends the session (the user goes offline if it was their last). */
   release(): void {
     this.#unlisten();
+    this.#undown();
     this.#kept.stop();
-    this.publish({ ...this.getSnapshot(), live: false });
+    this.publish({ ...this.getSnapshot(), live: false, stale: false });
   }
 
   #hidden(): boolean {
@@ -488,8 +550,9 @@ export class PresenceHold extends Store<HoldState> {
 
   #end(reason: EndReason | null, error: PresenceError | null): void {
     this.#unlisten();
+    this.#undown();
     this.#kept.stop();
-    this.publish({ live: false, idle: false, ended: reason, error });
+    this.publish({ live: false, idle: false, stale: false, ended: reason, error });
     if (reason !== null) this.#events.emit(reason);
     this.#events.emit("ended", reason, error);
   }
@@ -499,6 +562,13 @@ export class PresenceHold extends Store<HoldState> {
 
 /** After a (re)subscribe, the read is made again this much later: see Follow. */
 const SETTLE_MS = 1000;
+
+/**
+ * User id → presence. `stale` is true while the socket is down (the client reconnects): the
+ * presences are the last known, not live (someone shown online may have left); false again
+ * once they are read afresh.
+ */
+export type FollowSnapshot = ReadonlyMap<string, Presence> & { readonly stale: boolean };
 
 export type FollowEvents = {
   change: [Presence, Presence | undefined];
@@ -513,23 +583,25 @@ export type FollowEvents = {
  * once more SETTLE_MS later: a change between the first read and the service's subscription is
  * not lost.
  */
-export class Follow extends Store<ReadonlyMap<string, Presence>> {
+export class Follow extends Store<FollowSnapshot> {
   readonly #client: PresenceClient;
   readonly #target: readonly string[] | { friendsOf: string };
   readonly #map: PresenceMap;
   readonly #events = new Emitter<FollowEvents>();
   readonly #kept: Kept;
   readonly #unlisten: () => void;
+  readonly #undown: () => void;
   #settle: ReturnType<typeof setTimeout> | null = null;
   #stopped = false;
+  #stale = false;
   #reads = 0;
 
   constructor(client: PresenceClient, target: readonly string[] | { friendsOf: string }) {
-    super(new Map());
+    super(Object.assign(new Map<string, Presence>(), { stale: false }));
     this.#client = client;
     this.#target = Array.isArray(target) ? [...(target as readonly string[])] : target;
     this.#map = new PresenceMap((presence, previous) => {
-      this.publish(this.#map.snapshot());
+      this.#publish();
       this.#events.emit("change", presence, previous);
     });
     const handlers: KeepHandlers<{ presenceChanged: PresenceEvent }> = {
@@ -543,7 +615,17 @@ export class Follow extends Store<ReadonlyMap<string, Presence>> {
         ? client.keep(FollowFriendsDocument, { friendsOf }, handlers)
         : client.keep(FollowUsersDocument, { userIds: [...(this.#target as string[])] }, handlers);
     this.#unlisten = client.onReconnect(() => this.#sync());
+    this.#undown = client.onDown(() => {
+      if (this.#stale || this.#stopped || this.getSnapshot().size === 0) return;
+      this.#stale = true;
+      this.#publish();
+    });
     this.#sync();
+  }
+
+  /** True while the socket is down: what the map holds is last known, not live. */
+  get stale(): boolean {
+    return this.#stale;
   }
 
   get(userId: string): Presence | undefined {
@@ -557,8 +639,20 @@ export class Follow extends Store<ReadonlyMap<string, Presence>> {
   stop(): void {
     this.#stopped = true;
     this.#unlisten();
+    this.#undown();
     this.#kept.stop();
     if (this.#settle !== null) clearTimeout(this.#settle);
+  }
+
+  #publish(): void {
+    this.publish(Object.assign(this.#map.snapshot(), { stale: this.#stale }));
+  }
+
+  /** A read ended: what the map holds is live again, if the socket that read it is up. */
+  #fresh(): void {
+    if (!this.#stale || this.#client.connection !== "connected") return;
+    this.#stale = false;
+    this.#publish();
   }
 
   /** Reads now, and again once the subscription has surely been made. */
@@ -590,14 +684,20 @@ export class Follow extends Store<ReadonlyMap<string, Presence>> {
           if (!page.pageInfo.hasNextPage || page.pageInfo.endCursor === null) break;
           after = page.pageInfo.endCursor;
         }
-        if (read === this.#reads) this.#map.endRead(nodes, { absentAreOffline: true });
+        if (read === this.#reads) {
+          this.#map.endRead(nodes, { absentAreOffline: true });
+          this.#fresh();
+        }
       } else {
         const nodes: Presence[] = [];
         for (let i = 0; i < target.length; i += 1000) {
           const userIds = target.slice(i, i + 1000);
           nodes.push(...(await this.#client.request(PresencesDocument, { userIds })).presences);
         }
-        if (read === this.#reads) this.#map.endRead(nodes);
+        if (read === this.#reads) {
+          this.#map.endRead(nodes);
+          this.#fresh();
+        }
       }
     } catch (error) {
       if (read === this.#reads) this.#map.abortRead();
@@ -671,8 +771,18 @@ export interface JoinOptions {
 
 export interface PlaceSnapshot {
   members: readonly PlaceMember[];
+  /** This session is held in the place, on a socket that is up now. */
   live: boolean;
+  /**
+   * The socket is down (the client reconnects): `members` are the last known, not live
+   * (someone shown may have left). False again once the place is read afresh.
+   */
+  stale: boolean;
   ended: EndReason | null;
+  /**
+   * The refusal that ended it, or, while the client retries with a token function, the
+   * service's refusal of the latest token; null once the socket is accepted.
+   */
   error: PresenceError | null;
 }
 
@@ -712,14 +822,17 @@ export class Place extends Store<PlaceSnapshot> {
   readonly #watch: Kept;
   readonly #throttle: LatestWinsThrottle<PlaceState>;
   readonly #unlisten: () => void;
+  readonly #undown: () => void;
   #live = false;
+  #stale = false;
   #ended: EndReason | null = null;
   #error: PresenceError | null = null;
+  #refusal: PresenceError | null = null;
   #firstEvent: (() => void) | null = null;
   #syncs = 0;
 
   constructor(client: PresenceClient, placeId: string, options: JoinOptions) {
-    super({ members: [], live: false, ended: null, error: null });
+    super({ members: [], live: false, stale: false, ended: null, error: null });
     this.#client = client;
     this.placeId = placeId;
     this.sessionId = options.sessionId ?? tabSessionId();
@@ -751,6 +864,7 @@ export class Place extends Store<PlaceSnapshot> {
         if (state.live) {
           client.learnMe(state.userId);
           this.#live = true;
+          this.#refusal = null;
           this.#publish();
           this.#events.emit("live");
           // A state set while the session was being (re)opened went with the subscribe, or
@@ -766,8 +880,19 @@ export class Place extends Store<PlaceSnapshot> {
     });
     this.#unlisten = client.onReconnect(() => {
       this.#live = false;
+      this.#refusal = null;
       this.#publish();
       void this.#resync();
+    });
+    this.#undown = client.onDown(() => {
+      const refusal = client.refusal;
+      if (!this.#live && this.#refusal === refusal && (this.#stale || this.#map.members.size === 0)) {
+        return;
+      }
+      this.#stale ||= this.#live || this.#map.members.size > 0;
+      this.#live = false;
+      this.#refusal = refusal;
+      this.#publish();
     });
     void this.#resync();
   }
@@ -834,7 +959,10 @@ export class Place extends Store<PlaceSnapshot> {
     try {
       const read = await this.#client.request(PlaceMembersDocument, { placeId: this.placeId });
       if (sync !== this.#syncs || !this.#map.resyncing) return;
-      this.#changed(this.#map.endResync(read.placeMembers.nodes));
+      const changes = this.#map.endResync(read.placeMembers.nodes);
+      if (this.#client.connection === "connected") this.#stale = false;
+      this.#changed(changes);
+      if (changes.length === 0) this.#publish();
     } catch (error) {
       this.#events.emit("error", asError(error));
       // No read: the events since the resync began, and the members before it, stand.
@@ -852,8 +980,9 @@ export class Place extends Store<PlaceSnapshot> {
     this.publish({
       members: [...this.#map.members.values()],
       live: this.#live,
+      stale: this.#stale,
       ended: this.#ended,
-      error: this.#error,
+      error: this.#error ?? this.#refusal,
     });
   }
 
@@ -862,8 +991,10 @@ export class Place extends Store<PlaceSnapshot> {
     this.#ended = reason;
     this.#error = error;
     this.#live = false;
+    this.#stale = false;
     this.#syncs++;
     this.#unlisten();
+    this.#undown();
     this.#throttle.cancel();
     this.#hold.stop();
     this.#watch.stop();

@@ -12,6 +12,7 @@ export {
   type ConnectionState,
   type EndReason,
   type FollowEvents,
+  type FollowSnapshot,
   type HoldEvents,
   type HoldOptions,
   type HoldState,

@@ -14,6 +14,7 @@ import {
 import type {
   ChosenStatus,
   Follow,
+  FollowSnapshot,
   MyStatus,
   Place,
   PlaceMember,
@@ -48,18 +49,17 @@ export function usePresenceClient(): PresenceClient {
   return client;
 }
 
-const NO_PRESENCE: ReadonlyMap<string, Presence> = new Map();
+const NO_PRESENCE: FollowSnapshot = Object.assign(new Map<string, Presence>(), { stale: false });
 const noStore = {
   subscribe: () => () => {},
 };
 
 /**
  * These users' presence, live (user id → Presence), or a user's friends' (`{ friendsOf }`);
- * empty until the first read. An end user may follow themselves and their friends.
+ * empty until the first read; its `stale` is true while the socket is down (last known, not
+ * live). An end user may follow themselves and their friends.
  */
-export function usePresence(
-  userIds: readonly string[] | { friendsOf: string },
-): ReadonlyMap<string, Presence> {
+export function usePresence(userIds: readonly string[] | { friendsOf: string }): FollowSnapshot {
   const client = usePresenceClient();
   const key = JSON.stringify(userIds);
   const [follow, setFollow] = useState<Follow | null>(null);
@@ -74,7 +74,7 @@ export function usePresence(
   );
 }
 
-const NO_PLACE: PlaceSnapshot = { members: [], live: false, ended: null, error: null };
+const NO_PLACE: PlaceSnapshot = { members: [], live: false, stale: false, ended: null, error: null };
 
 export interface UsePlace extends PlaceSnapshot {
   members: readonly PlaceMember[];

@@ -30,6 +30,16 @@ function asError(reason) {
     }
     return new PresenceError(reason instanceof Error ? reason.message : String(reason));
 }
+/** The close of a socket whose credentials the service refused (4403, with its reason). */
+const REFUSED = 4403;
+function refusal(event) {
+    if (typeof event !== "object" || event === null || !("code" in event))
+        return null;
+    const close = event;
+    if (close.code !== REFUSED)
+        return null;
+    return new PresenceError(close.reason || "The service refused the credentials.", "UNAUTHENTICATED", REFUSED);
+}
 /** Whether a subscription that ended with `error` should be subscribed again, later. */
 function retriable(error) {
     if (error.closeCode === 4401)
@@ -64,6 +74,8 @@ export class PresenceClient {
     #state = "connecting";
     #connectedBefore = false;
     #me = null;
+    #refusal = null;
+    #down = new Emitter();
     /** What the operations give as userId: null for an end user (their token names them). */
     actingFor;
     #meKnown = new Emitter();
@@ -72,6 +84,8 @@ export class PresenceClient {
         this.actingFor = options.userId ?? null;
         this.#me = this.actingFor;
         const token = options.token;
+        // Only a token function may give the service a token that it then accepts.
+        const refreshable = typeof token === "function";
         this.#socket = createClient({
             url: options.url,
             lazy: true,
@@ -81,23 +95,40 @@ export class PresenceClient {
             },
             retryAttempts: Number.POSITIVE_INFINITY,
             retryWait: (retries) => new Promise((resolve) => setTimeout(resolve, backoffDelay(retries, this.#backoff))),
-            shouldRetry: () => true,
+            shouldRetry: (reason) => refreshable || refusal(reason) === null,
             ...(options.webSocketImpl ? { webSocketImpl: options.webSocketImpl } : {}),
             on: {
                 connecting: (retrying) => this.#setState(retrying ? "reconnecting" : "connecting"),
                 connected: () => {
+                    this.#refusal = null;
                     this.#setState("connected");
                     const reconnect = this.#connectedBefore;
                     this.#connectedBefore = true;
                     this.#events.emit("connected", reconnect);
                 },
-                closed: () => this.#setState("reconnecting"),
+                closed: (event) => {
+                    const refused = refusal(event);
+                    if (refused !== null && refused.message !== this.#refusal?.message) {
+                        this.#events.emit("error", refused);
+                    }
+                    if (refused !== null)
+                        this.#refusal = refused;
+                    this.#setState("reconnecting");
+                    this.#down.emit("down");
+                },
             },
         });
     }
     /** The socket's state: for a "reconnecting…" badge. */
     get connection() {
         return this.#state;
+    }
+    /**
+     * Why the service refused the latest socket's credentials (closeCode 4403, its reason as
+     * message); null once a socket is accepted.
+     */
+    get refusal() {
+        return this.#refusal;
     }
     /** The signed-in user's id, once a held session told it (null before). */
     get userId() {
@@ -144,6 +175,7 @@ export class PresenceClient {
         this.#setState("closed");
         void this.#socket.dispose();
         this.#events.clear();
+        this.#down.clear();
     }
     // -- for the handles of this module --
     /** One query or mutation over the socket; its errors rejected as PresenceError. */
@@ -206,7 +238,9 @@ export class PresenceClient {
             unsubscribe();
             if (!retriable(error)) {
                 stopped = true;
-                this.#events.emit("error", error);
+                // A refused socket was told when it closed.
+                if (error.closeCode !== REFUSED)
+                    this.#events.emit("error", error);
                 handlers.failed(error);
                 return;
             }
@@ -227,6 +261,10 @@ export class PresenceClient {
                 unsubscribe();
             },
         };
+    }
+    /** Calls `listener` whenever a socket closes or fails to open: what is held is last known. */
+    onDown(listener) {
+        return this.#down.on("down", listener);
     }
     /** Calls `listener` on every acknowledged socket after the first: a reconnect. */
     onReconnect(listener) {
@@ -295,8 +333,9 @@ export class PresenceHold extends Store {
     #idleWhenHidden;
     #idleSent = Promise.resolve();
     #unlisten = () => { };
+    #undown;
     constructor(client, options) {
-        super({ live: false, idle: false, ended: null, error: null });
+        super({ live: false, idle: false, stale: false, ended: null, error: null });
         this.#client = client;
         this.sessionId = options.sessionId ?? tabSessionId();
         this.#idleWhenHidden = options.idleWhenHidden ?? true;
@@ -305,7 +344,7 @@ export class PresenceHold extends Store {
                 if (state.live) {
                     client.learnMe(state.userId);
                     // A session (re)opened starts active: a hidden tab says so at once.
-                    this.publish({ ...this.getSnapshot(), live: true, idle: false });
+                    this.publish({ ...this.getSnapshot(), live: true, idle: false, stale: false, error: null });
                     this.#events.emit("live");
                     if (this.#hidden())
                         this.#sendIdle();
@@ -320,6 +359,15 @@ export class PresenceHold extends Store {
                     this.#end(null, null);
             },
         });
+        this.#undown = client.onDown(() => {
+            const now = this.getSnapshot();
+            if (now.ended !== null)
+                return;
+            const error = client.refusal ?? now.error;
+            if (now.live || error !== now.error) {
+                this.publish({ ...now, live: false, stale: now.live || now.stale, error });
+            }
+        });
         if (this.#idleWhenHidden && typeof document !== "undefined") {
             const changed = () => this.#sendIdle();
             document.addEventListener("visibilitychange", changed);
@@ -332,8 +380,9 @@ export class PresenceHold extends Store {
     /** Ends the session (the user goes offline if it was their last). */
     release() {
         this.#unlisten();
+        this.#undown();
         this.#kept.stop();
-        this.publish({ ...this.getSnapshot(), live: false });
+        this.publish({ ...this.getSnapshot(), live: false, stale: false });
     }
     #hidden() {
         return this.#idleWhenHidden && typeof document !== "undefined" && document.hidden;
@@ -357,8 +406,9 @@ export class PresenceHold extends Store {
     }
     #end(reason, error) {
         this.#unlisten();
+        this.#undown();
         this.#kept.stop();
-        this.publish({ live: false, idle: false, ended: reason, error });
+        this.publish({ live: false, idle: false, stale: false, ended: reason, error });
         if (reason !== null)
             this.#events.emit(reason);
         this.#events.emit("ended", reason, error);
@@ -382,15 +432,17 @@ export class Follow extends Store {
     #events = new Emitter();
     #kept;
     #unlisten;
+    #undown;
     #settle = null;
     #stopped = false;
+    #stale = false;
     #reads = 0;
     constructor(client, target) {
-        super(new Map());
+        super(Object.assign(new Map(), { stale: false }));
         this.#client = client;
         this.#target = Array.isArray(target) ? [...target] : target;
         this.#map = new PresenceMap((presence, previous) => {
-            this.publish(this.#map.snapshot());
+            this.#publish();
             this.#events.emit("change", presence, previous);
         });
         const handlers = {
@@ -404,7 +456,17 @@ export class Follow extends Store {
                 ? client.keep(FollowFriendsDocument, { friendsOf }, handlers)
                 : client.keep(FollowUsersDocument, { userIds: [...this.#target] }, handlers);
         this.#unlisten = client.onReconnect(() => this.#sync());
+        this.#undown = client.onDown(() => {
+            if (this.#stale || this.#stopped || this.getSnapshot().size === 0)
+                return;
+            this.#stale = true;
+            this.#publish();
+        });
         this.#sync();
+    }
+    /** True while the socket is down: what the map holds is last known, not live. */
+    get stale() {
+        return this.#stale;
     }
     get(userId) {
         return this.#map.get(userId);
@@ -415,9 +477,20 @@ export class Follow extends Store {
     stop() {
         this.#stopped = true;
         this.#unlisten();
+        this.#undown();
         this.#kept.stop();
         if (this.#settle !== null)
             clearTimeout(this.#settle);
+    }
+    #publish() {
+        this.publish(Object.assign(this.#map.snapshot(), { stale: this.#stale }));
+    }
+    /** A read ended: what the map holds is live again, if the socket that read it is up. */
+    #fresh() {
+        if (!this.#stale || this.#client.connection !== "connected")
+            return;
+        this.#stale = false;
+        this.#publish();
     }
     /** Reads now, and again once the subscription has surely been made. */
     #sync() {
@@ -450,8 +523,10 @@ export class Follow extends Store {
                         break;
                     after = page.pageInfo.endCursor;
                 }
-                if (read === this.#reads)
+                if (read === this.#reads) {
                     this.#map.endRead(nodes, { absentAreOffline: true });
+                    this.#fresh();
+                }
             }
             else {
                 const nodes = [];
@@ -459,8 +534,10 @@ export class Follow extends Store {
                     const userIds = target.slice(i, i + 1000);
                     nodes.push(...(await this.#client.request(PresencesDocument, { userIds })).presences);
                 }
-                if (read === this.#reads)
+                if (read === this.#reads) {
                     this.#map.endRead(nodes);
+                    this.#fresh();
+                }
             }
         }
         catch (error) {
@@ -533,13 +610,16 @@ export class Place extends Store {
     #watch;
     #throttle;
     #unlisten;
+    #undown;
     #live = false;
+    #stale = false;
     #ended = null;
     #error = null;
+    #refusal = null;
     #firstEvent = null;
     #syncs = 0;
     constructor(client, placeId, options) {
-        super({ members: [], live: false, ended: null, error: null });
+        super({ members: [], live: false, stale: false, ended: null, error: null });
         this.#client = client;
         this.placeId = placeId;
         this.sessionId = options.sessionId ?? tabSessionId();
@@ -565,6 +645,7 @@ export class Place extends Store {
                 if (state.live) {
                     client.learnMe(state.userId);
                     this.#live = true;
+                    this.#refusal = null;
                     this.#publish();
                     this.#events.emit("live");
                     // A state set while the session was being (re)opened went with the subscribe, or
@@ -582,8 +663,19 @@ export class Place extends Store {
         });
         this.#unlisten = client.onReconnect(() => {
             this.#live = false;
+            this.#refusal = null;
             this.#publish();
             void this.#resync();
+        });
+        this.#undown = client.onDown(() => {
+            const refusal = client.refusal;
+            if (!this.#live && this.#refusal === refusal && (this.#stale || this.#map.members.size === 0)) {
+                return;
+            }
+            this.#stale ||= this.#live || this.#map.members.size > 0;
+            this.#live = false;
+            this.#refusal = refusal;
+            this.#publish();
         });
         void this.#resync();
     }
@@ -646,7 +738,12 @@ export class Place extends Store {
             const read = await this.#client.request(PlaceMembersDocument, { placeId: this.placeId });
             if (sync !== this.#syncs || !this.#map.resyncing)
                 return;
-            this.#changed(this.#map.endResync(read.placeMembers.nodes));
+            const changes = this.#map.endResync(read.placeMembers.nodes);
+            if (this.#client.connection === "connected")
+                this.#stale = false;
+            this.#changed(changes);
+            if (changes.length === 0)
+                this.#publish();
         }
         catch (error) {
             this.#events.emit("error", asError(error));
@@ -666,8 +763,9 @@ export class Place extends Store {
         this.publish({
             members: [...this.#map.members.values()],
             live: this.#live,
+            stale: this.#stale,
             ended: this.#ended,
-            error: this.#error,
+            error: this.#error ?? this.#refusal,
         });
     }
     #stop(reason, error) {
@@ -676,8 +774,10 @@ export class Place extends Store {
         this.#ended = reason;
         this.#error = error;
         this.#live = false;
+        this.#stale = false;
         this.#syncs++;
         this.#unlisten();
+        this.#undown();
         this.#throttle.cancel();
         this.#hold.stop();
         this.#watch.stop();
