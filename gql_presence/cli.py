@@ -1,11 +1,16 @@
-"""The gql-presence command: serve the API, check a deployment, fill a demo, export the schema."""
+"""The gql-presence command: serve the API, check a deployment, fill a demo, sign a user's token
+for trying it, export the schema."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
+import os
 import random
+import signal
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -14,6 +19,7 @@ from aiohttp import web
 from redis.exceptions import RedisClusterException, RedisError
 
 from gql_presence.observability.logs import configure_logging
+from gql_presence.running.children import start_child
 from gql_presence.running.collector import SurvivorFreezer
 from gql_presence.running.ports import refusal_to_listen
 from gql_presence.running.redis_server import RedisStartError, make_data_dir, redis_server_binary
@@ -226,33 +232,89 @@ async def _check_redis(settings: Settings) -> int:
     return 0
 
 
-def demo(users: int, seed: int, keep_alive: bool) -> int:
+def demo(users: int, seed: int, keep_alive: bool, port: int) -> int:
+    """Serves a sample on a data folder of its own, beside the user's, so that it never mixes
+    with their data and goes when that folder is deleted."""
     settings = settings_or_exit()
     if settings is None:
         return 2
+    refusal = refusal_to_listen("127.0.0.1", port)
+    if refusal is not None:
+        print(f"gql-presence: cannot start the demo: {refusal}", file=sys.stderr)
+        return 1
+    folder = demo_data_dir(settings)
+    # Its own embedded Redis in that folder, whatever Redis the settings name.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDIS_")}
+    env.update(PRESENCE_DATA_DIR=str(folder), PRESENCE_WORKERS="1")
+    service = start_child(
+        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)], env=env
+    )
+    own = dataclasses.replace(settings, redis_url=None, redis_cluster_nodes=(), data_dir=folder)
+    # Stopped as by Ctrl-C, its service with it.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
-        asyncio.run(_demo(settings, users, seed, keep_alive))
+        asyncio.run(_demo(own, users, seed, keep_alive, service, port))
     except KeyboardInterrupt:
         pass
     except (RedisStartError, PresenceError, RedisError, RedisClusterException) as error:
         print(f"gql-presence: {described(error)}", file=sys.stderr)
         return 1
+    finally:
+        service.terminate()
+        service.wait(timeout=SHUTDOWN_TIMEOUT_S + 5)
     return 0
 
 
-async def _demo(settings: Settings, users: int, seed: int, keep_alive: bool) -> None:
+def _interrupt(_signal: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def demo_data_dir(settings: Settings) -> Path:
+    """Where the demo keeps its data: beside the service's data folder, named after it."""
+    return settings.data_dir.with_name(settings.data_dir.name + "-demo")
+
+
+async def _demo(  # noqa: PLR0917 - the command's options
+    settings: Settings,
+    users: int,
+    seed: int,
+    keep_alive: bool,
+    service: subprocess.Popen[bytes],
+    port: int,
+) -> None:
     from gql_presence.running import demo as sample  # noqa: PLC0415
 
+    await sample.serving(settings, service)
     rng = random.Random(seed)  # noqa: S311 - sample data, not secrets
     async with sample.demo_store(settings) as store:
         wrote = await sample.fill(store, users, settings, rng)
         print(
-            f"gql-presence: demo data written: {wrote['users']:,} users with friends, "
-            f"{wrote['touches']:,} touches over a week, {wrote['online']:,} online now"
+            f"gql-presence: demo at http://127.0.0.1:{port}/dashboard: {wrote['users']:,} users "
+            f"with friends, {wrote['touches']:,} touches over a week, {wrote['online']:,} "
+            f"online now. Its data is apart from yours, in {settings.data_dir} (delete that "
+            "folder to remove it). Ctrl-C stops it",
+            flush=True,
         )
         if keep_alive:
-            print("gql-presence: users now come and go every second; Ctrl-C stops")
+            print("gql-presence: users now come and go every second", flush=True)
             await sample.keep_alive(store, users, rng)
+    await asyncio.to_thread(service.wait)
+
+
+def token(user_id: str, places: str, hours: float) -> int:
+    """Prints an end user's JWT signed with the configured secret, for trying the service."""
+    from gql_presence.policy.auth import development_token  # noqa: PLC0415
+
+    settings = settings_or_exit()
+    if settings is None:
+        return 2
+    allowed = [place.strip() for place in places.split(",") if place.strip()]
+    try:
+        print(development_token(settings, user_id, allowed, round(hours * 3600)))
+    except ValueError as error:
+        print(f"gql-presence: {error}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def export_schema(path: Path, check: bool) -> int:
@@ -276,6 +338,16 @@ def _worker_count(raw: str) -> int:
     if not raw.isdigit() or int(raw) < 1:
         raise argparse.ArgumentTypeError(f"{raw!r}: give a whole number of 1 or more")
     return int(raw)
+
+
+def _hours(raw: str) -> float:
+    try:
+        hours = float(raw)
+    except ValueError:
+        hours = 0
+    if not 0 < hours <= 24 * 30:
+        raise argparse.ArgumentTypeError(f"{raw!r}: give a number of hours, at most 720")
+    return hours
 
 
 def _user_count(raw: str) -> int:
@@ -305,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
         "check", help="validate the settings and reach Redis (for deploy pipelines)"
     )
     fill = commands.add_parser(
-        "demo", help="fill the store with sample users, friends and a week of activity"
+        "demo",
+        help="serve sample users, friends and a week of activity, on a data folder of their own",
     )
     fill.add_argument(
         "--users",
@@ -315,6 +388,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     fill.add_argument("--seed", type=int, default=7, help="random seed, for the same sample again")
     fill.add_argument("--keep-alive", action="store_true", help="then keep users coming and going")
+    fill.add_argument(
+        "--port", type=int, default=8090, help="port to serve the demo on (default 8090)"
+    )
+    sign = commands.add_parser(
+        "token",
+        help="print an end user's JWT signed with PRESENCE_JWT_SECRET, for trying the service",
+    )
+    sign.add_argument("--user", required=True, help="the user id (the token's `sub`)")
+    sign.add_argument(
+        "--places",
+        default="",
+        help="places the user may join, comma-separated ids or prefixes ending in * (doc:*)",
+    )
+    sign.add_argument(
+        "--hours", type=_hours, default=12.0, help="how long it is valid (default 12)"
+    )
     export = commands.add_parser("export-schema", help="write the schema's SDL to a file")
     export.add_argument("path", nargs="?", type=Path, default=SCHEMA_FILE)
     export.add_argument("--check", action="store_true", help="fail if the file differs instead")
@@ -324,5 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return check()
     if args.command == "demo":
-        return demo(args.users, args.seed, args.keep_alive)
+        return demo(args.users, args.seed, args.keep_alive, args.port)
+    if args.command == "token":
+        return token(args.user, args.places, args.hours)
     return export_schema(args.path, args.check)

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from redis.connection import parse_url
 
 from gql_presence.store.days import DAY_MS
 
@@ -250,21 +251,31 @@ def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...]) -> str:
 
 
 def without_password(url: str) -> str:
-    """The URL to show an operator: any password in it replaced by ***."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return parts._replace(netloc=f"{user}:***@{host}").geturl()
+    """The URL to show an operator: any password in it (before the host, or a `password=`
+    parameter) replaced by ***, whether or not the rest is a valid URL."""
+    scheme, slashes, rest = url.partition("//")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:***@{host}"
+    return _PASSWORD_PARAMETER.sub(r"\1***", f"{scheme}{slashes}{netloc}{slash}{path}")
+
+
+_PASSWORD_PARAMETER = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
 
 
 def _redis_url(env: Mapping[str, str]) -> str | None:
     raw = env.get("REDIS_URL", "").strip()
     if not raw:
         return None
-    parts = urlsplit(raw)
-    if parts.scheme not in _REDIS_SCHEMES or not (parts.hostname or parts.path):
+    try:
+        parts = urlsplit(raw)
+        valid = parts.scheme in _REDIS_SCHEMES and bool(parts.hostname or parts.path)
+        # What the Redis client will make of it: a port or a db that is not a number...
+        valid = valid and bool(parse_url(raw))  # type: ignore[no-untyped-call]
+    except ValueError:  # "[::1" and other malformed forms; not said: it may hold a password
+        valid = False
+    if not valid:
         raise SettingsError(
             f"REDIS_URL={without_password(raw)!r} is not a Redis URL: use redis://host:port/db, "
             "rediss://host:port/db or unix:///path/to/redis.sock, or leave it unset "
@@ -465,17 +476,30 @@ def _burst(env: Mapping[str, str], name: str, rate: float) -> int:
 
 def _backend_tokens(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     name = "PRESENCE_BACKEND_TOKENS"
+    rule = (
+        f"{name} lists name:token pairs, separated by commas, each token at least "
+        f"{_MIN_SECRET_CHARS} characters (e.g. api:$(python3 -c 'import secrets; "
+        "print(secrets.token_urlsafe(32))'))"
+    )
     tokens = []
-    for entry in filter(None, (e.strip() for e in env.get(name, "").split(","))):
-        backend, _, secret = entry.partition(":")
-        if not backend or len(secret) < _MIN_SECRET_CHARS:
+    # Never repeated in a message: any part of an entry may be a token.
+    for number, entry in enumerate(
+        filter(None, (e.strip() for e in env.get(name, "").split(","))), 1
+    ):
+        backend, colon, secret = entry.partition(":")
+        if not colon or not backend:
+            raise SettingsError(f"{rule}; its entry {number} has no name before a colon.")
+        if len(secret) < _MIN_SECRET_CHARS:
             raise SettingsError(
-                f"{name} must list backend:token pairs, separated by commas, each token at least "
-                f"{_MIN_SECRET_CHARS} characters (e.g. made by `python3 -c 'import secrets; "
-                f"print(secrets.token_urlsafe(32))'`); {backend or 'an entry'!r} is not one."
+                f"{rule}; the token of {backend[:_SHOWN_NAME_CHARS]!r} is too short: "
+                f"{len(secret)} characters."
             )
         tokens.append((backend, secret))
     return tuple(tokens)
+
+
+# How much of a backend's name a message repeats.
+_SHOWN_NAME_CHARS = 40
 
 
 def _cursor_secret(env: Mapping[str, str]) -> str | None:

@@ -122,6 +122,36 @@ async def test_offline_the_editor_renders_and_a_query_from_the_address_runs(
 
 
 @pytest.mark.slow
+async def test_the_starter_text_shows_whole_at_1280_pixels_wide(
+    browser: Browser, api: Service
+) -> None:
+    page = await browser.new_page(viewport={"width": 1280, "height": 800})
+    await page.goto(str(api.make_url("/graphql")))
+    await page.wait_for_selector(".graphiql-query-editor .CodeMirror-line", timeout=15_000)
+    # Each line's text ends before the editor's toolbar (the run button), which covers the
+    # editor's right edge, and the editor has nothing to scroll to sideways.
+    lines = await page.evaluate(
+        """() => {
+          const toolbar = document.querySelector('.graphiql-toolbar').getBoundingClientRect();
+          const scroll = document.querySelector('.graphiql-query-editor .CodeMirror-scroll');
+          return {
+            overflow: scroll.scrollWidth - scroll.clientWidth,
+            cut: [...document.querySelectorAll('.graphiql-query-editor .CodeMirror-line > span')]
+              .filter(line => line.getBoundingClientRect().right > toolbar.left)
+              .map(line => line.innerText),
+            text: [...document.querySelectorAll('.graphiql-query-editor .CodeMirror-line')]
+              .map(line => line.innerText).join('\\n'),
+          };
+        }"""
+    )
+    assert lines["cut"] == []
+    assert lines["overflow"] <= 0
+    assert "open Headers" in lines["text"]
+    assert '{"Authorization": "Bearer <token>"}' in lines["text"]
+    await page.close()
+
+
+@pytest.mark.slow
 async def test_offline_the_headers_typed_in_graphiql_authorize_queries_and_subscriptions(
     browser: Browser, aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
 ) -> None:

@@ -370,5 +370,5 @@ async def test_the_request_line_names_a_method_it_does_not_know_as_other(
     with caplog.at_level(logging.INFO):
         await observe(make_mocked_request("A" * 8_000, "/graphql"), refuse)
     [line] = caplog.records
-    assert line.getMessage().startswith("OTHER /graphql none BAD_USER_INPUT unknown 405")
+    assert line.getMessage().startswith("OTHER /graphql none METHOD_NOT_ALLOWED unknown 405")
     assert getattr(line, "method", None) == "OTHER"

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -16,8 +19,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
-from graphql import DocumentNode, OperationDefinitionNode, build_schema, parse, validate
+from graphql import (
+    DocumentNode,
+    NonNullTypeNode,
+    OperationDefinitionNode,
+    OperationType,
+    build_schema,
+    parse,
+    print_ast,
+    validate,
+)
 
 from gql_presence.running.redis_server import free_port, redis_server_binary, start_redis_server
 from tests.helpers import (
@@ -157,3 +170,119 @@ def test_graphql_snippet_is_valid_against_the_schema(snippet: Snippet) -> None:
     for operation in operations:
         assert isinstance(operation, OperationDefinitionNode)
         assert validate(schema, DocumentNode(definitions=(operation,))) == []
+
+
+def variables_of(snippet: Snippet) -> dict[str, Any]:
+    """The variables the README gives a GraphQL snippet: the JSON snippet right after it,
+    introduced by a paragraph that begins with "Variables"; none when there is no such one."""
+    lines = README.read_text(encoding="utf-8").splitlines()
+    following = SNIPPETS[SNIPPETS.index(snippet) + 1 :]
+    if not following or following[0].language != "json":
+        return {}
+    end = snippet.line + snippet.code.count("\n")  # the closing fence's index, 0-based
+    between = " ".join(lines[end + 1 : following[0].line - 1]).strip()
+    if not between.startswith("Variables"):
+        return {}
+    given: dict[str, Any] = json.loads(following[0].code)
+    return given
+
+
+async def run_operation(
+    port: int, socket: aiohttp.ClientWebSocketResponse, document: str, variables: dict[str, Any]
+) -> list[Any]:
+    """The errors of one operation run as GraphiQL runs it: a query or mutation by POST, a
+    subscription over the socket (left running until the snippet's end, so that a session it
+    holds is there for the operations after it), its first message awaited briefly."""
+    operation = parse(document).definitions[0]
+    assert isinstance(operation, OperationDefinitionNode)
+    if operation.operation is not OperationType.SUBSCRIPTION:
+        body = {"query": document, "variables": variables}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"http://127.0.0.1:{port}/graphql", json=body) as response,
+        ):
+            answer = await response.json()
+        return list(answer.get("errors") or ()) + ([] if response.status == 200 else [answer])
+    operation_id = str(len(document)) + str(id(operation))
+    payload = {"query": document, "variables": variables}
+    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+    try:
+        message = await socket.receive_json(timeout=0.5)
+    except TimeoutError:
+        return []  # subscribed, and nothing has happened yet
+    if message["type"] == "error":
+        return list(message["payload"])
+    return list(message.get("payload", {}).get("errors") or ())
+
+
+@pytest.mark.parametrize("snippet", by_language("graphql"))
+async def test_graphql_snippet_runs_with_its_variables(snippet: Snippet, port: int) -> None:
+    """Each operation of the snippet in turn, with the variables the README gives it, against
+    the service as the README starts it (open, no credentials)."""
+    definitions = parse(snippet.code).definitions
+    given = variables_of(snippet)
+    async with (
+        aiohttp.ClientSession() as http,
+        http.ws_connect(
+            f"ws://127.0.0.1:{port}/graphql", protocols=["graphql-transport-ws"]
+        ) as socket,
+    ):
+        await socket.send_json({"type": "connection_init", "payload": {}})
+        assert (await socket.receive_json(timeout=3))["type"] == "connection_ack"
+        for operation in definitions:
+            assert isinstance(operation, OperationDefinitionNode)
+            document = print_ast(DocumentNode(definitions=(operation,)))
+            declared = {v.variable.name.value for v in operation.variable_definitions or ()}
+            missing = (
+                declared
+                - given.keys()
+                - {
+                    v.variable.name.value
+                    for v in operation.variable_definitions or ()
+                    if v.default_value is not None or not isinstance(v.type, NonNullTypeNode)
+                }
+            )
+            assert not missing, f"README.md:{snippet.line}: no variables given for {missing}"
+            variables = {name: value for name, value in given.items() if name in declared}
+            errors = await run_operation(port, socket, document, variables)
+            assert errors == [], f"README.md:{snippet.line}: {document}"
+
+
+def test_run_it_says_how_to_choose_the_port_and_the_workers(tmp_path: Path) -> None:
+    text = README.read_text(encoding="utf-8")
+    run_it = text[text.index("**Run it**") : text.index("**Test it**")]
+    assert "one worker process per CPU core" in run_it
+    shown = re.search(r"`gql-presence serve --port (\d+) --workers 1`", run_it)
+    assert shown, "Run it shows how to choose the port and the workers"
+    port = free_port()
+    command = shown[0].strip("`").replace(shown[1], str(port)).split()
+    env = {**environment(), "PRESENCE_DATA_DIR": str(tmp_path)}
+    service = subprocess.Popen(
+        [str(Path(sys.executable).parent / command[0]), *command[1:]],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_until_serving(service, port)
+    finally:
+        output = stop(service)
+    assert f"http://127.0.0.1:{port}/graphql" in output
+    assert "worker processes" not in output, output  # one process serves
+
+
+def test_test_it_gives_the_fast_subset() -> None:
+    text = README.read_text(encoding="utf-8")
+    test_it = text[text.index("**Test it**") : text.index("## Using the API")]
+    [fast] = [s for s in SNIPPETS if s.code.strip() in test_it and "not slow" in s.code]
+    python, *arguments = shlex.split(fast.code)  # the README's command, run by this Python
+    assert python == ".venv/bin/python"
+    counted = []
+    for command in ([sys.executable, "-m", "pytest"], [sys.executable, *arguments]):
+        done = run([*command, "--collect-only", "-q"], ROOT)
+        assert done.returncode == 0, done.stdout[-2000:]
+        collected = re.search(r"^(\d+)(?:/\d+)? tests collected", done.stdout, re.MULTILINE)
+        assert collected, done.stdout[-2000:]
+        counted.append(int(collected[1]))
+    everything, fast_part = counted
+    assert 0 < fast_part < everything

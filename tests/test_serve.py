@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
+import shlex
 import signal
 import socket
 import subprocess
@@ -35,6 +37,7 @@ from tests.helpers import (
     FIELDS,
     Subscriber,
     post,
+    readme_snippets,
     run_service,
     stop,
     subscribed,
@@ -120,6 +123,38 @@ def test_a_bad_setting_stops_the_start_naming_it(data_dir: Path) -> None:
     assert service.returncode == 2
     assert "PRESENCE_WINDOW_SECONDS='soon'" in output.decode()
     assert not data_dir.exists(), "nothing was started"
+
+
+SECRET = "Secret0Value0That0Must0Not0Show0Anywhere"  # noqa: S105 - a test value
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"PRESENCE_BACKEND_TOKENS": SECRET}, "no name before a colon"),
+        ({"PRESENCE_BACKEND_TOKENS": f"api:{SECRET},{SECRET}"}, "entry 2 has no name"),
+        ({"PRESENCE_BACKEND_TOKENS": f":{SECRET}"}, "no name before a colon"),
+        ({"PRESENCE_BACKEND_TOKENS": "api:short"}, "the token of 'api' is too short"),
+        ({"PRESENCE_BACKEND_TOKENS": f"api:{SECRET[:20]}"}, "the token of 'api' is too short"),
+        ({"PRESENCE_JWT_SECRET": SECRET[:20]}, "PRESENCE_JWT_SECRET is too short"),
+        ({"PRESENCE_JWT_SECRET": SECRET}, "PRESENCE_JWT_ISSUER"),
+        ({"PRESENCE_CURSOR_SECRET": SECRET[:20]}, "PRESENCE_CURSOR_SECRET is too short"),
+        ({"REDIS_URL": f"redis://app:{SECRET}@[::1/0"}, "is not a Redis URL"),
+        ({"REDIS_URL": f"redis://app:{SECRET}@host:port/0"}, "is not a Redis URL"),
+        ({"REDIS_URL": f"http://app:{SECRET}@host/0"}, "is not a Redis URL"),
+        ({"REDIS_URL": f"unix:///redis.sock?password={SECRET}&db=x"}, "is not a Redis URL"),
+        ({"REDIS_CLUSTER_PASSWORD": SECRET}, "REDIS_CLUSTER_PASSWORD is for a Redis Cluster"),
+    ],
+    ids=lambda value: next(iter(value)) if isinstance(value, dict) else "",
+)
+def test_a_bad_secret_setting_stops_the_start_without_repeating_the_secret(
+    data_dir: Path, settings: dict[str, str], says: str
+) -> None:
+    service = run_service(data_dir, free_port(), **settings)
+    output, _ = service.communicate(timeout=20)
+    assert service.returncode == 2, output.decode()
+    assert says in output.decode()
+    assert SECRET[:8] not in output.decode()
 
 
 def test_a_redis_that_does_not_answer_stops_the_start_saying_why(data_dir: Path) -> None:
@@ -280,27 +315,54 @@ def test_check_fails_on_an_unreachable_redis_or_a_bad_setting() -> None:
     assert "PRESENCE_STATS_TIMEZONE" in bad.stderr
 
 
-def test_demo_fills_the_running_service_with_a_living_sample(data_dir: Path) -> None:
-    port = free_port()
+def test_demo_serves_a_living_sample_apart_from_the_users_data(data_dir: Path) -> None:
+    """As the README has it: the user's service runs, and `gql-presence demo --keep-alive` in a
+    second terminal serves the sample from a data folder of its own, which deleting removes."""
+    port, demo_port = free_port(), free_port()
     service = run_service(data_dir, port)
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
+    environment.update(PRESENCE_DATA_DIR=str(data_dir))
+    command = ["demo", "--users", "300", "--keep-alive", "--port", str(demo_port)]
     try:
         wait_until_serving(service, port)
-        done = run_command("demo", "--users", "300", PRESENCE_DATA_DIR=str(data_dir))
-        assert done.returncode == 0, done.stderr
-        assert "300 users" in done.stdout
-        body = post(
-            port,
-            "{ onlineUsers(first: 3) { totalCount nodes { userId sessions { sessionId } } } "
-            "weeklyStats { days { activeUsers } uniqueUsers activeEveryDay } "
-            'friends(userId: "user-00001") }',
-        )["data"]
+        post(port, 'mutation { touch(userId: "mine") { online } }')
+        demo = subprocess.Popen(
+            [sys.executable, "-m", "gql_presence", *command],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            assert demo.stdout is not None
+            lines = iter(demo.stdout.readline, b"")
+            said = next(line.decode() for line in lines if b"users with friends" in line)
+            body = post(
+                demo_port,
+                "{ onlineUsers(first: 3) { totalCount nodes { userId sessions { sessionId } } } "
+                "weeklyStats { days { activeUsers } uniqueUsers activeEveryDay } "
+                'friends(userId: "user-00001") }',
+            )["data"]
+        finally:
+            demo.send_signal(signal.SIGTERM)
+            demo.communicate(timeout=30)
+        assert demo.returncode == 0
         assert body["onlineUsers"]["totalCount"] >= 30
         assert all(node["sessions"] for node in body["onlineUsers"]["nodes"])
         assert all(day["activeUsers"] > 0 for day in body["weeklyStats"]["days"])
         assert body["weeklyStats"]["activeEveryDay"] >= 30  # the regulars
         assert len(body["friends"]) >= 5
+        # The user's own service and data have none of it.
+        mine = post(
+            port, '{ onlineUsers(first: 5) { nodes { userId } } friends(userId: "user-00001") }'
+        )
+        assert mine["data"] == {"onlineUsers": {"nodes": [{"userId": "mine"}]}, "friends": []}
     finally:
         stop(service)
+    demo_dir = data_dir.with_name(data_dir.name + "-demo")
+    assert str(demo_dir) in said
+    assert "delete that folder to remove it" in said
+    assert (demo_dir / "appendonly.aof").exists()
+    assert not (demo_dir / "redis.sock").exists(), "the demo's service and Redis stopped"
 
 
 def test_sigterm_lets_requests_in_flight_finish(redis_server: RedisServer, data_dir: Path) -> None:
@@ -497,3 +559,45 @@ async def _held_session(port: int) -> AsyncIterator[aiohttp.ClientWebSocketRespo
             yield socket
         finally:
             await socket.close()
+
+
+def test_a_token_from_the_readme_command_is_accepted_by_the_secured_service(
+    data_dir: Path,
+) -> None:
+    [snippet] = [s for s in readme_snippets() if "gql-presence token" in s.code]
+    [line] = [line for line in snippet.code.splitlines() if "gql-presence token" in line]
+    command = shlex.split(line.removeprefix("token=$(").removesuffix(")"))
+    assert command[0] == ".venv/bin/gql-presence"
+    settings = {
+        "PRESENCE_JWT_SECRET": secrets.token_urlsafe(32),
+        "PRESENCE_JWT_ISSUER": "dev",
+        "PRESENCE_JWT_AUDIENCE": "gql-presence",
+    }
+    signed = run_command(*command[1:], **settings)
+    assert signed.returncode == 0, signed.stderr
+    bearer = f"Bearer {signed.stdout.strip()}"
+    port = free_port()
+    service = run_service(data_dir, port, **settings)
+    try:
+        wait_until_serving(service, port)
+        # As the README's curl, and as GraphiQL's Headers and the places page send it.
+        mine = post(port, "mutation { setStatus(status: BUSY) { chosenStatus } }", bearer)
+        assert mine == {"data": {"setStatus": {"chosenStatus": "BUSY"}}}
+        assert post(port, '{ presence(userId: "ann") { chosenStatus } }', bearer) == {
+            "data": {"presence": {"chosenStatus": "BUSY"}}
+        }
+        here = post(port, '{ placeMembers(placeId: "doc:42") { totalCount } }', bearer)
+        assert here == {"data": {"placeMembers": {"totalCount": 0}}}
+        elsewhere = post(port, '{ placeMembers(placeId: "team:7") { totalCount } }', bearer)
+        assert elsewhere["errors"][0]["extensions"]["code"] == "FORBIDDEN"
+        anonymous = post(port, "mutation { setStatus(status: BUSY) { status } }")
+        assert anonymous["errors"][0]["extensions"]["code"] == "UNAUTHENTICATED"
+    finally:
+        stop(service)
+
+
+def test_the_token_command_says_what_it_needs() -> None:
+    done = run_command("token", "--user", "ann")
+    assert done.returncode == 2
+    assert "PRESENCE_JWT_SECRET" in done.stderr
+    assert done.stdout == ""

@@ -251,11 +251,11 @@ async def test_friends_of_follows_friends_of_every_shard(
     first, second, third = ids_in_every_shard("f", 1)
     await store.add_friends("me", [first])
     async with hub.feed(ignore, friends_of="me") as feed:
-        assert feed.user_ids == {first}
+        assert hub.users_of(feed) == {first}
         await store.add_friends("me", [second, third], mutual=False)
-        await eventually(lambda: feed.user_ids == {first, second, third}, 2, "the new friends")
+        await eventually(lambda: hub.users_of(feed) == {first, second, third}, 2, "the new friends")
         await store.remove_friends("me", [first, second])
-        await eventually(lambda: feed.user_ids == {third}, 2, "the removed friends' leaving")
+        await eventually(lambda: hub.users_of(feed) == {third}, 2, "the removed friends' leaving")
         await store.touch_many([first, second, third])
         event = await asyncio.wait_for(first_event(feed), 2)
         assert (event.user_id, event.kind) == (third, "ONLINE")

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
 
 from graphql import GraphQLError
@@ -17,6 +18,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.schema.exceptions import CannotGetOperationTypeError, InvalidOperationTypeError
 from strawberry.types import ExecutionResult
 
+from gql_presence.policy.limits import MAX_TOKENS
 from gql_presence.store.errors import ErrorCode, PresenceError
 
 log = logging.getLogger("gql_presence.errors")
@@ -67,8 +69,12 @@ def with_code(error: GraphQLError) -> GraphQLError:
         extensions.update(original.extensions)
     elif code is ErrorCode.INTERNAL:
         message = INTERNAL_MESSAGE
+    elif isinstance(original, GraphQLError) and isinstance(original.original_error, PresenceError):
+        # A scalar's refusal of a variable's value (a DateTime without its offset): said
+        # once, after the variable's name, not quoted inside graphql-core's own sentence.
+        message = f"{error.message.partition(': ')[0]}: {original.original_error.message}"
     else:
-        message = error.message
+        message = explained(error.message)
     return GraphQLError(
         message,
         nodes=error.nodes,
@@ -77,6 +83,29 @@ def with_code(error: GraphQLError) -> GraphQLError:
         path=error.path,
         extensions=extensions,
     )
+
+
+# Each enum's values by its GraphQL name, from the schema as schema.py builds it: the refusal
+# of a value not among them lists them.
+ENUM_VALUES: dict[str, tuple[str, ...]] = {}
+# graphql-core's refusals that do not say what is allowed, said again so that they do.
+_UNKNOWN_ENUM_VALUE = re.compile(r"does not exist in '(\w+)' enum\.")
+_TOO_MANY_TOKENS = "Syntax Error: Document contains more than"
+_TOKEN_LIMIT = (
+    f"The document has more than {MAX_TOKENS:,} tokens (names, punctuation and values), the "
+    "most this service parses: a fixed limit (docs/operations.md#limits) that hand-written "
+    "operations stay well under. Pass long lists of ids as variables, which it does not count."
+)
+
+
+def explained(message: str) -> str:
+    """graphql-core's message, with what is allowed where it does not say."""
+    if message.startswith(_TOO_MANY_TOKENS):
+        return _TOKEN_LIMIT
+    if (unknown := _UNKNOWN_ENUM_VALUE.search(message)) and unknown[1] in ENUM_VALUES:
+        allowed = ", ".join(ENUM_VALUES[unknown[1]])
+        return f"{message[: unknown.end()]} {unknown[1]} takes one of: {allowed}."
+    return message
 
 
 def log_unexpected(errors: list[GraphQLError], operation: str | None) -> None:

@@ -9,7 +9,7 @@ from functools import partial
 from typing import Any
 
 import strawberry
-from graphql import GraphQLError
+from graphql import GraphQLEnumType, GraphQLError
 from strawberry.extensions import (
     DisableIntrospection,
     MaxTokensLimiter,
@@ -21,8 +21,8 @@ from strawberry.schema.name_converter import NameConverter
 
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.document_limits import DocumentValidation
-from gql_presence.graphql.error_codes import ErrorCodes, log_unexpected
-from gql_presence.graphql.internals import EventExecutionContext
+from gql_presence.graphql.error_codes import ENUM_VALUES, ErrorCodes, log_unexpected
+from gql_presence.graphql.internals import EventExecutionContext, core_schema
 from gql_presence.graphql.labels import OperationLabel, OperationSpans
 from gql_presence.graphql.persisted import (
     KEPT_PER_PROCESS,
@@ -130,7 +130,7 @@ def build_schema(
         scalar_map={datetime: DateTimeScalar, date: DateScalar, JSONObject: JSONObjectScalar},
         name_converter=KeptNames(),
     )
-    return (FederatedPresenceSchema if federation else PresenceSchema)(
+    schema = (FederatedPresenceSchema if federation else PresenceSchema)(
         query=FederatedQuery if federation else Query,
         mutation=Mutation,
         subscription=Subscription,
@@ -139,3 +139,9 @@ def build_schema(
         execution_context_class=EventExecutionContext,
         config=config,
     )
+    ENUM_VALUES.update(
+        (name, tuple(kind.values))
+        for name, kind in core_schema(schema).type_map.items()
+        if isinstance(kind, GraphQLEnumType) and not name.startswith("__")
+    )
+    return schema

@@ -18,6 +18,7 @@ from gql_presence.realtime.delivery import PresenceChange
 from gql_presence.realtime.held import Ended, SessionHold
 from gql_presence.store import PlaceKind, PublishedPlaceEvent, models
 from gql_presence.store.days import from_ms
+from gql_presence.store.errors import BadInputError
 
 ID = strawberry.ID
 
@@ -29,17 +30,28 @@ def _serialize_datetime(value: datetime) -> str:
 
 
 def _parse_datetime(value: object) -> datetime:
+    # Raised as the store's own refusal, so that the client reads this sentence alone, not
+    # wrapped in graphql-core's quotes.
     if not isinstance(value, str):
-        raise TypeError("DateTime must be an ISO 8601 string, e.g. 2026-11-21T09:30:00.250Z.")
+        raise BadInputError(f"A DateTime is a string in ISO 8601, as in {_EXAMPLE_TIME}.")
     try:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise ValueError(
-            f"DateTime must be ISO 8601 with an offset, e.g. 2026-11-21T09:30:00.250Z; got {value!r}."
+    shown = value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "..."
+    if parsed is None:
+        raise BadInputError(f"A DateTime is ISO 8601, as in {_EXAMPLE_TIME}: {shown} is not.")
+    if parsed.tzinfo is None:
+        raise BadInputError(
+            f"A DateTime must end with its offset from UTC, as in {_EXAMPLE_TIME} (Z for UTC) "
+            f"or 2026-11-21T10:30:00+01:00: {shown} has none."
         )
     return parsed
+
+
+_EXAMPLE_TIME = "2026-11-21T09:30:00.250Z"
+# How much of a client's text a refusal repeats.
+_SHOWN_CHARS = 40
 
 
 def _parse_date(value: object) -> date:

@@ -16,16 +16,19 @@ from aiohttp.web_ws import WebSocketReady
 from cross_web import (
     AiohttpHTTPRequestAdapter,
     HTTPException,  # what Strawberry answers as an HTTP error
+    parse_content_type,
 )
 from strawberry.aiohttp.views import GraphQLView
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.http.base import BaseRequestProtocol
 from strawberry.http.types import QueryParams
+from strawberry.schema.exceptions import InvalidOperationTypeError
 from strawberry.subscriptions import GRAPHQL_TRANSPORT_WS_PROTOCOL
 from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
     BaseGraphQLTransportWSHandler,
 )
 from strawberry.types import ExecutionResult
+from strawberry.types.graphql import OperationType
 from strawberry.types.unset import UnsetType
 
 from gql_presence.graphql.context import Context
@@ -54,7 +57,11 @@ from gql_presence.http.ws import (
 )
 from gql_presence.observability.request_log import CALLER, OUTCOMES, SERVED_LATER
 from gql_presence.policy.auth import ANONYMOUS_CALLER
-from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
+from gql_presence.policy.limits import (
+    MAX_BODY_BYTES,
+    MAX_SOCKET_MESSAGE_BYTES,
+    MAX_SUBSCRIPTIONS_PER_SOCKET,
+)
 from gql_presence.settings import Settings
 from gql_presence.store.errors import (
     UnauthenticatedError,
@@ -146,16 +153,35 @@ class PresenceView(GraphQLView[Context, None]):
     async def __call__(self, request: web.Request) -> web.StreamResponse:
         if self.is_websocket_request(request):
             return await self._open_socket(request)
-        if (
-            self.pipeline.plans is not None
-            and request.method == "POST"
-            and request.content_type == "application/json"
-        ):
-            try:
+        try:
+            if (
+                self.pipeline.plans is not None
+                and request.method == "POST"
+                and request.content_type == "application/json"
+            ):
                 return await self._answer_json_post(request)
-            except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
-                return web.Response(body=error.reason, status=error.status_code)
-        return await super().__call__(request)
+            return await self.run(request)
+        except HTTPException as error:  # answered as Strawberry's GraphQLView answers it
+            return web.Response(
+                text=self._explained(error, request.method),
+                status=error.status_code,
+                headers={hdrs.ALLOW: "GET, POST"} if error.status_code == 405 else None,
+            )
+        except web.HTTPRequestEntityTooLarge as error:
+            return web.Response(text=_TOO_LARGE, status=error.status)
+
+    def _explained(self, error: HTTPException, method: str) -> str:
+        """Strawberry's refusal, said with what is allowed instead."""
+        refused = error.__cause__
+        if error.status_code == 405:
+            return _ONLY_GET_AND_POST.format(method[:20])
+        if isinstance(refused, InvalidOperationTypeError):
+            if refused.operation_type is OperationType.SUBSCRIPTION:
+                return _SUBSCRIPTIONS_OVER_WEBSOCKET
+            if refused.operation_type is OperationType.MUTATION:
+                return _MUTATIONS_BY_POST
+            return _QUERIES_OVER_GET_OFF
+        return error.reason
 
     async def _open_socket(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() for a WebSocket, with the same checks and hooks in the same
@@ -254,6 +280,9 @@ class PresenceView(GraphQLView[Context, None]):
             and CREDENTIALS_REFUSED in request.request
         ):
             return _UNREAD
+        content_type = request.content_type or ""
+        if request.method == "POST" and parse_content_type(content_type)[0] != "application/json":
+            raise HTTPException(415, _JSON_ONLY.format(content_type[:100]))
         try:
             return await super().parse_http_body(request)
         except AttributeError as error:
@@ -344,3 +373,28 @@ def _socket_ended(request: web.Request, socket: BoundedWebSocketResponse, _faile
 # Stands in for the body of a request refused for its credentials.
 _UNREAD = GraphQLRequestData(query=None, variables=None, operation_name=None, extensions=None)
 _NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
+_ONLY_GET_AND_POST = (
+    "/graphql takes POST (queries and mutations, with Content-Type: application/json), GET "
+    "(GraphiQL in a browser; queries when PRESENCE_QUERIES_OVER_GET=true) and WebSocket "
+    "upgrades (subscriptions); {} is not one of them.\n"
+)
+_JSON_ONLY = (
+    "A GraphQL request over POST must be sent with Content-Type: application/json and a JSON "
+    'body {{"query": ..., "variables": {{...}}}}; {!r} is not accepted.\n'
+)
+_QUERIES_OVER_GET_OFF = (
+    "Queries over GET are turned off on this service: send the query by POST with "
+    "Content-Type: application/json, or start the service with PRESENCE_QUERIES_OVER_GET=true.\n"
+)
+_MUTATIONS_BY_POST = (
+    "A mutation must be sent by POST with Content-Type: application/json; GET takes queries only.\n"
+)
+_SUBSCRIPTIONS_OVER_WEBSOCKET = (
+    "Subscriptions run over a WebSocket to /graphql (the graphql-transport-ws protocol), not "
+    "over GET or POST.\n"
+)
+_TOO_LARGE = (
+    f"The request body is too large: at most {MAX_BODY_BYTES:,} bytes are read "
+    "(a fixed limit, not a setting: it fits the largest valid request, 10,000 ids of 128 "
+    "characters, see docs/operations.md#limits). Send fewer ids per request.\n"
+)

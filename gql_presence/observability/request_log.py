@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from http import HTTPStatus
 
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
@@ -33,10 +34,21 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _outcome_of_status(status: int) -> str:
-    """For requests refused before GraphQL ran (a batch, no query, an unknown operation)."""
+    """For requests refused before GraphQL ran: a request GraphQL cannot start on (a batch,
+    no query, an unknown operation) is BAD_USER_INPUT; another refusal of HTTP's is named by
+    its status (METHOD_NOT_ALLOWED, REQUEST_ENTITY_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE,
+    MISDIRECTED_REQUEST...), a client's doing that no operator need be paged for. Only a
+    fault of ours is INTERNAL."""
     if status < 400:
         return "ok"
-    return "BAD_USER_INPUT" if status < 500 else "INTERNAL"
+    if status == HTTPStatus.BAD_REQUEST:
+        return "BAD_USER_INPUT"
+    if status < 500:
+        try:
+            return HTTPStatus(status).name
+        except ValueError:  # a status no handler of ours answers
+            return "CLIENT_ERROR"
+    return "INTERNAL"
 
 
 def request_telemetry(metrics: Metrics) -> Middleware:
@@ -49,6 +61,9 @@ def request_telemetry(metrics: Metrics) -> Middleware:
         started = time.perf_counter()
         try:
             response = await handler(request)
+        except web.HTTPException as refusal:  # a refusal raised as aiohttp's (421, 413...)
+            _record(metrics, request, started, refusal.status)
+            raise
         except BaseException:
             _record(metrics, request, started, 500)
             raise

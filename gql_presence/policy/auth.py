@@ -215,3 +215,33 @@ def _place_matches(allowed: str, place_id: str) -> bool:
     if allowed.endswith("*"):
         return place_id.startswith(allowed[:-1])
     return place_id == allowed
+
+
+def development_token(
+    settings: Settings, user_id: str, places: Iterable[str], lifetime_s: int
+) -> str:
+    """An end user's JWT signed with PRESENCE_JWT_SECRET, for trying the secured service by
+    hand (`gql-presence token`): its issuer and audience are the settings', `places` its
+    claim when any is given. Raises ValueError saying what is missing."""
+    if not settings.jwt_secret or not settings.jwt_issuer or not settings.jwt_audience:
+        key = settings.jwt_public_key
+        also = " (a public key verifies tokens; it cannot sign one)" if key else ""
+        raise ValueError(
+            "a token is signed with PRESENCE_JWT_SECRET, for PRESENCE_JWT_ISSUER and "
+            f"PRESENCE_JWT_AUDIENCE: set all three as the service has them{also}"
+        )
+    try:
+        check_id(user_id, "--user")
+    except BadInputError as error:
+        raise ValueError(error.message) from None
+    now_s = int(time.time())
+    claims: dict[str, Any] = {
+        "sub": user_id,
+        "iss": settings.jwt_issuer,
+        "aud": settings.jwt_audience,
+        "iat": now_s,
+        "exp": now_s + lifetime_s,
+    }
+    if allowed := list(places):
+        claims["places"] = allowed
+    return jwt.encode(claims, settings.jwt_secret, algorithm="HS256")

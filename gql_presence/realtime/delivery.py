@@ -106,7 +106,8 @@ Rendered = dict[Render, bytes]
 
 
 class Follower:
-    """One subscription's place in the hub: the users it follows, and whether it was dropped."""
+    """One subscription's place in the hub: whom its events are shown to, and whether it was
+    dropped (what it follows is the hub's: realtime/interests.py)."""
 
     __slots__ = (
         "_capacity",
@@ -114,19 +115,15 @@ class Follower:
         "_on_drop",
         "dropped",
         "friends_applied",
-        "friends_of",
         "friends_read",
         "in_friend_sets_of",
         "reader",
-        "user_ids",
     )
 
     def __init__(self, hub: Hub, capacity: int, on_drop: OnDrop) -> None:
         self._hub = hub
         self._capacity = capacity
         self._on_drop = on_drop
-        self.user_ids: frozenset[str] = frozenset()
-        self.friends_of: str | None = None
         # Reads of the friend set started, and the latest one applied: a read that finishes
         # after a later one was applied is stale and dropped.
         self.friends_read = 0
@@ -138,7 +135,9 @@ class Follower:
         self.reader: str | None = None
         self.in_friend_sets_of: frozenset[str] = frozenset()
 
-    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+    def offer(self, event: PresenceChange, rendered: Rendered) -> Writer | None:
+        """Takes the event in; returns the follower when it has messages to write once the
+        batch of events being read has been read (a Writer's first of the batch)."""
         raise NotImplementedError
 
     def drop(self, reason: FeedDroppedError) -> None:
@@ -213,14 +212,15 @@ class Writer(Follower):
         self._head = head
         self._batch: list[bytes] = []  # the payloads
 
-    def _add(self, payload: bytes) -> None:
-        if len(self._batch) >= self._capacity:
-            self._batch.clear()
+    def _add(self, payload: bytes) -> Writer | None:
+        """Adds a message to the batch; returns itself when it is the batch's first."""
+        batch = self._batch
+        if len(batch) >= self._capacity:
+            batch.clear()
             self._too_slow()
-            return
-        if not self._batch:
-            self._hub.to_flush.append(self)
-        self._batch.append(payload)
+            return None
+        batch.append(payload)
+        return self if len(batch) == 1 else None
 
     def flush(self, frames: Frames | None = None) -> None:
         """Writes the batch. A batch of one message (as when changes come one at a time) is
@@ -281,10 +281,10 @@ class Delivery(Writer):
         super().__init__(hub, capacity, on_drop, write, head)
         self._render = render
 
-    def offer(self, event: PresenceChange, rendered: Rendered) -> None:
+    def offer(self, event: PresenceChange, rendered: Rendered) -> Writer | None:
         if self.dropped is not None:
-            return
-        self._add(rendered_once(self._render, event, rendered))
+            return None
+        return self._add(rendered_once(self._render, event, rendered))
 
 
 # Renders a place's event as the `payload` of a placeChanged `next` message, JSON-encoded.
@@ -316,17 +316,19 @@ class PlaceDelivery(Writer):
         self._waiting: list[PublishedPlaceEvent] | None = []
         self._after = 0  # the number of the last event the read reflects
 
-    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> None:
+    def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> Writer | None:
+        """As `offer`, for the place's events."""
         if self.dropped is not None:
-            return
+            return None
         if self._waiting is not None:
             if len(self._waiting) >= self._capacity:
                 self._too_slow()
             else:
                 self._waiting.append(event)
-            return
+            return None
         if event.sequence > self._after:
-            self._add(rendered_once(self._render, event, rendered))
+            return self._add(rendered_once(self._render, event, rendered))
+        return None
 
     def start(self, members: Iterable[PublishedPlaceEvent], sequence: int) -> None:
         """Writes the members read (as JOINED events), then the events heard since the read
@@ -359,8 +361,6 @@ _START_BATCH = 50
 
 class Hub(Protocol):
     """What a follower needs of the hub that holds it (realtime/hub.py's EventHub)."""
-
-    to_flush: list[Writer]
 
     def forget(self, follower: Follower) -> None: ...
 

@@ -46,14 +46,6 @@ T = TypeVar("T")
 Held = HeldSession | HeldPlaceSession
 Announced = PublishedEvent | PublishedPlaceEvent
 
-# The key a place's events are watched by (UserEvents.watch): no user id holds a control
-# character, so none is taken for a place.
-PLACE_KEY = "\0place:"
-
-
-def place_key(place_id: str) -> str:
-    return PLACE_KEY + place_id
-
 
 class EndReason(StrEnum):
     KICKED = "KICKED"  # the session, or every session of the user, was kicked
@@ -120,20 +112,31 @@ class SessionHold:
 
 
 class UserEvents(Protocol):
-    """Who brings a user's kicks and replacements (and, by `place_key`, a place's
-    replacements) to `HeldSessions.on_event` (the event hub)."""
+    """Who brings a user's kicks and replacements, and a place's replacements, to
+    `HeldSessions.on_event` (the event hub)."""
 
-    async def watch(self, key: str) -> None:
+    async def watch(self, user_id: str) -> None:
         """From when this returns, until `unwatch`: it undoes itself when it raises."""
 
-    def unwatch(self, key: str) -> None: ...
+    def unwatch(self, user_id: str) -> None: ...
+
+    async def watch_place(self, place_id: str) -> None:
+        """From when this returns, until `unwatch_place`: it undoes itself when it raises."""
+
+    def unwatch_place(self, place_id: str) -> None: ...
 
 
 class _Unwatched:
-    async def watch(self, key: str) -> None:
+    async def watch(self, user_id: str) -> None:
         pass
 
-    def unwatch(self, key: str) -> None:
+    def unwatch(self, user_id: str) -> None:
+        pass
+
+    async def watch_place(self, place_id: str) -> None:
+        pass
+
+    def unwatch_place(self, place_id: str) -> None:
         pass
 
 
@@ -203,7 +206,7 @@ class HeldSessions:
         live and nothing held."""
         opened, early = await self._opened(
             user_id,
-            (user_id,),
+            None,
             lambda: self._store.open_session(user_id, session_id, device),
             self._undo,
         )
@@ -217,7 +220,7 @@ class HeldSessions:
         same place elsewhere, ends it."""
         opened, early = await self._opened(
             user_id,
-            (user_id, place_key(place_id)),
+            place_id,
             lambda: self._store.open_place_session(place_id, user_id, session_id, state),
             self._undo_place,
         )
@@ -226,7 +229,7 @@ class HeldSessions:
     async def _opened(
         self,
         user_id: str,
-        watched: tuple[str, ...],
+        place_id: str | None,
         opening: Callable[[], Awaitable[T]],
         undo: Callable[[T], Awaitable[None]],
     ) -> tuple[T, list[Announced]]:
@@ -234,11 +237,14 @@ class HeldSessions:
         meanwhile. The user's (and a place's) events are heard from before the opening: one
         announced between the opening and the subscription to them would be missed. Raising,
         it leaves nothing watched."""
-        heard: list[str] = []
+        events = self._events
+        heard: list[Callable[[], None]] = []  # how to undo each watch begun
         try:
-            for key in watched:
-                await self._events.watch(key)
-                heard.append(key)
+            await events.watch(user_id)
+            heard.append(lambda: events.unwatch(user_id))
+            if place_id is not None:
+                await events.watch_place(place_id)
+                heard.append(lambda: events.unwatch_place(place_id))
             early: list[Announced] = []
             openings = self._openings.setdefault(user_id, [])
             openings.append(early)
@@ -252,8 +258,8 @@ class HeldSessions:
                 if not openings:
                     del self._openings[user_id]
         except BaseException:
-            for key in heard:
-                self._events.unwatch(key)
+            for unwatch in heard:
+                unwatch()
             raise
         return opened, early
 
@@ -330,7 +336,7 @@ class HeldSessions:
         if self._holds.pop(hold.held, None) is not None:
             self._events.unwatch(hold.held.user_id)
             if isinstance(hold.held, HeldPlaceSession):
-                self._events.unwatch(place_key(hold.held.place_id))
+                self._events.unwatch_place(hold.held.place_id)
         user_id = hold.held.user_id
         holds = self._by_user.get(user_id)
         if holds is hold:

@@ -1,8 +1,9 @@
 """Sample data for a newcomer: users with friends, a week of activity, people online now.
 
-`gql-presence demo` fills the store the service uses (REDIS_URL, or the embedded Redis of
-PRESENCE_DATA_DIR, reached through its socket while the service runs), through the same store
-methods as the API, so everything it writes obeys the same rules.
+`gql-presence demo` serves the sample from a service of its own, on a data folder of its own
+(the service's, with `-demo` after its name), so that it never mixes with the user's data. It
+fills that service's embedded Redis through its socket, with the same store methods as the
+API, so everything it writes obeys the same rules.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import asyncio
 import contextlib
 import dataclasses
 import random
+import subprocess
 from collections.abc import AsyncIterator, Awaitable
 from datetime import UTC, datetime, time, timedelta
 
 from redis import exceptions as redis_errors
 
 from gql_presence.running.connection import connect, redis_client
+from gql_presence.running.redis_server import RedisStartError
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.errors import SessionRevokedError
@@ -44,6 +47,23 @@ async def demo_store(settings: Settings) -> AsyncIterator[PresenceStore]:
         store = PresenceStore(redis.client, settings)
         await store.load_scripts()
         yield store
+
+
+async def serving(settings: Settings, service: subprocess.Popen[bytes]) -> None:
+    """Waits until the demo's service answers on its embedded Redis's socket (a start takes a
+    second or two); raises RedisStartError when it stops first."""
+    socket = redis_client(f"unix://{settings.data_dir / 'redis.sock'}")
+    try:
+        while service.poll() is None:
+            try:
+                await socket.ping()
+            except (redis_errors.ConnectionError, OSError):
+                await asyncio.sleep(0.1)
+            else:
+                return
+    finally:
+        await socket.aclose()
+    raise RedisStartError(f"the demo's service stopped (status {service.returncode})")
 
 
 async def _bounded(calls: list[Awaitable[object]]) -> None:

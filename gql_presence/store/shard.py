@@ -30,10 +30,10 @@ from gql_presence.store.keys import Keys, shard_of
 from gql_presence.store.publishing import Publish
 from gql_presence.store.scripts import Entry, ScriptError, ScriptName, Scripts, header_of
 from gql_presence.store.validation import (
-    AT_BEFORE_RETENTION,
     AT_IN_FUTURE,
     EXPIRES_NOT_AHEAD,
     MAX_DOCUMENT_BYTES,
+    at_before_retention,
 )
 
 REVOKED_SESSION = (
@@ -45,7 +45,6 @@ REVOKED_SESSION = (
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
-    ScriptError.AT_BEFORE_RETENTION: (BadInputError, AT_BEFORE_RETENTION),
     ScriptError.NOT_IN_PLACE: (
         BadInputError,
         "This session is not in the place: a session's state can be set while a placeSession "
@@ -251,7 +250,7 @@ class Shard:
         try:
             return await guarded(self._scripts.run(script, flat_keys, flat_args))
         except redis_errors.ResponseError as error:
-            raise_meaning(error)
+            raise_meaning(error, self.settings.retention_ms)
         finally:
             if self._observe_script is not None:
                 self._observe_script(script, self.index, time.perf_counter() - started)
@@ -271,14 +270,18 @@ class Shard:
                     self._observe_script(script, self.index, share)
         for reply in replies:
             if isinstance(reply, redis_errors.ResponseError):
-                raise_meaning(reply)
+                raise_meaning(reply, self.settings.retention_ms)
         return replies
 
 
-def raise_meaning(error: redis_errors.ResponseError) -> NoReturn:
+def raise_meaning(error: redis_errors.ResponseError, retention_ms: int) -> NoReturn:
     """Raises what a script's error reply means for the caller; a reply not known is a fault
     of ours, raised as it is."""
     code = ScriptError.of(str(error))
+    if code is ScriptError.AT_BEFORE_RETENTION:
+        raise BadInputError(
+            at_before_retention(time.time_ns() // 1_000_000, retention_ms)
+        ) from None
     if code is not None and code in _REFUSALS:
         refusal, message = _REFUSALS[code]
         raise refusal(message) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from gql_presence.store.days import DAY_MS
 from gql_presence.store.errors import BadInputError
@@ -19,7 +19,20 @@ MAX_PAGE_SIZE = 1000
 # How far ahead of the server's clock a backfilled `at` may lie: clock skew between hosts.
 MAX_FUTURE_MS = 5000
 AT_IN_FUTURE = f"at may lie at most {MAX_FUTURE_MS // 1000} seconds ahead of the server's clock."
-AT_BEFORE_RETENTION = "at lies further back than the retention (PRESENCE_RETENTION_DAYS) allows."
+
+
+def at_before_retention(now_ms: int, retention_ms: int) -> str:
+    """The refusal of an `at` older than the retention, with the earliest time allowed (by
+    this host's clock, rounded up to the second: the script's is the server's)."""
+    earliest_s = -((retention_ms - now_ms) // 1000)
+    earliest = datetime.fromtimestamp(earliest_s, UTC).isoformat().replace("+00:00", "Z")
+    days = retention_ms / DAY_MS
+    return (
+        f"at must lie within the retention of {days:g} days (PRESENCE_RETENTION_DAYS): the "
+        f"earliest time allowed now is {earliest}."
+    )
+
+
 # The first and last end dates whose seven days can be written as dates.
 FIRST_END_DATE = date.min + timedelta(days=6)
 LAST_END_DATE = date.max - timedelta(days=1)
@@ -97,7 +110,7 @@ def check_at(at_ms: int, now_ms: int, retention_ms: int) -> int:
     if at_ms > now_ms + DAY_MS:
         raise BadInputError(AT_IN_FUTURE)
     if at_ms < now_ms - retention_ms - DAY_MS:
-        raise BadInputError(AT_BEFORE_RETENTION)
+        raise BadInputError(at_before_retention(now_ms, retention_ms))
     return at_ms
 
 

@@ -7,9 +7,15 @@
 // this nonce (the bundle reads the global that webpack's nonce convention names).
 window.__webpack_nonce__ = document.currentScript.nonce;
 
-const EXAMPLE_QUERY = `# Ask who is online (Ctrl-Enter runs it). The Docs and Explorer panes on
-# the left list every query, mutation and subscription. With credentials configured,
-# open Headers below and add {"Authorization": "Bearer <token>"}.
+// Short lines: the editor shows about 50 characters in a window 1280 pixels wide, and a
+// longer line would hide its end.
+const EXAMPLE_QUERY = `# Who is online: Ctrl-Enter runs it.
+# Docs and Explorer, on the left, list every
+# query, mutation and subscription.
+# With credentials configured, open Headers
+# below and add (a backend token, or a user's
+# JWT from \`gql-presence token --user ann\`):
+# {"Authorization": "Bearer <token>"}
 {
   onlineUsers(first: 10) {
     totalCount
