@@ -57,6 +57,12 @@ class ScriptName(StrEnum):
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
+    CREATE_WEBHOOK = "create_webhook"
+    UPDATE_WEBHOOK = "update_webhook"
+    ROTATE_WEBHOOK_SECRET = "rotate_webhook_secret"  # noqa: S105 - a script name, not a password
+    DELETE_WEBHOOK = "delete_webhook"
+    WEBHOOKS = "webhooks"
+    RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
 
 
 class ScriptError(StrEnum):
@@ -72,6 +78,7 @@ class ScriptError(StrEnum):
     NOT_IN_PLACE = "NOT_IN_PLACE"
     SESSION_NOT_LIVE = "SESSION_NOT_LIVE"
     EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
+    WEBHOOKS_FULL = "WEBHOOKS_FULL"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:
