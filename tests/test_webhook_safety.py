@@ -182,3 +182,11 @@ async def test_names_and_spellings_that_the_system_resolves_to_loopback_are_refu
             await resolver.resolve(host, 443)
     finally:
         await resolver.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["https://hooks.example.com/\n", "https://hooks.example.com/\ud800"]
+)
+def test_a_url_with_control_characters_or_invalid_text_is_refused(url: str) -> None:
+    with pytest.raises(BadInputError, match="control characters or invalid text"):
+        check_url(url, NONE)

@@ -243,3 +243,13 @@ def test_an_error_is_cut_to_a_kibibyte_at_a_character_edge() -> None:
     cut = bounded_error("€" * 400)
     assert len(cut.encode()) <= 1024
     assert cut == "€" * 341
+
+
+@pytest.mark.parametrize("after", ["", "c" * 1025, "c\n", "\ud800"])
+async def test_a_replay_after_what_is_no_cursor_is_refused(
+    store: PresenceStore, after: str
+) -> None:
+    webhook, _ = await store.webhooks.create(URL, None, None, 0)
+    with pytest.raises(BadInputError, match="after is a change's cursor"):
+        await store.webhooks.request_replay(webhook.id, after)
+    assert await store.webhooks.webhook(webhook.id) == webhook

@@ -18,6 +18,7 @@ from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
 from gql_presence.store import Presence, PresenceStore
 from gql_presence.store.errors import ForbiddenError, UnauthenticatedError
+from gql_presence.webhooks.safety import Networks
 
 if TYPE_CHECKING:
     from gql_presence.graphql.event_rendering import SharedSubscription
@@ -78,6 +79,8 @@ class Context:
     credentials_refused: UnauthenticatedError | None = None
     # A WebSocket's connection, which multiplexed subscriptions write their events to.
     socket: Socket | None = None
+    # The networks webhooks may reach besides public addresses (PRESENCE_WEBHOOK_ALLOWED_NETWORKS).
+    webhook_networks: Networks = ()
     # Set by the pipeline for a presenceChanged subscribe on a socket: where the resolver
     # hands its events over to the hub (graphql/event_rendering.py).
     shared_subscription: SharedSubscription | None = None

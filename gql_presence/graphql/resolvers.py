@@ -15,6 +15,7 @@ import strawberry
 from strawberry.extensions import DisableIntrospection
 from strawberry.printer import print_schema
 
+from gql_presence.graphql import webhook_resolvers
 from gql_presence.graphql.context import NOT_A_FRIEND, Context
 from gql_presence.graphql.event_rendering import Interest
 from gql_presence.graphql.types import (
@@ -34,6 +35,8 @@ from gql_presence.graphql.types import (
     SessionState,
     UserPresence,
     Visibility,
+    Webhook,
+    WebhookWithSecret,
     WeeklyStats,
 )
 from gql_presence.policy.auth import CallerKind, Need
@@ -281,6 +284,15 @@ class Query:
             for c in await store.place_counts(place_ids)
         ]
 
+    webhooks: list[Webhook] = strawberry.field(
+        resolver=webhook_resolvers.webhooks,
+        description="Every webhook of the deployment. Backends only.",
+    )
+    webhook: Webhook | None = strawberry.field(
+        resolver=webhook_resolvers.webhook,
+        description="One webhook of the deployment by its id; null when there is none. Backends only.",
+    )
+
 
 def _friend_links_mutation(
     change: Callable[[PresenceStore, str, Sequence[str], bool], Awaitable[int]], description: str
@@ -463,6 +475,26 @@ class Mutation:
     remove_friends = _friend_links_mutation(
         PresenceStore.remove_friends,
         "Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed.",
+    )
+    create_webhook: WebhookWithSecret = strawberry.mutation(
+        resolver=webhook_resolvers.create_webhook,
+        description="Delivers the changes from now on to `url`. Backends only; at most 50 webhooks.",
+    )
+    update_webhook: Webhook = strawberry.mutation(
+        resolver=webhook_resolvers.update_webhook,
+        description="Changes what is given; `enabled: true` resumes a disabled webhook from its deliveredUpTo.",
+    )
+    rotate_webhook_secret: WebhookWithSecret = strawberry.mutation(
+        resolver=webhook_resolvers.rotate_webhook_secret,
+        description="A new secret; the old one keeps signing beside it for 24 hours.",
+    )
+    delete_webhook: bool = strawberry.mutation(
+        resolver=webhook_resolvers.delete_webhook,
+        description="Deletes a webhook and its attempts; false when there was none. Backends only.",
+    )
+    replay_webhook: Webhook = strawberry.mutation(
+        resolver=webhook_resolvers.replay_webhook,
+        description="Delivers again every retained change after `after` (from the oldest retained when null), in order, before anything newer.",
     )
 
 

@@ -25,6 +25,8 @@ from gql_presence.store.shard import Shard, named
 from gql_presence.store.validation import MAX_WEBHOOKS, check_id
 
 MAX_ATTEMPTS = 20
+# Longer than any cursor the feed makes: a bound on what a replay request stores.
+MAX_CURSOR_LENGTH = 1024
 MAX_DEBOUNCE_SECONDS = 60
 MAX_PLACE_PATTERNS = 100
 # How long a rotated secret keeps signing beside the new one.
@@ -159,7 +161,14 @@ class Webhooks:
 
     async def request_replay(self, webhook_id: str, after: str | None) -> Webhook | None:
         """Asks its delivery to send again every retained change after `after` (None: from
-        the oldest retained); the delivery reads it as replay_after and clears it."""
+        the oldest retained); the delivery reads it as replay_after and clears it. Whether
+        `after` is a cursor of this deployment is the feed's to tell."""
+        if after is not None and not (
+            0 < len(after) <= MAX_CURSOR_LENGTH and after.isascii() and after.isprintable()
+        ):
+            raise BadInputError(
+                "after is a change's cursor, as `changes` or an event gives it (or null)."
+            )
         return await self._change(webhook_id, ["replay_after", "0" + (after or "")])
 
     async def _change(self, webhook_id: str, fields: list[str]) -> Webhook | None:

@@ -42,6 +42,9 @@ URL_RULES = (
 _LOOSE_IPV4 = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?", re.IGNORECASE)
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 class RefusedAddressError(OSError):
     """A connection the rules do not allow: no request is made. Its message names the address
     (never a URL's path or query, which may carry a receiver's token)."""
@@ -90,6 +93,8 @@ def check_url(url: str, allowed: Networks) -> str:
     BadInputError saying what is allowed otherwise."""
     if len(url) > MAX_URL_LENGTH:
         raise BadInputError(f"{URL_RULES}; this one has {len(url):,} characters.")
+    if not url.isprintable() or _SURROGATE.search(url):
+        raise BadInputError(f"{URL_RULES}; this one holds control characters or invalid text.")
     try:
         parts = urlsplit(url)
         port = parts.port
