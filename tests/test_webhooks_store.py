@@ -236,6 +236,7 @@ async def test_a_replay_asked_for_is_kept_for_the_delivery(store: PresenceStore)
     assert dataclasses.replace(after, replay_after=None) == dataclasses.replace(
         webhook, replay_after=None
     )
+    assert await store.webhooks.replay_begun(webhook.id) == webhook
 
 
 def test_an_error_is_cut_to_a_kibibyte_at_a_character_edge() -> None:

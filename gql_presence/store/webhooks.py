@@ -171,6 +171,10 @@ class Webhooks:
             )
         return await self._change(webhook_id, ["replay_after", "0" + (after or "")])
 
+    async def replay_begun(self, webhook_id: str) -> Webhook | None:
+        """Clears the replay asked for, once its delivery has taken it."""
+        return await self._change(webhook_id, ["replay_after", ""])
+
     async def _change(self, webhook_id: str, fields: list[str]) -> Webhook | None:
         if fields:
             changed = await self._home.run(
