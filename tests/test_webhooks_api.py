@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import ipaddress
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -266,3 +267,16 @@ async def test_end_users_are_forbidden_webhooks_in_persisted_and_trusted_documen
     assert (await registered.json()) == {"data": {"webhooks": []}}
     response = await open_client.post("/graphql", json=apq, headers=alice)
     assert error_codes(await response.json()) == ["FORBIDDEN"]
+
+
+async def test_no_secret_reaches_the_logs(
+    secured: TestClient[Any, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    made = await create(secured)
+    rotated = await call(secured, ROTATE, id=made["webhook"]["id"])
+    secrets = [made["secret"], rotated["data"]["rotateWebhookSecret"]["secret"]]
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "createWebhook" in logged or "Create" in logged
+    for secret in secrets:
+        assert secret.removeprefix("whsec_") not in logged
