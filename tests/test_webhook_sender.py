@@ -246,3 +246,15 @@ def test_a_batch_holds_at_most_a_hundred_changes() -> None:
     Batch([{"cursor": str(i)} for i in range(100)], end_cursor="99")
     with pytest.raises(ValueError, match="at most 100"):
         Batch([{"cursor": str(i)} for i in range(101)], end_cursor="100")
+
+
+async def test_a_failed_tls_handshake_is_a_failure_with_no_status(
+    store: PresenceStore, sender: Sender, receiver: Receiver
+) -> None:
+    https = receiver.url.replace("http://", "https://")
+    webhook, _ = await made(store, https)
+    outcome = await sender.send(webhook, Batch(CHANGES, end_cursor="c2"))
+    assert outcome.status is None
+    assert outcome.error
+    assert "token=receivers-own" not in outcome.error
+    assert receiver.requests == []
