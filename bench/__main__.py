@@ -10,34 +10,48 @@ import os
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import Any
 
 import aiohttp
-from aiohttp import web
-from redis.asyncio import Redis, RedisCluster
+from redis.asyncio import RedisCluster
 from redis.asyncio.cluster import ClusterNode
 
-from bench.load import load, load_from_processes
-from gql_presence.cli import new_event_loop
-from gql_presence.running.connection import client_for
-from gql_presence.running.redis_server import free_port, start_redis_server
-from gql_presence.settings import Settings
+from bench.harness import (
+    EMPTY,
+    OPERATIONS,
+    SETTINGS,
+    TOUCH,
+    Deployment,
+    Figures,
+    Row,
+    Store,
+    figures,
+    fmt,
+    load,
+    load_from_processes,
+    measured,
+    median_figures,
+    one_redis,
+    print_table,
+    seed_http,
+    serve_ours,
+    start_bare,
+    start_process,
+    wait_for,
+)
+from gql_presence.running.redis_server import free_port
 from gql_presence.store import PresenceStore
 from gql_presence.store import presence as shard_module
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.keys import Keys
 from tests.redis_cluster import start_redis_cluster
-
-SETTINGS = Settings()
-Store = PresenceStore
 
 # The textbook recipe for online friends: copy the whole online set,
 # trim the stale part, intersect with the friends. Run as one script, like ours.
@@ -54,24 +68,6 @@ return page
 # Its keys share one hash tag: on a Redis Cluster they must live in one slot, so a deployment of
 # the recipe keeps the online set and every friend set on one node.
 TEXTBOOK_KEYS = ["{textbook}:friends:me", "{textbook}:online", "{textbook}:tmp"]
-
-Row = tuple[str, str, str, str]
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """What the figures are measured on: a client without reply timeout (the textbook recipe
-    blocks Redis for seconds at a million users online), our store on it, and the environment
-    that points a service process at the same Redis."""
-
-    redis: AnyRedis
-    store: Store
-    shards: int
-    env: dict[str, str]
-
-
-def fmt(value: float, unit: str = "") -> str:
-    return f"{value:,.1f}{unit}" if value < 100 else f"{value:,.0f}{unit}"
 
 
 async def used_memory(redis: AnyRedis) -> int:
@@ -240,145 +236,15 @@ async def bench_weekly_stats(target: Deployment, users: int) -> list[Row]:
 
 # --- touch, presence and onlineFriends over HTTP --------------------------------------------
 
-TOUCH = "mutation($u: ID!) { touch(userId: $u) { online } }"
-PRESENCE = (
-    "query($u: ID!) { presence(userId: $u) "
-    "{ userId online lastSeen sessions { sessionId lastSeen } } }"
-)
-ONLINE_FRIENDS = (
-    "query($u: ID!) { onlineFriends(userId: $u, first: 20) "
-    "{ totalCount nodes { userId online lastSeen } pageInfo { hasNextPage endCursor } } }"
-)
-TYPENAME = "{ __typename }"
-# presence reads users seen in two sessions each; onlineFriends, users who have the same 200
-# friends, 180 of them online.
-PRESENCE_USERS = tuple(f"p{i}" for i in range(1000))
-FRIENDLY_USERS = tuple(f"f{i}" for i in range(10))
-FRIENDS = tuple(f"friend{i}" for i in range(200))
-FRIENDS_ONLINE = 180
 
-
-@dataclass(frozen=True)
-class Operation:
-    """A request measured through the service and through the bare handler at `path`, for
-    the users given (by default, ids of each client's own)."""
-
-    name: str
-    query: str
-    path: str
-    users: tuple[str, ...] = ()
-
-
-OPERATIONS = (
-    Operation("touch", TOUCH, "/touch"),
-    Operation("presence with sessions", PRESENCE, "/presence", PRESENCE_USERS),
-    Operation(
-        "onlineFriends(first: 20) of 200 friends", ONLINE_FRIENDS, "/online-friends", FRIENDLY_USERS
-    ),
-)
-EMPTY = Operation("`{ __typename }`", TYPENAME, "")
-
-
-async def seed_http(store: Store) -> None:
-    for user in PRESENCE_USERS:
-        for session in ("phone", "laptop"):
-            await store.touch(user, session)
-    await store.touch_many(FRIENDS[:FRIENDS_ONLINE])
-    for user in FRIENDLY_USERS:
-        await store.add_friends(user, FRIENDS, mutual=False)
-
-
-def iso(moment: datetime | None) -> str | None:
-    """As the schema's DateTime writes it."""
-    if moment is None:
-        return None
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def bare_app(settings: Settings) -> web.Application:
-    """The baseline: aiohttp calling the same store methods through redis-py and answering
-    the same JSON, no GraphQL, with the store and client the service builds from the same
-    settings."""
-    store = PresenceStore(client_for(settings), settings)
-
-    async def user_of(request: web.Request) -> str:
-        return str((await request.json())["variables"]["u"])
-
-    async def touch(request: web.Request) -> web.Response:
-        presence = await store.touch(await user_of(request))
-        return web.json_response({"data": {"touch": {"online": presence.online}}})
-
-    async def presence(request: web.Request) -> web.Response:
-        found = await store.presence(await user_of(request))
-        sessions = [
-            {"sessionId": s.session_id, "lastSeen": iso(s.last_seen)} for s in found.sessions
-        ]
-        user = {"userId": found.user_id, "online": found.online, "lastSeen": iso(found.last_seen)}
-        return web.json_response({"data": {"presence": {**user, "sessions": sessions}}})
-
-    async def online_friends(request: web.Request) -> web.Response:
-        page = await store.online_friends(await user_of(request), first=20)
-        nodes = [
-            {"userId": u.user_id, "online": u.online, "lastSeen": iso(u.last_seen)}
-            for u in page.nodes
-        ]
-        info = {"hasNextPage": page.has_next_page, "endCursor": page.end_cursor}
-        friends = {"totalCount": page.total_count, "nodes": nodes, "pageInfo": info}
-        return web.json_response({"data": {"onlineFriends": friends}})
-
-    async def load_scripts(app: web.Application) -> None:
-        # As the service does at start-up: a cluster client also learns its nodes then, so
-        # that the first requests, many at once, do not each try to.
-        await store.load_scripts()
-
-    app = web.Application()
-    app.on_startup.append(load_scripts)
-    app.router.add_post("/touch", touch)
-    app.router.add_post("/presence", presence)
-    app.router.add_post("/online-friends", online_friends)
-    return app
-
-
-def serve_bare(port: int, reuse_port: bool = False) -> None:
-    """On the event loop the service runs on with the same settings (uvloop by default)."""
-    settings = Settings.from_env()
-    loop = new_event_loop(settings.event_loop)
-    web.run_app(
-        bare_app(settings),
-        host="127.0.0.1",
-        port=port,
-        reuse_port=reuse_port or None,
-        print=None,
-        loop=loop,
-    )
-
-
-def serve_collector(port: int) -> None:
-    """An OTLP/HTTP receiver that takes every span and keeps none: what tracing costs the
-    service, with the collector's own work out of the picture."""
-
-    async def traces(request: web.Request) -> web.Response:
-        await request.read()
-        return web.Response(content_type="application/x-protobuf")
-
-    app = web.Application(client_max_size=64 * 1024**2)
-    app.router.add_post("/v1/traces", traces)
-    web.run_app(app, host="127.0.0.1", port=port, print=None)
-
-
-def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-
-def start_bare(env: dict[str, str], port: int, processes: int) -> list[subprocess.Popen[bytes]]:
-    """`processes` bare servers on one port (SO_REUSEPORT when more than one)."""
-    code = f"from bench.__main__ import serve_bare; serve_bare({port}, {processes > 1})"
-    return [
-        start_process([sys.executable, "-c", code], {**env, "PYTHONPATH": os.getcwd()})
-        for _ in range(processes)
-    ]
+def without_cursors(answer: Any) -> Any:
+    """The answer with every endCursor left out: a cursor is sealed with a nonce of its own,
+    so two cursors of the same page never have the same text."""
+    if isinstance(answer, dict):
+        return {k: without_cursors(v) for k, v in answer.items() if k != "endCursor"}
+    if isinstance(answer, list):
+        return [without_cursors(item) for item in answer]
+    return answer
 
 
 async def check_same_answers(ours_url: str, bare_url: str) -> None:
@@ -387,79 +253,13 @@ async def check_same_answers(ours_url: str, bare_url: str) -> None:
         for operation in OPERATIONS[1:]:
             payload = {"query": operation.query, "variables": {"u": operation.users[0]}}
             async with session.post(ours_url, json=payload) as response:
-                ours = await response.json()
+                ours = without_cursors(await response.json())
             async with session.post(bare_url + operation.path, json=payload) as response:
-                if await response.json() != ours:
+                if without_cursors(await response.json()) != ours:
                     raise RuntimeError(f"the bare handler answers {operation.name} differently")
 
 
-async def wait_for(url: str) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(200):
-            try:
-                async with session.post(url, json={"query": TYPENAME, "variables": {"u": "x"}}):
-                    return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.05)
-    raise RuntimeError(f"{url} did not start")
-
-
-def serve_ours(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:
-    return start_process(
-        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
-        {**env, "PRESENCE_WORKERS": str(workers)},
-    )
-
-
 HTTP_ROUNDS = 3
-# Requests per second, p50 and p99 in ms, and the servers' CPU per request in µs.
-Figures = tuple[float, float, float, float]
-
-
-def cpu_seconds(processes: list[subprocess.Popen[bytes]]) -> float:
-    """The user and system CPU time the processes and their children (a service's workers)
-    have used so far, from Linux's /proc."""
-
-    def tree(pid: int) -> list[int]:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        return [pid, *(p for child in children for p in tree(int(child)))]
-
-    def used(pid: int) -> int:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-
-    ticks = sum(used(pid) for process in processes for pid in tree(process.pid))
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
-async def measured(
-    servers: list[subprocess.Popen[bytes]],
-    url: str,
-    operation: Operation,
-    seconds: float,
-    concurrency: int,
-    *,
-    clients: int = 1,
-) -> Figures:
-    """Load from `clients` processes (1: this one); the CPU is that of every server process."""
-    before = cpu_seconds(servers)
-    query, users = operation.query, operation.users
-    if clients == 1:
-        rate, p50, p99 = await load(url, query, seconds, concurrency, users=users)
-    else:
-        rate, p50, p99 = await load_from_processes(
-            url, query, seconds, concurrency, clients, users=users
-        )
-    return rate, p50, p99, (cpu_seconds(servers) - before) / (rate * seconds) * 1e6
-
-
-def median_figures(rounds: list[Figures]) -> Figures:
-    rate, p50, p99, cpu = (statistics.median(column) for column in zip(*rounds, strict=True))
-    return rate, p50, p99, cpu
-
-
-def figures(result: Figures) -> str:
-    return f"{fmt(result[0], ' req/s')}, p50 {fmt(result[1], ' ms')}, p99 {fmt(result[2], ' ms')}"
 
 
 def against_bare(name: str, ours: Figures, bare: Figures) -> list[Row]:
@@ -495,7 +295,7 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
         [
             sys.executable,
             "-c",
-            f"from bench.__main__ import serve_collector; serve_collector({collector_port})",
+            f"from bench.harness import serve_collector; serve_collector({collector_port})",
         ],
         {"PYTHONPATH": os.getcwd()},
     )
@@ -605,18 +405,6 @@ async def bench_http(target: Deployment, seconds: float, concurrency: int) -> li
     return rows
 
 
-@asynccontextmanager
-async def one_redis() -> AsyncIterator[tuple[str, Deployment]]:
-    server = start_redis_server()
-    redis = Redis.from_url(server.url, decode_responses=True, socket_timeout=600)
-    env = {"REDIS_URL": server.url, "REDIS_CLUSTER_NODES": "", "PRESENCE_SHARDS": "1"}
-    try:
-        yield "One Redis, one shard", Deployment(redis, PresenceStore(redis, SETTINGS), 1, env)
-    finally:
-        await redis.aclose()
-        server.stop()
-
-
 # Master i serves the slots from the i-th start on: the hash tags {0}, {1}, {2} of the three
 # shards (slots 13907, 9842, 5649) each land on a master of their own. (The even split
 # 0/5461/10923 would put shards 1 and 2 on one master and none on the first.)
@@ -677,13 +465,6 @@ async def run(target: Deployment, quick: bool) -> tuple[str, list[Row]]:
     await redis.flushall()
     rows += await bench_http(target, 1 if quick else 4, 50)
     return version, rows
-
-
-def print_table(rows: list[Row]) -> None:
-    header: Row = ("what", "ours", "baseline (same run)", "ratio")
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(4)]
-    for row in [header, tuple("-" * w for w in widths), *rows]:
-        print("| " + " | ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) + " |")
 
 
 async def main(quick: bool, only: str | None) -> None:

@@ -12,23 +12,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import io
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 from collections import defaultdict
 from pathlib import Path
 
-from bench.__main__ import (
+from bench.harness import (
     OPERATIONS,
     Figures,
     Row,
+    export,
     figures,
     fmt,
+    load,
     measured,
     median_figures,
     one_redis,
@@ -37,7 +36,6 @@ from bench.__main__ import (
     start_bare,
     wait_for,
 )
-from bench.load import load
 from gql_presence.running.redis_server import free_port
 
 CONCURRENCY = 50
@@ -52,14 +50,6 @@ def serve_from(folder: str, env: dict[str, str], port: int) -> subprocess.Popen[
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-
-
-def export(rev: str, folder: str) -> None:
-    """The files of commit `rev`, written into `folder`."""
-    git = shutil.which("git") or "git"
-    archive = subprocess.run([git, "archive", rev], check=True, capture_output=True).stdout
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(folder, filter="data")
 
 
 async def compare(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import statistics
+import subprocess
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import aiohttp
 from graphql import get_introspection_query
 
-from bench.__main__ import cpu_seconds, serve_ours, wait_for
+from bench.harness import cpu_seconds, serve_ours, wait_for
 from gql_presence.policy.limits import MAX_ALIASES, MAX_DOCUMENT_BYTES
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL
@@ -78,19 +79,23 @@ ROUNDS = 3
 
 
 async def cost_ms(
-    session: aiohttp.ClientSession, url: str, server: Any, request: Request, count: int
+    session: aiohttp.ClientSession,
+    url: str,
+    server: subprocess.Popen[bytes],
+    request: Request,
+    count: int,
 ) -> tuple[float, float]:
     """Server CPU and wall time per request, ms, over `count` requests one after another."""
     bodies = [request() for _ in range(count)]
     loop = asyncio.get_running_loop()
-    cpu_before, wall_before = cpu_seconds(server), loop.time()
+    cpu_before, wall_before = cpu_seconds([server]), loop.time()
     for body in bodies:
         async with session.post(url, json=body) as response:
             answer = await response.json()
             if response.status != 200 or answer.get("errors"):
                 raise RuntimeError(f"refused: {str(answer)[:300]}")
     count_s = count / 1000
-    return (cpu_seconds(server) - cpu_before) / count_s, (loop.time() - wall_before) / count_s
+    return (cpu_seconds([server]) - cpu_before) / count_s, (loop.time() - wall_before) / count_s
 
 
 async def main() -> None:

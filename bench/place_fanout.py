@@ -25,7 +25,7 @@ from pathlib import Path
 import aiohttp
 from redis.asyncio import Redis
 
-from bench.realtime import (
+from bench.harness import (
     Service,
     Subscriber,
     all_arrived,
@@ -46,7 +46,7 @@ PLACE = "bench-place"
 WATCH = (
     "subscription($p: ID!) { placeChanged(placeId: $p) { placeId kind userId sessionId at state } }"
 )
-# A move of the member: its state, a literal object (bench.realtime's post sends no variables).
+# A move of the member: its state, a literal object (the harness's post sends no variables).
 MOVE = (
     'mutation { setPlaceState(placeId: "' + PLACE + '", userId: "mover", sessionId: "tab", '
     "state: {i: %d}) { sessionId } }"
@@ -60,7 +60,8 @@ FIRST_SEQUENCE = 1_000_000_000
 
 
 class PlaceSubscriber(Subscriber):
-    """A client on a raw connection, as bench.realtime's, that subscribes to what it is told."""
+    """A client on a raw connection, as the harness's Subscriber, that subscribes to what it
+    is told."""
 
     def subscribe(self, operation_id: str, query: str, variables: dict[str, str]) -> None:
         assert self._transport is not None

@@ -32,7 +32,7 @@ from pathlib import Path
 import aiohttp
 from redis.asyncio import Redis
 
-from bench.__main__ import serve_ours, wait_for
+from bench.harness import serve_ours, wait_for
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings

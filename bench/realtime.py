@@ -23,306 +23,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
-import contextlib
-import gc
-import io
-import json
 import os
-import signal
 import subprocess
 import sys
-import tarfile
-import tempfile
 import time
-from collections import defaultdict
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
 from redis.asyncio import Redis
 
-from gql_presence.running.redis_server import free_port, start_redis_server
-from gql_presence.store.channels import Channels
-
-USERS = [f"bench-{i}" for i in range(10)]
-SUBSCRIBE = (
-    "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) "
-    "{ userId kind at sessionId online } }"
+from bench.harness import (
+    BARE_SERVER,
+    Service,
+    all_arrived,
+    checkout,
+    collector_paused,
+    first_events,
+    publish,
+    quiet,
+    service,
+    steady_phase,
+    subscribe_all,
 )
-TEXT, PING, PONG = 0x1, 0x9, 0xA  # WebSocket opcodes
+from gql_presence.running.redis_server import free_port
+
 PER_SOCKET_MANY = 20  # the most subscriptions a socket may carry
-TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-
-
-class Subscriber(asyncio.Protocol):
-    """One graphql-transport-ws client on a raw connection: it records each message's arrival
-    time and bytes, and leaves JSON for later, so that the 1,000 clients in this process take
-    as little of the shared cores as they can while the service is measured."""
-
-    def __init__(self) -> None:
-        self.received: list[tuple[float, bytes]] = []  # (arrival, message)
-        self.errors: list[bytes] = []  # error messages: a subscribe the service refused
-        self.first = asyncio.Event()
-        self._buffer = b""
-        self._upgraded = False
-        self.disconnected = False
-        self._handshake: asyncio.Future[None] | None = None
-        self._transport: asyncio.Transport | None = None
-
-    async def connect(self, host: str, port: int, subscriptions: int) -> None:
-        loop = asyncio.get_running_loop()
-        self._handshake = loop.create_future()
-        await loop.create_connection(lambda: self, host, port)
-        assert self._transport is not None
-        key = base64.b64encode(os.urandom(16)).decode()
-        self._transport.write(
-            f"GET /graphql HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
-            f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
-            "Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n".encode()
-            + client_frame({"type": "connection_init"})
-        )
-        await self._handshake
-        payload = {"query": SUBSCRIBE, "variables": {"ids": USERS}}
-        self._transport.write(
-            b"".join(
-                client_frame({"id": str(i), "type": "subscribe", "payload": payload})
-                for i in range(subscriptions)
-            )
-        )
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
-
-    def data_received(self, data: bytes) -> None:
-        now = time.perf_counter()
-        buffer = self._buffer + data
-        if not self._upgraded:  # the HTTP response's headers come first
-            end = buffer.find(b"\r\n\r\n")
-            if end < 0:
-                self._buffer = buffer
-                return
-            buffer = buffer[end + 4 :]
-            self._upgraded = True
-        while len(buffer) >= 2:
-            size, start = buffer[1] & 0x7F, 2
-            if size == 126:
-                size, start = int.from_bytes(buffer[2:4], "big"), 4
-            elif size == 127:
-                size, start = int.from_bytes(buffer[2:10], "big"), 10
-            if len(buffer) < start + size:
-                break
-            opcode, message = buffer[0] & 0x0F, buffer[start : start + size]
-            buffer = buffer[start + size :]
-            if opcode == PING and self._transport is not None:  # the service's heartbeat
-                self._transport.write(client_frame(message, PONG))
-            elif b'"connection_ack"' in message and self._handshake is not None:
-                self._handshake.set_result(None)
-            elif b'"next"' in message:
-                self.received.append((now, message))
-                self.first.set()
-            elif b'"error"' in message:
-                self.errors.append(message)
-        self._buffer = buffer
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.disconnected = True
-
-    def events(self) -> list[tuple[float, str, str]]:
-        """(arrival, user, kind) of each event received."""
-        found = []
-        for arrival, message in self.received:
-            event = json.loads(message)["payload"]["data"]["presenceChanged"]
-            found.append((arrival, event["userId"], event["kind"]))
-        return found
-
-    def close(self) -> None:
-        if self._transport is not None:
-            self._transport.close()
-
-
-def client_frame(message: dict[str, object] | bytes, opcode: int = TEXT) -> bytes:
-    """A frame as a client sends it (JSON text by default): masked, here with a zero mask,
-    which leaves the bytes as they are."""
-    data = message if isinstance(message, bytes) else json.dumps(message).encode()
-    size = len(data)
-    if size < 126:
-        header = bytes([0x80 | opcode, 0x80 | size])
-    elif size < 1 << 16:
-        header = bytes([0x80 | opcode, 0x80 | 126]) + size.to_bytes(2, "big")
-    else:
-        header = bytes([0x80 | opcode, 0x80 | 127]) + size.to_bytes(8, "big")
-    return header + bytes(4) + data
-
-
-def change(user: str, i: int) -> tuple[str, str]:
-    """A user's i-th change, which makes exactly one event: online (even i), or kicked."""
-    if i % 2 == 0:
-        return "ONLINE", f'mutation {{ touch(userId: "{user}", sessionId: "s{i}") {{ online }} }}'
-    return "KICKED", f'mutation {{ kick(userId: "{user}") {{ online }} }}'
-
-
-async def post(http: aiohttp.ClientSession, url: str, query: str) -> None:
-    async with http.post(url, json={"query": query}) as response:
-        body = await response.json()
-        assert "errors" not in body, body
-
-
-async def all_arrived(subscribers: list[Subscriber], count: int, limit_s: float) -> None:
-    """Waits until every subscriber has `count` events or was disconnected by the service
-    (a process that cannot keep up drops its subscribers), for at most limit_s."""
-    deadline = time.perf_counter() + limit_s
-    while time.perf_counter() < deadline:
-        if all(len(s.received) >= count or s.disconnected for s in subscribers):
-            return
-        await asyncio.sleep(0.005)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """This process's garbage collector off while it times deliveries: a full collection of
-    the 100,000 messages its clients receive in a steady phase stopped it reading for 90-230
-    ms, counted as the service's delay. What it makes meanwhile holds no cycles."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-@contextlib.contextmanager
-def checkout(ref: str | None) -> Iterator[Path | None]:
-    """The code of `ref` of this repository in a temporary folder (None: this checkout)."""
-    if ref is None:
-        yield None
-        return
-    root = Path(__file__).resolve().parent.parent
-    with tempfile.TemporaryDirectory(prefix="gqlp-baseline-") as folder:
-        archive = subprocess.run(
-            ["git", "-C", str(root), "archive", "--format=tar", ref],  # noqa: S607 - git on PATH
-            check=True,
-            capture_output=True,
-        ).stdout
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            tar.extractall(folder, filter="data")
-        yield Path(folder)
-
-
-@dataclass
-class Service:
-    url: str
-    pid: int
-    redis_url: str
-
-    def cpu_s(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICKS_PER_S  # utime, stime
-
-    def host_port(self) -> tuple[str, int]:
-        host, port = self.url.split("/", 1)[0].split(":")
-        return host, int(port)
-
-    def rss_bytes(self) -> int:
-        return int(Path(f"/proc/{self.pid}/statm").read_text().split()[1]) * PAGE_BYTES
-
-
-@asynccontextmanager
-async def service(code: Path | None, buffer: int) -> AsyncIterator[Service]:
-    """A private Redis and one API process on it, of `code` (None: this checkout)."""
-    server = start_redis_server()
-    port = free_port()
-    env = {
-        **os.environ,
-        "REDIS_URL": server.url,
-        "PRESENCE_WORKERS": "1",
-        "PRESENCE_REVOKE_SECONDS": "0",  # kicked sessions may come back at once
-        "PRESENCE_SUBSCRIBER_BUFFER": str(buffer),
-    }
-    if code is not None:  # before whatever path the caller gives (a profiler's hook, say)
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code), env.get("PYTHONPATH")]))
-    process = subprocess.Popen(  # noqa: ASYNC220 - started once, before any measurement
-        [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
-        env=env,
-        cwd=code,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        url = f"127.0.0.1:{port}/graphql"
-        async with aiohttp.ClientSession() as http:
-            for _ in range(400):
-                try:
-                    await post(http, f"http://{url}", "{ __typename }")
-                    break
-                except aiohttp.ClientError:
-                    await asyncio.sleep(0.05)
-        yield Service(url, process.pid, server.url)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        process.wait(30)
-        server.stop()
-
-
-async def publish(redis: Redis, count: int, first: int) -> None:
-    """`count` events as the scripts announce them, each in a message of its own: on the
-    channel of its user (the service's one shard) and on that of every user, one of which a
-    process subscribes to (a commit before the users' channels, the second). In the format of
-    statuses (eleven fields), which a commit before them does not read."""
-    channel, shard = Channels().events, Channels.of_shard(0)
-    at_ms = int(time.time() * 1000)
-    for i in range(first, first + count):
-        user = USERS[i % len(USERS)]
-        online = i % 2 == 0
-        kind = "ONLINE" if online else "OFFLINE"
-        # As lua/includes/events.lua writes it for a user with no status of their own.
-        message = json.dumps(
-            [kind, user, at_ms, "", int(online), kind, False, kind, "EVERYONE", 0, at_ms]
-        )
-        async with redis.pipeline(transaction=False) as both:
-            both.publish(shard.user_events(user), message)
-            both.publish(channel, message)
-            await both.execute()
-
-
-async def subscribe_all(svc: Service, sockets: int, per_socket: int) -> list[Subscriber]:
-    subscribers = [Subscriber() for _ in range(sockets)]
-    host, port = svc.host_port()
-    for start in range(0, sockets, 50):
-        batch = subscribers[start : start + 50]
-        await asyncio.gather(*(s.connect(host, port, per_socket) for s in batch))
-    return subscribers
-
-
-async def quiet(clients: list[Subscriber]) -> None:
-    """Waits until no event has arrived for a second."""
-    while True:
-        before = sum(len(s.received) for s in clients)
-        await asyncio.sleep(1)
-        if sum(len(s.received) for s in clients) == before:
-            return
-
-
-async def first_events(redis: Redis, clients: list[Subscriber], limit_s: float = 60) -> None:
-    """Publishes events until every client has had one: each is subscribed then. Raises if
-    some have not within limit_s, or were refused or disconnected, rather than wait forever."""
-    deadline = time.perf_counter() + limit_s
-    while not all(s.first.is_set() or s.errors or s.disconnected for s in clients):
-        if time.perf_counter() > deadline:
-            break
-        await publish(redis, 1, 0)
-        await asyncio.sleep(0.05)
-    unheard = [s for s in clients if not s.first.is_set()]
-    if unheard:
-        said = next((s.errors[0] for s in unheard if s.errors), b"nothing")
-        raise RuntimeError(
-            f"{len(unheard)} of {len(clients)} subscribers had no event: "
-            f"{sum(s.disconnected for s in unheard)} disconnected; the service said {said[:300]!r}"
-        )
 
 
 async def measure(
@@ -389,33 +114,6 @@ async def measure(
     return figures
 
 
-async def steady_phase(
-    session: aiohttp.ClientSession, url: str, subscribers: list[Subscriber], count: int, rate: float
-) -> list[float]:
-    """Delays in ms from each change's request to its event, at every subscriber, sorted
-    (those of subscribers the service disconnected left out)."""
-    for s in subscribers:
-        s.received.clear()
-    sent_at: dict[tuple[str, str], list[float]] = defaultdict(list)
-    with collector_paused():
-        started = time.perf_counter()
-        for i in range(count):
-            # On schedule, whatever the time each request took.
-            await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
-            kind, mutation = change(USERS[0], i)
-            sent_at[(USERS[0], kind)].append(time.perf_counter())
-            await post(session, url, mutation)
-        await all_arrived(subscribers, count, 120)
-    delays = []
-    for s in subscribers:
-        seen: dict[tuple[str, str], int] = defaultdict(int)
-        for arrival, user, kind in s.events():
-            if user == USERS[0]:  # the burst's events, should any still arrive, are others'
-                delays.append((arrival - sent_at[(user, kind)][seen[(user, kind)]]) * 1000)
-                seen[(user, kind)] += 1
-    return sorted(delays)
-
-
 ROWS = [
     (
         "connects",
@@ -439,34 +137,17 @@ ROWS = [
 ]
 
 
-# The floor of this stack for a connect and subscribe: an aiohttp WebSocket handler that
-# answers connection_init and reads the subscribe message, and nothing else.
-BARE_SERVER = """
-import json, sys
-from aiohttp import web
-
-async def graphql(request):
-    socket = web.WebSocketResponse(protocols=["graphql-transport-ws"])
-    await socket.prepare(request)
-    async for message in socket:
-        if json.loads(message.data)["type"] == "connection_init":
-            await socket.send_str(json.dumps({"type": "connection_ack"}))
-    return socket
-
-app = web.Application()
-app.router.add_get("/graphql", graphql)
-web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
-"""
-
-
-# The floor of this stack for a fan-out: the bare handler above, which also writes one
+# The floor of this stack for a fan-out: BARE_SERVER (bench.harness), which also writes one
 # prebuilt frame (header and `next` message) straight to every socket's transport for each
 # POST to /fanout, one write per socket per event, and nothing else.
 BARE_FANOUT = BARE_SERVER.replace(
     "app = web.Application()",
     """sockets = []
-FRAME = bytes([0x81, 126]) + (150).to_bytes(2, "big") + b'{"id":"0","type":"next","payload":'
-FRAME += b'{"data":{"presenceChanged":{"userId":"bench-0"}}}' + b" " * (150 - 85) + b"}"
+# A `next` message of 150 bytes, about the size of the service's in this scenario, and a
+# header that declares its length (a client refuses a frame whose length is not its payload's).
+MESSAGE = b'{"id":"0","type":"next","payload":{"data":{"presenceChanged":{"userId":"bench-0"}}}'
+MESSAGE += b" " * (149 - len(MESSAGE)) + b"}"
+FRAME = bytes([0x81, 126]) + len(MESSAGE).to_bytes(2, "big") + MESSAGE
 
 async def connected(request):
     socket = web.WebSocketResponse(protocols=["graphql-transport-ws"])

@@ -13,9 +13,7 @@ import asyncio
 import dataclasses
 import functools
 import json
-import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 
 import aiohttp
@@ -23,6 +21,7 @@ from aiohttp import web
 from graphql import parse
 from graphql.execution.values import get_variable_values
 
+from bench.harness import cpu_ms
 from gql_presence.app import create_app
 from gql_presence.graphql.schema import build_schema
 from gql_presence.http.app_keys import STORE
@@ -48,19 +47,6 @@ LARGEST = body(LARGEST_IDS)
 FLOOD = body([1] * ((MAX_BODY_BYTES - 200) // 2))
 BACKEND = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
 ANONYMOUS = {"Content-Type": "application/json"}
-
-
-def cpu_ms(run: Callable[[], Awaitable[object]], runs: int) -> Callable[[], Awaitable[float]]:
-    async def measure() -> float:
-        await run()  # warm: scripts loaded, caches filled
-        times = []
-        for _ in range(runs):
-            started = time.process_time()
-            await run()
-            times.append((time.process_time() - started) * 1000)
-        return statistics.median(times)
-
-    return measure
 
 
 async def bare_handler(request: web.Request) -> web.Response:

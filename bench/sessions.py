@@ -50,7 +50,7 @@ from typing import Any
 import aiohttp
 from redis.asyncio import Redis
 
-from bench.realtime import BARE_SERVER, checkout
+from bench.harness import BARE_SERVER, checkout
 from gql_presence.running.redis_server import free_port, start_redis_server
 
 PER_SOCKET = 20  # gql_presence.limits.MAX_SUBSCRIPTIONS_PER_SOCKET

@@ -14,7 +14,7 @@ Then, each figure beside its baseline from the same run:
 2. `presences` of 1,000 users (each with a session on a device; a third BUSY, half with a
    custom status, a third showing lastSeen to friends only, 1% invisible): Redis time per
    call, and the server's CPU per request (this process's CPU time with the service running
-   in it, as `bench.request_cost` measures it) for a backend and for an end user whose friends
+   in it, as `bench.harness.cpu_ms` measures it) for a backend and for an end user whose friends
    they are, beside a bare aiohttp handler calling the same store for a backend and the store
    call alone.
 3. `setStatus` against `touch` of the same online users, rounds in turn: calls per second from
@@ -50,22 +50,22 @@ import jwt
 from aiohttp import web
 from redis.asyncio import Redis
 
-from bench.__main__ import (
+from bench.harness import (
     TOUCH,
     Figures,
     Operation,
     Row,
+    cpu_ms,
     figures,
     fmt,
     iso,
+    load,
     measured,
     median_figures,
     print_table,
     serve_ours,
     wait_for,
 )
-from bench.load import load
-from bench.request_cost import cpu_ms
 from gql_presence.app import create_app
 from gql_presence.http.app_keys import STORE
 from gql_presence.running.connection import redis_client

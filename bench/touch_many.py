@@ -95,7 +95,7 @@ def main() -> None:
         asyncio.run(measure(*args.measure))
         return
     # Here, not above: a version's process runs this file with only that version on its path.
-    from bench.compare import export  # noqa: PLC0415
+    from bench.harness import export  # noqa: PLC0415
 
     print(
         f"touchMany of {args.users:,} users, median of {args.rounds} rounds (ms)\n"

@@ -36,13 +36,13 @@ from pathlib import Path
 import aiohttp
 from redis import Redis as SyncRedis
 
-from bench.realtime import USERS, Subscriber, checkout
+from bench.harness import USERS, Subscriber, checkout
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.store import Keys
 from tests.conftest import valkey_binary
 from tests.redis_cluster import bus_publishes, start_redis_cluster
 
-QUIET = USERS  # those bench.realtime's client follows
+QUIET = USERS  # those the harness's Subscriber follows
 CONCURRENCY = 20
 TOUCH_MANY = 1000
 
@@ -186,7 +186,7 @@ async def measure(
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
     ):
         a_pid, b_pid, a_url, b_url = running.a_pid, running.b_pid, running.a_url, running.b_url
-        # bench.realtime's client: it answers the service's heartbeat as its frames arrive.
+        # the harness's Subscriber: it answers the service's heartbeat as its frames arrive.
         subscriber = Subscriber()
         host, port = b_url.split("/")[2].split(":")
         await subscriber.connect(host, int(port), 1)

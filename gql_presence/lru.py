@@ -27,3 +27,7 @@ class LeastRecentlyUsed(Generic[K, V]):
         self._entries.move_to_end(key)
         if len(self._entries) > self._size:
             self._entries.popitem(last=False)
+
+    def pop(self, key: K) -> V | None:
+        """Takes the entry out, returning its value (None if there was none)."""
+        return self._entries.pop(key, None)

@@ -66,6 +66,18 @@ class Settings:
     stats_timezone: str = "UTC"
     # Where the embedded Redis keeps its append-only file.
     data_dir: Path = Path.home() / ".local" / "share" / "gql-presence"
+    # How long a place that emptied keeps its one key left (the number of its last event)
+    # before it expires, ms. Not read from the environment: a place that is used again after
+    # it expired starts its numbers above the old ones (lua/includes/places.lua), so this
+    # only bounds what emptied places leave in Redis.
+    empty_place_ttl_ms: int = 60 * 60 * _MS_PER_SECOND
+    # The most friends one user's friend set may hold: addFriends beyond it is refused.
+    # onlineFriends pages them, but its cost and a friendsOf subscription grow with the set.
+    max_friends: int = 5000
+    # The most live sessions one user may have (touched within the window, or held), and the
+    # most one user may hold in one place: a new one beyond it is refused. What a user's
+    # presence reads, and a change of it rewrites, grows with their sessions.
+    max_sessions: int = 100
     # How often each API process runs the bounded sweep of expired presence, ms.
     sweep_interval_ms: int = 1000
     # How many events may wait for one subscriber before it is dropped as too slow.
@@ -215,6 +227,8 @@ class Settings:
             stats_timezone=_timezone(env),
             data_dir=_data_dir(env),
             subscriber_buffer=_count(env, "PRESENCE_SUBSCRIBER_BUFFER", 1000),
+            max_friends=_max_friends(env),
+            max_sessions=_count(env, "PRESENCE_MAX_SESSIONS", 100),
             log_format=_choice(env, "PRESENCE_LOG_FORMAT", ("text", "json")),
             log_level=_choice(env, "PRESENCE_LOG_LEVEL", ("info", "warning", "error", "debug")),
             event_loop=_choice(env, "PRESENCE_EVENT_LOOP", ("uvloop", "asyncio")),
@@ -365,6 +379,21 @@ def _cluster_credential(env: Mapping[str, str], name: str) -> str | None:
             "user and password in REDIS_URL: redis://user:password@host:6379/0."
         )
     return value
+
+
+# A friendsOf subscription follows at most this many users (realtime/hub.py), the most ids
+# any call takes: a larger friend set could not be followed.
+MAX_FRIENDS_ALLOWED = 10_000
+
+
+def _max_friends(env: Mapping[str, str]) -> int:
+    most = _count(env, "PRESENCE_MAX_FRIENDS", 5000)
+    if most > MAX_FRIENDS_ALLOWED:
+        raise SettingsError(
+            f"PRESENCE_MAX_FRIENDS={most} is more than {MAX_FRIENDS_ALLOWED:,}: a friendsOf "
+            f"subscription follows at most {MAX_FRIENDS_ALLOWED:,} users."
+        )
+    return most
 
 
 MAX_SHARDS = 1024

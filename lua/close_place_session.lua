@@ -13,7 +13,9 @@
                        longer held (kicked) is left as it is
   ARGV[5]  channel     string: the place's events channel
   ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
-                  deployment's options and the shard's names that this script reads: publish, and
+                  deployment's options and the shard's names that this script reads:
+                  empty_place_ttl_ms (how long an emptied place keeps its users key, its
+                  events' sequence, before it expires), publish, and
                   the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
                   followed by a user id, in the hash tag of KEYS)
   Returns  1 if the session left the place, else 0
@@ -25,7 +27,8 @@
 --- @include "options"
 local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5], publish = shard.publish}
+  channel = ARGV[5], publish = shard.publish,
+  empty_ttl_ms = shard.empty_place_ttl_ms}
 leases.key, leases.names = KEYS[5], shard
 local user_id, session_id, generation = ARGV[2], ARGV[3], ARGV[4]
 

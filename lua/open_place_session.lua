@@ -5,7 +5,8 @@
   KEYS[1]  members      ZSET    "user_id \0 session_id" -> -(joined, ms) (includes/places.lua)
   KEYS[2]  holders      HASH    member -> "generation slot"
   KEYS[3]  states       HASH    member -> state, JSON; member .. "\0" -> its last UPDATED, ms
-  KEYS[4]  users        HASH    user_id -> the user's sessions in the place
+  KEYS[4]  users        HASH    user_id -> the user's sessions in the place; "" -> its
+                                events' count (an emptied place's expires: it is kept again)
   KEYS[5]  generations  STRING  counter: the last holder generation handed out in the shard
   KEYS[6]  leases       ZSET    member=slot  score=the moment the lease lapses, ms; the lease's
                                 owners and place books are named from it (same hash tag)
@@ -17,7 +18,9 @@
   ARGV[6]  state        string: JSON object, or "" for none
   ARGV[7]  channel      string: the place's events channel
   ARGV[8]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
-                  deployment's options and the shard's names that this script reads: publish, and
+                  deployment's options and the shard's names that this script reads: max_sessions
+                  (the most sessions one user may have in the place; a new one beyond them is
+                  refused), publish, and
                   the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
                   followed by a user id, in the hash tag of KEYS)
   Returns  {generation, joined_ms}: a replaced session keeps the moment it joined
@@ -25,7 +28,8 @@
            the state; or for a session held already, REPLACED (its state field the new
            generation) and UPDATED if the state differs (a state that waited to be announced
            waits no more: lua/flush_place_state.lua finds nothing to do)
-  Errors   "LEASE_LOST" (the lease has lapsed or is not this process's); nothing is written then
+  Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "TOO_MANY_SESSIONS";
+           nothing is written then
 ]]
 --- @include "clock"
 --- @include "connections"
@@ -46,6 +50,9 @@ end
 local member = member_of(user_id, session_id)
 local events = {}
 local holder = place_holder(place, member)
+if not holder and (tonumber(redis.call('HGET', place.users, user_id)) or 0) >= shard.max_sessions then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 if holder and not slot_live(holder.slot, now) then
   remove_member(place, member, holder, lapse_of(holder.slot) or now, events)
   holder = nil
@@ -71,6 +78,7 @@ if holder then
 else
   redis.call('ZADD', place.members, -now, member)
   redis.call('HINCRBY', place.users, user_id, 1)
+  redis.call('PERSIST', place.users)
   if state then redis.call('HSET', place.states, member, state) end
   add_place_event(events, place, 'JOINED', user_id, session_id, now, state)
 end

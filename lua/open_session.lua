@@ -22,7 +22,8 @@
   ARGV[4]  token          string: the holding process's, which owns the lease
   ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: window_ms,
-                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  retention_ms, max_sessions (the most live sessions the user may have; a
+                  session not live yet beyond them is refused), channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
                   away_expiries), publish, and the names of a lease's keys
                   (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
@@ -34,7 +35,7 @@
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online; REPLACED (its last field the new generation) when the session was held
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "SESSION_REVOKED",
-           "DAY_NOT_GIVEN"; nothing is written when one is returned
+           "DAY_NOT_GIVEN", "TOO_MANY_SESSIONS"; nothing is written when one is returned
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -60,6 +61,9 @@ if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, 
 end
 local refused = activity_refused(activity_keys, session_id, now, now, boundaries)
 if refused then return refused end
+if sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
 settle_away(user_id, events)

@@ -3,7 +3,7 @@
   that the least recently used are forgotten first (see persist_document).
 
   KEYS[1]  documents   HASH  sha256 hex -> document text
-  KEYS[2]  used        ZSET  member=sha256 hex  score=last registration or use, ms
+  KEYS[2]  used        ZSET  member=sha256 hex  score=last use, ms (see persist_document)
   ARGV[1]  sha256      string: lowercase hex SHA-256 of the document
   Returns  the document, or false (nil in Python) when it is not kept
 ]]

@@ -3,7 +3,7 @@
   from its own copy of them (see persist_document), so that the deployment forgets first the
   documents that no process uses. A document no longer kept is not brought back.
 
-  KEYS[1]  used        ZSET  member=sha256 hex  score=last registration or use, ms
+  KEYS[1]  used        ZSET  member=sha256 hex  score=last use, ms (see persist_document)
   ARGV[1..n]  sha256   string: lowercase hex SHA-256 of a document; n at least 1 and at most
                        the caller's batch (250): one ZMSCORE and one ZADD of n members
   Returns  how many of them were still kept, and so refreshed

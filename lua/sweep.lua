@@ -20,7 +20,9 @@
                           by more than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: channel,
-                  user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms, the
+                  user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms,
+                  empty_place_ttl_ms (how long a place emptied here keeps its users key, its
+                  events' sequence, before it expires), the
                   names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
                   hidden, status_expiries, away_expiries), publish, and the names of a lease's keys
                   (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
@@ -69,7 +71,8 @@ local lapsed_batch, overdue_ms = tonumber(ARGV[13]), tonumber(ARGV[14])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)
-  local place = {id = place_id, flushes = flushes_key, publish = channel[3]}
+  local place = {id = place_id, flushes = flushes_key, publish = channel[3],
+    empty_ttl_ms = shard.empty_place_ttl_ms}
   for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
   return place
 end

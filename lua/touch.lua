@@ -21,7 +21,8 @@
   ARGV[3]  at_ms            int ms, or "" for now
   ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: window_ms,
-                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  retention_ms, max_sessions (the most live sessions the user may have; a
+                  session not live yet beyond them is refused), channel, user_channel_prefix, the names of includes/status.lua
                   (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
                   away_expiries), publish, and the names of a lease's keys
                   (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
@@ -37,8 +38,8 @@
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
            online (the touched session's start, and the user's onlineSince, are then t_ms);
            STATUS if the touch made them AWAY or active again
-  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN"
-           (mirrored by the store's error mapping); nothing is written when one is returned
+  Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN",
+           "TOO_MANY_SESSIONS" (mirrored by the store's error mapping); nothing is written when one is returned
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -64,6 +65,10 @@ if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
 local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
+if t_ms >= now - window_ms
+    and sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
+  return redis.error_reply('TOO_MANY_SESSIONS')
+end
 local events = {}
 local online_before = settle(user, channel, user_id, now, window_ms, events)
 settle_away(user_id, events)

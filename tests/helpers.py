@@ -60,6 +60,11 @@ Service = TestClient[Any, Any]
 
 # --- waiting ---------------------------------------------------------------------------------
 
+# How long something that an event ends may take to end in a test: far longer than it takes
+# under any load, far shorter than the 30 s connection TTL that would end it otherwise. How
+# fast it ends is measured in bench/, not here.
+SOON_S = 10.0
+
 
 async def eventually(
     condition: Callable[[], bool] | Callable[[], Awaitable[bool]],
@@ -95,6 +100,20 @@ async def script_calls(service: Service, script: str) -> float:
             ):
                 return sample.value
     return 0
+
+
+def subscriptions_begun(port: int) -> float:
+    """The subscriptions whose events have begun in the service on `port` (every worker's),
+    by its /metrics."""
+    url = f"http://127.0.0.1:{port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "gqlp_websocket_subscribers"
+    )
 
 
 def loud_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]:

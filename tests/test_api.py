@@ -4,6 +4,7 @@ one shard, one Redis with three shards, and a three-master Redis Cluster with th
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
@@ -118,6 +119,17 @@ async def test_lists_with_sessions_of_every_node(api: Client) -> None:
     )
     assert [n["userId"] for n in second["data"]["onlineUsers"]["nodes"]] == ["a"]
     assert second["data"]["onlineUsers"]["pageInfo"]["hasNextPage"] is False
+
+
+async def test_adding_friends_past_the_maximum_is_bad_input_and_changes_nothing(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
+) -> None:
+    api = await aiohttp_client(create_app(dataclasses.replace(deployment, max_friends=2)))
+    body = await graphql(api, 'mutation { addFriends(userId: "a", friendIds: ["b", "c", "d"]) }')
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "at most 2 friends (PRESENCE_MAX_FRIENDS)" in body["errors"][0]["message"]
+    body = await graphql(api, '{ a: friends(userId: "a") b: friends(userId: "b") }')
+    assert body["data"] == {"a": [], "b": []}
 
 
 async def test_kick_touch_many_friends_and_weekly_stats(api: Client) -> None:

@@ -27,6 +27,7 @@ from tests.helpers import (
     BACKEND_TOKEN,
     FIELDS,
     SECURED,
+    SOON_S,
     eventually,
     readme_snippets,
     subscribed,
@@ -214,7 +215,7 @@ async def test_the_readmes_javascript_runs_as_written_in_a_page_on_another_origi
     await eventually(bob_seen, 10, "the README's subscription to update the page")
 
 
-async def test_closing_the_tab_that_holds_a_session_is_offline_within_2_s(
+async def test_closing_the_tab_that_holds_a_session_is_offline_long_before_the_ttl(
     serve: Serve, browser: Browser, deployment: Settings, http_redis: AnyRedis
 ) -> None:
     page_url, service = await serve(listed=True)
@@ -236,7 +237,7 @@ async def test_closing_the_tab_that_holds_a_session_is_offline_within_2_s(
         assert await page.evaluate("window.session") == [{"live": True, "endReason": None}]
 
         async def alices_next() -> dict[str, Any]:
-            while (event := await watcher.next())["userId"] != "alice":
+            while (event := await watcher.next(within_s=SOON_S))["userId"] != "alice":
                 pass
             return event
 
@@ -245,7 +246,7 @@ async def test_closing_the_tab_that_holds_a_session_is_offline_within_2_s(
         await page.close()
         offline = await alices_next()
         assert (offline["kind"], offline["online"]) == ("OFFLINE", False)
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < SOON_S  # ended by the page's close, not by the TTL
 
 
 # bob's friends panel: his friends' changes, with their status.

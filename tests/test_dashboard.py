@@ -30,9 +30,18 @@ SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
 
 
 async def open_dashboard(
-    browser: Browser, api: Service, fragment: str = "", **page_options: Any
+    browser: Browser,
+    api: Service,
+    fragment: str = "",
+    *,
+    fake_clock: bool = False,
+    **page_options: Any,
 ) -> tuple[Page, list[str]]:
+    """The dashboard in a new page; with `fake_clock`, the page's timers run only when the
+    test moves its clock (`page.clock.run_for`)."""
     page = await browser.new_page(**page_options)
+    if fake_clock:
+        await page.clock.install()
     problems: list[str] = []
     page.on(
         "console",
@@ -74,7 +83,7 @@ async def test_the_count_follows_a_touch_live_and_the_page_is_clean(
 
 async def test_the_online_list_is_read_on_events_not_polled(browser: Browser, api: Service) -> None:
     await graphql(api, 'mutation { touch(userId: "first-user") { online } }')
-    page, problems = await open_dashboard(browser, api)
+    page, problems = await open_dashboard(browser, api, fake_clock=True)
     await shows(page, "status", "live")
     await shows(page, "online-count", "1")
     await page.wait_for_timeout(500)  # the reads of the page's start are over
@@ -85,7 +94,9 @@ async def test_the_online_list_is_read_on_events_not_polled(browser: Browser, ap
             reads.append(request.url) if "onlineUsers" in (request.post_data or "") else None
         ),
     )
-    await page.wait_for_timeout(2200)  # longer than the page's old poll, every 2 s
+    # A minute of the page's timers, run at once: a poll of any period up to that would read.
+    await page.clock.run_for(60_000)
+    await page.wait_for_timeout(200)  # time for a read it started to leave the page
     assert reads == []
     await graphql(api, 'mutation { touch(userId: "second-user") { online } }')
     await shows(page, "online-count", "2")

@@ -243,12 +243,14 @@ async def test_on_a_cluster_the_subscription_moves_to_the_next_node_when_one_fai
 
 
 async def test_a_friend_set_grown_past_the_limit_ends_the_feed(
-    hub: EventHub, store: PresenceStore
+    hub: EventHub, store: PresenceStore, make_store: StoreFactory
 ) -> None:
     await store.add_friends("me", ["a"])
+    # A set that grew before its maximum was lowered (PRESENCE_MAX_FRIENDS is at most 10,000).
+    unbounded = make_store(max_friends=20_000)
     async with hub.feed(ignore, friends_of="me") as feed:
         assert hub.users_of(feed) == {"a"}
-        await store.add_friends("me", [f"f{i}" for i in range(10_000)], mutual=False)
+        await unbounded.add_friends("me", [f"f{i}" for i in range(10_000)], mutual=False)
         with pytest.raises(FeedDroppedError, match="10,000") as dropped:
             await asyncio.wait_for(first_event(feed), 2)
         assert dropped.value.violation

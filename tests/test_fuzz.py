@@ -72,9 +72,15 @@ FUZZ_SETTINGS = settings(
 
 @pytest.fixture
 def deployment(redis_server: RedisServer) -> Settings:
-    """The service under test (the `api` fixture), with the secret the fuzz's cursors use."""
+    """The service under test (the `api` fixture), with the secret the fuzz's cursors use,
+    and bounds low enough that the examples, which share one Redis, soon meet them: a friend
+    set or a user's sessions that are full must be refused, never a fault."""
     return dataclasses.replace(
-        TEST_SETTINGS, redis_url=redis_server.url, cursor_secret=CURSOR_SECRET
+        TEST_SETTINGS,
+        redis_url=redis_server.url,
+        cursor_secret=CURSOR_SECRET,
+        max_friends=3,
+        max_sessions=2,
     )
 
 

@@ -3,6 +3,8 @@ upgrade that removes any of it fails here, naming it, instead of somewhere deep 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import strawberry
 from graphql import parse
 
@@ -63,3 +65,32 @@ def test_an_events_executor_gets_a_memo_of_its_own() -> None:
     assert per_event._relevant_sub_fields == {}, (
         "graphql-core's executor no longer keeps its sub-field memo in _relevant_sub_fields"
     )
+
+
+def test_every_body_copied_from_a_library_names_the_version_installed() -> None:
+    # A copy of Strawberry's, graphql-core's or aiohttp's code (COPIED) follows one version
+    # of it: an upgrade fails here, naming each copy to compare with the new upstream code
+    # (then the version it names).
+    assert internals.copied_from_other_versions() == [], (
+        "graphql/internals.py's COPIED lists bodies copied from other versions than those "
+        f"installed: {internals.copied_from_other_versions()}"
+    )
+    copied = {copy.ours.split(":")[0] for copy in internals.COPIED}
+    assert {"gql_presence/http/view.py", "gql_presence/http/ws.py"} <= copied
+    assert "gql_presence/http/sockets.py" in copied
+
+
+def test_a_copy_of_another_version_is_named() -> None:
+    older = internals.Copied("ours.py: run", "theirs.run", "aiohttp", "0.0.1")
+    [stale] = internals.copied_from_other_versions((older,))
+    assert stale.startswith("ours.py: run copies theirs.run of aiohttp 0.0.1;")
+
+
+def test_no_module_but_internals_reads_strawberrys_private_schema() -> None:
+    package = Path(internals.__file__).parents[1]
+    readers = [
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*.py")
+        if "schema._schema" in path.read_text() and path.name != "internals.py"
+    ]
+    assert readers == []

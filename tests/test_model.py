@@ -79,7 +79,13 @@ from tests.helpers import OPENING_POINTS, PausingStore, cancel_hold_at
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
-MODEL_SETTINGS = dataclasses.replace(TEST_SETTINGS, connection_ttl_ms=30_000)
+# Bounds the steps reach: a user may have two of the three sessions live, and two of the
+# three other users as friends.
+MAX_SESSIONS = 2
+MAX_FRIENDS = 2
+MODEL_SETTINGS = dataclasses.replace(
+    TEST_SETTINGS, connection_ttl_ms=30_000, max_sessions=MAX_SESSIONS, max_friends=MAX_FRIENDS
+)
 WINDOW_MS = MODEL_SETTINGS.window_ms
 TTL_MS = MODEL_SETTINGS.connection_ttl_ms
 # A touch this old is live for a moment only: its step waits until it has expired.
@@ -266,6 +272,11 @@ class PresenceModel(RuleBasedStateMachine):
             for s, one in self.users[user].sessions.items()
             if self.session_live(one)
         }
+
+    def sessions_full(self, user: str, session: str) -> bool:
+        """Whether a session not live yet would give the user more live ones than allowed."""
+        live = self.live(user)
+        return session not in live and len(live) >= MAX_SESSIONS
 
     def held_sessions(self, user: str) -> list[ModelSession]:
         return [one for one in self.users[user].sessions.values() if one.held is not None]
@@ -488,6 +499,10 @@ class PresenceModel(RuleBasedStateMachine):
             except SessionRevokedError:
                 return
             raise AssertionError("a revoked session was accepted")
+        if age <= EXPIRING_AGE_S and self.sessions_full(user, session):
+            with pytest.raises(BadInputError, match="PRESENCE_MAX_SESSIONS"):
+                self.run(self.store.touch(user, session, at, device, idle=idle))
+            return
         self.run(self.store.touch(user, session, at, device, idle=idle))
         self.settle(user)
         self.record_touch(user, session, at_ms, idle=idle, device=device)
@@ -535,6 +550,10 @@ class PresenceModel(RuleBasedStateMachine):
             except SessionRevokedError:
                 return
             raise AssertionError("a revoked session was opened")
+        if self.sessions_full(user, session):
+            with pytest.raises(BadInputError, match="PRESENCE_MAX_SESSIONS"):
+                self.run(self.procs[proc].open_session(user, session))
+            return
         before = self.server_ms()
         opened = self.run(self.procs[proc].open_session(user, session))
         assert before <= to_ms(opened.at) <= self.server_ms()
@@ -599,7 +618,7 @@ class PresenceModel(RuleBasedStateMachine):
     def cancel_an_opening(self, user: str, session: str, point: str) -> None:
         """A presenceSession whose client leaves at `point` of its opening: whatever the
         opening did is undone, but for the activity it recorded."""
-        if session in self.users[user].revoked:
+        if session in self.users[user].revoked or self.sessions_full(user, session):
             return  # refused, as the open_session step checks
         first = len(self.store.opened)
         before = self.server_ms()
@@ -642,6 +661,13 @@ class PresenceModel(RuleBasedStateMachine):
         mutual=st.booleans(),
     )
     def add_friends(self, user: str, others: list[str], mutual: bool) -> None:
+        linked = set(others) - {user}
+        owners = {user} | (linked if mutual else set())
+        after = {o: self.friends[o] | (linked if o == user else {user}) for o in owners}
+        if any(len(friends) > MAX_FRIENDS for friends in after.values()):
+            with pytest.raises(BadInputError, match="PRESENCE_MAX_FRIENDS"):
+                self.run(self.store.add_friends(user, others, mutual))
+            return  # and nothing changed: the next reads of friends check it
         added = self.run(self.store.add_friends(user, others, mutual))
         new = set(others) - {user} - self.friends[user]
         assert added == len(new)
@@ -889,7 +915,12 @@ class ShardedModel(PresenceModel):
         return client_for(self.deployment)
 
     def settings(self) -> Settings:
-        return dataclasses.replace(self.deployment, connection_ttl_ms=TTL_MS)
+        return dataclasses.replace(
+            self.deployment,
+            connection_ttl_ms=TTL_MS,
+            max_sessions=MAX_SESSIONS,
+            max_friends=MAX_FRIENDS,
+        )
 
     async def listen(self) -> None:
         """One Redis: as above. A cluster's classic PUBLISH reaches every node: one

@@ -141,7 +141,7 @@ async def test_beyond_the_cap_the_least_recently_used_document_is_forgotten(redi
 
     async def persist(name: str) -> int:
         return int(
-            await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2, 1024])
+            await scripts.run(ScriptName.PERSIST_DOCUMENT, both, [name, f"{{{name}}}", 2, 1024, 0])
         )
 
     assert await persist("a") == 0
@@ -158,9 +158,9 @@ async def test_the_script_keeps_no_document_over_its_bytes_whoever_calls(redis: 
     both = [KEYS.persisted_documents, KEYS.persisted_documents_used]
     # Five bytes of UTF-8 in three characters: the script counts bytes.
     with pytest.raises(ResponseError, match="DOCUMENT_TOO_LARGE"):
-        await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9\u00e9", 2, 4])
+        await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9\u00e9", 2, 4, 0])
     assert await redis.exists(*both) == 0
-    assert await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9}", 2, 4]) == 0
+    assert await scripts.run(ScriptName.PERSIST_DOCUMENT, both, ["a", "{\u00e9}", 2, 4, 0]) == 0
 
 
 # --- automatic persisted queries --------------------------------------------------------------
@@ -390,6 +390,28 @@ async def test_a_document_in_use_through_one_process_stays_kept_for_every_proces
     assert await post(third, {"extensions": persisted(PRESENCE)}) == ANSWER
 
 
+async def test_a_flood_of_registrations_does_not_evict_a_document_in_use(
+    aiohttp_client: AiohttpClient,
+    deployment: Settings,
+    http_redis: AnyRedis,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # As 1,500 registrations within seconds against 1,000 kept: half as many again as the cap.
+    monkeypatch.setattr(store_deployment, "MAX_PERSISTED_DOCUMENTS", 4)
+    first = await service(aiohttp_client, deployment)
+    flooding = await service(aiohttp_client, deployment)
+    assert await post(first, {"query": PRESENCE, "extensions": persisted(PRESENCE)}) == ANSWER
+    for _ in range(5):
+        assert await post(first, {"extensions": persisted(PRESENCE)}) == ANSWER
+    # Within the same seconds, long before the first process's interval of refresh ends.
+    for document in others(6):
+        await post(flooding, {"query": document, "extensions": persisted(document)})
+    another_process = await service(aiohttp_client, deployment)
+    assert await post(another_process, {"extensions": persisted(PRESENCE)}) == ANSWER
+    # The flood's registrations, none used since, were forgotten in its place.
+    assert await kept_in_redis(http_redis) == 2 * 4
+
+
 async def test_uses_reach_redis_in_batches_not_one_call_per_request(
     aiohttp_client: AiohttpClient,
     deployment: Settings,
@@ -397,10 +419,12 @@ async def test_uses_reach_redis_in_batches_not_one_call_per_request(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(persisted_documents, "REFRESH_BATCH", 2, raising=False)
+    registering = await service(aiohttp_client, deployment)
     api = await service(aiohttp_client, deployment)
     (other,) = others(1)
     for document in (PRESENCE, other):
-        await post(api, {"query": document, "extensions": persisted(document)})
+        await post(registering, {"query": document, "extensions": persisted(document)})
+        await post(api, {"extensions": persisted(document)})  # its own copy, from Redis
     backdated = {sha256(PRESENCE): 1, sha256(other): 2}
     await http_redis.zadd(KEYS.persisted_documents_used, backdated)
     lookups = await script_calls(api, "persisted_document")

@@ -53,7 +53,8 @@ from hypothesis import strategies as st
 from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
-from gql_presence.graphql.planned import Plan, Plans, _Field, _NonNull, _Object, make_plan
+from gql_presence.graphql.plan_run import NonNull, ObjectFields, PlannedField
+from gql_presence.graphql.planned import Plan, Plans, make_plan
 from gql_presence.graphql.schema import build_schema
 from gql_presence.graphql.types import DateTimeScalar, UserPresence
 from gql_presence.http.app_keys import AUTHENTICATOR
@@ -734,15 +735,15 @@ async def test_lists_of_objects_with_odd_attributes_complete_as_in_graphql_core(
     await _same_as_graphql_core(ODD_SCHEMA._schema, "{ odds { maybe when size ids } }", {})
 
 
-def _fields_below_root(schema: GraphQLSchema, query: str) -> tuple[_Field, ...]:
+def _fields_below_root(schema: GraphQLSchema, query: str) -> tuple[PlannedField, ...]:
     """The planned fields of the object that the query's one root field gives (non-null)."""
     plan = make_plan(schema, graphql.parse(query), None)
     assert isinstance(plan, Plan)
     prepared = plan._prepared({})
     assert not isinstance(prepared, str)
     completion = prepared[1][0].completion
-    assert isinstance(completion, _NonNull)
-    assert isinstance(completion.inner, _Object)
+    assert isinstance(completion, NonNull)
+    assert isinstance(completion.inner, ObjectFields)
     return completion.inner.fields
 
 

@@ -23,6 +23,7 @@ from tests.helpers import (
     BACKEND_TOKEN,
     FIELDS,
     SECURED,
+    SOON_S,
     Service,
     eventually,
     feeds_above,
@@ -81,10 +82,8 @@ async def test_a_session_lives_with_its_subscription(service: Service) -> None:
         assert data(await receive(watcher))["kind"] == "ONLINE"
         assert await presence_online(service, "alice")
         await tab.send_json({"id": "s", "type": "complete"})
-        started = time.monotonic()
-        offline = data(await receive(watcher))
+        offline = data(await receive(watcher, within_s=SOON_S))  # not by the TTL
         assert (offline["kind"], offline["online"]) == ("OFFLINE", False)
-        assert time.monotonic() - started < 2
         assert not await presence_online(service, "alice")
 
 
@@ -96,9 +95,7 @@ async def test_a_closed_socket_ends_its_sessions_at_once(service: Service) -> No
             await start(tab, "s", SESSION, user="alice", session="tab-1")
             assert data(await receive(tab))["live"]
             assert data(await receive(watcher))["kind"] == "ONLINE"
-        started = time.monotonic()
-        assert data(await receive(watcher))["kind"] == "OFFLINE"
-        assert time.monotonic() - started < 2
+        assert data(await receive(watcher, within_s=SOON_S))["kind"] == "OFFLINE"  # not by the TTL
         assert service.app[HELD_SESSIONS].count == 0
 
 
@@ -109,12 +106,12 @@ async def test_a_kick_ends_the_subscription_and_the_socket_stays_open(service: S
         await start(tab, "s", SESSION, user="alice", session="tab-1")
         assert data(await receive(tab))["live"]
         await start(tab, "w", CHANGES, users=["bob"])
-        started = time.monotonic()
         await graphql(service, 'mutation { kick(userId: "alice") { kickedSessions } }')
-        last = data(await receive(tab))
+        started = time.monotonic()
+        last = data(await receive(tab, within_s=SOON_S))
         assert (last["live"], last["endReason"]) == (False, "KICKED")
-        assert await receive(tab) == {"id": "s", "type": "complete"}
-        assert time.monotonic() - started < 1
+        assert await receive(tab, within_s=SOON_S) == {"id": "s", "type": "complete"}
+        assert time.monotonic() - started < SOON_S  # ended by the kick, not by the TTL
         # The socket's other subscription goes on.
         await graphql(service, 'mutation { touch(userId: "bob") { online } }')
         assert data(await receive(tab))["kind"] == "ONLINE"
@@ -408,6 +405,23 @@ async def test_a_held_session_keeps_no_task(service: Service) -> None:
         await asyncio.sleep(0.05)  # whatever ends with the openings has ended
         assert len(asyncio.all_tasks()) - before < 5
     await eventually(lambda: service.app[HELD_SESSIONS].count == 0, within_s=2, what="closes")
+
+
+async def test_a_session_past_the_users_maximum_is_bad_input_and_held_nowhere(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any
+) -> None:
+    service = await aiohttp_client(create_app(dataclasses.replace(deployment, max_sessions=1)))
+    await graphql(service, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
+    async with graphql_socket(service) as tab:
+        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        message = json.loads(await raw(tab))
+        [error] = message["payload"]["errors"]
+        assert error["extensions"]["code"] == "BAD_USER_INPUT", message
+        assert "at most 1 live sessions (PRESENCE_MAX_SESSIONS)" in error["message"]
+        assert await raw(tab) == COMPLETE
+        assert service.app[HELD_SESSIONS].count == 0
+    body = await graphql(service, '{ presence(userId: "alice") { sessions { sessionId } } }')
+    assert body["data"]["presence"]["sessions"] == [{"sessionId": "phone"}]
 
 
 async def test_a_revoked_id_is_refused_as_before(service: Service) -> None:

@@ -40,6 +40,13 @@ def test_values_are_read() -> None:
     assert settings.data_dir == Path("/srv/presence")
 
 
+def test_the_bounds_of_friend_sets_and_sessions_are_read() -> None:
+    defaults = Settings.from_env({})
+    assert (defaults.max_friends, defaults.max_sessions) == (5000, 100)
+    settings = Settings.from_env({"PRESENCE_MAX_FRIENDS": "200", "PRESENCE_MAX_SESSIONS": "8"})
+    assert (settings.max_friends, settings.max_sessions) == (200, 8)
+
+
 def test_revocation_follows_the_window_by_default() -> None:
     assert Settings.from_env({"PRESENCE_WINDOW_SECONDS": "30"}).revoke_ms == 30_000
 
@@ -58,6 +65,11 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),
         ("PRESENCE_SUBSCRIBER_BUFFER", "0"),
         ("PRESENCE_SUBSCRIBER_BUFFER", "many"),
+        ("PRESENCE_MAX_FRIENDS", "0"),
+        ("PRESENCE_MAX_FRIENDS", "lots"),
+        ("PRESENCE_MAX_FRIENDS", "10001"),
+        ("PRESENCE_MAX_SESSIONS", "0"),
+        ("PRESENCE_MAX_SESSIONS", "-3"),
         ("REDIS_URL", "localhost:6379"),
         ("REDIS_URL", "http://example"),
         ("PRESENCE_GRAPHIQL", "maybe"),

@@ -13,11 +13,20 @@ import aiohttp
 import pytest
 
 from gql_presence.app import create_app
+from gql_presence.http.app_keys import EVENTS
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from tests.conftest import EVERY_DEPLOYMENT, TEST_SETTINGS, ClientFactory, error_codes
-from tests.helpers import BACKEND_TOKEN, SECURED, Service, as_user, graphql_socket, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    Service,
+    as_user,
+    eventually,
+    graphql_socket,
+    user_token,
+)
 
 LOOK = """query($u: ID!) { presence(userId: $u) {
   online status chosenStatus lastSeenVisibleTo lastSeen onlineSince
@@ -59,6 +68,34 @@ async def friends(secured: Service) -> Service:
     """ann and bob, friends both ways."""
     await backend(secured, 'mutation { addFriends(userId: "ann", friendIds: ["bob"]) }')
     return secured
+
+
+@pytest.fixture
+async def friends_swept_by_the_test(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
+) -> Service:
+    """`friends` on a service whose own sweeper sweeps once at its start and not again for an
+    hour: a test that sweeps when it chooses knows when an expiry was announced."""
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=deployment.redis_url,
+        redis_cluster_nodes=deployment.redis_cluster_nodes,
+        shards=deployment.shards,
+        sweep_interval_ms=3_600_000,
+    )
+    service = await aiohttp_client(create_app(settings))
+    await backend(service, 'mutation { addFriends(userId: "ann", friendIds: ["bob"]) }')
+    return service
+
+
+async def following(service: Service, subscriptions: int, *users: str) -> None:
+    """Returns once `subscriptions` subscriptions of the service have begun and it follows
+    `users`: their events from then on reach them."""
+    hub = service.app[EVENTS]
+    await eventually(
+        lambda: hub.subscriber_count >= subscriptions and all(map(hub.follows, users)),
+        what=f"{subscriptions} subscriptions following {users}",
+    )
 
 
 async def test_status_follows_the_sessions_and_the_choice(secured: Service) -> None:
@@ -235,7 +272,7 @@ async def test_subscribers_see_invisibility_as_the_user_lets_them(friends: Servi
         for socket, variables in ((bobs, {"f": "bob"}), (watcher, {"u": ["ann"]})):
             payload = {"query": document, "variables": variables}
             await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
-        await asyncio.sleep(0.3)
+        await following(friends, 2, "ann")
         await as_user(friends, ann(), SET_STATUS, s="INVISIBLE")
         assert await next_event(bobs) == {"kind": "OFFLINE", "userId": "ann", "status": "OFFLINE"}
         assert await next_event(watcher) == {
@@ -297,7 +334,7 @@ async def test_a_held_session_says_its_device_and_turns_its_user_away_when_hidde
         graphql_socket(friends, f"Bearer {bob()}") as bobs,
     ):
         await bobs.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
-        await asyncio.sleep(0.3)
+        await following(friends, 1, "ann")
         await anns.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
         assert (await anns.receive_json(timeout=3))["payload"]["data"]["presenceSession"]["live"]
         assert await next_event(bobs) == {"kind": "ONLINE", "status": "ONLINE"}
@@ -374,8 +411,12 @@ async def test_a_user_turns_away_when_their_last_active_session_expires(
     watched = 'subscription { presenceChanged(friendsOf: "bob") { kind status } }'
     async with graphql_socket(friends, f"Bearer {bob()}") as bobs:
         await bobs.send_json({"id": "1", "type": "subscribe", "payload": {"query": watched}})
-        await asyncio.sleep(0.5)
-        assert (await seen(friends, bob(), "ann"))["status"] == "AWAY"
+        await following(friends, 1, "ann")
+
+        async def away() -> bool:
+            return bool((await seen(friends, bob(), "ann"))["status"] == "AWAY")
+
+        await eventually(away, what="ann's web session to expire")
         await store_of_api.sweep()
         assert await next_event(bobs) == {"kind": "STATUS", "status": "AWAY"}
         await store_of_api.sweep()
@@ -385,8 +426,9 @@ async def test_a_user_turns_away_when_their_last_active_session_expires(
 
 
 async def test_events_show_their_time_to_those_who_may_see_last_seen(
-    friends: Service, store_of_api: PresenceStore
+    friends_swept_by_the_test: Service, store_of_api: PresenceStore
 ) -> None:
+    friends = friends_swept_by_the_test
     await backend(
         friends, 'mutation { addFriends(userId: "cat", friendIds: ["ann"], mutual: false) }'
     )
@@ -395,10 +437,12 @@ async def test_events_show_their_time_to_those_who_may_see_last_seen(
     touch_at = 'mutation($a: DateTime) { touch(userId: "ann", at: $a) { online } }'
 
     async def goes_offline() -> datetime:
-        """ann goes offline by time; the moment her presence expired."""
+        """ann goes offline by time, told by a sweep at least 200 ms after the moment her
+        presence expired, which it returns."""
         window = timedelta(milliseconds=TEST_SETTINGS.window_ms)
         expiry = datetime.now(UTC) + timedelta(milliseconds=300)
         await backend(friends, touch_at, a=(expiry - window).isoformat())
+        # Past the expiry by 200 ms, so that the time the sweep tells of it stands apart from it.
         await asyncio.sleep(0.5)
         await store_of_api.sweep()
         return expiry
@@ -410,7 +454,7 @@ async def test_events_show_their_time_to_those_who_may_see_last_seen(
         for socket, user in ((bobs, "bob"), (cats, "cat")):
             payload = {"query": document, "variables": {"f": user}}
             await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
-        await asyncio.sleep(0.3)
+        await following(friends, 2, "ann")
 
         async def offline_at(socket: aiohttp.ClientWebSocketResponse) -> datetime:
             assert (await next_event(socket))["kind"] == "ONLINE"
@@ -461,7 +505,7 @@ async def test_an_end_user_follows_themself_and_their_friends_by_id(friends: Ser
         graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
     ):
         await bobs.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
-        await asyncio.sleep(0.3)
+        await following(friends, 1, "ann", "bob")
         # The same document from one who is not ann's friend, nor bob: refused, though this
         # process renders the document already.
         await cats.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
@@ -482,8 +526,9 @@ async def test_an_end_user_follows_themself_and_their_friends_by_id(friends: Ser
 
 
 async def test_a_follower_by_id_sees_the_time_when_in_the_users_friend_set(
-    friends: Service, store_of_api: PresenceStore
+    friends_swept_by_the_test: Service, store_of_api: PresenceStore
 ) -> None:
+    friends = friends_swept_by_the_test
     await as_user(friends, ann(), SET_VISIBLE, v="FRIENDS")
     await backend(
         friends, 'mutation { addFriends(userId: "cat", friendIds: ["ann"], mutual: false) }'
@@ -497,9 +542,10 @@ async def test_a_follower_by_id_sees_the_time_when_in_the_users_friend_set(
     ):
         for socket in (bobs, cats):
             await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
-        await asyncio.sleep(0.3)
+        await following(friends, 2, "ann")
         expiry = datetime.now(UTC) + timedelta(milliseconds=300)
         await backend(friends, touch_at, a=(expiry - window).isoformat())
+        # Past the expiry by 200 ms, so that the time the sweep tells of it stands apart from it.
         await asyncio.sleep(0.5)
         await store_of_api.sweep()
 

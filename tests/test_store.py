@@ -5,23 +5,31 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import json
+import sys
 import zlib
 from collections.abc import Awaitable, Sequence
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 from redis.crc import key_slot
 
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
 from gql_presence.store import (
     MAX_ID_LENGTH,
     MAX_IDS_PER_CALL,
     ChosenStatus,
+    EventKind,
     Page,
     PresenceStore,
+    PublishedEvent,
     Visibility,
+    read_events,
     shard_of,
 )
 from gql_presence.store.client import AnyRedis
@@ -31,6 +39,7 @@ from gql_presence.store.keys import Keys
 from gql_presence.store.presence import TOUCH_MANY_BATCH
 from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
 from gql_presence.store.shard import unpack_options
+from tests import racer
 from tests.conftest import StoreFactory
 
 KEYS = Keys()
@@ -322,6 +331,58 @@ async def test_page_size_is_bounded(store: PresenceStore, first: int) -> None:
         await store.online_users(first=first)
 
 
+# --- the sessions' maximum ------------------------------------------------------------------
+
+
+async def test_a_user_has_at_most_the_maximum_of_live_sessions_and_one_past_it_writes_nothing(
+    make_store: StoreFactory,
+) -> None:
+    store = make_store(max_sessions=2)
+    await store.touch("ann", "phone")
+    await store.touch("ann", "tab", device="firefox")
+    await store.touch("ann", "tab")  # live already: no new session
+    await store.touch("ann", "long-gone", at=ago(hours=2))  # never live: none either
+    before = await store.presence("ann")
+    with pytest.raises(BadInputError, match=r"at most 2 live sessions \(PRESENCE_MAX_SESSIONS\)"):
+        await store.touch("ann", "laptop", device="laptop")
+    with pytest.raises(BadInputError, match="at most 2 live sessions"):
+        await store.open_session("ann", "socket")
+    assert await store.presence("ann") == before
+    await store.kick("ann", "phone")
+    await store.open_session("ann", "socket")
+    sessions = (await store.presence("ann")).sessions
+    assert sorted(s.session_id for s in sessions) == ["socket", "tab"]
+    # The default session kept by the online entry alone counts as one.
+    single = make_store(max_sessions=1)
+    await single.touch("bob")
+    with pytest.raises(BadInputError, match="at most 1 live sessions"):
+        await single.touch("bob", "phone")
+
+
+# --- the friend set's maximum --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+async def test_a_friend_set_holds_at_most_its_maximum_and_a_change_past_it_writes_nothing(
+    make_store: StoreFactory, shards: int
+) -> None:
+    store = make_store(max_friends=4, shards=shards)
+    assert await store.add_friends("me", ["a", "b", "c"]) == 3
+    # Friends already in the set take no room: adding them again is no change.
+    assert await store.add_friends("me", ["a", "b", "c", "d"]) == 1
+    with pytest.raises(BadInputError, match=r"at most 4 friends \(PRESENCE_MAX_FRIENDS\)"):
+        await store.add_friends("me", ["a", "e"])
+    assert await store.friends("me") == ["a", "b", "c", "d"]
+    assert await store.friends("e") == []
+    # Mutual links count in the friend's set too: a full one refuses the whole change.
+    await store.add_friends("full", ["p", "q", "r", "s"], mutual=False)
+    with pytest.raises(BadInputError, match="at most 4 friends"):
+        await store.add_friends("new", ["x", "full"])
+    assert (await store.friends("new"), await store.friends("x")) == ([], [])
+    assert await store.remove_friends("me", ["a"]) == 1
+    assert await store.add_friends("me", ["e"]) == 1
+
+
 # --- onlineFriends ------------------------------------------------------------------------
 
 
@@ -459,7 +520,10 @@ async def test_a_user_is_never_their_own_friend(store: PresenceStore) -> None:
     assert await store.friends("a") == []
 
 
-async def test_ten_thousand_ids_per_call_and_no_more(store: PresenceStore, redis: Redis) -> None:
+async def test_ten_thousand_ids_per_call_and_no_more(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(max_friends=10_000)  # the largest call's friends in one set
     many = [f"f{i}" for i in range(10_000)]
     assert await store.add_friends("a", many) == 10_000
     assert await redis.scard(KEYS.friends("f9999")) == 1
@@ -525,6 +589,87 @@ async def test_concurrent_touches_and_kicks_of_one_user_stay_consistent(
     online = await store.online_users()
     assert online.total_count == int(presence.online)
     assert [n.user_id for n in online.nodes] == (["alice"] if presence.online else [])
+
+
+async def race_from_processes(redis_url: str, processes: int) -> list[dict[str, Any]]:
+    """`processes` runs of tests/racer.py on the Redis at once: each started, ready, then
+    told to go together. Returns what each reported."""
+    racers = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.racer",
+            redis_url,
+            str(seed),
+            cwd=Path(__file__).parent.parent,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        for seed in range(processes)
+    ]
+    try:
+        for racer in racers:
+            assert racer.stdout is not None
+            assert await asyncio.wait_for(racer.stdout.readline(), 30) == b"ready\n"
+        for racer in racers:
+            assert racer.stdin is not None
+            racer.stdin.write(b"go\n")
+        outputs = [await asyncio.wait_for(racer.communicate(), 60) for racer in racers]
+    finally:
+        for racer in racers:
+            if racer.returncode is None:
+                racer.kill()
+                await racer.wait()
+    assert [racer.returncode for racer in racers] == [0] * processes
+    return [json.loads(stdout) for stdout, _ in outputs]
+
+
+@pytest.mark.slow
+async def test_two_processes_racing_on_the_same_users_announce_each_change_once(
+    store: PresenceStore, redis: Redis, any_server: RedisServer, channel: PubSub
+) -> None:
+    events: list[PublishedEvent] = []
+    raced = asyncio.Event()
+
+    async def listen() -> None:
+        """Every event, until none has come for half a second after the race."""
+        while (message := await channel.get_message(timeout=0.5)) or not raced.is_set():
+            if message is not None:
+                events.extend(read_events(message["data"]))
+
+    listener = asyncio.create_task(listen())
+    try:
+        reports = await race_from_processes(any_server.url, 2)
+    finally:
+        raced.set()
+        await listener
+    # The two raced: each was still calling when the other began, and both changed things.
+    first, second = reports
+    assert first["began"] < second["ended"], reports
+    assert second["began"] < first["ended"], reports
+    for report in reports:
+        assert min(report["calls"][kind] for kind in ("touch", "kick session", "open")) > 0
+
+    # Each user's events, in order, are the changes of one presence: ONLINE only while
+    # offline, OFFLINE or a KICKED only while online, so that none is missing or repeated.
+    online: dict[str, bool] = {}
+    for event in events:
+        was = online.get(event.user_id, False)
+        if event.kind == EventKind.ONLINE:
+            assert not was, f"ONLINE of {event.user_id}, online already"
+        elif event.kind in (EventKind.OFFLINE, EventKind.KICKED):
+            assert was, f"{event.kind} of {event.user_id}, offline already"
+        elif event.kind == EventKind.STATUS:
+            assert bool(event.online_or_generation) == was, event
+        if event.kind in (EventKind.ONLINE, EventKind.OFFLINE, EventKind.KICKED):
+            online[event.user_id] = bool(event.online_or_generation)
+    assert sum(event.kind == EventKind.ONLINE for event in events) > 4, events
+    # What the events say is what every read says now: one online count.
+    for user in racer.USERS:
+        assert (await store.presence(user)).online == online.get(user, False), user
+    listed = await store.online_users()
+    assert sorted(n.user_id for n in listed.nodes) == sorted(u for u, on in online.items() if on)
+    assert listed.total_count == sum(online.values()) == (await store.sweep()).online
 
 
 # --- memory stays bounded -----------------------------------------------------------------
@@ -644,8 +789,12 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_members("doc")
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
-    # choose_publish runs on a Redis Cluster only (the test below).
-    assert set(slots_of_calls) == set(ScriptName) - {ScriptName.CHOOSE_PUBLISH}
+    # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
+    # (the test below).
+    assert set(slots_of_calls) == set(ScriptName) - {
+        ScriptName.CHOOSE_PUBLISH,
+        ScriptName.FRIEND_COUNTS,
+    }
     assert all(len(slots) == 1 for slots in slots_of_calls.values()), slots_of_calls
 
 

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from aiohttp import WSCloseCode, web
 from strawberry.dataloader import DataLoader
@@ -19,10 +19,6 @@ from gql_presence.realtime.hub import EventHub
 from gql_presence.store import Presence, PresenceStore
 from gql_presence.store.errors import ForbiddenError, UnauthenticatedError
 from gql_presence.webhooks.safety import Networks
-
-if TYPE_CHECKING:
-    from gql_presence.graphql.event_rendering import SharedSubscription
-    from gql_presence.graphql.session_rendering import HeldSubscription
 
 NOT_A_FRIEND = (
     "A user may read the presence of themselves and their friends (the users in their friend "
@@ -81,12 +77,6 @@ class Context:
     socket: Socket | None = None
     # The networks webhooks may reach besides public addresses (PRESENCE_WEBHOOK_ALLOWED_NETWORKS).
     webhook_networks: Networks = ()
-    # Set by the pipeline for a presenceChanged subscribe on a socket: where the resolver
-    # hands its events over to the hub (graphql/event_rendering.py).
-    shared_subscription: SharedSubscription | None = None
-    # Set by the pipeline for a subscribe on a socket: where a presenceSession resolver
-    # leaves its session for the pipeline to hold (graphql/session_rendering.py).
-    held_subscription: HeldSubscription | None = None
 
     async def close_socket(self, reason: FeedDroppedError) -> None:
         """Ends the WebSocket connection of a subscription whose feed was dropped."""

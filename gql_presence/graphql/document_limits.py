@@ -31,6 +31,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.schema.validation_rules.maybe_null import MaybeNullValidationRule
 from strawberry.schema.validation_rules.one_of import OneOfInputValidationRule
 
+from gql_presence.graphql.internals import core_schema
 from gql_presence.policy.limits import MAX_ALIASES, MAX_DEPTH, MAX_SAME_FIELD_PAIRS, MAX_SELECTIONS
 
 # The rules Strawberry adds to graphql-core's for its own types (Maybe, @oneOf).
@@ -292,7 +293,7 @@ class DocumentValidation(SchemaExtension):
             return
         assert context.graphql_document is not None  # parsed before validation
         context.pre_execution_errors = validate_document(
-            context.schema._schema,  # graphql-core's schema, as Strawberry's own cache uses
+            core_schema(context.schema),  # as Strawberry's own cache uses
             context.graphql_document,
             context.validation_rules,
             self._hide_suggestions,

@@ -10,13 +10,13 @@ result is JSON-encoded once. Each subscriber's `next` message is its own id arou
 bytes.
 
 A payload never depends on who subscribed: PresenceEvent's fields read only the event. What
-does depend on the caller (authorization, argument checks) is done per subscriber, once,
-when it subscribes.
+does depend on the caller (argument checks, authorization, rate) is decided per subscriber,
+once, when it subscribes (graphql/follows.py).
 
-A rendering also keeps what its subscription's resolver made of the arguments (`Interest`):
-the same document, operation name and variables always make the same, so a later subscribe
-of that key, once admitted, only authorizes its caller and joins the hub, without running
-the document through Strawberry and graphql-core again (graphql/operation.py).
+A rendering also keeps its subscription's field and coerced arguments (`decided`): the same
+document, operation name and variables always make the same, so a later subscribe of that
+key, once admitted, is decided from them and joins the hub without running the document
+through Strawberry and graphql-core again (graphql/operation.py).
 """
 
 from __future__ import annotations
@@ -30,15 +30,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from graphql import ExecutionResult, GraphQLError
 
 from gql_presence.graphql.error_codes import with_codes
-from gql_presence.graphql.internals import EventExecutionContext, running_document
-from gql_presence.policy.auth import Caller, Need
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable, Iterable
+    from collections.abc import Callable
 
-    import strawberry
     from graphql.execution import Executor
 
+    from gql_presence.graphql.follows import PresenceFollow
     from gql_presence.realtime.delivery import PresenceChange
     from gql_presence.store import PublishedPlaceEvent
 
@@ -77,28 +75,6 @@ def next_head(operation_id: str) -> bytes:
 _COMPACT = (",", ":")
 
 
-@dataclass(frozen=True)
-class Interest:
-    """What a presenceChanged resolver made of its arguments: the right it checked, and the
-    users to follow; the same for every subscription of one rendering."""
-
-    need: Need
-    operation: str
-    user_ids: frozenset[str]
-    friends_of: str | None  # also the user whose right Need.OWN checks
-    everyone: bool
-
-    async def authorize(
-        self, caller: Caller, check_may_read: Callable[[Iterable[str]], Awaitable[None]]
-    ) -> None:
-        """Raises unless the caller may subscribe (check_may_read: Context.check_may_read of
-        the caller's request): the resolver's check, and the join's of a subscription the hub
-        already renders."""
-        caller.authorize(self.need, self.operation, self.friends_of)
-        if self.need is Need.READ:
-            await check_may_read(self.user_ids)
-
-
 class Rendering(Generic[E]):
     """One document's rendering of events: its executor, built once, run once per event."""
 
@@ -111,6 +87,10 @@ class Rendering(Generic[E]):
         self._executor = executor
         self._root = root
         self._report = report
+        # Set once a subscription of this rendering is decided (graphql/follows.py): its
+        # field and coerced arguments, the same for every subscription of the rendering,
+        # whose later subscribes are decided from them without executing the document.
+        self.decided: tuple[str, dict[str, Any]] | None = None
 
     def render(self, event: E) -> bytes:
         return render_root(self._executor, self._root(event), self._report)
@@ -126,23 +106,13 @@ class EventRendering(Rendering["PresenceChange"]):
         report: Callable[[list[GraphQLError]], None],
     ) -> None:
         super().__init__(executor, root, report)
-        # Set once the first subscription of this rendering is joining the hub.
-        self.interest: Interest | None = None
+        # The last decision of a subscription of this rendering: the same arguments decide
+        # the same users, and every delivery of the rendering holds this one set of them.
+        self.follow: PresenceFollow | None = None
 
 
 class PlaceRendering(Rendering["PublishedPlaceEvent"]):
     """A placeChanged document's rendering of a place's events."""
-
-    def __init__(
-        self,
-        executor: Executor[Any],
-        root: Callable[[PublishedPlaceEvent], object],
-        report: Callable[[list[GraphQLError]], None],
-    ) -> None:
-        super().__init__(executor, root, report)
-        # Set once the first subscription of this rendering is delivered: the place its
-        # document and variables name, the same for every subscription of this rendering.
-        self.place_id: str | None = None
 
 
 def render_root(
@@ -178,110 +148,40 @@ class EventRenderings:
     variables; each lives as long as a delivery holds it."""
 
     def __init__(self) -> None:
-        self._by_key: weakref.WeakValueDictionary[tuple[str, str | None, str], EventRendering] = (
-            weakref.WeakValueDictionary()
-        )
-        self._places: weakref.WeakValueDictionary[tuple[str, str | None, str], PlaceRendering] = (
-            weakref.WeakValueDictionary()
-        )
+        self._by_key: weakref.WeakValueDictionary[
+            tuple[str, str | None, str], EventRendering | PlaceRendering
+        ] = weakref.WeakValueDictionary()
 
-    def known(self, operation: SocketOperation) -> EventRendering | None:
-        """The rendering of a subscription of the same key that reached the hub, while one
-        such subscription lasts: its `interest` is set."""
+    def known(self, operation: SocketOperation) -> EventRendering | PlaceRendering | None:
+        """The rendering of a subscription of the same key that was decided, while one
+        such subscription lasts: its `decided` is set."""
         rendering = self._by_key.get(operation.key)
-        return None if rendering is None or rendering.interest is None else rendering
+        return None if rendering is None or rendering.decided is None else rendering
 
-    def get(
+    def presence(
         self,
         operation: SocketOperation,
-        info: strawberry.Info[Any, Any],
+        executor: Executor[Any],
         root: Callable[[PresenceChange], object],
-    ) -> EventRendering | None:
-        """The operation's rendering, made from the resolver's `info` when new; None when
-        its document cannot be executed that way (its subscription then runs on its own)."""
+        report: Callable[[list[GraphQLError]], None],
+    ) -> EventRendering:
+        """The rendering of a presenceChanged operation, made with its executor when new."""
         rendering = self._by_key.get(operation.key)
-        if rendering is not None:
-            return rendering
-        executor = _executor(operation, info)
-        if executor is None:
-            return None
-        rendering = EventRendering(executor, root, info.schema.process_errors)
-        self._by_key[operation.key] = rendering
+        if not isinstance(rendering, EventRendering):
+            rendering = EventRendering(executor, root, report)
+            self._by_key[operation.key] = rendering
         return rendering
 
-    def known_place(self, operation: SocketOperation) -> PlaceRendering | None:
-        """As known(), for a placeChanged subscription: set once one reached the hub."""
-        rendering = self._places.get(operation.key)
-        return None if rendering is None or rendering.place_id is None else rendering
-
-    def get_place(
+    def place(
         self,
         operation: SocketOperation,
-        info: strawberry.Info[Any, Any],
+        executor: Executor[Any],
         root: Callable[[PublishedPlaceEvent], object],
-    ) -> PlaceRendering | None:
-        """As get(), for a placeChanged subscription."""
-        rendering = self._places.get(operation.key)
-        if rendering is not None:
-            return rendering
-        executor = _executor(operation, info)
-        if executor is None:
-            return None
-        rendering = PlaceRendering(executor, root, info.schema.process_errors)
-        self._places[operation.key] = rendering
+        report: Callable[[list[GraphQLError]], None],
+    ) -> PlaceRendering:
+        """As presence(), for a placeChanged operation."""
+        rendering = self._by_key.get(operation.key)
+        if not isinstance(rendering, PlaceRendering):
+            rendering = PlaceRendering(executor, root, report)
+            self._by_key[operation.key] = rendering
         return rendering
-
-
-def _executor(operation: SocketOperation, info: strawberry.Info[Any, Any]) -> Executor[Any] | None:
-    """The operation's executor, from the document the resolver's `info` runs; None when its
-    document cannot be executed with an event as its root value."""
-    schema, document = running_document(info)
-    executor = EventExecutionContext.build(
-        schema,
-        document,
-        raw_variable_values=operation.variables,
-        operation_name=operation.operation_name,
-    )
-    return None if isinstance(executor, list) else executor
-
-
-class SharedSubscription:
-    """One presenceChanged subscribe of a socket while the pipeline runs its document: the
-    resolver leaves here what it made of its arguments, and the rendering its events share,
-    instead of waiting for events itself; the pipeline then joins the hub for it."""
-
-    def __init__(self, operation: SocketOperation, renderings: EventRenderings) -> None:
-        self.operation = operation
-        self._renderings = renderings
-        self.rendering: EventRendering | None = None
-        self.interest: Interest | None = None
-        # For a placeChanged subscribe: the place, and the rendering its events share.
-        self.place_id: str | None = None
-        self.place_rendering: PlaceRendering | None = None
-
-    def take(
-        self,
-        interest: Interest,
-        info: strawberry.Info[Any, Any],
-        root: Callable[[PresenceChange], object],
-    ) -> bool:
-        """Whether the subscription is left to the hub: False when its document cannot be
-        rendered once for all (its resolver then feeds its own events)."""
-        rendering = self._renderings.get(self.operation, info, root)
-        if rendering is None:
-            return False
-        self.rendering, self.interest = rendering, interest
-        return True
-
-    def take_place(
-        self,
-        place_id: str,
-        info: strawberry.Info[Any, Any],
-        root: Callable[[PublishedPlaceEvent], object],
-    ) -> bool:
-        """As take(), for a placeChanged subscription, its caller's right already checked."""
-        rendering = self._renderings.get_place(self.operation, info, root)
-        if rendering is None:
-            return False
-        self.place_rendering, self.place_id = rendering, place_id
-        return True

@@ -8,7 +8,9 @@ Each passes, in this order and in this module only:
 3. its time budget (PRESENCE_REQUEST_TIMEOUT_SECONDS), for the whole of a query or a mutation
    and for the admission of a subscription;
 4. execution: a plan made before (planned.py) for an HTTP POST, Strawberry's otherwise; a
-   presenceChanged subscription on a socket is handed to the event hub (event_rendering.py);
+   subscription on a socket is parsed and validated as Strawberry does, decided once
+   (follows.py), then handed to the event hub (event_rendering.py) or held with no task
+   (session_rendering.py);
 5. error codes (error_codes.py) on every result it gives back.
 A refusal is the operation's error; over WebSocket, the socket stays open.
 """
@@ -22,7 +24,7 @@ from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
 
-from graphql import GraphQLError, OperationType, parse
+from graphql import DocumentNode, GraphQLError, OperationType, parse
 from strawberry.http import GraphQLRequestData
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
@@ -32,20 +34,33 @@ from gql_presence.graphql.error_codes import log_unexpected, refusal, with_codes
 from gql_presence.graphql.event_rendering import (
     EventRendering,
     EventRenderings,
-    Interest,
     PlaceRendering,
-    SharedSubscription,
     SocketOperation,
+)
+from gql_presence.graphql.follows import (
+    PLACE_CHANGED,
+    PRESENCE_CHANGED,
+    PRESENCE_SESSION,
+    PlaceFollow,
+    PresenceFollow,
+    SessionClaim,
+    follow_of,
+)
+from gql_presence.graphql.internals import (
+    core_schema,
+    parsed_subscription,
+    subscription_executor,
 )
 from gql_presence.graphql.labels import chosen_operation
 from gql_presence.graphql.persisted import PersistedDocuments
 from gql_presence.graphql.planned import Plans
 from gql_presence.graphql.schema import PresenceSchema
 from gql_presence.graphql.session_rendering import (
-    HeldSubscription,
     LiveSession,
+    SessionRendering,
     SessionRenderings,
 )
+from gql_presence.graphql.types import PlaceEvent, PlaceSessionState, PresenceEvent, SessionState
 from gql_presence.observability.request_log import OPERATION
 from gql_presence.policy.limits import MAX_DOCUMENT_BYTES
 from gql_presence.realtime.delivery import Delivery, PlaceDelivery, Writer
@@ -68,16 +83,17 @@ class OperationPipeline:
         budget_s: float,
         plans: Plans | None,
         *,
-        subscribes_again: bool,
+        on_socket: bool,
     ) -> None:
         self.schema = schema
         self._documents = documents
         self._budget_s = budget_s
         # Plans of documents seen before (planned.py); None: every request runs fully.
         self.plans = plans
-        # Whether a subscribe of a key handed to the hub before skips its document's
-        # execution: not while tracing, whose spans come from that execution.
-        self._subscribes_again = subscribes_again
+        # Whether a subscription on a socket is decided here and handed to the hub or held
+        # with no task: not while tracing, whose spans come from the document's execution
+        # (the resolvers of Subscription then feed their events, as off sockets).
+        self._on_socket = on_socket
         # The documents this process renders once per event for all their subscribers.
         self._renderings = EventRenderings()
         # The documents of the presenceSession subscriptions this process holds.
@@ -151,73 +167,105 @@ class OperationPipeline:
         if not is_subscription(operation.query, operation.operation_name):
             results = await self._stream(context, operation)
             return _coded(_within(results, deadline, self._budget_s))
-        if context.socket is not None:
-            return await self._subscribe_shared(context, operation)
+        if context.socket is not None and self._on_socket:
+            return await self._subscribe_on_socket(context, operation)
         return _coded(await self._stream(context, operation))
 
-    async def _subscribe_shared(
+    async def _subscribe_on_socket(
         self, context: Context, operation: SocketOperation
     ) -> Writer | LiveSession | Results:
-        """A subscription on a socket, handed to the hub when it is a presenceChanged one
-        whose events can be rendered once for every subscriber of its document."""
-        if self._subscribes_again:
-            again = await self._subscribe_again(context, operation)
-            if again is not None:
-                return again
-        shared = SharedSubscription(operation, self._renderings)
-        context.shared_subscription = shared
-        held = HeldSubscription(operation, self._session_renderings)
-        context.held_subscription = held
-        results = await self._stream(context, operation)
-        # The resolver runs when the first result is asked for: it yields its events itself,
-        # or leaves them to the hub (or its session to the pipeline) and ends.
-        first = await anext(results, None)
-        if first is None and held.rendering is not None:
-            return await self._hold(context, operation, held)
-        if first is None and shared.place_rendering is not None:
-            assert shared.place_id is not None
-            shared.place_rendering.place_id = shared.place_id
-            return await self._deliver_place(
-                context, operation, shared.place_rendering, shared.place_id
-            )
-        if first is not None or shared.rendering is None or shared.interest is None:
-            return _coded(_after(first, results))
-        # Known before the hub is joined (which waits for Redis to confirm the subscription
-        # to the users' events): the same key's subscribes meanwhile join at once too.
-        shared.rendering.interest = shared.interest
+        """A subscription on a socket, parsed and validated as Strawberry does, decided
+        (graphql/follows.py), then handed over: presenceChanged and placeChanged to the
+        hub, which renders each event once for every subscriber of its document;
+        presenceSession and placeSession held with no task. A later subscribe of a document,
+        operation name and variables decided before skips the parsing and validation."""
+        known = self._renderings.known(operation)
+        if known is not None and known.decided is not None:
+            field, args = known.decided
+            return await self._follow(context, operation, field, args, known)
+        parsed = await parsed_subscription(
+            self.schema, operation.query, operation.variables, context, operation.operation_name
+        )
+        if not isinstance(parsed, DocumentNode):
+            return _coded(_once(parsed))
+        core = core_schema(self.schema)
+        built = subscription_executor(core, parsed, operation.variables, operation.operation_name)
+        if isinstance(built, list):  # as Strawberry answers variables that do not fit
+            self.schema.process_errors(built)
+            return _coded(_once(PreExecutionError(data=None, errors=built)))
+        executor, field, args = built
+        rendering: EventRendering | PlaceRendering | SessionRendering
+        report = self.schema.process_errors
+        if field == PRESENCE_CHANGED:
+            rendering = self._renderings.presence(operation, executor, PresenceEvent.of, report)
+        elif field == PLACE_CHANGED:
+            rendering = self._renderings.place(operation, executor, PlaceEvent.of, report)
+        else:
+            root = SessionState.of if field == PRESENCE_SESSION else PlaceSessionState.of
+            rendering = self._session_renderings.get(operation, core, parsed, report, root)
+        return await self._follow(context, operation, field, args, rendering)
+
+    async def _follow(
+        self,
+        context: Context,
+        operation: SocketOperation,
+        field: str,
+        args: dict[str, Any],
+        rendering: EventRendering | PlaceRendering | SessionRendering,
+    ) -> Writer | LiveSession | Results:
+        """The subscription decided (graphql/follows.py), then handed to the hub or held."""
         try:
-            delivery = await self._join(context, operation, shared.rendering, shared.interest)
+            follow = await follow_of(field, args, context)
+        except PresenceError as error:
+            return _coded(_failed(error, self.schema.process_errors))
+        if isinstance(follow, SessionClaim):
+            assert isinstance(rendering, SessionRendering)
+            return await self._hold(context, operation, follow, rendering)
+        assert not isinstance(rendering, SessionRendering)
+        # Known from now on (joining the hub waits for Redis to confirm the subscription to
+        # its channels): the same key's subscribes meanwhile are decided at once too.
+        rendering.decided = (field, args)
+        if isinstance(follow, PlaceFollow):
+            assert isinstance(rendering, PlaceRendering)
+            return await self._deliver_place(context, operation, rendering, follow.place_id)
+        assert isinstance(rendering, EventRendering)
+        if follow == rendering.follow:
+            follow = rendering.follow
+        else:
+            rendering.follow = follow
+        try:
+            return await self._join(context, operation, rendering, follow)
         except PresenceError as error:
             return _refused(error)
-        return delivery
 
     async def _hold(
-        self, context: Context, operation: SocketOperation, held: HeldSubscription
+        self,
+        context: Context,
+        operation: SocketOperation,
+        claim: SessionClaim,
+        rendering: SessionRendering,
     ) -> LiveSession | Results:
-        """A presenceSession the resolver left to the pipeline: its session opened, its first
-        message rendered, held with no task (session_rendering.py). Cancelled at any point,
-        it leaves nothing live."""
+        """A presenceSession or placeSession claimed: its session opened, its first message
+        rendered, held with no task (session_rendering.py). Cancelled at any point, it
+        leaves nothing live."""
         assert context.socket is not None
-        assert held.rendering is not None
         sessions = context.held_sessions
         try:
-            if held.place_id is not None:
+            if claim.place_id is not None:
                 hold = await sessions.open_place(
-                    held.place_id, held.user_id, held.session_id, held.state
+                    claim.place_id, claim.user_id, claim.session_id, claim.state
                 )
             else:
-                hold = await sessions.open(held.user_id, held.session_id, held.device)
+                hold = await sessions.open(claim.user_id, claim.session_id, claim.device)
         except Exception as error:  # as a subscription's generator that raises it is answered
             return _coded(_failed(error, self.schema.process_errors))
         try:
-            payload = held.rendering.render(operation.variables, hold.as_opened())
+            payload = rendering.render(operation.variables, hold.as_opened())
         except BaseException:
             sessions.release(hold)
             raise
         first = b"".join((operation.next_head(), payload, b"}"))
-        return LiveSession(
-            sessions, hold, context.socket.send_now, operation, held.rendering, first
-        )
+        return LiveSession(sessions, hold, context.socket.send_now, operation, rendering, first)
 
     async def _deliver_place(
         self,
@@ -260,49 +308,12 @@ class OperationPipeline:
             operation_name=operation.operation_name,
         )
 
-    async def _subscribe_again(
-        self, context: Context, operation: SocketOperation
-    ) -> Writer | Results | None:
-        """A presenceChanged or placeChanged subscribe whose document, operation name and
-        variables one of this process handed to the hub already, joined without running the
-        document again; None when the key is not known, or the caller is refused (the full
-        path runs it then, and answers)."""
-        try:
-            delivery = await self._join_again(context, operation)
-        except PresenceError:
-            return None
-        if delivery is not None:
-            return delivery
-        place = self._renderings.known_place(operation)
-        if place is None or place.place_id is None:
-            return None
-        try:
-            # What the resolver would check of this caller; the rest is the same.
-            context.caller.authorize_places("placeChanged", [place.place_id])
-        except PresenceError:
-            return None
-        return await self._deliver_place(context, operation, place, place.place_id)
-
-    async def _join_again(self, context: Context, operation: SocketOperation) -> Delivery | None:
-        """The place in the hub of an admitted presenceChanged subscription whose document,
-        operation name and variables a subscription of this process handed over already:
-        the same document passes the same parsing, validation and limits, and the same
-        variables make the same arguments, so what is left of the resolver's work is the
-        caller's authorization and joining the hub. None when the key is not known."""
-        rendering = self._renderings.known(operation)
-        if rendering is None or rendering.interest is None:
-            return None
-        await rendering.interest.authorize(context.caller, context.check_may_read)
-        # What the resolver would have charged for the users it follows.
-        await context.charge(len(rendering.interest.user_ids))
-        return await self._join(context, operation, rendering, rendering.interest)
-
     async def _join(
         self,
         context: Context,
         operation: SocketOperation,
         rendering: EventRendering,
-        interest: Interest,
+        follow: PresenceFollow,
     ) -> Delivery:
         """A multiplexed subscription's place in the hub, writing to the context's socket."""
         assert context.socket is not None
@@ -311,9 +322,9 @@ class OperationPipeline:
             context.socket.send_frames,
             operation.next_head(),
             rendering.render,
-            user_ids=interest.user_ids,
-            friends_of=interest.friends_of,
-            everyone=interest.everyone,
+            user_ids=follow.user_ids,
+            friends_of=follow.friends_of,
+            everyone=follow.everyone,
             reader=context.reader,
         )
 
@@ -393,6 +404,10 @@ def _is_subscription(query: str, operation_name: str | None) -> bool:
         return False  # refused as a syntax error where it is executed
     operation = chosen_operation(document, operation_name)
     return operation is not None and operation.operation == OperationType.SUBSCRIPTION
+
+
+async def _once(result: ExecutionResult) -> Results:
+    yield result
 
 
 async def _refused(error: PresenceError) -> Results:

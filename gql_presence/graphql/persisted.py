@@ -14,7 +14,10 @@
   validation has passed.
 - A process answers the documents it keeps from its own copy, without asking Redis; which
   ones it used goes to Redis every REFRESH_INTERVAL_S in one script call (refresh_forever),
-  so that what Redis forgets first is what no process has used lately.
+  so that what Redis forgets first is what no process has used lately. A registration counts
+  in Redis as a use long ago (store.REGISTERED_AGE_MS), so that a flood of registrations
+  forgets the documents never used: the first use of a document this process registered
+  goes to Redis at once, before any such flood can forget it.
 
 Persisted documents are resolved for HTTP requests (POST and GET); WebSocket `subscribe`
 messages carry their document as text.
@@ -102,6 +105,8 @@ class PersistedDocuments:
         # Hashes of documents answered from _texts since the last refresh, at most
         # REFRESH_BATCH of them.
         self._used: set[str] = set()
+        # Documents this process registered and has not used since, by hash.
+        self._unused: LeastRecentlyUsed[str, bool] = LeastRecentlyUsed(KEPT_PER_PROCESS)
         self._refresh_due = asyncio.Event()
 
     async def resolve(self, data: GraphQLRequestData, context: Context) -> GraphQLRequestData:
@@ -124,7 +129,7 @@ class PersistedDocuments:
             elif sha256 is not None and self._texts.get(sha256) is None:
                 context.unchecked_document = UncheckedDocument(sha256, data.query, register=True)
             elif sha256 is not None:
-                self._note_use(sha256)
+                await self._note_use(sha256, context.store)
             context.document_hash = text_hash  # known by its hash from now on
             return data
         if sha256 is None:
@@ -154,6 +159,7 @@ class PersistedDocuments:
             return
         if unchecked.register:
             await context.store.persist_document(unchecked.sha256, unchecked.text)
+            self._unused.put(unchecked.sha256, True)
         self._texts.put(unchecked.sha256, unchecked.text)
 
     async def refresh_forever(self, store: PresenceStore) -> None:
@@ -179,7 +185,13 @@ class PersistedDocuments:
             # The task must outlive any one failed refresh; the next one tries again.
             log.exception("refreshing persisted documents' uses failed")
 
-    def _note_use(self, sha256: str) -> None:
+    async def _note_use(self, sha256: str, store: PresenceStore) -> None:
+        if self._unused.pop(sha256):
+            # Its registration ranks it below every document in use: its first use lifts it
+            # at once, or a flood of registrations before the next refresh would forget it.
+            with contextlib.suppress(PresenceError):  # else it goes with the next refresh
+                await store.refresh_documents([sha256])
+                return
         if len(self._used) < REFRESH_BATCH:
             self._used.add(sha256)
         if len(self._used) >= REFRESH_BATCH:
@@ -190,7 +202,7 @@ class PersistedDocuments:
             return self._trusted[sha256]
         document = self._texts.get(sha256)
         if document is not None:
-            self._note_use(sha256)
+            await self._note_use(sha256, context.store)
             return document
         document = await context.store.persisted_document(sha256)  # marked as used there
         if document is None:

@@ -27,20 +27,15 @@ subscriptions, abstract types, fragment variables, variables that do not coerce,
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
-from datetime import date, datetime
+from collections.abc import Iterable
 from functools import cached_property
 from typing import Any
 
 from graphql import (
     DocumentNode,
-    FieldNode,
     FragmentDefinitionNode,
     GraphQLError,
     GraphQLField,
-    GraphQLLeafType,
     GraphQLList,
     GraphQLNonNull,
     GraphQLObjectType,
@@ -49,15 +44,11 @@ from graphql import (
     OperationDefinitionNode,
     OperationType,
     TypeNameMetaFieldDef,
-    Undefined,
     VariableNode,
     is_leaf_type,
-    located_error,
 )
-from graphql.execution.values import VariableValues, get_argument_values, get_variable_values
+from graphql.execution.values import VariableValues, get_variable_values
 from graphql.language import Visitor, visit
-from graphql.pyutils import Path, inspect, is_iterable
-from strawberry.execution.is_awaitable import optimized_is_awaitable as is_awaitable
 from strawberry.extensions import SchemaExtension
 from strawberry.relay.types import GlobalID
 from strawberry.scalars import is_scalar
@@ -67,22 +58,28 @@ from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.field import StrawberryField
 
 from gql_presence.graphql.internals import (
-    CollectedErrors,
     FieldDetails,
     FragmentDetails,
-    ResolveInfo,
     collect_fields,
     collect_subfields,
     core_schema,
-    gather_with_cancel,
     handles_exceptions,
     is_default_resolver,
     is_strawberry_resolver,
     provided_operation_name,
-    resolve_info,
     strawberry_schema_of,
 )
 from gql_presence.graphql.labels import operation_label, root_fields
+from gql_presence.graphql.plan_run import (
+    Completion,
+    DirectCall,
+    Leaf,
+    ListOf,
+    NonNull,
+    ObjectFields,
+    PlannedField,
+    PlanRun,
+)
 from gql_presence.lru import LeastRecentlyUsed
 
 # What graphql-core's execute() is given by Strawberry: at most 50 variable errors.
@@ -91,84 +88,6 @@ _MAX_COERCION_ERRORS = 50
 # grow by sending every combination.
 _VARIANTS_PER_PLAN = 8
 _MISSING = object()
-# Values of leaf fields that are neither awaitable, nor an error, nor null: all `complete`
-# would do with them is coerce them, so they are coerced at once. (Exact types: an instance
-# of a subclass could be awaitable.)
-_PLAIN_LEAF_VALUES = frozenset({str, bool, int, float, datetime, date})
-
-
-@dataclass(frozen=True, slots=True)
-class _NonNull:
-    inner: _Completion
-
-
-@dataclass(frozen=True, slots=True)
-class _ListOf:
-    item: _Completion
-
-
-@dataclass(frozen=True, slots=True)
-class _Leaf:
-    type: GraphQLLeafType
-
-
-@dataclass(frozen=True, slots=True)
-class _Object:
-    type: GraphQLObjectType
-    fields: tuple[_Field, ...]
-
-
-_Completion = _NonNull | _ListOf | _Leaf | _Object
-
-
-@dataclass(frozen=True, slots=True)
-class _Direct:
-    """A resolver of ours called as Strawberry's resolver wrapper calls it, for a field with
-    no field extensions (permissions are one) and no exception handlers, whose arguments
-    are all scalars: Strawberry's conversion gives each such value back as it is, so the
-    arguments are only renamed, the source passed as `self`, and a Strawberry Info made."""
-
-    function: Callable[..., Any]
-    pass_source: bool
-    info_name: str | None
-    info_class: Callable[..., Any]
-    field: StrawberryField
-    # (GraphQL name, Python name) of each argument.
-    names: tuple[tuple[str, str], ...]
-
-    def call(self, source: Any, info: ResolveInfo, args: dict[str, Any]) -> Any:
-        kwargs = {python: args[name] for name, python in self.names if name in args}
-        if self.info_name is not None:
-            kwargs[self.info_name] = resolve_info(info, self.field, self.info_class)
-        return self.function(source, **kwargs) if self.pass_source else self.function(**kwargs)
-
-
-@dataclass(frozen=True, slots=True)
-class _Field:
-    """One entry of a grouped field set: its response key, the field nodes merged under it,
-    and how its value is resolved and completed."""
-
-    key: str
-    name: str
-    parent: GraphQLObjectType
-    details: list[FieldDetails]
-    nodes: list[FieldNode]
-    definition: GraphQLField
-    # Strawberry's resolver of a plain attribute, which reads neither info nor arguments.
-    basic: bool = False
-    # The attribute that resolver reads, when it reads it with getattr: read here directly.
-    attribute: str | None = None
-    # For other resolvers of Strawberry's, when it can be called without its wrapper.
-    direct: _Direct | None = None
-    # The answer of `__typename`; None for every other field.
-    typename: str | None = None
-    completion: _Completion | None = None
-    # The field's type when it is a leaf type (or a non-null one).
-    leaf: GraphQLLeafType | None = None
-    # Whether the field's path is needed before an error: by its resolver's info, or by
-    # the fields and items below it. A basic leaf (most fields) makes its path only when it
-    # fails.
-    needs_path: bool = False
 
 
 class Plan:
@@ -199,7 +118,7 @@ class Plan:
             d.name.value == "experimental_disableErrorPropagation"
             for d in operation.directives or ()
         )
-        self._variants: dict[tuple[object, ...], tuple[_Field, ...] | None] = {}
+        self._variants: dict[tuple[object, ...], tuple[PlannedField, ...] | None] = {}
         self.runs = 0  # how many requests the plan answered
 
     async def run(
@@ -215,7 +134,7 @@ class Plan:
             return None
         variables, roots = prepared
         self.runs += 1
-        return await _Execution(self, context, variables, extensions).run(roots)
+        return await PlanRun(self, context, variables, extensions).run(roots)
 
     def covers(self, raw_variables: dict[str, Any] | None) -> str | None:
         """Why the plan does not run with these variables; None when it does."""
@@ -224,7 +143,7 @@ class Plan:
 
     def _prepared(
         self, raw_variables: dict[str, Any] | None
-    ) -> tuple[VariableValues, tuple[_Field, ...]] | str:
+    ) -> tuple[VariableValues, tuple[PlannedField, ...]] | str:
         variables = get_variable_values(
             self.schema,
             self.operation.variable_definitions or (),
@@ -243,7 +162,7 @@ class Plan:
         # Worked out on the plan's first run: many documents are seen only once.
         return _condition_variables(self.operation, self.fragment_definitions.values())
 
-    def _compiled(self, variables: VariableValues) -> tuple[_Field, ...] | None:
+    def _compiled(self, variables: VariableValues) -> tuple[PlannedField, ...] | None:
         key = tuple(variables.coerced.get(name, _MISSING) for name in self._conditions)
         if key in self._variants:
             return self._variants[key]
@@ -255,7 +174,7 @@ class Plan:
             self._variants[key] = roots
         return roots
 
-    def _compile(self, variables: VariableValues) -> tuple[_Field, ...] | None:
+    def _compile(self, variables: VariableValues) -> tuple[PlannedField, ...] | None:
         grouped = collect_fields(
             self.schema, self.fragments, variables, self.root_type, self.operation
         ).grouped_field_set
@@ -275,12 +194,12 @@ class Plan:
         key: str,
         details: list[FieldDetails],
         variables: VariableValues,
-    ) -> _Field | None:
+    ) -> PlannedField | None:
         name = details[0].node.name.value
         nodes = [d.node for d in details]
         if name == "__typename":
             meta = TypeNameMetaFieldDef
-            return _Field(key, name, parent, details, nodes, meta, typename=parent.name)
+            return PlannedField(key, name, parent, details, nodes, meta, typename=parent.name)
         definition = parent.fields.get(name)
         if definition is None or definition.resolve is None or name.startswith("_"):
             return None  # introspection, federation; every field of Strawberry's resolves
@@ -288,9 +207,9 @@ class Plan:
         if completion is None:
             return None
         basic = is_default_resolver(definition.resolve) and not definition.args
-        inner = completion.inner if isinstance(completion, _NonNull) else completion
-        leaf = inner.type if isinstance(inner, _Leaf) else None
-        return _Field(
+        inner = completion.inner if isinstance(completion, NonNull) else completion
+        leaf = inner.type if isinstance(inner, Leaf) else None
+        return PlannedField(
             key,
             name,
             parent,
@@ -307,15 +226,15 @@ class Plan:
 
     def _completion(
         self, type_: GraphQLOutputType, details: list[FieldDetails], variables: VariableValues
-    ) -> _Completion | None:
+    ) -> Completion | None:
         if isinstance(type_, GraphQLNonNull):
             inner = self._completion(type_.of_type, details, variables)
-            return None if inner is None else _NonNull(inner)
+            return None if inner is None else NonNull(inner)
         if isinstance(type_, GraphQLList):
             item = self._completion(type_.of_type, details, variables)
-            return None if item is None else _ListOf(item)
+            return None if item is None else ListOf(item)
         if is_leaf_type(type_):
-            return _Leaf(type_)
+            return Leaf(type_)
         if not isinstance(type_, GraphQLObjectType) or type_.is_type_of is not None:
             return None  # abstract types, and objects that check their values
         grouped = collect_subfields(
@@ -324,7 +243,7 @@ class Plan:
         fields = [self._field(type_, k, d, variables) for k, d in grouped.items()]
         if any(f is None for f in fields):
             return None
-        return _Object(type_, tuple(f for f in fields if f is not None))
+        return ObjectFields(type_, tuple(f for f in fields if f is not None))
 
 
 def _attribute_read(definition: GraphQLField) -> str | None:
@@ -337,9 +256,9 @@ def _attribute_read(definition: GraphQLField) -> str | None:
     return field.python_name if field.default_resolver is getattr else None
 
 
-def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> _Direct | None:
+def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> DirectCall | None:
     """How to call the resolver of a field without Strawberry's wrapper (its `get_arguments`
-    and `get_result`), when the wrapper would do no more than `_Direct.call` does."""
+    and `get_result`), when the wrapper would do no more than `DirectCall.call` does."""
     strawberry_schema = strawberry_schema_of(schema)
     field = definition.extensions.get(GraphQLCoreConverter.DEFINITION_BACKREF)
     if strawberry_schema is None or not isinstance(field, StrawberryField):
@@ -368,7 +287,7 @@ def _direct_call(schema: GraphQLSchema, definition: GraphQLField) -> _Direct | N
         graphql_name = strawberry_schema.config.name_converter.from_argument(argument)
         names.append((graphql_name, argument.python_name))
     info = resolver.info_parameter
-    return _Direct(
+    return DirectCall(
         function,
         pass_source=resolver.self_parameter is not None,
         info_name=None if info is None else info.name,
@@ -435,240 +354,6 @@ def _condition_variables(
     for node in (operation, *fragments):
         visit(node, found)
     return tuple(found.names)
-
-
-class _Execution:
-    """One run of a plan: graphql-core's executor (3.3) for the covered cases, step for
-    step, with the fields collected beforehand."""
-
-    __slots__ = ("context", "errors", "extensions", "plan", "variables")
-
-    def __init__(
-        self,
-        plan: Plan,
-        context: Any,
-        variables: VariableValues,
-        extensions: dict[str, Any] | None,
-    ) -> None:
-        self.extensions = extensions
-        self.plan = plan
-        self.context = context
-        self.variables = variables
-        self.errors = CollectedErrors()
-
-    async def run(self, roots: tuple[_Field, ...]) -> ExecutionResult:
-        """The root fields one after another (a query has one): an error that propagates
-        from one of them nulls the whole answer, and no later field runs."""
-        data: dict[str, Any] = {}
-        try:
-            for root in roots:
-                result = self.execute_field(root, None, None)
-                if is_awaitable(result):
-                    result = await result
-                data[root.key] = result
-        except GraphQLError as error:
-            self.errors.add(error, None)
-            return ExecutionResult(data=None, errors=self.errors.errors or None)
-        return ExecutionResult(data=data, errors=self.errors.errors or None)
-
-    def info(self, field: _Field, path: Path) -> ResolveInfo:
-        # As Strawberry's executor builds it (the variables as a plain dict); resolvers here
-        # get no async helpers of graphql-core's executor, which none of ours use.
-        plan = self.plan
-        return ResolveInfo(
-            field.name,
-            field.nodes,
-            field.definition.type,
-            field.parent,
-            path,
-            plan.schema,
-            plan.fragment_definitions,
-            None,
-            plan.operation,
-            self.variables.coerced,
-            self.context,
-            is_awaitable,
-            None,
-            None,
-            self.extensions,  # type: ignore[arg-type] # None as Strawberry's when none
-        )
-
-    def execute_field(self, field: _Field, source: Any, parent: Path | None) -> Any:
-        if field.typename is not None:
-            return field.typename
-        completion = field.completion
-        assert completion is not None
-        definition = field.definition
-        path = Path(parent, field.key, field.parent.name) if field.needs_path else None
-        try:
-            if field.attribute is not None:
-                result = getattr(source, field.attribute)
-            elif field.basic:
-                result = definition.resolve(source, None)  # type: ignore[misc]
-            else:
-                node = field.details[0]
-                args = (
-                    get_argument_values(
-                        definition, node.node, self.variables, node.fragment_variable_values
-                    )
-                    if definition.args or node.node.arguments
-                    else {}
-                )
-                resolve = definition.resolve
-                assert resolve is not None  # planned only so
-                assert path is not None  # a resolver with info needs it
-                if field.direct is not None:
-                    result = field.direct.call(source, self.info(field, path), args)
-                else:
-                    result = resolve(source, self.info(field, path), **args)
-            if field.leaf is not None and type(result) in _PLAIN_LEAF_VALUES:
-                completed = _leaf_value(field.leaf, result)  # all `complete` would do
-            elif is_awaitable(result):
-                path = path or Path(parent, field.key, field.parent.name)
-                return self.complete_awaitable(field, completion, path, result)
-            else:
-                completed = self.complete(field, completion, path, result)
-            if is_awaitable(completed):
-                path = path or Path(parent, field.key, field.parent.name)
-                return self.await_completed(field, completion, path, completed)
-        except Exception as raw_error:  # a field error, as graphql-core makes it
-            path = path or Path(parent, field.key, field.parent.name)
-            self.handle_field_error(raw_error, field, completion, path)
-            return None
-        return completed
-
-    def handle_field_error(
-        self, raw_error: Exception, field: _Field, completion: _Completion, path: Path
-    ) -> None:
-        error = located_error(raw_error, field.nodes, path.as_list())
-        if self.plan.propagate_errors and isinstance(completion, _NonNull):
-            raise error
-        self.errors.add(error, path)
-
-    async def complete_awaitable(
-        self, field: _Field, completion: _Completion, path: Path, result: Awaitable[Any]
-    ) -> Any:
-        try:
-            completed = self.complete(field, completion, path, await result)
-            if is_awaitable(completed):
-                completed = await completed
-        except Exception as raw_error:  # a field error, as graphql-core makes it
-            self.handle_field_error(raw_error, field, completion, path)
-            completed = None
-        return completed
-
-    async def await_completed(
-        self, field: _Field, completion: _Completion, path: Path, completed: Awaitable[Any]
-    ) -> Any:
-        try:
-            return await completed
-        except Exception as raw_error:  # a field error, as graphql-core makes it
-            self.handle_field_error(raw_error, field, completion, path)
-            return None
-
-    def complete(
-        self, field: _Field, completion: _Completion, path: Path | None, result: Any
-    ) -> Any:
-        """The completed value; `path` is None only for a leaf, which needs none."""
-        if isinstance(result, Exception):
-            raise result
-        if isinstance(completion, _NonNull):
-            completed = self.complete(field, completion.inner, path, result)
-            if completed is None:
-                raise TypeError(
-                    f"Cannot return null for non-nullable field {field.parent}.{field.name}."
-                )
-            return completed
-        if result is None or result is Undefined:
-            return None
-        if isinstance(completion, _Leaf):
-            return _leaf_value(completion.type, result)
-        assert path is not None  # made for every field that has items or fields
-        if isinstance(completion, _ListOf):
-            return self.complete_list(field, completion.item, path, result)
-        return self.execute_fields(completion, result, path)
-
-    def complete_list(self, field: _Field, item: _Completion, path: Path, result: Any) -> Any:
-        if not is_iterable(result):
-            raise GraphQLError(
-                f"Expected Iterable, but did not find one for field '{field.parent}.{field.name}'."
-            )
-        completed: list[Any] = []
-        pending: list[int] = []
-        try:
-            for index, value in enumerate(result):
-                item_path = path.add_key(index, None)
-                if is_awaitable(value):
-                    completed.append(self.complete_awaitable(field, item, item_path, value))
-                    pending.append(index)
-                    continue
-                try:
-                    done = self.complete(field, item, item_path, value)
-                except Exception as raw_error:  # as graphql-core does
-                    self.handle_field_error(raw_error, field, item, item_path)
-                    done = None
-                if is_awaitable(done):
-                    done = self.await_completed(field, item, item_path, done)
-                    pending.append(index)
-                completed.append(done)
-        except Exception:
-            _settle_in_background([completed[i] for i in pending])
-            raise
-        if not pending:
-            return completed
-        return _gathered(completed, pending)
-
-    def execute_fields(self, obj: _Object, source: Any, path: Path | None) -> Any:
-        results: dict[str, Any] = {}
-        pending: list[str] = []
-        try:
-            for field in obj.fields:
-                result = self.execute_field(field, source, path)
-                results[field.key] = result
-                if is_awaitable(result):
-                    pending.append(field.key)
-        except Exception:
-            _settle_in_background([results[k] for k in pending])
-            raise
-        if not pending:
-            return results
-        return _gathered(results, pending)
-
-
-def _leaf_value(type_: GraphQLLeafType, result: Any) -> Any:
-    coerced = type_.coerce_output_value(result)
-    if coerced is Undefined or coerced is None:
-        raise TypeError(
-            f"Expected `{inspect(type_)}.coerce_output_value("
-            f"{inspect(result)})` to return non-nullable value, returned:"
-            f" {inspect(coerced)}"
-        )
-    return coerced
-
-
-async def _gathered(results: Any, pending: list[Any]) -> Any:
-    """`results` (a dict or a list) with its awaitable entries awaited together, as
-    graphql-core does: one on its own, several cancelled together when one fails."""
-    if len(pending) == 1:
-        results[pending[0]] = await results[pending[0]]
-        return results
-    awaited = await gather_with_cancel(*(results[k] for k in pending))
-    for k, value in zip(pending, awaited, strict=True):
-        results[k] = value
-    return results
-
-
-_background: set[asyncio.Future[Any]] = set()
-
-
-def _settle_in_background(awaitables: list[Any]) -> None:
-    """Siblings of an error that propagates still run to their end, their errors dropped,
-    as graphql-core settles them."""
-    if not awaitables:
-        return
-    future = asyncio.gather(*awaitables, return_exceptions=True)
-    _background.add(future)
-    future.add_done_callback(_background.discard)
 
 
 class Plans:

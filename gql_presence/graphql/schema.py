@@ -1,4 +1,5 @@
-"""The schema: the types and resolvers of types.py and resolvers.py with the extensions every
+"""The schema: the types of types.py and the resolvers of queries.py,
+mutations.py, subscriptions.py and federation.py with the extensions every
 operation runs through, built once per process (federated or not)."""
 
 from __future__ import annotations
@@ -22,22 +23,18 @@ from strawberry.schema.name_converter import NameConverter
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.document_limits import DocumentValidation
 from gql_presence.graphql.error_codes import ENUM_VALUES, ErrorCodes, log_unexpected
+from gql_presence.graphql.federation import FederatedQuery, User, users_represented
 from gql_presence.graphql.internals import EventExecutionContext, core_schema
 from gql_presence.graphql.labels import OperationLabel, OperationSpans
+from gql_presence.graphql.mutations import Mutation
 from gql_presence.graphql.persisted import (
     KEPT_PER_PROCESS,
     PersistedDocumentCache,
     PersistedDocuments,
 )
 from gql_presence.graphql.planned import PlanRecorder, Plans
-from gql_presence.graphql.resolvers import (
-    FederatedQuery,
-    Mutation,
-    Query,
-    Subscription,
-    User,
-    users_represented,
-)
+from gql_presence.graphql.queries import Query
+from gql_presence.graphql.subscriptions import Subscription
 from gql_presence.graphql.types import (
     ID,
     DateScalar,

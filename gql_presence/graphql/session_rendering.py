@@ -1,19 +1,19 @@
 """presenceSession subscriptions held with no task, generator or execution of their own.
 
-The pipeline (graphql/operation.py) runs a presenceSession subscribe on a socket with a
-HeldSubscription in its context: the resolver checks its arguments and the caller's right,
-leaves the user and session there, and ends. The pipeline then opens the session through
-realtime/held.py (which keeps the guarantee that a cancelled opening leaves nothing live),
-renders its first `next` once, and hands a LiveSession to the socket's handler. What is left
-while the session is held is that LiveSession, its SessionHold and the socket's entry for the
-operation. When the service ends the session (a kick, a replacement, a check that found it
-gone, a lapsed lease) the hold calls the LiveSession back, which writes the last messages to
-the socket; the client's `complete` or the socket's end closes it instead.
+The pipeline (graphql/operation.py) decides a presenceSession (or placeSession) subscribe on
+a socket (graphql/follows.py: the arguments checked, the caller's right, a SessionClaim),
+then opens the session through realtime/held.py (which keeps the guarantee that a cancelled
+opening leaves nothing live), renders its first `next` once, and hands a LiveSession to the
+socket's handler. What is left while the session is held is that LiveSession, its SessionHold
+and the socket's entry for the operation. When the service ends the session (a kick, a
+replacement, a check that found it gone, a lapsed lease) the hold calls the LiveSession back,
+which writes the last messages to the socket; the client's `complete` or the socket's end
+closes it instead.
 
 Each state is rendered by executing the operation's own document with the state as its root
 value, as graphql-core runs a subscription's event, so that aliases, fragments and
 `__typename` in the client's document are honoured and the bytes are those a subscription of
-its own sends. A document that cannot be executed that way keeps the older path.
+its own sends.
 """
 
 from __future__ import annotations
@@ -26,10 +26,9 @@ from typing import TYPE_CHECKING, Any
 from graphql import DocumentNode, GraphQLError, GraphQLSchema
 
 from gql_presence.graphql.event_rendering import encode_payload, next_head, render_root
-from gql_presence.graphql.internals import EventExecutionContext, running_document
+from gql_presence.graphql.internals import EventExecutionContext
 
 if TYPE_CHECKING:
-    import strawberry
     from graphql.execution import Executor
 
     from gql_presence.graphql.event_rendering import SocketOperation
@@ -97,82 +96,21 @@ class SessionRenderings:
         )
 
     def get(
-        self, operation: SocketOperation, info: strawberry.Info[Any, Any], root: Root
-    ) -> SessionRendering | None:
-        """The operation's rendering, made from the resolver's `info` when new; None when
-        its document cannot be executed with a state as its root value."""
+        self,
+        operation: SocketOperation,
+        schema: GraphQLSchema,
+        document: DocumentNode,
+        report: Report,
+        root: Root,
+    ) -> SessionRendering:
+        """The operation's rendering, made from its validated document (the operation run
+        and its fragments) when new."""
         key = (operation.query, operation.operation_name)
         rendering = self._by_key.get(key)
         if rendering is None:
-            schema, document = running_document(info)
-            rendering = SessionRendering(
-                schema, document, operation.operation_name, info.schema.process_errors, root
-            )
-        # Variables may include or skip fields: this operation's must build, too.
-        if rendering.executor(operation.variables) is None:
-            return None
-        self._by_key[key] = rendering
+            rendering = SessionRendering(schema, document, operation.operation_name, report, root)
+            self._by_key[key] = rendering
         return rendering
-
-
-class HeldSubscription:
-    """One presenceSession (or placeSession) subscribe of a socket while the pipeline runs its
-    document: the resolver leaves here whose session to hold, instead of holding it itself."""
-
-    __slots__ = (
-        "_renderings",
-        "device",
-        "operation",
-        "place_id",
-        "rendering",
-        "session_id",
-        "state",
-        "user_id",
-    )
-
-    def __init__(self, operation: SocketOperation, renderings: SessionRenderings) -> None:
-        self.operation = operation
-        self._renderings = renderings
-        self.user_id = ""
-        self.session_id = ""
-        self.device: str | None = None
-        # A placeSession's place, and the state it joins with.
-        self.place_id: str | None = None
-        self.state: object = None
-        self.rendering: SessionRendering | None = None
-
-    def take(
-        self,
-        user_id: str,
-        session_id: str,
-        info: strawberry.Info[Any, Any],
-        root: Root,
-        device: str | None = None,
-    ) -> bool:
-        """Whether the session is left to the pipeline: False when its document cannot be
-        rendered that way (its resolver then holds it itself). `root` makes the root value
-        of a state from the session's hold."""
-        rendering = self._renderings.get(self.operation, info, root)
-        if rendering is None:
-            return False
-        self.user_id, self.session_id, self.rendering = user_id, session_id, rendering
-        self.device = device
-        return True
-
-    def take_place(  # noqa: PLR0917 - a place session is all of these
-        self,
-        place_id: str,
-        user_id: str,
-        session_id: str,
-        state: object,
-        info: strawberry.Info[Any, Any],
-        root: Root,
-    ) -> bool:
-        """As take(), for a placeSession."""
-        if not self.take(user_id, session_id, info, root):
-            return False
-        self.place_id, self.state = place_id, state
-        return True
 
 
 class LiveSession:

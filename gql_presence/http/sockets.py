@@ -41,6 +41,9 @@ class BoundedWebSocketResponse(web.WebSocketResponse):
     aborted: what is queued is discarded and the socket released at once. Every close goes
     through here: the service's own (a subscriber dropped, credentials refused, shutdown)
     and those Strawberry and aiohttp make.
+
+    Its overrides of aiohttp's heartbeat, write_eof and close follow aiohttp's own code, of
+    the version recorded in graphql/internals.COPIED.
     """
 
     # Slots for what this class adds: aiohttp's own attributes fill the instance dictionary

@@ -108,7 +108,7 @@ class PresenceView(GraphQLView[Context, None]):
             documents,
             settings.request_timeout_ms / 1000,
             plans,
-            subscribes_again=not traced,
+            on_socket=not traced,
         )
         # Tracing's span of a socket's request lasts while its handler runs, and the spans of
         # its operations go under it: a traced socket is served before its handler returns.
@@ -185,6 +185,7 @@ class PresenceView(GraphQLView[Context, None]):
             return _QUERIES_OVER_GET_OFF
         return error.reason
 
+    # A copy of Strawberry's run(), recorded with its version in graphql/internals.COPIED.
     async def _open_socket(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() for a WebSocket, with the same checks and hooks in the same
         order, except that the socket is served after this returns (sockets.py): what an idle
@@ -320,6 +321,7 @@ class PresenceView(GraphQLView[Context, None]):
             sub_response.headers["Retry-After"] = str(retry_after_s)
         return result
 
+    # A copy of Strawberry's run(), recorded with its version in graphql/internals.COPIED.
     async def _answer_json_post(self, request: web.Request) -> web.StreamResponse:
         """Strawberry's run() cut down to a JSON POST of one operation, with the same steps,
         hooks and answer: its body is read and its caller authenticated once, and a document

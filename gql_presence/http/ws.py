@@ -66,6 +66,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
         self._held_ended = self._end_held
         self._init_timer: asyncio.TimerHandle | None = None
 
+    # A copy of Strawberry's, recorded with its version in graphql/internals.COPIED.
     async def handle(self) -> None:
         """Strawberry's loop over the socket's messages, with the same answers, without its
         adapter's async generator: an idle socket keeps this frame and aiohttp's read."""
@@ -166,6 +167,7 @@ class TransportWSHandler(BaseGraphQLTransportWSHandler[Context, None]):
             self._init_timer.cancel()
             self._init_timer = None  # not kept for the socket's life
 
+    # A copy of Strawberry's, recorded with its version in graphql/internals.COPIED.
     async def run_operation(self, operation: Operation[Context, None]) -> None:
         """The operation's own task: the pipeline's results sent as Strawberry sends them,
         or its delivery kept until the operation or the socket ends."""

@@ -24,3 +24,9 @@ class StoreSettings(Protocol):
     def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts
     @property
     def cursor_secret(self) -> str | None: ...  # keys page cursors' tags; None: Redis's
+    @property
+    def empty_place_ttl_ms(self) -> int: ...  # how long an emptied place's sequence is kept
+    @property
+    def max_sessions(self) -> int: ...  # the most live sessions of one user, and in one place
+    @property
+    def max_friends(self) -> int: ...  # the most friends one user's friend set may hold

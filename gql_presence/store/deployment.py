@@ -24,6 +24,11 @@ from gql_presence.store.validation import MAX_DOCUMENT_BYTES, check_document, ch
 # versions of it a few times that; each is at most MAX_DOCUMENT_BYTES (32 KiB of UTF-8), so
 # Redis holds 32 MiB of documents at the very worst and well under 1 MiB for real apps.
 MAX_PERSISTED_DOCUMENTS = 1000
+# A registration counts as a use this long before it (lua/persist_document.lua): any caller
+# may register documents, so a flood of them must forget first what nobody has used, not the
+# documents in use, whose uses reach Redis up to 10 s late. Ten minutes: any document used
+# within them outranks every registration; a new one still outranks those unused for longer.
+REGISTERED_AGE_MS = 10 * 60 * 1000
 # Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
 # members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
 REFRESH_BATCH = 250
@@ -137,7 +142,8 @@ class Deployment:
         """Keeps a GraphQL document (Unicode text of at most MAX_DOCUMENT_BYTES bytes of
         UTF-8) under its SHA-256 (lowercase hex; that it is the document's is the caller's
         to check) for every process of the deployment; beyond MAX_PERSISTED_DOCUMENTS the
-        least recently used are forgotten."""
+        least recently used are forgotten, a registration counting as a use REGISTERED_AGE_MS
+        before it."""
         check_sha256(sha256)
         check_document(document)
         k = self._home.keys
@@ -149,6 +155,7 @@ class Deployment:
                 document=document,
                 max_count=MAX_PERSISTED_DOCUMENTS,
                 max_bytes=MAX_DOCUMENT_BYTES,
+                registered_age_ms=REGISTERED_AGE_MS,
             ),
         )
 

@@ -5,14 +5,18 @@ single-shard script per shard."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Literal
 
+from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import shard_of
 from gql_presence.store.publishing import Publish
 from gql_presence.store.replies import text
 from gql_presence.store.scripts import ScriptName
-from gql_presence.store.shard import Shard, by_shard, guarded, named
+from gql_presence.store.shard import Shard, by_shard, friend_set_full, guarded, named
 from gql_presence.store.validation import check_id, check_ids
+
+LinkChange = Literal["SADD", "SREM", "CHECK"]
 
 
 class Friends:
@@ -56,7 +60,7 @@ class Friends:
         return set().union(*answers)
 
     async def change(
-        self, change: str, user_id: str, friend_ids: Sequence[str], *, mutual: bool
+        self, change: LinkChange, user_id: str, friend_ids: Sequence[str], *, mutual: bool
     ) -> int:
         """The link user → f goes to f's shard, as friends:user; with mutual, f → user goes to
         the user's shard, as friends:f. One script per shard written, in parallel."""
@@ -74,17 +78,65 @@ class Friends:
             # After the reverse links: in one shard, the user's FRIENDS event comes last.
             owners = links.setdefault(shard_of(other, count), {})
             owners.setdefault(user_id, []).append(other)
+        kept_elsewhere: dict[int, dict[str, int]] = {}
+        if change == "SADD" and count > 1:
+            kept_elsewhere = await self._kept_elsewhere(links)
         changed = await asyncio.gather(
-            *(self._change_links(self._shards[i], change, owners) for i, owners in links.items())
+            *(
+                self._change_links(self._shards[i], change, owners, kept_elsewhere.get(i))
+                for i, owners in links.items()
+            )
         )
         return sum(part.get(user_id, 0) for part in changed)
 
+    async def _kept_elsewhere(
+        self, links: Mapping[int, Mapping[str, Sequence[str]]]
+    ) -> dict[int, dict[str, int]]:
+        """For each shard to be written and each owner written there, how many friends the
+        owner's set will keep in the other shards once the links are added: one script call
+        per shard, and one more per shard written. A set that would pass max_friends is
+        refused here, before anything is written; each shard's script checks its part again
+        against the rest, atomically, so that changes made meanwhile cannot pass it either."""
+        owners = sorted({owner for part in links.values() for owner in part})
+        counts, added = await asyncio.gather(
+            asyncio.gather(*(self._counts(shard, owners) for shard in self._shards)),
+            asyncio.gather(
+                *(self._change_links(self._shards[i], "CHECK", part) for i, part in links.items())
+            ),
+        )
+        sizes = [dict(zip(owners, column, strict=True)) for column in counts]
+        for i, after in zip(links, added, strict=True):
+            sizes[i].update((owner, after[owner]) for owner in links[i] if links[i][owner])
+        totals = {owner: sum(part[owner] for part in sizes) for owner in owners}
+        most = self._shards[0].settings.max_friends
+        if any(total > most for total in totals.values()):
+            raise BadInputError(friend_set_full(most))
+        return {i: {owner: totals[owner] - sizes[i][owner] for owner in links[i]} for i in links}
+
+    async def _counts(self, shard: Shard, owners: Sequence[str]) -> list[int]:
+        """How many friends each owner's friend set keeps in this shard."""
+        if not owners:
+            return []
+        counts = await shard.run(
+            ScriptName.FRIEND_COUNTS,
+            named(friends=[shard.keys.friends(owner) for owner in owners]),
+            named(),
+        )
+        return [int(c) for c in counts]
+
     async def _change_links(
-        self, shard: Shard, change: str, links: dict[str, list[str]]
+        self,
+        shard: Shard,
+        change: LinkChange,
+        links: Mapping[str, Sequence[str]],
+        kept_elsewhere: Mapping[str, int] | None = None,
     ) -> dict[str, int]:
         """Adds (SADD) to or removes (SREM) from each owner's friend set in this shard the
-        given friends (who live in this shard), in one atomic step. Returns how many links
-        each owner's set changed. An owner's FRIENDS events go on the owner's own channel, in
+        given friends (who live in this shard), in one atomic step; or (CHECK) writes nothing
+        and returns the size each owner's set here would have after SADD. Returns how many
+        links each owner's set changed. An addition that would take an owner's set past
+        max_friends, counting the friends `kept_elsewhere` (in other shards), is refused whole
+        with BadInputError. An owner's FRIENDS events go on the owner's own channel, in
         the owner's shard, which may not be this one; with sharded pub/sub, on the owner's
         channel in this shard instead, as a script publishes only on channels of its own
         slot (channels.Routes.friend_set)."""
@@ -92,10 +144,13 @@ class Friends:
         if not owners:
             return dict.fromkeys(links, 0)
         publish = await shard.announcing()
+        most = shard.settings.max_friends
         entries: list[str | int] = []
         for owner in owners:
             own = self._shard(owner) if publish is Publish.CLASSIC else shard
-            entries += [owner, own.channels.user_events(""), len(links[owner]), *links[owner]]
+            room = most - (kept_elsewhere or {}).get(owner, 0)
+            entries += [owner, own.channels.user_events(""), room, len(links[owner])]
+            entries += links[owner]
         reply = await shard.run(
             ScriptName.CHANGE_FRIEND_LINKS,
             named(friends=[shard.keys.friends(owner) for owner in owners]),

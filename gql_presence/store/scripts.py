@@ -31,6 +31,7 @@ class ScriptName(StrEnum):
     PRESENCE = "presence"
     SET_STATUS = "set_status"
     FRIEND_OF_EACH = "friend_of_each"
+    FRIEND_COUNTS = "friend_counts"
     ONLINE_USERS = "online_users"
     ONLINE_SINCE = "online_since"
     ONLINE_FRIENDS = "online_friends"
@@ -78,6 +79,8 @@ class ScriptError(StrEnum):
     NOT_IN_PLACE = "NOT_IN_PLACE"
     SESSION_NOT_LIVE = "SESSION_NOT_LIVE"
     EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
+    TOO_MANY_FRIENDS = "TOO_MANY_FRIENDS"
+    TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
     WEBHOOKS_FULL = "WEBHOOKS_FULL"
 
     @classmethod

@@ -42,8 +42,27 @@ REVOKED_SESSION = (
     "give touch, presenceSession or placeSession a new sessionId."
 )
 
-# What a script's error reply means for the caller; a reply not here is a fault of ours.
-_REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
+
+def friend_set_full(most: int) -> str:
+    return (
+        f"A user's friend set holds at most {most:,} friends (PRESENCE_MAX_FRIENDS), and "
+        "this change would take one past it: remove friends first, or add fewer. Nothing "
+        "was changed."
+    )
+
+
+def sessions_full(settings: StoreSettings) -> str:
+    return (
+        f"A user may have at most {settings.max_sessions:,} live sessions "
+        "(PRESENCE_MAX_SESSIONS), and as many in each place: end one first (a session ends "
+        "when its window passes, its subscription ends, or it is kicked), or reuse a "
+        "sessionId. Nothing was changed."
+    )
+
+
+# What a script's error reply means for the caller, its message fixed or worded from the
+# settings; a reply not here is a fault of ours.
+_REFUSALS: dict[ScriptError, tuple[type[Exception], str | Callable[[StoreSettings], str]]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
     ScriptError.WEBHOOKS_FULL: (BadInputError, WEBHOOKS_FULL),
@@ -58,6 +77,8 @@ _REFUSALS: dict[ScriptError, tuple[type[Exception], str]] = {
         "within the presence window, or held by a presenceSession).",
     ),
     ScriptError.EXPIRES_NOT_AHEAD: (BadInputError, EXPIRES_NOT_AHEAD),
+    ScriptError.TOO_MANY_FRIENDS: (BadInputError, lambda s: friend_set_full(s.max_friends)),
+    ScriptError.TOO_MANY_SESSIONS: (BadInputError, sessions_full),
     ScriptError.LEASE_LOST: (
         LeaseLostError,
         "This process held sessions under a lease that lapsed; subscribe again.",
@@ -81,7 +102,13 @@ _WRITES_REFUSED = ("READONLY", "read only replica", "OOM command not allowed")
 # The fields of the `shard` argument, in the order lua/includes/options.lua unpacks them: the
 # numbers (ms) first, then the names. Packed rather than JSON: Redis's Lua unpacks it faster
 # than it reads as many separate arguments, where decoding JSON took a touch 3 µs more.
-OPTION_NUMBERS = ("window_ms", "retention_ms", "revoke_ms")
+OPTION_NUMBERS = (
+    "window_ms",
+    "retention_ms",
+    "revoke_ms",
+    "max_sessions",
+    "empty_place_ttl_ms",
+)
 OPTION_NAMES = (
     "publish",
     "channel",
@@ -103,14 +130,15 @@ OPTION_NAMES = (
     "lease_places_prefix",
     "lease_members_prefix",
 )
+NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
 
 def pack_options(options: Mapping[str, str | int]) -> bytes:
-    """The options as lua/includes/options.lua unpacks them (its format, '>ddd' then 'Bc0'
+    """The options as lua/includes/options.lua unpacks them (its format, '>ddddd' then 'Bc0'
     per name): each number a big-endian double, each name a byte of length then its bytes."""
     if tuple(options) != OPTION_NUMBERS + OPTION_NAMES:
         raise RuntimeError(f"options are {OPTION_NUMBERS + OPTION_NAMES}, not {tuple(options)}")
-    packed = struct.pack(">ddd", *(float(options[n]) for n in OPTION_NUMBERS))
+    packed = struct.pack(NUMBERS_FORMAT, *(float(options[n]) for n in OPTION_NUMBERS))
     for name in OPTION_NAMES:
         value = str(options[name]).encode()
         packed += struct.pack(">B", len(value)) + value
@@ -119,9 +147,9 @@ def pack_options(options: Mapping[str, str | int]) -> bytes:
 
 def unpack_options(packed: bytes) -> dict[str, str | int]:
     """What pack_options packed (for tests and tools)."""
-    numbers = struct.unpack_from(">ddd", packed)
+    numbers = struct.unpack_from(NUMBERS_FORMAT, packed)
     options: dict[str, str | int] = dict(zip(OPTION_NUMBERS, map(int, numbers), strict=True))
-    at = 24
+    at = struct.calcsize(NUMBERS_FORMAT)
     for name in OPTION_NAMES:
         size = packed[at]
         options[name] = packed[at + 1 : at + 1 + size].decode()
@@ -206,6 +234,8 @@ class Shard:
                     "window_ms": settings.window_ms,
                     "retention_ms": settings.retention_ms,
                     "revoke_ms": settings.revoke_ms,
+                    "max_sessions": settings.max_sessions,
+                    "empty_place_ttl_ms": settings.empty_place_ttl_ms,
                     "publish": publish or "",
                     "channel": self.channels.every_user(publish or Publish.CLASSIC),
                     "user_channel_prefix": self.channels.user_events(""),
@@ -252,7 +282,7 @@ class Shard:
         try:
             return await guarded(self._scripts.run(script, flat_keys, flat_args))
         except redis_errors.ResponseError as error:
-            raise_meaning(error, self.settings.retention_ms)
+            raise_meaning(error, self.settings)
         finally:
             if self._observe_script is not None:
                 self._observe_script(script, self.index, time.perf_counter() - started)
@@ -272,21 +302,21 @@ class Shard:
                     self._observe_script(script, self.index, share)
         for reply in replies:
             if isinstance(reply, redis_errors.ResponseError):
-                raise_meaning(reply, self.settings.retention_ms)
+                raise_meaning(reply, self.settings)
         return replies
 
 
-def raise_meaning(error: redis_errors.ResponseError, retention_ms: int) -> NoReturn:
+def raise_meaning(error: redis_errors.ResponseError, settings: StoreSettings) -> NoReturn:
     """Raises what a script's error reply means for the caller; a reply not known is a fault
     of ours, raised as it is."""
     code = ScriptError.of(str(error))
     if code is ScriptError.AT_BEFORE_RETENTION:
         raise BadInputError(
-            at_before_retention(time.time_ns() // 1_000_000, retention_ms)
+            at_before_retention(time.time_ns() // 1_000_000, settings.retention_ms)
         ) from None
     if code is not None and code in _REFUSALS:
         refusal, message = _REFUSALS[code]
-        raise refusal(message) from None
+        raise refusal(message if isinstance(message, str) else message(settings)) from None
     # Redis refuses a script's first write: nothing of it was applied, and the store
     # takes changes again once a primary with room answers (after a failover).
     if any(refused in str(error) for refused in _WRITES_REFUSED):

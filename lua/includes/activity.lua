@@ -48,6 +48,21 @@ local function activity_refused(keys, session_id, t_ms, now, boundaries)
   return nil
 end
 
+-- Whether a session that is not live yet (session_id) would give the user more than
+-- max_sessions live ones: checked before anything is written. A user with no sessions key may
+-- have their default session live in their online entry alone (keep_default_in_key).
+local function sessions_full(user, user_id, session_id, now, window_ms, max_sessions)
+  local score = tonumber(redis.call('ZSCORE', user.sessions, session_id))
+  if score and session_live(score, now, window_ms) then return false end
+  local live = redis.call('ZCOUNT', user.sessions, now - window_ms, '+inf')
+  -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
+  if live >= max_sessions then live = #live_sessions(user, now, window_ms) / 2 end
+  if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(user.online, user_id, now) then
+    live = 1
+  end
+  return live >= max_sessions
+end
+
 -- Records that a session of the user was active at t_ms, which activity_refused allowed: the
 -- user's bit in the bitmap of t_ms's day (kept until retention_ms after the day) and their
 -- lastSeen.

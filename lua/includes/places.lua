@@ -10,7 +10,9 @@
 --                  last UPDATED was announced, ms, followed by " pending" while a later state
 --                  waits to be announced (lua/set_place_state.lua); it goes with the member
 --   users    HASH  user_id -> how many of the user's sessions are in the place; its field ""
---                  (no user id is empty) counts the place's events: their sequence
+--                  (no user id is empty) counts the place's events: their sequence. Once the
+--                  place is empty it expires after place.empty_ttl_ms (remove_member), and
+--                  a place's sequence starts at the server's clock (next_in_sequence)
 -- The shard's flushes ZSET ("place_id \0 user_id \0 session_id" -> when its state is due to be
 -- announced, ms) lists the pending states, so that the sweep announces those whose process
 -- died before it did (lua/flush_place_state.lua).
@@ -41,11 +43,19 @@ end
 -- The place's keys: {members, holders, states, users, channel, id, publish}, and where a state
 -- may be left to announce, the shard's flushes key.
 
+-- The number of the place's next event. A place without a sequence (new, or emptied and
+-- expired) starts it at the server's clock, ms: above every number it gave out before, which
+-- a subscriber may still hold (it leaves out the events up to the one its read reflects).
+local function next_in_sequence(place)
+  redis.call('HSETNX', place.users, '', now_ms())
+  return redis.call('HINCRBY', place.users, '', 1)
+end
+
 local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
   events[n + 4], events[n + 5], events[n + 6] = session_id, at_ms, state or false
-  events[n + 7] = redis.call('HINCRBY', place.users, '', 1)
+  events[n + 7] = next_in_sequence(place)
 end
 
 -- The number of the place's last event.
@@ -117,6 +127,10 @@ local function remove_member(place, member, holder, at_ms, events)
   redis.call('SREM', by_lease, member)
   if redis.call('EXISTS', by_lease) == 0 then redis.call('SREM', lease_places_key(holder.slot), place.id) end
   add_place_event(events, place, 'LEFT', user_id, session_id, at_ms, nil)
+  -- Emptied: nothing of it is left but its sequence, which expires (a join persists it).
+  if place.empty_ttl_ms and place_user_count(place) == 0 then
+    redis.call('PEXPIRE', place.users, place.empty_ttl_ms)
+  end
 end
 
 -- Ends the place's members held under `slot`, whose lease lapsed, at its lapse: at most
