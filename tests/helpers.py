@@ -910,3 +910,17 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    webhook, _ = await store.webhooks.create("https://example.com/", None, None, 0)
+    await store.webhooks.update(webhook.id, debounce_seconds=1)
+    await store.webhooks.rotate_secret(webhook.id)
+    await store.webhooks.record_attempt(
+        webhook.id,
+        delivery_id="d",
+        changes=1,
+        status=200,
+        error=None,
+        duration_ms=1.0,
+        acknowledged=True,
+    )
+    await store.webhooks.webhooks()
+    await store.webhooks.delete(webhook.id)

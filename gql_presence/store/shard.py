@@ -33,6 +33,7 @@ from gql_presence.store.validation import (
     AT_IN_FUTURE,
     EXPIRES_NOT_AHEAD,
     MAX_DOCUMENT_BYTES,
+    WEBHOOKS_FULL,
     at_before_retention,
 )
 
@@ -64,6 +65,7 @@ def sessions_full(settings: StoreSettings) -> str:
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str | Callable[[StoreSettings], str]]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
+    ScriptError.WEBHOOKS_FULL: (BadInputError, WEBHOOKS_FULL),
     ScriptError.NOT_IN_PLACE: (
         BadInputError,
         "This session is not in the place: a session's state can be set while a placeSession "
