@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import secrets
@@ -52,7 +53,9 @@ from bench.harness import (
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store.keys import Keys
-from gql_presence.store.scripts import script_source
+from gql_presence.store.publishing import Publish
+from gql_presence.store.scripts import Scripts, script_source
+from gql_presence.store.shard import Shard
 from gql_presence.store.validation import MAX_FUTURE_MS
 
 PEER = Path(__file__).resolve().parent
@@ -122,19 +125,19 @@ def ours_env(redis_url: str) -> dict[str, str]:
 
 def peer_config(redis_url: str, port: int, script: Path) -> dict[str, object]:
     """What the peer needs to pass touch.lua the KEYS and ARGV our store passes for a plain
-    touch on a deployment of one shard (lua/touch.lua's header; store/shard.py's touch)."""
-    keys, settings = Keys(), Settings.from_env({})
+    touch on a deployment of one shard (lua/touch.lua's header; store/shard.py's touch): the
+    `shard` argument is our own shard's, packed by the store, so the two cannot drift."""
+    settings = Settings.from_env({})
+    client = Redis.from_url(redis_url)
+    shard = Shard(client, settings, 0, Scripts.register(client))
+    shard.publish_with(Publish.CLASSIC)
     return {
         "redisUrl": redis_url,
         "port": port,
         "script": str(script),
-        "prefix": keys.prefix,
-        "channel": keys.events,
-        "windowMs": settings.window_ms,
-        "retentionMs": settings.retention_ms,
+        "prefix": shard.keys.prefix,
+        "shardOptions": base64.b64encode(shard.options).decode(),
         "maxFutureMs": MAX_FUTURE_MS,
-        "publish": "PUBLISH",
-        "maxSessions": settings.max_sessions,
     }
 
 

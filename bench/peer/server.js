@@ -13,6 +13,8 @@ const redis = new Redis(config.redisUrl);
 // The script as our store loads it (includes written in); ioredis runs it by EVALSHA.
 redis.defineCommand("touch", { numberOfKeys: 12, lua: readFileSync(config.script, "utf8") });
 
+// Our store's packed `shard` argument (options, channels, key names), as its bytes.
+const shardOptions = Buffer.from(config.shardOptions, "base64");
 const DAY_MS = 86_400_000;
 const iso = (ms) => (ms === null || ms === "" ? null : new Date(Number(ms)).toISOString());
 
@@ -31,9 +33,8 @@ async function touch(_, { userId, sessionId, at, device, idle }) {
   const keys = [p + "lastseen", p + "online", p + "sess:" + userId, p + "revoked:" + userId];
   keys.push(p + "uidx", p + "uidx:next", p + "uidx:free", ...labels.map((l) => p + "day:" + l));
   keys.push(p + "conn:" + userId, p + "leases");
-  const args = [userId, sessionId ?? "default", atMs, config.windowMs, config.retentionMs];
-  args.push(config.maxFutureMs, ...boundaries, config.channel, p + "events:", p);
-  args.push(device ?? "", idle ? 1 : 0, config.publish, config.maxSessions);
+  const args = [userId, sessionId ?? "default", atMs, shardOptions, config.maxFutureMs];
+  args.push(...boundaries, device ?? "", idle ? 1 : 0);
   const [, entry] = await redis.touch(...keys, ...args);
   const [lastSeenMs, live] = entry;
   const sessions = [];
