@@ -47,7 +47,7 @@ from tests.helpers import (
 
 pytestmark = pytest.mark.slow  # starts the service in a process of its own
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 DEFAULT_ADDRESS = "127.0.0.1:8080"
 SNIPPETS = readme_snippets()
 
