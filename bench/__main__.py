@@ -48,7 +48,7 @@ from bench.harness import (
 )
 from gql_presence.running.redis_server import free_port
 from gql_presence.store import PresenceStore
-from gql_presence.store import shard as shard_module
+from gql_presence.store import presence as shard_module
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.keys import Keys
 from tests.redis_cluster import start_redis_cluster

@@ -44,8 +44,8 @@ from gql_presence.running.connection import client_for
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.channels import Channels
 from gql_presence.store.client import AnyRedis
-from gql_presence.store.keys import Keys
 
 # --- figures and tables -------------------------------------------------------------------
 
@@ -567,7 +567,7 @@ async def publish(redis: Redis, count: int, first: int) -> None:
     channel of its user (the service's one shard) and on that of every user, one of which a
     process subscribes to (a commit before the users' channels, the second). In the format of
     statuses (eleven fields), which a commit before them does not read."""
-    channel, shard = Keys().events, Keys.of_shard(0)
+    channel, shard = Channels().events, Channels.of_shard(0)
     at_ms = int(time.time() * 1000)
     for i in range(first, first + count):
         user = USERS[i % len(USERS)]

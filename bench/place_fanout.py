@@ -40,7 +40,7 @@ from bench.harness import (
     steady_phase,
     subscribe_all,
 )
-from gql_presence.store import Keys
+from gql_presence.store.channels import Channels
 
 PLACE = "bench-place"
 WATCH = (
@@ -73,7 +73,7 @@ class PlaceSubscriber(Subscriber):
 
 async def publish_place(redis: Redis, count: int, first: int) -> None:
     """`count` UPDATED events of the place as its scripts announce them, a message each."""
-    channel = Keys.of_shard(0).place_events(PLACE)
+    channel = Channels.of_shard(0).place_events(PLACE)
     at_ms = int(time.time() * 1000)
     for i in range(first, first + count):
         state = json.dumps({"x": i % 800, "y": i % 600}, separators=(",", ":"))

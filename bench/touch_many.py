@@ -1,11 +1,12 @@
-"""touchMany's Redis time, this checkout against earlier commits, in one run:
+"""touchMany's and touch's Redis time, this checkout against earlier commits, in one run:
 `python -m bench.touch_many [--baseline REV ...] [--users N] [--rounds R]`.
 
 Each version (this checkout, then each REV exported to a temporary folder) runs in a process of
 its own on a private Redis 6.2 of its own: `touchMany` of N new users through the store (250 a
 script call, as the service sends them), then once more with the same users, online already;
 R rounds, the versions taking turns in each. Redis time is the scripts' from INFO
-commandstats; wall time is the store call's.
+commandstats; wall time is the store call's. Then TOUCHES touches, one call each, of new users
+with a session id and of the same again: the Redis time of one touch (µs).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+
+# Touches measured per version and round.
+TOUCHES = 2000
 
 
 async def measure(users: int, rounds: int) -> None:
@@ -43,13 +47,24 @@ async def measure(users: int, rounds: int) -> None:
             redis_ms = sum(v["usec"] for k, v in stats.items() if k.startswith("cmdstat_eval"))
             return wall_ms, redis_ms / 1000
 
+        async def touches(ids: list[str]) -> float:
+            await redis.config_resetstat()
+            for user_id in ids:
+                await store.touch(user_id, "tab")
+            stats = await redis.info("commandstats")
+            evals = [v for k, v in stats.items() if k.startswith("cmdstat_eval")]
+            return float(sum(v["usec"] for v in evals) / sum(v["calls"] for v in evals))
+
         new = [await one([f"r{r}-u{i}" for i in range(users)]) for r in range(rounds)]
         again = await one([f"r{rounds - 1}-u{i}" for i in range(users)])
+        touched = [f"t{i}" for i in range(TOUCHES)]
         print(
             f"{statistics.median(r for _, r in new):.0f}",
             f"{statistics.median(w for w, _ in new):.0f}",
             f"{again[1]:.0f}",
             f"{again[0]:.0f}",
+            f"{await touches(touched):.1f}",
+            f"{await touches(touched):.1f}",
         )
         await redis.aclose()
     finally:
@@ -85,7 +100,8 @@ def main() -> None:
     print(
         f"touchMany of {args.users:,} users, median of {args.rounds} rounds (ms)\n"
         "| version | Redis, new users | wall, new users | Redis, online already "
-        "| wall, online already |\n|---|---|---|---|---|"
+        "| wall, online already | Redis per touch, new (µs) | Redis per touch, again (µs) |\n"
+        "|---|---|---|---|---|---|---|"
     )
     versions = [("this checkout", os.getcwd())]
     with tempfile.TemporaryDirectory() as root:

@@ -7,21 +7,20 @@
   KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  from_ms       int ms, inclusive
   ARGV[2]  to_ms         int ms, inclusive
-  ARGV[3]  retention_ms  int ms: last activity older than this is no longer kept
+  ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: retention_ms,
+                  sessions_prefix, window_ms, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), and the
+                  names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[4]  first         int: page size, 0 to 1000
   ARGV[5]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[6]  after_member  the cursor's user_id
   ARGV[7]  held_slack_ms int ms: a held user's last activity is the present to within this
                          (half the connection TTL), so a range that ends this long before now
                          still holds them
-  ARGV[8]  sessions_prefix  string: a user's sessions key is this followed by the user id (in
-                         the hash tag of KEYS): read for a user held under several leases while
-                         one has lapsed unswept (includes/live.lua)
-  ARGV[9]  window_ms     int ms
-  ARGV[10] hide_invisible  0|1: 1 shows users who chose INVISIBLE as offline (for an end
+  ARGV[8] hide_invisible  0|1: 1 shows users who chose INVISIBLE as offline (for an end
                          user); they are listed all the same: their activity counts as any other
-  ARGV[11] key_prefix    string: the shard's key prefix (includes/status.lua), in the hash tag
-                         of KEYS
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online 0|1, ...}: held users
            first, their last activity shown as the present (or `to`, if earlier)
   Work     O(log n + page), and O(log n) per lapsed lease. Users held under a lease that
@@ -31,16 +30,18 @@
 --- @include "clock"
 --- @include "page"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[3])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.sessions_prefix, leases.window_ms = ARGV[8], tonumber(ARGV[9])
-leases.key = KEYS[3]
-local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
+leases.key, leases.names = KEYS[3], shard
+local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(shard.retention_ms)
 local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 
-local hide_invisible = ARGV[10] == '1'
+local hide_invisible = ARGV[8] == '1'
 
 local now = now_ms()
-use_statuses(ARGV[11], online_key, tonumber(ARGV[9]), now)
+use_statuses(shard, online_key, tonumber(shard.window_ms), now)
 from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
 local with_held = from_ms <= now and to_ms >= now - held_slack_ms

@@ -6,16 +6,17 @@
   ARGV[1]     change   string: "SADD" to add the links, "SREM" to remove them, "CHECK" to
                        write nothing and count what SADD would make of each set (when the
                        links span several shards, the store counts them all first)
-  ARGV[2]     channel  string: the events channel of every user
-  ARGV[3]     publish  string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
-                       channel given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[4..]   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix (the
-              channel of the owner's FRIENDS events is this followed by owner_id: with
-              PUBLISH the owner's own channel, in the owner's shard, which may not be this
-              one; with SPUBLISH the owner's channel in this shard), room_i (int: how many
-              friends the owner's set in this shard may hold at most, the deployment's
-              maximum less their friends kept in other shards; read only by SADD), n_i, then
-              n_i friend ids, distinct and none equal to owner_id
+  ARGV[2]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: channel,
+                  publish (a name ending in ':' is followed by a user id, in the hash tag of KEYS)
+  ARGV[3..]   owners   for each owner i, in the order of KEYS: owner_id, owner_channel_prefix
+                       (the channel of the owner's FRIENDS events is this followed by
+                       owner_id: with PUBLISH the owner's own channel, in the owner's shard,
+                       which may not be this one; with SPUBLISH the owner's channel in this
+                       shard), room_i (int: how many friends the owner's set in this shard
+                       may hold at most, the deployment's maximum less their friends kept in
+                       other shards; read only by SADD), n_i, then n_i friend ids, distinct
+                       and none equal to owner_id
   Events   FRIENDS (for subscribers of friendsOf) for each owner whose friend set changed, on
            the owner's channel
   Returns  {changed_1, ..., changed_k}: how many links each owner's set gained (SADD) or
@@ -26,12 +27,14 @@
 ]]
 --- @include "chunks"
 --- @include "events"
-local change, every_user_channel, publish = ARGV[1], ARGV[2], ARGV[3]
+--- @include "options"
+local shard = shard_options(ARGV[2])
+local change, every_user_channel, publish = ARGV[1], shard.channel, shard.publish
 if change ~= 'SADD' and change ~= 'SREM' and change ~= 'CHECK' then
   return redis.error_reply('BAD_CHANGE')
 end
 local owners = {}
-local at = 4
+local at = 3
 for i = 1, #KEYS do
   local owner = {id = ARGV[at], channel_prefix = ARGV[at + 1], room = tonumber(ARGV[at + 2])}
   local n = tonumber(ARGV[at + 3])

@@ -12,19 +12,24 @@
   ARGV[4]  generation  int: the holder's; a session held by another (it was replaced) or no
                        longer held (kicked) is left as it is
   ARGV[5]  channel     string: the place's events channel
-  ARGV[6]  publish    string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                      given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[7]  empty_ttl_ms  int ms: how long an emptied place keeps its users key (its events'
-                      sequence) before it expires
+  ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads:
+                  empty_place_ttl_ms (how long an emptied place keeps its users key, its
+                  events' sequence, before it expires), publish, and
+                  the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   Returns  1 if the session left the place, else 0
   Events   LEFT: now, or at its lease's lapse if that came first
 ]]
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
+--- @include "options"
+local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5], publish = ARGV[6], empty_ttl_ms = tonumber(ARGV[7])}
-leases.key = KEYS[5]
+  channel = ARGV[5], publish = shard.publish,
+  empty_ttl_ms = shard.empty_place_ttl_ms}
+leases.key, leases.names = KEYS[5], shard
 local user_id, session_id, generation = ARGV[2], ARGV[3], ARGV[4]
 
 local now = now_ms()

@@ -18,15 +18,14 @@
   ARGV[2]  session_id   string
   ARGV[3]  generation   int: the holder's; a session held by another generation (it was
                         replaced) or no longer held (kicked, lapsed) is left as it is
-  ARGV[4]  window_ms    int ms
-  ARGV[5]  retention_ms int ms: how long a day bitmap is kept after the day
-  ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
-  ARGV[10] channel      string: the events channel of every user
-  ARGV[11] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[12] key_prefix     string: the shard's key prefix, from which users' status keys are
-                           named (includes/status.lua), in the hash tag of KEYS
-  ARGV[13] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                          given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
+  ARGV[5..8]  boundaries int ms: the start of each of the three days, then the end of the last
   Returns  {closed 0|1, online_after 0|1}: closed is 1 when a live session of this holder ended
   Events   OFFLINE if the user's presence had expired or lapsed unswept (at that moment);
            OFFLINE, now, when the closed session was the user's last live one; STATUS, now,
@@ -36,19 +35,21 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[4])
 local last_seen_key, online_key, sessions_key = KEYS[1], KEYS[2], KEYS[3]
 local activity_keys = {last_seen = last_seen_key, index = KEYS[5], next = KEYS[6],
   free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[4], index = KEYS[5]}
-leases.key = KEYS[11]
+leases.key, leases.names = KEYS[11], shard
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
-local window_ms, retention_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
-local channel = {ARGV[10], ARGV[11], ARGV[13]}
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(ARGV[12], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}
 local online = settle(user, channel, user_id, now, window_ms, events)

@@ -14,8 +14,10 @@
   ARGV[2]  user_id     string
   ARGV[3]  session_id  string
   ARGV[4]  channel     string: the place's events channel
-  ARGV[5]  publish     string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                       given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: publish, and
+                  the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[6]  interval_ms int ms: the least time between two UPDATED of one session
   Returns  {announced, due_in_ms}: announced is 1 if it announced the state, else 0 (a later
            call or the sweep did, or the session left); due_in_ms > 0 when the state waits
@@ -25,9 +27,11 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
+--- @include "options"
+local shard = shard_options(ARGV[5])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[4], publish = ARGV[5], flushes = KEYS[6]}
-leases.key = KEYS[5]
+  channel = ARGV[4], publish = shard.publish, flushes = KEYS[6]}
+leases.key, leases.names = KEYS[5], shard
 local user_id, session_id, interval_ms = ARGV[2], ARGV[3], tonumber(ARGV[6])
 
 local events = {}

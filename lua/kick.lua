@@ -15,14 +15,13 @@
                             users and bits keys are named from it (same hash tag)
   ARGV[1]  user_id     string
   ARGV[2]  session_id  string, or "" for every live session
-  ARGV[3]  window_ms   int ms
-  ARGV[4]  revoke_ms   int ms: how long a kicked session id is refused (0: not at all)
-  ARGV[5]  channel     string: the events channel of every user
-  ARGV[6]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[7] key_prefix     string: the shard's key prefix, from which users' status keys are
-                           named (includes/status.lua), in the hash tag of KEYS
-  ARGV[8]  publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                         given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  revoke_ms, channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   Returns  {kicked_sessions, online_after 0|1}
   Events   OFFLINE if the user's presence had expired or lapsed unswept; KICKED if a live
            session ended (the process holding a held session ends its subscription on it),
@@ -32,16 +31,18 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[3])
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
   conn = KEYS[4], index = KEYS[6]}
-leases.key = KEYS[7]
+leases.key, leases.names = KEYS[7], shard
 local user_id, session_id = ARGV[1], ARGV[2]
-local window_ms, revoke_ms = tonumber(ARGV[3]), tonumber(ARGV[4])
-local channel = {ARGV[5], ARGV[6], ARGV[8]}
+local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms)
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(ARGV[7], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local events = {}
 settle(user, channel, user_id, now, window_ms, events)
 keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)

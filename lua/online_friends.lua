@@ -11,11 +11,12 @@
   ARGV[1]  first         int: page size, 0 to 1000
   ARGV[2]  after_score   the cursor's last_seen score, or "" for the first page
   ARGV[3]  after_member  the cursor's user_id
-  ARGV[4]  sessions_prefix  string: a user's sessions key is this followed by the user id (in
-                         the hash tag of KEYS): read for a friend held under several leases
-                         while one has lapsed unswept (includes/live.lua)
-  ARGV[5]  window_ms     int ms
-  ARGV[6]  hide_invisible  0|1: 1 leaves out friends who chose INVISIBLE (for an end user,
+  ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads:
+                  sessions_prefix, window_ms, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
+  ARGV[5]  hide_invisible  0|1: 1 leaves out friends who chose INVISIBLE (for an end user,
                          to whom they are offline)
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: held users
            first, their last seen the present
@@ -33,12 +34,14 @@
 --- @include "page"
 --- @include "chunks"
 --- @include "live"
+--- @include "options"
+local shard = shard_options(ARGV[4])
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local invisible_key = KEYS[6]
-leases.sessions_prefix, leases.window_ms = ARGV[4], tonumber(ARGV[5])
-leases.key = KEYS[5]
+leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
+leases.key, leases.names = KEYS[5], shard
 local first = tonumber(ARGV[1])
-local hide_invisible = ARGV[6] == '1'
+local hide_invisible = ARGV[5] == '1'
 local EXPIRED_LIST_MAX = 1000
 
 local now = now_ms()

@@ -8,15 +8,16 @@
                             score (includes/live.lua)
   KEYS[3]  last_seen  ZSET  member=user_id  score=-(last activity, ms), or -(held score)
   KEYS[4]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
-  ARGV[1]  window_ms     int ms
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  sessions_prefix, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries), and the names of a
+                  lease's keys (includes/connections.lua) (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
   ARGV[2]  first         int: page size, 0 to 1000
   ARGV[3]  after_score   the cursor's since score, or "" for the first page
   ARGV[4]  after_member  the cursor's user_id
-  ARGV[5]  sessions_prefix  string: a user's sessions key is this followed by the user id, read
-                         for a user held under several leases while one has lapsed unswept
-  ARGV[6]  hide_invisible  0|1: 1 leaves out users who chose INVISIBLE (for an end user)
-  ARGV[7]  key_prefix    string: the shard's key prefix (includes/status.lua), in the hash tag
-                         of KEYS
+  ARGV[5]  hide_invisible  0|1: 1 leaves out users who chose INVISIBLE (for an end user)
   Returns  {total, has_next 0|1, user_id, since_score, last_seen_ms, online=1, ...}: total as
            online_users counts it
   Work     O(log n + page), as online_users: an entry of `since` whose user is offline and
@@ -25,14 +26,16 @@
 --- @include "clock"
 --- @include "page"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local since_key, online_key, last_seen_key = KEYS[1], KEYS[2], KEYS[3]
-leases.key = KEYS[4]
-leases.sessions_prefix, leases.window_ms = ARGV[5], tonumber(ARGV[1])
-local window_ms, first = tonumber(ARGV[1]), tonumber(ARGV[2])
-local hide_invisible = ARGV[6] == '1'
+leases.key, leases.names = KEYS[4], shard
+leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
+local window_ms, first = tonumber(shard.window_ms), tonumber(ARGV[2])
+local hide_invisible = ARGV[5] == '1'
 
 local now = now_ms()
-use_statuses(ARGV[7], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local total = listed_online_count(online_key, now, hide_invisible)
 local function online_of(user_id) return listed_online(online_key, user_id, now, hide_invisible) end
 local start = page_start(since_key, ARGV[3], ARGV[4])

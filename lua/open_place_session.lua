@@ -17,10 +17,12 @@
   ARGV[5]  token        string: the holding process's, which owns the lease
   ARGV[6]  state        string: JSON object, or "" for none
   ARGV[7]  channel      string: the place's events channel
-  ARGV[8]  publish     string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                       given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[9]  max_sessions  int: the most sessions one user may have in the place; a new one
-                       beyond them is refused
+  ARGV[8]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: max_sessions
+                  (the most sessions one user may have in the place; a new one beyond them is
+                  refused), publish, and
+                  the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   Returns  {generation, joined_ms}: a replaced session keeps the moment it joined
   Events   LEFT for a session held there under a lease that lapsed, at the lapse; JOINED with
            the state; or for a session held already, REPLACED (its state field the new
@@ -32,10 +34,12 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
+--- @include "options"
+local shard = shard_options(ARGV[8])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[7], publish = ARGV[8]}
+  channel = ARGV[7], publish = shard.publish}
 local generations_key = KEYS[5]
-leases.key = KEYS[6]
+leases.key, leases.names = KEYS[6], shard
 local user_id, session_id, slot, token = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local state = ARGV[6] ~= '' and ARGV[6] or nil
 
@@ -46,7 +50,7 @@ end
 local member = member_of(user_id, session_id)
 local events = {}
 local holder = place_holder(place, member)
-if not holder and (tonumber(redis.call('HGET', place.users, user_id)) or 0) >= tonumber(ARGV[9]) then
+if not holder and (tonumber(redis.call('HGET', place.users, user_id)) or 0) >= shard.max_sessions then
   return redis.error_reply('TOO_MANY_SESSIONS')
 end
 if holder and not slot_live(holder.slot, now) then

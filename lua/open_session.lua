@@ -20,18 +20,16 @@
   ARGV[2]  session_id     string
   ARGV[3]  slot           int: the holding process's lease in this shard (lua/acquire_lease.lua)
   ARGV[4]  token          string: the holding process's, which owns the lease
-  ARGV[5]  window_ms      int ms
-  ARGV[6]  retention_ms   int ms: how long a day bitmap is kept after the day
-  ARGV[7..10]  boundaries int ms: the start of each of the three days, then the end of the last
-  ARGV[11] channel        string: the events channel of every user
-  ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
-                           named (includes/status.lua), in the hash tag of KEYS
-  ARGV[14] device         string: what the session's client says it is, or ""
-  ARGV[15] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                          given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[16] max_sessions   int: the most live sessions the user may have; a session not live
-                          yet beyond them is refused
+  ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, max_sessions (the most live sessions the user may have; a
+                  session not live yet beyond them is refused), channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
+  ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
+  ARGV[10] device         string: what the session's client says it is, or ""
   Returns  {generation, opened_ms}: the new holder's generation
   Events   OFFLINE if the user's presence had expired or lapsed unswept, or STATUS if a lapse
            or time had turned them AWAY unannounced (first, as the sweep would); ONLINE if they come
@@ -42,26 +40,28 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[5])
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local generations_key = KEYS[6]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[7],
   next = KEYS[8], free = KEYS[9], days = {KEYS[10], KEYS[11], KEYS[12]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[5], index = KEYS[7]}
-leases.key = KEYS[13]
+leases.key, leases.names = KEYS[13], shard
 local user_id, session_id, slot, token = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
-local window_ms, retention_ms = tonumber(ARGV[5]), tonumber(ARGV[6])
-local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local channel = {ARGV[11], ARGV[12], ARGV[15]}
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(ARGV[13], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then
   return redis.error_reply('LEASE_LOST')
 end
 local refused = activity_refused(activity_keys, session_id, now, now, boundaries)
 if refused then return refused end
-if sessions_full(user, user_id, session_id, now, window_ms, tonumber(ARGV[16])) then
+if sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
   return redis.error_reply('TOO_MANY_SESSIONS')
 end
 local events = {}
@@ -74,7 +74,7 @@ keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
 local replaced = live_conn_entry(user, session_id, now)
 local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
 -- A session opened again while live keeps its start; it starts active.
-local extras = {started = now, idle = false, device = ARGV[14] ~= '' and ARGV[14] or nil}
+local extras = {started = now, idle = false, device = ARGV[10] ~= '' and ARGV[10] or nil}
 if before and session_live(before, now, window_ms) then
   extras.started = parse_extras(redis.call('HGET', extras_key(user_id), session_id)).started or now
 end

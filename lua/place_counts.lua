@@ -6,6 +6,9 @@
   KEYS[2n+1]     leases   ZSET  member=slot  score=the moment the lease lapses, ms; the leases'
                                 place books are named from it (same hash tag)
   ARGV[1..n]     place_id string
+  ARGV[n+1]      shard packed once per shard by the store (Shard.options, includes/options.lua): the
+                  names of a lease's keys (lease_owners, lease_next, lease_users_prefix, ...), each
+                  followed by the lease's slot where it ends in ':'
   Returns  {sessions_1, users_1, sessions_2, users_2, ...} in the order given
   Work     O(1) per place and lapsed lease, whatever the places' sizes (`users` as in
            lua/place_members.lua)
@@ -13,8 +16,10 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
-local n = #ARGV
-leases.key = KEYS[2 * n + 1]
+--- @include "options"
+local shard = shard_options(ARGV[#ARGV])
+local n = #ARGV - 1
+leases.key, leases.names = KEYS[2 * n + 1], shard
 
 local now = now_ms()
 local lapsed = lapsed_slots(now)

@@ -12,6 +12,9 @@
   ARGV[2]  first         int: page size, 0 to 1000
   ARGV[3]  after_score   the cursor's score, or "" for the first page
   ARGV[4]  after_member  the cursor's member
+  ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  names of a lease's keys (lease_owners, lease_next, lease_users_prefix, ...), each
+                  followed by the lease's slot where it ends in ':'
   Returns  {sessions, users, has_next 0|1, sequence, member, score, state or false, ...}:
            sequence is the number of the place's last event, which this page reflects
   Work     O(log n + page), and O(1) per lapsed lease: sessions held under a lease that lapsed
@@ -22,8 +25,10 @@
 --- @include "page"
 --- @include "connections"
 --- @include "places"
+--- @include "options"
+local shard = shard_options(ARGV[5])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1]}
-leases.key = KEYS[5]
+leases.key, leases.names = KEYS[5], shard
 local first = tonumber(ARGV[2])
 
 local now = now_ms()

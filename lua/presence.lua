@@ -5,11 +5,13 @@
   KEYS[2]        online     ZSET  member=user_id     score=newest live session's expiry, ms, or
                                   a held score (includes/live.lua)
   KEYS[3]        leases     ZSET  member=slot  score=the moment the lease lapses, ms
-  ARGV[1]  window_ms     int ms
-  ARGV[2]  retention_ms  int ms: a last activity older than this is no longer kept
-  ARGV[3]  key_prefix    string: the shard's key prefix (the hash tag of KEYS), from which a
-                         user's sessions and status keys are named (includes/status.lua)
-  ARGV[4..]  user_ids    string
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries), and the names of a
+                  lease's keys (includes/connections.lua) (a name ending in ':' is followed by a
+                  user id, in the hash tag of KEYS)
+  ARGV[2..]  user_ids    string
   Returns  {entry, ...}: one presence_entry (includes/status.lua) per user, in order: a held
            session's activity, and its user's lastSeen, is the present; a session whose lease
            lapsed is not live, and its user was last seen when it lapsed
@@ -17,14 +19,16 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key = KEYS[3]
-local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
+leases.key, leases.names = KEYS[3], shard
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 
 local now = now_ms()
-use_statuses(ARGV[3], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local reply = {}
-for i = 4, #ARGV do
+for i = 2, #ARGV do
   reply[#reply + 1] = presence_entry(ARGV[i], last_seen_key, now, retention_ms)
 end
 return reply

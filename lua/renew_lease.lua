@@ -12,7 +12,10 @@
   ARGV[3]  ttl_ms      int ms: the lease lapses this long after the renewal; 0 to give it up
                        (its sessions, if any are left, are then ended by the sweep)
   ARGV[4]  at_ms       int ms, or "" for now: a backfilled renewal (never after now)
-  ARGV[5]  retention_ms  int ms: how long a day bitmap is kept after the day
+  ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: retention_ms,
+                  and the names of a lease's keys (includes/connections.lua) (a name ending in ':'
+                  is followed by a user id, in the hash tag of KEYS)
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
   Returns  1 if renewed; 0 if the lease had lapsed, or is not this process's: the sweep ends
@@ -20,9 +23,11 @@
 ]]
 --- @include "clock"
 --- @include "activity"
-leases.key = KEYS[1]
+--- @include "options"
+local shard = shard_options(ARGV[5])
+leases.key, leases.names = KEYS[1], shard
 local slot, token, ttl_ms, at_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local retention_ms = tonumber(ARGV[5])
+local retention_ms = tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 
 local now = now_ms()
@@ -30,7 +35,7 @@ local t_ms = math.min(at_ms or now, now)
 local day = day_of(t_ms, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then return 0 end
-if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(slot), leases.key .. ':places:' .. slot) == 0 then
+if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(slot), leases.names.lease_places_prefix .. slot) == 0 then
   redis.call('ZREM', leases.key, slot)
   redis.call('HDEL', lease_owners_key(), slot)
   redis.call('DEL', lease_bits_key(slot))

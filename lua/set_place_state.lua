@@ -15,8 +15,10 @@
   ARGV[3]  session_id   string
   ARGV[4]  state        string: JSON object
   ARGV[5]  channel      string: the place's events channel
-  ARGV[6]  publish      string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                        given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: publish, and
+                  the names of a lease's keys (includes/connections.lua) (a name ending in ':' is
+                  followed by a user id, in the hash tag of KEYS)
   ARGV[7]  interval_ms  int ms: the least time between two UPDATED of one session
   Returns  {joined_ms, flush_in_ms}: the moment the session joined; and, when this call left
            its state waiting where none waited, in how many ms the caller announces it
@@ -28,9 +30,11 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
+--- @include "options"
+local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5], publish = ARGV[6], flushes = KEYS[6]}
-leases.key = KEYS[5]
+  channel = ARGV[5], publish = shard.publish, flushes = KEYS[6]}
+leases.key, leases.names = KEYS[5], shard
 local user_id, session_id, state, interval_ms = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[7])
 
 local now = now_ms()

@@ -6,6 +6,12 @@
   KEYS[2]  online     ZSET  member=user_id  score=newest live session's expiry, ms, or a held
                             score (includes/live.lua)
   KEYS[3]  leases     ZSET  member=slot  score=the moment the lease lapses, ms
+  KEYS[4]  sessions   ZSET  member=session_id  score=last activity, ms, or a held score (this
+                            user's)
+  KEYS[5]  revoked    ZSET  member=session_id  score=end of revocation, ms (this user's)
+  KEYS[6]  conn       HASH  session_id -> "generation slot" of this user's held sessions
+  KEYS[7]  user_index HASH  user_id -> bit index in the day bitmaps
+  KEYS[8]  invisible  SET   the users who chose INVISIBLE
   ARGV[1]  user_id       string
   ARGV[2]  change        "chosen", "custom", "visible" or "idle"
   ARGV[3..5]  values     chosen:  AUTO|AWAY|BUSY|INVISIBLE
@@ -13,16 +19,13 @@
                                   until changed)
                          visible: EVERYONE|FRIENDS|NOBODY
                          idle:    session_id, 0|1
-  ARGV[6]  window_ms     int ms
-  ARGV[7]  retention_ms  int ms: how far ahead a custom status's end may lie; how long a last
-                         activity is kept
-  ARGV[8]  key_prefix    string: the shard's key prefix, from which the user's keys are named
-                         (includes/status.lua; their sessions, conn and the bit indexes as
-                         gql_presence/store/keys.py names them), in the hash tag of KEYS
-  ARGV[9]  channel       string: the events channel of every user
-  ARGV[10] user_channel_prefix  string: a user's events channel is this followed by the user id
-  ARGV[11] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every
-                         channel given is in the hash tag of KEYS; lua/includes/events.lua)
+  ARGV[6]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, the names of includes/status.lua (status_prefix, extras_prefix,
+                  since, invisible, hidden, status_expiries, away_expiries), channel,
+                  user_channel_prefix, publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
   Returns  the user's presence_entry (includes/status.lua) after the change
   Events   OFFLINE (or STATUS) for a presence that expired or lapsed unswept, and STATUS for a
            custom status that ended unswept (before anything else, as the sweep
@@ -36,15 +39,16 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[6])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key = KEYS[3]
+leases.key, leases.names = KEYS[3], shard
 local user_id, change = ARGV[1], ARGV[2]
-local window_ms, retention_ms = tonumber(ARGV[6]), tonumber(ARGV[7])
-local prefix = ARGV[8]
-local channel = {ARGV[9], ARGV[10], ARGV[11]}
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(prefix, online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local key = status_key(user_id)
 
 -- What backends and the user see, and what other end users see: {status, custom, invisible}.
@@ -69,9 +73,9 @@ if change == 'custom' then
   end
 elseif change == 'idle' then
   local session_id = ARGV[3]
-  local revoked_until = redis.call('ZSCORE', prefix .. 'revoked:' .. user_id, session_id)
+  local revoked_until = redis.call('ZSCORE', KEYS[5], session_id)
   if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
-  local sessions_key = prefix .. 'sess:' .. user_id
+  local sessions_key = KEYS[4]
   local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   if session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0 then
     local expiry = live_expiry(online_key, user_id, now)
@@ -83,8 +87,8 @@ end
 -- Whatever ended unswept (an expired presence, a lapsed lease, a turn to AWAY by time) is
 -- announced first, as the
 -- sweep would have, so that the change is told from what subscribers were told last.
-local user = {online = online_key, last_seen = last_seen_key, sessions = prefix .. 'sess:' .. user_id,
-  conn = prefix .. 'conn:' .. user_id, index = prefix .. 'uidx'}
+local user = {online = online_key, last_seen = last_seen_key, sessions = KEYS[4],
+  conn = KEYS[6], index = KEYS[7]}
 local settled = {}
 settle(user, channel, user_id, now, window_ms, settled)
 settle_away(user_id, settled)
@@ -107,10 +111,10 @@ if change == 'chosen' then
   end
   if chosen == 'AUTO' then redis.call('HDEL', key, 'chosen') else redis.call('HSET', key, 'chosen', chosen) end
   if chosen == 'INVISIBLE' then
-    redis.call('SADD', prefix .. 'invisible', user_id)
+    redis.call('SADD', KEYS[8], user_id)
     sync_hidden(user_id)
   else
-    redis.call('SREM', prefix .. 'invisible', user_id)
+    redis.call('SREM', KEYS[8], user_id)
     redis.call('ZREM', hidden_key(), user_id)
   end
 elseif change == 'custom' then
@@ -132,9 +136,9 @@ elseif change == 'visible' then
   if ARGV[3] == 'EVERYONE' then redis.call('HDEL', key, 'visible') else redis.call('HSET', key, 'visible', ARGV[3]) end
 elseif change == 'idle' then
   local session_id, idle = ARGV[3], ARGV[4] == '1'
-  local revoked_until = redis.call('ZSCORE', prefix .. 'revoked:' .. user_id, session_id)
+  local revoked_until = redis.call('ZSCORE', KEYS[5], session_id)
   if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
-  local sessions_key = prefix .. 'sess:' .. user_id
+  local sessions_key = KEYS[4]
   local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
   if keyless then keep_default_in_key(online_key, sessions_key, user_id, window_ms, now) end
   local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))

@@ -18,29 +18,25 @@
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index handed out again. It must exceed the retention
                           by more than a day, so that no day bitmap still kept holds their bit.
-  ARGV[3]  channel        string: the events channel of every user
-  ARGV[4]  user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[5]  sessions_prefix  string: a user's sessions key is this followed by the user id
-  ARGV[6]  conn_prefix      string: a user's conn key is this followed by the user id; both
-                            hold the hash tag of KEYS: one slot
-  ARGV[7]  window_ms        int ms
-  ARGV[8]  retention_ms     int ms: how long a day bitmap is kept after the day
-  ARGV[9..12]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[13..17] place prefixes  string: a place's members, holders, states and users keys and
-                            its events channel are each of these followed by the place id
-                            (includes/places.lua), in the hash tag of KEYS
-  ARGV[18] lapsed_batch     int: at most this many users and place sessions of lapsed leases
+  ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: channel,
+                  user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms,
+                  empty_place_ttl_ms (how long a place emptied here keeps its users key, its
+                  events' sequence, before it expires), the
+                  names of includes/status.lua (status_prefix, extras_prefix, since, invisible,
+                  hidden, status_expiries, away_expiries), publish, the names of a lease's keys
+                  (includes/connections.lua), and a place's members, holders, states and users
+                  keys and events channel (place_members_prefix, place_holders_prefix,
+                  place_states_prefix, place_users_prefix, place_channel_prefix; includes/
+                  places.lua) (a name ending in ':' is followed by a user id, or a place's by
+                  its id, in the hash tag of KEYS)
+  ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
+  ARGV[8]  lapsed_batch     int: at most this many users and place sessions of lapsed leases
                             per call: ending one takes about a dozen commands, so a call ends
                             far fewer of them than it removes expired entries
-  ARGV[19] key_prefix       string: the shard's key prefix, from which users' status keys are
-                            named (includes/status.lua), in the hash tag of KEYS
-  ARGV[20] publish          string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                            given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[21] overdue_ms       int ms: a waiting place state due more than this long ago is
+  ARGV[9]  overdue_ms       int ms: a waiting place state due more than this long ago is
                             announced here (its process died or stalled before it did): at most
                             lapsed_batch of them per call; the interval of set_place_state
-  ARGV[22] empty_ttl_ms     int ms: how long a place emptied here keeps its users key (its
-                            events' sequence) before it expires
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
            flushed_count}: online_count is of users online now; lapsed_count of the users and
            place sessions of lapsed leases whose sessions under them were ended; ended_statuses
@@ -60,27 +56,30 @@
 --- @include "activity"
 --- @include "places"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-leases.key = KEYS[5]
+leases.key, leases.names = KEYS[5], shard
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local channel = {ARGV[3], ARGV[4], ARGV[20]}
-local sessions_prefix, conn_prefix = ARGV[5], ARGV[6]
-local window_ms, retention_ms = tonumber(ARGV[7]), tonumber(ARGV[8])
-local boundaries = {tonumber(ARGV[9]), tonumber(ARGV[10]), tonumber(ARGV[11]), tonumber(ARGV[12])}
-local place_prefixes = {members = ARGV[13], holders = ARGV[14], states = ARGV[15], users = ARGV[16],
-  channel = ARGV[17]}
-local lapsed_batch, overdue_ms = tonumber(ARGV[18]), tonumber(ARGV[21])
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local boundaries = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
+local place_prefixes = {members = shard.place_members_prefix, holders = shard.place_holders_prefix,
+  states = shard.place_states_prefix, users = shard.place_users_prefix,
+  channel = shard.place_channel_prefix}
+local lapsed_batch, overdue_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)
   local place = {id = place_id, flushes = flushes_key, publish = channel[3],
-    empty_ttl_ms = tonumber(ARGV[22])}
+    empty_ttl_ms = shard.empty_place_ttl_ms}
   for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
   return place
 end
 
 local now = now_ms()
-use_statuses(ARGV[19], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do

@@ -19,20 +19,18 @@
   ARGV[1]  user_id          string
   ARGV[2]  session_id       string
   ARGV[3]  at_ms            int ms, or "" for now
-  ARGV[4]  window_ms        int ms: a session is live while its last activity is this recent
-  ARGV[5]  retention_ms     int ms: how far back `at` may lie; how long a day bitmap is kept
-  ARGV[6]  max_future_ms    int ms: how far ahead of now `at` may lie
-  ARGV[7..10]  boundaries   int ms: the start of each of the three days, then the end of the last
-  ARGV[11] channel          string: the events channel of every user
-  ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[13] key_prefix    string: the shard's key prefix, from which the user's status and
-                         session extras keys are named (includes/status.lua)
-  ARGV[14] device        string: what the session's client says it is, or "" to keep it
-  ARGV[15] idle          0|1: 1 if the client says its user is away from the session
-  ARGV[16] publish       string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                         given is in the hash tag of KEYS; lua/includes/events.lua)
-  ARGV[17] max_sessions  int: the most live sessions the user may have; a session not live
-                         yet beyond them is refused
+  ARGV[4]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, max_sessions (the most live sessions the user may have; a
+                  session not live yet beyond them is refused), channel, user_channel_prefix, the names of includes/status.lua
+                  (status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+                  away_expiries), publish, and the names of a lease's keys
+                  (includes/connections.lua) (a name ending in ':' is followed by a user id, in the
+                  hash tag of KEYS)
+  ARGV[5]  max_future_ms    int ms: how far ahead of now `at` may lie
+  ARGV[6..9]  boundaries   int ms: the start of each of the three days, then the end of the last
+  ARGV[10] device        string: what the session's client says it is, or "" to keep it
+  ARGV[11] idle          0|1: 1 if the client says its user is away from the session
   Returns  {online_before 0|1, entry}: the user's presence_entry (includes/status.lua) after
            the touch (a held session's activity is now). A held session stays held:
            touching it moves lastSeen only.
@@ -46,27 +44,29 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[4])
 local last_seen_key, online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index = KEYS[5],
   next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[11], index = KEYS[5], defer_expiry = true}
-leases.key = KEYS[12]
+leases.key, leases.names = KEYS[12], shard
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local window_ms, retention_ms, max_future_ms = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local boundaries = {tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])}
-local channel = {ARGV[11], ARGV[12], ARGV[16]}
-local device, idle = ARGV[14], ARGV[15] == '1'
+local window_ms, retention_ms, max_future_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms), tonumber(ARGV[5])
+local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local device, idle = ARGV[10], ARGV[11] == '1'
 
 local now = now_ms()
-use_statuses(ARGV[13], online_key, window_ms, now)
+use_statuses(shard, online_key, window_ms, now)
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
 local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
 if t_ms >= now - window_ms
-    and sessions_full(user, user_id, session_id, now, window_ms, tonumber(ARGV[17])) then
+    and sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
   return redis.error_reply('TOO_MANY_SESSIONS')
 end
 local events = {}

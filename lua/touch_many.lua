@@ -10,26 +10,21 @@
   KEYS[6..8]  days       bitmaps of three consecutive days, oldest first
   KEYS[9]  leases        ZSET    member=slot  score=the moment the lease lapses, ms; the
                                  leases' users keys are named from it (same hash tag)
-  ARGV[1]  window_ms        int ms
-  ARGV[2]  retention_ms     int ms: how long a day bitmap is kept after the day
-  ARGV[3..6]  boundaries    int ms: the start of each of the three days, then the end of the last
-  ARGV[7]  channel          string: the events channel of every user
-  ARGV[8]  sessions_prefix  string: a user's session key is this followed by the user id
-  ARGV[9]  revoked_prefix   string: a user's revocation key is this followed by the user id
-  ARGV[10] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: window_ms,
+                  retention_ms, channel, sessions_prefix, revoked_prefix, conn_prefix,
+                  user_channel_prefix, the names of includes/status.lua (status_prefix,
+                  extras_prefix, since, invisible, hidden, status_expiries, away_expiries), publish,
+                  and the names of a lease's keys (includes/connections.lua) (a name ending in ':'
+                  is followed by a user id, in the hash tag of KEYS)
+  ARGV[2..5]  boundaries    int ms: the start of each of the three days, then the end of the last
+  ARGV[6] user_ids         string: distinct user ids, joined by "\n" (ids hold no control
                             characters); sorted, for speed only. A few hundred at most: Redis
                             6.2's Lua makes each id a string by a hash of about 32 of its
                             bytes, so ids alike in those bytes cost it time quadratic in their
                             number (the store sends 250 per call). Each user's session and
                             revocation keys are derived from the prefixes, which hold the
                             hash tag of KEYS: one slot.
-  ARGV[11] conn_prefix      string: a user's conn key (includes/connections.lua) is this
-                            followed by the user id; derived like the two above
-  ARGV[12] user_channel_prefix  string: a user's events channel is this followed by the user id (in the hash tag of KEYS)
-  ARGV[13] key_prefix     string: the shard's key prefix, from which users' status keys are
-                           named (includes/status.lua), in the hash tag of KEYS
-  ARGV[14] publish        string: "PUBLISH", or "SPUBLISH" for sharded pub/sub (then every channel
-                          given is in the hash tag of KEYS; lua/includes/events.lua)
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired or lapsed unswept (or STATUS if a
            lapse left them AWAY), then ONLINE if they come online, or STATUS if the touch made
@@ -45,16 +40,18 @@
 --- @include "chunks"
 --- @include "activity"
 --- @include "status"
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
-local window_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local boundaries = {tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])}
-local channel, sessions_prefix, revoked_prefix = {ARGV[7], ARGV[12], ARGV[14]}, ARGV[8], ARGV[9]
-local conn_prefix = ARGV[11]
-leases.key = KEYS[9]
+local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
+local boundaries = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
+local channel, sessions_prefix, revoked_prefix = {shard.channel, shard.user_channel_prefix, shard.publish}, shard.sessions_prefix, shard.revoked_prefix
+local conn_prefix = shard.conn_prefix
+leases.key, leases.names = KEYS[9], shard
 
 local now = now_ms()
-use_statuses(ARGV[13], KEYS[2], window_ms, now)
+use_statuses(shard, KEYS[2], window_ms, now)
 local day = day_of(now, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
@@ -85,7 +82,7 @@ end
 
 -- The users to record: those whose default session is not revoked now.
 -- A plain find, not a pattern: a pattern match steps through the ids a byte at a time.
-local given, ids, at = {}, ARGV[10], 1
+local given, ids, at = {}, ARGV[6], 1
 while at <= #ids do
   local stop = string.find(ids, '\n', at, true) or #ids + 1
   given[#given + 1] = string.sub(ids, at, stop - 1)
@@ -204,7 +201,7 @@ call_chunked('ZADD', online_key, 'GT', #keyless, function(args, k, j)
   return k + 2
 end)
 -- Those who chose INVISIBLE keep their online entry in `hidden` too (includes/status.lua).
-local invisible = read_in_chunks('SMISMEMBER', ARGV[13] .. 'invisible', keyless)
+local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do
   if invisible[j] == 1 then sync_hidden(keyless[j]) end
 end

@@ -3,14 +3,18 @@
 
   KEYS[1..7]  days     bitmaps of the seven days, oldest first: bit i = user with index i active
   KEYS[8]     scratch  bitmap, deleted before returning
-  ARGV[1]     retention_ms   int ms: a day that ended longer ago than this counts 0
+  ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
+                  deployment's options and the shard's names that this script reads: retention_ms (a
+                  name ending in ':' is followed by a user id, in the hash tag of KEYS)
   ARGV[2..9]  boundaries     int ms: the start of each of the seven days, then the end of the last
   Returns  {active_1, ..., active_7, unique, active_every_day, new_on_last_day}
   Work     a few BITOP/BITCOUNT over bitmaps of (highest user index / 8) bytes
 ]]
 --- @include "clock"
+--- @include "options"
+local shard = shard_options(ARGV[1])
 local scratch_key = KEYS[8]
-local retention_ms = tonumber(ARGV[1])
+local retention_ms = tonumber(shard.retention_ms)
 
 local now = now_ms()
 local counted, kept = {}, {}

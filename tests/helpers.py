@@ -20,6 +20,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,12 +41,14 @@ from gql_presence.realtime.delivery import Feed, FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.running.redis_server import free_port
 from gql_presence.store import (
+    ChosenStatus,
     EventKind,
     HeldPlaceSession,
     HeldSession,
     OpenedSession,
     PresenceStore,
     PublishedEvent,
+    Visibility,
     read_events,
 )
 from gql_presence.store.client import AnyRedis
@@ -123,9 +126,12 @@ def loud_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]
     ]
 
 
-# --- README.md's snippets ----------------------------------------------------------------------
+# --- the snippets of README.md and docs/ ------------------------------------------------------
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+# README.md and the pages of docs/ that it links to: every example in them is run or checked.
+DOCUMENTED = (README, *sorted((ROOT / "docs").glob("*.md")))
 # `<!-- readme-test: skip (why) -->` or `<!-- readme-test: until-output (why) -->`, alone on
 # the line right before a snippet's opening fence.
 MARKER = re.compile(r"<!-- readme-test: (skip|until-output) \((.+)\) -->")
@@ -139,17 +145,23 @@ class Snippet:
     line: int
     marker: str | None  # "skip", "until-output", or None: run as it is
     reason: str = ""
+    page: Path = README
+
+    @property
+    def where(self) -> str:
+        """Where a reader finds it: `docs/api.md:12`."""
+        return f"{self.page.relative_to(ROOT).as_posix()}:{self.line}"
 
 
-def readme_snippets() -> list[Snippet]:
-    """Every fenced snippet of README.md, with the marker on the line before it."""
-    text = README.read_text(encoding="utf-8")
+def snippets_of(page: Path) -> list[Snippet]:
+    """Every fenced snippet of a page, with the marker on the line before it."""
+    text = page.read_text(encoding="utf-8")
     found = []
     for fence in FENCE.finditer(text):
         line = text.count("\n", 0, fence.start()) + 1
         before = text[: fence.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         marker = MARKER.fullmatch(before)
-        assert marker or "readme-test" not in before, f"README.md:{line - 1}: a malformed marker"
+        assert marker or "readme-test" not in before, f"{page.name}:{line - 1}: a malformed marker"
         found.append(
             Snippet(
                 fence[1],
@@ -157,9 +169,20 @@ def readme_snippets() -> list[Snippet]:
                 line,
                 marker[1] if marker else None,
                 marker[2] if marker else "",
+                page,
             )
         )
     return found
+
+
+def readme_snippets() -> list[Snippet]:
+    """Every fenced snippet of README.md."""
+    return snippets_of(README)
+
+
+def documented_snippets() -> list[Snippet]:
+    """Every fenced snippet of README.md and of the pages of docs/."""
+    return [snippet for page in DOCUMENTED for snippet in snippets_of(page)]
 
 
 # --- events as the scripts publish them -------------------------------------------------------
@@ -846,3 +869,58 @@ def text_messages(frames: bytes) -> list[bytes]:
         messages.append(frames[start : start + size])
         frames = frames[start + size :]
     return messages
+
+
+async def call_every_script(store: PresenceStore) -> None:
+    """Every store operation, so that each of the store's scripts runs at least once (but
+    choose_publish, which runs on a Redis Cluster only)."""
+    users = [f"u{i}" for i in range(12)]
+    await store.add_friends("a", users)
+    await store.touch("a", "s")
+    await store.touch_many(users)
+    await store.kick("a", "s")
+    await store.kick("u1")
+    await store.presence_many(users)
+    await store.set_status("u1", ChosenStatus.AWAY)
+    await store.set_last_seen_visibility("u1", Visibility.FRIENDS)
+    await store.presence_many(users, reader="a")
+    await store.online_users()
+    await store.online_users(by_online_since=True)
+    await store.online_friends("a")
+    now = datetime.now(UTC)
+    await store.active_in_range(now - timedelta(hours=1), now)
+    await store.weekly_stats()
+    await store.remove_friends("a", users[:6])
+    await store.take_token("backend:chat", 10, 10)
+    await store.persist_document("0" * 64, "{ __typename }")
+    await store.persisted_document("0" * 64)
+    await store.refresh_documents(["0" * 64])
+    held = [(await store.open_session(user, "tab")).held for user in users]
+    assert await store.renew_leases() == []
+    assert await store.check_sessions(held) == []
+    await store.session_revoked(held[0])
+    await store.close_session(held[0])
+    places = [f"doc{i}" for i in range(12)]
+    in_places = [(await store.open_place_session(p, "a", "tab")).held for p in places]
+    assert await store.check_sessions(in_places) == []
+    for x in range(2, 6):  # within 50 ms of the first: the last announced at the interval's end
+        await store.set_place_state(places[0], "a", "tab", {"x": x})
+    await store.flush_planned()
+    await store.place_members(places[0])
+    await store.place_counts(places)
+    await store.close_place_session(in_places[0])
+    await store.sweep()
+    webhook, _ = await store.webhooks.create("https://example.com/", None, None, 0)
+    await store.webhooks.update(webhook.id, debounce_seconds=1)
+    await store.webhooks.rotate_secret(webhook.id)
+    await store.webhooks.record_attempt(
+        webhook.id,
+        delivery_id="d",
+        changes=1,
+        status=200,
+        error=None,
+        duration_ms=1.0,
+        acknowledged=True,
+    )
+    await store.webhooks.webhooks()
+    await store.webhooks.delete(webhook.id)

@@ -1,7 +1,9 @@
 """The presence store: one facade, PresenceStore, over shards that each run one Lua script
 per operation. Callers use what this module exports; the rest is the store's own."""
 
-from gql_presence.store.keys import Keys
+from gql_presence.store.channels import Channels
+from gql_presence.store.deployment import MAX_PERSISTED_DOCUMENTS, REFRESH_BATCH
+from gql_presence.store.keys import Keys, shard_of
 from gql_presence.store.models import (
     ChosenStatus,
     CustomStatus,
@@ -24,14 +26,7 @@ from gql_presence.store.models import (
     Visibility,
     WeeklyStats,
 )
-from gql_presence.store.presence import (
-    LAPSED_BATCH,
-    MAX_PERSISTED_DOCUMENTS,
-    REFRESH_BATCH,
-    SWEEP_BATCH,
-    PresenceStore,
-    shard_of,
-)
+from gql_presence.store.presence import LAPSED_BATCH, SWEEP_BATCH, PresenceStore
 from gql_presence.store.validation import (
     MAX_DOCUMENT_BYTES,
     MAX_ID_LENGTH,
@@ -62,6 +57,7 @@ __all__ = [
     "MAX_PRESENCES",
     "REFRESH_BATCH",
     "SWEEP_BATCH",
+    "Channels",
     "ChosenStatus",
     "CustomStatus",
     "DailyActiveUsers",

@@ -23,7 +23,7 @@ from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError, ResponseError
 
-_Call = tuple[AsyncScript, list[str], list[str | int], "asyncio.Future[Any]"]
+_Call = tuple[AsyncScript, list[str], list[str | int | bytes], "asyncio.Future[Any]"]
 
 
 class AutoPipeline:
@@ -32,7 +32,7 @@ class AutoPipeline:
         self._queued: list[_Call] = []
         self._sending: set[asyncio.Task[None]] = set()
 
-    async def run(self, script: AsyncScript, keys: list[str], args: list[str | int]) -> Any:
+    async def run(self, script: AsyncScript, keys: list[str], args: list[str | int | bytes]) -> Any:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Any] = loop.create_future()
         if not self._queued:

@@ -1,4 +1,4 @@
-"""Every Redis key name of the service, and nothing else.
+"""Every Redis key name of the service, and nothing else (channels are in channels.py).
 
 The keys of one shard share one hash tag, `{i}` for shard i, so that every script call (which
 touches one shard) touches one Redis Cluster slot. Shard 0 is `gqlp:{0}:`, the keys of a
@@ -8,15 +8,13 @@ deployment of one shard. A user id is always the last part of a key, so any id (
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Keys:
     prefix: str = "gqlp:{0}:"
-    # Every shard announces every event on this one channel too, for the processes where
-    # someone follows every user.
-    channel: str = "gqlp:{0}:events"
     # Which shard: for the traces and logs that name it.
     shard: int = 0
 
@@ -40,14 +38,36 @@ class Keys:
     @property
     def online_since(self) -> str:
         """ZSET of the users online: -(when their online period began, ms), for the list by
-        login time (lua/includes/status.lua names it from the prefix too)."""
+        login time (lua/includes/status.lua)."""
         return self.prefix + "since"
 
     @property
     def invisible(self) -> str:
-        """SET of the users who chose INVISIBLE (lua/includes/status.lua names it from the
-        prefix too)."""
+        """SET of the users who chose INVISIBLE (lua/includes/status.lua)."""
         return self.prefix + "invisible"
+
+    @property
+    def hidden(self) -> str:
+        """ZSET: the online entries of the users who chose INVISIBLE, as in `online`."""
+        return self.prefix + "hidden"
+
+    @property
+    def status_expiries(self) -> str:
+        """ZSET member=user_id score=when their custom status ends, ms."""
+        return self.prefix + "stexp"
+
+    @property
+    def away_expiries(self) -> str:
+        """ZSET member=user_id score=when they turn AWAY by time alone, ms."""
+        return self.prefix + "awayexp"
+
+    def status(self, user_id: str) -> str:
+        """HASH: the user's choices (chosen status, custom status, lastSeen visibility)."""
+        return self.prefix + "st:" + user_id
+
+    def session_extras(self, user_id: str) -> str:
+        """HASH session_id -> "started_ms idle device" of the user's sessions."""
+        return self.prefix + "sx:" + user_id
 
     @property
     def user_index(self) -> str:
@@ -63,36 +83,6 @@ class Keys:
     def free_indexes(self) -> str:
         """LIST of bit indexes of purged users, handed out again before new ones."""
         return self.prefix + "uidx:free"
-
-    @property
-    def events(self) -> str:
-        """Pub/sub channel of the presence events of every user of every shard, with classic
-        PUBLISH; see lua/includes/events.lua and gql_presence/realtime/hub.py."""
-        return self.channel
-
-    @property
-    def shard_events(self) -> str:
-        """With sharded pub/sub (SPUBLISH, on a Redis Cluster that has it), the channel of the
-        presence events of every user of this shard, in its hash tag: a sharded channel must
-        hash to the slot of the script that publishes on it."""
-        return self.prefix + "events"
-
-    def user_events(self, user_id: str) -> str:
-        """Pub/sub channel of the user's presence events (and of FRIENDS, their friend set's
-        changes), in this shard's hash tag, so that it maps to the shard's cluster slot."""
-        return self.prefix + "events:" + user_id
-
-    @property
-    def quiet(self) -> str:
-        """Pub/sub channel nobody publishes on: a process's subscription holds it always, so
-        that it stays subscribed (and answers PINGs as such) while it follows nobody."""
-        return "gqlp:quiet"
-
-    @property
-    def shard_quiet(self) -> str:
-        """As quiet, for a connection of sharded pub/sub: in this shard's slot, whose master
-        alone takes its subscription."""
-        return self.prefix + "quiet"
 
     @property
     def publish(self) -> str:
@@ -125,9 +115,35 @@ class Keys:
     @property
     def leases(self) -> str:
         """ZSET member=slot score=the moment the lease lapses, ms: one lease per process that
-        holds sessions in this shard. Its owners (`:owners`), users (`:users:<slot>`) and bits
-        (`:bits:<slot>`) are named from it by the scripts (lua/includes/connections.lua)."""
+        holds sessions in this shard (lua/includes/connections.lua)."""
         return self.prefix + "leases"
+
+    @property
+    def lease_owners(self) -> str:
+        """HASH slot -> the token of the process that owns the lease."""
+        return self.prefix + "leases:owners"
+
+    @property
+    def lease_next(self) -> str:
+        """STRING counter: the last lease slot handed out (a slot is never reused)."""
+        return self.prefix + "leases:next"
+
+    def lease_users(self, slot: str) -> str:
+        """SET of the users the lease holds sessions of."""
+        return self.prefix + "leases:users:" + slot
+
+    def lease_bits(self, slot: str) -> str:
+        """Bitmap of those users' day-bitmap bits, which each renewal ORs into its day's."""
+        return self.prefix + "leases:bits:" + slot
+
+    def lease_places(self, slot: str) -> str:
+        """SET of the places the lease holds sessions in (lua/includes/places.lua)."""
+        return self.prefix + "leases:places:" + slot
+
+    def lease_members(self, slot: str, place_id: str = "") -> str:
+        """SET of the members the lease holds in the place; lua/includes/places.lua names it
+        from lease_members("") followed by the slot, ':' and the place id."""
+        return self.prefix + "leases:pm:" + (slot + ":" + place_id if slot else "")
 
     @property
     def generations(self) -> str:
@@ -164,11 +180,6 @@ class Keys:
         waiting by set_place_state, is due to be announced, ms (lua/includes/places.lua)."""
         return self.prefix + "pflush"
 
-    def place_events(self, place_id: str) -> str:
-        """Pub/sub channel of the place's JOINED, UPDATED and LEFT events (and the REPLACED
-        ones its holders act on), in the place's shard's hash tag."""
-        return self.prefix + "pev:" + place_id
-
     def revoked(self, user_id: str) -> str:
         """ZSET member=session_id score=moment the revocation ends, ms."""
         return self.prefix + "revoked:" + user_id
@@ -190,6 +201,26 @@ class Keys:
         """STRING: the secret that keys page cursors' tags, when no PRESENCE_CURSOR_SECRET is
         set (see lua/cursor_secret.lua). Kept in shard 0."""
         return self.prefix + "cursor-secret"
+
+    @property
+    def webhooks(self) -> str:
+        """ZSET member=webhook id  score=when it was made, ms: the deployment's webhooks."""
+        return self.prefix + "webhooks"
+
+    def webhook(self, webhook_id: str = "") -> str:
+        """HASH: one webhook's settings, secrets and delivery state (store/webhooks.py)."""
+        return self.prefix + "wh:" + webhook_id
+
+    def webhook_attempts(self, webhook_id: str = "") -> str:
+        """LIST of a webhook's most recent attempts, newest first: "<at ms> <JSON>" each."""
+        return self.prefix + "wha:" + webhook_id
+
+
+def shard_of(user_id: str, shards: int) -> int:
+    """The shard a user (or a place) lives in: a hash of the id that every process and release
+    agrees on (never Python's hash(), which differs between processes). An id that is not
+    valid text still hashes, so that the id's check refuses it with its usual message."""
+    return zlib.crc32(user_id.encode("utf-8", "surrogatepass")) % shards
 
 
 def shard_of_name(name: bytes) -> int:

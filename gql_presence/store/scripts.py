@@ -58,6 +58,12 @@ class ScriptName(StrEnum):
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
+    CREATE_WEBHOOK = "create_webhook"
+    UPDATE_WEBHOOK = "update_webhook"
+    ROTATE_WEBHOOK_SECRET = "rotate_webhook_secret"  # noqa: S105 - a script name, not a password
+    DELETE_WEBHOOK = "delete_webhook"
+    WEBHOOKS = "webhooks"
+    RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
 
 
 class ScriptError(StrEnum):
@@ -75,6 +81,7 @@ class ScriptError(StrEnum):
     EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
     TOO_MANY_FRIENDS = "TOO_MANY_FRIENDS"
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    WEBHOOKS_FULL = "WEBHOOKS_FULL"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:
@@ -113,6 +120,43 @@ def _with_includes(text: str, folder: Path, included: set[str]) -> str:
     return _INCLUDE.sub(include, text)
 
 
+# One entry of a script's header: `  KEYS[3]  name ...`, `  ARGV[7..10]  name ...` (a fixed
+# range), `  ARGV[4..]  name ...` or `  KEYS[1..n]  name ...` (as many as the caller gives).
+_HEADER_ENTRY = re.compile(r"^  (KEYS|ARGV)\[([^\]]+)\]\s+([a-z_0-9]+)\b", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A KEYS or ARGV entry of a script's header: its name and how many values it takes
+    (None: as many as the caller gives)."""
+
+    name: str
+    count: int | None
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a script's header names, in order: the caller passes these, by these names."""
+
+    keys: tuple[Entry, ...]
+    args: tuple[Entry, ...]
+
+
+@cache
+def header_of(name: str) -> Header:
+    """The KEYS and ARGV entries that lua/<name>.lua's header names."""
+    text = (lua_dir() / f"{name}.lua").read_text(encoding="utf-8").split("]]", 1)[0]
+    keys: list[Entry] = []
+    args: list[Entry] = []
+    for kind, index, entry in _HEADER_ENTRY.findall(text):
+        first, dots, last = index.partition("..")
+        count: int | None = 1
+        if dots:
+            count = int(last) - int(first) + 1 if first.isdigit() and last.isdigit() else None
+        (keys if kind == "KEYS" else args).append(Entry(entry, count))
+    return Header(tuple(keys), tuple(args))
+
+
 @dataclass(frozen=True)
 class Scripts:
     """Registered scripts: each re-loads itself if Redis answers NOSCRIPT (after a restart)."""
@@ -138,7 +182,7 @@ class Scripts:
             if not present:
                 await client.script_load(script_source(name))
 
-    async def run(self, name: ScriptName, keys: list[str], args: list[str | int]) -> Any:
+    async def run(self, name: ScriptName, keys: list[str], args: list[str | int | bytes]) -> Any:
         if self.auto_pipeline is not None:
             return await self.auto_pipeline.run(self.by_name[name], keys, args)
         return await self.by_name[name](keys=keys, args=args)
@@ -163,7 +207,7 @@ class Scripts:
 
 
 # The keys and the arguments of one script call.
-ScriptCall = tuple[list[str], list[str | int]]
+ScriptCall = tuple[list[str], list[str | int | bytes]]
 
 
 async def _pipelined(client: AnyRedis, sha: str, calls: Sequence[ScriptCall]) -> list[Any]:

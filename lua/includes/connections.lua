@@ -5,18 +5,19 @@
 -- the user's conn key (HASH) names its holder: session_id -> "generation slot". The
 -- generation, a number unique in the shard, tells a holder from one that replaced it.
 --
--- Each lease keeps, in keys named from the shard's leases key (so in its hash tag), its owner
--- (`:owners`, HASH slot -> the owning process's token; slots come from the counter `:next`),
--- the users it holds sessions of
--- (`:users:<slot>`, SET) and their bits (`:bits:<slot>`, the users' day-bitmap bits, which
--- each renewal ORs into its day's bitmap: a session held across midnight counts on both days).
+-- Each lease keeps, in keys that store/keys.py names (in the leases key's hash tag; a script
+-- gets their names in its `shard` argument, in `leases.names`), its owner (`lease_owners`,
+-- HASH slot -> the owning process's token; slots come from the counter `lease_next`), the
+-- users it holds sessions of (`lease_users_prefix` followed by the slot, SET) and their bits
+-- (`lease_bits_prefix` followed by the slot: the users' day-bitmap bits, which each renewal
+-- ORs into its day's bitmap: a session held across midnight counts on both days).
 --
 -- `user` names one user's keys: {online, last_seen, sessions, conn, index}; a script that
 -- reads the sessions key after changing it sets `defer_expiry` (see expire_with_newest).
 
-local function lease_owners_key() return leases.key .. ':owners' end
-local function lease_users_key(slot) return leases.key .. ':users:' .. slot end
-local function lease_bits_key(slot) return leases.key .. ':bits:' .. slot end
+local function lease_owners_key() return leases.names.lease_owners end
+local function lease_users_key(slot) return leases.names.lease_users_prefix .. slot end
+local function lease_bits_key(slot) return leases.names.lease_bits_prefix .. slot end
 
 -- The session's valid conn entry {generation=string, slot=number}, or nil.
 local function conn_entry(user, session_id)

@@ -27,11 +27,13 @@ local status_hooks = {offline = false, online_moved = false, tidy = false, statu
 local HELD = 1125899906842624
 
 -- The shard's leases: each script that may meet a held score sets `key` first (a KEYS
--- entry). The lapses read are kept for the rest of the call: the script's `now` does not move.
+-- entry), and, if it may change a lease's keys, `names` (its decoded `shard` argument, whose
+-- lease names store/keys.py makes). The lapses read are kept for the rest of the call: the
+-- script's `now` does not move.
 -- A script that lists users also sets `sessions_prefix` (a user's sessions key is it followed
 -- by their id, in the hash tag of `key`) and `window_ms`, so that while a lease has lapsed
 -- unswept a user scored HELD is looked at one by one (several_live).
-local leases = {key = false, lapse = {}, sessions_prefix = false, window_ms = 0}
+local leases = {key = false, names = false, lapse = {}, sessions_prefix = false, window_ms = 0}
 
 -- The moment (ms) the lease of `slot` lapses, or nil if there is none.
 local function lapse_of(slot)

@@ -16,10 +16,10 @@
 -- The shard's flushes ZSET ("place_id \0 user_id \0 session_id" -> when its state is due to be
 -- announced, ms) lists the pending states, so that the sweep announces those whose process
 -- died before it did (lua/flush_place_state.lua).
--- And, named from the shard's leases key (same hash tag), per lease the places it holds
--- members of (`:places:<slot>`, SET) and per lease and place those members
--- (`:pm:<slot>:<place_id>`, SET), so that the sweep ends a lapsed lease's members without
--- reading any place whole.
+-- And, named by store/keys.py (`leases.names`, includes/connections.lua), per lease the places
+-- it holds members of (`lease_places_prefix` followed by the slot, SET) and per lease and place
+-- those members (`lease_members_prefix` followed by the slot, ':' and the place id, SET), so
+-- that the sweep ends a lapsed lease's members without reading any place whole.
 --
 -- Events go on the place's channel (with place.publish: PUBLISH, or SPUBLISH, the place's
 -- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of seven values:
@@ -35,8 +35,10 @@ local function split_member(member)
   return string.sub(member, 1, at - 1), string.sub(member, at + 1)
 end
 
-local function lease_places_key(slot) return leases.key .. ':places:' .. slot end
-local function lease_members_key(slot, place_id) return leases.key .. ':pm:' .. slot .. ':' .. place_id end
+local function lease_places_key(slot) return leases.names.lease_places_prefix .. slot end
+local function lease_members_key(slot, place_id)
+  return leases.names.lease_members_prefix .. slot .. ':' .. place_id
+end
 
 -- The place's keys: {members, holders, states, users, channel, id, publish}, and where a state
 -- may be left to announce, the shard's flushes key.

@@ -1,8 +1,10 @@
 --- @include "connections"
 -- A user's status: what they chose, their custom status, who may see their lastSeen, and
--- what their live sessions say (idle or not). Kept in keys named from the shard's key prefix
--- (the hash tag of every script's KEYS), which a script that reads or announces statuses
--- sets first in `statuses.prefix`, with the window in `statuses.window_ms`:
+-- what their live sessions say (idle or not). Kept in the keys that store/keys.py names (in
+-- the hash tag of every script's KEYS): a script that reads or announces statuses passes
+-- their names in its `shard` argument (Shard.options), and a user's keys (st:<user>, sx:<user>,
+-- and their sessions key) are the names ending in ':' (status_prefix, extras_prefix,
+-- sessions_prefix) followed by the user id:
 --   st:<user>  HASH  chosen       AWAY|BUSY|INVISIBLE (none: AUTO)
 --                    text, emoji  the custom status (none: not set)
 --                    expires      when the custom status ends, ms (none: until changed)
@@ -27,12 +29,12 @@
 -- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
 -- who never chose anything has no st key); the others go with what they describe.
 
-local statuses = {prefix = false, window_ms = 0, online_key = false}
+local statuses = {names = false, window_ms = 0, online_key = false}
 
-local function status_key(user_id) return statuses.prefix .. 'st:' .. user_id end
-local function since_key() return statuses.prefix .. 'since' end
-local function extras_key(user_id) return statuses.prefix .. 'sx:' .. user_id end
-local function status_expiry_key() return statuses.prefix .. 'stexp' end
+local function status_key(user_id) return statuses.names.status_prefix .. user_id end
+local function since_key() return statuses.names.since end
+local function extras_key(user_id) return statuses.names.extras_prefix .. user_id end
+local function status_expiry_key() return statuses.names.status_expiries end
 
 -- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
 -- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
@@ -96,7 +98,7 @@ end
 -- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
 -- entry alone for a keyless default session (includes/activity.lua).
 local function live_of(user_id, online_key, now)
-  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
     return live_sessions({sessions = sessions_key}, now, statuses.window_ms)
   end
@@ -129,7 +131,7 @@ end
 local function tidy_extras(user_id)
   local key = extras_key(user_id)
   if redis.call('EXISTS', key) == 0 then return end
-  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  local sessions_key = statuses.names.sessions_prefix .. user_id
   local ids = redis.call('HKEYS', key)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
@@ -175,8 +177,8 @@ local function look_of(kind, user_id, online)
     redis.call('HDEL', status_key(user_id), 'text', 'emoji', 'expires')
     redis.call('ZREM', status_expiry_key(), user_id)
   end
-  local away = tonumber(redis.call('ZSCORE', statuses.prefix .. 'awayexp', user_id))
-  if away and away < now then redis.call('ZREM', statuses.prefix .. 'awayexp', user_id) end
+  local away = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id))
+  if away and away < now then redis.call('ZREM', statuses.names.away_expiries, user_id) end
   local invisible = choices.chosen == 'INVISIBLE'
   return {status, custom_value(choices.custom), invisible and '' or kind, choices.visible,
     invisible and 1 or 0}
@@ -202,8 +204,8 @@ local function went_offline(user_id)
   redis.call('ZREM', since_key(), user_id)
 end
 
-local function hidden_key() return statuses.prefix .. 'hidden' end
-local function away_expiry_key() return statuses.prefix .. 'awayexp' end
+local function hidden_key() return statuses.names.hidden end
+local function away_expiry_key() return statuses.names.away_expiries end
 
 -- Notes when the user turns AWAY by time alone: when their newest active session that lives
 -- by time expires while an idle one stays live (and no active held session keeps them).
@@ -211,12 +213,12 @@ local function track_activity(user_id)
   local now = event_looks.now
   -- A user without a sessions key has one session, never idle: nothing to note (an entry
   -- left from before is dropped by the sweep, which checks).
-  if redis.call('EXISTS', statuses.prefix .. 'sess:' .. user_id) == 0 then return end
+  if redis.call('EXISTS', statuses.names.sessions_prefix .. user_id) == 0 then return end
   local live = live_of(user_id, statuses.online_key, now)
   local ids = {}
   for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
   local some_idle, active_until, active_held = false, nil, false
-  local sessions_key = statuses.prefix .. 'sess:' .. user_id
+  local sessions_key = statuses.names.sessions_prefix .. user_id
   for i, extras in ipairs(extras_of(user_id, ids)) do
     if extras.idle then
       some_idle = true
@@ -251,7 +253,7 @@ end
 -- Copies the user's online entry into `hidden` if they chose INVISIBLE (set_status takes it
 -- out when they stop).
 local function sync_hidden(user_id)
-  if redis.call('SISMEMBER', statuses.prefix .. 'invisible', user_id) == 0 then return end
+  if redis.call('SISMEMBER', statuses.names.invisible, user_id) == 0 then return end
   local score = redis.call('ZSCORE', statuses.online_key, user_id)
   if score then
     redis.call('ZADD', hidden_key(), score, user_id)
@@ -261,9 +263,10 @@ local function sync_hidden(user_id)
 end
 
 -- Called by every script that changes or reads statuses, before anything else of this file:
--- the shard's key prefix, its online key, the window (ms) and the script's `now`.
-local function use_statuses(prefix, online_key, window_ms, now)
-  statuses.prefix, statuses.online_key, statuses.window_ms = prefix, online_key, window_ms
+-- the shard's names (its decoded `shard` argument), its online key, the window (ms) and the
+-- script's `now`.
+local function use_statuses(names, online_key, window_ms, now)
+  statuses.names, statuses.online_key, statuses.window_ms = names, online_key, window_ms
   event_looks.fill, event_looks.now = fill_look, now
   status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
   status_hooks.status, status_hooks.look = status_with, look_of
@@ -281,7 +284,7 @@ local function last_seen_of(user_id, last_seen_key, now, retention_ms)
   if not score then return -1 end
   local last_seen = shown_last_seen(score, now)
   if held_slot(-score) == 0 then
-    local sessions_key = statuses.prefix .. 'sess:' .. user_id
+    local sessions_key = statuses.names.sessions_prefix .. user_id
     local held = redis.call('ZRANGEBYSCORE', sessions_key, string.format('%d', HELD), '+inf', 'WITHSCORES')
     local lapsed = 0
     for j = 2, #held, 2 do

@@ -19,6 +19,7 @@ LAYERS = {
     "policy": 4,
     "running": 4,
     "observability": 3,
+    "webhooks": 3,
     "settings": 2,
     "lru": 2,
     "store": 1,

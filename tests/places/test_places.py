@@ -22,6 +22,7 @@ from gql_presence.realtime.held import EndReason, HeldSessions
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
+from gql_presence.store.channels import Channels
 from gql_presence.store.errors import BadInputError, SessionRevokedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
 from tests.conftest import TEST_SETTINGS, StoreFactory
@@ -38,7 +39,7 @@ def ago(**delta: float) -> datetime:
 @pytest.fixture
 async def place_channel(redis: Redis) -> AsyncIterator[PubSub]:
     pubsub = redis.pubsub(ignore_subscribe_messages=True)
-    await pubsub.subscribe(Keys().place_events(DOC))
+    await pubsub.subscribe(Channels().place_events(DOC))
     await pubsub.get_message(timeout=1)
     yield pubsub
     await pubsub.aclose()  # type: ignore[no-untyped-call]

@@ -36,8 +36,9 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
 from gql_presence.store.keys import Keys
+from gql_presence.store.presence import TOUCH_MANY_BATCH
 from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
-from gql_presence.store.shard import TOUCH_MANY_BATCH
+from gql_presence.store.shard import unpack_options
 from tests import racer
 from tests.conftest import StoreFactory
 
@@ -739,7 +740,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     run = Scripts.run
 
     async def recording_run(
-        self: Scripts, name: ScriptName, keys: list[str], args: list[str | int]
+        self: Scripts, name: ScriptName, keys: list[str], args: list[str | int | bytes]
     ) -> Any:
         slots_of_calls.setdefault(name, set()).update(key_slot(k.encode()) for k in keys)
         return await run(self, name, keys, args)
@@ -816,12 +817,15 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     sharded = False
     run = Scripts.run
 
-    def slots(keys: Sequence[str], args: Sequence[str | int]) -> set[int]:
-        named = [a for a in args if isinstance(a, str) and a.startswith("gqlp:{")]
+    def slots(keys: Sequence[str], args: Sequence[str | int | bytes]) -> set[int]:
+        # The `shard` argument (Shard.options) holds the shard's names, packed.
+        texts: list[str | int] = [a for a in args if isinstance(a, str)]
+        texts += [v for a in args if isinstance(a, bytes) for v in unpack_options(a).values()]
+        named = [a for a in texts if isinstance(a, str) and a.startswith("gqlp:{")]
         return {key_slot(k.encode()) for k in [*keys, *(named if sharded else [])]}
 
     async def recording_run(
-        self: Scripts, name: ScriptName, keys: list[str], args: list[str | int]
+        self: Scripts, name: ScriptName, keys: list[str], args: list[str | int | bytes]
     ) -> Any:
         names.add(name)
         slots_of_each_call.append(slots(keys, args))

@@ -20,6 +20,7 @@ from gql_presence.running.connection import ShardedSubscriber, cluster_client, r
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
 from gql_presence.store import ChosenStatus, Keys, PresenceStore, shard_of
+from gql_presence.store.channels import Channels
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import eventually, first_event, ignore
 from tests.redis_cluster import LocalCluster, bus_publishes, fail_over, subscribers
@@ -246,7 +247,7 @@ async def test_a_follower_of_everyone_gets_the_events_of_every_shard(
     async with hub.feed(ignore, everyone=True) as feed:
         # Each shard's channel of every user, on its master, by sharded pub/sub only.
         for shard in range(SHARDS):
-            channel = Keys.of_shard(shard).shard_events
+            channel = Channels.of_shard(shard).shard_events
             assert subscribers(master_of(valkey_cluster, shard), channel) == (1, 0)
         await store.touch_many(users)
         heard: list[str] = []

@@ -19,8 +19,8 @@ from redis.asyncio import Redis, RedisCluster
 
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
+from gql_presence.store import shard_of
 from gql_presence.store.keys import Keys
-from gql_presence.store.presence import shard_of
 from tests.helpers import (
     BACKEND_TOKEN,
     FIELDS,

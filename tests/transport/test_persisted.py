@@ -22,7 +22,7 @@ from gql_presence.graphql import persisted as persisted_documents
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
 from gql_presence.store import PresenceStore
-from gql_presence.store import presence as store_presence
+from gql_presence.store import deployment as store_deployment
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
@@ -365,7 +365,7 @@ async def test_a_document_in_use_through_one_process_stays_kept_for_every_proces
     http_redis: AnyRedis,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(store_presence, "MAX_PERSISTED_DOCUMENTS", 3)
+    monkeypatch.setattr(store_deployment, "MAX_PERSISTED_DOCUMENTS", 3)
     monkeypatch.setattr(persisted_documents, "REFRESH_INTERVAL_S", 0.05, raising=False)
     first = await service(aiohttp_client, deployment)
     second = await service(aiohttp_client, deployment)
@@ -397,7 +397,7 @@ async def test_a_flood_of_registrations_does_not_evict_a_document_in_use(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # As 1,500 registrations within seconds against 1,000 kept: half as many again as the cap.
-    monkeypatch.setattr(store_presence, "MAX_PERSISTED_DOCUMENTS", 4)
+    monkeypatch.setattr(store_deployment, "MAX_PERSISTED_DOCUMENTS", 4)
     first = await service(aiohttp_client, deployment)
     flooding = await service(aiohttp_client, deployment)
     assert await post(first, {"query": PRESENCE, "extensions": persisted(PRESENCE)}) == ANSWER

@@ -1,0 +1,210 @@
+"""Lists of users over every shard: each shard pages its own users from the same cursor
+position, and the pages are merged; and weeklyStats, the sum of every shard's figures."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import date, datetime, timedelta
+
+from gql_presence.store.days import days, local_date, to_ms
+from gql_presence.store.deployment import Deployment
+from gql_presence.store.models import DailyActiveUsers, ListedUser, Page, WeeklyStats
+from gql_presence.store.replies import ShardPage, page_of
+from gql_presence.store.scripts import ScriptName
+from gql_presence.store.shard import Named, Shard, guarded, named
+from gql_presence.store.validation import check_end_date, check_id, check_page_size, check_range
+
+# A position in a list: (-(last seen, ms), user id), the order of every list.
+Position = tuple[int, str]
+# The name of the order by onlineSince in its cursors.
+ONLINE_SINCE = "since"
+
+
+def _after(position: Position | None) -> Named:
+    return named(
+        after_score=position[0] if position else "", after_member=position[1] if position else ""
+    )
+
+
+class Lists:
+    def __init__(self, shards: Sequence[Shard], deployment: Deployment) -> None:
+        self._shards = shards
+        self._deployment = deployment
+
+    async def online_users(
+        self, first: int, after: str | None, *, hide: bool, by_online_since: bool
+    ) -> Page:
+        check_page_size(first)
+        if by_online_since:
+            return await self._merged(
+                lambda shard, at: self._online_since(shard, first, at, hide),
+                first,
+                after,
+                ONLINE_SINCE,
+            )
+        return await self._merged(
+            lambda shard, at: self._online_users(shard, first, at, hide), first, after
+        )
+
+    async def _online_users(
+        self, shard: Shard, first: int, after: Position | None, hide: bool
+    ) -> ShardPage:
+        k = shard.keys
+        reply = await shard.run(
+            ScriptName.ONLINE_USERS,
+            named(last_seen=k.last_seen, online=k.online, leases=k.leases),
+            named(
+                shard=shard.options,
+                first=first,
+                **_after(after),
+                hide_invisible=int(hide),
+            ),
+        )
+        return page_of(reply)
+
+    async def _online_since(
+        self, shard: Shard, first: int, after: Position | None, hide: bool
+    ) -> ShardPage:
+        """A page of the users online, most recently come online first: each node's
+        position is -(onlineSince ms)."""
+        k = shard.keys
+        reply = await shard.run(
+            ScriptName.ONLINE_SINCE,
+            named(since=k.online_since, online=k.online, last_seen=k.last_seen, leases=k.leases),
+            named(
+                shard=shard.options,
+                first=first,
+                **_after(after),
+                hide_invisible=int(hide),
+            ),
+        )
+        return page_of(reply)
+
+    async def online_friends(
+        self, user_id: str, first: int, after: str | None, *, hide: bool
+    ) -> Page:
+        """Each shard pages the friends who live in it (an empty set answers at once)."""
+        check_id(user_id, "userId")
+        check_page_size(first)
+
+        async def page(shard: Shard, at: Position | None) -> ShardPage:
+            k = shard.keys
+            reply = await shard.run(
+                ScriptName.ONLINE_FRIENDS,
+                named(
+                    friends=k.friends(user_id),
+                    online=k.online,
+                    last_seen=k.last_seen,
+                    scratch=k.scratch,
+                    leases=k.leases,
+                    invisible=k.invisible,
+                ),
+                named(
+                    first=first,
+                    **_after(at),
+                    shard=shard.options,
+                    hide_invisible=int(hide),
+                ),
+            )
+            return page_of(reply)
+
+        return await self._merged(page, first, after)
+
+    async def active_in_range(
+        self, start: datetime, end: datetime, first: int, after: str | None, *, hide: bool
+    ) -> Page:
+        check_page_size(first)
+        check_range(start, end)
+        start_ms, end_ms = to_ms(start), to_ms(end)
+
+        async def page(shard: Shard, at: Position | None) -> ShardPage:
+            k, settings = shard.keys, shard.settings
+            reply = await shard.run(
+                ScriptName.ACTIVE_IN_RANGE,
+                named(last_seen=k.last_seen, online=k.online, leases=k.leases),
+                named(
+                    from_ms=start_ms,
+                    to_ms=end_ms,
+                    shard=shard.options,
+                    first=first,
+                    **_after(at),
+                    held_slack_ms=settings.connection_ttl_ms // 2,
+                    hide_invisible=int(hide),
+                ),
+            )
+            return page_of(reply)
+
+        return await self._merged(page, first, after)
+
+    async def _merged(
+        self,
+        page_of_shard: Callable[[Shard, Position | None], Awaitable[ShardPage]],
+        first: int,
+        after: str | None,
+        order: str = "",
+    ) -> Page:
+        """Every shard pages its users from the same cursor position, (lastSeen, userId): as
+        a user lives in one shard, the first `first` users after that position over all shards
+        are among the first `first` of some shard. The cursor is the position of the last
+        user listed, so it means the same whatever shard that user lives in."""
+        position = None
+        if after is not None:
+            position = (await self._deployment.cursors(make=False)).decode(after, order)
+        pages = await asyncio.gather(*(page_of_shard(shard, position) for shard in self._shards))
+        rows = sorted((node for page in pages for node in page.nodes), key=_position)
+        nodes = tuple(rows[:first])
+        end_cursor = None
+        if nodes:
+            cursors = await self._deployment.cursors(make=True)
+            end_cursor = cursors.encode(*_position(nodes[-1]), order)
+        return Page(
+            total_count=sum(page.total_count for page in pages),
+            nodes=nodes,
+            has_next_page=len(rows) > first or any(page.has_next_page for page in pages),
+            end_cursor=end_cursor,
+        )
+
+    async def today(self) -> date:
+        """Today in the stats time zone, by the Redis server's clock."""
+        home = self._shards[0]
+        seconds, micros = await guarded(home.redis.time())
+        return local_date(seconds * 1000 + micros // 1000, home.settings.stats_zone)
+
+    async def weekly_stats(self, end_date: date | None = None) -> WeeklyStats:
+        """The sum of every shard's figures: exact, as each user is counted in one shard."""
+        end_date = check_end_date(await self.today() if end_date is None else end_date)
+        parts = await asyncio.gather(*(self._week(shard, end_date) for shard in self._shards))
+        start_date = end_date - timedelta(days=6)
+        return WeeklyStats(
+            start_date=start_date,
+            end_date=end_date,
+            days=tuple(
+                DailyActiveUsers(
+                    start_date + timedelta(days=i), sum(p.days[i].active_users for p in parts)
+                )
+                for i in range(7)
+            ),
+            unique_users=sum(p.unique_users for p in parts),
+            active_every_day=sum(p.active_every_day for p in parts),
+            new_on_end_date=sum(p.new_on_end_date for p in parts),
+        )
+
+    async def _week(self, shard: Shard, end_date: date) -> WeeklyStats:
+        start_date = end_date - timedelta(days=6)
+        labels, boundaries = days(start_date, 7, shard.settings.stats_zone)
+        k = shard.keys
+        reply = await shard.run(
+            ScriptName.WEEKLY_STATS,
+            named(days=[k.day(label) for label in labels], scratch=k.scratch),
+            named(shard=shard.options, boundaries=boundaries),
+        )
+        counts = [int(n) for n in reply]
+        daily = tuple(DailyActiveUsers(start_date + timedelta(days=i), counts[i]) for i in range(7))
+        return WeeklyStats(start_date, end_date, daily, counts[7], counts[8], counts[9])
+
+
+def _position(node: ListedUser) -> Position:
+    """Where a user stands in every list: the score of the shards' sorted sets, -(lastSeen ms)
+    or a held user's, then the id, whose order as text is Redis's order of its UTF-8 bytes."""
+    return node.position, node.user_id

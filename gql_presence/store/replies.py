@@ -1,0 +1,94 @@
+"""Script replies read into the store's plain dataclasses (models.py): each reply's shape is
+the one its script's header gives under "Returns"."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from gql_presence.store.days import from_ms
+from gql_presence.store.models import (
+    ChosenStatus,
+    ListedUser,
+    PlaceMember,
+    Presence,
+    Session,
+    Status,
+    Visibility,
+)
+from gql_presence.store.wire import custom_status_of
+
+
+def text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
+    """A user's presence from a presence_entry of lua/includes/status.lua."""
+    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms = entry
+    sessions = []
+    for i in range(0, len(live), 5):
+        session_id, activity_ms, started_ms, idle, device = live[i : i + 5]
+        sessions.append(
+            Session(
+                text(session_id),
+                from_ms(int(activity_ms)),
+                from_ms(int(started_ms)),
+                bool(int(idle)),
+                text(device) or None,
+            )
+        )
+    sessions.sort(key=lambda session: (-session.last_seen.timestamp(), session.session_id))
+    return Presence(
+        user_id,
+        online=bool(sessions),
+        last_seen=_time_or_none(last_seen_ms),
+        sessions=tuple(sessions),
+        status=Status(text(status)),
+        custom=custom_status_of(custom),
+        chosen=ChosenStatus(text(chosen)),
+        visible_to=Visibility(text(visible)),
+        online_since=_time_or_none(since_ms),
+        hidden_last_seen=_time_or_none(hidden_ms),
+    )
+
+
+def _time_or_none(ms: Any) -> datetime | None:
+    return None if int(ms) < 0 else from_ms(int(ms))
+
+
+@dataclass(frozen=True)
+class ShardPage:
+    """One shard's part of a page: the store merges them and makes the cursor."""
+
+    total_count: int
+    nodes: tuple[ListedUser, ...]
+    has_next_page: bool
+
+
+def page_of(reply: Sequence[Any]) -> ShardPage:
+    """A page of users (includes/page.lua's page_reply): {total, more, then for each user
+    user_id, score, last_seen_ms, online 0|1}."""
+    nodes = tuple(
+        ListedUser(
+            text(reply[i]), bool(reply[i + 3]), from_ms(int(reply[i + 2])), int(reply[i + 1])
+        )
+        for i in range(2, len(reply), 4)
+    )
+    return ShardPage(int(reply[0]), nodes, bool(reply[1]))
+
+
+def place_members_of(
+    place_id: str, reply: Sequence[Any]
+) -> tuple[int, int, tuple[PlaceMember, ...], bool, int]:
+    """lua/place_members.lua's reply: (sessions, users, members of the page, whether more
+    follow, the number of the place's last event that the page reflects)."""
+    nodes = []
+    for i in range(4, len(reply), 3):
+        user_id, _, session_id = text(reply[i]).partition("\0")
+        score = int(reply[i + 1])
+        state = None if reply[i + 2] is None else text(reply[i + 2])
+        nodes.append(PlaceMember(place_id, user_id, session_id, from_ms(-score), state, score))
+    return int(reply[0]), int(reply[1]), tuple(nodes), bool(reply[2]), int(reply[3])

@@ -1,0 +1,52 @@
+"""The sweep: what no process is there to do, done in each shard by whichever process sweeps
+(lua/sweep.lua)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from gql_presence.store.days import DAY_MS, days_around, local_now_ms
+from gql_presence.store.models import SweepResult
+from gql_presence.store.places import PLACE_STATE_INTERVAL_MS
+from gql_presence.store.scripts import ScriptName
+from gql_presence.store.shard import Shard, named
+
+# Users are forgotten (and their bit index reused) this long after the retention ends, so
+# that every day bitmap that could hold their bit has expired first (a day, plus DST slack).
+PURGE_SLACK_MS = 2 * DAY_MS
+
+
+async def sweep(shards: Sequence[Shard], batch: int, lapsed_batch: int) -> SweepResult:
+    """Each shard's sweep, in parallel, summed (PresenceStore.sweep)."""
+    parts = await asyncio.gather(*(_sweep(shard, batch, lapsed_batch) for shard in shards))
+    return SweepResult(*(sum(column) for column in zip(*parts, strict=True)))
+
+
+async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
+    settings, k = shard.settings, shard.keys
+    labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
+    await shard.announcing()
+    reply = await shard.run(
+        ScriptName.SWEEP,
+        named(
+            online=k.online,
+            last_seen=k.last_seen,
+            user_index=k.user_index,
+            free_indexes=k.free_indexes,
+            leases=k.leases,
+            flushes=k.place_flushes,
+            days=[k.day(label) for label in labels],
+        ),
+        named(
+            batch=batch,
+            purge_after_ms=settings.retention_ms + PURGE_SLACK_MS,
+            shard=shard.options,
+            boundaries=boundaries,
+            lapsed_batch=lapsed_batch,
+            # Overdue: a state its process would have announced an interval ago.
+            overdue_ms=PLACE_STATE_INTERVAL_MS,
+        ),
+    )
+    # offline, purged, online, lapsed, ended_statuses, flushed
+    return [int(n) for n in reply]
