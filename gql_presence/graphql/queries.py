@@ -9,6 +9,7 @@ from typing import Annotated
 
 import strawberry
 
+from gql_presence.graphql import webhook_resolvers
 from gql_presence.graphql.arguments import (
     AfterArg,
     FirstArg,
@@ -28,6 +29,7 @@ from gql_presence.graphql.types import (
     PlaceMemberConnection,
     PresenceConnection,
     UserPresence,
+    Webhook,
     WeeklyStats,
 )
 from gql_presence.policy.auth import Need
@@ -206,3 +208,12 @@ class Query:
     )
     async def feed_cursor(self, info: strawberry.Info[Context, None]) -> str:
         return await authorized_store(info, Need.BACKEND).feed_cursor()
+
+    webhooks: list[Webhook] = strawberry.field(
+        resolver=webhook_resolvers.webhooks,
+        description="Every webhook of the deployment. Backends only.",
+    )
+    webhook: Webhook | None = strawberry.field(
+        resolver=webhook_resolvers.webhook,
+        description="One webhook of the deployment by its id; null when there is none. Backends only.",
+    )

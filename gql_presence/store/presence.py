@@ -72,6 +72,7 @@ from gql_presence.store.validation import (
     check_ids,
     check_shown_text,
 )
+from gql_presence.store.webhooks import Webhooks
 
 DEFAULT_SESSION = "default"
 SWEEP_BATCH = 1000
@@ -121,6 +122,8 @@ class PresenceStore:
         self._lists = Lists(self._shards, self._deployment)
         self._friends = Friends(self._shards)
         self._feed = Feed(self._shards, self._deployment)
+        # The deployment's webhooks, kept with its other singletons in shard 0.
+        self.webhooks = Webhooks(self._shards[0])
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""

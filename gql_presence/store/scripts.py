@@ -59,6 +59,12 @@ class ScriptName(StrEnum):
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
     FEED_PAGE = "feed_page"
+    CREATE_WEBHOOK = "create_webhook"
+    UPDATE_WEBHOOK = "update_webhook"
+    ROTATE_WEBHOOK_SECRET = "rotate_webhook_secret"  # noqa: S105 - a script name, not a password
+    DELETE_WEBHOOK = "delete_webhook"
+    WEBHOOKS = "webhooks"
+    RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
 
 
 class ScriptError(StrEnum):
@@ -76,6 +82,7 @@ class ScriptError(StrEnum):
     EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
     TOO_MANY_FRIENDS = "TOO_MANY_FRIENDS"
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    WEBHOOKS_FULL = "WEBHOOKS_FULL"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:
