@@ -45,8 +45,8 @@ def serve(host: str, port: int, workers: int | None = None, reuse_port: bool = F
         print(
             f"gql-presence: refusing to serve {host} with no credentials configured: anyone "
             "who reaches it could read and change all presence. Set PRESENCE_BACKEND_TOKENS "
-            'and/or a JWT key (README, "Running in production"), or PRESENCE_ALLOW_OPEN=true '
-            "if this network is private.",
+            'and/or a JWT key (docs/operations.md, "Running in production"), or '
+            "PRESENCE_ALLOW_OPEN=true if this network is private.",
             file=sys.stderr,
         )
         return 2

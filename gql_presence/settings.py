@@ -136,6 +136,11 @@ class Settings:
     )
     # Whether the schema is an Apollo Federation 2 subgraph (User @key(fields: "id")).
     federation: bool = False
+    # Networks that webhooks may reach although the safety rules refuse them otherwise
+    # (loopback, private, link-local, ...), and the only ones an http (not https) URL may.
+    webhook_allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    # How long a webhook's receiver has to connect and to answer a request, ms.
+    webhook_timeout_ms: int = 5000
 
     @property
     def secured(self) -> bool:
@@ -200,6 +205,10 @@ class Settings:
             cors_origins=_cors_origins(env),
             trusted_documents=_trusted_documents(env),
             federation=_flag(env, "PRESENCE_FEDERATION", default=False),
+            webhook_allowed_networks=_networks(env, "PRESENCE_WEBHOOK_ALLOWED_NETWORKS"),
+            webhook_timeout_ms=_duration_ms(
+                env, "PRESENCE_WEBHOOK_TIMEOUT_SECONDS", 5, _MS_PER_SECOND
+            ),
             user_rate=user_rate,
             user_burst=_burst(env, "PRESENCE_USER_RATE_BURST", user_rate),
             backend_rate=backend_rate,
@@ -244,6 +253,22 @@ def _duration_ms(
     if ms == 0 and not allow_zero:
         raise SettingsError(f"{name}={raw!r} is shorter than one millisecond.")
     return ms
+
+
+def _networks(
+    env: Mapping[str, str], name: str
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """CIDRs separated by commas or spaces; none when unset."""
+    networks = []
+    for entry in env.get(name, "").replace(",", " ").split():
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise SettingsError(
+                f"{name}: {entry!r} is not a network: use CIDRs separated by commas, e.g. "
+                "10.0.0.0/8,fd00::/8."
+            ) from None
+    return tuple(networks)
 
 
 def _count(env: Mapping[str, str], name: str, default: int) -> int:

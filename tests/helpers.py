@@ -126,9 +126,12 @@ def loud_records(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str, str]]
     ]
 
 
-# --- README.md's snippets ----------------------------------------------------------------------
+# --- the snippets of README.md and docs/ ------------------------------------------------------
 
-README = Path(__file__).parent.parent / "README.md"
+ROOT = Path(__file__).parent.parent
+README = ROOT / "README.md"
+# README.md and the pages of docs/ that it links to: every example in them is run or checked.
+DOCUMENTED = (README, *sorted((ROOT / "docs").glob("*.md")))
 # `<!-- readme-test: skip (why) -->` or `<!-- readme-test: until-output (why) -->`, alone on
 # the line right before a snippet's opening fence.
 MARKER = re.compile(r"<!-- readme-test: (skip|until-output) \((.+)\) -->")
@@ -142,17 +145,23 @@ class Snippet:
     line: int
     marker: str | None  # "skip", "until-output", or None: run as it is
     reason: str = ""
+    page: Path = README
+
+    @property
+    def where(self) -> str:
+        """Where a reader finds it: `docs/api.md:12`."""
+        return f"{self.page.relative_to(ROOT).as_posix()}:{self.line}"
 
 
-def readme_snippets() -> list[Snippet]:
-    """Every fenced snippet of README.md, with the marker on the line before it."""
-    text = README.read_text(encoding="utf-8")
+def snippets_of(page: Path) -> list[Snippet]:
+    """Every fenced snippet of a page, with the marker on the line before it."""
+    text = page.read_text(encoding="utf-8")
     found = []
     for fence in FENCE.finditer(text):
         line = text.count("\n", 0, fence.start()) + 1
         before = text[: fence.start()].rstrip("\n").rsplit("\n", 1)[-1].strip()
         marker = MARKER.fullmatch(before)
-        assert marker or "readme-test" not in before, f"README.md:{line - 1}: a malformed marker"
+        assert marker or "readme-test" not in before, f"{page.name}:{line - 1}: a malformed marker"
         found.append(
             Snippet(
                 fence[1],
@@ -160,9 +169,20 @@ def readme_snippets() -> list[Snippet]:
                 line,
                 marker[1] if marker else None,
                 marker[2] if marker else "",
+                page,
             )
         )
     return found
+
+
+def readme_snippets() -> list[Snippet]:
+    """Every fenced snippet of README.md."""
+    return snippets_of(README)
+
+
+def documented_snippets() -> list[Snippet]:
+    """Every fenced snippet of README.md and of the pages of docs/."""
+    return [snippet for page in DOCUMENTED for snippet in snippets_of(page)]
 
 
 # --- events as the scripts publish them -------------------------------------------------------
@@ -890,3 +910,17 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    webhook, _ = await store.webhooks.create("https://example.com/", None, None, 0)
+    await store.webhooks.update(webhook.id, debounce_seconds=1)
+    await store.webhooks.rotate_secret(webhook.id)
+    await store.webhooks.record_attempt(
+        webhook.id,
+        delivery_id="d",
+        changes=1,
+        status=200,
+        error=None,
+        duration_ms=1.0,
+        acknowledged=True,
+    )
+    await store.webhooks.webhooks()
+    await store.webhooks.delete(webhook.id)

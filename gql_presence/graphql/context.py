@@ -18,6 +18,7 @@ from gql_presence.realtime.held import HeldSessions
 from gql_presence.realtime.hub import EventHub
 from gql_presence.store import Presence, PresenceStore
 from gql_presence.store.errors import ForbiddenError, UnauthenticatedError
+from gql_presence.webhooks.safety import Networks
 
 NOT_A_FRIEND = (
     "A user may read the presence of themselves and their friends (the users in their friend "
@@ -74,6 +75,8 @@ class Context:
     credentials_refused: UnauthenticatedError | None = None
     # A WebSocket's connection, which multiplexed subscriptions write their events to.
     socket: Socket | None = None
+    # The networks webhooks may reach besides public addresses (PRESENCE_WEBHOOK_ALLOWED_NETWORKS).
+    webhook_networks: Networks = ()
 
     async def close_socket(self, reason: FeedDroppedError) -> None:
         """Ends the WebSocket connection of a subscription whose feed was dropped."""

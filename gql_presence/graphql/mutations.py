@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import strawberry
 
+from gql_presence.graphql import webhook_resolvers
 from gql_presence.graphql.arguments import (
     DeviceArg,
     FriendIdsArg,
@@ -33,6 +34,8 @@ from gql_presence.graphql.types import (
     PlaceMember,
     UserPresence,
     Visibility,
+    Webhook,
+    WebhookWithSecret,
 )
 from gql_presence.policy.auth import Need
 from gql_presence.store import (
@@ -222,4 +225,24 @@ class Mutation:
     remove_friends = _friend_links_mutation(
         PresenceStore.remove_friends,
         "Remove friendIds from userId's friend set (and userId from theirs when mutual). Returns how many links were removed.",
+    )
+    create_webhook: WebhookWithSecret = strawberry.mutation(
+        resolver=webhook_resolvers.create_webhook,
+        description="Delivers the changes from now on to `url`. Backends only; at most 50 webhooks.",
+    )
+    update_webhook: Webhook = strawberry.mutation(
+        resolver=webhook_resolvers.update_webhook,
+        description="Changes what is given; `enabled: true` resumes a disabled webhook from its deliveredUpTo.",
+    )
+    rotate_webhook_secret: WebhookWithSecret = strawberry.mutation(
+        resolver=webhook_resolvers.rotate_webhook_secret,
+        description="A new secret; the old one keeps signing beside it for 24 hours.",
+    )
+    delete_webhook: bool = strawberry.mutation(
+        resolver=webhook_resolvers.delete_webhook,
+        description="Deletes a webhook and its attempts; false when there was none. Backends only.",
+    )
+    replay_webhook: Webhook = strawberry.mutation(
+        resolver=webhook_resolvers.replay_webhook,
+        description="Delivers again every retained change after `after` (from the oldest retained when null), in order, before anything newer.",
     )

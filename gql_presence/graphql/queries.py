@@ -9,6 +9,7 @@ from typing import Annotated
 
 import strawberry
 
+from gql_presence.graphql import webhook_resolvers
 from gql_presence.graphql.arguments import (
     AfterArg,
     FirstArg,
@@ -26,6 +27,7 @@ from gql_presence.graphql.types import (
     PlaceMemberConnection,
     PresenceConnection,
     UserPresence,
+    Webhook,
     WeeklyStats,
 )
 from gql_presence.policy.auth import Need
@@ -168,3 +170,12 @@ class Query:
             PlaceCount(place_id=ID(c.place_id), sessions=c.sessions, users=c.users)
             for c in await store.place_counts(place_ids)
         ]
+
+    webhooks: list[Webhook] = strawberry.field(
+        resolver=webhook_resolvers.webhooks,
+        description="Every webhook of the deployment. Backends only.",
+    )
+    webhook: Webhook | None = strawberry.field(
+        resolver=webhook_resolvers.webhook,
+        description="One webhook of the deployment by its id; null when there is none. Backends only.",
+    )

@@ -43,6 +43,7 @@ from gql_presence.http.app_keys import (
     EVENTS,
     HELD_SESSIONS,
     LIMITER,
+    SETTINGS,
     SOCKET,
     SOCKETS,
     STORE,
@@ -140,6 +141,7 @@ class PresenceView(GraphQLView[Context, None]):
             held_sessions=request.app[HELD_SESSIONS],
             credentials_refused=request.get(CREDENTIALS_REFUSED),
             socket=response if isinstance(response, BoundedWebSocketResponse) else None,
+            webhook_networks=request.app[SETTINGS].webhook_allowed_networks,
         )
 
     async def on_ws_connect(self, context: Context) -> UnsetType | dict[str, object] | None:

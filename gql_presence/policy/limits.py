@@ -1,6 +1,6 @@
 """The limits every request meets, each sized by what a valid request needs.
 
-README's "Running in production" gives the reason for each figure.
+docs/operations.md's "Limits" gives the reason for each figure.
 """
 
 from __future__ import annotations

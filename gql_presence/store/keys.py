@@ -202,6 +202,19 @@ class Keys:
         set (see lua/cursor_secret.lua). Kept in shard 0."""
         return self.prefix + "cursor-secret"
 
+    @property
+    def webhooks(self) -> str:
+        """ZSET member=webhook id  score=when it was made, ms: the deployment's webhooks."""
+        return self.prefix + "webhooks"
+
+    def webhook(self, webhook_id: str = "") -> str:
+        """HASH: one webhook's settings, secrets and delivery state (store/webhooks.py)."""
+        return self.prefix + "wh:" + webhook_id
+
+    def webhook_attempts(self, webhook_id: str = "") -> str:
+        """LIST of a webhook's most recent attempts, newest first: "<at ms> <JSON>" each."""
+        return self.prefix + "wha:" + webhook_id
+
 
 def shard_of(user_id: str, shards: int) -> int:
     """The shard a user (or a place) lives in: a hash of the id that every process and release

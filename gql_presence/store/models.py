@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from enum import StrEnum
 
@@ -239,3 +239,58 @@ class PlaceCount:
     place_id: str
     sessions: int
     users: int
+
+
+class ChangeKind(StrEnum):
+    """Every kind of change the feed keeps: presence events, then place events."""
+
+    ONLINE = "ONLINE"
+    OFFLINE = "OFFLINE"
+    KICKED = "KICKED"
+    STATUS = "STATUS"
+    JOINED = "JOINED"
+    UPDATED = "UPDATED"
+    LEFT = "LEFT"
+
+
+@dataclass(frozen=True)
+class WebhookAttempt:
+    """One request to a webhook's URL, as it went."""
+
+    at: datetime
+    # The request's webhook-id: the same for every attempt of one batch.
+    delivery_id: str
+    changes: int
+    # The HTTP status answered; None when no answer came.
+    status: int | None
+    # At most 1 KiB of the answer, or the connection's error; None when all went well.
+    error: str | None
+    duration_ms: float
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A webhook of the deployment: where it delivers, what, and how far it has come."""
+
+    id: str
+    url: str
+    kinds: tuple[ChangeKind, ...]
+    # Place ids and prefixes ending in `*` whose place events it delivers; None: every place.
+    places: tuple[str, ...] | None
+    debounce_seconds: int
+    enabled: bool
+    # Why the service disabled it; None while enabled or when a backend disabled it.
+    disabled_reason: str | None
+    created_at: datetime
+    # The cursor of the last change it acknowledged; None before the first.
+    delivered_up_to: str | None
+    # A replay asked for and not yet begun: the cursor after which to deliver again ("":
+    # from the oldest retained change); None: none asked for.
+    replay_after: str | None
+    # Since when its requests have failed with no success between; None: not failing.
+    failing_since: datetime | None
+    # The most recent attempts, newest first.
+    attempts: tuple[WebhookAttempt, ...]
+    # Its signing secrets, newest first: the current one, and the one it had while that one
+    # still signs beside it. Never shown after it is made, never logged.
+    secrets: tuple[str, ...] = field(repr=False)

@@ -71,6 +71,7 @@ from gql_presence.store.validation import (
     check_ids,
     check_shown_text,
 )
+from gql_presence.store.webhooks import Webhooks
 
 DEFAULT_SESSION = "default"
 SWEEP_BATCH = 1000
@@ -119,6 +120,8 @@ class PresenceStore:
         self._sessions = Sessions(self._shards, self._leases, self._places)
         self._lists = Lists(self._shards, self._deployment)
         self._friends = Friends(self._shards)
+        # The deployment's webhooks, kept with its other singletons in shard 0.
+        self.webhooks = Webhooks(self._shards[0])
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""

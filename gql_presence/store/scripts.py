@@ -58,6 +58,12 @@ class ScriptName(StrEnum):
     PERSIST_DOCUMENT = "persist_document"
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
+    CREATE_WEBHOOK = "create_webhook"
+    UPDATE_WEBHOOK = "update_webhook"
+    ROTATE_WEBHOOK_SECRET = "rotate_webhook_secret"  # noqa: S105 - a script name, not a password
+    DELETE_WEBHOOK = "delete_webhook"
+    WEBHOOKS = "webhooks"
+    RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
 
 
 class ScriptError(StrEnum):
@@ -75,6 +81,7 @@ class ScriptError(StrEnum):
     EXPIRES_NOT_AHEAD = "EXPIRES_NOT_AHEAD"
     TOO_MANY_FRIENDS = "TOO_MANY_FRIENDS"
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    WEBHOOKS_FULL = "WEBHOOKS_FULL"
 
     @classmethod
     def of(cls, reply: str) -> ScriptError | None:

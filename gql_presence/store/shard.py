@@ -5,7 +5,7 @@ reply (replies.py); they have checked every input.
 
 A call names each KEYS and ARGV entry as the script's header does, in the header's order
 (`named(last_seen=..., online=..., ...)`): a name missing, extra or out of order is a fault
-of ours, raised before Redis is asked (tests/test_seam.py holds every caller to it)."""
+of ours, raised before Redis is asked (tests/presence/test_seam.py holds every caller to it)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ from gql_presence.store.validation import (
     AT_IN_FUTURE,
     EXPIRES_NOT_AHEAD,
     MAX_DOCUMENT_BYTES,
+    WEBHOOKS_FULL,
     at_before_retention,
 )
 
@@ -64,6 +65,7 @@ def sessions_full(settings: StoreSettings) -> str:
 _REFUSALS: dict[ScriptError, tuple[type[Exception], str | Callable[[StoreSettings], str]]] = {
     ScriptError.SESSION_REVOKED: (SessionRevokedError, REVOKED_SESSION),
     ScriptError.AT_IN_FUTURE: (BadInputError, AT_IN_FUTURE),
+    ScriptError.WEBHOOKS_FULL: (BadInputError, WEBHOOKS_FULL),
     ScriptError.NOT_IN_PLACE: (
         BadInputError,
         "This session is not in the place: a session's state can be set while a placeSession "

@@ -33,6 +33,13 @@ def at_before_retention(now_ms: int, retention_ms: int) -> str:
     )
 
 
+# Webhooks a deployment may have: each costs its deliveries' work in every process.
+MAX_WEBHOOKS = 50
+WEBHOOKS_FULL = (
+    f"A deployment has at most {MAX_WEBHOOKS} webhooks: delete one (deleteWebhook) before "
+    "creating another."
+)
+
 # The first and last end dates whose seven days can be written as dates.
 FIRST_END_DATE = date.min + timedelta(days=6)
 LAST_END_DATE = date.max - timedelta(days=1)

@@ -1,8 +1,9 @@
-"""Every code snippet of README.md works as written, against `gql-presence serve` on a free port
-with a Redis of its own: Python and shell snippets run, JavaScript ones run under Node when it
-is installed, and GraphQL ones are valid against schema.graphql. The snippets address the
-service's default 127.0.0.1:8080; here that becomes the test service's port. A snippet that
-cannot run in a test carries a marker on the line before it (see CONTRIBUTING.md)."""
+"""Every code snippet of README.md and of the pages of docs/ works as written, against
+`gql-presence serve` on a free port with a Redis of its own: Python and shell snippets run,
+JavaScript ones run under Node when it is installed, and GraphQL ones are valid against
+schema.graphql and run. The snippets address the service's default 127.0.0.1:8080; here that
+becomes the test service's port. A snippet that cannot run in a test carries a marker on the
+line before it (see CONTRIBUTING.md). README.md stays short enough to read in one sitting."""
 
 from __future__ import annotations
 
@@ -34,27 +35,30 @@ from graphql import (
 
 from gql_presence.running.redis_server import free_port, redis_server_binary, start_redis_server
 from tests.helpers import (
+    DOCUMENTED,
     MARKER,
     README,
     Snippet,
+    documented_snippets,
     eventually,
     post,
-    readme_snippets,
     run_service,
     stop,
     wait_until_serving,
 )
 
-pytestmark = pytest.mark.slow  # starts the service in a process of its own
+# Those marked slow start the service, or pytest, in a process of their own.
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 DEFAULT_ADDRESS = "127.0.0.1:8080"
-SNIPPETS = readme_snippets()
+SNIPPETS = documented_snippets()
+# What a new user reads in their first hour; the details are in docs/, linked from it.
+README_MAX_LINES = 450
 
 
 def by_language(*languages: str) -> list[Any]:
     return [
-        pytest.param(snippet, id=f"README.md:{snippet.line}")
+        pytest.param(snippet, id=snippet.where)
         for snippet in SNIPPETS
         if snippet.language in languages
     ]
@@ -78,7 +82,7 @@ def port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
 
 def runnable(snippet: Snippet, port: int) -> str:
     if snippet.marker == "skip":
-        pytest.skip(f"marked in README.md: {snippet.reason}")
+        pytest.skip(f"marked in {snippet.page.name}: {snippet.reason}")
     return snippet.code.replace(DEFAULT_ADDRESS, f"127.0.0.1:{port}")
 
 
@@ -100,14 +104,53 @@ def run(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_every_marker_names_a_known_kind_and_a_reason() -> None:
-    text = README.read_text(encoding="utf-8")
+def test_the_readme_stays_short() -> None:
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= README_MAX_LINES, (
+        f"README.md has {lines} lines, more than {README_MAX_LINES}: move details to a page of"
+        " docs/ and link to it from where they were"
+    )
+
+
+@pytest.mark.parametrize("page", DOCUMENTED, ids=lambda page: page.name)
+def test_every_marker_names_a_known_kind_and_a_reason(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
     markers = [line for line in text.splitlines() if "readme-test" in line]
-    assert markers, "README.md has snippets that cannot run in a test"
     assert [m for m in markers if not MARKER.fullmatch(m.strip())] == []
-    assert len(markers) == sum(1 for s in SNIPPETS if s.marker), "a marker before no snippet"
+    marked = sum(1 for s in SNIPPETS if s.marker and s.page == page)
+    assert len(markers) == marked, f"{page.name}: a marker before no snippet"
 
 
+def test_the_readme_marks_the_snippets_that_cannot_run() -> None:
+    assert any(s.marker for s in SNIPPETS if s.page == README)
+
+
+HEADING = re.compile(r"^#+ (.+)$", re.MULTILINE)
+FENCED = re.compile(r"^```.*?^```$", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"\]\(([^)\s]*\.md)#([^)\s]+)\)")
+
+
+def anchors_of(page: Path) -> set[str]:
+    """The anchors GitHub gives a page's headings: lower case, punctuation but `-` and `_`
+    dropped, spaces as `-`."""
+    headings = HEADING.findall(FENCED.sub("", page.read_text(encoding="utf-8")))
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+@pytest.mark.parametrize("page", DOCUMENTED, ids=lambda page: page.name)
+def test_every_link_to_a_section_finds_it(page: Path) -> None:
+    """A section moved from README.md to docs/ leaves no link pointing where it was."""
+    text = page.read_text(encoding="utf-8")
+    own = [("", anchor) for anchor in re.findall(r"\]\(#([^)\s]+)\)", text)]
+    broken = []
+    for target, anchor in [*LINK.findall(text), *own]:
+        linked = page.parent / target if target else page
+        if not linked.is_file() or anchor not in anchors_of(linked):
+            broken.append(f"{target}#{anchor}")
+    assert broken == []
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", by_language("sh", "bash", "shell"))
 def test_shell_snippet_runs(snippet: Snippet, port: int) -> None:
     bash = ["bash", "-euo", "pipefail", "-c", runnable(snippet, port)]
@@ -116,6 +159,7 @@ def test_shell_snippet_runs(snippet: Snippet, port: int) -> None:
     assert '"errors"' not in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", by_language("python"))
 async def test_python_snippet_runs(snippet: Snippet, port: int, tmp_path: Path) -> None:
     code = runnable(snippet, port)
@@ -153,6 +197,7 @@ async def test_python_snippet_runs(snippet: Snippet, port: int, tmp_path: Path) 
     assert "'userId': 'bob'" in first_line.result().decode(), errors.decode()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", by_language("js", "javascript"))
 def test_javascript_snippet_runs(snippet: Snippet, port: int, tmp_path: Path) -> None:
     node = shutil.which("node")
@@ -173,11 +218,11 @@ def test_graphql_snippet_is_valid_against_the_schema(snippet: Snippet) -> None:
 
 
 def variables_of(snippet: Snippet) -> dict[str, Any]:
-    """The variables the README gives a GraphQL snippet: the JSON snippet right after it,
+    """The variables its page gives a GraphQL snippet: the JSON snippet right after it,
     introduced by a paragraph that begins with "Variables"; none when there is no such one."""
-    lines = README.read_text(encoding="utf-8").splitlines()
+    lines = snippet.page.read_text(encoding="utf-8").splitlines()
     following = SNIPPETS[SNIPPETS.index(snippet) + 1 :]
-    if not following or following[0].language != "json":
+    if not following or following[0].language != "json" or following[0].page != snippet.page:
         return {}
     end = snippet.line + snippet.code.count("\n")  # the closing fence's index, 0-based
     between = " ".join(lines[end + 1 : following[0].line - 1]).strip()
@@ -215,9 +260,10 @@ async def run_operation(
     return list(message.get("payload", {}).get("errors") or ())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("snippet", by_language("graphql"))
 async def test_graphql_snippet_runs_with_its_variables(snippet: Snippet, port: int) -> None:
-    """Each operation of the snippet in turn, with the variables the README gives it, against
+    """Each operation of the snippet in turn, with the variables its page gives it, against
     the service as the README starts it (open, no credentials)."""
     definitions = parse(snippet.code).definitions
     given = variables_of(snippet)
@@ -242,12 +288,13 @@ async def test_graphql_snippet_runs_with_its_variables(snippet: Snippet, port: i
                     if v.default_value is not None or not isinstance(v.type, NonNullTypeNode)
                 }
             )
-            assert not missing, f"README.md:{snippet.line}: no variables given for {missing}"
+            assert not missing, f"{snippet.where}: no variables given for {missing}"
             variables = {name: value for name, value in given.items() if name in declared}
             errors = await run_operation(port, socket, document, variables)
-            assert errors == [], f"README.md:{snippet.line}: {document}"
+            assert errors == [], f"{snippet.where}: {document}"
 
 
+@pytest.mark.slow
 def test_run_it_says_how_to_choose_the_port_and_the_workers(tmp_path: Path) -> None:
     text = README.read_text(encoding="utf-8")
     run_it = text[text.index("**Run it**") : text.index("**Test it**")]
@@ -271,6 +318,7 @@ def test_run_it_says_how_to_choose_the_port_and_the_workers(tmp_path: Path) -> N
     assert "worker processes" not in output, output  # one process serves
 
 
+@pytest.mark.slow
 def test_test_it_gives_the_fast_subset() -> None:
     text = README.read_text(encoding="utf-8")
     test_it = text[text.index("**Test it**") : text.index("## Using the API")]

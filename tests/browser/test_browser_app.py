@@ -28,8 +28,8 @@ from tests.helpers import (
     FIELDS,
     SECURED,
     SOON_S,
+    documented_snippets,
     eventually,
-    readme_snippets,
     subscribed,
     user_token,
 )
@@ -171,7 +171,7 @@ async def test_without_the_setting_the_same_page_is_refused(serve: Serve, browse
     assert "error" in (await page.evaluate("window.events"))[0]
 
 
-READMES_JAVASCRIPT = [s for s in readme_snippets() if s.language in {"js", "javascript"}]
+READMES_JAVASCRIPT = [s for s in documented_snippets() if s.language in {"js", "javascript"}]
 
 
 async def test_the_readmes_javascript_runs_as_written_in_a_page_on_another_origin(
@@ -196,9 +196,9 @@ async def test_the_readmes_javascript_runs_as_written_in_a_page_on_another_origi
         await eventually(
             lambda n=number: page.evaluate(f"window.ran{n} === true || undefined"),
             10,
-            f"README.md:{snippet.line} to run",
+            f"{snippet.where} to run",
         )
-        assert errors == [], f"README.md:{snippet.line}: {errors}"
+        assert errors == [], f"{snippet.where}: {errors}"
 
     store = PresenceStore(http_redis, deployment)
     await store.add_friends("alice", ["bob"])

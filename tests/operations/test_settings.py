@@ -189,3 +189,39 @@ def test_a_bad_duration_is_told_what_is_allowed(name: str, value: str, allowed: 
     with pytest.raises(SettingsError) as refused:
         Settings.from_env({name: value})
     assert str(refused.value) == f"{name}={value!r} is not valid: {allowed}"
+
+
+def test_webhooks_reach_no_special_network_and_wait_five_seconds_by_default() -> None:
+    settings = Settings.from_env({})
+    assert settings.webhook_allowed_networks == ()
+    assert settings.webhook_timeout_ms == 5000
+
+
+def test_webhook_settings_are_read() -> None:
+    settings = Settings.from_env(
+        {
+            "PRESENCE_WEBHOOK_ALLOWED_NETWORKS": "10.0.0.0/8, fd00::/8 127.0.0.1",
+            "PRESENCE_WEBHOOK_TIMEOUT_SECONDS": "2.5",
+        }
+    )
+    assert [str(n) for n in settings.webhook_allowed_networks] == [
+        "10.0.0.0/8",
+        "fd00::/8",
+        "127.0.0.1/32",
+    ]
+    assert settings.webhook_timeout_ms == 2500
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "said"),
+    [
+        ("PRESENCE_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/33", "'10.0.0.0/33' is not a network"),
+        ("PRESENCE_WEBHOOK_ALLOWED_NETWORKS", "intranet", "'intranet' is not a network"),
+        ("PRESENCE_WEBHOOK_TIMEOUT_SECONDS", "0", "PRESENCE_WEBHOOK_TIMEOUT_SECONDS='0'"),
+    ],
+)
+def test_a_bad_webhook_setting_stops_the_start_naming_itself(
+    name: str, value: str, said: str
+) -> None:
+    with pytest.raises(SettingsError, match=said):
+        Settings.from_env({name: value})

@@ -1,0 +1,336 @@
+"""The deployment's webhooks: their settings, secrets, recent attempts and delivery state.
+
+They live in shard 0 with the deployment's other singletons: a ZSET of their ids (which the
+cap is counted on), a HASH per webhook and a LIST of its recent attempts (keys.py). The URL's
+rules need the service's settings and are checked above the store (gql_presence/webhooks/
+safety.py) before it is handed here; everything else is checked here.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from gql_presence.store.days import from_ms
+from gql_presence.store.errors import BadInputError
+from gql_presence.store.models import ChangeKind, Webhook, WebhookAttempt
+from gql_presence.store.replies import text
+from gql_presence.store.scripts import ScriptName
+from gql_presence.store.shard import Shard, named
+from gql_presence.store.validation import MAX_WEBHOOKS, check_id
+
+MAX_ATTEMPTS = 20
+# Longer than any cursor the feed makes: a bound on what a replay request stores.
+MAX_CURSOR_LENGTH = 1024
+MAX_DEBOUNCE_SECONDS = 60
+MAX_PLACE_PATTERNS = 100
+# How long a rotated secret keeps signing beside the new one.
+PREVIOUS_SECRET_MS = 24 * 3600 * 1000
+# At most this much of an answer, or of a connection's error, is kept with an attempt.
+MAX_ERROR_BYTES = 1024
+# Every kind but UPDATED, which is frequent and asked for by name.
+DEFAULT_KINDS = tuple(kind for kind in ChangeKind if kind is not ChangeKind.UPDATED)
+SECRET_PREFIX = "whsec_"  # noqa: S105 - the Standard Webhooks form's prefix, not a secret
+
+
+def new_secret() -> str:
+    """A signing secret in the Standard Webhooks form: whsec_ and base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def check_kinds(kinds: Iterable[str] | None) -> tuple[ChangeKind, ...]:
+    """The kinds given, each once, in the feed's order; None: the default kinds."""
+    if kinds is None:
+        return DEFAULT_KINDS
+    allowed = ", ".join(ChangeKind)
+    given = set()
+    for kind in kinds:
+        try:
+            given.add(ChangeKind(kind))
+        except ValueError:
+            raise BadInputError(f"kinds may hold {allowed}; got {kind!r}.") from None
+    if not given:
+        raise BadInputError(f"kinds must name at least one of {allowed} (null: all but UPDATED).")
+    return tuple(kind for kind in ChangeKind if kind in given)
+
+
+def check_places(places: Iterable[str] | None) -> tuple[str, ...] | None:
+    """Place patterns as a JWT's `places` claim: place ids, and prefixes ending in `*`."""
+    if places is None:
+        return None
+    given = list(dict.fromkeys(places))
+    if len(given) > MAX_PLACE_PATTERNS:
+        raise BadInputError(
+            f"places takes at most {MAX_PLACE_PATTERNS} place ids and prefixes ending in `*`; "
+            f"got {len(given)}."
+        )
+    for pattern in given:
+        check_id(pattern, "each of places (a place id, or a prefix ending in `*`)")
+        if "*" in pattern[:-1]:
+            raise BadInputError(
+                "each of places is a place id, or a prefix ending in `*` (`*` alone: every "
+                f"place); `*` may stand only at the end, as it does not in {pattern!r}."
+            )
+    return tuple(given)
+
+
+def check_debounce(seconds: int) -> int:
+    if not 0 <= seconds <= MAX_DEBOUNCE_SECONDS:
+        raise BadInputError(f"debounceSeconds must be 0 to {MAX_DEBOUNCE_SECONDS}; got {seconds}.")
+    return seconds
+
+
+def bounded_error(message: str) -> str:
+    """At most MAX_ERROR_BYTES of UTF-8 of the message, cut at a character's edge."""
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= MAX_ERROR_BYTES:
+        return message
+    return raw[:MAX_ERROR_BYTES].decode("utf-8", "ignore")
+
+
+class Webhooks:
+    """Create, change, read and delete webhooks; record their attempts."""
+
+    def __init__(self, home: Shard) -> None:
+        self._home = home
+
+    async def create(
+        self,
+        url: str,
+        kinds: Iterable[str] | None,
+        places: Iterable[str] | None,
+        debounce_seconds: int,
+    ) -> tuple[Webhook, str]:
+        """A new webhook, enabled, and its secret (which is never shown again). `url` must
+        already keep safety's rules. BadInputError past MAX_WEBHOOKS: nothing is made."""
+        fields = _fields(
+            url=url,
+            kinds=check_kinds(kinds),
+            places=check_places(places),
+            debounce_seconds=check_debounce(debounce_seconds),
+        )
+        secret = new_secret()
+        webhook_id = uuid.uuid4().hex
+        k = self._home.keys
+        await self._home.run(
+            ScriptName.CREATE_WEBHOOK,
+            named(webhooks=k.webhooks, webhook=k.webhook(webhook_id)),
+            named(
+                webhook_id=webhook_id,
+                max_webhooks=MAX_WEBHOOKS,
+                fields=[*fields, "enabled", "1", "secret", secret],
+            ),
+        )
+        webhook = await self.webhook(webhook_id)
+        if webhook is None:  # deleted at once by another caller
+            raise BadInputError("The webhook was deleted as soon as it was made.")
+        return webhook, secret
+
+    async def update(
+        self,
+        webhook_id: str,
+        *,
+        url: str | None = None,
+        kinds: Iterable[str] | None = None,
+        places: Iterable[str] | None = None,
+        debounce_seconds: int | None = None,
+        enabled: bool | None = None,
+    ) -> Webhook | None:
+        """Changes what is given (None: unchanged); None when there is no such webhook.
+        Enabling or disabling clears the service's reason: a backend chose."""
+        fields = _fields(
+            url=url,
+            kinds=None if kinds is None else check_kinds(kinds),
+            places=None if places is None else check_places(places),
+            debounce_seconds=None if debounce_seconds is None else check_debounce(debounce_seconds),
+        )
+        if enabled is not None:
+            fields += ["enabled", "1" if enabled else "0", "disabled_reason", ""]
+            if enabled:
+                fields += ["failing_since_ms", ""]
+        return await self._change(webhook_id, fields)
+
+    async def disable(self, webhook_id: str, reason: str) -> Webhook | None:
+        """Disabled by the service, saying why (disabledReason)."""
+        return await self._change(webhook_id, ["enabled", "0", "disabled_reason", reason])
+
+    async def request_replay(self, webhook_id: str, after: str | None) -> Webhook | None:
+        """Asks its delivery to send again every retained change after `after` (None: from
+        the oldest retained); the delivery reads it as replay_after and clears it. Whether
+        `after` is a cursor of this deployment is the feed's to tell."""
+        if after is not None and not (
+            0 < len(after) <= MAX_CURSOR_LENGTH and after.isascii() and after.isprintable()
+        ):
+            raise BadInputError(
+                "after is a change's cursor, as `changes` or an event gives it (or null)."
+            )
+        return await self._change(webhook_id, ["replay_after", "0" + (after or "")])
+
+    async def replay_begun(self, webhook_id: str) -> Webhook | None:
+        """Clears the replay asked for, once its delivery has taken it."""
+        return await self._change(webhook_id, ["replay_after", ""])
+
+    async def _change(self, webhook_id: str, fields: list[str]) -> Webhook | None:
+        if fields:
+            changed = await self._home.run(
+                ScriptName.UPDATE_WEBHOOK,
+                named(webhook=self._home.keys.webhook(check_id(webhook_id, "id"))),
+                named(fields=fields),
+            )
+            if not int(changed):
+                return None
+        return await self.webhook(webhook_id)
+
+    async def rotate_secret(self, webhook_id: str) -> tuple[Webhook, str] | None:
+        """A new secret; the one it had keeps signing beside it for PREVIOUS_SECRET_MS."""
+        secret = new_secret()
+        rotated = await self._home.run(
+            ScriptName.ROTATE_WEBHOOK_SECRET,
+            named(webhook=self._home.keys.webhook(check_id(webhook_id, "id"))),
+            named(secret=secret, keep_ms=PREVIOUS_SECRET_MS),
+        )
+        webhook = await self.webhook(webhook_id) if int(rotated) else None
+        return None if webhook is None else (webhook, secret)
+
+    async def delete(self, webhook_id: str) -> bool:
+        """Whether there was such a webhook."""
+        k = self._home.keys
+        check_id(webhook_id, "id")
+        return bool(
+            await self._home.run(
+                ScriptName.DELETE_WEBHOOK,
+                named(
+                    webhooks=k.webhooks,
+                    webhook=k.webhook(webhook_id),
+                    attempts=k.webhook_attempts(webhook_id),
+                ),
+                named(webhook_id=webhook_id),
+            )
+        )
+
+    async def webhooks(self) -> list[Webhook]:
+        """Every webhook of the deployment, oldest first."""
+        return await self._read("")
+
+    async def webhook(self, webhook_id: str) -> Webhook | None:
+        found = await self._read(check_id(webhook_id, "id"))
+        return found[0] if found else None
+
+    async def _read(self, webhook_id: str) -> list[Webhook]:
+        k = self._home.keys
+        reply = await self._home.run(
+            ScriptName.WEBHOOKS,
+            named(webhooks=k.webhooks),
+            named(
+                webhook_prefix=k.webhook(),
+                attempts_prefix=k.webhook_attempts(),
+                webhook_id=webhook_id,
+                max_webhooks=MAX_WEBHOOKS,
+                max_attempts=MAX_ATTEMPTS,
+            ),
+        )
+        now_ms = time.time_ns() // 1_000_000
+        return [_webhook_of(entry, now_ms) for entry in reply]
+
+    async def record_attempt(
+        self,
+        webhook_id: str,
+        *,
+        delivery_id: str,
+        changes: int,
+        status: int | None,
+        error: str | None,
+        duration_ms: float,
+        acknowledged: bool,
+        delivered_up_to: str | None = None,
+    ) -> WebhookAttempt | None:
+        """Keeps an attempt among the webhook's MAX_ATTEMPTS most recent; an acknowledged one
+        also sets deliveredUpTo to `delivered_up_to`, the batch's end, and ends the time it
+        was failing (one not acknowledged starts it). None when the webhook is gone."""
+        attempt = {
+            "deliveryId": delivery_id,
+            "changes": changes,
+            "status": status,
+            "error": None if error is None else bounded_error(error),
+            "durationMs": round(duration_ms, 3),
+        }
+        k = self._home.keys
+        at_ms = int(
+            await self._home.run(
+                ScriptName.RECORD_WEBHOOK_ATTEMPT,
+                named(webhook=k.webhook(webhook_id), attempts=k.webhook_attempts(webhook_id)),
+                named(
+                    attempt=json.dumps(attempt, separators=(",", ":")),
+                    max_attempts=MAX_ATTEMPTS,
+                    acknowledged=int(acknowledged),
+                    delivered_up_to=(delivered_up_to or "") if acknowledged else "",
+                ),
+            )
+        )
+        return _attempt_of(f"{at_ms} {json.dumps(attempt)}") if at_ms else None
+
+
+def _fields(
+    *,
+    url: str | None,
+    kinds: Sequence[ChangeKind] | None,
+    places: Sequence[str] | None,
+    debounce_seconds: int | None,
+) -> list[str]:
+    """The HASH fields of what is given, as the scripts take them."""
+    fields = []
+    if url is not None:
+        fields += ["url", url]
+    if kinds is not None:
+        fields += ["kinds", ",".join(kinds)]
+    if places is not None:
+        fields += ["places", json.dumps(list(places))]
+    if debounce_seconds is not None:
+        fields += ["debounce_seconds", str(debounce_seconds)]
+    return fields
+
+
+def _webhook_of(entry: Sequence[Any], now_ms: int) -> Webhook:
+    """A webhook from an entry of lua/webhooks.lua's reply."""
+    webhook_id, flat, attempts = entry
+    fields = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
+    secrets_now = [fields["secret"]]
+    previous = fields.get("previous_secret")
+    if previous and int(fields.get("previous_until_ms", "0")) > now_ms:
+        secrets_now.append(previous)
+    replay = fields.get("replay_after")
+    failing = fields.get("failing_since_ms")
+    places = fields.get("places")
+    return Webhook(
+        id=text(webhook_id),
+        url=fields["url"],
+        kinds=tuple(ChangeKind(kind) for kind in fields["kinds"].split(",")),
+        places=None if places is None else tuple(json.loads(places)),
+        debounce_seconds=int(fields["debounce_seconds"]),
+        enabled=fields["enabled"] == "1",
+        disabled_reason=fields.get("disabled_reason"),
+        created_at=from_ms(int(fields["created_ms"])),
+        delivered_up_to=fields.get("delivered_up_to"),
+        replay_after=None if replay is None else replay[1:],
+        failing_since=None if failing is None else from_ms(int(failing)),
+        attempts=tuple(_attempt_of(text(attempt)) for attempt in attempts),
+        secrets=tuple(secrets_now),
+    )
+
+
+def _attempt_of(stored: str) -> WebhookAttempt:
+    at_ms, _, attempt = stored.partition(" ")
+    fields = json.loads(attempt)
+    return WebhookAttempt(
+        at=from_ms(int(at_ms)),
+        delivery_id=fields["deliveryId"],
+        changes=int(fields["changes"]),
+        status=fields["status"],
+        error=fields["error"],
+        duration_ms=float(fields["durationMs"]),
+    )

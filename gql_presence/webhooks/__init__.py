@@ -1,0 +1,1 @@
+"""Sending changes to webhooks: where requests may go, and one signed request."""

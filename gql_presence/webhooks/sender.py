@@ -1,0 +1,203 @@
+"""One request of a batch of changes to a webhook, signed as Standard Webhooks specifies, and
+its attempt recorded.
+
+A delivery reads the changes for a webhook from the feed, makes a Batch of them once (its id
+and body stay the same on every attempt), and calls Sender.send until an attempt is
+acknowledged; the acknowledged one moves the webhook's deliveredUpTo to the batch's end.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohappyeyeballs import AddrInfoType
+from standardwebhooks.webhooks import Webhook as Signer
+
+from gql_presence.store.errors import BadInputError
+from gql_presence.store.models import Webhook
+from gql_presence.store.webhooks import MAX_ERROR_BYTES, Webhooks, bounded_error
+from gql_presence.webhooks.safety import (
+    Networks,
+    RefusedAddressError,
+    SafeResolver,
+    check_sockaddr,
+    check_url,
+)
+
+# At most this many changes in one request.
+MAX_BATCH = 100
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Changes sent in one request: the same id and body on every attempt."""
+
+    changes: Sequence[Mapping[str, Any]]
+    # The cursor of the batch's last change: the webhook's deliveredUpTo once acknowledged.
+    end_cursor: str
+    # When changes after deliveredUpTo were no longer retained: {"after": c, "until": c}.
+    gap: Mapping[str, str] | None = None
+    id: str = field(default_factory=lambda: "msg_" + uuid.uuid4().hex)
+    made_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def __post_init__(self) -> None:
+        if len(self.changes) > MAX_BATCH:
+            raise ValueError(f"a batch holds at most {MAX_BATCH} changes")
+
+    @property
+    def body(self) -> str:
+        data: dict[str, Any] = {}
+        if self.gap is not None:
+            data["gap"] = dict(self.gap)
+        data["changes"] = list(self.changes)
+        data["endCursor"] = self.end_cursor
+        timestamp = self.made_at.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        return json.dumps(
+            {"type": "presence.changes", "timestamp": timestamp, "data": data},
+            separators=(",", ":"),
+        )
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How one attempt went."""
+
+    # The HTTP status answered; None when no answer came.
+    status: int | None
+    # At most 1 KiB of the answer, or the connection's error; None when acknowledged.
+    error: str | None
+    duration_ms: float
+
+    @property
+    def acknowledged(self) -> bool:
+        return self.status is not None and 200 <= self.status < 300
+
+
+def signature(secrets: Sequence[str], batch_id: str, timestamp_s: int, body: str) -> str:
+    """The webhook-signature header: `v1,<base64>` under each secret, separated by spaces."""
+    at = datetime.fromtimestamp(timestamp_s, UTC)
+    return " ".join(Signer(secret).sign(batch_id, at, body) for secret in secrets)
+
+
+class Sender:
+    """Sends batches to webhooks over connections the safety rules allow, and records each
+    attempt in the store. One per process: it keeps the connections it may reuse."""
+
+    def __init__(self, webhooks: Webhooks, allowed: Networks, timeout_s: float) -> None:
+        self._webhooks = webhooks
+        self._allowed = allowed
+        self._timeout_s = timeout_s
+        # One client per scheme: a plain-http URL may reach only the allowed networks.
+        self._clients: dict[bool, aiohttp.ClientSession] = {}
+
+    def _client(self, plain_http: bool) -> aiohttp.ClientSession:
+        if plain_http not in self._clients:
+            allowed = self._allowed
+
+            def checked_socket(addr_info: AddrInfoType) -> socket.socket:
+                # The last gate, on the very address connected to: it also sees addresses
+                # written in a URL, which aiohttp connects to without resolving.
+                family, kind, proto, _, address = addr_info
+                check_sockaddr(address, allowed, plain_http=plain_http)
+                return socket.socket(family=family, type=kind, proto=proto)
+
+            connector = aiohttp.TCPConnector(
+                resolver=SafeResolver(allowed, plain_http=plain_http),
+                socket_factory=checked_socket,
+                # Resolved afresh for every connection: a name's answers may change.
+                use_dns_cache=False,
+            )
+            self._clients[plain_http] = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self._timeout_s, connect=self._timeout_s),
+                trust_env=False,  # no proxy from the environment: it would connect for us
+            )
+        return self._clients[plain_http]
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+
+    async def send(self, webhook: Webhook, batch: Batch) -> Outcome:
+        """One attempt to deliver the batch, recorded among the webhook's attempts (and, when
+        acknowledged, its deliveredUpTo moved to the batch's end)."""
+        outcome = await self.post(webhook, batch)
+        await self._webhooks.record_attempt(
+            webhook.id,
+            delivery_id=batch.id,
+            changes=len(batch.changes),
+            status=outcome.status,
+            error=outcome.error,
+            duration_ms=outcome.duration_ms,
+            acknowledged=outcome.acknowledged,
+            delivered_up_to=batch.end_cursor,
+        )
+        return outcome
+
+    async def post(self, webhook: Webhook, batch: Batch) -> Outcome:
+        """The request itself, not recorded."""
+        started = time.perf_counter()
+        body = batch.body
+        timestamp_s = int(time.time())
+        headers = {
+            "content-type": "application/json",
+            "user-agent": "gql-presence-webhooks",
+            "webhook-id": batch.id,
+            "webhook-timestamp": str(timestamp_s),
+            "webhook-signature": signature(webhook.secrets, batch.id, timestamp_s, body),
+        }
+        try:
+            # Checked again as sent: the rules may be stricter than when it was made.
+            check_url(webhook.url, self._allowed)
+            plain_http = urlsplit(webhook.url).scheme.lower() == "http"
+            async with self._client(plain_http).post(
+                webhook.url, data=body.encode(), headers=headers, allow_redirects=False
+            ) as answer:
+                status = answer.status
+                error = None
+                if not 200 <= status < 300:
+                    error = await _failure(answer)
+                answer.close()  # the rest of the answer is not read
+        except TimeoutError:
+            return _outcome(None, f"no answer within {self._timeout_s:g} s", started)
+        except RefusedAddressError as refused:
+            return _outcome(None, f"refused: {refused}", started)
+        except BadInputError as refused:
+            return _outcome(None, f"refused: {refused.message}", started)
+        except aiohttp.ClientConnectorError as failed:
+            return _outcome(None, _connection_error(failed), started)
+        except (aiohttp.ClientError, OSError, ValueError) as failed:
+            return _outcome(None, f"{type(failed).__name__}: {failed}", started)
+        return _outcome(status, error, started)
+
+
+async def _failure(answer: aiohttp.ClientResponse) -> str:
+    if 300 <= answer.status < 400:
+        return f"HTTP {answer.status}: redirects are not followed"
+    head = await answer.content.read(MAX_ERROR_BYTES)
+    return head.decode("utf-8", "replace") or f"HTTP {answer.status}"
+
+
+def _connection_error(failed: aiohttp.ClientConnectorError) -> str:
+    cause = failed.os_error
+    if isinstance(cause, RefusedAddressError) or isinstance(cause.__cause__, RefusedAddressError):
+        return f"refused: {cause}"
+    return f"cannot connect to {failed.host}:{failed.port}: {cause.strerror or cause}"
+
+
+def _outcome(status: int | None, error: str | None, started: float) -> Outcome:
+    return Outcome(
+        status,
+        None if error is None else bounded_error(error),
+        (time.perf_counter() - started) * 1000,
+    )
