@@ -10,7 +10,7 @@ with its licence. Run it after changing clients/js or schema.graphql, and commit
     python scripts/vendor_client.py
 
 `pip install` never needs npm: the copied files are part of the repository, and
-tests/test_js_client.py fails while they differ from a fresh build.
+tests/browser/test_js_client.py fails while they differ from a fresh build.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What one API process does to the store when many clients of the same users act at once,
 run as a process of its own: `python -m tests.racer REDIS_URL SEED`. Several of them, started
-together, race on the same users and sessions (tests/test_store.py checks what they leave).
+together, race on the same users and sessions (tests/presence/test_store.py checks what they leave).
 
 It connects and loads the scripts, prints `ready`, waits for a line on its standard input,
 then runs its workers at once, each a random mix of touches, kicks of a session or of every

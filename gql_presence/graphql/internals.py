@@ -2,14 +2,14 @@
 
 The rest of the package reaches these only through this module, so that an upgrade of either
 library is checked here: `missing()` names what an installed version no longer has, and
-tests/test_internals.py fails with that list. The version bounds in pyproject.toml say which
-versions were checked (strawberry-graphql 0.341, graphql-core 3.3).
+tests/transport/test_internals.py fails with that list. The version bounds in pyproject.toml
+say which versions were checked (strawberry-graphql 0.341, graphql-core 3.3).
 
 Bodies copied from Strawberry, graphql-core and aiohttp (to change a step of theirs, or to
 skip work they do) are listed in COPIED, each with the upstream code and the version it was
 copied from: `copied_from_other_versions()` names those whose library is installed at another
-version, and tests/test_internals.py fails with that list, so that an upgrade compares each
-copy with the new upstream code in one named place.
+version, and tests/transport/test_internals.py fails with that list, so that an upgrade
+compares each copy with the new upstream code in one named place.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ reply (replies.py); they have checked every input.
 
 A call names each KEYS and ARGV entry as the script's header does, in the header's order
 (`named(last_seen=..., online=..., ...)`): a name missing, extra or out of order is a fault
-of ours, raised before Redis is asked (tests/test_seam.py holds every caller to it)."""
+of ours, raised before Redis is asked (tests/presence/test_seam.py holds every caller to it)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """clients/js, the browser client, built and tested as its CI would: `npm ci` from its lockfile,
 `npm run build` (GraphQL Code Generator types its operations from the committed schema.graphql,
 then tsc writes dist/), `tsc --noEmit`, and Node's test runner on its pure logic (merging reads
-and events, throttling, backoff). Its real-browser tests are in tests/test_js_client_browser.py."""
+and events, throttling, backoff). Its real-browser tests are in tests/browser/test_js_client_browser.py."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def test_the_client_depends_on_graphql_ws_alone_at_run_time() -> None:
 
 def vendoring() -> Any:
     """scripts/vendor_client.py as a module (scripts/ is not a package)."""
-    path = Path(__file__).parent.parent / "scripts" / "vendor_client.py"
+    path = Path(__file__).parents[2] / "scripts" / "vendor_client.py"
     spec = importlib.util.spec_from_file_location("vendor_client", path)
     assert spec is not None
     assert spec.loader is not None
@@ -75,7 +75,7 @@ def test_the_copy_the_service_serves_is_the_client_as_built(built_js_client: Pat
         )
 
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 
 
 def tracked(folder: str) -> list[str] | None:
@@ -181,7 +181,7 @@ def test_a_schema_change_that_breaks_the_client_fails_its_build(
         built_js_client, client, ignore=shutil.ignore_patterns("node_modules", "dist", "gql")
     )
     (client / "node_modules").symlink_to(built_js_client / "node_modules")
-    schema = (Path(__file__).parent.parent / "schema.graphql").read_text()
+    schema = (Path(__file__).parents[2] / "schema.graphql").read_text()
     # A field the client reads, renamed: every document that asks for it is invalid.
     broken = schema.replace("  status: PresenceStatus!\n", "  presenceStatus: PresenceStatus!\n")
     assert broken != schema

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "gql_presence"
+PACKAGE = Path(__file__).resolve().parents[2] / "gql_presence"
 
 # Top to bottom; a part may import only the parts with a lower number than its own.
 LAYERS = {

@@ -49,7 +49,7 @@ from tests.helpers import (
 
 # Those marked slow start the service, or pytest, in a process of their own.
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 DEFAULT_ADDRESS = "127.0.0.1:8080"
 SNIPPETS = documented_snippets()
 # What a new user reads in their first hour; the details are in docs/, linked from it.

@@ -25,7 +25,7 @@ from gql_presence.graphql import schema as presence_schema
 from gql_presence.graphql.internals import EventExecutionContext, core_schema
 from gql_presence.graphql.types import PresenceEvent, PresenceEventKind, PresenceStatus
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 # The contract the schema was first written to, where a checkout keeps it beside the
 # repository; a clone of the repository alone has no such folder.
 CONTRACT = ROOT.parent / "shared" / "contract"

@@ -26,7 +26,7 @@ Service = TestClient[Any, Any]
 # A browser per test.
 pytestmark = pytest.mark.slow
 
-SCREENSHOT = Path(__file__).parent.parent / "docs" / "dashboard.png"
+SCREENSHOT = Path(__file__).parents[2] / "docs" / "dashboard.png"
 
 
 async def open_dashboard(

@@ -601,7 +601,7 @@ async def race_from_processes(redis_url: str, processes: int) -> list[dict[str, 
             "tests.racer",
             redis_url,
             str(seed),
-            cwd=Path(__file__).parent.parent,
+            cwd=Path(__file__).parents[2],
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
         )

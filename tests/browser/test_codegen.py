@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from graphql import OperationDefinitionNode, build_schema, parse, validate
 
-ROOT = Path(__file__).parent.parent
+ROOT = Path(__file__).parents[2]
 EXAMPLE = ROOT / "examples" / "codegen"
 # Each operation of examples/codegen/src/documents.ts, and the type generated for its result.
 OPERATIONS = {

@@ -3,7 +3,7 @@ the order of joins, leaves, replacements, state updates, kicks, processes that s
 die, and sweeps: a hypothesis state machine on real Redis, with two processes, checking every
 place's members and counts after every step.
 
-Time passing is modelled as in tests/test_model.py: a lease renewed 0 or 20 s ago is live, one
+Time passing is modelled as in tests/presence/test_model.py: a lease renewed 0 or 20 s ago is live, one
 renewed 40 or 90 s ago has lapsed (the TTL is 30 s)."""
 
 from __future__ import annotations
