@@ -45,13 +45,13 @@
 --- @include "options"
 local shard = shard_options(ARGV[6])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key, leases.names = KEYS[3], shard
+local leases = lease_book(KEYS[3], shard)
 local user_id, change = ARGV[1], ARGV[2]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
 local key = status_key(statuses, user_id)
 
 -- What backends and the user see, and what other end users see: {status, custom, invisible}.
@@ -81,10 +81,10 @@ elseif change == 'idle' then
   local sessions_key = KEYS[4]
   local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   if session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0 then
-    local expiry = live_expiry(online_key, user_id, now)
+    local expiry = live_expiry(leases, online_key, user_id, now)
     score = expiry and expiry - window_ms
   end
-  if not (score and session_live(score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
+  if not (score and session_live(leases, score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
 end
 
 -- Whatever ended unswept (an expired presence, a lapsed lease, a turn to AWAY by time) is
@@ -93,7 +93,7 @@ end
 local user = {online = online_key, last_seen = last_seen_key, sessions = KEYS[4],
   conn = KEYS[6], index = KEYS[7], statuses = statuses}
 local settled = {}
-settle(user, channel, user_id, now, window_ms, settled)
+settle(leases, user, channel, user_id, now, window_ms, settled)
 settle_away(statuses, user_id, settled)
 announce_all(channel, settled, statuses)
 -- Likewise a custom status that ended.
@@ -144,9 +144,9 @@ elseif change == 'idle' then
   if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
   local sessions_key = KEYS[4]
   local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
-  if keyless then keep_default_in_key(online_key, sessions_key, user_id, window_ms, now) end
+  if keyless then keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now) end
   local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
-  if not (score and session_live(score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
+  if not (score and session_live(leases, score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
   if keyless then expire_with_newest(sessions_key, score, window_ms) end
   local extras = parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id))
   extras.started = extras.started or choices_of(statuses, user_id, now).since or now

@@ -62,7 +62,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard)
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
@@ -82,7 +82,7 @@ local function place_of(place_id)
 end
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do
@@ -99,33 +99,33 @@ local lapsed = redis.call('ZRANGEBYSCORE', leases.key, '-inf', '(' .. now, 'WITH
 for i = 1, #lapsed, 2 do
   if ended >= lapsed_batch then break end
   local slot, lapse = tonumber(lapsed[i]), tonumber(lapsed[i + 1])
-  local users_key = lease_users_key(slot)
+  local users_key = lease_users_key(leases, slot)
   local users = redis.call('SPOP', users_key, lapsed_batch - ended)
   for _, user_id in ipairs(users) do
     local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
       conn = conn_prefix .. user_id, index = index_key, statuses = statuses}
-    end_lapsed(user, user_id, now, window_ms, offline)
+    end_lapsed(leases, user, user_id, now, window_ms, offline)
   end
   ended = ended + #users
-  local places_key = lease_places_key(slot)
+  local places_key = lease_places_key(leases, slot)
   for _, place_id in ipairs(redis.call('SRANDMEMBER', places_key, 100)) do
     if ended >= lapsed_batch then break end
     local place = place_of(place_id)
     local left = {}
-    ended = ended + end_lapsed_members(place, slot, lapsed_batch - ended, left)
+    ended = ended + end_lapsed_members(leases, place, slot, lapsed_batch - ended, left)
     announce_place(place, left)
   end
   if redis.call('EXISTS', users_key) == 0 and redis.call('EXISTS', places_key) == 0 then
     -- Every user it held was active until it lapsed: on that day too.
     local day = day_of(lapse, boundaries)
-    local bits_key = lease_bits_key(slot)
+    local bits_key = lease_bits_key(leases, slot)
     if day and redis.call('EXISTS', bits_key) == 1 then
       redis.call('BITOP', 'OR', KEYS[6 + day], KEYS[6 + day], bits_key)
       keep_day(KEYS[6 + day], day, boundaries, retention_ms)
     end
     redis.call('DEL', bits_key)
     redis.call('ZREM', leases.key, slot)
-    redis.call('HDEL', lease_owners_key(), slot)
+    redis.call('HDEL', lease_owners_key(leases), slot)
   end
 end
 
@@ -159,7 +159,7 @@ for _, entry in ipairs(overdue) do
   local at = string.find(entry, '\0', 1, true)
   local place = place_of(string.sub(entry, 1, at - 1))
   local events = {}
-  flush_state(place, string.sub(entry, at + 1), now, overdue_ms, events)
+  flush_state(leases, place, string.sub(entry, at + 1), now, overdue_ms, events)
   announce_place(place, events)
 end
 
@@ -175,4 +175,4 @@ for i = 1, #forgotten do
   redis.call('DEL', channel[4].version_prefix .. user_id)
 end
 feed_trim(channel[4], now)
-return {#expired / 2, #forgotten, online_count(online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}
+return {#expired / 2, #forgotten, online_count(leases, online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}

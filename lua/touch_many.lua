@@ -51,10 +51,10 @@ local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retent
 local boundaries = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 local channel, sessions_prefix, revoked_prefix = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}, shard.sessions_prefix, shard.revoked_prefix
 local conn_prefix = shard.conn_prefix
-leases.key, leases.names = KEYS[9], shard
+local leases = lease_book(KEYS[9], shard)
 
 local now = now_ms()
-local statuses = statuses_of(shard, KEYS[2], window_ms, now)
+local statuses = statuses_of(shard, KEYS[2], window_ms, now, leases)
 local day = day_of(now, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
@@ -146,7 +146,7 @@ for i = 1, n do
   local plain = not own_key[user_id] and not chose[user_id]
   local online
   if own_key[user_id] then
-    online = settle(user_keys(user_id), channel, user_id, now, window_ms, events)
+    online = settle(leases, user_keys(user_id), channel, user_id, now, window_ms, events)
     settle_away(statuses, user_id, events)
   else
     online = expiry and 1 or 0
@@ -184,7 +184,7 @@ for i = 1, n do
     -- As a touch of the default session: activity, which makes it active again.
     local status_before = was_online[user_id] and status_of(statuses, user_id, KEYS[2], now)
     local before = tonumber(redis.call('ZSCORE', sessions_prefix .. user_id, DEFAULT_SESSION))
-    local was_live = before and session_live(before, now, window_ms)
+    local was_live = before and session_live(leases, before, now, window_ms)
     record_session(user_keys(user_id), user_id, DEFAULT_SESSION, now, now, window_ms)
     local extras = was_live and parse_extras(redis.call('HGET', extras_key(statuses, user_id), DEFAULT_SESSION)) or {}
     extras.started, extras.idle = extras.started or now, false

@@ -913,6 +913,11 @@ async def call_every_script(store: PresenceStore) -> None:
     page = await store.changes(None, 5)
     await store.changes(page.end_cursor, 5)
     await store.feed_cursor()
+    await call_every_webhook_script(store)
+
+
+async def call_every_webhook_script(store: PresenceStore) -> None:
+    """Each of the webhooks' scripts once: create, update, rotate, an attempt, read, delete."""
     webhook, _ = await store.webhooks.create("https://example.com/", None, None, 0)
     await store.webhooks.update(webhook.id, debounce_seconds=1)
     await store.webhooks.rotate_secret(webhook.id)

@@ -98,9 +98,9 @@ end
 local function live_of(statuses, user_id, online_key, now)
   local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
-    return live_sessions({sessions = sessions_key}, now, statuses.window_ms)
+    return live_sessions(statuses.leases, {sessions = sessions_key}, now, statuses.window_ms)
   end
-  local expiry = live_expiry(online_key, user_id, now)
+  local expiry = live_expiry(statuses.leases, online_key, user_id, now)
   if expiry then return {'default', held_slot(expiry) and now or expiry - statuses.window_ms} end
   return {}
 end
@@ -262,11 +262,13 @@ end
 
 -- What every script that changes or reads statuses passes to this file's functions (as their
 -- first parameter, `statuses`), made first: the shard's names (its decoded `shard` argument),
--- its online key, the window (ms) and the script's `now`; and what the includes that do not
+-- its online key, the window (ms), the script's `now` and its leases (includes/live.lua,
+-- lease_book); and what the includes that do not
 -- know statuses call through it (includes/live.lua, `statuses` of a user's keys; fill for
 -- announce_all's `looks`, includes/events.lua).
-local function statuses_of(names, online_key, window_ms, now)
-  local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now}
+local function statuses_of(names, online_key, window_ms, now, leases)
+  local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
+    leases = leases}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
   statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
@@ -285,18 +287,18 @@ end
 local function last_seen_of(statuses, user_id, last_seen_key, now, retention_ms)
   local score = tonumber(redis.call('ZSCORE', last_seen_key, user_id))
   if not score then return -1 end
-  local last_seen = shown_last_seen(score, now)
+  local last_seen = shown_last_seen(statuses.leases, score, now)
   if held_slot(-score) == 0 then
     local sessions_key = statuses.names.sessions_prefix .. user_id
     local held = redis.call('ZRANGEBYSCORE', sessions_key, string.format('%d', HELD), '+inf', 'WITHSCORES')
     local lapsed = 0
     for j = 2, #held, 2 do
       local slot = tonumber(held[j]) - HELD
-      if slot_live(slot, now) then
+      if slot_live(statuses.leases, slot, now) then
         lapsed = now
         break
       end
-      lapsed = math.max(lapsed, lapse_of(slot) or now)
+      lapsed = math.max(lapsed, lapse_of(statuses.leases, slot) or now)
     end
     if #held > 0 then
       -- As the sweep will record it: the last lapse, or a touched session's later activity.
@@ -340,14 +342,14 @@ end
 -- How many users `online_key` holds online at `now` (online_count), less, when `hide`, those
 -- who chose INVISIBLE: O(log n), and O(log n) per lapsed lease.
 local function listed_online_count(statuses, online_key, now, hide)
-  local total = online_count(online_key, now)
-  if hide then total = total - online_count(hidden_key(statuses), now) end
+  local total = online_count(statuses.leases, online_key, now)
+  if hide then total = total - online_count(statuses.leases, hidden_key(statuses), now) end
   return total
 end
 
 -- 1 if the user is online at `now` and, when `hide`, did not choose INVISIBLE; else nil.
 local function listed_online(statuses, online_key, user_id, now, hide)
-  if not live_expiry(online_key, user_id, now) then return nil end
+  if not live_expiry(statuses.leases, online_key, user_id, now) then return nil end
   if hide and redis.call('HGET', status_key(statuses, user_id), 'chosen') == 'INVISIBLE' then return nil end
   return 1
 end
