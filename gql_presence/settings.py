@@ -26,6 +26,8 @@ from redis.connection import parse_url
 from gql_presence.store.days import DAY_MS
 
 _MS_PER_SECOND = 1000
+# The feed keeps a change at most this long (PRESENCE_FEED_RETENTION_SECONDS).
+FEED_RETENTION_MAX_MS = 7 * 24 * 3600 * _MS_PER_SECOND
 # Alone in PRESENCE_ALLOWED_HOSTS or PRESENCE_CORS_ORIGINS: every host name, every origin.
 ANY = "*"
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -56,6 +58,10 @@ class Settings:
     retention_ms: int = 35 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * _MS_PER_SECOND
+    # How long the feed keeps each announced change (at most FEED_RETENTION_MAX_MS), and how
+    # many it keeps at most per shard: whichever is less.
+    feed_retention_ms: int = 3600 * _MS_PER_SECOND
+    feed_max_changes: int = 1_000_000
     # A connection-bound session (presenceSession) ends this long after its process's last
     # lease renewal when the process stops renewing; the process renews three times per TTL.
     connection_ttl_ms: int = 30 * _MS_PER_SECOND
@@ -176,6 +182,14 @@ class Settings:
             _MS_PER_SECOND,
             allow_zero=True,
         )
+        feed_retention_ms = _duration_ms(
+            env, "PRESENCE_FEED_RETENTION_SECONDS", 3600, _MS_PER_SECOND
+        )
+        if feed_retention_ms > FEED_RETENTION_MAX_MS:
+            raise SettingsError(
+                "PRESENCE_FEED_RETENTION_SECONDS may be at most 604800 (7 days), "
+                f"not {feed_retention_ms / _MS_PER_SECOND:g}."
+            )
         user_rate = _rate(env, "PRESENCE_USER_RATE_LIMIT")
         backend_rate = _rate(env, "PRESENCE_BACKEND_RATE_LIMIT")
         jwt_secret, jwt_public_key = _jwt_keys(env)
@@ -221,6 +235,8 @@ class Settings:
             window_ms=window_ms,
             retention_ms=retention_ms,
             revoke_ms=revoke_ms,
+            feed_retention_ms=feed_retention_ms,
+            feed_max_changes=_count(env, "PRESENCE_FEED_MAX_CHANGES", 1_000_000),
             connection_ttl_ms=_duration_ms(
                 env, "PRESENCE_CONNECTION_TTL_SECONDS", 30, _MS_PER_SECOND
             ),

@@ -20,6 +20,9 @@
                   followed by a user id, in the hash tag of KEYS)
   Returns  1 if the session left the place, else 0
   Events   LEFT: now, or at its lease's lapse if that came first
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "connections"
@@ -27,7 +30,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5], publish = shard.publish,
+  channel = ARGV[5], publish = shard.publish, feed = feed_of(shard),
   empty_ttl_ms = shard.empty_place_ttl_ms}
 local leases = lease_book(KEYS[5], shard)
 local user_id, session_id, generation = ARGV[2], ARGV[3], ARGV[4]

@@ -31,6 +31,9 @@
            OFFLINE, now, when the closed session was the user's last live one; STATUS, now,
            when it was their last active one and an idle one stays live (AWAY)
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -46,7 +49,7 @@ local leases = lease_book(KEYS[11], shard)
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])}
-local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
 local statuses = statuses_of(shard, online_key, window_ms, now, leases)

@@ -23,6 +23,9 @@
            call or the sweep did, or the session left); due_in_ms > 0 when the state waits
            for a later moment (its interval has not passed), for the caller to call again then
   Events   UPDATED with the session's state now
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "connections"
@@ -30,7 +33,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[5])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[4], publish = shard.publish, flushes = KEYS[6]}
+  channel = ARGV[4], publish = shard.publish, feed = feed_of(shard), flushes = KEYS[6]}
 local leases = lease_book(KEYS[5], shard)
 local user_id, session_id, interval_ms = ARGV[2], ARGV[3], tonumber(ARGV[6])
 

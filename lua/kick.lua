@@ -27,6 +27,9 @@
            session ended (the process holding a held session ends its subscription on it),
            else REVOKED, for the processes holding place sessions of the ids alone
   A named session is revoked even when it is no longer live, so that it cannot come back.
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -39,7 +42,7 @@ local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
 local leases = lease_book(KEYS[7], shard)
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms)
-local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
 local statuses = statuses_of(shard, online_key, window_ms, now, leases)

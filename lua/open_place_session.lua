@@ -30,6 +30,9 @@
            waits no more: lua/flush_place_state.lua finds nothing to do)
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "TOO_MANY_SESSIONS";
            nothing is written then
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "connections"
@@ -37,7 +40,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[8])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[7], publish = shard.publish}
+  channel = ARGV[7], publish = shard.publish, feed = feed_of(shard)}
 local generations_key = KEYS[5]
 local leases = lease_book(KEYS[6], shard)
 local user_id, session_id, slot, token = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]

@@ -36,6 +36,9 @@
            online; REPLACED (its last field the new generation) when the session was held
   Errors   "LEASE_LOST" (the lease has lapsed or is not this process's), "SESSION_REVOKED",
            "DAY_NOT_GIVEN", "TOO_MANY_SESSIONS"; nothing is written when one is returned
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -52,7 +55,7 @@ local leases = lease_book(KEYS[13], shard)
 local user_id, session_id, slot, token = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
-local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
 local statuses = statuses_of(shard, online_key, window_ms, now, leases)

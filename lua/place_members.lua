@@ -15,8 +15,9 @@
   ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   names of a lease's keys (lease_owners, lease_next, lease_users_prefix, ...), each
                   followed by the lease's slot where it ends in ':'
-  Returns  {sessions, users, has_next 0|1, sequence, member, score, state or false, ...}:
-           sequence is the number of the place's last event, which this page reflects
+  Returns  {sessions, users, has_next 0|1, {sequence, version}, member, score, state or false,
+           ...}: sequence is the number of the place's last event, which this page reflects,
+           and version the place's version then (includes/places.lua place_version)
   Work     O(log n + page), and O(1) per lapsed lease: sessions held under a lease that lapsed
            are neither listed nor counted, before the sweep ends them; `users` counts a user
            all of whose sessions are so held until the sweep has (within a second).
@@ -60,7 +61,8 @@ local function page_from(start, limit)
 end
 
 local rows = page_from(page_start(place.members, ARGV[3], ARGV[4]), first + 1)
-local reply = {sessions, place_user_count(place), 0, place_sequence(place)}
+local sequence = place_sequence(place)
+local reply = {sessions, place_user_count(place), 0, {sequence, place_version(place, sequence)}}
 local shown = math.min(#rows / 2, first)
 if #rows / 2 > first then reply[3] = 1 end
 if shown > 0 then

@@ -26,6 +26,9 @@
   Events   UPDATED with the state, unless it is the state already or the session's last
            UPDATED is less than interval_ms old: the state is written all the same, and waits
   Errors   "NOT_IN_PLACE" (the session is not held in the place now); nothing is written then
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "connections"
@@ -33,7 +36,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
-  channel = ARGV[5], publish = shard.publish, flushes = KEYS[6]}
+  channel = ARGV[5], publish = shard.publish, feed = feed_of(shard), flushes = KEYS[6]}
 local leases = lease_book(KEYS[5], shard)
 local user_id, session_id, state, interval_ms = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[7])
 

@@ -35,6 +35,9 @@
            status hidden or shown by INVISIBLE); nothing when what is set was set already
   Errors   "EXPIRES_NOT_AHEAD" (expires_ms not after now, or past the retention),
            "SESSION_REVOKED", "SESSION_NOT_LIVE"; nothing is written when one is returned
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -45,7 +48,7 @@ local last_seen_key, online_key = KEYS[1], KEYS[2]
 local leases = lease_book(KEYS[3], shard)
 local user_id, change = ARGV[1], ARGV[2]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
-local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
 local statuses = statuses_of(shard, online_key, window_ms, now, leases)

@@ -51,6 +51,9 @@
            waiting place state. As the same script removes what it announces, two processes
            sweeping at once never both announce it.
   Sessions and revocations need no sweep: their keys expire with their newest entry.
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -61,7 +64,7 @@ local shard = shard_options(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local leases = lease_book(KEYS[5], shard)
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
-local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])}
@@ -72,7 +75,7 @@ local lapsed_batch, overdue_ms = tonumber(ARGV[8]), tonumber(ARGV[9])
 local flushes_key = KEYS[6]
 
 local function place_of(place_id)
-  local place = {id = place_id, flushes = flushes_key, publish = channel[3],
+  local place = {id = place_id, flushes = flushes_key, publish = channel[3], feed = channel[4],
     empty_ttl_ms = shard.empty_place_ttl_ms}
   for name, prefix in pairs(place_prefixes) do place[name] = prefix .. place_id end
   return place
@@ -169,5 +172,7 @@ for i = 1, #forgotten do
     redis.call('RPUSH', free_key, index)
   end
   redis.call('ZREM', last_seen_key, user_id)
+  redis.call('DEL', channel[4].version_prefix .. user_id)
 end
+feed_trim(channel[4], now)
 return {#expired / 2, #forgotten, online_count(leases, online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}

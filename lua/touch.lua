@@ -40,6 +40,9 @@
            STATUS if the touch made them AWAY or active again
   Errors   "AT_IN_FUTURE", "AT_BEFORE_RETENTION", "SESSION_REVOKED", "DAY_NOT_GIVEN",
            "TOO_MANY_SESSIONS" (mirrored by the store's error mapping); nothing is written when one is returned
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -55,7 +58,7 @@ local leases = lease_book(KEYS[12], shard)
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms), tonumber(ARGV[5])
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
-local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
+local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 local device, idle = ARGV[10], ARGV[11] == '1'
 
 local now = now_ms()

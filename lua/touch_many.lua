@@ -35,6 +35,9 @@
   Work     a few commands per 1,000 users: every structure is read and written with variadic
            commands. A user with a session key (sessions besides "default") is recorded with
            its own few commands; the others need no key of their own (includes/activity.lua).
+  Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
+           or the place's version, in this call (includes/feed.lua: its names and options
+           are in `shard`)
 ]]
 --- @include "clock"
 --- @include "chunks"
@@ -46,7 +49,7 @@ local last_seen_key, online_key = KEYS[1], KEYS[2]
 local index_key, next_key, free_key = KEYS[3], KEYS[4], KEYS[5]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
-local channel, sessions_prefix, revoked_prefix = {shard.channel, shard.user_channel_prefix, shard.publish}, shard.sessions_prefix, shard.revoked_prefix
+local channel, sessions_prefix, revoked_prefix = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}, shard.sessions_prefix, shard.revoked_prefix
 local conn_prefix = shard.conn_prefix
 local leases = lease_book(KEYS[9], shard)
 

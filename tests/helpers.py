@@ -782,7 +782,7 @@ async def cancel_hold_at(
             # now: the holder asks the store whether it ended this opening too.
             now_ms = int(time.time() * 1000)
             kicked = (EventKind.KICKED, user_id, now_ms, "", 0, "OFFLINE", False, "KICKED")
-            sessions.on_event(PublishedEvent(*kicked, "EVERYONE", 0, now_ms))
+            sessions.on_event(PublishedEvent(*kicked, "EVERYONE", 0, now_ms, 0, ""))
             store.resume.set()
             await _until(store.paused.wait(), task)
     task.cancel()
@@ -910,6 +910,9 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    page = await store.changes(None, 5)
+    await store.changes(page.end_cursor, 5)
+    await store.feed_cursor()
     await call_every_webhook_script(store)
 
 

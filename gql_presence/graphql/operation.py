@@ -297,7 +297,9 @@ class OperationPipeline:
             if isinstance(error, PresenceError):
                 return _refused(error)
             raise
-        delivery.start(map(member_joined, page.nodes), page.sequence)
+        delivery.start(
+            (member_joined(m, page.sequence, page.version) for m in page.nodes), page.sequence
+        )
         return delivery
 
     async def _stream(self, context: Context, operation: SocketOperation) -> Results:

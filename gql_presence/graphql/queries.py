@@ -22,6 +22,8 @@ from gql_presence.graphql.arguments import (
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.types import (
     ID,
+    ChangeKind,
+    ChangePage,
     OnlineOrder,
     PlaceCount,
     PlaceMemberConnection,
@@ -170,6 +172,42 @@ class Query:
             PlaceCount(place_id=ID(c.place_id), sessions=c.sessions, users=c.users)
             for c in await store.place_counts(place_ids)
         ]
+
+    @strawberry.field(
+        description="The retained changes after `after` (from the oldest retained when null), oldest first, at most `first` (1 to 1,000), of the kinds and places asked for. Backends only. A request examines a bounded number of changes: when a filter leaves few of them, a page may hold fewer than `first` with hasMore true."
+    )
+    async def changes(
+        self,
+        info: strawberry.Info[Context, None],
+        after: Annotated[
+            str | None,
+            strawberry.argument(
+                description="A page's `endCursor` or `feedCursor`; null for the oldest change retained."
+            ),
+        ] = None,
+        first: Annotated[
+            int, strawberry.argument(description="Changes per page, 1 to 1,000.")
+        ] = 100,
+        kinds: Annotated[
+            list[ChangeKind] | None,
+            strawberry.argument(description="The kinds of change wanted; null for every kind."),
+        ] = None,
+        places: Annotated[
+            list[str] | None,
+            strawberry.argument(
+                description="Place ids, and prefixes ending in `*`, whose place events are wanted (as a JWT's `places` claim); null for every place. Presence events are not filtered by it."
+            ),
+        ] = None,
+    ) -> ChangePage:
+        store = authorized_store(info, Need.BACKEND)
+        wanted = None if kinds is None else [kind.value for kind in kinds]
+        return ChangePage.of(await store.changes(after, first, wanted, places))
+
+    @strawberry.field(
+        description="A cursor at the present: the changes after it are those still to come. Backends only."
+    )
+    async def feed_cursor(self, info: strawberry.Info[Context, None]) -> str:
+        return await authorized_store(info, Need.BACKEND).feed_cursor()
 
     webhooks: list[Webhook] = strawberry.field(
         resolver=webhook_resolvers.webhooks,

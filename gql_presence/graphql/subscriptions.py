@@ -192,14 +192,16 @@ class Subscription:
             ended = why
             # Wakes the subscription, which ends with the reason rather than this event.
             with contextlib.suppress(asyncio.QueueFull):
-                changes.put_nowait(PublishedPlaceEvent("LEFT", place_id, "", "", 0, False, 0))
+                changes.put_nowait(
+                    PublishedPlaceEvent("LEFT", place_id, "", "", 0, False, 0, 0, "")
+                )
 
         async with info.context.events.follow_place(place_id, follow, lost):
             # Subscribed first, then read: what changed meanwhile is in both, and the
             # sequence the page reflects tells which of the changes it holds already.
             page = await store.place_members(place_id, first=1000)
             for member in page.nodes:
-                yield PlaceEvent.of(member_joined(member))
+                yield PlaceEvent.of(member_joined(member, page.sequence, page.version))
             while True:
                 event = await changes.get()
                 if ended is not None:

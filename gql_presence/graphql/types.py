@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, date, datetime
 from enum import Enum
-from typing import NewType
+from typing import Annotated, NewType
 
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
@@ -19,6 +19,7 @@ from gql_presence.realtime.held import Ended, SessionHold
 from gql_presence.store import PlaceKind, PublishedPlaceEvent, models
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.feed import ChangePage as ChangesRead
 
 ID = strawberry.ID
 
@@ -212,6 +213,10 @@ class UserPresence:
     online_since: datetime | None = strawberry.field(
         description="When the user's current online period began (the activity that brought them online); null when offline, and to a reader who may not see lastSeen."
     )
+    version: int | None = strawberry.field(
+        default=None,
+        description="The version of the user's last announced change (0 if none): the same as the `version` of the event that told of the state read, so a reader can tell whether what it read is older or newer than what it was told. Null for end users other than the user themself.",
+    )
 
     @classmethod
     def of(cls, presence: models.Presence) -> UserPresence:
@@ -227,6 +232,7 @@ class UserPresence:
                 None if presence.visible_to is None else Visibility(presence.visible_to.value)
             ),
             online_since=presence.online_since,
+            version=presence.version,
         )
 
     @classmethod
@@ -381,6 +387,10 @@ class PresenceEvent:
     custom_status: CustomStatus | None = strawberry.field(
         description="The custom status after this event, as this subscriber may see it."
     )
+    version: int | None = strawberry.field(
+        default=None,
+        description="The user's presence version after this event: 1 for the user's first announced change, then one more for each. Null for end users other than the user themself.",
+    )
 
     @classmethod
     def of(cls, event: PresenceChange) -> PresenceEvent:
@@ -392,6 +402,7 @@ class PresenceEvent:
             online=event.online,
             status=PresenceStatus(event.status.value),
             custom_status=CustomStatus.of(event.custom),
+            version=event.version,
         )
 
 
@@ -471,6 +482,9 @@ class PlaceMemberConnection:
     users: int = strawberry.field(description="Distinct users in the place now.")
     nodes: list[PlaceMember] = strawberry.field(description="The sessions on this page, in order.")
     page_info: PageInfo = strawberry.field(description="Where this page ended.")
+    version: int = strawberry.field(
+        description="The place's version when these members were read (0 if nothing ever happened there, or nothing for longer than the feed keeps changes): the `version` of the last place event this read reflects."
+    )
 
     @classmethod
     def of(cls, page: models.PlacePage) -> PlaceMemberConnection:
@@ -479,6 +493,7 @@ class PlaceMemberConnection:
             users=page.users,
             nodes=[PlaceMember.of(member) for member in page.nodes],
             page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
+            version=page.version,
         )
 
 
@@ -512,6 +527,10 @@ class PlaceEvent:
     state: JSONObject | None = strawberry.field(
         description="The state after this event; null for LEFT or when none."
     )
+    version: int = strawberry.field(
+        default=0,
+        description="The place's version after this event: 1 for the place's first event, then one more for each (the opening JOINED events of placeChanged carry the version of the read they come from).",
+    )
 
     @classmethod
     def of(cls, event: PublishedPlaceEvent) -> PlaceEvent:
@@ -522,6 +541,7 @@ class PlaceEvent:
             session_id=ID(event.session_id),
             at=from_ms(int(event.at_ms)),
             state=_state(event.state if isinstance(event.state, str) else None),
+            version=int(event.version),
         )
 
 
@@ -570,6 +590,38 @@ class ChangeKind(Enum):
     JOINED = "JOINED"
     UPDATED = "UPDATED"
     LEFT = "LEFT"
+
+
+Change = Annotated[
+    PresenceEvent | PlaceEvent,
+    strawberry.union(
+        "Change",
+        description="A change kept in the feed: a user's presence event or a place's event (their `kind` fields are different enums: select them under aliases or in separate fragments).",
+    ),
+]
+
+
+@strawberry.type(description="A page of the feed's changes.")
+class ChangePage:
+    nodes: list[Change] = strawberry.field(
+        description="The changes after the cursor given, oldest first."
+    )
+    end_cursor: str = strawberry.field(
+        description="Pass as `after` for the next page (the present, when nothing came)."
+    )
+    has_more: bool = strawberry.field(
+        description="Whether more retained changes follow endCursor now: ask again at once if so."
+    )
+
+    @classmethod
+    def of(cls, page: ChangesRead) -> ChangePage:
+        nodes: list[PresenceEvent | PlaceEvent] = [
+            PlaceEvent.of(change)
+            if isinstance(change, PublishedPlaceEvent)
+            else PresenceEvent.of(PresenceChange.of(change))
+            for change in page.nodes
+        ]
+        return cls(nodes=nodes, end_cursor=page.end_cursor, has_more=page.has_more)
 
 
 @strawberry.type(description="One request to a webhook's URL, as it went.")

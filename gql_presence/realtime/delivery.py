@@ -39,6 +39,10 @@ class PresenceChange:
     online: bool
     status: Status = Status.OFFLINE
     custom: CustomStatus | None = None
+    # The user's version after the event (None for other end users), and its entry in the
+    # feed ("" for none).
+    version: int | None = None
+    feed_id: str = ""
 
     @classmethod
     def of(cls, announced: PublishedEvent) -> PresenceChange:
@@ -52,6 +56,8 @@ class PresenceChange:
             bool(announced.online_or_generation),
             Status(announced.status),
             custom_status_of(announced.custom),
+            int(announced.version),
+            announced.feed_id,
         )
 
     @staticmethod
@@ -76,7 +82,7 @@ class PresenceChange:
             shown = replace(shown, at=from_ms(int(announced.announced_ms)))
         if announced.invisible:
             shown = replace(shown, status=Status.OFFLINE, custom=None, online=False)
-        return replace(shown, kind=EventKind(announced.others_kind))
+        return replace(shown, kind=EventKind(announced.others_kind), version=None)
 
 
 class FeedDroppedError(Exception):

@@ -19,6 +19,10 @@ class StoreSettings(Protocol):
     @property
     def revoke_ms(self) -> int: ...  # how long a kicked session id stays refused
     @property
+    def feed_retention_ms(self) -> int: ...  # how long the feed keeps a change
+    @property
+    def feed_max_changes(self) -> int: ...  # how many changes the feed keeps per shard
+    @property
     def connection_ttl_ms(self) -> int: ...  # how long a held session lives unrenewed
     @property
     def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts

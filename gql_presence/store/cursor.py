@@ -28,26 +28,39 @@ class Cursors:
         # A key of AES-256's size from a secret of any length.
         self._aead = AESGCM(hashlib.sha256(b"gql-presence cursor v3\0" + secret.encode()).digest())
 
-    def encode(self, score: int, user_id: str, order: str = "") -> str:
-        """A cursor of a list in its default order, or of the one `order` names."""
-        position: list[object] = [score, user_id, order] if order else [score, user_id]
+    def seal(self, position: list[object]) -> str:
+        """Any position (JSON values), sealed."""
         payload = json.dumps(position, separators=(",", ":"), ensure_ascii=False).encode()
         nonce = os.urandom(_NONCE_BYTES)
         sealed = nonce + self._aead.encrypt(nonce, payload, None)
         return base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 
-    def decode(self, cursor: str, order: str = "") -> tuple[int, str]:
-        """The position a cursor of this order holds; BadInputError for anything this secret
-        did not seal, or a cursor of another order."""
+    def unseal(self, cursor: str, refusal: str = _BAD_CURSOR) -> list[object]:
+        """The position `seal` sealed; BadInputError(refusal) for anything this secret did
+        not seal."""
         try:
             raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
             nonce, sealed = raw[:_NONCE_BYTES], raw[_NONCE_BYTES:]
             if len(nonce) < _NONCE_BYTES:
-                raise BadInputError(_BAD_CURSOR)
-            payload = self._aead.decrypt(nonce, sealed, None)
-            score, user_id, *ordered = json.loads(payload)
+                raise BadInputError(refusal)
+            position = json.loads(self._aead.decrypt(nonce, sealed, None))
         except (binascii.Error, InvalidTag, UnicodeDecodeError, ValueError, TypeError) as error:
-            raise BadInputError(_BAD_CURSOR) from error
+            raise BadInputError(refusal) from error
+        if not isinstance(position, list):
+            raise BadInputError(refusal)
+        return position
+
+    def encode(self, score: int, user_id: str, order: str = "") -> str:
+        """A cursor of a list in its default order, or of the one `order` names."""
+        return self.seal([score, user_id, order] if order else [score, user_id])
+
+    def decode(self, cursor: str, order: str = "") -> tuple[int, str]:
+        """The position a cursor of this order holds; BadInputError for anything this secret
+        did not seal, or a cursor of another order."""
+        position = self.unseal(cursor)
+        if len(position) < 2:
+            raise BadInputError(_BAD_CURSOR)
+        score, user_id, *ordered = position
         if type(score) is not int or not isinstance(user_id, str) or not user_id:
             raise BadInputError(_BAD_CURSOR)
         if ordered != ([order] if order else []):

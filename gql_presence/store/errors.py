@@ -18,6 +18,8 @@ class ErrorCode(StrEnum):
     INTERNAL = "INTERNAL"
     # Apollo's automatic persisted queries: the client sends the document with its hash next.
     PERSISTED_QUERY_NOT_FOUND = "PERSISTED_QUERY_NOT_FOUND"
+    # A feed cursor older than what the feed keeps: read afresh, and go on without it.
+    CURSOR_EXPIRED = "CURSOR_EXPIRED"
 
 
 class PresenceError(Exception):
@@ -37,6 +39,10 @@ class PresenceError(Exception):
 
 class BadInputError(PresenceError):
     code = ErrorCode.BAD_USER_INPUT
+
+
+class CursorExpiredError(PresenceError):
+    code = ErrorCode.CURSOR_EXPIRED
 
 
 class SessionRevokedError(PresenceError):

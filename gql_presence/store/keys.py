@@ -65,6 +65,19 @@ class Keys:
         """HASH: the user's choices (chosen status, custom status, lastSeen visibility)."""
         return self.prefix + "st:" + user_id
 
+    @property
+    def feed(self) -> str:
+        """STREAM: the shard's announced changes, each one entry (a field "u" for a user's
+        event, "p" for a place's: its values as published, JSON), trimmed to the feed's
+        retention and length (lua/includes/feed.lua)."""
+        return self.prefix + "feed"
+
+    def version(self, user_id: str) -> str:
+        """STRING counter: the user's presence version, how many of their changes were
+        announced. Expires with the user's retention (or the feed's, if longer) after their
+        last change, and goes when the sweep forgets the user."""
+        return self.prefix + "ver:" + user_id
+
     def session_extras(self, user_id: str) -> str:
         """HASH session_id -> "started_ms idle device" of the user's sessions."""
         return self.prefix + "sx:" + user_id

@@ -70,6 +70,9 @@ class Presence:
     # The lastSeen other end users see while the user is invisible: their last activity
     # before they chose it. None in what a reader other than the user sees.
     hidden_last_seen: datetime | None = None
+    # How many of the user's changes were announced (lua/includes/feed.lua); None for a
+    # reader other than the user and backends.
+    version: int | None = 0
 
     def seen_by(self, reader: str | None, *, reader_is_friend: bool = False) -> Presence:
         """What `reader` (an end user's id; None for a backend) may see of this presence,
@@ -83,8 +86,8 @@ class Presence:
         )
         if self.chosen is ChosenStatus.INVISIBLE:
             shown = self.hidden_last_seen if may_see else None
-            return Presence(self.user_id, online=False, last_seen=shown, sessions=())
-        hidden = {"chosen": None, "visible_to": None, "hidden_last_seen": None}
+            return Presence(self.user_id, online=False, last_seen=shown, sessions=(), version=None)
+        hidden = {"chosen": None, "visible_to": None, "hidden_last_seen": None, "version": None}
         if may_see:
             return replace(self, **hidden)  # type: ignore[arg-type]
         return replace(self, last_seen=None, sessions=(), online_since=None, **hidden)  # type: ignore[arg-type]
@@ -232,6 +235,8 @@ class PlacePage:
     end_cursor: str | None
     # The number of the place's last event that the page reflects (PublishedPlaceEvent).
     sequence: int = 0
+    # The place's version then: its events since its sequence began (lua/includes/places.lua).
+    version: int = 0
 
 
 @dataclass(frozen=True)

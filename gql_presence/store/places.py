@@ -259,14 +259,14 @@ class Places:
                 shard=shard.options,
             ),
         )
-        sessions, users, nodes, more, sequence = place_members_of(place_id, reply)
+        sessions, users, nodes, more, sequence, version = place_members_of(place_id, reply)
         end_cursor = None
         if nodes:
             last = nodes[-1]
             end_cursor = (await self._deployment.cursors(make=True)).encode(
                 last.position, f"{last.user_id}\0{last.session_id}"
             )
-        return PlacePage(sessions, users, nodes, more, end_cursor, sequence)
+        return PlacePage(sessions, users, nodes, more, end_cursor, sequence, version)
 
     async def counts(self, place_ids: Sequence[str]) -> list[PlaceCount]:
         """Counts of up to 1,000 places, in the order given: one script call per shard."""

@@ -31,6 +31,7 @@ from gql_presence.store.config import StoreSettings
 from gql_presence.store.days import days_around, local_now_ms, to_ms
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.feed import ChangePage, Feed
 from gql_presence.store.friends import Friends
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
@@ -120,6 +121,7 @@ class PresenceStore:
         self._sessions = Sessions(self._shards, self._leases, self._places)
         self._lists = Lists(self._shards, self._deployment)
         self._friends = Friends(self._shards)
+        self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
         self.webhooks = Webhooks(self._shards[0])
 
@@ -388,6 +390,24 @@ class PresenceStore:
 
     async def place_counts(self, place_ids: Sequence[str]) -> list[PlaceCount]:
         return await self._places.counts(place_ids)
+
+    # --- the feed (lua/feed_page.lua) --------------------------------------------------------
+
+    async def changes(
+        self,
+        after: str | None,
+        first: int,
+        kinds: Sequence[str] | None = None,
+        places: Sequence[str] | None = None,
+    ) -> ChangePage:
+        return await self._feed.changes(after, first, kinds, places)
+
+    async def feed_cursor(self) -> str:
+        return await self._feed.cursor()
+
+    async def event_cursor(self, user_or_place_id: str, feed_id: str) -> str:
+        """The cursor of an event of this user or place, from its entry's id."""
+        return await self._feed.event_cursor(shard_of(user_or_place_id, len(self._shards)), feed_id)
 
     # --- how users appear: statuses (lua/set_status.lua) -------------------------------------
 

@@ -27,7 +27,7 @@ def text(value: bytes | str) -> str:
 
 def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
     """A user's presence from a presence_entry of lua/includes/status.lua."""
-    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms = entry
+    last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms, version = entry
     sessions = []
     for i in range(0, len(live), 5):
         session_id, activity_ms, started_ms, idle, device = live[i : i + 5]
@@ -52,6 +52,7 @@ def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
         visible_to=Visibility(text(visible)),
         online_since=_time_or_none(since_ms),
         hidden_last_seen=_time_or_none(hidden_ms),
+        version=int(version),
     )
 
 
@@ -82,13 +83,14 @@ def page_of(reply: Sequence[Any]) -> ShardPage:
 
 def place_members_of(
     place_id: str, reply: Sequence[Any]
-) -> tuple[int, int, tuple[PlaceMember, ...], bool, int]:
+) -> tuple[int, int, tuple[PlaceMember, ...], bool, int, int]:
     """lua/place_members.lua's reply: (sessions, users, members of the page, whether more
-    follow, the number of the place's last event that the page reflects)."""
+    follow, the number of the place's last event that the page reflects, and its version)."""
     nodes = []
     for i in range(4, len(reply), 3):
         user_id, _, session_id = text(reply[i]).partition("\0")
         score = int(reply[i + 1])
         state = None if reply[i + 2] is None else text(reply[i + 2])
         nodes.append(PlaceMember(place_id, user_id, session_id, from_ms(-score), state, score))
-    return int(reply[0]), int(reply[1]), tuple(nodes), bool(reply[2]), int(reply[3])
+    sequence, version = reply[3]
+    return int(reply[0]), int(reply[1]), tuple(nodes), bool(reply[2]), int(sequence), int(version)

@@ -108,6 +108,8 @@ OPTION_NUMBERS = (
     "revoke_ms",
     "max_sessions",
     "empty_place_ttl_ms",
+    "feed_retention_ms",
+    "feed_max_changes",
 )
 OPTION_NAMES = (
     "publish",
@@ -134,12 +136,14 @@ OPTION_NAMES = (
     "place_states_prefix",
     "place_users_prefix",
     "place_channel_prefix",
+    "feed",
+    "version_prefix",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
 
 def pack_options(options: Mapping[str, str | int]) -> bytes:
-    """The options as lua/includes/options.lua unpacks them (its format, '>ddddd' then 'Bc0'
+    """The options as lua/includes/options.lua unpacks them (its format, a 'd' per number then 'Bc0'
     per name): each number a big-endian double, each name a byte of length then its bytes."""
     if tuple(options) != OPTION_NUMBERS + OPTION_NAMES:
         raise RuntimeError(f"options are {OPTION_NUMBERS + OPTION_NAMES}, not {tuple(options)}")
@@ -240,7 +244,12 @@ class Shard:
                     "retention_ms": settings.retention_ms,
                     "revoke_ms": settings.revoke_ms,
                     "max_sessions": settings.max_sessions,
-                    "empty_place_ttl_ms": settings.empty_place_ttl_ms,
+                    # An emptied place's sequence (its version) outlives every kept change.
+                    "empty_place_ttl_ms": max(
+                        settings.empty_place_ttl_ms, settings.feed_retention_ms
+                    ),
+                    "feed_retention_ms": settings.feed_retention_ms,
+                    "feed_max_changes": settings.feed_max_changes,
                     "publish": publish or "",
                     "channel": self.channels.every_user(publish or Publish.CLASSIC),
                     "user_channel_prefix": self.channels.user_events(""),
@@ -265,6 +274,8 @@ class Shard:
                     "place_states_prefix": k.place_states(""),
                     "place_users_prefix": k.place_users(""),
                     "place_channel_prefix": self.channels.place_events(""),
+                    "feed": k.feed,
+                    "version_prefix": k.version(""),
                 }
             )
         return self._options

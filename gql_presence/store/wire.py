@@ -29,6 +29,21 @@ class EventKind(StrEnum):
     REVOKED = "REVOKED"
 
 
+class ChangeKind(StrEnum):
+    """The kinds of change the feed keeps (lua/includes/feed.lua FEED_KINDS)."""
+
+    ONLINE = "ONLINE"
+    OFFLINE = "OFFLINE"
+    KICKED = "KICKED"
+    STATUS = "STATUS"
+    JOINED = "JOINED"
+    UPDATED = "UPDATED"
+    LEFT = "LEFT"
+
+
+FEED_KINDS = frozenset(ChangeKind)
+
+
 class PublishedEvent(NamedTuple):
     """One event as the scripts publish it: values straight from the JSON, checked only when
     read (the event hub decodes those it hands on into a PresenceChange)."""
@@ -51,6 +66,11 @@ class PublishedEvent(NamedTuple):
     visible_to: str  # who may see the user's lastSeen: EVERYONE, FRIENDS or NOBODY
     invisible: int  # 1 if the user chose INVISIBLE
     announced_ms: int  # the `at` of a reader who may not see lastSeen
+    # The user's version after the event (lua/includes/feed.lua): for a kind the feed keeps,
+    # how many of the user's changes were announced up to it; for "", unchanged; else 0.
+    version: int
+    # The id of the event's entry in its shard's feed, "" for an event the feed does not keep.
+    feed_id: str
 
 
 _FIELDS = len(PublishedEvent._fields)
@@ -85,7 +105,12 @@ class PublishedPlaceEvent(NamedTuple):
     # JOINED, UPDATED: the state's JSON text, or False for none. REPLACED: the new holder's
     # generation, as text. LEFT: False.
     state: str | bool
-    sequence: int  # the event's number in the place's sequence of events
+    # The event's number in the place's sequence of events (a REPLACED carries the number
+    # before it and counts for nothing), and the place's version after it: 1 for the first
+    # event since its sequence began.
+    sequence: int
+    version: int
+    feed_id: str  # the id of the event's entry in its shard's feed ("" for REPLACED)
 
 
 _PLACE_FIELDS = len(PublishedPlaceEvent._fields)
@@ -103,7 +128,7 @@ def read_place_events(message: bytes | str) -> list[PublishedPlaceEvent]:
     ]
 
 
-def member_joined(member: PlaceMember) -> PublishedPlaceEvent:
+def member_joined(member: PlaceMember, sequence: int = 0, version: int = 0) -> PublishedPlaceEvent:
     """A member read from its place, as the JOINED event a placeChanged subscription starts
     with (its sequence is the read's, which the subscription keeps apart)."""
     return PublishedPlaceEvent(
@@ -113,7 +138,9 @@ def member_joined(member: PlaceMember) -> PublishedPlaceEvent:
         member.session_id,
         -member.position,
         member.state if member.state is not None else False,
-        0,
+        sequence,
+        version,
+        "",
     )
 
 

@@ -6,8 +6,12 @@
 -- custom status ({text, emoji or false, expires_ms or false}, or false), the kind other end
 -- users see ("" for nothing: the user is invisible to them), who may see lastSeen
 -- (EVERYONE, FRIENDS or NOBODY), 1 if the user chose INVISIBLE (else 0), and the moment it
--- was announced (ms), which is the `at` shown to a reader who may not see lastSeen.
--- `channel` is {every_user, user_prefix, publish}: each user's events go, in order, in one
+-- was announced (ms), which is the `at` shown to a reader who may not see lastSeen, then the
+-- user's version after it (includes/feed.lua: counted by the kinds the feed keeps; for "" the
+-- version unchanged; 0 for the kinds it does not keep), and the id of its entry in the feed
+-- ("" for an event not kept there).
+-- `channel` is {every_user, user_prefix, publish, feed (includes/feed.lua feed_of; nil for a
+-- script that announces no change the feed keeps)}: each user's events go, in order, in one
 -- message on their own channel (user_prefix .. user_id, which a process subscribes to while
 -- someone there follows the user), then all of them in one message on the channel of every
 -- user (for processes that follow everyone). Both in one script: a subscriber of both channels
@@ -16,7 +20,9 @@
 -- both channels are the script's shard's, in the hash tag of its KEYS, as a sharded channel
 -- must hash to the script's slot, and the message stays on that shard's nodes.
 
-local EVENT_FIELDS = 11
+--- @include "feed"
+
+local EVENT_FIELDS = 13
 
 -- Adds an event to `events` (a flat list, as in a message), for announce_all; `look`, if
 -- given, is {status, custom, others_kind, visible, invisible}, else announce_all works it out.
@@ -28,6 +34,7 @@ local function add_event(events, kind, user_id, at_ms, session_id, online, look)
   events[n + 6], events[n + 7] = look[1] or '', look[2] or false
   events[n + 8], events[n + 9] = look[3] or kind, look[4] or 'EVERYONE'
   events[n + 10], events[n + 11] = look[5] or 0, at_ms
+  events[n + 12], events[n + 13] = 0, ''
 end
 
 -- Gives each event added without a look the user's look after the script's changes. `looks`
@@ -47,6 +54,17 @@ local function fill_looks(events, looks)
   end
 end
 
+-- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says.
+local function keep_in_feed(feed, events)
+  for i = 1, #events, EVENT_FIELDS do
+    local kind, user_id = events[i], events[i + 1]
+    if FEED_KINDS[kind] or kind == '' then
+      events[i + 11] = kind == '' and version_of(feed, user_id) or next_version(feed, user_id)
+      events[i + 12] = feed_append(feed, 'u', {unpack(events, i, i + 11)})
+    end
+  end
+end
+
 -- Announces many changes, in order: for scripts that change many users. A user's events are
 -- one message on their channel when they are next to each other in `events` (as the scripts
 -- that change many users add them), else one per run of them; then every event in one message
@@ -56,6 +74,7 @@ local function announce_all(channel, events, looks)
   local n = #events
   if n == 0 then return end
   fill_looks(events, looks)
+  if channel[4] then keep_in_feed(channel[4], events) end
   local message = cjson.encode(events)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then

@@ -1,4 +1,5 @@
 --- @include "live"
+--- @include "feed"
 -- Places (lua/open_place_session.lua): each place lives in one shard, the shard of its id, in
 -- keys named by the place id (its last part):
 --   members  ZSET  "user_id \0 session_id" -> -(joined, ms): most recently joined first, ties
@@ -22,11 +23,15 @@
 -- that the sweep ends a lapsed lease's members without reading any place whole.
 --
 -- Events go on the place's channel (with place.publish: PUBLISH, or SPUBLISH, the place's
--- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of seven values:
+-- channel being in the hash tag of its keys; lua/includes/events.lua), each a JSON array of one or more events of nine values:
 -- kind (JOINED, UPDATED, LEFT, or REPLACED for the holding process), place_id, user_id,
--- session_id, at_ms, the state (JSON text) or false, and the event's number in the place's
+-- session_id, at_ms, the state (JSON text) or false, the event's number in the place's
 -- sequence (so that a subscriber that reads the place's members, whose reply says up to which
--- number it holds, takes the events after it and no other).
+-- number it holds, takes the events after it and no other; a REPLACED counts for nothing and
+-- carries the number before it), the place's version after it (place_version), and the id of
+-- its entry in the feed (includes/feed.lua; "" for a REPLACED, which the feed does not keep). The place's
+-- `feed` is its shard's (feed_of). An emptied place's sequence expires no sooner than the
+-- feed's retention (Shard.options' empty_place_ttl_ms), so no kept change is older.
 
 local function member_of(user_id, session_id) return user_id .. '\0' .. session_id end
 
@@ -45,17 +50,32 @@ end
 
 -- The number of the place's next event. A place without a sequence (new, or emptied and
 -- expired) starts it at the server's clock, ms: above every number it gave out before, which
--- a subscriber may still hold (it leaves out the events up to the one its read reflects).
+-- a subscriber may still hold (it leaves out the events up to the one its read reflects). Its
+-- field "\0" (no user id holds a control character) keeps where it started, so that the
+-- place's version, the events since then, starts at 1.
 local function next_in_sequence(place)
-  redis.call('HSETNX', place.users, '', now_ms())
+  if redis.call('HSETNX', place.users, '', now_ms()) == 1 then
+    redis.call('HSET', place.users, '\0', redis.call('HGET', place.users, ''))
+  end
   return redis.call('HINCRBY', place.users, '', 1)
+end
+
+-- The place's version at `sequence`: how many events it announced since its sequence began.
+local function place_version(place, sequence)
+  return sequence - (tonumber(redis.call('HGET', place.users, '\0')) or sequence)
 end
 
 local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
   events[n + 4], events[n + 5], events[n + 6] = session_id, at_ms, state or false
-  events[n + 7] = next_in_sequence(place)
+  if kind == 'REPLACED' then
+    events[n + 7] = tonumber(redis.call('HGET', place.users, '')) or 0
+  else
+    events[n + 7] = next_in_sequence(place)
+  end
+  events[n + 8] = place_version(place, events[n + 7])
+  events[n + 9] = ''
 end
 
 -- The number of the place's last event.
@@ -67,11 +87,21 @@ end
 local function place_user_count(place)
   local count = redis.call('HLEN', place.users)
   if redis.call('HEXISTS', place.users, '') == 1 then count = count - 1 end
+  if redis.call('HEXISTS', place.users, '\0') == 1 then count = count - 1 end
   return count
 end
 
+local PLACE_FIELDS = 9
+
+-- Keeps the place's changes in the feed, then announces them.
 local function announce_place(place, events)
-  if #events > 0 then redis.call(place.publish, place.channel, cjson.encode(events)) end
+  if #events == 0 then return end
+  for i = 1, #events, PLACE_FIELDS do
+    if FEED_KINDS[events[i]] then
+      events[i + 8] = feed_append(place.feed, 'p', {unpack(events, i, i + 7)})
+    end
+  end
+  redis.call(place.publish, place.channel, cjson.encode(events))
 end
 
 -- The holder {generation=string, slot=number} of a member, or nil.

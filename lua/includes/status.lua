@@ -313,7 +313,8 @@ end
 
 -- One user's presence, read at `now` (gql_presence/store/shard.py reads it):
 -- {last_seen_ms or -1, {session_id, activity_ms, started_ms, idle 0|1, device or "", ...},
---  status, chosen, custom (custom_value), visible, hidden_seen_ms or -1, since_ms or -1}:
+--  status, chosen, custom (custom_value), visible, hidden_seen_ms or -1, since_ms or -1,
+--  version (includes/feed.lua; 0 for none)}:
 -- everything as backends and the user see it; the store hides what a reader may not see.
 local function presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
   local choices = choices_of(statuses, user_id, now)
@@ -334,6 +335,7 @@ local function presence_entry(statuses, user_id, last_seen_key, now, retention_m
     last_seen_of(statuses, user_id, last_seen_key, now, retention_ms), sessions,
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
     choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
+    tonumber(redis.call('GET', statuses.names.version_prefix .. user_id)) or 0,
   }
 end
 

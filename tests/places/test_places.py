@@ -25,6 +25,7 @@ from gql_presence.store import PresenceStore
 from gql_presence.store.channels import Channels
 from gql_presence.store.errors import BadInputError, SessionRevokedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
+from gql_presence.store.wire import read_place_events
 from tests.conftest import TEST_SETTINGS, StoreFactory
 from tests.helpers import eventually
 
@@ -49,10 +50,10 @@ async def place_events(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[Any, .
     """(kind, user, session, state) of every place event published until none came."""
     events = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        values = json.loads(message["data"])
-        for i in range(0, len(values), 7):
-            kind, _, user, session, _, state, _ = values[i : i + 7]
-            events.append((kind, user, session, state if state is False else json.loads(state)))
+        for event in read_place_events(message["data"]):
+            state = event.state
+            parsed = state if state is False else json.loads(str(state))
+            events.append((event.kind, event.user_id, event.session_id, parsed))
     return events
 
 
@@ -82,7 +83,7 @@ async def keys_in(redis: Redis) -> int:
 async def test_places_used_once_leave_no_key_once_empty(
     make_store: StoreFactory, redis: Redis
 ) -> None:
-    store = make_store(empty_place_ttl_ms=300)
+    store = make_store(empty_place_ttl_ms=300, feed_retention_ms=300)
     places = [f"place-{i}" for i in range(2000)]
     # What the shard keeps whatever its places (its lease, its counters), and nothing more.
     await store.close_place_session((await store.open_place_session("first", "ann", "tab")).held)
@@ -278,11 +279,11 @@ async def updates(pubsub: PubSub, wait_s: float = 0.2) -> list[tuple[int, int, i
     none came for wait_s."""
     found = []
     while (message := await pubsub.get_message(timeout=wait_s)) is not None:
-        values = json.loads(message["data"])
-        for i in range(0, len(values), 7):
-            kind, _, _, _, at_ms, state, sequence = values[i : i + 7]
-            if kind == "UPDATED":
-                found.append((json.loads(state)["i"], at_ms, sequence))
+        found += [
+            (json.loads(str(event.state))["i"], event.at_ms, event.sequence)
+            for event in read_place_events(message["data"])
+            if event.kind == "UPDATED"
+        ]
     return found
 
 

@@ -519,7 +519,7 @@ async def test_a_replacement_announced_while_two_openings_of_the_user_wait_reach
     now_ms = int(datetime.now(UTC).timestamp() * 1000)
     generation = second.held.generation
     replaced = ("REPLACED", "ann", now_ms, "tab", generation, "ONLINE", False, "")
-    sessions.on_event(PublishedEvent(*replaced, "EVERYONE", 0, now_ms))
+    sessions.on_event(PublishedEvent(*replaced, "EVERYONE", 0, now_ms, 0, ""))
     store.resume.set()
 
     replaced_hold = await asyncio.wait_for(first, 1)

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -74,6 +75,9 @@ from gql_presence.store import (
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
+from gql_presence.store.keys import Keys
+from gql_presence.store.replies import text
+from gql_presence.store.wire import FEED_KINDS
 from tests.conftest import TEST_SETTINGS
 from tests.helpers import OPENING_POINTS, PausingStore, cancel_hold_at
 
@@ -204,6 +208,9 @@ class PresenceModel(RuleBasedStateMachine):
         }
         self.pending: set[str] = set()
         self.tap = EventTap()
+        # Each user's version as the events told it; each shard's last feed entry checked.
+        self.versions: dict[str, int] = dict.fromkeys(USERS, 0)
+        self.feed_read: dict[int, str] = {}
 
     def connect(self) -> AnyRedis:
         """The client of the store under test: one shard of redis_url (ShardedModel below
@@ -797,7 +804,9 @@ class PresenceModel(RuleBasedStateMachine):
     def events_agree(self) -> None:
         """Each event follows from what each kind of reader was told before; once the sweep
         has announced what time ended, each was told what they read."""
-        for event in self.run(self.tap.heard()):
+        heard = self.run(self.tap.heard())
+        self.feed_agrees(heard)
+        for event in heard:
             others_only = PresenceChange.for_others_only(event)
             if event.kind not in LOOKED and not others_only:
                 continue
@@ -819,6 +828,43 @@ class PresenceModel(RuleBasedStateMachine):
                 continue
             for kind in READER_KINDS:
                 assert self.told[kind][user] == self.seen(user, kind), (kind, user)
+        self.versions_agree()
+
+    def versions_agree(self) -> None:
+        """A read and the last event of a user carry the same version; other end users see
+        none. (After the checks above, which compare with the model at their moment.)"""
+        for user in USERS:
+            assert self.run(self.store.presence(user)).version == self.versions[user]
+            assert self.run(self.store.presence(user, reader=user)).version == self.versions[user]
+            other = next(u for u in USERS if u != user)
+            assert self.run(self.store.presence(user, reader=other)).version is None
+
+    def feed_agrees(self, heard: list[PublishedEvent]) -> None:
+        """Each shard's feed holds, in order, one entry per change announced there and no
+        other, each the event as published; a user's version counts their changes."""
+        shards = self.settings().shards
+        kept: dict[int, list[PublishedEvent]] = {}
+        for event in heard:
+            if event.kind in FEED_KINDS:
+                self.versions[event.user_id] += 1
+            if event.kind in FEED_KINDS or event.kind == "":
+                assert event.version == self.versions[event.user_id], event
+                kept.setdefault(shard_of(event.user_id, shards), []).append(event)
+            else:
+                assert (event.version, event.feed_id) == (0, ""), event
+        for shard in range(shards):
+            feed = Keys.of_shard(shard).feed
+            after = self.feed_read.get(shard, "-")
+            start = after if after == "-" else "(" + after
+            entries: list[tuple[Any, dict[Any, Any]]] = self.run(
+                self.redis.xrange(feed, start, "+")  # type: ignore[arg-type]
+            )
+            events = kept.get(shard, [])
+            assert [text(i) for i, _ in entries] == [e.feed_id for e in events]
+            for (_, fields), event in zip(entries, events, strict=True):
+                assert {text(k): json.loads(v) for k, v in fields.items()} == {"u": [*event[:12]]}
+            if entries:
+                self.feed_read[shard] = text(entries[-1][0])
 
     @invariant()
     def lists_agree(self) -> None:

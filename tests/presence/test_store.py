@@ -790,6 +790,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_members("doc")
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
+    await store.changes((await store.changes(None, 5)).end_cursor, 5)
     await call_every_webhook_script(store)
     # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
     # (the test below).
@@ -885,6 +886,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    await store.changes((await store.changes(None, 5)).end_cursor, 5)
     await call_every_webhook_script(store)
     on_cluster = bool(deployment.redis_cluster_nodes)
     assert names == set(ScriptName) - (set() if on_cluster else {ScriptName.CHOOSE_PUBLISH})

@@ -75,6 +75,8 @@ OPERATIONS = {
     "kick": 'mutation { kick(userId: "alice") { online } }',
     "addFriends": 'mutation { addFriends(userId: "alice", friendIds: ["bob"]) }',
     "removeFriends": 'mutation { removeFriends(userId: "alice", friendIds: ["bob"]) }',
+    "changes": "{ changes { hasMore } }",
+    "feedCursor": "{ feedCursor }",
 }
 OWN = {"presence", "onlineFriends", "friends"}
 

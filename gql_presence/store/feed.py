@@ -1,0 +1,188 @@
+"""The feed (lua/includes/feed.lua): every announced change, kept for a while in its shard's
+stream, read by backends a page at a time over every shard.
+
+A feed cursor is sealed as list cursors are (cursor.py) and holds a position per shard: the
+id of the last entry read there. Each shard reads a page after its own position (XRANGE with
+COUNT, lua/feed_page.lua), and the pages are merged in the order of their ids' times: per
+user and per place that is the order of their versions; across shards none is promised."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gql_presence.store.deployment import Deployment
+from gql_presence.store.errors import BadInputError, CursorExpiredError
+from gql_presence.store.replies import text
+from gql_presence.store.scripts import ScriptName
+from gql_presence.store.shard import Shard, named
+from gql_presence.store.validation import check_id
+from gql_presence.store.wire import (
+    FEED_KINDS,
+    PublishedEvent,
+    PublishedPlaceEvent,
+)
+
+MAX_CHANGES_PAGE = 1000
+# Entries a request examines at most in each shard, whatever its filters: a page of a filter
+# that matches few changes ends early, with hasMore, rather than scan the feed.
+EXAMINED_PER_SHARD = 1000
+MAX_PLACE_FILTERS = 1000
+
+_BAD_CURSOR = (
+    "after must be a cursor of this service's feed (an event's cursor, an endCursor of "
+    "changes, or feedCursor), or null for the oldest change kept."
+)
+_EXPIRED = (
+    "This cursor is older than what the feed keeps: read the state afresh, then take "
+    "feedCursor and go on from it."
+)
+_FEED = "feed"
+
+Change = PublishedEvent | PublishedPlaceEvent
+
+
+@dataclass(frozen=True)
+class ChangePage:
+    """Changes oldest first; the cursor after them; whether more were kept then."""
+
+    nodes: tuple[Change, ...]
+    end_cursor: str
+    has_more: bool
+
+
+def _sort_key(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq)
+
+
+def check_places(places: Sequence[str]) -> list[str]:
+    """Place ids, and prefixes ending in `*` (`*` alone: every place), as a JWT's claim."""
+    if len(places) > MAX_PLACE_FILTERS:
+        raise BadInputError(f"places takes at most {MAX_PLACE_FILTERS:,} entries.")
+    for place in places:
+        if place != "*":
+            check_id(place.removesuffix("*"), "each of places")
+    return list(places)
+
+
+def _place_matches(places: Sequence[str], place_id: str) -> bool:
+    return any(place_id.startswith(p[:-1]) if p.endswith("*") else place_id == p for p in places)
+
+
+def change_of(entry_id: str, field: str, values: str) -> Change | None:
+    """The change an entry holds, or None for one that is not a change backends see (an
+    event only other end users see: kind "")."""
+    decoded = json.loads(values)
+    if field == "p":
+        return PublishedPlaceEvent._make([*decoded, entry_id])
+    event = PublishedEvent._make([*decoded, entry_id])
+    return event if event.kind in FEED_KINDS else None
+
+
+class Feed:
+    """The feed of every shard."""
+
+    def __init__(self, shards: Sequence[Shard], deployment: Deployment) -> None:
+        self._shards = shards
+        self._deployment = deployment
+
+    async def _positions(self, after: str | None) -> list[str]:
+        """Each shard's position in a cursor ("" for every one when None)."""
+        if after is None:
+            return [""] * len(self._shards)
+        position = (await self._deployment.cursors(make=False)).unseal(after, _BAD_CURSOR)
+        match position:
+            case [str(kind), list(ids)] if kind == _FEED and len(ids) == len(self._shards):
+                if all(isinstance(i, str) and _is_id(i) for i in ids):
+                    return [str(i) for i in ids]
+            case [str(kind), int(shard), str(entry_id)] if (
+                kind == _FEED and 0 <= shard < len(self._shards) and _is_id(entry_id)
+            ):
+                # An event's cursor: its shard's entry, and every other shard at its moment.
+                ms = _sort_key(entry_id)[0]
+                around = f"{ms - 1}-18446744073709551615"
+                return [entry_id if i == shard else around for i in range(len(self._shards))]
+        raise BadInputError(_BAD_CURSOR)
+
+    async def _seal(self, positions: Sequence[str]) -> str:
+        return (await self._deployment.cursors(make=True)).seal([_FEED, list(positions)])
+
+    async def event_cursor(self, shard: int, entry_id: str) -> str:
+        """The cursor of an event: its entry in its shard's feed."""
+        return (await self._deployment.cursors(make=True)).seal([_FEED, shard, entry_id])
+
+    async def _read(self, shard: Shard, after: str, count: int) -> tuple[str, list[str]]:
+        reply = await shard.run(
+            ScriptName.FEED_PAGE,
+            named(feed=shard.keys.feed),
+            named(after=after, count=count, shard=shard.options),
+        )
+        if int(reply[0]):
+            raise CursorExpiredError(_EXPIRED)
+        return text(reply[1]), [text(v) for v in reply[2:]]
+
+    async def cursor(self) -> str:
+        """The present of every shard: the changes after it are still to come."""
+        positions = [(await self._read(shard, "", 0))[0] for shard in self._shards]
+        return await self._seal(positions)
+
+    async def changes(
+        self,
+        after: str | None,
+        first: int,
+        kinds: Sequence[str] | None = None,
+        places: Sequence[str] | None = None,
+    ) -> ChangePage:
+        """The kept changes after `after` (the oldest kept when None), oldest first, at most
+        `first` (1 to MAX_CHANGES_PAGE), of `kinds` (ChangeKind values) and `places`."""
+        if not 1 <= first <= MAX_CHANGES_PAGE:
+            raise BadInputError(f"first must be 1 to {MAX_CHANGES_PAGE:,}; got {first}.")
+        wanted = None if kinds is None else set(kinds)
+        place_filter = None if places is None else check_places(places)
+        positions = await self._positions(after)
+        count = max(first, min(EXAMINED_PER_SHARD, first * 4))
+        read: list[tuple[tuple[int, int], int, str, Change | None]] = []
+        full: set[int] = set()
+        for index, shard in enumerate(self._shards):
+            position, flat = await self._read(shard, positions[index], count)
+            if not positions[index]:
+                # From the oldest kept: the shard's present when it has none, else just
+                # before the first read, so that what is not taken now comes next time.
+                positions[index] = _just_before(flat[0]) if flat else position
+            if len(flat) // 3 == count:
+                full.add(index)
+            for i in range(0, len(flat), 3):
+                entry_id = flat[i]
+                read.append((_sort_key(entry_id), index, entry_id, change_of(*flat[i : i + 3])))
+        read.sort(key=lambda one: (one[0], one[1]))
+        nodes: list[Change] = []
+        taken = 0
+        for _, index, entry_id, change in read:
+            if len(nodes) == first:
+                break
+            taken += 1
+            positions[index] = entry_id
+            if change is not None and _wanted(change, wanted, place_filter):
+                nodes.append(change)
+        has_more = taken < len(read) or bool(full)
+        return ChangePage(tuple(nodes), await self._seal(positions), has_more)
+
+
+def _wanted(change: Change, kinds: set[str] | None, places: list[str] | None) -> bool:
+    if kinds is not None and change.kind not in kinds:
+        return False
+    if places is not None and isinstance(change, PublishedPlaceEvent):
+        return _place_matches(places, change.place_id)
+    return True
+
+
+def _just_before(entry_id: str) -> str:
+    ms, seq = _sort_key(entry_id)
+    return f"{ms}-{seq - 1}" if seq else f"{ms - 1}-18446744073709551615"
+
+
+def _is_id(value: str) -> bool:
+    ms, dash, seq = value.partition("-")
+    return bool(dash) and ms.isdigit() and seq.isdigit()

@@ -1,0 +1,51 @@
+-- The feed: every announced change kept for a while in its shard's STREAM (store/keys.py
+-- Keys.feed), appended by the script that makes and announces the change, so that no entry
+-- goes without its change nor a change without its entry. An entry is one field: "u" for a
+-- user's event, its values as published (lua/includes/events.lua) up to its version; "p" for
+-- a place's, its values as published (lua/includes/places.lua) up to its sequence, which is
+-- the place's version. The entry's id is the event's place in the feed: the script publishes
+-- it with the event, so a live event says where a replay of the feed would have found it.
+-- The feed keeps the kinds of FEED_KINDS, and the events of kind "" too (a change only other
+-- end users see, such as a custom status hidden from them or shown again): a backend's read
+-- of the feed skips them, while an end user's replay shows them as the live event would.
+-- Events that are no change of presence (REPLACED, REVOKED, FRIENDS) are not kept.
+-- Trimmed to about feed_max_changes by each append, and to the retention (entries older than
+-- feed_retention_ms) by the sweep (lua/sweep.lua, every process's sweep interval): both
+-- approximately (whole nodes of the stream), which bounds the work. A read of the feed skips
+-- what is older than the retention, so the sweep's lag shows only in memory.
+
+local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
+  JOINED = true, UPDATED = true, LEFT = true}
+
+-- The feed of a script's shard options (includes/options.lua): its key, where users'
+-- versions are kept, its retention and length, and how long a version outlives its user's
+-- last change (the user's retention or the feed's, whichever is longer).
+local function feed_of(shard)
+  return {key = shard.feed, version_prefix = shard.version_prefix,
+    retention_ms = shard.feed_retention_ms, max_changes = shard.feed_max_changes,
+    version_ms = math.max(shard.retention_ms, shard.feed_retention_ms)}
+end
+
+-- Appends an entry of `field` ("u" or "p") with `values`, trimming the feed to about its
+-- length; returns its id.
+local function feed_append(feed, field, values)
+  return redis.call('XADD', feed.key, 'MAXLEN', '~', feed.max_changes, '*', field, cjson.encode(values))
+end
+
+-- Trims the feed to its retention before `now`, approximately (the sweep's).
+local function feed_trim(feed, now)
+  redis.call('XTRIM', feed.key, 'MINID', '~', math.max(0, now - feed.retention_ms))
+end
+
+-- The user's version after one more announced change.
+local function next_version(feed, user_id)
+  local key = feed.version_prefix .. user_id
+  local version = redis.call('INCR', key)
+  redis.call('PEXPIRE', key, feed.version_ms)
+  return version
+end
+
+-- The user's version now (0 if none is kept).
+local function version_of(feed, user_id)
+  return tonumber(redis.call('GET', feed.version_prefix .. user_id)) or 0
+end

@@ -1,0 +1,103 @@
+"""The feed: every announced change kept for a while, with versions, read a page at a time."""
+
+from __future__ import annotations
+
+import pytest
+from redis.asyncio import Redis
+
+from gql_presence.store import PresenceStore
+from gql_presence.store.errors import BadInputError, CursorExpiredError
+from gql_presence.store.keys import Keys
+from gql_presence.store.wire import PublishedEvent, PublishedPlaceEvent
+from tests.conftest import StoreFactory
+from tests.helpers import eventually
+
+
+def kinds_of(nodes: tuple[PublishedEvent | PublishedPlaceEvent, ...]) -> list[tuple[str, str]]:
+    return [(n.kind, n.user_id) for n in nodes]
+
+
+async def test_changes_come_oldest_first_with_their_versions(store: PresenceStore) -> None:
+    await store.touch("ann", "phone")
+    await store.kick("ann")
+    await store.touch("bob", "web")
+    page = await store.changes(None, 10)
+    assert kinds_of(page.nodes) == [("ONLINE", "ann"), ("KICKED", "ann"), ("ONLINE", "bob")]
+    assert [n.version for n in page.nodes if isinstance(n, PublishedEvent)] == [1, 2, 1]
+    assert not page.has_more
+    # Nothing new after the end: the same position again.
+    assert (await store.changes(page.end_cursor, 10)).nodes == ()
+
+
+async def test_changes_page_without_losing_or_repeating(store: PresenceStore) -> None:
+    users = [f"user{i}" for i in range(7)]
+    await store.touch_many(users)
+    seen: list[str] = []
+    after = None
+    for _ in range(4):
+        page = await store.changes(after, 3)
+        seen += [n.user_id for n in page.nodes]
+        after = page.end_cursor
+        if not page.has_more:
+            break
+    assert seen == users
+
+
+async def test_changes_keep_the_kinds_asked_for(store: PresenceStore) -> None:
+    await store.touch("ann", "phone")
+    await store.kick("ann")
+    page = await store.changes(None, 10, kinds=["KICKED"])
+    assert kinds_of(page.nodes) == [("KICKED", "ann")]
+    assert (await store.changes(page.end_cursor, 10, kinds=["ONLINE"])).nodes == ()
+
+
+async def test_feed_cursor_is_the_present(store: PresenceStore) -> None:
+    await store.touch("ann", "phone")
+    now = await store.feed_cursor()
+    assert (await store.changes(now, 10)).nodes == ()
+    await store.kick("ann")
+    assert kinds_of((await store.changes(now, 10)).nodes) == [("KICKED", "ann")]
+
+
+async def test_a_cursor_not_of_the_feed_is_bad_input(store: PresenceStore) -> None:
+    for cursor in ["", "garbage", "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"]:
+        with pytest.raises(BadInputError, match="cursor of this service's feed"):
+            await store.changes(cursor, 10)
+    with pytest.raises(BadInputError, match="first must be 1 to 1,000"):
+        await store.changes(None, 0)
+
+
+async def test_a_cursor_past_the_retention_has_expired(make_store: StoreFactory) -> None:
+    store = make_store(feed_retention_ms=300)
+    await store.touch("ann", "phone")
+    cursor = (await store.changes(None, 10)).end_cursor
+
+    async def expired() -> bool:
+        await store.touch("bob", "web")  # a change that trims the feed
+        try:
+            await store.changes(cursor, 10)
+        except CursorExpiredError:
+            return True
+        return False
+
+    await eventually(expired)
+
+
+async def test_a_cursor_trimmed_by_length_has_expired(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(feed_max_changes=100)
+    await store.touch("first", "phone")
+    cursor = (await store.changes(None, 1)).end_cursor
+    await store.touch_many([f"user{i}" for i in range(400)])
+    assert await redis.xlen(Keys.of_shard(0).feed) < 400
+    with pytest.raises(CursorExpiredError, match="older than what the feed keeps"):
+        await store.changes(cursor, 10)
+
+
+async def test_an_events_cursor_resumes_after_it(store: PresenceStore) -> None:
+    await store.touch("ann", "phone")
+    online = (await store.changes(None, 10)).nodes[0]
+    cursor = await store.event_cursor("ann", online.feed_id)
+    await store.kick("ann")
+    assert kinds_of((await store.changes(cursor, 10)).nodes) == [("KICKED", "ann")]

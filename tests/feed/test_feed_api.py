@@ -1,0 +1,99 @@
+"""The feed over HTTP: changes and feedCursor for backends, versions in reads and events, on
+one Redis, one Redis with three shards, and the cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aiohttp.test_utils import TestClient
+
+from gql_presence.store import PresenceStore
+from tests.conftest import EVERY_DEPLOYMENT, error_codes, graphql
+
+pytestmark = EVERY_DEPLOYMENT
+
+Client = TestClient[Any, Any]
+
+CHANGES = """query($after: String, $first: Int!, $kinds: [ChangeKind!], $places: [String!]) {
+  changes(after: $after, first: $first, kinds: $kinds, places: $places) {
+    nodes {
+      __typename
+      ... on PresenceEvent { userId presenceKind: kind version }
+      ... on PlaceEvent { placeId userId placeKind: kind placeVersion: version }
+    }
+    endCursor hasMore
+  }
+}"""
+
+
+def summary(node: dict[str, Any]) -> tuple[str, str, int]:
+    kind = node.get("presenceKind") or node["placeKind"]
+    return kind, node.get("placeId") or node["userId"], node.get("placeVersion") or node["version"]
+
+
+async def changes(api: Client, **variables: Any) -> dict[str, Any]:
+    body = await graphql(api, CHANGES, **{"first": 100, **variables})
+    assert "errors" not in body, body
+    page: dict[str, Any] = body["data"]["changes"]
+    return page
+
+
+async def test_changes_since_a_cursor_with_versions(api: Client) -> None:
+    start = (await graphql(api, "{ feedCursor }"))["data"]["feedCursor"]
+    for user in ["ann", "bob", "cy", "dee", "eve"]:
+        await graphql(api, "mutation($u: ID!) { touch(userId: $u) { online } }", u=user)
+    await graphql(api, 'mutation { kick(userId: "ann") { online } }')
+    page = await changes(api, after=start)
+    got = [summary(n) for n in page["nodes"]]
+    assert sorted(got) == sorted(
+        [("ONLINE", u, 1) for u in ["ann", "bob", "cy", "dee", "eve"]] + [("KICKED", "ann", 2)]
+    )
+    # Per user, in the order of their versions.
+    assert [g for g in got if g[1] == "ann"] == [("ONLINE", "ann", 1), ("KICKED", "ann", 2)]
+    assert page["hasMore"] is False
+    after = await changes(api, after=page["endCursor"])
+    assert after["nodes"] == []
+
+
+async def test_changes_page_through_every_shard(api: Client) -> None:
+    users = [f"user{i}" for i in range(9)]
+    await graphql(api, "mutation($u: [ID!]!) { touchMany(userIds: $u) }", u=users)
+    seen: list[str] = []
+    after = None
+    for _ in range(9):
+        page = await changes(api, after=after, first=2)
+        seen += [n["userId"] for n in page["nodes"]]
+        after = page["endCursor"]
+        if not page["hasMore"]:
+            break
+    assert sorted(seen) == users
+
+
+async def test_changes_of_the_kinds_and_places_asked_for(
+    api: Client, store_of_api: PresenceStore
+) -> None:
+    await store_of_api.renew_leases()
+    for place in ["room:1", "room:2", "hall"]:
+        await store_of_api.open_place_session(place, "ann", "tab")
+    page = await changes(api, kinds=["JOINED"], places=["room:*"])
+    got = sorted(summary(n) for n in page["nodes"])
+    assert [(kind, place) for kind, place, _ in got] == [("JOINED", "room:1"), ("JOINED", "room:2")]
+    # The read of a place and its last event carry one version.
+    members = await graphql(api, '{ placeMembers(placeId: "room:1") { version } }')
+    assert members["data"]["placeMembers"]["version"] == got[0][2]
+
+
+async def test_a_read_and_the_last_event_carry_one_version(api: Client) -> None:
+    await graphql(api, 'mutation { touch(userId: "ann") { online } }')
+    await graphql(api, 'mutation { setStatus(userId: "ann", status: BUSY) { online } }')
+    last = (await changes(api))["nodes"][-1]
+    read = await graphql(api, '{ presence(userId: "ann") { version } }')
+    assert read["data"]["presence"]["version"] == last["version"] == 2
+
+
+async def test_refusals(api: Client) -> None:
+    body = await graphql(api, CHANGES, first=0)
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "1 to 1,000" in body["errors"][0]["message"]
+    body = await graphql(api, CHANGES, first=10, after="not a cursor")
+    assert error_codes(body) == ["BAD_USER_INPUT"]
