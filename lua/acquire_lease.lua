@@ -16,11 +16,11 @@
 --- @include "connections"
 --- @include "options"
 local shard = shard_options(ARGV[3])
-leases.key, leases.names = KEYS[1], shard
+local leases = lease_book(KEYS[1], shard)
 local token, ttl_ms = ARGV[1], tonumber(ARGV[2])
 
 local now = now_ms()
 local slot = redis.call('INCR', leases.names.lease_next)
-redis.call('HSET', lease_owners_key(), slot, token)
+redis.call('HSET', lease_owners_key(leases), slot, token)
 redis.call('ZADD', leases.key, now + ttl_ms, slot)
 return slot

@@ -33,15 +33,14 @@
 --- @include "options"
 local shard = shard_options(ARGV[3])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
-leases.key, leases.names = KEYS[3], shard
+local leases = lease_book(KEYS[3], shard, shard.sessions_prefix, tonumber(shard.window_ms))
 local from_ms, to_ms, retention_ms = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(shard.retention_ms)
 local first, held_slack_ms = tonumber(ARGV[4]), tonumber(ARGV[7])
 
 local hide_invisible = ARGV[8] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, tonumber(shard.window_ms), now)
+local statuses = statuses_of(shard, online_key, tonumber(shard.window_ms), now, leases)
 from_ms = math.max(from_ms, now - retention_ms)
 if from_ms > to_ms then return {0, 0} end
 local with_held = from_ms <= now and to_ms >= now - held_slack_ms
@@ -51,16 +50,16 @@ local total = redis.call('ZCOUNT', last_seen_key, -to_ms, -from_ms)
 local held_end = redis.call('ZCOUNT', last_seen_key, '-inf', string.format('%d', -HELD))
 if with_held then
   total = total + held_end
-  for _, slot in ipairs(lapsed_slots(now)) do
+  for _, slot in ipairs(lapsed_slots(leases, now)) do
     local score = string.format('%d', -(HELD + slot))
     total = total - redis.call('ZCOUNT', last_seen_key, score, score)
   end
 end
 local function online_of(user_id)
-  return listed_online(online_key, user_id, now, hide_invisible) or 0
+  return listed_online(statuses, online_key, user_id, now, hide_invisible) or 0
 end
 local function jump(score)
-  if held_slot(-score) then return past_lapsed(last_seen_key, score, now) end
+  if held_slot(-score) then return past_lapsed(leases, last_seen_key, score, now) end
   if score < -to_ms then return in_range end
   return nil
 end

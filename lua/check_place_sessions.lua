@@ -14,7 +14,7 @@
 --- @include "clock"
 --- @include "connections"
 --- @include "places"
-leases.key = KEYS[1]
+local leases = lease_book(KEYS[1])
 local holders_prefix = ARGV[1]
 
 local now = now_ms()
@@ -22,7 +22,7 @@ local lost = {}
 for i = 2, #ARGV, 3 do
   local place_id, member, generation = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local holder = place_holder({holders = holders_prefix .. place_id}, member)
-  if not (holder and holder.generation == generation and slot_live(holder.slot, now)) then
+  if not (holder and holder.generation == generation and slot_live(leases, holder.slot, now)) then
     lost[#lost + 1] = (i + 1) / 3
   end
 end

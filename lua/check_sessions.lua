@@ -18,7 +18,7 @@
 --- @include "connections"
 --- @include "options"
 local shard = shard_options(ARGV[1])
-leases.key, leases.names = KEYS[1], shard
+local leases = lease_book(KEYS[1], shard)
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
 
 local now = now_ms()
@@ -26,7 +26,7 @@ local lost = {}
 for i = 2, #ARGV, 3 do
   local user_id, session_id, generation = ARGV[i], ARGV[i + 1], ARGV[i + 2]
   local user = {sessions = sessions_prefix .. user_id, conn = conn_prefix .. user_id}
-  local entry = live_conn_entry(user, session_id, now)
+  local entry = live_conn_entry(leases, user, session_id, now)
   if not (entry and entry.generation == generation) then lost[#lost + 1] = (i + 1) / 3 end
 end
 return lost

@@ -29,7 +29,7 @@ local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[5], publish = shard.publish,
   empty_ttl_ms = shard.empty_place_ttl_ms}
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard)
 local user_id, session_id, generation = ARGV[2], ARGV[3], ARGV[4]
 
 local now = now_ms()
@@ -37,8 +37,8 @@ local member = member_of(user_id, session_id)
 local holder = place_holder(place, member)
 if not holder then return 0 end
 local events = {}
-local live = slot_live(holder.slot, now)
+local live = slot_live(leases, holder.slot, now)
 if live and holder.generation ~= generation then return 0 end
-remove_member(place, member, holder, live and now or (lapse_of(holder.slot) or now), events)
+remove_member(leases, place, member, holder, live and now or (lapse_of(leases, holder.slot) or now), events)
 announce_place(place, events)
 return (live and 1) or 0

@@ -42,35 +42,36 @@ local activity_keys = {last_seen = last_seen_key, index = KEYS[5], next = KEYS[6
   free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[4], index = KEYS[5]}
-leases.key, leases.names = KEYS[11], shard
+local leases = lease_book(KEYS[11], shard)
 local user_id, session_id, generation = ARGV[1], ARGV[2], ARGV[3]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])}
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+user.statuses = statuses
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}
-local online = settle(user, channel, user_id, now, window_ms, events)
-settle_away(user_id, events)
+local online = settle(leases, user, channel, user_id, now, window_ms, events)
+settle_away(statuses, user_id, events)
 local entry = conn_entry(user, session_id)
 if not entry or entry.generation ~= generation then
-  announce_all(channel, events)
+  announce_all(channel, events, statuses)
   return {0, online}
 end
 
-local status_before = status_with(user_id, {})
+local status_before = status_with(statuses, user_id, {})
 redis.call('ZREM', sessions_key, session_id)
 redis.call('HDEL', user.conn, session_id)
-forget_if_last(user, user_id, entry.slot, false)
+forget_if_last(leases, user, user_id, entry.slot, false)
 mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
 local online_after = refresh_online(user, user_id, now, window_ms, now)
 if online_after == 0 then
   add_event(events, 'OFFLINE', user_id, now, '', 0)
-elseif status_with(user_id, {}) ~= status_before then
+elseif status_with(statuses, user_id, {}) ~= status_before then
   -- Its user's last active session: AWAY now, with an idle one left.
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 return {1, online_after}

@@ -31,10 +31,10 @@
 local shard = shard_options(ARGV[5])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[4], publish = shard.publish, flushes = KEYS[6]}
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard)
 local user_id, session_id, interval_ms = ARGV[2], ARGV[3], tonumber(ARGV[6])
 
 local events = {}
-local flushed = flush_state(place, member_of(user_id, session_id), now_ms(), interval_ms, events)
+local flushed = flush_state(leases, place, member_of(user_id, session_id), now_ms(), interval_ms, events)
 announce_place(place, events)
 return flushed

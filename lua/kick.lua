@@ -36,16 +36,17 @@ local shard = shard_options(ARGV[3])
 local online_key, sessions_key, revoked_key = KEYS[1], KEYS[2], KEYS[3]
 local user = {online = online_key, last_seen = KEYS[5], sessions = sessions_key,
   conn = KEYS[4], index = KEYS[6]}
-leases.key, leases.names = KEYS[7], shard
+local leases = lease_book(KEYS[7], shard)
 local user_id, session_id = ARGV[1], ARGV[2]
 local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms)
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+user.statuses = statuses
 local events = {}
-settle(user, channel, user_id, now, window_ms, events)
-keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+settle(leases, user, channel, user_id, now, window_ms, events)
+keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
 local cutoff = now - window_ms
 local revoke = {}
 local kicked = 0
@@ -62,14 +63,14 @@ end
 local slots = {}
 for i = 1, #going, 2 do
   local score = tonumber(going[i + 1])
-  if session_live(score, now, window_ms) then kicked = kicked + 1 end
+  if session_live(leases, score, now, window_ms) then kicked = kicked + 1 end
   if session_id == '' then revoke[#revoke + 1] = going[i] end
   local slot = held_slot(score)
   if slot then slots[slot] = true end
   redis.call('ZREM', sessions_key, going[i])
   redis.call('HDEL', user.conn, going[i])
 end
-for slot in pairs(slots) do forget_if_last(user, user_id, slot, false) end
+for slot in pairs(slots) do forget_if_last(leases, user, user_id, slot, false) end
 local online_after = refresh_online(user, user_id, now, window_ms, now)
 
 if revoke_ms > 0 and #revoke > 0 then
@@ -83,5 +84,5 @@ if kicked > 0 then
 else
   add_event(events, 'REVOKED', user_id, now, session_id, online_after)
 end
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 return {kicked, online_after}

@@ -38,8 +38,7 @@
 local shard = shard_options(ARGV[4])
 local friends_key, online_key, last_seen_key, scratch_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local invisible_key = KEYS[6]
-leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard, shard.sessions_prefix, tonumber(shard.window_ms))
 local first = tonumber(ARGV[1])
 local hide_invisible = ARGV[5] == '1'
 local EXPIRED_LIST_MAX = 1000
@@ -57,18 +56,18 @@ if total > 0 then
     local members = redis.call('ZRANGE', scratch_key, 0, -1)
     local expiries = read_in_chunks('ZMSCORE', online_key, members)
     for i = 1, #members do
-      if not is_live(tonumber(expiries[i]), now) then gone[#gone + 1] = members[i] end
+      if not is_live(leases, tonumber(expiries[i]), now) then gone[#gone + 1] = members[i] end
     end
   end
   total = total - call_in_chunks('ZREM', scratch_key, gone)
-  for _, slot in ipairs(lapsed_slots(now)) do
+  for _, slot in ipairs(lapsed_slots(leases, now)) do
     local score = string.format('%d', -(HELD + slot))
     total = total - redis.call('ZREMRANGEBYSCORE', scratch_key, score, score)
   end
-  if some_lapsed(now) then
+  if some_lapsed(leases, now) then
     local several = string.format('%d', -HELD)
     for _, friend in ipairs(redis.call('ZRANGEBYSCORE', scratch_key, several, several)) do
-      if not several_live(friend, now) then total = total - redis.call('ZREM', scratch_key, friend) end
+      if not several_live(leases, friend, now) then total = total - redis.call('ZREM', scratch_key, friend) end
     end
   end
 end

@@ -29,15 +29,14 @@
 --- @include "options"
 local shard = shard_options(ARGV[1])
 local since_key, online_key, last_seen_key = KEYS[1], KEYS[2], KEYS[3]
-leases.key, leases.names = KEYS[4], shard
-leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
+local leases = lease_book(KEYS[4], shard, shard.sessions_prefix, tonumber(shard.window_ms))
 local window_ms, first = tonumber(shard.window_ms), tonumber(ARGV[2])
 local hide_invisible = ARGV[5] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
-local total = listed_online_count(online_key, now, hide_invisible)
-local function online_of(user_id) return listed_online(online_key, user_id, now, hide_invisible) end
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local total = listed_online_count(statuses, online_key, now, hide_invisible)
+local function online_of(user_id) return listed_online(statuses, online_key, user_id, now, hide_invisible) end
 local start = page_start(since_key, ARGV[3], ARGV[4])
 local rows = collect(since_key, start, math.huge, first + 1, online_of)
 local reply = {total, #rows > first * 3 and 1 or 0}
@@ -46,7 +45,7 @@ for i = 1, math.min(#rows, first * 3), 3 do
   local score = tonumber(redis.call('ZSCORE', last_seen_key, user_id))
   reply[#reply + 1] = user_id
   reply[#reply + 1] = rows[i + 1]
-  reply[#reply + 1] = score and shown_last_seen(score, now) or now
+  reply[#reply + 1] = score and shown_last_seen(leases, score, now) or now
   reply[#reply + 1] = 1
 end
 return reply

@@ -31,17 +31,16 @@
 --- @include "options"
 local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.sessions_prefix, leases.window_ms = shard.sessions_prefix, tonumber(shard.window_ms)
-leases.key, leases.names = KEYS[3], shard
+local leases = lease_book(KEYS[3], shard, shard.sessions_prefix, tonumber(shard.window_ms))
 local window_ms, first = tonumber(shard.window_ms), tonumber(ARGV[2])
 
 local hide_invisible = ARGV[5] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
-local total = listed_online_count(online_key, now, hide_invisible)
-local function online_of(user_id) return listed_online(online_key, user_id, now, hide_invisible) end
-local function jump(score) return past_lapsed(last_seen_key, score, now) end
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local total = listed_online_count(statuses, online_key, now, hide_invisible)
+local function online_of(user_id) return listed_online(statuses, online_key, user_id, now, hide_invisible) end
+local function jump(score) return past_lapsed(leases, last_seen_key, score, now) end
 local start = page_start(last_seen_key, ARGV[3], ARGV[4])
 -- A live user's last activity is at least as recent as their newest live session.
 local rows = collect(last_seen_key, start, -(now - window_ms), first + 1, online_of, jump)

@@ -39,12 +39,12 @@ local shard = shard_options(ARGV[8])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[7], publish = shard.publish}
 local generations_key = KEYS[5]
-leases.key, leases.names = KEYS[6], shard
+local leases = lease_book(KEYS[6], shard)
 local user_id, session_id, slot, token = ARGV[2], ARGV[3], tonumber(ARGV[4]), ARGV[5]
 local state = ARGV[6] ~= '' and ARGV[6] or nil
 
 local now = now_ms()
-if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then
+if redis.call('HGET', lease_owners_key(leases), slot) ~= token or not slot_live(leases, slot, now) then
   return redis.error_reply('LEASE_LOST')
 end
 local member = member_of(user_id, session_id)
@@ -53,22 +53,22 @@ local holder = place_holder(place, member)
 if not holder and (tonumber(redis.call('HGET', place.users, user_id)) or 0) >= shard.max_sessions then
   return redis.error_reply('TOO_MANY_SESSIONS')
 end
-if holder and not slot_live(holder.slot, now) then
-  remove_member(place, member, holder, lapse_of(holder.slot) or now, events)
+if holder and not slot_live(leases, holder.slot, now) then
+  remove_member(leases, place, member, holder, lapse_of(leases, holder.slot) or now, events)
   holder = nil
 end
 
 local generation = redis.call('INCR', generations_key)
 redis.call('HSET', place.holders, member, generation .. ' ' .. slot)
-redis.call('SADD', lease_members_key(slot, place.id), member)
-redis.call('SADD', lease_places_key(slot), place.id)
+redis.call('SADD', lease_members_key(leases, slot, place.id), member)
+redis.call('SADD', lease_places_key(leases, slot), place.id)
 local joined_ms = now
 if holder then
   joined_ms = -tonumber(redis.call('ZSCORE', place.members, member))
   if holder.slot ~= slot then
-    local old = lease_members_key(holder.slot, place.id)
+    local old = lease_members_key(leases, holder.slot, place.id)
     redis.call('SREM', old, member)
-    if redis.call('EXISTS', old) == 0 then redis.call('SREM', lease_places_key(holder.slot), place.id) end
+    if redis.call('EXISTS', old) == 0 then redis.call('SREM', lease_places_key(leases, holder.slot), place.id) end
   end
   add_place_event(events, place, 'REPLACED', user_id, session_id, now, tostring(generation))
   if redis.call('HGET', place.states, member) ~= (state or false) then

@@ -48,51 +48,52 @@ local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index =
   next = KEYS[8], free = KEYS[9], days = {KEYS[10], KEYS[11], KEYS[12]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[5], index = KEYS[7]}
-leases.key, leases.names = KEYS[13], shard
+local leases = lease_book(KEYS[13], shard)
 local user_id, session_id, slot, token = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
-if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+user.statuses = statuses
+if redis.call('HGET', lease_owners_key(leases), slot) ~= token or not slot_live(leases, slot, now) then
   return redis.error_reply('LEASE_LOST')
 end
 local refused = activity_refused(activity_keys, session_id, now, now, boundaries)
 if refused then return refused end
-if sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
+if sessions_full(leases, user, user_id, session_id, now, window_ms, shard.max_sessions) then
   return redis.error_reply('TOO_MANY_SESSIONS')
 end
 local events = {}
-local online_before = settle(user, channel, user_id, now, window_ms, events)
-settle_away(user_id, events)
-local status_before = online_before == 1 and status_of(user_id, online_key, now)
+local online_before = settle(leases, user, channel, user_id, now, window_ms, events)
+settle_away(statuses, user_id, events)
+local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
 mark_activity(activity_keys, user_id, now, boundaries, retention_ms)
-keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
 
-local replaced = live_conn_entry(user, session_id, now)
+local replaced = live_conn_entry(leases, user, session_id, now)
 local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
 -- A session opened again while live keeps its start; it starts active.
 local extras = {started = now, idle = false, device = ARGV[10] ~= '' and ARGV[10] or nil}
-if before and session_live(before, now, window_ms) then
-  extras.started = parse_extras(redis.call('HGET', extras_key(user_id), session_id)).started or now
+if before and session_live(leases, before, now, window_ms) then
+  extras.started = parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)).started or now
 end
-redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
+redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
 redis.call('ZADD', sessions_key, HELD + slot, session_id)
-if replaced and replaced.slot ~= slot then forget_if_last(user, user_id, replaced.slot, false) end
+if replaced and replaced.slot ~= slot then forget_if_last(leases, user, user_id, replaced.slot, false) end
 local generation = redis.call('INCR', generations_key)
 redis.call('HSET', user.conn, session_id, generation .. ' ' .. slot)
-hold_in_slot(user, user_id, slot)
+hold_in_slot(leases, user, user_id, slot)
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 refresh_online(user, user_id, now, window_ms, nil)
 
 if online_before == 0 then
-  came_online(user_id, now)
+  came_online(statuses, user_id, now)
   add_event(events, 'ONLINE', user_id, now, '', 1)
-elseif status_of(user_id, online_key, now) ~= status_before then
+elseif status_of(statuses, user_id, online_key, now) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
 if replaced then add_event(events, 'REPLACED', user_id, now, session_id, generation) end
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 return {generation, now}

@@ -19,15 +19,15 @@
 --- @include "options"
 local shard = shard_options(ARGV[#ARGV])
 local n = #ARGV - 1
-leases.key, leases.names = KEYS[2 * n + 1], shard
+local leases = lease_book(KEYS[2 * n + 1], shard)
 
 local now = now_ms()
-local lapsed = lapsed_slots(now)
+local lapsed = lapsed_slots(leases, now)
 local reply = {}
 for i = 1, n do
   local sessions = redis.call('ZCARD', KEYS[i])
   for _, slot in ipairs(lapsed) do
-    sessions = sessions - redis.call('SCARD', lease_members_key(slot, ARGV[i]))
+    sessions = sessions - redis.call('SCARD', lease_members_key(leases, slot, ARGV[i]))
   end
   reply[#reply + 1] = sessions
   reply[#reply + 1] = place_user_count({users = KEYS[n + i]})

@@ -28,13 +28,13 @@
 --- @include "options"
 local shard = shard_options(ARGV[5])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1]}
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard)
 local first = tonumber(ARGV[2])
 
 local now = now_ms()
 local sessions = redis.call('ZCARD', place.members)
-for _, slot in ipairs(lapsed_slots(now)) do
-  sessions = sessions - redis.call('SCARD', lease_members_key(slot, place.id))
+for _, slot in ipairs(lapsed_slots(leases, now)) do
+  sessions = sessions - redis.call('SCARD', lease_members_key(leases, slot, place.id))
 end
 -- Walks the members from `start`, a batch at a time, their holders read with one HMGET per
 -- batch: the page costs a few commands, not a few per member.
@@ -48,7 +48,7 @@ local function page_from(start, limit)
     local holders = redis.call('HMGET', place.holders, unpack(names))
     for j, value in ipairs(holders) do
       local slot = value and tonumber(string.match(value, ' (%d+)$'))
-      if slot and slot_live(slot, now) then
+      if slot and slot_live(leases, slot, now) then
         rows[#rows + 1] = batch[2 * j - 1]
         rows[#rows + 1] = batch[2 * j]
         if #rows == limit * 2 then break end

@@ -22,13 +22,13 @@
 --- @include "options"
 local shard = shard_options(ARGV[1])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key, leases.names = KEYS[3], shard
+local leases = lease_book(KEYS[3], shard)
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
 local reply = {}
 for i = 2, #ARGV do
-  reply[#reply + 1] = presence_entry(ARGV[i], last_seen_key, now, retention_ms)
+  reply[#reply + 1] = presence_entry(statuses, ARGV[i], last_seen_key, now, retention_ms)
 end
 return reply

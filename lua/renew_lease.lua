@@ -25,7 +25,7 @@
 --- @include "activity"
 --- @include "options"
 local shard = shard_options(ARGV[5])
-leases.key, leases.names = KEYS[1], shard
+local leases = lease_book(KEYS[1], shard)
 local slot, token, ttl_ms, at_ms = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local retention_ms = tonumber(shard.retention_ms)
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
@@ -34,17 +34,17 @@ local now = now_ms()
 local t_ms = math.min(at_ms or now, now)
 local day = day_of(t_ms, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
-if redis.call('HGET', lease_owners_key(), slot) ~= token or not slot_live(slot, now) then return 0 end
-if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(slot), leases.names.lease_places_prefix .. slot) == 0 then
+if redis.call('HGET', lease_owners_key(leases), slot) ~= token or not slot_live(leases, slot, now) then return 0 end
+if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(leases, slot), leases.names.lease_places_prefix .. slot) == 0 then
   redis.call('ZREM', leases.key, slot)
-  redis.call('HDEL', lease_owners_key(), slot)
-  redis.call('DEL', lease_bits_key(slot))
+  redis.call('HDEL', lease_owners_key(leases), slot)
+  redis.call('DEL', lease_bits_key(leases, slot))
   return 1
 end
 redis.call('ZADD', leases.key, t_ms + ttl_ms - (ttl_ms == 0 and 1 or 0), slot)
-if redis.call('EXISTS', lease_bits_key(slot)) == 1 then
+if redis.call('EXISTS', lease_bits_key(leases, slot)) == 1 then
   local day_key = KEYS[1 + day]
-  redis.call('BITOP', 'OR', day_key, day_key, lease_bits_key(slot))
+  redis.call('BITOP', 'OR', day_key, day_key, lease_bits_key(leases, slot))
   keep_day(day_key, day, boundaries, retention_ms)
 end
 return 1

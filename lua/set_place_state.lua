@@ -34,13 +34,13 @@
 local shard = shard_options(ARGV[6])
 local place = {members = KEYS[1], holders = KEYS[2], states = KEYS[3], users = KEYS[4], id = ARGV[1],
   channel = ARGV[5], publish = shard.publish, flushes = KEYS[6]}
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard)
 local user_id, session_id, state, interval_ms = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[7])
 
 local now = now_ms()
 local member = member_of(user_id, session_id)
 local holder = place_holder(place, member)
-if not holder or not slot_live(holder.slot, now) then return redis.error_reply('NOT_IN_PLACE') end
+if not holder or not slot_live(leases, holder.slot, now) then return redis.error_reply('NOT_IN_PLACE') end
 local joined_ms = -tonumber(redis.call('ZSCORE', place.members, member))
 if redis.call('HGET', place.states, member) == state then return {joined_ms, 0} end
 redis.call('HSET', place.states, member, state)

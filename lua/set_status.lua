@@ -42,18 +42,18 @@
 --- @include "options"
 local shard = shard_options(ARGV[6])
 local last_seen_key, online_key = KEYS[1], KEYS[2]
-leases.key, leases.names = KEYS[3], shard
+local leases = lease_book(KEYS[3], shard)
 local user_id, change = ARGV[1], ARGV[2]
 local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms)
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
-local key = status_key(user_id)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local key = status_key(statuses, user_id)
 
 -- What backends and the user see, and what other end users see: {status, custom, invisible}.
 local function looks()
-  local status, choices = status_of(user_id, online_key, now)
+  local status, choices = status_of(statuses, user_id, online_key, now)
   local invisible = choices.chosen == 'INVISIBLE'
   local custom = custom_value(choices.custom)
   local others = {invisible and 'OFFLINE' or status, not invisible and custom}
@@ -78,31 +78,32 @@ elseif change == 'idle' then
   local sessions_key = KEYS[4]
   local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   if session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0 then
-    local expiry = live_expiry(online_key, user_id, now)
+    local expiry = live_expiry(leases, online_key, user_id, now)
     score = expiry and expiry - window_ms
   end
-  if not (score and session_live(score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
+  if not (score and session_live(leases, score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
 end
 
 -- Whatever ended unswept (an expired presence, a lapsed lease, a turn to AWAY by time) is
 -- announced first, as the
 -- sweep would have, so that the change is told from what subscribers were told last.
 local user = {online = online_key, last_seen = last_seen_key, sessions = KEYS[4],
-  conn = KEYS[6], index = KEYS[7]}
+  conn = KEYS[6], index = KEYS[7], statuses = statuses}
 local settled = {}
-settle(user, channel, user_id, now, window_ms, settled)
-settle_away(user_id, settled)
-announce_all(channel, settled)
+settle(leases, user, channel, user_id, now, window_ms, settled)
+settle_away(statuses, user_id, settled)
+announce_all(channel, settled, statuses)
 -- Likewise a custom status that ended.
-if choices_of(user_id, now).ended then
-  announce(channel, 'STATUS', user_id, now, '', #live_of(user_id, online_key, now) > 0 and 1 or 0)
+if choices_of(statuses, user_id, now).ended then
+  announce(channel, 'STATUS', user_id, now, '', #live_of(statuses, user_id, online_key, now) > 0 and 1 or 0,
+    nil, statuses)
 end
 local own_before, others_before, invisible_before = looks()
 
 if change == 'chosen' then
   local chosen = ARGV[3]
   if chosen == 'INVISIBLE' and not invisible_before then
-    local last_seen = last_seen_of(user_id, last_seen_key, now, retention_ms)
+    local last_seen = last_seen_of(statuses, user_id, last_seen_key, now, retention_ms)
     if last_seen >= 0 then
       redis.call('HSET', key, 'hidden_seen', string.format('%d', last_seen))
     else
@@ -112,10 +113,10 @@ if change == 'chosen' then
   if chosen == 'AUTO' then redis.call('HDEL', key, 'chosen') else redis.call('HSET', key, 'chosen', chosen) end
   if chosen == 'INVISIBLE' then
     redis.call('SADD', KEYS[8], user_id)
-    sync_hidden(user_id)
+    sync_hidden(statuses, user_id)
   else
     redis.call('SREM', KEYS[8], user_id)
-    redis.call('ZREM', hidden_key(), user_id)
+    redis.call('ZREM', hidden_key(statuses), user_id)
   end
 elseif change == 'custom' then
   local text, emoji, expires = ARGV[3], ARGV[4], tonumber(ARGV[5])
@@ -123,13 +124,13 @@ elseif change == 'custom' then
     return redis.error_reply('EXPIRES_NOT_AHEAD')
   end
   redis.call('HDEL', key, 'text', 'emoji', 'expires')
-  redis.call('ZREM', status_expiry_key(), user_id)
+  redis.call('ZREM', status_expiry_key(statuses), user_id)
   if text ~= '' then
     redis.call('HSET', key, 'text', text)
     if emoji ~= '' then redis.call('HSET', key, 'emoji', emoji) end
     if expires then
       redis.call('HSET', key, 'expires', ARGV[5])
-      redis.call('ZADD', status_expiry_key(), expires, user_id)
+      redis.call('ZADD', status_expiry_key(statuses), expires, user_id)
     end
   end
 elseif change == 'visible' then
@@ -140,16 +141,16 @@ elseif change == 'idle' then
   if revoked_until and tonumber(revoked_until) > now then return redis.error_reply('SESSION_REVOKED') end
   local sessions_key = KEYS[4]
   local keyless = session_id == DEFAULT_SESSION and redis.call('EXISTS', sessions_key) == 0
-  if keyless then keep_default_in_key(online_key, sessions_key, user_id, window_ms, now) end
+  if keyless then keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now) end
   local score = tonumber(redis.call('ZSCORE', sessions_key, session_id))
-  if not (score and session_live(score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
+  if not (score and session_live(leases, score, now, window_ms)) then return redis.error_reply('SESSION_NOT_LIVE') end
   if keyless then expire_with_newest(sessions_key, score, window_ms) end
-  local extras = parse_extras(redis.call('HGET', extras_key(user_id), session_id))
-  extras.started = extras.started or choices_of(user_id, now).since or now
+  local extras = parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id))
+  extras.started = extras.started or choices_of(statuses, user_id, now).since or now
   extras.idle = idle
-  redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
-  tidy_extras(user_id)
-  track_activity(user_id)
+  redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
+  tidy_extras(statuses, user_id)
+  track_activity(statuses, user_id)
 end
 
 local own_after, others_after, invisible_after = looks()
@@ -166,6 +167,6 @@ if own_changed or others_changed then
   local online = own_after[1] ~= 'OFFLINE' and 1 or 0
   local look = {own_after[1], own_after[2], others_kind, own_after[3], invisible_after and 1 or 0}
   -- Backends and the user are told only of what changed as they see it.
-  announce(channel, own_changed and 'STATUS' or '', user_id, now, '', online, look)
+  announce(channel, own_changed and 'STATUS' or '', user_id, now, '', online, look, statuses)
 end
-return presence_entry(user_id, last_seen_key, now, retention_ms)
+return presence_entry(statuses, user_id, last_seen_key, now, retention_ms)

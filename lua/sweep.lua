@@ -59,7 +59,7 @@
 --- @include "options"
 local shard = shard_options(ARGV[3])
 local online_key, last_seen_key, index_key, free_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-leases.key, leases.names = KEYS[5], shard
+local leases = lease_book(KEYS[5], shard)
 local batch, purge_after_ms = tonumber(ARGV[1]), tonumber(ARGV[2])
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 local sessions_prefix, conn_prefix = shard.sessions_prefix, shard.conn_prefix
@@ -79,14 +79,14 @@ local function place_of(place_id)
 end
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
 local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WITHSCORES', 'LIMIT', 0, batch)
 local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
-  went_offline(expired[i])
-  sync_hidden(expired[i])
-  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of('OFFLINE', expired[i], 0))
+  went_offline(statuses, expired[i])
+  sync_hidden(statuses, expired[i])
+  add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of(statuses, 'OFFLINE', expired[i], 0))
 end
 
 -- Lapsed leases, oldest first: their users' sessions under them end, at their lapse, up to
@@ -96,59 +96,59 @@ local lapsed = redis.call('ZRANGEBYSCORE', leases.key, '-inf', '(' .. now, 'WITH
 for i = 1, #lapsed, 2 do
   if ended >= lapsed_batch then break end
   local slot, lapse = tonumber(lapsed[i]), tonumber(lapsed[i + 1])
-  local users_key = lease_users_key(slot)
+  local users_key = lease_users_key(leases, slot)
   local users = redis.call('SPOP', users_key, lapsed_batch - ended)
   for _, user_id in ipairs(users) do
     local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
-      conn = conn_prefix .. user_id, index = index_key}
-    end_lapsed(user, user_id, now, window_ms, offline)
+      conn = conn_prefix .. user_id, index = index_key, statuses = statuses}
+    end_lapsed(leases, user, user_id, now, window_ms, offline)
   end
   ended = ended + #users
-  local places_key = lease_places_key(slot)
+  local places_key = lease_places_key(leases, slot)
   for _, place_id in ipairs(redis.call('SRANDMEMBER', places_key, 100)) do
     if ended >= lapsed_batch then break end
     local place = place_of(place_id)
     local left = {}
-    ended = ended + end_lapsed_members(place, slot, lapsed_batch - ended, left)
+    ended = ended + end_lapsed_members(leases, place, slot, lapsed_batch - ended, left)
     announce_place(place, left)
   end
   if redis.call('EXISTS', users_key) == 0 and redis.call('EXISTS', places_key) == 0 then
     -- Every user it held was active until it lapsed: on that day too.
     local day = day_of(lapse, boundaries)
-    local bits_key = lease_bits_key(slot)
+    local bits_key = lease_bits_key(leases, slot)
     if day and redis.call('EXISTS', bits_key) == 1 then
       redis.call('BITOP', 'OR', KEYS[6 + day], KEYS[6 + day], bits_key)
       keep_day(KEYS[6 + day], day, boundaries, retention_ms)
     end
     redis.call('DEL', bits_key)
     redis.call('ZREM', leases.key, slot)
-    redis.call('HDEL', lease_owners_key(), slot)
+    redis.call('HDEL', lease_owners_key(leases), slot)
   end
 end
 
 -- Custom statuses whose end has come: gone from every read already, announced here once.
-local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(), '-inf', now, 'LIMIT', 0, batch)
+local ended_statuses = redis.call('ZRANGEBYSCORE', status_expiry_key(statuses), '-inf', now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(ended_statuses) do
-  redis.call('ZREM', status_expiry_key(), user_id)
-  local key = status_key(user_id)
+  redis.call('ZREM', status_expiry_key(statuses), user_id)
+  local key = status_key(statuses, user_id)
   local expires = tonumber(redis.call('HGET', key, 'expires'))
   if expires and expires <= now then
     redis.call('HDEL', key, 'text', 'emoji', 'expires')
-    local online = #live_of(user_id, online_key, now) > 0 and 1 or 0
-    add_event(offline, 'STATUS', user_id, now, '', online, look_of('STATUS', user_id, online))
+    local online = #live_of(statuses, user_id, online_key, now) > 0 and 1 or 0
+    add_event(offline, 'STATUS', user_id, now, '', online, look_of(statuses, 'STATUS', user_id, online))
   end
 end
 
 -- Users whose last active session expired by time while an idle one stays live: AWAY since.
-local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(), '-inf', '(' .. now, 'LIMIT', 0, batch)
+local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(turned_away) do
-  redis.call('ZREM', away_expiry_key(), user_id)
-  local status, choices = status_of(user_id, online_key, now)
+  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  local status, choices = status_of(statuses, user_id, online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
-    add_event(offline, 'STATUS', user_id, now, '', 1, look_of('STATUS', user_id, 1))
+    add_event(offline, 'STATUS', user_id, now, '', 1, look_of(statuses, 'STATUS', user_id, 1))
   end
 end
-announce_all(channel, offline)
+announce_all(channel, offline, statuses)
 
 -- Waiting states whose process did not announce them in time, oldest first.
 local overdue = redis.call('ZRANGEBYSCORE', flushes_key, '-inf', '(' .. (now - overdue_ms), 'LIMIT', 0, lapsed_batch)
@@ -156,7 +156,7 @@ for _, entry in ipairs(overdue) do
   local at = string.find(entry, '\0', 1, true)
   local place = place_of(string.sub(entry, 1, at - 1))
   local events = {}
-  flush_state(place, string.sub(entry, at + 1), now, overdue_ms, events)
+  flush_state(leases, place, string.sub(entry, at + 1), now, overdue_ms, events)
   announce_place(place, events)
 end
 
@@ -170,4 +170,4 @@ for i = 1, #forgotten do
   end
   redis.call('ZREM', last_seen_key, user_id)
 end
-return {#expired / 2, #forgotten, online_count(online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}
+return {#expired / 2, #forgotten, online_count(leases, online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}

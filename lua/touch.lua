@@ -51,7 +51,7 @@ local activity_keys = {last_seen = last_seen_key, revoked = revoked_key, index =
   next = KEYS[6], free = KEYS[7], days = {KEYS[8], KEYS[9], KEYS[10]}}
 local user = {online = online_key, last_seen = last_seen_key, sessions = sessions_key,
   conn = KEYS[11], index = KEYS[5], defer_expiry = true}
-leases.key, leases.names = KEYS[12], shard
+local leases = lease_book(KEYS[12], shard)
 local user_id, session_id, at_ms = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local window_ms, retention_ms, max_future_ms = tonumber(shard.window_ms), tonumber(shard.retention_ms), tonumber(ARGV[5])
 local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])}
@@ -59,20 +59,21 @@ local channel = {shard.channel, shard.user_channel_prefix, shard.publish}
 local device, idle = ARGV[10], ARGV[11] == '1'
 
 local now = now_ms()
-use_statuses(shard, online_key, window_ms, now)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+user.statuses = statuses
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
 local refused = activity_refused(activity_keys, session_id, t_ms, now, boundaries)
 if refused then return refused end
 if t_ms >= now - window_ms
-    and sessions_full(user, user_id, session_id, now, window_ms, shard.max_sessions) then
+    and sessions_full(leases, user, user_id, session_id, now, window_ms, shard.max_sessions) then
   return redis.error_reply('TOO_MANY_SESSIONS')
 end
 local events = {}
-local online_before = settle(user, channel, user_id, now, window_ms, events)
-settle_away(user_id, events)
-local status_before = online_before == 1 and status_of(user_id, online_key, now)
+local online_before = settle(leases, user, channel, user_id, now, window_ms, events)
+settle_away(statuses, user_id, events)
+local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
 mark_activity(activity_keys, user_id, t_ms, boundaries, retention_ms)
 local cutoff = now - window_ms
 local online_after
@@ -80,31 +81,31 @@ local online_after
 local keyless = session_id == DEFAULT_SESSION and device == '' and not idle
   and redis.call('EXISTS', sessions_key) == 0
 if keyless then
-  online_after = record_default(online_key, user_id, t_ms, cutoff, window_ms) and 1 or 0
+  online_after = record_default(online_key, user_id, t_ms, cutoff, window_ms, statuses) and 1 or 0
 else
-  keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+  keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
   local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
-  local was_live = before and session_live(before, now, window_ms)
+  local was_live = before and session_live(leases, before, now, window_ms)
   online_after = record_session(user, user_id, session_id, t_ms, now, window_ms)
   if t_ms >= cutoff or was_live then
-    local extras = was_live and parse_extras(redis.call('HGET', extras_key(user_id), session_id)) or {}
+    local extras = was_live and parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)) or {}
     extras.started = extras.started or t_ms
     extras.idle = idle
     if device ~= '' then extras.device = device end
-    redis.call('HSET', extras_key(user_id), session_id, format_extras(extras))
-    track_activity(user_id)
+    redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
+    track_activity(statuses, user_id)
   end
 end
 if online_after == 1 and online_before == 0 then
-  came_online(user_id, t_ms)
+  came_online(statuses, user_id, t_ms)
   add_event(events, 'ONLINE', user_id, now, '', 1)
-elseif online_after == 1 and status_of(user_id, online_key, now) ~= status_before then
+elseif online_after == 1 and status_of(statuses, user_id, online_key, now) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 
-local entry = presence_entry(user_id, last_seen_key, now, retention_ms)
+local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
-tidy_extras(user_id)
+tidy_extras(statuses, user_id)
 return {online_before, entry}

@@ -48,10 +48,10 @@ local window_ms, retention_ms = tonumber(shard.window_ms), tonumber(shard.retent
 local boundaries = {tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])}
 local channel, sessions_prefix, revoked_prefix = {shard.channel, shard.user_channel_prefix, shard.publish}, shard.sessions_prefix, shard.revoked_prefix
 local conn_prefix = shard.conn_prefix
-leases.key, leases.names = KEYS[9], shard
+local leases = lease_book(KEYS[9], shard)
 
 local now = now_ms()
-use_statuses(shard, KEYS[2], window_ms, now)
+local statuses = statuses_of(shard, KEYS[2], window_ms, now, leases)
 local day = day_of(now, boundaries)
 if not day then return redis.error_reply('DAY_NOT_GIVEN') end
 local day_key = KEYS[5 + day]
@@ -129,12 +129,12 @@ keep_day(day_key, day, boundaries, retention_ms)
 -- with a session key (their held sessions too) is settled and recorded on their own.
 local function user_keys(user_id)
   return {online = online_key, last_seen = last_seen_key, sessions = sessions_prefix .. user_id,
-    conn = conn_prefix .. user_id, index = index_key}
+    conn = conn_prefix .. user_id, index = index_key, statuses = statuses}
 end
 local expiries = read_in_chunks('ZMSCORE', online_key, users)
 -- A keyless user who never chose anything looks plain in every event (one active session, no
 -- choice): their look is known here, with no reads of their own at announce time.
-local chose = with_key(status_key(''), users)
+local chose = with_key(status_key(statuses, ''), users)
 local PLAIN_OFFLINE = {'OFFLINE', false, 'OFFLINE', 'EVERYONE', 0}
 local PLAIN_ONLINE = {'ONLINE', false, 'ONLINE', 'EVERYONE', 0}
 local events, expired, arrived, was_online = {}, {}, {}, {}
@@ -143,13 +143,13 @@ for i = 1, n do
   local plain = not own_key[user_id] and not chose[user_id]
   local online
   if own_key[user_id] then
-    online = settle(user_keys(user_id), channel, user_id, now, window_ms, events)
-    settle_away(user_id, events)
+    online = settle(leases, user_keys(user_id), channel, user_id, now, window_ms, events)
+    settle_away(statuses, user_id, events)
   else
     online = expiry and 1 or 0
     if expiry and expiry < now then
       expired[#expired + 1] = user_id
-      add_event(events, 'OFFLINE', user_id, expiry, '', 0, plain and PLAIN_OFFLINE or look_of('OFFLINE', user_id, 0))
+      add_event(events, 'OFFLINE', user_id, expiry, '', 0, plain and PLAIN_OFFLINE or look_of(statuses, 'OFFLINE', user_id, 0))
       online = 0
     end
   end
@@ -160,7 +160,7 @@ for i = 1, n do
   was_online[user_id] = online == 1
 end
 -- Their onlineSince (came_online, includes/status.lua), for all of them at once.
-call_chunked('ZADD', since_key(), nil, #arrived, function(args, k, j)
+call_chunked('ZADD', since_key(statuses), nil, #arrived, function(args, k, j)
   args[k + 1], args[k + 2] = -now, arrived[j]
   return k + 2
 end)
@@ -179,16 +179,16 @@ for i = 1, n do
   local user_id = users[i]
   if own_key[user_id] then
     -- As a touch of the default session: activity, which makes it active again.
-    local status_before = was_online[user_id] and status_of(user_id, KEYS[2], now)
+    local status_before = was_online[user_id] and status_of(statuses, user_id, KEYS[2], now)
     local before = tonumber(redis.call('ZSCORE', sessions_prefix .. user_id, DEFAULT_SESSION))
-    local was_live = before and session_live(before, now, window_ms)
+    local was_live = before and session_live(leases, before, now, window_ms)
     record_session(user_keys(user_id), user_id, DEFAULT_SESSION, now, now, window_ms)
-    local extras = was_live and parse_extras(redis.call('HGET', extras_key(user_id), DEFAULT_SESSION)) or {}
+    local extras = was_live and parse_extras(redis.call('HGET', extras_key(statuses, user_id), DEFAULT_SESSION)) or {}
     extras.started, extras.idle = extras.started or now, false
-    redis.call('HSET', extras_key(user_id), DEFAULT_SESSION, format_extras(extras))
-    tidy_extras(user_id)
-    track_activity(user_id)
-    if status_before and status_of(user_id, KEYS[2], now) ~= status_before then
+    redis.call('HSET', extras_key(statuses, user_id), DEFAULT_SESSION, format_extras(extras))
+    tidy_extras(statuses, user_id)
+    track_activity(statuses, user_id)
+    if status_before and status_of(statuses, user_id, KEYS[2], now) ~= status_before then
       add_event(events, 'STATUS', user_id, now, '', 1)
     end
   else
@@ -203,7 +203,7 @@ end)
 -- Those who chose INVISIBLE keep their online entry in `hidden` too (includes/status.lua).
 local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do
-  if invisible[j] == 1 then sync_hidden(keyless[j]) end
+  if invisible[j] == 1 then sync_hidden(statuses, keyless[j]) end
 end
-announce_all(channel, events)
+announce_all(channel, events, statuses)
 return n

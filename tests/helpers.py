@@ -910,6 +910,11 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    await call_every_webhook_script(store)
+
+
+async def call_every_webhook_script(store: PresenceStore) -> None:
+    """Each of the webhooks' scripts once: create, update, rotate, an attempt, read, delete."""
     webhook, _ = await store.webhooks.create("https://example.com/", None, None, 0)
     await store.webhooks.update(webhook.id, debounce_seconds=1)
     await store.webhooks.rotate_secret(webhook.id)

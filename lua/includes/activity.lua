@@ -51,13 +51,13 @@ end
 -- Whether a session that is not live yet (session_id) would give the user more than
 -- max_sessions live ones: checked before anything is written. A user with no sessions key may
 -- have their default session live in their online entry alone (keep_default_in_key).
-local function sessions_full(user, user_id, session_id, now, window_ms, max_sessions)
+local function sessions_full(leases, user, user_id, session_id, now, window_ms, max_sessions)
   local score = tonumber(redis.call('ZSCORE', user.sessions, session_id))
-  if score and session_live(score, now, window_ms) then return false end
+  if score and session_live(leases, score, now, window_ms) then return false end
   local live = redis.call('ZCOUNT', user.sessions, now - window_ms, '+inf')
   -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
-  if live >= max_sessions then live = #live_sessions(user, now, window_ms) / 2 end
-  if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(user.online, user_id, now) then
+  if live >= max_sessions then live = #live_sessions(leases, user, now, window_ms) / 2 end
+  if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(leases, user.online, user_id, now) then
     live = 1
   end
   return live >= max_sessions
@@ -75,9 +75,9 @@ end
 -- Gives a user whose default session is kept by their online entry alone a session key that
 -- holds it, before a change that needs the key (another session, a kick). The key has no
 -- expiry yet: the caller sets it with expire_with_newest once it is done reading the key.
-local function keep_default_in_key(online_key, sessions_key, user_id, window_ms, now)
+local function keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
   if redis.call('EXISTS', sessions_key) == 1 then return end
-  local expiry = live_expiry(online_key, user_id, now)
+  local expiry = live_expiry(leases, online_key, user_id, now)
   if not expiry then return end
   redis.call('ZADD', sessions_key, expiry - window_ms, DEFAULT_SESSION)
 end
@@ -85,10 +85,10 @@ end
 -- Records activity of the default session of a user with no session key, at t_ms (never
 -- moving a time backwards); returns the session's newest time if it is live, else nil.
 -- An expired online entry must have been settled first.
-local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms)
+local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms, statuses)
   if t_ms >= cutoff_ms then
     redis.call('ZADD', online_key, 'GT', t_ms + window_ms, user_id)
-    if status_hooks.online_moved then status_hooks.online_moved(user_id) end
+    if statuses then statuses.online_moved(user_id) end
   end
   local expiry = redis.call('ZSCORE', online_key, user_id)
   if not expiry then return nil end
@@ -109,7 +109,7 @@ end
 -- ends their sessions held under lapsed leases, announcing OFFLINE (into `events`, or at
 -- once when it is nil) when they went offline then, at the moment they did, as the sweep
 -- would have. Returns 1 if the user is online now, else 0.
-local function settle(user, channel, user_id, now, window_ms, events)
+local function settle(leases, user, channel, user_id, now, window_ms, events)
   local out = events or {}
   local expiry = tonumber(redis.call('ZSCORE', user.online, user_id))
   if not expiry then return 0 end
@@ -118,14 +118,14 @@ local function settle(user, channel, user_id, now, window_ms, events)
   if slot == nil then
     if expiry >= now then return 1 end
     redis.call('ZREM', user.online, user_id)
-    if status_hooks.offline then status_hooks.offline(user_id) end
-    if status_hooks.online_moved then status_hooks.online_moved(user_id) end
-    add_event(out, 'OFFLINE', user_id, expiry, '', 0, status_hooks.look and status_hooks.look('OFFLINE', user_id, 0))
+    if user.statuses then user.statuses.offline(user_id) end
+    if user.statuses then user.statuses.online_moved(user_id) end
+    add_event(out, 'OFFLINE', user_id, expiry, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))
     online = 0
   else
-    if slot > 0 and slot_live(slot, now) then return 1 end
-    online = end_lapsed(user, user_id, now, window_ms, out) or 1
+    if slot > 0 and slot_live(leases, slot, now) then return 1 end
+    online = end_lapsed(leases, user, user_id, now, window_ms, out) or 1
   end
-  if not events then announce_all(channel, out) end
+  if not events then announce_all(channel, out, user.statuses) end
   return online
 end

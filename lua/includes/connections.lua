@@ -14,10 +14,17 @@
 --
 -- `user` names one user's keys: {online, last_seen, sessions, conn, index}; a script that
 -- reads the sessions key after changing it sets `defer_expiry` (see expire_with_newest).
+-- A script that knows statuses sets `statuses` (includes/status.lua, statuses_of), whose
+-- functions these call besides: offline(user_id) when a user's online entry goes,
+-- online_moved(user_id) after any write of it (an entry made, moved or removed),
+-- tidy(user_id) when their sessions key got its expiry; status(user_id, ending_ids) is the
+-- user's status as if the sessions ending_ids were still live (to compare with the status
+-- once they ended), and look(kind, user_id, online) an event's look at this moment
+-- (add_event's `look`).
 
-local function lease_owners_key() return leases.names.lease_owners end
-local function lease_users_key(slot) return leases.names.lease_users_prefix .. slot end
-local function lease_bits_key(slot) return leases.names.lease_bits_prefix .. slot end
+local function lease_owners_key(leases) return leases.names.lease_owners end
+local function lease_users_key(leases, slot) return leases.names.lease_users_prefix .. slot end
+local function lease_bits_key(leases, slot) return leases.names.lease_bits_prefix .. slot end
 
 -- The session's valid conn entry {generation=string, slot=number}, or nil.
 local function conn_entry(user, session_id)
@@ -31,25 +38,25 @@ local function conn_entry(user, session_id)
 end
 
 -- The conn entry of the session if it is held under a live lease.
-local function live_conn_entry(user, session_id, now)
+local function live_conn_entry(leases, user, session_id, now)
   local entry = conn_entry(user, session_id)
-  if entry and slot_live(entry.slot, now) then return entry end
+  if entry and slot_live(leases, entry.slot, now) then return entry end
   return nil
 end
 
 -- Whether a session scored `score` in a sessions key is live at `now`.
-local function session_live(score, now, window_ms)
-  if held_slot(score) then return is_live(score, now) end
+local function session_live(leases, score, now, window_ms)
+  if held_slot(score) then return is_live(leases, score, now) end
   return score + window_ms >= now
 end
 
 -- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present.
-local function live_sessions(user, now, window_ms)
+local function live_sessions(leases, user, now, window_ms)
   local rows = redis.call('ZRANGEBYSCORE', user.sessions, now - window_ms, '+inf', 'WITHSCORES')
   local live = {}
   for i = 1, #rows, 2 do
     local score = tonumber(rows[i + 1])
-    if session_live(score, now, window_ms) then
+    if session_live(leases, score, now, window_ms) then
       live[#live + 1] = rows[i]
       live[#live + 1] = held_slot(score) and now or score
     end
@@ -58,19 +65,19 @@ local function live_sessions(user, now, window_ms)
 end
 
 -- Records that the user holds a session under `slot`.
-local function hold_in_slot(user, user_id, slot)
-  redis.call('SADD', lease_users_key(slot), user_id)
-  redis.call('SETBIT', lease_bits_key(slot), redis.call('HGET', user.index, user_id), 1)
+local function hold_in_slot(leases, user, user_id, slot)
+  redis.call('SADD', lease_users_key(leases, slot), user_id)
+  redis.call('SETBIT', lease_bits_key(leases, slot), redis.call('HGET', user.index, user_id), 1)
 end
 
 -- After one of the user's sessions under `slot` went: the lease forgets the user once none
 -- is left, and their bit too unless `keep_bit` (a lapse keeps it for the lapse's day).
-local function forget_if_last(user, user_id, slot, keep_bit)
+local function forget_if_last(leases, user, user_id, slot, keep_bit)
   local score = string.format('%d', HELD + slot)
   if redis.call('ZCOUNT', user.sessions, score, score) > 0 then return end
-  redis.call('SREM', lease_users_key(slot), user_id)
+  redis.call('SREM', lease_users_key(leases, slot), user_id)
   local index = not keep_bit and redis.call('HGET', user.index, user_id)
-  if index then redis.call('SETBIT', lease_bits_key(slot), index, 0) end
+  if index then redis.call('SETBIT', lease_bits_key(leases, slot), index, 0) end
 end
 
 -- A session key expires once its newest session is no longer live. The script sets that
@@ -114,14 +121,14 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('ZADD', user.online, score, user_id)
   else
     redis.call('ZREM', user.online, user_id)
-    if status_hooks.offline then status_hooks.offline(user_id) end
+    if user.statuses then user.statuses.offline(user_id) end
   end
-  if status_hooks.online_moved then status_hooks.online_moved(user_id) end
+  if user.statuses then user.statuses.online_moved(user_id) end
   if slots > 0 then
     redis.call('ZADD', user.last_seen, -score, user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
-    if status_hooks.tidy then status_hooks.tidy(user_id) end
+    if user.statuses then user.statuses.tidy(user_id) end
     return 1
   end
   redis.call('DEL', user.conn)
@@ -136,7 +143,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     user.expire_at = tonumber(touched[2]) + window_ms + 1
     if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
   end
-  if status_hooks.tidy and not user.defer_expiry then status_hooks.tidy(user_id) end
+  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id) end
   return score and 1 or 0
 end
 
@@ -144,33 +151,33 @@ end
 -- stopped renewing for longer than the TTL), each at its lease's lapse, as the sweep would;
 -- announces OFFLINE then (into `events`) if that left the user offline. Returns nil if none
 -- had lapsed, else 1 if the user is online afterwards, 0 if not.
-local function end_lapsed(user, user_id, now, window_ms, events)
+local function end_lapsed(leases, user, user_id, now, window_ms, events)
   local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
   local ended, slots, ending = nil, {}, {}
   for i = 1, #held, 2 do
-    if not slot_live(tonumber(held[i + 1]) - HELD, now) then ending[#ending + 1] = held[i] end
+    if not slot_live(leases, tonumber(held[i + 1]) - HELD, now) then ending[#ending + 1] = held[i] end
   end
   -- The status its subscribers were told while those sessions were live.
-  local status_before = #ending > 0 and status_hooks.status and status_hooks.status(user_id, ending)
+  local status_before = #ending > 0 and user.statuses and user.statuses.status(user_id, ending)
   for i = 1, #held, 2 do
     local slot = tonumber(held[i + 1]) - HELD
-    if not slot_live(slot, now) then
+    if not slot_live(leases, slot, now) then
       redis.call('ZREM', user.sessions, held[i])
       redis.call('HDEL', user.conn, held[i])
-      local lapse = lapse_of(slot) or now
+      local lapse = lapse_of(leases, slot) or now
       if not ended or lapse > ended then ended = lapse end
       slots[slot] = true
     end
   end
   if not ended then return nil end
-  for slot in pairs(slots) do forget_if_last(user, user_id, slot, true) end
+  for slot in pairs(slots) do forget_if_last(leases, user, user_id, slot, true) end
   local before = tonumber(redis.call('ZSCORE', user.online, user_id))
   local online = refresh_online(user, user_id, now, window_ms, ended)
   if online == 0 and before and held_slot(before) then
-    add_event(events, 'OFFLINE', user_id, ended, '', 0, status_hooks.look and status_hooks.look('OFFLINE', user_id, 0))
-  elseif online == 1 and status_before and status_hooks.status(user_id, {}) ~= status_before then
+    add_event(events, 'OFFLINE', user_id, ended, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))
+  elseif online == 1 and status_before and user.statuses.status(user_id, {}) ~= status_before then
     -- Its last active session lapsed, an idle one stays: AWAY, with the look of now.
-    add_event(events, 'STATUS', user_id, ended, '', 1, status_hooks.look('STATUS', user_id, 1))
+    add_event(events, 'STATUS', user_id, ended, '', 1, user.statuses.look('STATUS', user_id, 1))
   end
   return online
 end

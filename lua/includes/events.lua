@@ -18,11 +18,6 @@
 
 local EVENT_FIELDS = 11
 
--- How a script that knows statuses (includes/status.lua) fills in an event's look: fill(events,
--- i) sets fields i + 5 to i + 9 of the event at i, and `now` is its announcement time.
--- Without them, the look follows `online`, and the announcement is at the event.
-local event_looks = {fill = false, now = false}
-
 -- Adds an event to `events` (a flat list, as in a message), for announce_all; `look`, if
 -- given, is {status, custom, others_kind, visible, invisible}, else announce_all works it out.
 local function add_event(events, kind, user_id, at_ms, session_id, online, look)
@@ -35,17 +30,20 @@ local function add_event(events, kind, user_id, at_ms, session_id, online, look)
   events[n + 10], events[n + 11] = look[5] or 0, at_ms
 end
 
--- Gives each event added without a look the user's look after the script's changes.
-local function fill_looks(events)
+-- Gives each event added without a look the user's look after the script's changes. `looks`
+-- is given by a script that knows statuses (includes/status.lua, statuses_of): looks.fill(events,
+-- i) sets fields i + 5 to i + 9 of the event at i, and looks.now is its announcement time.
+-- Without it, the look follows `online`, and the announcement is at the event.
+local function fill_looks(events, looks)
   for i = 1, #events, EVENT_FIELDS do
     if events[i + 5] == '' then
-      if event_looks.fill then
-        event_looks.fill(events, i)
+      if looks then
+        looks.fill(events, i)
       else
         events[i + 5] = events[i + 4] == 1 and 'ONLINE' or 'OFFLINE'
       end
     end
-    if event_looks.now then events[i + 10] = event_looks.now end
+    if looks then events[i + 10] = looks.now end
   end
 end
 
@@ -54,10 +52,10 @@ end
 -- that change many users add them), else one per run of them; then every event in one message
 -- on the channel of every user. One PUBLISH (or SPUBLISH) per user besides: to a channel
 -- nobody follows, it is a lookup.
-local function announce_all(channel, events)
+local function announce_all(channel, events, looks)
   local n = #events
   if n == 0 then return end
-  fill_looks(events)
+  fill_looks(events, looks)
   local message = cjson.encode(events)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then
@@ -77,8 +75,8 @@ local function announce_all(channel, events)
 end
 
 -- Announces one change.
-local function announce(channel, kind, user_id, at_ms, session_id, online, look)
+local function announce(channel, kind, user_id, at_ms, session_id, online, look, looks)
   local events = {}
   add_event(events, kind, user_id, at_ms, session_id, online, look)
-  announce_all(channel, events)
+  announce_all(channel, events, looks)
 end

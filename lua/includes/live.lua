@@ -13,30 +13,26 @@
 -- several leases, or held and touched, is scored HELD (slot 0): a reader takes them as live,
 -- and a script that writes to them ends first what has lapsed (includes/connections.lua).
 
--- What the scripts that know statuses (includes/status.lua) do besides: offline(user_id)
--- when a user's online entry goes, online_moved(user_id) after any write of it (an entry
--- made, moved or removed), tidy(user_id) when their sessions key got its expiry;
--- status(user_id, ending_ids) is the user's status as if the sessions ending_ids were still
--- live (to compare with the status once they ended), and look(kind, user_id, online) an
--- event's look at this moment (add_event's `look`).
-local status_hooks = {offline = false, online_moved = false, tidy = false, status = false, look = false}
-
 -- 2^50 ms, in the year 37,648: every time is below it, and HELD + slot is exact in a double.
 -- Written into a command's arguments with string.format('%d'), never with `..`, which would
 -- print it with 14 digits.
 local HELD = 1125899906842624
 
--- The shard's leases: each script that may meet a held score sets `key` first (a KEYS
--- entry), and, if it may change a lease's keys, `names` (its decoded `shard` argument, whose
--- lease names store/keys.py makes). The lapses read are kept for the rest of the call: the
+-- The shard's leases, which every function here that reads them takes first (`leases`): each
+-- script that may meet a held score makes them first, from `key` (a KEYS entry) and, if it may
+-- change a lease's keys, `names` (its decoded `shard` argument, whose lease names
+-- store/keys.py makes). The lapses read are kept in them for the rest of the call: the
 -- script's `now` does not move.
--- A script that lists users also sets `sessions_prefix` (a user's sessions key is it followed
+-- A script that lists users also gives `sessions_prefix` (a user's sessions key is it followed
 -- by their id, in the hash tag of `key`) and `window_ms`, so that while a lease has lapsed
 -- unswept a user scored HELD is looked at one by one (several_live).
-local leases = {key = false, names = false, lapse = {}, sessions_prefix = false, window_ms = 0}
+local function lease_book(key, names, sessions_prefix, window_ms)
+  return {key = key, names = names or false, lapse = {}, sessions_prefix = sessions_prefix or false,
+    window_ms = window_ms or 0}
+end
 
 -- The moment (ms) the lease of `slot` lapses, or nil if there is none.
-local function lapse_of(slot)
+local function lapse_of(leases, slot)
   local lapse = leases.lapse[slot]
   if lapse == nil then
     lapse = tonumber(redis.call('ZSCORE', leases.key, slot)) or false
@@ -45,8 +41,8 @@ local function lapse_of(slot)
   return lapse or nil
 end
 
-local function slot_live(slot, now)
-  local lapse = lapse_of(slot)
+local function slot_live(leases, slot, now)
+  local lapse = lapse_of(leases, slot)
   return lapse ~= nil and lapse >= now
 end
 
@@ -58,14 +54,14 @@ end
 
 -- The slots whose lease has lapsed by `now`: their sessions are not live, though the sweep
 -- may not have ended them yet. Few: a lease lapses when its process dies.
-local function lapsed_slots(now)
+local function lapsed_slots(leases, now)
   local slots = redis.call('ZRANGEBYSCORE', leases.key, '-inf', '(' .. now, 'LIMIT', 0, 1000)
   for i = 1, #slots do slots[i] = tonumber(slots[i]) end
   return slots
 end
 
 -- Whether some lease has lapsed unswept.
-local function some_lapsed(now)
+local function some_lapsed(leases, now)
   if leases.some_lapsed == nil then
     leases.some_lapsed = #redis.call('ZRANGEBYSCORE', leases.key, '-inf', '(' .. now, 'LIMIT', 0, 1) > 0
   end
@@ -73,32 +69,32 @@ local function some_lapsed(now)
 end
 
 -- Whether a user scored HELD has a live session, by their sessions: O(sessions).
-local function several_live(user_id, now)
+local function several_live(leases, user_id, now)
   local cutoff = now - leases.window_ms
   local rows = redis.call('ZRANGEBYSCORE', leases.sessions_prefix .. user_id, cutoff, '+inf', 'WITHSCORES')
   for i = 2, #rows, 2 do
     local score = tonumber(rows[i])
     local slot = held_slot(score)
-    if slot == nil or slot_live(slot, now) then return true end
+    if slot == nil or slot_live(leases, slot, now) then return true end
   end
   return false
 end
 
 -- Whether something that stays live through `expiry_ms` (a number, or nil; or a held score)
 -- is live at `now`.
-local function is_live(expiry_ms, now)
+local function is_live(leases, expiry_ms, now)
   if expiry_ms == nil then return false end
   local slot = held_slot(expiry_ms)
   if slot == nil then return expiry_ms >= now end
-  return slot == 0 or slot_live(slot, now)
+  return slot == 0 or slot_live(leases, slot, now)
 end
 
 -- The expiry of the user's online entry (ms, or a held score) if it says they are online at
 -- `now`, else nil.
-local function live_expiry(online_key, user_id, now)
+local function live_expiry(leases, online_key, user_id, now)
   local expiry = tonumber(redis.call('ZSCORE', online_key, user_id))
-  if not is_live(expiry, now) then return nil end
-  if expiry == HELD and leases.sessions_prefix and some_lapsed(now) and not several_live(user_id, now) then
+  if not is_live(leases, expiry, now) then return nil end
+  if expiry == HELD and leases.sessions_prefix and some_lapsed(leases, now) and not several_live(leases, user_id, now) then
     return nil
   end
   return expiry
@@ -107,9 +103,9 @@ end
 -- How many users `online_key` holds online at `now`: O(log n) per lapsed lease. A user held
 -- under several leases that have all lapsed is still counted until the sweep ends their
 -- sessions (the next sweep: within a second).
-local function online_count(online_key, now)
+local function online_count(leases, online_key, now)
   local total = redis.call('ZCOUNT', online_key, now, '+inf')
-  for _, slot in ipairs(lapsed_slots(now)) do
+  for _, slot in ipairs(lapsed_slots(leases, now)) do
     local score = string.format('%d', HELD + slot)
     total = total - redis.call('ZCOUNT', online_key, score, score)
   end
@@ -118,9 +114,9 @@ end
 
 -- What a lastSeen score (-(last activity, ms), or a held one) shows at `now`: the present
 -- while held, the lapse of a lapsed lease, else the time.
-local function shown_last_seen(score, now)
+local function shown_last_seen(leases, score, now)
   local slot = held_slot(-score)
   if slot == nil then return -score end
-  if slot == 0 or slot_live(slot, now) then return now end
-  return lapse_of(slot) or now
+  if slot == 0 or slot_live(leases, slot, now) then return now end
+  return lapse_of(leases, slot) or now
 end

@@ -77,9 +77,9 @@ end
 
 -- Where in a ZSET scored by -(last seen) to go on from when at `score`: past the whole run
 -- of entries held under a lease that lapsed (includes/live.lua), or nil to go on as usual.
-local function past_lapsed(key, score, now)
+local function past_lapsed(leases, key, score, now)
   local slot = held_slot(-score)
-  if slot == nil or slot == 0 or slot_live(slot, now) then return nil end
+  if slot == nil or slot == 0 or slot_live(leases, slot, now) then return nil end
   return redis.call('ZCOUNT', key, '-inf', string.format('%d', score))
 end
 

@@ -35,8 +35,8 @@ local function split_member(member)
   return string.sub(member, 1, at - 1), string.sub(member, at + 1)
 end
 
-local function lease_places_key(slot) return leases.names.lease_places_prefix .. slot end
-local function lease_members_key(slot, place_id)
+local function lease_places_key(leases, slot) return leases.names.lease_places_prefix .. slot end
+local function lease_members_key(leases, slot, place_id)
   return leases.names.lease_members_prefix .. slot .. ':' .. place_id
 end
 
@@ -105,27 +105,27 @@ end
 -- Announces a member's waiting state if its interval has passed, the member still held
 -- under a live lease (one that lapsed leaves with the sweep). Returns {1 if it announced it,
 -- else 0; in how many ms the state is due, if it waits for a later moment, else 0}.
-local function flush_state(place, member, now, interval_ms, events)
+local function flush_state(leases, place, member, now, interval_ms, events)
   local last_ms, pending = last_update(place, member)
   if pending and now < last_ms + interval_ms then return {0, last_ms + interval_ms - now} end
   redis.call('ZREM', place.flushes, flush_entry(place, member))
   if not pending then return {0, 0} end
   local holder = place_holder(place, member)
-  if not holder or not slot_live(holder.slot, now) then return {0, 0} end
+  if not holder or not slot_live(leases, holder.slot, now) then return {0, 0} end
   add_update(events, place, member, now, redis.call('HGET', place.states, member))
   return {1, 0}
 end
 
 -- Takes a member out of the place and out of its lease's books; LEFT at `at_ms`.
-local function remove_member(place, member, holder, at_ms, events)
+local function remove_member(leases, place, member, holder, at_ms, events)
   local user_id, session_id = split_member(member)
   redis.call('ZREM', place.members, member)
   redis.call('HDEL', place.holders, member)
   redis.call('HDEL', place.states, member, updated_field(member))
   if redis.call('HINCRBY', place.users, user_id, -1) <= 0 then redis.call('HDEL', place.users, user_id) end
-  local by_lease = lease_members_key(holder.slot, place.id)
+  local by_lease = lease_members_key(leases, holder.slot, place.id)
   redis.call('SREM', by_lease, member)
-  if redis.call('EXISTS', by_lease) == 0 then redis.call('SREM', lease_places_key(holder.slot), place.id) end
+  if redis.call('EXISTS', by_lease) == 0 then redis.call('SREM', lease_places_key(leases, holder.slot), place.id) end
   add_place_event(events, place, 'LEFT', user_id, session_id, at_ms, nil)
   -- Emptied: nothing of it is left but its sequence, which expires (a join persists it).
   if place.empty_ttl_ms and place_user_count(place) == 0 then
@@ -135,19 +135,19 @@ end
 
 -- Ends the place's members held under `slot`, whose lease lapsed, at its lapse: at most
 -- `limit` of them. Returns how many it ended.
-local function end_lapsed_members(place, slot, limit, events)
-  local lapse = lapse_of(slot)
-  local members = redis.call('SRANDMEMBER', lease_members_key(slot, place.id), limit)
+local function end_lapsed_members(leases, place, slot, limit, events)
+  local lapse = lapse_of(leases, slot)
+  local members = redis.call('SRANDMEMBER', lease_members_key(leases, slot, place.id), limit)
   for _, member in ipairs(members) do
     local holder = place_holder(place, member)
     if holder and holder.slot == slot then
-      remove_member(place, member, holder, lapse, events)
+      remove_member(leases, place, member, holder, lapse, events)
     else
-      redis.call('SREM', lease_members_key(slot, place.id), member)
+      redis.call('SREM', lease_members_key(leases, slot, place.id), member)
     end
   end
-  if redis.call('EXISTS', lease_members_key(slot, place.id)) == 0 then
-    redis.call('SREM', lease_places_key(slot), place.id)
+  if redis.call('EXISTS', lease_members_key(leases, slot, place.id)) == 0 then
+    redis.call('SREM', lease_places_key(leases, slot), place.id)
   end
   return #members
 end

@@ -29,20 +29,18 @@
 -- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
 -- who never chose anything has no st key); the others go with what they describe.
 
-local statuses = {names = false, window_ms = 0, online_key = false}
-
-local function status_key(user_id) return statuses.names.status_prefix .. user_id end
-local function since_key() return statuses.names.since end
-local function extras_key(user_id) return statuses.names.extras_prefix .. user_id end
-local function status_expiry_key() return statuses.names.status_expiries end
+local function status_key(statuses, user_id) return statuses.names.status_prefix .. user_id end
+local function since_key(statuses) return statuses.names.since end
+local function extras_key(statuses, user_id) return statuses.names.extras_prefix .. user_id end
+local function status_expiry_key(statuses) return statuses.names.status_expiries end
 
 -- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
 -- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
 -- it ended but is still kept, not yet announced}.
-local function choices_of(user_id, now)
-  local v = redis.call('HMGET', status_key(user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
+local function choices_of(statuses, user_id, now)
+  local v = redis.call('HMGET', status_key(statuses, user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
     'hidden_seen')
-  local since = tonumber(redis.call('ZSCORE', since_key(), user_id))
+  local since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
   local choices = {chosen = v[1] or 'AUTO', visible = v[5] or 'EVERYONE', hidden_seen = tonumber(v[6]),
     since = since and -since}
   local expires = tonumber(v[4])
@@ -68,20 +66,20 @@ local function format_extras(extras)
 end
 
 -- The extras of each of the sessions `ids`, in order.
-local function extras_of(user_id, ids)
+local function extras_of(statuses, user_id, ids)
   if #ids == 0 then return {} end
-  local values = redis.call('HMGET', extras_key(user_id), unpack(ids))
+  local values = redis.call('HMGET', extras_key(statuses, user_id), unpack(ids))
   local out = {}
   for i = 1, #ids do out[i] = parse_extras(values[i]) end
   return out
 end
 
 -- Whether every one of the user's live sessions (`live`: {id, activity_ms, ...}) is idle.
-local function all_idle(user_id, live)
+local function all_idle(statuses, user_id, live)
   if #live == 0 then return false end
   local ids = {}
   for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
-  for _, extras in ipairs(extras_of(user_id, ids)) do
+  for _, extras in ipairs(extras_of(statuses, user_id, ids)) do
     if not extras.idle then return false end
   end
   return true
@@ -97,39 +95,39 @@ end
 
 -- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
 -- entry alone for a keyless default session (includes/activity.lua).
-local function live_of(user_id, online_key, now)
+local function live_of(statuses, user_id, online_key, now)
   local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
-    return live_sessions({sessions = sessions_key}, now, statuses.window_ms)
+    return live_sessions(statuses.leases, {sessions = sessions_key}, now, statuses.window_ms)
   end
-  local expiry = live_expiry(online_key, user_id, now)
+  local expiry = live_expiry(statuses.leases, online_key, user_id, now)
   if expiry then return {'default', held_slot(expiry) and now or expiry - statuses.window_ms} end
   return {}
 end
 
 -- The user's status as backends and the user see it, with their choices: status, choices.
-local function status_of(user_id, online_key, now)
-  local choices = choices_of(user_id, now)
-  local live = live_of(user_id, online_key, now)
-  return status_from(#live > 0, choices.chosen, all_idle(user_id, live)), choices
+local function status_of(statuses, user_id, online_key, now)
+  local choices = choices_of(statuses, user_id, now)
+  local live = live_of(statuses, user_id, online_key, now)
+  return status_from(#live > 0, choices.chosen, all_idle(statuses, user_id, live)), choices
 end
 
 -- The user's status as if the sessions `ending` (ids whose extras are still kept) were live
 -- too: what subscribers were told while they were, to compare with the status once they end.
-local function status_with(user_id, ending)
-  local now = event_looks.now
-  local choices = choices_of(user_id, now)
-  local live = live_of(user_id, statuses.online_key, now)
+local function status_with(statuses, user_id, ending)
+  local now = statuses.now
+  local choices = choices_of(statuses, user_id, now)
+  local live = live_of(statuses, user_id, statuses.online_key, now)
   for _, id in ipairs(ending) do
     live[#live + 1], live[#live + 2] = id, now
   end
-  return status_from(#live > 0, choices.chosen, all_idle(user_id, live))
+  return status_from(#live > 0, choices.chosen, all_idle(statuses, user_id, live))
 end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
 -- key the sessions key's expiry.
-local function tidy_extras(user_id)
-  local key = extras_key(user_id)
+local function tidy_extras(statuses, user_id)
+  local key = extras_key(statuses, user_id)
   if redis.call('EXISTS', key) == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
   local ids = redis.call('HKEYS', key)
@@ -163,19 +161,19 @@ local LOOKED = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true}
 -- whether they were live).
 -- The look of an event of `kind` of the user (online 0|1 after it), from their state now:
 -- {status, custom, others_kind, visible, invisible}, as add_event takes it.
-local function look_of(kind, user_id, online)
+local function look_of(statuses, kind, user_id, online)
   local status, choices
-  local now = event_looks.now
+  local now = statuses.now
   if online == 1 then
-    status, choices = status_of(user_id, statuses.online_key, now)
+    status, choices = status_of(statuses, user_id, statuses.online_key, now)
   else
-    status, choices = 'OFFLINE', choices_of(user_id, now)
+    status, choices = 'OFFLINE', choices_of(statuses, user_id, now)
   end
   -- The event tells the look of now: a custom status that ended, and a turn to AWAY by time,
   -- are announced by it, not by the sweep again.
   if choices.ended then
-    redis.call('HDEL', status_key(user_id), 'text', 'emoji', 'expires')
-    redis.call('ZREM', status_expiry_key(), user_id)
+    redis.call('HDEL', status_key(statuses, user_id), 'text', 'emoji', 'expires')
+    redis.call('ZREM', status_expiry_key(statuses), user_id)
   end
   local away = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id))
   if away and away < now then redis.call('ZREM', statuses.names.away_expiries, user_id) end
@@ -184,42 +182,42 @@ local function look_of(kind, user_id, online)
     invisible and 1 or 0}
 end
 
-local function fill_look(events, i)
+local function fill_look(statuses, events, i)
   local kind, user_id, online = events[i], events[i + 1], events[i + 4]
   if not LOOKED[kind] then
     events[i + 5] = online == 1 and 'ONLINE' or 'OFFLINE'
     return
   end
-  local look = look_of(kind, user_id, online)
+  local look = look_of(statuses, kind, user_id, online)
   events[i + 5], events[i + 6], events[i + 7] = look[1], look[2], look[3]
   events[i + 8], events[i + 9] = look[4], look[5]
 end
 
 -- Records that the user came online through activity at t_ms: their onlineSince.
-local function came_online(user_id, t_ms)
-  redis.call('ZADD', since_key(), -t_ms, user_id)
+local function came_online(statuses, user_id, t_ms)
+  redis.call('ZADD', since_key(statuses), -t_ms, user_id)
 end
 
-local function went_offline(user_id)
-  redis.call('ZREM', since_key(), user_id)
+local function went_offline(statuses, user_id)
+  redis.call('ZREM', since_key(statuses), user_id)
 end
 
-local function hidden_key() return statuses.names.hidden end
-local function away_expiry_key() return statuses.names.away_expiries end
+local function hidden_key(statuses) return statuses.names.hidden end
+local function away_expiry_key(statuses) return statuses.names.away_expiries end
 
 -- Notes when the user turns AWAY by time alone: when their newest active session that lives
 -- by time expires while an idle one stays live (and no active held session keeps them).
-local function track_activity(user_id)
-  local now = event_looks.now
+local function track_activity(statuses, user_id)
+  local now = statuses.now
   -- A user without a sessions key has one session, never idle: nothing to note (an entry
   -- left from before is dropped by the sweep, which checks).
   if redis.call('EXISTS', statuses.names.sessions_prefix .. user_id) == 0 then return end
-  local live = live_of(user_id, statuses.online_key, now)
+  local live = live_of(statuses, user_id, statuses.online_key, now)
   local ids = {}
   for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
   local some_idle, active_until, active_held = false, nil, false
   local sessions_key = statuses.names.sessions_prefix .. user_id
-  for i, extras in ipairs(extras_of(user_id, ids)) do
+  for i, extras in ipairs(extras_of(statuses, user_id, ids)) do
     if extras.idle then
       some_idle = true
     elseif held_slot(tonumber(redis.call('ZSCORE', sessions_key, ids[i])) or 0) then
@@ -229,71 +227,78 @@ local function track_activity(user_id)
     end
   end
   if some_idle and active_until and not active_held then
-    redis.call('ZADD', away_expiry_key(), active_until, user_id)
+    redis.call('ZADD', away_expiry_key(statuses), active_until, user_id)
   else
     -- One that is due stays for the sweep: the turn to AWAY it notes is not announced yet.
-    local due = tonumber(redis.call('ZSCORE', away_expiry_key(), user_id))
-    if due and due >= now then redis.call('ZREM', away_expiry_key(), user_id) end
+    local due = tonumber(redis.call('ZSCORE', away_expiry_key(statuses), user_id))
+    if due and due >= now then redis.call('ZREM', away_expiry_key(statuses), user_id) end
   end
 end
 
 -- A turn to AWAY by time (track_activity) that the sweep has not announced yet is announced
 -- first, into `events` with the look of now, so that a change that follows is told from it.
-local function settle_away(user_id, events)
-  local now = event_looks.now
-  local due = tonumber(redis.call('ZSCORE', away_expiry_key(), user_id))
+local function settle_away(statuses, user_id, events)
+  local now = statuses.now
+  local due = tonumber(redis.call('ZSCORE', away_expiry_key(statuses), user_id))
   if not due or due >= now then return end
-  redis.call('ZREM', away_expiry_key(), user_id)
-  local status, choices = status_of(user_id, statuses.online_key, now)
+  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  local status, choices = status_of(statuses, user_id, statuses.online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
-    add_event(events, 'STATUS', user_id, due, '', 1, look_of('STATUS', user_id, 1))
+    add_event(events, 'STATUS', user_id, due, '', 1, look_of(statuses, 'STATUS', user_id, 1))
   end
 end
 
 -- Copies the user's online entry into `hidden` if they chose INVISIBLE (set_status takes it
 -- out when they stop).
-local function sync_hidden(user_id)
+local function sync_hidden(statuses, user_id)
   if redis.call('SISMEMBER', statuses.names.invisible, user_id) == 0 then return end
   local score = redis.call('ZSCORE', statuses.online_key, user_id)
   if score then
-    redis.call('ZADD', hidden_key(), score, user_id)
+    redis.call('ZADD', hidden_key(statuses), score, user_id)
   else
-    redis.call('ZREM', hidden_key(), user_id)
+    redis.call('ZREM', hidden_key(statuses), user_id)
   end
 end
 
--- Called by every script that changes or reads statuses, before anything else of this file:
--- the shard's names (its decoded `shard` argument), its online key, the window (ms) and the
--- script's `now`.
-local function use_statuses(names, online_key, window_ms, now)
-  statuses.names, statuses.online_key, statuses.window_ms = names, online_key, window_ms
-  event_looks.fill, event_looks.now = fill_look, now
-  status_hooks.offline, status_hooks.tidy = went_offline, tidy_extras
-  status_hooks.status, status_hooks.look = status_with, look_of
-  status_hooks.online_moved = function(user_id)
-    sync_hidden(user_id)
-    track_activity(user_id)
+-- What every script that changes or reads statuses passes to this file's functions (as their
+-- first parameter, `statuses`), made first: the shard's names (its decoded `shard` argument),
+-- its online key, the window (ms), the script's `now` and its leases (includes/live.lua,
+-- lease_book); and what the includes that do not
+-- know statuses call through it (includes/live.lua, `statuses` of a user's keys; fill for
+-- announce_all's `looks`, includes/events.lua).
+local function statuses_of(names, online_key, window_ms, now, leases)
+  local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
+    leases = leases}
+  statuses.fill = function(events, i) fill_look(statuses, events, i) end
+  statuses.offline = function(user_id) went_offline(statuses, user_id) end
+  statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
+  statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
+  statuses.look = function(kind, user_id, online) return look_of(statuses, kind, user_id, online) end
+  statuses.online_moved = function(user_id)
+    sync_hidden(statuses, user_id)
+    track_activity(statuses, user_id)
   end
+  return statuses
 end
 
 -- The user's lastSeen (ms) as backends and the user see it, or -1 if not kept: the present
 -- while held, else their last activity (for a user held under several leases that have all
 -- lapsed, unswept, the last lapse: what the sweep will record).
-local function last_seen_of(user_id, last_seen_key, now, retention_ms)
+local function last_seen_of(statuses, user_id, last_seen_key, now, retention_ms)
   local score = tonumber(redis.call('ZSCORE', last_seen_key, user_id))
   if not score then return -1 end
-  local last_seen = shown_last_seen(score, now)
+  local last_seen = shown_last_seen(statuses.leases, score, now)
   if held_slot(-score) == 0 then
     local sessions_key = statuses.names.sessions_prefix .. user_id
     local held = redis.call('ZRANGEBYSCORE', sessions_key, string.format('%d', HELD), '+inf', 'WITHSCORES')
     local lapsed = 0
     for j = 2, #held, 2 do
       local slot = tonumber(held[j]) - HELD
-      if slot_live(slot, now) then
+      if slot_live(statuses.leases, slot, now) then
         lapsed = now
         break
       end
-      lapsed = math.max(lapsed, lapse_of(slot) or now)
+      lapsed = math.max(lapsed, lapse_of(statuses.leases, slot) or now)
     end
     if #held > 0 then
       -- As the sweep will record it: the last lapse, or a touched session's later activity.
@@ -310,12 +315,12 @@ end
 -- {last_seen_ms or -1, {session_id, activity_ms, started_ms, idle 0|1, device or "", ...},
 --  status, chosen, custom (custom_value), visible, hidden_seen_ms or -1, since_ms or -1}:
 -- everything as backends and the user see it; the store hides what a reader may not see.
-local function presence_entry(user_id, last_seen_key, now, retention_ms)
-  local choices = choices_of(user_id, now)
-  local live = live_of(user_id, statuses.online_key, now)
+local function presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
+  local choices = choices_of(statuses, user_id, now)
+  local live = live_of(statuses, user_id, statuses.online_key, now)
   local ids = {}
   for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
-  local extras = extras_of(user_id, ids)
+  local extras = extras_of(statuses, user_id, ids)
   local sessions, idle = {}, #ids > 0
   for i, id in ipairs(ids) do
     local e = extras[i]
@@ -326,7 +331,7 @@ local function presence_entry(user_id, last_seen_key, now, retention_ms)
     sessions[n + 4], sessions[n + 5] = e.idle and 1 or 0, e.device or ''
   end
   return {
-    last_seen_of(user_id, last_seen_key, now, retention_ms), sessions,
+    last_seen_of(statuses, user_id, last_seen_key, now, retention_ms), sessions,
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
     choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
   }
@@ -334,15 +339,15 @@ end
 
 -- How many users `online_key` holds online at `now` (online_count), less, when `hide`, those
 -- who chose INVISIBLE: O(log n), and O(log n) per lapsed lease.
-local function listed_online_count(online_key, now, hide)
-  local total = online_count(online_key, now)
-  if hide then total = total - online_count(hidden_key(), now) end
+local function listed_online_count(statuses, online_key, now, hide)
+  local total = online_count(statuses.leases, online_key, now)
+  if hide then total = total - online_count(statuses.leases, hidden_key(statuses), now) end
   return total
 end
 
 -- 1 if the user is online at `now` and, when `hide`, did not choose INVISIBLE; else nil.
-local function listed_online(online_key, user_id, now, hide)
-  if not live_expiry(online_key, user_id, now) then return nil end
-  if hide and redis.call('HGET', status_key(user_id), 'chosen') == 'INVISIBLE' then return nil end
+local function listed_online(statuses, online_key, user_id, now, hide)
+  if not live_expiry(statuses.leases, online_key, user_id, now) then return nil end
+  if hide and redis.call('HGET', status_key(statuses, user_id), 'chosen') == 'INVISIBLE' then return nil end
   return 1
 end

@@ -91,7 +91,7 @@ START = """async ({ url, token, name, tokens = [] }) => {
     // What each of the page's snapshots says of itself: live, or last known.
     stale: {
       hold: hold.getSnapshot().stale, place: place.getSnapshot().stale,
-      follow: follow.getSnapshot().stale,
+      follow: follow.getSnapshot().stale, mine: mine.getSnapshot()?.stale ?? null,
     },
     anyLive: hold.getSnapshot().live || place.getSnapshot().live,
     errors: [hold.getSnapshot().error?.message ?? null, place.getSnapshot().error?.message ?? null],
@@ -285,6 +285,7 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
         seen = await view(anns)
         assert names(seen) == ["ann", "bob", "cy"]  # the members it last knew
         assert seen["presences"] == {"bob": "ONLINE"}
+        assert seen["mine"] == "ONLINE"  # the user's own status as last known
 
     await site.restart(while_down)
 

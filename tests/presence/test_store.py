@@ -41,6 +41,7 @@ from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
 from gql_presence.store.shard import unpack_options
 from tests import racer
 from tests.conftest import StoreFactory
+from tests.helpers import call_every_webhook_script
 
 KEYS = Keys()
 
@@ -789,6 +790,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_members("doc")
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
+    await call_every_webhook_script(store)
     # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
     # (the test below).
     assert set(slots_of_calls) == set(ScriptName) - {
@@ -883,6 +885,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.place_counts(places)
     await store.close_place_session(in_places[0])
     await store.sweep()
+    await call_every_webhook_script(store)
     on_cluster = bool(deployment.redis_cluster_nodes)
     assert names == set(ScriptName) - (set() if on_cluster else {ScriptName.CHOOSE_PUBLISH})
     assert all(len(slots) == 1 for slots in slots_of_each_call)

@@ -196,12 +196,22 @@ export declare class Follow extends Store<FollowSnapshot> {
     stop(): void;
 }
 /**
+ * The user's own presence; null until a held session told who they are. `stale` is true while
+ * the socket is down (the client reconnects): the presence is the last known, not live; false
+ * again once it is read afresh.
+ */
+export type MyStatusSnapshot = (Presence & {
+    readonly stale: boolean;
+}) | null;
+/**
  * The signed-in user's own presence, live (known once a held session says who they are):
  * followUsers of their own id, and what each of its setters answers at once.
  */
-export declare class MyStatus extends Store<Presence | null> {
+export declare class MyStatus extends Store<MyStatusSnapshot> {
     #private;
     constructor(client: PresenceClient);
+    /** True while the socket is down: the presence is last known, not live. */
+    get stale(): boolean;
     setStatus(status: ChosenStatus): Promise<Presence>;
     setCustomStatus(text: string | null, options?: {
         emoji?: string | null;

@@ -1,5 +1,5 @@
 import { type ReactNode } from "react";
-import type { ChosenStatus, FollowSnapshot, PlaceMember, PlaceSnapshot, PlaceState, Presence, PresenceClient } from "./index.js";
+import type { ChosenStatus, FollowSnapshot, MyStatusSnapshot, PlaceMember, PlaceSnapshot, PlaceState, Presence, PresenceClient } from "./index.js";
 export interface PresenceProviderProps {
     client: PresenceClient;
     /** Hold the user's presence while the provider is mounted (holdPresence); default true. */
@@ -26,12 +26,17 @@ export interface UsePlace extends PlaceSnapshot {
 export declare function usePlace(placeId: string, initialState?: PlaceState | null): UsePlace;
 export interface UseMyStatus {
     /** The user's own presence; null until a held session told who they are. */
-    presence: Presence | null;
+    presence: MyStatusSnapshot;
+    /** True while the socket is down: `presence` is the last known, not live. */
+    stale: boolean;
     setStatus: (status: ChosenStatus) => Promise<Presence>;
     setCustomStatus: (text: string | null, options?: {
         emoji?: string | null;
         expiresAt?: string | null;
     }) => Promise<Presence>;
 }
-/** The signed-in user's status and custom status, live, with their setters. */
+/**
+ * The signed-in user's status and custom status, live, with their setters; `stale` is true
+ * while the socket is down (last known, not live).
+ */
 export declare function useMyStatus(): UseMyStatus;

@@ -53,7 +53,10 @@ export function usePlace(placeId, initialState = null) {
     const setState = useCallback((state) => place?.setState(state), [place]);
     return useMemo(() => ({ ...snapshot, setState }), [snapshot, setState]);
 }
-/** The signed-in user's status and custom status, live, with their setters. */
+/**
+ * The signed-in user's status and custom status, live, with their setters; `stale` is true
+ * while the socket is down (last known, not live).
+ */
 export function useMyStatus() {
     const client = usePresenceClient();
     const [mine, setMine] = useState(null);
@@ -65,6 +68,7 @@ export function useMyStatus() {
     const presence = useSyncExternalStore(mine?.subscribe ?? noStore.subscribe, mine?.getSnapshot ?? (() => null));
     return useMemo(() => ({
         presence,
+        stale: presence?.stale ?? false,
         setStatus: (status) => (mine ?? client).setStatus(status),
         setCustomStatus: (text, options) => (mine ?? client).setCustomStatus(text, options),
     }), [client, mine, presence]);

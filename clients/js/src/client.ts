@@ -709,10 +709,17 @@ export class Follow extends Store<FollowSnapshot> {
 // --- myStatus -----------------------------------------------------------------------------------
 
 /**
+ * The user's own presence; null until a held session told who they are. `stale` is true while
+ * the socket is down (the client reconnects): the presence is the last known, not live; false
+ * again once it is read afresh.
+ */
+export type MyStatusSnapshot = (Presence & { readonly stale: boolean }) | null;
+
+/**
  * The signed-in user's own presence, live (known once a held session says who they are):
  * followUsers of their own id, and what each of its setters answers at once.
  */
-export class MyStatus extends Store<Presence | null> {
+export class MyStatus extends Store<MyStatusSnapshot> {
   readonly #client: PresenceClient;
   #follow: Follow | null = null;
   #unfollow: () => void = () => {};
@@ -727,11 +734,17 @@ export class MyStatus extends Store<Presence | null> {
       this.#follow?.stop();
       const follow = client.followUsers([userId]);
       this.#follow = follow;
+      // The follow publishes when it turns stale or fresh, as well as on a change.
       this.#unfollow = follow.subscribe(() => {
         const presence = follow.get(userId);
-        if (presence !== undefined) this.publish(presence);
+        if (presence !== undefined) this.#publish(presence);
       });
     });
+  }
+
+  /** True while the socket is down: the presence is last known, not live. */
+  get stale(): boolean {
+    return this.getSnapshot()?.stale ?? false;
   }
 
   async setStatus(status: ChosenStatus): Promise<Presence> {
@@ -753,8 +766,12 @@ export class MyStatus extends Store<Presence | null> {
   }
 
   #answered(presence: Presence): Presence {
-    if (!this.#stopped) this.publish(presence);
+    if (!this.#stopped) this.#publish(presence);
     return presence;
+  }
+
+  #publish(presence: Presence): void {
+    this.publish({ ...presence, stale: this.#follow?.stale ?? false });
   }
 }
 

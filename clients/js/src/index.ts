@@ -17,6 +17,7 @@ export {
   type HoldOptions,
   type HoldState,
   type JoinOptions,
+  type MyStatusSnapshot,
   type PlaceEvents,
   type PlaceSnapshot,
   type PresenceClientOptions,

@@ -16,6 +16,7 @@ import type {
   Follow,
   FollowSnapshot,
   MyStatus,
+  MyStatusSnapshot,
   Place,
   PlaceMember,
   PlaceSnapshot,
@@ -103,7 +104,9 @@ export function usePlace(placeId: string, initialState: PlaceState | null = null
 
 export interface UseMyStatus {
   /** The user's own presence; null until a held session told who they are. */
-  presence: Presence | null;
+  presence: MyStatusSnapshot;
+  /** True while the socket is down: `presence` is the last known, not live. */
+  stale: boolean;
   setStatus: (status: ChosenStatus) => Promise<Presence>;
   setCustomStatus: (
     text: string | null,
@@ -111,7 +114,10 @@ export interface UseMyStatus {
   ) => Promise<Presence>;
 }
 
-/** The signed-in user's status and custom status, live, with their setters. */
+/**
+ * The signed-in user's status and custom status, live, with their setters; `stale` is true
+ * while the socket is down (last known, not live).
+ */
 export function useMyStatus(): UseMyStatus {
   const client = usePresenceClient();
   const [mine, setMine] = useState<MyStatus | null>(null);
@@ -127,6 +133,7 @@ export function useMyStatus(): UseMyStatus {
   return useMemo(
     () => ({
       presence,
+      stale: presence?.stale ?? false,
       setStatus: (status: ChosenStatus) => (mine ?? client).setStatus(status),
       setCustomStatus: (
         text: string | null,

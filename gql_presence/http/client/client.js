@@ -547,7 +547,6 @@ export class Follow extends Store {
         }
     }
 }
-// --- myStatus -----------------------------------------------------------------------------------
 /**
  * The signed-in user's own presence, live (known once a held session says who they are):
  * followUsers of their own id, and what each of its setters answers at once.
@@ -566,12 +565,17 @@ export class MyStatus extends Store {
             this.#follow?.stop();
             const follow = client.followUsers([userId]);
             this.#follow = follow;
+            // The follow publishes when it turns stale or fresh, as well as on a change.
             this.#unfollow = follow.subscribe(() => {
                 const presence = follow.get(userId);
                 if (presence !== undefined)
-                    this.publish(presence);
+                    this.#publish(presence);
             });
         });
+    }
+    /** True while the socket is down: the presence is last known, not live. */
+    get stale() {
+        return this.getSnapshot()?.stale ?? false;
     }
     async setStatus(status) {
         return this.#answered(await this.#client.setStatus(status));
@@ -587,8 +591,11 @@ export class MyStatus extends Store {
     }
     #answered(presence) {
         if (!this.#stopped)
-            this.publish(presence);
+            this.#publish(presence);
         return presence;
+    }
+    #publish(presence) {
+        this.publish({ ...presence, stale: this.#follow?.stale ?? false });
     }
 }
 /** How long a resync waits for the first event of the new subscription before it reads. */
