@@ -431,6 +431,23 @@ async def over_socket(
     return messages
 
 
+async def start_operation(
+    socket: aiohttp.ClientWebSocketResponse, operation_id: str, document: str, **variables: Any
+) -> None:
+    """Starts an operation over a graphql-transport-ws socket, without waiting for a reply."""
+    payload = {"query": document, "variables": variables}
+    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+
+
+async def receive_message(
+    socket: aiohttp.ClientWebSocketResponse, within_s: float = 3
+) -> dict[str, Any]:
+    """The socket's next message, which must come within `within_s`."""
+    message = await socket.receive(timeout=within_s)
+    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
+    return dict(json.loads(message.data))
+
+
 def socket_errors(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The errors an operation's messages carry: an `error` message's, or its results'."""
     errors: list[dict[str, Any]] = []
