@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
+from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio.client import PubSub
 
@@ -446,6 +447,17 @@ async def receive_message(
     message = await socket.receive(timeout=within_s)
     assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
     return dict(json.loads(message.data))
+
+
+def model_runs(max_examples: int) -> settings:
+    """max_examples runs of 20 steps each of a model-based test, however long a step on real
+    Redis takes."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def socket_errors(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
