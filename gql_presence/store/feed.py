@@ -12,8 +12,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gql_presence.store.cursor import Cursors
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError, CursorExpiredError
+from gql_presence.store.keys import shard_of
 from gql_presence.store.replies import text
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, named
@@ -87,6 +89,7 @@ class Feed:
     def __init__(self, shards: Sequence[Shard], deployment: Deployment) -> None:
         self._shards = shards
         self._deployment = deployment
+        self._event_cursors: EventCursors | None = None
 
     async def _positions(self, after: str | None) -> list[str]:
         """Each shard's position in a cursor ("" for every one when None)."""
@@ -111,7 +114,20 @@ class Feed:
 
     async def event_cursor(self, shard: int, entry_id: str) -> str:
         """The cursor of an event: its entry in its shard's feed."""
-        return (await self._deployment.cursors(make=True)).seal([_FEED, shard, entry_id])
+        return (await self.event_cursors()).of_shard(shard, entry_id)
+
+    async def event_cursors(self) -> EventCursors:
+        """What seals events' cursors with no wait (an event is rendered synchronously)."""
+        if self._event_cursors is None:
+            cursors = await self._deployment.cursors(make=True)
+            self._event_cursors = EventCursors(cursors, len(self._shards))
+        return self._event_cursors
+
+    async def present(self, user_or_place_id: str) -> str:
+        """The present of the shard of this user or place: an entry id no later than any
+        change announced there after this call."""
+        shard = self._shards[shard_of(user_or_place_id, len(self._shards))]
+        return (await self._read(shard, "", 0))[0]
 
     async def _read(self, shard: Shard, after: str, count: int) -> tuple[str, list[str]]:
         reply = await shard.run(
@@ -168,6 +184,32 @@ class Feed:
                 nodes.append(change)
         has_more = taken < len(read) or bool(full)
         return ChangePage(tuple(nodes), await self._seal(positions), has_more)
+
+
+class EventCursors:
+    """Seals the cursors of events: an event's entry in its shard's feed, and every other
+    shard at the entry's moment (Feed._positions). An event is rendered for each document
+    that follows it, one after another, and for each view of it: the last cursor sealed is
+    kept, so that each event's is sealed once."""
+
+    __slots__ = ("_cursors", "_last", "_shards")
+
+    def __init__(self, cursors: Cursors, shards: int) -> None:
+        self._cursors = cursors
+        self._shards = shards
+        self._last: tuple[str, str, str] = ("", "", "")
+
+    def of(self, user_or_place_id: str, entry_id: str) -> str:
+        """The cursor of an event of this user or place whose entry is `entry_id`."""
+        last_id, last_entry, cursor = self._last
+        if last_entry == entry_id and last_id == user_or_place_id:
+            return cursor
+        cursor = self.of_shard(shard_of(user_or_place_id, self._shards), entry_id)
+        self._last = (user_or_place_id, entry_id, cursor)
+        return cursor
+
+    def of_shard(self, shard: int, entry_id: str) -> str:
+        return self._cursors.seal([_FEED, shard, entry_id])
 
 
 def _wanted(change: Change, kinds: set[str] | None, places: list[str] | None) -> bool:
