@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp.test_utils import TestClient
 
+from gql_presence.graphql.operation import OperationPipeline
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.store import PresenceStore
 from tests.conftest import EVERY_DEPLOYMENT, error_codes, graphql
@@ -117,12 +119,31 @@ async def subscribe(socket: aiohttp.ClientWebSocketResponse, document: str) -> N
     await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
 
 
-async def test_a_live_events_cursor_gives_the_changes_after_it(api: Client) -> None:
-    async with graphql_socket(api) as socket:
+# Multiplexed (rendered once for every subscriber of a document), and left to Strawberry (as
+# while tracing, and off sockets).
+
+
+@pytest.fixture
+def multiplexed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    if not request.param:
+        monkeypatch.setattr(OperationPipeline, "_subscribe_on_socket", OperationPipeline._stream)
+    return bool(request.param)
+
+
+@pytest.mark.parametrize("multiplexed", [True, False], indirect=True)
+async def test_a_live_events_cursor_gives_the_changes_after_it(
+    api: Client, multiplexed: bool
+) -> None:
+    async with graphql_socket(api) as socket, graphql_socket(api) as other:
         await subscribe(socket, LIVE)
-        await eventually(lambda: api.app[EVENTS].delivery_count == 1, what="the subscription")
+        # Another document: its own rendering of the same events, with the same cursors.
+        await subscribe(other, 'subscription { presenceChanged(userIds: ["ann"]) { cursor } }')
+        await eventually(lambda: api.app[EVENTS].subscriber_count == 2, what="the subscriptions")
+        assert api.app[EVENTS].delivery_count == 2 * multiplexed
         await graphql(api, 'mutation { touch(userId: "ann") { online } }')
         ann = await next_event(socket)
+        # Sealed once for the event (a seal of the same position twice differs).
+        assert (await next_event(other))["cursor"] == ann["cursor"]
         await graphql(api, 'mutation { touch(userId: "bob") { online } }')
         await graphql(api, 'mutation { kick(userId: "ann") { online } }')
         bob, kicked = await next_event(socket), await next_event(socket)
@@ -142,8 +163,9 @@ async def test_a_live_events_cursor_gives_the_changes_after_it(api: Client) -> N
     assert (await changes(api, after=last))["nodes"] == []
 
 
+@pytest.mark.parametrize("multiplexed", [True, False], indirect=True)
 async def test_a_place_events_cursor_and_its_opening_members_cursor(
-    api: Client, store_of_api: PresenceStore
+    api: Client, store_of_api: PresenceStore, multiplexed: bool
 ) -> None:
     await store_of_api.renew_leases()
     await store_of_api.open_place_session("room", "ann", "tab")
