@@ -202,13 +202,17 @@ class OperationPipeline:
         executor, field, args = built
         rendering: EventRendering | PlaceRendering | SessionRendering
         report = self.schema.process_errors
+        if field in {PRESENCE_CHANGED, PLACE_CHANGED}:
+            try:
+                # Read once per process (the deployment's secret), then kept.
+                cursors = await context.store.event_cursors()
+            except PresenceError as error:
+                return _coded(_failed(error, self.schema.process_errors))
         if field == PRESENCE_CHANGED:
-            cursors = await context.store.event_cursors()
             rendering = self._renderings.presence(
                 operation, executor, functools.partial(_presence_event, cursors), report
             )
         elif field == PLACE_CHANGED:
-            cursors = await context.store.event_cursors()
             rendering = self._renderings.place(
                 operation, executor, functools.partial(_place_event, cursors), report
             )
