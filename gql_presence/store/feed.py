@@ -31,6 +31,9 @@ MAX_CHANGES_PAGE = 1000
 # that matches few changes ends early, with hasMore, rather than scan the feed.
 EXAMINED_PER_SHARD = 1000
 MAX_PLACE_FILTERS = 1000
+# The events whose cursors a process keeps, for the renderings of an event that come after
+# the first (every subscriber given one cursor): far more than are rendered at once.
+RECENT_CURSORS = 256
 
 _BAD_CURSOR = (
     "after must be a cursor of this service's feed (an event's cursor, an endCursor of "
@@ -189,23 +192,27 @@ class Feed:
 class EventCursors:
     """Seals the cursors of events: an event's entry in its shard's feed, and every other
     shard at the entry's moment (Feed._positions). An event is rendered for each document
-    that follows it, one after another, and for each view of it: the last cursor sealed is
-    kept, so that each event's is sealed once."""
+    that follows it, and for each view of it, close together: the cursors of the latest
+    events are kept, so that each event's is sealed once and every subscriber is given the
+    same."""
 
-    __slots__ = ("_cursors", "_last", "_shards")
+    __slots__ = ("_cursors", "_recent", "_shards")
 
     def __init__(self, cursors: Cursors, shards: int) -> None:
         self._cursors = cursors
         self._shards = shards
-        self._last: tuple[str, str, str] = ("", "", "")
+        self._recent: dict[tuple[str, str], str] = {}
 
     def of(self, user_or_place_id: str, entry_id: str) -> str:
         """The cursor of an event of this user or place whose entry is `entry_id`."""
-        last_id, last_entry, cursor = self._last
-        if last_entry == entry_id and last_id == user_or_place_id:
-            return cursor
-        cursor = self.of_shard(shard_of(user_or_place_id, self._shards), entry_id)
-        self._last = (user_or_place_id, entry_id, cursor)
+        key = (user_or_place_id, entry_id)
+        cursor = self._recent.get(key)
+        if cursor is None:
+            cursor = self._recent[key] = self.of_shard(
+                shard_of(user_or_place_id, self._shards), entry_id
+            )
+            if len(self._recent) > RECENT_CURSORS:
+                del self._recent[next(iter(self._recent))]  # the oldest
         return cursor
 
     def of_shard(self, shard: int, entry_id: str) -> str:
