@@ -31,7 +31,7 @@ from gql_presence.store.config import StoreSettings
 from gql_presence.store.days import local_now_ms, to_ms
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError
-from gql_presence.store.feed import ChangePage, Feed
+from gql_presence.store.feed import ChangePage, EventCursors, Feed
 from gql_presence.store.friends import Friends
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
@@ -402,6 +402,15 @@ class PresenceStore:
 
     async def feed_cursor(self) -> str:
         return await self._feed.cursor()
+
+    async def event_cursors(self) -> EventCursors:
+        """What seals events' cursors synchronously, each event's once."""
+        return await self._feed.event_cursors()
+
+    async def feed_present(self, user_or_place_id: str) -> str:
+        """The feed's present in the shard of this user or place (an entry id): taken
+        before a read, no change the read misses is before it."""
+        return await self._feed.present(user_or_place_id)
 
     async def event_cursor(self, user_or_place_id: str, feed_id: str) -> str:
         """The cursor of an event of this user or place, from its entry's id."""
