@@ -56,13 +56,16 @@ end
 
 -- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says.
 local function keep_in_feed(feed, events)
+  local kept = false
   for i = 1, #events, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
     if FEED_KINDS[kind] or kind == '' then
       events[i + 11] = kind == '' and version_of(feed, user_id) or next_version(feed, user_id)
       events[i + 12] = feed_append(feed, 'u', {unpack(events, i, i + 11)})
+      kept = true
     end
   end
+  if kept then feed_cap(feed) end
 end
 
 -- Announces many changes, in order: for scripts that change many users. A user's events are
