@@ -27,10 +27,10 @@ local function feed_of(shard)
     version_ms = math.max(shard.retention_ms, shard.feed_retention_ms)}
 end
 
--- Appends an entry of `field` ("u" or "p") with `values`; returns its id. The script then
--- calls feed_cap.
-local function feed_append(feed, field, values)
-  return redis.call('XADD', feed.key, '*', field, cjson.encode(values))
+-- Appends an entry of `field` ("u" or "p") with `entry`, its values as JSON; returns its id.
+-- The script then calls feed_cap.
+local function feed_append(feed, field, entry)
+  return redis.call('XADD', feed.key, '*', field, entry)
 end
 
 -- Trims the feed to about its length, once after a script call's appends.

@@ -99,7 +99,7 @@ local function announce_place(place, events)
   local kept = false
   for i = 1, #events, PLACE_FIELDS do
     if FEED_KINDS[events[i]] then
-      events[i + 8] = feed_append(place.feed, 'p', {unpack(events, i, i + 7)})
+      events[i + 8] = feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}))
       kept = true
     end
   end
