@@ -840,7 +840,9 @@ SECURED = dataclasses.replace(
 def user_token(
     sub: str = "alice", key: Any = HS_SECRET, algorithm: str = "HS256", **claims: Any
 ) -> str:
-    payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 300, **claims}
+    # Valid for an hour unless told otherwise: some are made when their module is collected,
+    # and must still hold when its tests run, late in a full run.
+    payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 3600, **claims}
     return jwt.encode(payload, key, algorithm=algorithm)
 
 

@@ -26,17 +26,16 @@ from gql_presence.graphql.arguments import (
     place_store,
 )
 from gql_presence.graphql.context import Context
+from gql_presence.graphql.scalars import JSONObject
 from gql_presence.graphql.types import (
     ID,
     ChosenStatus,
-    JSONObject,
     KickResult,
     PlaceMember,
     UserPresence,
     Visibility,
-    Webhook,
-    WebhookWithSecret,
 )
+from gql_presence.graphql.webhook_types import Webhook, WebhookWithSecret
 from gql_presence.policy.auth import Need
 from gql_presence.store import (
     PresenceStore,

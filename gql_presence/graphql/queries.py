@@ -29,9 +29,9 @@ from gql_presence.graphql.types import (
     PlaceMemberConnection,
     PresenceConnection,
     UserPresence,
-    Webhook,
     WeeklyStats,
 )
+from gql_presence.graphql.webhook_types import Webhook
 from gql_presence.policy.auth import Need
 from gql_presence.store import (
     MAX_PRESENCES,

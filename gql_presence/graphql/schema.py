@@ -34,14 +34,9 @@ from gql_presence.graphql.persisted import (
 )
 from gql_presence.graphql.planned import PlanRecorder, Plans
 from gql_presence.graphql.queries import Query
+from gql_presence.graphql.scalars import DateScalar, DateTimeScalar, JSONObject, JSONObjectScalar
 from gql_presence.graphql.subscriptions import Subscription
-from gql_presence.graphql.types import (
-    ID,
-    DateScalar,
-    DateTimeScalar,
-    JSONObject,
-    JSONObjectScalar,
-)
+from gql_presence.graphql.types import ID
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.limits import MAX_TOKENS
 

@@ -30,9 +30,9 @@ from gql_presence.graphql.follows import (
     SessionClaim,
     follow_of,
 )
+from gql_presence.graphql.scalars import JSONObject
 from gql_presence.graphql.types import (
     ID,
-    JSONObject,
     PlaceEvent,
     PlaceSessionState,
     PresenceEvent,

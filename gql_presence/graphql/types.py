@@ -6,88 +6,22 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from enum import Enum
-from typing import Annotated, NewType
+from typing import Annotated
 
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
 from gql_presence.graphql.context import Context
+from gql_presence.graphql.scalars import JSONObject
 from gql_presence.realtime.delivery import PresenceChange
 from gql_presence.realtime.held import Ended, SessionHold
 from gql_presence.store import PlaceKind, PublishedPlaceEvent, models
 from gql_presence.store.days import from_ms
-from gql_presence.store.errors import BadInputError
 from gql_presence.store.feed import ChangePage as ChangesRead
 
 ID = strawberry.ID
-
-
-def _serialize_datetime(value: datetime) -> str:
-    # The store's times are in UTC already: no conversion to make for them.
-    moment = value if value.tzinfo is UTC else value.astimezone(UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _parse_datetime(value: object) -> datetime:
-    # Raised as the store's own refusal, so that the client reads this sentence alone, not
-    # wrapped in graphql-core's quotes.
-    if not isinstance(value, str):
-        raise BadInputError(f"A DateTime is a string in ISO 8601, as in {_EXAMPLE_TIME}.")
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        parsed = None
-    shown = value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "..."
-    if parsed is None:
-        raise BadInputError(f"A DateTime is ISO 8601, as in {_EXAMPLE_TIME}: {shown} is not.")
-    if parsed.tzinfo is None:
-        raise BadInputError(
-            f"A DateTime must end with its offset from UTC, as in {_EXAMPLE_TIME} (Z for UTC) "
-            f"or 2026-11-21T10:30:00+01:00: {shown} has none."
-        )
-    return parsed
-
-
-_EXAMPLE_TIME = "2026-11-21T09:30:00.250Z"
-# How much of a client's text a refusal repeats.
-_SHOWN_CHARS = 40
-
-
-def _parse_date(value: object) -> date:
-    try:
-        return date.fromisoformat(str(value)) if isinstance(value, str) else _bad_date(value)
-    except ValueError:
-        return _bad_date(value)
-
-
-def _bad_date(value: object) -> date:
-    raise ValueError(f"Date must be ISO 8601, e.g. 2026-11-21; got {value!r}.")
-
-
-JSONObject = NewType("JSONObject", object)
-JSONObjectScalar = strawberry.scalar(
-    name="JSONObject",
-    description="A JSON object, at most 1 KiB once encoded.",
-    # Checked where it is used (store/validation.py), so that a bad one is BAD_USER_INPUT
-    # with what is allowed, and changes nothing.
-    serialize=lambda value: value,
-    parse_value=lambda value: value,
-)
-
-DateTimeScalar = strawberry.scalar(
-    name="DateTime",
-    description="A point in time, ISO 8601 with an offset, e.g. 2026-11-21T09:30:00.250Z.",
-    serialize=_serialize_datetime,
-    parse_value=_parse_datetime,
-)
-DateScalar = strawberry.scalar(
-    name="Date",
-    description="A calendar date, ISO 8601, e.g. 2026-11-21.",
-    serialize=date.isoformat,
-    parse_value=_parse_date,
-)
 
 
 @strawberry.enum(
@@ -622,88 +556,3 @@ class ChangePage:
             for change in page.nodes
         ]
         return cls(nodes=nodes, end_cursor=page.end_cursor, has_more=page.has_more)
-
-
-@strawberry.type(description="One request to a webhook's URL, as it went.")
-class WebhookAttempt:
-    at: datetime = strawberry.field(description="When the request was sent.")
-    delivery_id: ID = strawberry.field(
-        description="The request's `webhook-id`: the same for every attempt of one batch."
-    )
-    changes: int = strawberry.field(description="How many changes the request carried.")
-    status: int | None = strawberry.field(
-        description="The HTTP status answered; null when no answer came (a timeout, a refused connection, a TLS failure)."
-    )
-    error: str | None = strawberry.field(
-        description="What went wrong, when something did: at most 1 KiB of the answer, or the connection's error."
-    )
-    duration_ms: float = strawberry.field(
-        description="Milliseconds from sending the request to its answer or failure."
-    )
-
-    @classmethod
-    def of(cls, attempt: models.WebhookAttempt) -> WebhookAttempt:
-        return cls(
-            at=attempt.at,
-            delivery_id=ID(attempt.delivery_id),
-            changes=attempt.changes,
-            status=attempt.status,
-            error=attempt.error,
-            duration_ms=attempt.duration_ms,
-        )
-
-
-@strawberry.type(
-    description="Where the deployment's changes are POSTed, signed as Standard Webhooks specifies, and how far it has come."
-)
-class Webhook:
-    id: ID = strawberry.field(
-        description="The webhook's id, for webhook, updateWebhook and the rest."
-    )
-    url: str = strawberry.field(description="Where its requests are POSTed.")
-    kinds: list[ChangeKind] = strawberry.field(description="The kinds of change delivered.")
-    places: list[str] | None = strawberry.field(
-        description="Place ids, and prefixes ending in *, whose place events are delivered; null: every place."
-    )
-    debounce_seconds: int = strawberry.field(
-        description="Seconds an OFFLINE (LEFT) waits for an ONLINE of the same user (a JOINED of the same place session) that cancels both; 0 to 60."
-    )
-    enabled: bool = strawberry.field(description="Whether its changes are being delivered.")
-    disabled_reason: str | None = strawberry.field(
-        description="Why the service disabled it; null while enabled, or when a backend disabled it."
-    )
-    created_at: datetime = strawberry.field(
-        description="When it was made: it delivers the changes made after this."
-    )
-    delivered_up_to: str | None = strawberry.field(
-        description="The cursor of the last change it acknowledged; null before the first."
-    )
-    backlog: int = strawberry.field(description="Changes for it that wait to be delivered now.")
-    attempts: list[WebhookAttempt] = strawberry.field(
-        description="The most recent attempts, newest first (at most 20)."
-    )
-
-    @classmethod
-    def of(cls, webhook: models.Webhook) -> Webhook:
-        return cls(
-            id=ID(webhook.id),
-            url=webhook.url,
-            kinds=[ChangeKind(kind.value) for kind in webhook.kinds],
-            places=None if webhook.places is None else list(webhook.places),
-            debounce_seconds=webhook.debounce_seconds,
-            enabled=webhook.enabled,
-            disabled_reason=webhook.disabled_reason,
-            created_at=webhook.created_at,
-            delivered_up_to=webhook.delivered_up_to,
-            # Counted from the feed once webhooks deliver from it; nothing waits before that.
-            backlog=0,
-            attempts=[WebhookAttempt.of(attempt) for attempt in webhook.attempts],
-        )
-
-
-@strawberry.type(description="A webhook with its signing secret, which is shown only here.")
-class WebhookWithSecret:
-    webhook: Webhook = strawberry.field(description="The webhook.")
-    secret: str = strawberry.field(
-        description="`whsec_` and the base64 of 32 random bytes (the Standard Webhooks form)."
-    )

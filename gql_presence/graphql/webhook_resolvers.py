@@ -12,7 +12,8 @@ from typing import Annotated
 import strawberry
 
 from gql_presence.graphql.context import Context
-from gql_presence.graphql.types import ChangeKind, Webhook, WebhookWithSecret
+from gql_presence.graphql.types import ChangeKind
+from gql_presence.graphql.webhook_types import Webhook, WebhookWithSecret
 from gql_presence.policy.auth import Need
 from gql_presence.store import models
 from gql_presence.store.errors import BadInputError

@@ -26,6 +26,8 @@ from aiohttp.http_exceptions import HttpProcessingError
 from strawberry.http.exceptions import WebSocketDisconnected
 
 REQUEST_FIELDS = ("method", "path", "status", "operation", "outcome", "caller", "duration_ms")
+# json.dumps(line, ensure_ascii=False), without making an encoder for every line.
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 
 class JsonLines(logging.Formatter):
@@ -36,10 +38,11 @@ class JsonLines(logging.Formatter):
             "logger": record.name,
             "message": record.getMessage(),
         }
-        line.update({k: getattr(record, k) for k in REQUEST_FIELDS if hasattr(record, k)})
+        fields = record.__dict__  # where logging puts `extra`
+        line.update({k: fields[k] for k in REQUEST_FIELDS if k in fields})
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False)
+        return _ENCODE(line)
 
 
 # A request aiohttp could not parse (too long a line, too many headers, a bad character).

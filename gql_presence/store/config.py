@@ -1,6 +1,6 @@
 """What the store needs to know of the deployment's settings.
 
-The service's Settings (gql_presence/settings.py) has all of these; the store asks only for
+The service's Settings (gql_presence/settings/) has all of these; the store asks only for
 this shape, so that it depends on nothing above itself."""
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ def b64(value: bytes) -> str:
 def handmade_token(algorithm: str, secret: bytes | None) -> str:
     """A token written by hand, as an attacker would: `alg: none` (no signature), or HS256
     signed with whatever they hold (which PyJWT itself refuses to make)."""
-    claims = {"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 300}
+    claims = {"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 3600}
     header = {"alg": algorithm, "typ": "JWT"}
     signed = f"{b64(json.dumps(header).encode())}.{b64(json.dumps(claims).encode())}"
     signature = b"" if secret is None else hmac.digest(secret, signed.encode(), "sha256")

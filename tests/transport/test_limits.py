@@ -30,7 +30,7 @@ from gql_presence.store.errors import StoreUnavailableError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
-from tests.conftest import TEST_SETTINGS, ClientFactory, error_codes, graphql
+from tests.conftest import TEST_SETTINGS, ClientFactory, StoreFactory, error_codes, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
@@ -322,6 +322,17 @@ async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
     assert granted == 0
     assert 0 < retry_after_ms <= 1000
     assert 0 < await redis.pttl(bucket[0]) <= 3000  # gone once it would be full again
+
+
+async def test_every_process_takes_its_own_tokens_from_a_shared_bucket(
+    make_store: StoreFactory,
+) -> None:
+    """Each process names its takings from a count of its own: two processes' first takings
+    are two requests, not one retried."""
+    first, second = make_store(), make_store()  # two processes' stores on one Redis
+    assert await first.take_token("backend:chat", 1, 2) == 0
+    assert await second.take_token("backend:chat", 1, 2) == 0
+    assert await first.take_token("backend:chat", 1, 2) > 0  # the burst of 2 is spent
 
 
 async def test_an_operations_cost_beyond_its_first_token_is_owed(redis: Redis) -> None:

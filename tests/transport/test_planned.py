@@ -55,8 +55,9 @@ from strawberry.schema.config import StrawberryConfig
 from gql_presence.app import create_app
 from gql_presence.graphql.plan_run import NonNull, ObjectFields, PlannedField
 from gql_presence.graphql.planned import Plan, Plans, make_plan
+from gql_presence.graphql.scalars import DateTimeScalar
 from gql_presence.graphql.schema import build_schema
-from gql_presence.graphql.types import DateTimeScalar, UserPresence
+from gql_presence.graphql.types import UserPresence
 from gql_presence.http.app_keys import AUTHENTICATOR
 from gql_presence.http.view import PresenceView
 from gql_presence.running.connection import connect, redis_client
