@@ -74,6 +74,17 @@ local function keep_in_feed(feed, events)
   return messages
 end
 
+-- The message of all `events`: made from their messages of one event (keep_in_feed's
+-- `ones`) when each has one, else encoded.
+local function all_of(events, ones)
+  local inner = {}
+  for i = 1, #events, EVENT_FIELDS do
+    if not ones[i] then return cjson.encode(events) end
+    inner[#inner + 1] = string.sub(ones[i], 2, -2)
+  end
+  return #inner == 1 and ones[1] or '[' .. table.concat(inner, ',') .. ']'
+end
+
 -- Announces many changes, in order: for scripts that change many users. A user's events are
 -- one message on their channel when they are next to each other in `events` (as the scripts
 -- that change many users add them), else one per run of them; then every event in one message
@@ -84,7 +95,7 @@ local function announce_all(channel, events, looks)
   if n == 0 then return end
   fill_looks(events, looks)
   local ones = channel[4] and keep_in_feed(channel[4], events) or {}
-  local message = n == EVENT_FIELDS and ones[1] or cjson.encode(events)
+  local message = all_of(events, ones)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then
     redis.call(publish, user_prefix .. events[2], message)
