@@ -566,7 +566,8 @@ async def publish(redis: Redis, count: int, first: int) -> None:
     """`count` events as the scripts announce them, each in a message of its own: on the
     channel of its user (the service's one shard) and on that of every user, one of which a
     process subscribes to (a commit before the users' channels, the second). In the format of
-    statuses (eleven fields), which a commit before them does not read."""
+    the feed (thirteen fields: the user's version and the event's entry in the feed), which a
+    commit before it does not read."""
     channel, shard = Channels().events, Channels.of_shard(0)
     at_ms = int(time.time() * 1000)
     for i in range(first, first + count):
@@ -575,7 +576,21 @@ async def publish(redis: Redis, count: int, first: int) -> None:
         kind = "ONLINE" if online else "OFFLINE"
         # As lua/includes/events.lua writes it for a user with no status of their own.
         message = json.dumps(
-            [kind, user, at_ms, "", int(online), kind, False, kind, "EVERYONE", 0, at_ms]
+            [
+                kind,
+                user,
+                at_ms,
+                "",
+                int(online),
+                kind,
+                False,
+                kind,
+                "EVERYONE",
+                0,
+                at_ms,
+                i + 1,
+                f"{at_ms}-{i}",
+            ]
         )
         async with redis.pipeline(transaction=False) as both:
             both.publish(shard.user_events(user), message)

@@ -152,6 +152,15 @@ async def redis(any_server: RedisServer) -> AsyncIterator[Redis]:
     await client.aclose()
 
 
+@pytest.fixture
+async def flushed_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    """The session's Redis 6.2, emptied, and a client of it."""
+    client = redis_client(redis_server.url)
+    await client.flushall()
+    yield client
+    await client.aclose()
+
+
 StoreFactory = Callable[..., PresenceStore]
 
 

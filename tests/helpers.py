@@ -33,6 +33,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from gql import Client, GraphQLRequest
 from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
+from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio.client import PubSub
 
@@ -429,6 +430,34 @@ async def over_socket(
         assert message.get("id") == operation_id, message
         messages.append(message)
     return messages
+
+
+async def start_operation(
+    socket: aiohttp.ClientWebSocketResponse, operation_id: str, document: str, **variables: Any
+) -> None:
+    """Starts an operation over a graphql-transport-ws socket, without waiting for a reply."""
+    payload = {"query": document, "variables": variables}
+    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
+
+
+async def receive_message(
+    socket: aiohttp.ClientWebSocketResponse, within_s: float = 3
+) -> dict[str, Any]:
+    """The socket's next message, which must come within `within_s`."""
+    message = await socket.receive(timeout=within_s)
+    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
+    return dict(json.loads(message.data))
+
+
+def model_runs(max_examples: int) -> settings:
+    """max_examples runs of 20 steps each of a model-based test, however long a step on real
+    Redis takes."""
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 
 
 def socket_errors(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

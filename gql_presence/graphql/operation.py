@@ -63,9 +63,15 @@ from gql_presence.graphql.session_rendering import (
 from gql_presence.graphql.types import PlaceEvent, PlaceSessionState, PresenceEvent, SessionState
 from gql_presence.observability.request_log import OPERATION
 from gql_presence.policy.limits import MAX_DOCUMENT_BYTES
-from gql_presence.realtime.delivery import Delivery, PlaceDelivery, Writer
-from gql_presence.store import MAX_IDS_PER_CALL, member_joined, utf8_bytes
+from gql_presence.realtime.delivery import Delivery, PlaceDelivery, PresenceChange, Writer
+from gql_presence.store import (
+    MAX_IDS_PER_CALL,
+    PublishedPlaceEvent,
+    member_joined,
+    utf8_bytes,
+)
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
+from gql_presence.store.feed import EventCursors
 
 # What a WebSocket operation's results are, as Strawberry's stream gives them.
 Results = AsyncGenerator[Any, None]
@@ -196,10 +202,20 @@ class OperationPipeline:
         executor, field, args = built
         rendering: EventRendering | PlaceRendering | SessionRendering
         report = self.schema.process_errors
+        if field in {PRESENCE_CHANGED, PLACE_CHANGED}:
+            try:
+                # Read once per process (the deployment's secret), then kept.
+                cursors = await context.store.event_cursors()
+            except PresenceError as error:
+                return _coded(_failed(error, self.schema.process_errors))
         if field == PRESENCE_CHANGED:
-            rendering = self._renderings.presence(operation, executor, PresenceEvent.of, report)
+            rendering = self._renderings.presence(
+                operation, executor, functools.partial(_presence_event, cursors), report
+            )
         elif field == PLACE_CHANGED:
-            rendering = self._renderings.place(operation, executor, PlaceEvent.of, report)
+            rendering = self._renderings.place(
+                operation, executor, functools.partial(_place_event, cursors), report
+            )
         else:
             root = SessionState.of if field == PRESENCE_SESSION else PlaceSessionState.of
             rendering = self._session_renderings.get(operation, core, parsed, report, root)
@@ -290,6 +306,9 @@ class OperationPipeline:
         except PresenceError as error:
             return _refused(error)
         try:
+            # Before the read: the members' cursor resumes where nothing the read misses
+            # is passed.
+            present = await context.store.feed_present(place_id)
             # placeChanged starts with the most recent 1,000 members.
             page = await context.store.place_members(place_id, first=1000)
         except BaseException as error:
@@ -298,7 +317,8 @@ class OperationPipeline:
                 return _refused(error)
             raise
         delivery.start(
-            (member_joined(m, page.sequence, page.version) for m in page.nodes), page.sequence
+            (member_joined(m, page.sequence, page.version, present) for m in page.nodes),
+            page.sequence,
         )
         return delivery
 
@@ -329,6 +349,16 @@ class OperationPipeline:
             everyone=follow.everyone,
             reader=context.reader,
         )
+
+
+def _presence_event(cursors: EventCursors, event: PresenceChange) -> PresenceEvent:
+    """An event as subscriptions render it, its cursor sealed once for every rendering."""
+    return PresenceEvent.of(event, cursors.of(event.user_id, event.feed_id))
+
+
+def _place_event(cursors: EventCursors, event: PublishedPlaceEvent) -> PlaceEvent:
+    """A place's event as subscriptions render it, its cursor sealed once for every rendering."""
+    return PlaceEvent.of(event, cursors.of(event.place_id, event.feed_id))
 
 
 def request_data(payload: object) -> GraphQLRequestData | None:

@@ -201,7 +201,8 @@ class Query:
     ) -> ChangePage:
         store = authorized_store(info, Need.BACKEND)
         wanted = None if kinds is None else [kind.value for kind in kinds]
-        return ChangePage.of(await store.changes(after, first, wanted, places))
+        page = await store.changes(after, first, wanted, places)
+        return ChangePage.of(page, await store.event_cursors())
 
     @strawberry.field(
         description="A cursor at the present: the changes after it are those still to come. Backends only."

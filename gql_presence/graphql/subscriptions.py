@@ -89,9 +89,10 @@ class Subscription:
             everyone=follow.everyone,
             reader=context.reader,
         ) as feed:
+            cursors = await context.store.event_cursors()
             try:
                 async for event in feed:
-                    yield PresenceEvent.of(event)
+                    yield PresenceEvent.of(event, cursors.of(event.user_id, event.feed_id))
             except FeedDroppedError as dropped:
                 # Close the whole connection, with the reason, rather than complete this
                 # one subscription as if nothing had been missed.
@@ -199,12 +200,17 @@ class Subscription:
         async with info.context.events.follow_place(place_id, follow, lost):
             # Subscribed first, then read: what changed meanwhile is in both, and the
             # sequence the page reflects tells which of the changes it holds already.
+            cursors = await store.event_cursors()
+            # Before the read: the members' cursor resumes where nothing the read misses
+            # is passed.
+            present = await store.feed_present(place_id)
             page = await store.place_members(place_id, first=1000)
             for member in page.nodes:
-                yield PlaceEvent.of(member_joined(member, page.sequence, page.version))
+                joined = member_joined(member, page.sequence, page.version, present)
+                yield PlaceEvent.of(joined, cursors.of(place_id, present))
             while True:
                 event = await changes.get()
                 if ended is not None:
                     raise StoreUnavailableError(ended)
                 if event.sequence > page.sequence:
-                    yield PlaceEvent.of(event)
+                    yield PlaceEvent.of(event, cursors.of(place_id, event.feed_id))

@@ -20,6 +20,7 @@ from gql_presence.realtime.held import Ended, SessionHold
 from gql_presence.store import PlaceKind, PublishedPlaceEvent, models
 from gql_presence.store.days import from_ms
 from gql_presence.store.feed import ChangePage as ChangesRead
+from gql_presence.store.feed import EventCursors
 
 ID = strawberry.ID
 
@@ -321,13 +322,16 @@ class PresenceEvent:
     custom_status: CustomStatus | None = strawberry.field(
         description="The custom status after this event, as this subscriber may see it."
     )
+    cursor: str = strawberry.field(
+        description="Where this event stands in the feed: pass it as `after` to resume just after it. Opaque."
+    )
     version: int | None = strawberry.field(
         default=None,
         description="The user's presence version after this event: 1 for the user's first announced change, then one more for each. Null for end users other than the user themself.",
     )
 
     @classmethod
-    def of(cls, event: PresenceChange) -> PresenceEvent:
+    def of(cls, event: PresenceChange, cursor: str) -> PresenceEvent:
         return cls(
             user_id=ID(event.user_id),
             kind=PresenceEventKind(event.kind),
@@ -336,6 +340,7 @@ class PresenceEvent:
             online=event.online,
             status=PresenceStatus(event.status.value),
             custom_status=CustomStatus.of(event.custom),
+            cursor=cursor,
             version=event.version,
         )
 
@@ -461,13 +466,16 @@ class PlaceEvent:
     state: JSONObject | None = strawberry.field(
         description="The state after this event; null for LEFT or when none."
     )
+    cursor: str = strawberry.field(
+        description="Where this event stands in the feed: pass it as `after` to resume just after it. Opaque."
+    )
     version: int = strawberry.field(
         default=0,
         description="The place's version after this event: 1 for the place's first event, then one more for each (the opening JOINED events of placeChanged carry the version of the read they come from).",
     )
 
     @classmethod
-    def of(cls, event: PublishedPlaceEvent) -> PlaceEvent:
+    def of(cls, event: PublishedPlaceEvent, cursor: str) -> PlaceEvent:
         return cls(
             place_id=ID(event.place_id),
             kind=PlaceEventKind(PlaceKind(event.kind).value),
@@ -475,6 +483,7 @@ class PlaceEvent:
             session_id=ID(event.session_id),
             at=from_ms(int(event.at_ms)),
             state=_state(event.state if isinstance(event.state, str) else None),
+            cursor=cursor,
             version=int(event.version),
         )
 
@@ -548,11 +557,13 @@ class ChangePage:
     )
 
     @classmethod
-    def of(cls, page: ChangesRead) -> ChangePage:
+    def of(cls, page: ChangesRead, cursors: EventCursors) -> ChangePage:
         nodes: list[PresenceEvent | PlaceEvent] = [
-            PlaceEvent.of(change)
+            PlaceEvent.of(change, cursors.of(change.place_id, change.feed_id))
             if isinstance(change, PublishedPlaceEvent)
-            else PresenceEvent.of(PresenceChange.of(change))
+            else PresenceEvent.of(
+                PresenceChange.of(change), cursors.of(change.user_id, change.feed_id)
+            )
             for change in page.nodes
         ]
         return cls(nodes=nodes, end_cursor=page.end_cursor, has_more=page.has_more)

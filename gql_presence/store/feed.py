@@ -12,8 +12,10 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gql_presence.store.cursor import Cursors
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError, CursorExpiredError
+from gql_presence.store.keys import shard_of
 from gql_presence.store.replies import text
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, named
@@ -29,6 +31,9 @@ MAX_CHANGES_PAGE = 1000
 # that matches few changes ends early, with hasMore, rather than scan the feed.
 EXAMINED_PER_SHARD = 1000
 MAX_PLACE_FILTERS = 1000
+# The events whose cursors a process keeps, for the renderings of an event that come after
+# the first (every subscriber given one cursor): far more than are rendered at once.
+RECENT_CURSORS = 256
 
 _BAD_CURSOR = (
     "after must be a cursor of this service's feed (an event's cursor, an endCursor of "
@@ -87,6 +92,7 @@ class Feed:
     def __init__(self, shards: Sequence[Shard], deployment: Deployment) -> None:
         self._shards = shards
         self._deployment = deployment
+        self._event_cursors: EventCursors | None = None
 
     async def _positions(self, after: str | None) -> list[str]:
         """Each shard's position in a cursor ("" for every one when None)."""
@@ -111,7 +117,20 @@ class Feed:
 
     async def event_cursor(self, shard: int, entry_id: str) -> str:
         """The cursor of an event: its entry in its shard's feed."""
-        return (await self._deployment.cursors(make=True)).seal([_FEED, shard, entry_id])
+        return (await self.event_cursors()).of_shard(shard, entry_id)
+
+    async def event_cursors(self) -> EventCursors:
+        """What seals events' cursors with no wait (an event is rendered synchronously)."""
+        if self._event_cursors is None:
+            cursors = await self._deployment.cursors(make=True)
+            self._event_cursors = EventCursors(cursors, len(self._shards))
+        return self._event_cursors
+
+    async def present(self, user_or_place_id: str) -> str:
+        """The present of the shard of this user or place: an entry id no later than any
+        change announced there after this call."""
+        shard = self._shards[shard_of(user_or_place_id, len(self._shards))]
+        return (await self._read(shard, "", 0))[0]
 
     async def _read(self, shard: Shard, after: str, count: int) -> tuple[str, list[str]]:
         reply = await shard.run(
@@ -168,6 +187,36 @@ class Feed:
                 nodes.append(change)
         has_more = taken < len(read) or bool(full)
         return ChangePage(tuple(nodes), await self._seal(positions), has_more)
+
+
+class EventCursors:
+    """Seals the cursors of events: an event's entry in its shard's feed, and every other
+    shard at the entry's moment (Feed._positions). An event is rendered for each document
+    that follows it, and for each view of it, close together: the cursors of the latest
+    events are kept, so that each event's is sealed once and every subscriber is given the
+    same."""
+
+    __slots__ = ("_cursors", "_recent", "_shards")
+
+    def __init__(self, cursors: Cursors, shards: int) -> None:
+        self._cursors = cursors
+        self._shards = shards
+        self._recent: dict[tuple[str, str], str] = {}
+
+    def of(self, user_or_place_id: str, entry_id: str) -> str:
+        """The cursor of an event of this user or place whose entry is `entry_id`."""
+        key = (user_or_place_id, entry_id)
+        cursor = self._recent.get(key)
+        if cursor is None:
+            cursor = self._recent[key] = self.of_shard(
+                shard_of(user_or_place_id, self._shards), entry_id
+            )
+            if len(self._recent) > RECENT_CURSORS:
+                del self._recent[next(iter(self._recent))]  # the oldest
+        return cursor
+
+    def of_shard(self, shard: int, entry_id: str) -> str:
+        return self._cursors.seal([_FEED, shard, entry_id])
 
 
 def _wanted(change: Change, kinds: set[str] | None, places: list[str] | None) -> bool:

@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TypeVar
 
-from gql_presence.store.days import days_around, local_now_ms
 from gql_presence.store.errors import LeaseLostError
 from gql_presence.store.models import Lease
 from gql_presence.store.scripts import ScriptName
@@ -86,17 +85,14 @@ class Leases:
     async def _renew(self, lease: Lease, at_ms: int | None, *, give_up: bool = False) -> bool:
         """Renews the lease (or gives it up); False if it had lapsed or is not its own."""
         shard = self._shards[lease.shard]
-        settings = shard.settings
-        labels, boundaries = days_around(
-            local_now_ms() if at_ms is None else at_ms, settings.stats_zone
-        )
+        days, boundaries = shard.days_around(at_ms)
         renewed = await shard.run(
             ScriptName.RENEW_LEASE,
-            named(leases=shard.keys.leases, days=[shard.keys.day(label) for label in labels]),
+            named(leases=shard.keys.leases, days=days),
             named(
                 slot=lease.slot,
                 token=lease.token,
-                ttl_ms=0 if give_up else settings.connection_ttl_ms,
+                ttl_ms=0 if give_up else shard.settings.connection_ttl_ms,
                 at_ms="" if at_ms is None else at_ms,
                 shard=shard.options,
                 boundaries=boundaries,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from typing import Any
 
 from gql_presence.store.days import from_ms
 from gql_presence.store.deployment import Deployment
@@ -159,24 +160,8 @@ class Places:
         check_id(user_id, "userId")
         check_id(session_id, "sessionId")
         text = check_place_state(state)
-        shard = self._shard(place_id)
-        await shard.announcing()
-        joined_ms, flush_in_ms = await shard.run(
-            ScriptName.SET_PLACE_STATE,
-            named(
-                **place_keys(shard, place_id),
-                leases=shard.keys.leases,
-                flushes=shard.keys.place_flushes,
-            ),
-            named(
-                place_id=place_id,
-                user_id=user_id,
-                session_id=session_id,
-                state=text,
-                channel=shard.channels.place_events(place_id),
-                shard=shard.options,
-                interval_ms=PLACE_STATE_INTERVAL_MS,
-            ),
+        joined_ms, flush_in_ms = await self._run_state(
+            ScriptName.SET_PLACE_STATE, place_id, user_id, session_id, text
         )
         if int(flush_in_ms) > 0:
             self._plan_flush((place_id, user_id, session_id), int(flush_in_ms))
@@ -213,25 +198,37 @@ class Places:
     async def _flush_state(self, place_id: str, user_id: str, session_id: str) -> int:
         """Announces the session's waiting state, if it still waits and is due; when it waits
         for a later moment, in how many ms it is due, else 0."""
-        shard = self._shard(place_id)
-        await shard.announcing()
-        _, due_in_ms = await shard.run(
-            ScriptName.FLUSH_PLACE_STATE,
-            named(
-                **place_keys(shard, place_id),
-                leases=shard.keys.leases,
-                flushes=shard.keys.place_flushes,
-            ),
-            named(
-                place_id=place_id,
-                user_id=user_id,
-                session_id=session_id,
-                channel=shard.channels.place_events(place_id),
-                shard=shard.options,
-                interval_ms=PLACE_STATE_INTERVAL_MS,
-            ),
+        _, due_in_ms = await self._run_state(
+            ScriptName.FLUSH_PLACE_STATE, place_id, user_id, session_id, None
         )
         return int(due_in_ms)
+
+    async def _run_state(
+        self,
+        script: ScriptName,
+        place_id: str,
+        user_id: str,
+        session_id: str,
+        state: str | None,
+    ) -> Any:
+        """Runs one of the two scripts that set or announce a session's place state; they take
+        the same KEYS and ARGV, the setting one with the new state after the session's id."""
+        shard = self._shard(place_id)
+        await shard.announcing()
+        args = named(place_id=place_id, user_id=user_id, session_id=session_id)
+        if state is not None:
+            args["state"] = state
+        args.update(
+            channel=shard.channels.place_events(place_id),
+            shard=shard.options,
+            interval_ms=PLACE_STATE_INTERVAL_MS,
+        )
+        keys = named(
+            **place_keys(shard, place_id),
+            leases=shard.keys.leases,
+            flushes=shard.keys.place_flushes,
+        )
+        return await shard.run(script, keys, args)
 
     async def flush_planned(self) -> None:
         """Announces at once every waiting place state this process planned to announce: at

@@ -28,10 +28,10 @@ from redis.asyncio import RedisCluster
 from gql_presence.store.channels import Routes
 from gql_presence.store.client import AnyRedis, connections_in_use
 from gql_presence.store.config import StoreSettings
-from gql_presence.store.days import days_around, local_now_ms, to_ms
+from gql_presence.store.days import local_now_ms, to_ms
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError
-from gql_presence.store.feed import ChangePage, Feed
+from gql_presence.store.feed import ChangePage, EventCursors, Feed
 from gql_presence.store.friends import Friends
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
@@ -234,10 +234,8 @@ class PresenceStore:
         check_device(device)
         at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
         shard = self._shard(user_id)
-        settings, k = shard.settings, shard.keys
-        labels, boundaries = days_around(
-            local_now_ms() if at_ms is None else at_ms, settings.stats_zone
-        )
+        k = shard.keys
+        days, boundaries = shard.days_around(at_ms)
         await shard.announcing()
         reply = await shard.run(
             ScriptName.TOUCH,
@@ -249,7 +247,7 @@ class PresenceStore:
                 user_index=k.user_index,
                 next_index=k.next_index,
                 free_indexes=k.free_indexes,
-                days=[k.day(label) for label in labels],
+                days=days,
                 conn=k.conn(user_id),
                 leases=k.leases,
             ),
@@ -276,8 +274,8 @@ class PresenceStore:
 
     async def _touch_many(self, shard: Shard, user_ids: Sequence[str]) -> int:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
-        settings, k = shard.settings, shard.keys
-        labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
+        k = shard.keys
+        days, boundaries = shard.days_around()
         await shard.announcing()
         keys = named(
             last_seen=k.last_seen,
@@ -285,7 +283,7 @@ class PresenceStore:
             user_index=k.user_index,
             next_index=k.next_index,
             free_indexes=k.free_indexes,
-            days=[k.day(label) for label in labels],
+            days=days,
             leases=k.leases,
         )
         # Sorted, the users' sorted-set entries are written next to each other, which takes
@@ -404,6 +402,15 @@ class PresenceStore:
 
     async def feed_cursor(self) -> str:
         return await self._feed.cursor()
+
+    async def event_cursors(self) -> EventCursors:
+        """What seals events' cursors synchronously, each event's once."""
+        return await self._feed.event_cursors()
+
+    async def feed_present(self, user_or_place_id: str) -> str:
+        """The feed's present in the shard of this user or place (an entry id): taken
+        before a read, no change the read misses is before it."""
+        return await self._feed.present(user_or_place_id)
 
     async def event_cursor(self, user_or_place_id: str, feed_id: str) -> str:
         """The cursor of an event of this user or place, from its entry's id."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Sequence
 
-from gql_presence.store.days import days_around, from_ms, local_now_ms
+from gql_presence.store.days import from_ms
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
 from gql_presence.store.models import HeldPlaceSession, HeldSession, Lease, OpenedSession
@@ -40,8 +40,8 @@ class Sessions:
         shard = self._shard(user_id)
 
         async def opening(lease: Lease) -> OpenedSession:
-            settings, k = shard.settings, shard.keys
-            labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
+            k = shard.keys
+            days, boundaries = shard.days_around()
             await shard.announcing()
             generation, opened_ms = await shard.run(
                 ScriptName.OPEN_SESSION,
@@ -55,7 +55,7 @@ class Sessions:
                     user_index=k.user_index,
                     next_index=k.next_index,
                     free_indexes=k.free_indexes,
-                    days=[k.day(label) for label in labels],
+                    days=days,
                     leases=k.leases,
                 ),
                 named(
@@ -77,8 +77,8 @@ class Sessions:
         """Ends the session at once if `held` still holds it; OFFLINE goes out when it was
         the user's last live one. Returns whether a live session ended."""
         shard = self._shard(held.user_id)
-        settings, k = shard.settings, shard.keys
-        labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
+        k = shard.keys
+        days, boundaries = shard.days_around()
         await shard.announcing()
         closed, _ = await shard.run(
             ScriptName.CLOSE_SESSION,
@@ -90,7 +90,7 @@ class Sessions:
                 user_index=k.user_index,
                 next_index=k.next_index,
                 free_indexes=k.free_indexes,
-                days=[k.day(label) for label in labels],
+                days=days,
                 leases=k.leases,
             ),
             named(

@@ -19,6 +19,7 @@ from redis import exceptions as redis_errors
 from gql_presence.store.channels import Channels
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
+from gql_presence.store.days import days_around, local_now_ms
 from gql_presence.store.errors import (
     BadInputError,
     LeaseLostError,
@@ -224,6 +225,14 @@ class Shard:
         self._learn_publish = learn_publish
         self._publish: Publish | None = None if learn_publish else Publish.CLASSIC
         self._options: bytes | None = None
+
+    def days_around(self, at_ms: int | None = None) -> tuple[list[str], tuple[int, ...]]:
+        """The keys of the day holding `at_ms` (by default now) and of its neighbours, with
+        their boundaries (days.days_around): what a script that counts a user as active
+        takes."""
+        at_ms = local_now_ms() if at_ms is None else at_ms
+        labels, boundaries = days_around(at_ms, self.settings.stats_zone)
+        return [self.keys.day(label) for label in labels], boundaries
 
     def publish_with(self, publish: Publish) -> None:
         """How this shard's scripts publish their events from now on (the deployment's)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
-from gql_presence.store.days import DAY_MS, days_around, local_now_ms
+from gql_presence.store.days import DAY_MS
 from gql_presence.store.models import SweepResult
 from gql_presence.store.places import PLACE_STATE_INTERVAL_MS
 from gql_presence.store.scripts import ScriptName
@@ -25,7 +25,7 @@ async def sweep(shards: Sequence[Shard], batch: int, lapsed_batch: int) -> Sweep
 
 async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
     settings, k = shard.settings, shard.keys
-    labels, boundaries = days_around(local_now_ms(), settings.stats_zone)
+    days, boundaries = shard.days_around()
     await shard.announcing()
     reply = await shard.run(
         ScriptName.SWEEP,
@@ -36,7 +36,7 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
             free_indexes=k.free_indexes,
             leases=k.leases,
             flushes=k.place_flushes,
-            days=[k.day(label) for label in labels],
+            days=days,
         ),
         named(
             batch=batch,

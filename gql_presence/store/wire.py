@@ -128,9 +128,12 @@ def read_place_events(message: bytes | str) -> list[PublishedPlaceEvent]:
     ]
 
 
-def member_joined(member: PlaceMember, sequence: int = 0, version: int = 0) -> PublishedPlaceEvent:
+def member_joined(
+    member: PlaceMember, sequence: int = 0, version: int = 0, feed_id: str = ""
+) -> PublishedPlaceEvent:
     """A member read from its place, as the JOINED event a placeChanged subscription starts
-    with (its sequence is the read's, which the subscription keeps apart)."""
+    with (its sequence is the read's, which the subscription keeps apart; its feed entry the
+    shard's present before the read: resuming there passes nothing the read missed)."""
     return PublishedPlaceEvent(
         PlaceKind.JOINED,
         member.place_id,
@@ -140,7 +143,7 @@ def member_joined(member: PlaceMember, sequence: int = 0, version: int = 0) -> P
         member.state if member.state is not None else False,
         sequence,
         version,
-        "",
+        feed_id,
     )
 
 

@@ -5,10 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import aiohttp
+import pytest
 from aiohttp.test_utils import TestClient
 
+from gql_presence.graphql.operation import OperationPipeline
+from gql_presence.http.app_keys import EVENTS
 from gql_presence.store import PresenceStore
 from tests.conftest import EVERY_DEPLOYMENT, error_codes, graphql
+from tests.helpers import eventually, graphql_socket
 
 pytestmark = EVERY_DEPLOYMENT
 
@@ -97,3 +102,94 @@ async def test_refusals(api: Client) -> None:
     assert "1 to 1,000" in body["errors"][0]["message"]
     body = await graphql(api, CHANGES, first=10, after="not a cursor")
     assert error_codes(body) == ["BAD_USER_INPUT"]
+
+
+LIVE = 'subscription { presenceChanged(userIds: ["ann", "bob"]) { userId kind cursor version } }'
+PLACE = 'subscription { placeChanged(placeId: "room") { userId kind cursor version } }'
+
+
+async def next_event(socket: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
+    message = await socket.receive_json(timeout=3)
+    assert message["type"] == "next", message
+    event: dict[str, Any] = next(iter(message["payload"]["data"].values()))
+    return event
+
+
+async def subscribe(socket: aiohttp.ClientWebSocketResponse, document: str) -> None:
+    await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
+
+
+# Multiplexed (rendered once for every subscriber of a document), and left to Strawberry (as
+# while tracing, and off sockets).
+
+
+@pytest.fixture
+def multiplexed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    if not request.param:
+        monkeypatch.setattr(OperationPipeline, "_subscribe_on_socket", OperationPipeline._stream)
+    return bool(request.param)
+
+
+@pytest.mark.parametrize("multiplexed", [True, False], indirect=True)
+async def test_a_live_events_cursor_gives_the_changes_after_it(
+    api: Client, multiplexed: bool
+) -> None:
+    async with graphql_socket(api) as socket, graphql_socket(api) as other:
+        await subscribe(socket, LIVE)
+        # Another document: its own rendering of the same events, with the same cursors.
+        await subscribe(other, 'subscription { presenceChanged(userIds: ["ann"]) { cursor } }')
+        await eventually(lambda: api.app[EVENTS].subscriber_count == 2, what="the subscriptions")
+        assert api.app[EVENTS].delivery_count == 2 * multiplexed
+        await graphql(api, 'mutation { touch(userId: "ann") { online } }')
+        ann = await next_event(socket)
+        # Sealed once for the event (a seal of the same position twice differs).
+        assert (await next_event(other))["cursor"] == ann["cursor"]
+        await graphql(api, 'mutation { touch(userId: "bob") { online } }')
+        await graphql(api, 'mutation { kick(userId: "ann") { online } }')
+        bob, kicked = await next_event(socket), await next_event(socket)
+    assert (ann["kind"], ann["version"]) == ("ONLINE", 1)
+    page = await changes(api, after=ann["cursor"])
+    assert sorted(summary(n) for n in page["nodes"]) == [("KICKED", "ann", 2), ("ONLINE", "bob", 1)]
+    # Nothing after the last event; a change's cursor in `changes` is the live event's.
+    assert (await changes(api, after=kicked["cursor"]))["nodes"] == []
+    after_bob = await changes(api, after=bob["cursor"], kinds=["KICKED"])
+    assert [summary(n) for n in after_bob["nodes"]] == [("KICKED", "ann", 2)]
+    node_cursors = await graphql(
+        api,
+        "query($a: String) { changes(after: $a) { nodes { ... on PresenceEvent { cursor } } } }",
+        a=ann["cursor"],
+    )
+    last = node_cursors["data"]["changes"]["nodes"][-1]["cursor"]
+    assert (await changes(api, after=last))["nodes"] == []
+
+
+@pytest.mark.parametrize("multiplexed", [True, False], indirect=True)
+async def test_a_place_events_cursor_and_its_opening_members_cursor(
+    api: Client, store_of_api: PresenceStore, multiplexed: bool
+) -> None:
+    await store_of_api.renew_leases()
+    await store_of_api.open_place_session("room", "ann", "tab")
+    async with graphql_socket(api) as socket:
+        await subscribe(socket, PLACE)
+        opening = await next_event(socket)
+        await store_of_api.open_place_session("room", "bob", "tab")
+        bob = await next_event(socket)
+        await store_of_api.open_place_session("room", "cy", "tab")
+        cy = await next_event(socket)
+    assert (opening["userId"], opening["kind"], bob["userId"], cy["userId"]) == (
+        "ann",
+        "JOINED",
+        "bob",
+        "cy",
+    )
+    # The opening members' cursor is the read's position: nothing after the read is lost.
+    page = await changes(api, after=opening["cursor"], places=["room"])
+    assert [joined(n) for n in page["nodes"]] == [("bob", 2), ("cy", 3)]
+    page = await changes(api, after=bob["cursor"], places=["room"])
+    assert [joined(n) for n in page["nodes"]] == [("cy", 3)]
+    assert (await changes(api, after=cy["cursor"], places=["room"]))["nodes"] == []
+
+
+def joined(node: dict[str, Any]) -> tuple[str, int]:
+    assert node["placeKind"] == "JOINED", node
+    return node["userId"], node["placeVersion"]

@@ -24,6 +24,8 @@ from tests.helpers import (
     as_user,
     eventually,
     graphql_socket,
+    receive_message,
+    start_operation,
     user_token,
 )
 
@@ -52,19 +54,6 @@ async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redi
     return await aiohttp_client(create_app(deployment))
 
 
-async def start(
-    socket: aiohttp.ClientWebSocketResponse, operation_id: str, document: str, **variables: Any
-) -> None:
-    payload = {"query": document, "variables": variables}
-    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
-
-
-async def receive(socket: aiohttp.ClientWebSocketResponse, within_s: float = 3) -> dict[str, Any]:
-    message = await socket.receive(timeout=within_s)
-    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
-    return dict(json.loads(message.data))
-
-
 def event(message: dict[str, Any]) -> tuple[Any, ...]:
     assert message["type"] == "next", message
     body = next(iter(message["payload"]["data"].values()))
@@ -78,8 +67,10 @@ async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: S
         graphql_socket(service) as bob,
         graphql_socket(service) as watcher,
     ):
-        await start(ann, "a", HOLD, place="doc:1", user="ann", session="t1", state={"x": 1})
-        first = await receive(ann)
+        await start_operation(
+            ann, "a", HOLD, place="doc:1", user="ann", session="t1", state={"x": 1}
+        )
+        first = await receive_message(ann)
         assert first["payload"]["data"]["placeSession"] == {
             "placeId": "doc:1",
             "userId": "ann",
@@ -87,16 +78,16 @@ async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: S
             "live": True,
             "endReason": None,
         }
-        await start(watcher, "w", WATCH, place="doc:1")
-        assert event(await receive(watcher)) == ("JOINED", "ann", "t1", {"x": 1})
-        await start(bob, "b", HOLD, place="doc:1", user="bob", session="t2")
-        await receive(bob)
-        assert event(await receive(watcher)) == ("JOINED", "bob", "t2", None)
+        await start_operation(watcher, "w", WATCH, place="doc:1")
+        assert event(await receive_message(watcher)) == ("JOINED", "ann", "t1", {"x": 1})
+        await start_operation(bob, "b", HOLD, place="doc:1", user="bob", session="t2")
+        await receive_message(bob)
+        assert event(await receive_message(watcher)) == ("JOINED", "bob", "t2", None)
         body = await graphql(
             service, SET_STATE, place="doc:1", user="bob", session="t2", state={"x": 5}
         )
         assert body["data"]["setPlaceState"]["state"] == {"x": 5}
-        assert event(await receive(watcher)) == ("UPDATED", "bob", "t2", {"x": 5})
+        assert event(await receive_message(watcher)) == ("UPDATED", "bob", "t2", {"x": 5})
         members = (await graphql(service, MEMBERS, place="doc:1"))["data"]["placeMembers"]
         assert (members["totalCount"], members["users"]) == (2, 2)
         assert [(n["userId"], n["state"]) for n in members["nodes"]] == [
@@ -104,9 +95,9 @@ async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: S
             ("ann", {"x": 1}),
         ]
         await ann.send_json({"id": "a", "type": "complete"})
-        assert event(await receive(watcher)) == ("LEFT", "ann", "t1", None)
+        assert event(await receive_message(watcher)) == ("LEFT", "ann", "t1", None)
         await bob.close()
-        assert event(await receive(watcher)) == ("LEFT", "bob", "t2", None)
+        assert event(await receive_message(watcher)) == ("LEFT", "bob", "t2", None)
     counts = await graphql(service, '{ placeCounts(placeIds: ["doc:1"]) { sessions users } }')
     assert counts["data"]["placeCounts"] == [{"sessions": 0, "users": 0}]
 
@@ -114,15 +105,15 @@ async def test_two_tabs_in_a_place_see_each_other_join_move_and_leave(service: S
 @EVERY_EVENTS_DEPLOYMENT
 async def test_a_place_session_ends_with_kicked_or_replaced(service: Service) -> None:
     async with graphql_socket(service) as first, graphql_socket(service) as second:
-        await start(first, "1", HOLD, place="lobby", user="ann", session="s")
-        await receive(first)
-        await start(second, "2", HOLD, place="lobby", user="ann", session="s")
-        await receive(second)
-        last = await receive(first)
+        await start_operation(first, "1", HOLD, place="lobby", user="ann", session="s")
+        await receive_message(first)
+        await start_operation(second, "2", HOLD, place="lobby", user="ann", session="s")
+        await receive_message(second)
+        last = await receive_message(first)
         assert last["payload"]["data"]["placeSession"]["endReason"] == "REPLACED"
-        assert (await receive(first))["type"] == "complete"
+        assert (await receive_message(first))["type"] == "complete"
         await graphql(service, 'mutation { kick(userId: "ann", sessionId: "s") { online } }')
-        last = await receive(second)
+        last = await receive_message(second)
         assert last["payload"]["data"]["placeSession"]["endReason"] == "KICKED"
     members = (await graphql(service, MEMBERS, place="lobby"))["data"]["placeMembers"]
     assert members["totalCount"] == 0
@@ -165,8 +156,8 @@ async def test_a_users_places_claim_says_where_they_may_go(
     assert error_codes(members) == expected
     assert error_codes(counts) == expected
     async with graphql_socket(secured, f"Bearer {token}") as socket:
-        await start(socket, "s", HOLD, place=place, session="t")
-        first = await receive(socket)
+        await start_operation(socket, "s", HOLD, place=place, session="t")
+        first = await receive_message(socket)
         if allowed:
             assert first["payload"]["data"]["placeSession"]["live"] is True
         else:
@@ -199,16 +190,18 @@ async def test_watchers_of_one_document_share_each_events_bytes_and_miss_no_join
         try:
             # Members join while the watchers subscribe: each ends with all of them, once.
             for i in range(5):
-                await start(holder, f"h{i}", HOLD, place="room", user=f"u{i}", session="s")
+                await start_operation(
+                    holder, f"h{i}", HOLD, place="room", user=f"u{i}", session="s"
+                )
                 if i < len(watchers):
-                    await start(watchers[i], "w", WATCH, place="room")
+                    await start_operation(watchers[i], "w", WATCH, place="room")
             for _ in range(5):
-                await receive(holder)
+                await receive_message(holder)
             seen = []
             for socket in watchers:
                 joined: set[str] = set()
                 while len(joined) < 5:
-                    kind, user, _, _ = event(await receive(socket))
+                    kind, user, _, _ = event(await receive_message(socket))
                     assert kind == "JOINED"
                     assert user not in joined
                     joined.add(user)
@@ -244,16 +237,16 @@ async def test_a_second_subscribe_of_a_known_document_is_still_refused_a_place_n
         graphql_socket(secured, f"Bearer {user_token('ann', places=['team:*'])}") as refused,
         graphql_socket(secured, f"Bearer {user_token('bob', places=['doc:*'])}") as allowed,
     ):
-        await start(backend, "w", WATCH, place="doc:1")
-        await start(backend, "h", HOLD, place="doc:1", user="cy", session="t")
-        messages = [await receive(backend), await receive(backend)]
+        await start_operation(backend, "w", WATCH, place="doc:1")
+        await start_operation(backend, "h", HOLD, place="doc:1", user="cy", session="t")
+        messages = [await receive_message(backend), await receive_message(backend)]
         watched = next(m for m in messages if m["id"] == "w")
         assert event(watched)[:2] == ("JOINED", "cy")
-        await start(refused, "w", WATCH, place="doc:1")
-        first = await receive(refused)
+        await start_operation(refused, "w", WATCH, place="doc:1")
+        first = await receive_message(refused)
         assert first["payload"]["errors"][0]["extensions"]["code"] == "FORBIDDEN"
-        await start(allowed, "w", WATCH, place="doc:1")
-        assert event(await receive(allowed))[:2] == ("JOINED", "cy")
+        await start_operation(allowed, "w", WATCH, place="doc:1")
+        assert event(await receive_message(allowed))[:2] == ("JOINED", "cy")
 
 
 async def test_a_place_session_its_resolver_holds_itself_lives_and_ends_alike(
@@ -264,20 +257,20 @@ async def test_a_place_session_its_resolver_holds_itself_lives_and_ends_alike(
     # same end.
     monkeypatch.setattr(OperationPipeline, "_subscribe_on_socket", OperationPipeline._stream)
     async with graphql_socket(service) as ann, graphql_socket(service) as watcher:
-        await start(watcher, "w", WATCH, place="room")
-        await start(ann, "a", HOLD, place="room", user="ann", session="t", state={"x": 1})
-        assert (await receive(ann))["payload"]["data"]["placeSession"]["live"] is True
-        assert event(await receive(watcher)) == ("JOINED", "ann", "t", {"x": 1})
+        await start_operation(watcher, "w", WATCH, place="room")
+        await start_operation(ann, "a", HOLD, place="room", user="ann", session="t", state={"x": 1})
+        assert (await receive_message(ann))["payload"]["data"]["placeSession"]["live"] is True
+        assert event(await receive_message(watcher)) == ("JOINED", "ann", "t", {"x": 1})
         await graphql(service, 'mutation { kick(userId: "ann", sessionId: "t") { online } }')
-        last = await receive(ann)
+        last = await receive_message(ann)
         assert last["payload"]["data"]["placeSession"]["endReason"] == "KICKED"
-        assert (await receive(ann))["type"] == "complete"
-        assert event(await receive(watcher)) == ("LEFT", "ann", "t", None)
-        await start(ann, "b", HOLD, place="room", user="ann", session="u")
-        await receive(ann)
-        assert event(await receive(watcher)) == ("JOINED", "ann", "u", None)
+        assert (await receive_message(ann))["type"] == "complete"
+        assert event(await receive_message(watcher)) == ("LEFT", "ann", "t", None)
+        await start_operation(ann, "b", HOLD, place="room", user="ann", session="u")
+        await receive_message(ann)
+        assert event(await receive_message(watcher)) == ("JOINED", "ann", "u", None)
         await ann.send_json({"id": "b", "type": "complete"})
-        assert event(await receive(watcher)) == ("LEFT", "ann", "u", None)
+        assert event(await receive_message(watcher)) == ("LEFT", "ann", "u", None)
 
 
 @pytest.mark.parametrize("deployment", ["one-redis", "three-shards"], indirect=True)
@@ -286,10 +279,12 @@ async def test_states_set_faster_than_20_a_second_through_two_services_are_merge
 ) -> None:
     services = [await aiohttp_client(create_app(deployment)) for _ in range(2)]
     async with graphql_socket(services[0]) as ann, graphql_socket(services[1]) as watcher:
-        await start(ann, "a", HOLD, place="doc:1", user="ann", session="t", state={"i": -1})
-        await receive(ann)
-        await start(watcher, "w", WATCH, place="doc:1")
-        assert event(await receive(watcher)) == ("JOINED", "ann", "t", {"i": -1})
+        await start_operation(
+            ann, "a", HOLD, place="doc:1", user="ann", session="t", state={"i": -1}
+        )
+        await receive_message(ann)
+        await start_operation(watcher, "w", WATCH, place="doc:1")
+        assert event(await receive_message(watcher)) == ("JOINED", "ann", "t", {"i": -1})
         for i in range(30):
             await graphql(
                 services[i % 2], SET_STATE, place="doc:1", user="ann", session="t", state={"i": i}
@@ -299,12 +294,12 @@ async def test_states_set_faster_than_20_a_second_through_two_services_are_merge
             assert members["data"]["placeMembers"]["nodes"][0]["state"] == {"i": i}
             if i == 1:  # the second state waits to be announced; a new watcher has it first
                 async with graphql_socket(services[0]) as late:
-                    await start(late, "l", WATCH, place="doc:1")
-                    assert event(await receive(late)) == ("JOINED", "ann", "t", {"i": 1})
+                    await start_operation(late, "l", WATCH, place="doc:1")
+                    assert event(await receive_message(late)) == ("JOINED", "ann", "t", {"i": 1})
         announced: list[int] = []
         ats: list[datetime] = []
         while not announced or announced[-1] != 29:
-            message = await receive(watcher)
+            message = await receive_message(watcher)
             kind, _, _, state = event(message)
             assert kind == "UPDATED"
             announced.append(state["i"])

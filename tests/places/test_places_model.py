@@ -16,7 +16,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -34,6 +33,7 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
 from tests.conftest import TEST_SETTINGS
+from tests.helpers import model_runs
 
 PLACES = ["doc", "lobby"]
 USERS = ["ann", "bob", "cy"]
@@ -209,18 +209,9 @@ class PlacesModel(RuleBasedStateMachine):
             assert count.users == page.users
 
 
-def runs(max_examples: int) -> settings:
-    return settings(
-        max_examples=max_examples,
-        stateful_step_count=20,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-
-
 def test_places_agree_with_the_model(redis_server: RedisServer) -> None:
     PlacesModel.redis_url = redis_server.url
-    run_state_machine_as_test(PlacesModel, settings=runs(max_examples=40))
+    run_state_machine_as_test(PlacesModel, settings=model_runs(max_examples=40))
 
 
 class ShardedPlacesModel(PlacesModel):
@@ -238,4 +229,4 @@ class ShardedPlacesModel(PlacesModel):
 )
 def test_sharded_places_agree_with_the_model(deployment: Settings) -> None:
     ShardedPlacesModel.deployment = deployment
-    run_state_machine_as_test(ShardedPlacesModel, settings=runs(max_examples=15))
+    run_state_machine_as_test(ShardedPlacesModel, settings=model_runs(max_examples=15))

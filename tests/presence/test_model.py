@@ -33,7 +33,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -79,7 +78,7 @@ from gql_presence.store.keys import Keys
 from gql_presence.store.replies import text
 from gql_presence.store.wire import FEED_KINDS
 from tests.conftest import TEST_SETTINGS
-from tests.helpers import OPENING_POINTS, PausingStore, cancel_hold_at
+from tests.helpers import OPENING_POINTS, PausingStore, cancel_hold_at, model_runs
 
 USERS = ["ann", "bob", "cy", "dee"]
 SESSIONS = ["default", "phone", "web"]
@@ -933,21 +932,11 @@ def follows(told: Told, kind: EventKind, now: Told) -> bool:
     return told[0] == online and told[1:] != now[1:]
 
 
-def runs(max_examples: int) -> settings:
-    """max_examples runs of 20 steps each, however long a step on real Redis takes."""
-    return settings(
-        max_examples=max_examples,
-        stateful_step_count=20,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-
-
 def test_store_agrees_with_the_model(redis_server: RedisServer) -> None:
     PresenceModel.redis_url = redis_server.url
     run_state_machine_as_test(
         PresenceModel,
-        settings=runs(max_examples=40),
+        settings=model_runs(max_examples=40),
     )
 
 
@@ -1012,5 +1001,5 @@ def test_sharded_store_agrees_with_the_model(deployment: Settings) -> None:
     ShardedModel.deployment = deployment
     run_state_machine_as_test(
         ShardedModel,
-        settings=runs(max_examples=20),
+        settings=model_runs(max_examples=20),
     )

@@ -41,7 +41,7 @@ from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
 from gql_presence.store.shard import unpack_options
 from tests import racer
 from tests.conftest import StoreFactory
-from tests.helpers import call_every_webhook_script
+from tests.helpers import call_every_script, call_every_webhook_script
 
 KEYS = Keys()
 
@@ -850,44 +850,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.choose_publish()
     sharded = store.sharded_events
     assert sharded == (request.node.callspec.params["deployment"] == "sharded-cluster")
-    users = [f"u{i}" for i in range(12)]
-    await store.add_friends("a", users)
-    await store.touch("a", "s")
-    await store.touch_many(users)
-    await store.kick("a", "s")
-    await store.kick("u1")
-    await store.presence_many(users)
-    await store.set_status("u1", ChosenStatus.AWAY)
-    await store.set_last_seen_visibility("u1", Visibility.FRIENDS)
-    await store.presence_many(users, reader="a")
-    await store.online_users()
-    await store.online_users(by_online_since=True)
-    await store.online_friends("a")
-    await store.active_in_range(ago(hours=1), datetime.now(UTC))
-    await store.weekly_stats()
-    await store.remove_friends("a", users[:6])
-    await store.sweep()
-    await store.take_token("backend:chat", 10, 10)
-    await store.persist_document("0" * 64, "{ __typename }")
-    await store.persisted_document("0" * 64)
-    await store.refresh_documents(["0" * 64])
-    held = [(await store.open_session(user, "tab")).held for user in users]
-    assert await store.renew_leases() == []
-    assert await store.check_sessions(held) == []
-    await store.session_revoked(held[0])
-    await store.close_session(held[0])
-    places = [f"doc{i}" for i in range(12)]
-    in_places = [(await store.open_place_session(p, "a", "tab")).held for p in places]
-    assert await store.check_sessions(in_places) == []
-    for x in range(2, 6):  # within 50 ms of the first: the last announced at the interval's end
-        await store.set_place_state(places[0], "a", "tab", {"x": x})
-    await store.flush_planned()
-    await store.place_members(places[0])
-    await store.place_counts(places)
-    await store.close_place_session(in_places[0])
-    await store.sweep()
-    await store.changes((await store.changes(None, 5)).end_cursor, 5)
-    await call_every_webhook_script(store)
+    await call_every_script(store)
     on_cluster = bool(deployment.redis_cluster_nodes)
     assert names == set(ScriptName) - (set() if on_cluster else {ScriptName.CHOOSE_PUBLISH})
     assert all(len(slots) == 1 for slots in slots_of_each_call)

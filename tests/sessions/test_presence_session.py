@@ -28,6 +28,8 @@ from tests.helpers import (
     eventually,
     feeds_above,
     graphql_socket,
+    receive_message,
+    start_operation,
     user_token,
 )
 
@@ -40,19 +42,6 @@ EVERYONE = f"subscription {{ presenceChanged(all: true) {{ {FIELDS} }} }}"
 @pytest.fixture
 async def service(aiohttp_client: ClientFactory, deployment: Settings, http_redis: Any) -> Service:
     return await aiohttp_client(create_app(deployment))
-
-
-async def start(
-    socket: aiohttp.ClientWebSocketResponse, operation_id: str, document: str, **variables: Any
-) -> None:
-    payload = {"query": document, "variables": variables}
-    await socket.send_json({"id": operation_id, "type": "subscribe", "payload": payload})
-
-
-async def receive(socket: aiohttp.ClientWebSocketResponse, within_s: float = 3) -> dict[str, Any]:
-    message = await socket.receive(timeout=within_s)
-    assert message.type is aiohttp.WSMsgType.TEXT, f"the socket ended: {message}"
-    return dict(json.loads(message.data))
 
 
 def data(message: dict[str, Any]) -> dict[str, Any]:
@@ -69,33 +58,35 @@ async def presence_online(service: Service, user: str) -> bool:
 @EVERY_EVENTS_DEPLOYMENT
 async def test_a_session_lives_with_its_subscription(service: Service) -> None:
     async with graphql_socket(service) as watcher, graphql_socket(service) as tab:
-        await start(watcher, "w", CHANGES, users=["alice"])
+        await start_operation(watcher, "w", CHANGES, users=["alice"])
         await eventually(feeds_above(service, 0), what="the watcher to subscribe")
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
-        first = data(await receive(tab))
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
+        first = data(await receive_message(tab))
         assert {k: first[k] for k in ("userId", "sessionId", "live", "endReason")} == {
             "userId": "alice",
             "sessionId": "tab-1",
             "live": True,
             "endReason": None,
         }
-        assert data(await receive(watcher))["kind"] == "ONLINE"
+        assert data(await receive_message(watcher))["kind"] == "ONLINE"
         assert await presence_online(service, "alice")
         await tab.send_json({"id": "s", "type": "complete"})
-        offline = data(await receive(watcher, within_s=SOON_S))  # not by the TTL
+        offline = data(await receive_message(watcher, within_s=SOON_S))  # not by the TTL
         assert (offline["kind"], offline["online"]) == ("OFFLINE", False)
         assert not await presence_online(service, "alice")
 
 
 async def test_a_closed_socket_ends_its_sessions_at_once(service: Service) -> None:
     async with graphql_socket(service) as watcher:
-        await start(watcher, "w", EVERYONE)
+        await start_operation(watcher, "w", EVERYONE)
         await eventually(feeds_above(service, 0), what="the watcher to subscribe")
         async with graphql_socket(service) as tab:
-            await start(tab, "s", SESSION, user="alice", session="tab-1")
-            assert data(await receive(tab))["live"]
-            assert data(await receive(watcher))["kind"] == "ONLINE"
-        assert data(await receive(watcher, within_s=SOON_S))["kind"] == "OFFLINE"  # not by the TTL
+            await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
+            assert data(await receive_message(tab))["live"]
+            assert data(await receive_message(watcher))["kind"] == "ONLINE"
+        assert (
+            data(await receive_message(watcher, within_s=SOON_S))["kind"] == "OFFLINE"
+        )  # not by the TTL
         assert service.app[HELD_SESSIONS].count == 0
 
 
@@ -103,21 +94,21 @@ async def test_a_closed_socket_ends_its_sessions_at_once(service: Service) -> No
 @EVERY_EVENTS_DEPLOYMENT
 async def test_a_kick_ends_the_subscription_and_the_socket_stays_open(service: Service) -> None:
     async with graphql_socket(service) as tab:
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
-        assert data(await receive(tab))["live"]
-        await start(tab, "w", CHANGES, users=["bob"])
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
+        assert data(await receive_message(tab))["live"]
+        await start_operation(tab, "w", CHANGES, users=["bob"])
         await graphql(service, 'mutation { kick(userId: "alice") { kickedSessions } }')
         started = time.monotonic()
-        last = data(await receive(tab, within_s=SOON_S))
+        last = data(await receive_message(tab, within_s=SOON_S))
         assert (last["live"], last["endReason"]) == (False, "KICKED")
-        assert await receive(tab, within_s=SOON_S) == {"id": "s", "type": "complete"}
+        assert await receive_message(tab, within_s=SOON_S) == {"id": "s", "type": "complete"}
         assert time.monotonic() - started < SOON_S  # ended by the kick, not by the TTL
         # The socket's other subscription goes on.
         await graphql(service, 'mutation { touch(userId: "bob") { online } }')
-        assert data(await receive(tab))["kind"] == "ONLINE"
+        assert data(await receive_message(tab))["kind"] == "ONLINE"
         # The kicked id is revoked.
-        await start(tab, "again", SESSION, user="alice", session="tab-1")
-        refused = await receive(tab)
+        await start_operation(tab, "again", SESSION, user="alice", session="tab-1")
+        refused = await receive_message(tab)
         assert refused["type"] in {"error", "next"}
         assert "SESSION_REVOKED" in json.dumps(refused)
         assert "presenceSession or placeSession a new sessionId" in json.dumps(refused)
@@ -129,10 +120,10 @@ async def test_openings_of_one_session_at_once_each_end_replaced_but_the_last(
     openings = 20
     async with graphql_socket(service) as socket:
         for i in range(openings):
-            await start(socket, str(i), SESSION, user="alice", session="tab-1")
+            await start_operation(socket, str(i), SESSION, user="alice", session="tab-1")
         received: dict[str, list[dict[str, Any]]] = {}
         while sum(m[-1]["type"] == "complete" for m in received.values()) < openings - 1:
-            message = await receive(socket)
+            message = await receive_message(socket)
             received.setdefault(message["id"], []).append(message)
         for messages in received.values():
             assert data(messages[0])["live"], messages
@@ -151,13 +142,13 @@ async def test_openings_of_one_session_at_once_each_end_replaced_but_the_last(
 
 async def test_a_second_opening_replaces_the_first(service: Service) -> None:
     async with graphql_socket(service) as first, graphql_socket(service) as second:
-        await start(first, "s", SESSION, user="alice", session="tab-1")
-        assert data(await receive(first))["live"]
-        await start(second, "s", SESSION, user="alice", session="tab-1")
-        assert data(await receive(second))["live"]
-        last = data(await receive(first))
+        await start_operation(first, "s", SESSION, user="alice", session="tab-1")
+        assert data(await receive_message(first))["live"]
+        await start_operation(second, "s", SESSION, user="alice", session="tab-1")
+        assert data(await receive_message(second))["live"]
+        last = data(await receive_message(first))
         assert (last["live"], last["endReason"]) == (False, "REPLACED")
-        assert await receive(first) == {"id": "s", "type": "complete"}
+        assert await receive_message(first) == {"id": "s", "type": "complete"}
         assert await presence_online(service, "alice")
 
 
@@ -167,16 +158,16 @@ async def test_end_users_hold_their_own_sessions_only(
     settings = dataclasses.replace(SECURED, redis_url=redis_server.url)
     service = await aiohttp_client(create_app(settings))
     async with graphql_socket(service, f"Bearer {user_token('alice')}") as tab:
-        await start(tab, "own", SESSION, session="tab-1")
-        assert data(await receive(tab))["userId"] == "alice"
-        await start(tab, "other", SESSION, user="bob", session="tab-1")
-        assert "FORBIDDEN" in json.dumps(await receive(tab))
-        assert await receive(tab) == {"id": "other", "type": "complete"}
-        await start(tab, "all", EVERYONE)
-        assert "FORBIDDEN" in json.dumps(await receive(tab))
+        await start_operation(tab, "own", SESSION, session="tab-1")
+        assert data(await receive_message(tab))["userId"] == "alice"
+        await start_operation(tab, "other", SESSION, user="bob", session="tab-1")
+        assert "FORBIDDEN" in json.dumps(await receive_message(tab))
+        assert await receive_message(tab) == {"id": "other", "type": "complete"}
+        await start_operation(tab, "all", EVERYONE)
+        assert "FORBIDDEN" in json.dumps(await receive_message(tab))
     async with graphql_socket(service, f"Bearer {BACKEND_TOKEN}") as backend:
-        await start(backend, "any", SESSION, user="bob", session="tab-1")
-        assert data(await receive(backend))["userId"] == "bob"
+        await start_operation(backend, "any", SESSION, user="bob", session="tab-1")
+        assert data(await receive_message(backend))["userId"] == "bob"
 
 
 # Ends of a subscription within the milliseconds of its opening: right away, after a few
@@ -188,7 +179,7 @@ OPENING_WINDOW_S = [0.0, 0.0002, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.01, 0.02,
 
 async def test_a_session_ended_while_it_opens_leaves_nothing_live(service: Service) -> None:
     async with graphql_socket(service) as watcher:
-        await start(watcher, "w", EVERYONE)
+        await start_operation(watcher, "w", EVERYONE)
         await eventually(feeds_above(service, 0), what="the watcher to subscribe")
         seen: list[tuple[str, str]] = []
         watching = asyncio.create_task(collect_kinds(watcher, seen))
@@ -197,13 +188,13 @@ async def test_a_session_ended_while_it_opens_leaves_nothing_live(service: Servi
             async with graphql_socket(service) as tab:
                 for i in range(10):
                     user = f"u{worker}-{i}"
-                    await start(tab, user, SESSION, user=user, session="tab")
+                    await start_operation(tab, user, SESSION, user=user, session="tab")
                     await asyncio.sleep(OPENING_WINDOW_S[(worker + i) % len(OPENING_WINDOW_S)])
                     await tab.send_json({"id": user, "type": "complete"})
             for i in range(10):
                 user = f"v{worker}-{i}"
                 async with graphql_socket(service) as tab:
-                    await start(tab, user, SESSION, user=user, session="tab")
+                    await start_operation(tab, user, SESSION, user=user, session="tab")
                     await asyncio.sleep(OPENING_WINDOW_S[(worker + i) % len(OPENING_WINDOW_S)])
 
         # Side by side, so that some replies are read late, as under load.
@@ -231,7 +222,7 @@ async def collect_kinds(
     socket: aiohttp.ClientWebSocketResponse, seen: list[tuple[str, str]]
 ) -> None:
     while True:
-        event = data(await receive(socket, within_s=60))
+        event = data(await receive_message(socket, within_s=60))
         seen.append((event["userId"], event["kind"]))
 
 
@@ -284,7 +275,7 @@ COMPLETE = '{"id":"s","type":"complete"}'
 
 async def test_the_messages_of_a_session_ended_by_a_kick_are_exact(service: Service) -> None:
     async with graphql_socket(service) as tab:
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
         first = exactly(await raw(tab), "s", userId="alice", sessionId="tab-1", live=True)
         assert first["endReason"] is None
         await graphql(service, 'mutation { kick(userId: "alice", sessionId: "tab-1") { online } }')
@@ -292,15 +283,15 @@ async def test_the_messages_of_a_session_ended_by_a_kick_are_exact(service: Serv
         assert await raw(tab) == COMPLETE
         assert service.app[HELD_SESSIONS].count == 0
         # The socket takes the same id again, for another session.
-        await start(tab, "s", SESSION, user="alice", session="tab-2")
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-2")
         exactly(await raw(tab), "s", sessionId="tab-2", live=True)
 
 
 async def test_the_messages_of_a_replaced_session_are_exact(service: Service) -> None:
     async with graphql_socket(service) as first, graphql_socket(service) as second:
-        await start(first, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(first, "s", SESSION, user="alice", session="tab-1")
         opened = exactly(await raw(first), "s", live=True)
-        await start(second, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(second, "s", SESSION, user="alice", session="tab-1")
         exactly(await raw(second), "s", live=True)
         last = exactly(await raw(first), "s", live=False, endReason="REPLACED")
         assert last["at"] >= opened["at"]
@@ -310,7 +301,7 @@ async def test_the_messages_of_a_replaced_session_are_exact(service: Service) ->
 
 async def test_a_completed_session_sends_nothing_more_and_goes_offline(service: Service) -> None:
     async with graphql_socket(service) as tab:
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
         exactly(await raw(tab), "s", live=True)
         await tab.send_json({"id": "s", "type": "complete"})
         await eventually(
@@ -329,7 +320,7 @@ async def test_a_completed_session_sends_nothing_more_and_goes_offline(service: 
 async def test_a_socket_closed_with_many_sessions_closes_every_one(service: Service) -> None:
     async with graphql_socket(service) as tab:
         for i in range(5):
-            await start(tab, f"s{i}", SESSION, user=f"u{i}", session="tab")
+            await start_operation(tab, f"s{i}", SESSION, user=f"u{i}", session="tab")
         for _ in range(5):
             assert json.loads(await raw(tab))["type"] == "next"
         assert service.app[HELD_SESSIONS].count == 5
@@ -345,7 +336,7 @@ async def test_a_session_whose_lease_is_lost_ends_with_an_error_next(
     settings = dataclasses.replace(deployment, connection_ttl_ms=300)
     service = await aiohttp_client(create_app(settings))
     async with graphql_socket(service) as tab:
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
         exactly(await raw(tab), "s", live=True)
         # The process's lease gone, as when it stood still past the TTL and was swept.
         await http_redis.delete(Keys.of_shard(shard_of("alice", settings.shards)).leases)
@@ -375,7 +366,7 @@ async def test_a_document_with_aliases_and_fragments_is_rendered_as_written(
     service: Service,
 ) -> None:
     async with graphql_socket(service) as tab:
-        await start(tab, "s", ALIASED, user="alice", session="tab-1")
+        await start_operation(tab, "s", ALIASED, user="alice", session="tab-1")
         assert await raw(tab) == (
             '{"id":"s","type":"next","payload":{"data":{"held":'
             '{"who":"alice","live":true,"endReason":null,"kind":"SessionState"}}}}'
@@ -397,7 +388,7 @@ async def test_a_held_session_keeps_no_task(service: Service) -> None:
         before = len(asyncio.all_tasks())
         for s, tab in enumerate(tabs):
             for i in range(per_socket):
-                await start(tab, f"s{i}", SESSION, user=f"u{s}-{i}", session="tab")
+                await start_operation(tab, f"s{i}", SESSION, user=f"u{s}-{i}", session="tab")
         for tab in tabs:
             for _ in range(per_socket):
                 assert json.loads(await raw(tab))["type"] == "next"
@@ -413,7 +404,7 @@ async def test_a_session_past_the_users_maximum_is_bad_input_and_held_nowhere(
     service = await aiohttp_client(create_app(dataclasses.replace(deployment, max_sessions=1)))
     await graphql(service, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
     async with graphql_socket(service) as tab:
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
         message = json.loads(await raw(tab))
         [error] = message["payload"]["errors"]
         assert error["extensions"]["code"] == "BAD_USER_INPUT", message
@@ -427,7 +418,7 @@ async def test_a_session_past_the_users_maximum_is_bad_input_and_held_nowhere(
 async def test_a_revoked_id_is_refused_as_before(service: Service) -> None:
     async with graphql_socket(service) as tab:
         await graphql(service, 'mutation { kick(userId: "alice", sessionId: "tab-1") { online } }')
-        await start(tab, "s", SESSION, user="alice", session="tab-1")
+        await start_operation(tab, "s", SESSION, user="alice", session="tab-1")
         text = await raw(tab)
         message = json.loads(text)
         assert text == json.dumps(message, separators=(",", ":"))

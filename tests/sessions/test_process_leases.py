@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis, RedisCluster
 
-from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import shard_of
 from gql_presence.store.keys import Keys
@@ -50,15 +49,6 @@ EVERYONE = f"subscription {{ presenceChanged(all: true) {{ {FIELDS} }} }}"
 # Held by the process that fails only, and by it and the other one (spread over the shards).
 ALONE = [f"solo-{i}" for i in range(6)]
 SHARED = [f"both-{i}" for i in range(3)]
-
-
-@pytest.fixture
-async def flushed_redis(redis_server: RedisServer) -> AsyncIterator[Redis]:
-    """The session's Redis 6.2, emptied, and a client of it to look at the leases."""
-    client = redis_client(redis_server.url)
-    await client.flushall()
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

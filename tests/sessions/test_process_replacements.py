@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 
-from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
 from tests.helpers import (
     BACKEND_TOKEN,
@@ -44,11 +43,10 @@ EVERYONE = "subscription { presenceChanged(all: true) { userId kind sessionId } 
 
 
 @pytest.fixture
-async def services(redis_server: RedisServer, tmp_path: Path) -> AsyncIterator[list[Running]]:
+async def services(
+    flushed_redis: Redis, redis_server: RedisServer, tmp_path: Path
+) -> AsyncIterator[list[Running]]:
     """Two processes on one emptied Redis with two shards and a lease TTL of TTL_S."""
-    client: Redis = redis_client(redis_server.url)
-    await client.flushall()
-    await client.aclose()
     started = await start_services(
         2,
         tmp_path,
