@@ -55,14 +55,34 @@ local function fill_looks(events, looks)
 end
 
 -- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says.
+-- Returns, by the index of each event kept, its message of one event: the entry's JSON with
+-- the entry's id (digits and a dash, nothing to escape) added, so that it is encoded once.
 local function keep_in_feed(feed, events)
+  local messages, kept = {}, false
   for i = 1, #events, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
     if FEED_KINDS[kind] or kind == '' then
       events[i + 11] = kind == '' and version_of(feed, user_id) or next_version(feed, user_id)
-      events[i + 12] = feed_append(feed, 'u', {unpack(events, i, i + 11)})
+      local entry = cjson.encode({unpack(events, i, i + 11)})
+      local id = feed_append(feed, 'u', entry)
+      events[i + 12] = id
+      messages[i] = string.sub(entry, 1, -2) .. ',"' .. id .. '"]'
+      kept = true
     end
   end
+  if kept then feed_cap(feed) end
+  return messages
+end
+
+-- The message of all `events`: made from their messages of one event (keep_in_feed's
+-- `ones`) when each has one, else encoded.
+local function all_of(events, ones)
+  local inner = {}
+  for i = 1, #events, EVENT_FIELDS do
+    if not ones[i] then return cjson.encode(events) end
+    inner[#inner + 1] = string.sub(ones[i], 2, -2)
+  end
+  return #inner == 1 and ones[1] or '[' .. table.concat(inner, ',') .. ']'
 end
 
 -- Announces many changes, in order: for scripts that change many users. A user's events are
@@ -74,8 +94,8 @@ local function announce_all(channel, events, looks)
   local n = #events
   if n == 0 then return end
   fill_looks(events, looks)
-  if channel[4] then keep_in_feed(channel[4], events) end
-  local message = cjson.encode(events)
+  local ones = channel[4] and keep_in_feed(channel[4], events) or {}
+  local message = all_of(events, ones)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then
     redis.call(publish, user_prefix .. events[2], message)
@@ -84,8 +104,9 @@ local function announce_all(channel, events, looks)
     for i = 1, n, EVENT_FIELDS do
       local user_id = events[i + 1]
       if events[i + EVENT_FIELDS + 1] ~= user_id then
-        local own = {unpack(events, first, i + EVENT_FIELDS - 1)}
-        redis.call(publish, user_prefix .. user_id, cjson.encode(own))
+        local own = first == i and ones[i]
+          or cjson.encode({unpack(events, first, i + EVENT_FIELDS - 1)})
+        redis.call(publish, user_prefix .. user_id, own)
         first = i + EVENT_FIELDS
       end
     end

@@ -9,7 +9,8 @@
 -- end users see, such as a custom status hidden from them or shown again): a backend's read
 -- of the feed skips them, while an end user's replay shows them as the live event would.
 -- Events that are no change of presence (REPLACED, REVOKED, FRIENDS) are not kept.
--- Trimmed to about feed_max_changes by each append, and to the retention (entries older than
+-- Trimmed to about feed_max_changes by each script call that appends (feed_cap, once after
+-- its appends: the trim's check is then paid once per call, not once per change), and to the retention (entries older than
 -- feed_retention_ms) by the sweep (lua/sweep.lua, every process's sweep interval): both
 -- approximately (whole nodes of the stream), which bounds the work. A read of the feed skips
 -- what is older than the retention, so the sweep's lag shows only in memory.
@@ -26,10 +27,15 @@ local function feed_of(shard)
     version_ms = math.max(shard.retention_ms, shard.feed_retention_ms)}
 end
 
--- Appends an entry of `field` ("u" or "p") with `values`, trimming the feed to about its
--- length; returns its id.
-local function feed_append(feed, field, values)
-  return redis.call('XADD', feed.key, 'MAXLEN', '~', feed.max_changes, '*', field, cjson.encode(values))
+-- Appends an entry of `field` ("u" or "p") with `entry`, its values as JSON; returns its id.
+-- The script then calls feed_cap.
+local function feed_append(feed, field, entry)
+  return redis.call('XADD', feed.key, '*', field, entry)
+end
+
+-- Trims the feed to about its length, once after a script call's appends.
+local function feed_cap(feed)
+  redis.call('XTRIM', feed.key, 'MAXLEN', '~', feed.max_changes)
 end
 
 -- Trims the feed to its retention before `now`, approximately (the sweep's).

@@ -96,11 +96,14 @@ local PLACE_FIELDS = 9
 -- Keeps the place's changes in the feed, then announces them.
 local function announce_place(place, events)
   if #events == 0 then return end
+  local kept = false
   for i = 1, #events, PLACE_FIELDS do
     if FEED_KINDS[events[i]] then
-      events[i + 8] = feed_append(place.feed, 'p', {unpack(events, i, i + 7)})
+      events[i + 8] = feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}))
+      kept = true
     end
   end
+  if kept then feed_cap(place.feed) end
   redis.call(place.publish, place.channel, cjson.encode(events))
 end
 
