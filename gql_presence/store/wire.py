@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from gql_presence.store.days import from_ms
-from gql_presence.store.models import CustomStatus, PlaceMember
+from gql_presence.store.models import ChangeKind, CustomStatus, PlaceMember
 
 
 class EventKind(StrEnum):
@@ -29,18 +29,7 @@ class EventKind(StrEnum):
     REVOKED = "REVOKED"
 
 
-class ChangeKind(StrEnum):
-    """The kinds of change the feed keeps (lua/includes/feed.lua FEED_KINDS)."""
-
-    ONLINE = "ONLINE"
-    OFFLINE = "OFFLINE"
-    KICKED = "KICKED"
-    STATUS = "STATUS"
-    JOINED = "JOINED"
-    UPDATED = "UPDATED"
-    LEFT = "LEFT"
-
-
+# The kinds the feed keeps (lua/includes/feed.lua FEED_KINDS).
 FEED_KINDS = frozenset(ChangeKind)
 
 
