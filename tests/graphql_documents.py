@@ -18,6 +18,7 @@ import graphql
 from graphql import (
     ArgumentNode,
     DocumentNode,
+    FieldNode,
     GraphQLInputType,
     GraphQLList,
     GraphQLNonNull,
@@ -373,10 +374,17 @@ def _tokens(document: str) -> int:
 
 
 def depth(selection_set: SelectionSetNode | None) -> int:
+    """Levels of fields, as the service's depth limit counts them: an inline fragment's
+    selections are at the level of the fragment."""
     if selection_set is None:
         return 0
     return 1 + max(
-        (depth(getattr(s, "selection_set", None)) for s in selection_set.selections), default=0
+        (
+            depth(nested) - (not isinstance(s, FieldNode))
+            for s in selection_set.selections
+            if (nested := getattr(s, "selection_set", None)) is not None
+        ),
+        default=0,
     )
 
 

@@ -178,12 +178,13 @@ async def test_documents_of_several_operations_are_answered_without_a_fault(
 @settings(max_examples=100, deadline=None)
 @given(document=OPERATIONS)
 def test_generated_documents_are_well_within_the_limits(document: str) -> None:
-    """hypothesis-graphql writes no aliases and, on this schema, shallow documents; lists of
-    ids are unbounded in principle but short in practice, so the `assume` above rarely
-    skips one."""
+    """hypothesis-graphql writes shallow documents, and aliases only where the members of a
+    union select one field name of different types (the feed's `Change`: `kind`, `version`,
+    `sessionId`); lists of ids are unbounded in principle but short in practice, so the
+    `assume` above rarely skips one."""
     (operation,) = graphql.parse(document).definitions
     assert isinstance(operation, OperationDefinitionNode)
-    assert aliases(operation.selection_set) == 0
+    assert aliases(operation.selection_set) <= len(("kind", "version", "sessionId"))
     assert depth(operation.selection_set) <= 4
     assert within_limits(document)
 
