@@ -44,6 +44,7 @@ from gql_presence.running.redis_server import free_port
 from gql_presence.store import (
     ChosenStatus,
     EventKind,
+    Granularity,
     HeldPlaceSession,
     HeldSession,
     OpenedSession,
@@ -921,6 +922,12 @@ async def call_every_script(store: PresenceStore) -> None:
     now = datetime.now(UTC)
     await store.active_in_range(now - timedelta(hours=1), now)
     await store.weekly_stats()
+    await store.touch_many(users[:3], at=now - timedelta(days=2))
+    await store.analytics.activity(now - timedelta(days=3), now, Granularity.HOUR)
+    await store.analytics.activity(now - timedelta(days=3), now, Granularity.WEEK)
+    await store.analytics.retention(now.date() - timedelta(days=3), 2, 2, Granularity.DAY)
+    await store.analytics.retention(now.date(), 1, 1, Granularity.HOUR)
+    await store.analytics.stickiness(None, 7)
     await store.remove_friends("a", users[:6])
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")

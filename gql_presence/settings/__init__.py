@@ -84,6 +84,10 @@ class Settings:
     # many it keeps at most per shard: whichever is less.
     feed_retention_ms: int = 3600 * MS_PER_SECOND
     feed_max_changes: int = 1_000_000
+    # How long hourly activity is kept, and weekly, monthly and first-day activity (daily
+    # activity is kept for retention_ms): what activity, retention and stickiness can count.
+    hourly_ms: int = 14 * DAY_MS
+    analytics_ms: int = 400 * DAY_MS
     # A connection-bound session (presenceSession) ends this long after its process's last
     # lease renewal when the process stops renewing; the process renews three times per TTL.
     connection_ttl_ms: int = 30 * MS_PER_SECOND
@@ -257,6 +261,8 @@ class Settings:
             revoke_ms=revoke_ms,
             feed_retention_ms=feed_retention_ms,
             feed_max_changes=count(env, "PRESENCE_FEED_MAX_CHANGES", 1_000_000),
+            hourly_ms=duration_ms(env, "PRESENCE_HOURLY_DAYS", 14, DAY_MS),
+            analytics_ms=duration_ms(env, "PRESENCE_ANALYTICS_DAYS", 400, DAY_MS),
             connection_ttl_ms=duration_ms(
                 env, "PRESENCE_CONNECTION_TTL_SECONDS", 30, MS_PER_SECOND
             ),

@@ -27,6 +27,10 @@ class StoreSettings(Protocol):
     @property
     def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts
     @property
+    def hourly_ms(self) -> int: ...  # how long hourly activity is kept
+    @property
+    def analytics_ms(self) -> int: ...  # how long weekly, monthly and first-day activity is kept
+    @property
     def cursor_secret(self) -> str | None: ...  # keys page cursors' tags; None: Redis's
     @property
     def empty_place_ttl_ms(self) -> int: ...  # how long an emptied place's sequence is kept

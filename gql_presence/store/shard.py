@@ -111,6 +111,8 @@ OPTION_NUMBERS = (
     "empty_place_ttl_ms",
     "feed_retention_ms",
     "feed_max_changes",
+    "hourly_ms",
+    "analytics_ms",
 )
 OPTION_NAMES = (
     "publish",
@@ -139,6 +141,11 @@ OPTION_NAMES = (
     "place_channel_prefix",
     "feed",
     "version_prefix",
+    "hour_prefix",
+    "week_prefix",
+    "month_prefix",
+    "first_day_prefix",
+    "first_days",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -259,6 +266,8 @@ class Shard:
                     ),
                     "feed_retention_ms": settings.feed_retention_ms,
                     "feed_max_changes": settings.feed_max_changes,
+                    "hourly_ms": settings.hourly_ms,
+                    "analytics_ms": settings.analytics_ms,
                     "publish": publish or "",
                     "channel": self.channels.every_user(publish or Publish.CLASSIC),
                     "user_channel_prefix": self.channels.user_events(""),
@@ -285,6 +294,11 @@ class Shard:
                     "place_channel_prefix": self.channels.place_events(""),
                     "feed": k.feed,
                     "version_prefix": k.version(""),
+                    "hour_prefix": k.hour(""),
+                    "week_prefix": k.week(""),
+                    "month_prefix": k.month(""),
+                    "first_day_prefix": k.first_day(""),
+                    "first_days": k.first_days,
                 }
             )
         return self._options

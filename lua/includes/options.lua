@@ -7,13 +7,14 @@
 local function shard_options(packed)
   local o = {}
   o.window_ms, o.retention_ms, o.revoke_ms, o.max_sessions, o.empty_place_ttl_ms,
-    o.feed_retention_ms, o.feed_max_changes,
+    o.feed_retention_ms, o.feed_max_changes, o.hourly_ms, o.analytics_ms,
     o.publish, o.channel, o.user_channel_prefix, o.sessions_prefix, o.status_prefix,
     o.extras_prefix, o.since, o.invisible, o.hidden, o.status_expiries, o.away_expiries,
     o.conn_prefix, o.revoked_prefix, o.lease_owners, o.lease_next, o.lease_users_prefix,
     o.lease_bits_prefix, o.lease_places_prefix, o.lease_members_prefix, o.place_members_prefix,
     o.place_holders_prefix, o.place_states_prefix, o.place_users_prefix, o.place_channel_prefix,
-    o.feed, o.version_prefix =
-    struct.unpack('>ddddddd' .. string.rep('Bc0', 26), packed)
+    o.feed, o.version_prefix, o.hour_prefix, o.week_prefix, o.month_prefix, o.first_day_prefix,
+    o.first_days =
+    struct.unpack('>ddddddddd' .. string.rep('Bc0', 31), packed)
   return o
 end
