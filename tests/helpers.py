@@ -923,6 +923,7 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.active_in_range(now - timedelta(hours=1), now)
     await store.weekly_stats()
     await store.touch_many(users[:3], at=now - timedelta(days=2))
+    await store.analytics.record_peak(3)
     await store.analytics.activity(now - timedelta(days=3), now, Granularity.HOUR)
     await store.analytics.activity(now - timedelta(days=3), now, Granularity.WEEK)
     await store.analytics.retention(now.date() - timedelta(days=3), 2, 2, Granularity.DAY)

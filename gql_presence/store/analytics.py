@@ -8,13 +8,14 @@ the sum of the shards' figures."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from enum import StrEnum
 from zoneinfo import ZoneInfo
 
-from gql_presence.store.days import DAY_MS, day_start_ms, from_ms, local_date, to_ms
+from gql_presence.store.days import DAY_MS, day_start_ms, from_ms, local_date, local_now_ms, to_ms
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName
@@ -27,6 +28,8 @@ MAX_STICKY_DAYS = 90
 # The most bitmaps one activity_periods call reads: a call holds Redis for well under a ms
 # per hundred bitmaps of a million users.
 KEYS_PER_CALL = 400
+# The most days of hourly peaks one peaks call reads.
+PEAK_DAYS_PER_CALL = 100
 # Dates whose periods, and the periods before and after them, are calendar dates.
 FIRST_DATE = date(1971, 1, 1)
 LAST_DATE = date(9998, 12, 31)
@@ -192,6 +195,7 @@ class Analytics:
         self._shards = shards
         settings = shards[0].settings
         self._zone = settings.stats_zone
+        self._analytics_ms = settings.analytics_ms
         # How long after its start a period's bitmaps (and the first-day bitmaps of its days,
         # and for an hour those of its day's earlier hours) are all still kept.
         self._kept_ms = {
@@ -232,8 +236,12 @@ class Analytics:
                 total = figures.setdefault(start_ms, [0, 0, 0])
                 for i, value in enumerate(values):
                     total[i] += value
+        peaks = await self._peaks({d for p in counted for d in p.days()}, now_ms)
         rows = []
         for period in periods:
+            peak_online, peak_at = 0, None
+            if self._counted(period, now_ms):
+                peak_online, peak_at = peaks.peak(period.start_ms, calendar.after(period).start_ms)
             active, returning, new = figures.get(period.start_ms, [0, 0, 0])
             if not self._counted(period, now_ms):
                 active = returning = new = 0
@@ -247,11 +255,54 @@ class Analytics:
                     returning_users=returning,
                     resurrected_users=active - returning - new,
                     dormant_users=active_before - returning,
-                    peak_online=0,
-                    peak_at=None,
+                    peak_online=peak_online,
+                    peak_at=None if peak_at is None else from_ms(peak_at),
                 )
             )
         return rows
+
+    async def record_peak(self, online: int) -> None:
+        """Records `online`, the users online now as the sweep of every shard counted them,
+        into the peak of the hour: the sweeper does after each sweep, every second or so."""
+        if online <= 0:
+            return
+        shard = self._shards[0]
+        hour = Calendar(Granularity.HOUR, self._zone).holding(local_now_ms())
+        after = day_start_ms(hour.first + timedelta(days=1), self._zone)
+        await shard.run(
+            ScriptName.RECORD_PEAK,
+            named(peaks=shard.keys.peaks(hour.first.isoformat())),
+            named(
+                hour_ms=hour.start_ms,
+                hour_end_ms=hour.start_ms + HOUR_MS,
+                online=online,
+                keep_until_ms=after + self._analytics_ms,
+            ),
+        )
+
+    async def _peaks(self, days: Iterable[date], now_ms: int) -> Peaks:
+        """The hourly peaks of the days still kept among these."""
+        shard = self._shards[0]
+        kept = sorted(
+            d.isoformat()
+            for d in days
+            if day_start_ms(d, self._zone) + DAY_MS + self._analytics_ms > now_ms
+        )
+        calls = [
+            named(peaks=[shard.keys.peaks(label) for label in kept[i : i + PEAK_DAYS_PER_CALL]])
+            for i in range(0, len(kept), PEAK_DAYS_PER_CALL)
+        ]
+        replies = await asyncio.gather(*(shard.run(ScriptName.PEAKS, c, named()) for c in calls))
+        hours: dict[int, tuple[int, int]] = {}
+        for reply in replies:
+            at = 0
+            while at < len(reply):
+                fields, at = int(reply[at]), at + 1
+                for _ in range(fields):
+                    count, when = _text(reply[at + 1]).split()
+                    hours[int(_text(reply[at]))] = (int(count), int(when))
+                    at += 2
+        return Peaks(hours)
 
     async def _activity_of(
         self, shard: Shard, calendar: Calendar, periods: Sequence[Period], now_ms: int
@@ -413,6 +464,30 @@ class Analytics:
             named(days=days),
         )
         return [int(n) for n in reply]
+
+
+class Peaks:
+    """Hourly peaks online, by the hour's start (ms): (count, when first reached, ms)."""
+
+    def __init__(self, hours: dict[int, tuple[int, int]]) -> None:
+        self._starts = sorted(hours)
+        self._hours = hours
+
+    def peak(self, start_ms: int, end_ms: int) -> tuple[int, int | None]:
+        """The highest peak of the hours in [start_ms, end_ms), and when it was first reached;
+        (0, None) when nobody was online."""
+        first = bisect.bisect_left(self._starts, start_ms)
+        last = bisect.bisect_left(self._starts, end_ms)
+        best: tuple[int, int | None] = (0, None)
+        for hour in self._starts[first:last]:
+            count, when = self._hours[hour]
+            if count > best[0] or (count == best[0] and best[1] is not None and when < best[1]):
+                best = (count, when)
+        return best
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def check_dates(first: date, last: date) -> None:

@@ -241,11 +241,11 @@ class Keys:
         ms: once no kept bitmap can hold its bit."""
         return self.prefix + "uidx:cooling"
 
-    @property
-    def peaks(self) -> str:
+    def peaks(self, label: str) -> str:
         """HASH hour start (ms) -> "count at_ms": the most users online at once in each hour
-        of the stats time zone, and when (shard 0 only; lua/record_peak.lua)."""
-        return self.prefix + "peaks"
+        of that day (YYYY-MM-DD) of the stats time zone, and when it was first reached (shard
+        0 only; lua/record_peak.lua); kept PRESENCE_ANALYTICS_DAYS after the day."""
+        return self.prefix + "peaks:" + label
 
     def rate_bucket(self, caller: str) -> str:
         """HASH: a caller's token bucket for rate limiting (see lua/take_token.lua)."""

@@ -40,6 +40,8 @@ class ScriptName(StrEnum):
     ACTIVITY_PERIODS = "activity_periods"
     RETENTION = "retention"
     STICKINESS = "stickiness"
+    RECORD_PEAK = "record_peak"
+    PEAKS = "peaks"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
     OPEN_SESSION = "open_session"
