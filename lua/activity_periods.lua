@@ -6,18 +6,16 @@
   KEYS[2]  seen     bitmap, deleted before returning: in "hours", the first-timers of the
                     day active in its hours counted so far
   KEYS[3]  before   bitmap of the period before the first (read only if ARGV[2] is 1)
-  KEYS[4..]  bitmaps  "periods": the n periods' bitmaps, oldest first, then the first-day
-                    bitmaps of each period in turn (ARGV[3..] say how many each).
+  KEYS[4..]  bitmaps  "periods": the n periods' bitmaps, oldest first, then as many of the
+                    users first active in each (first-day, first-week or first-month).
                     "hours": the first-day bitmap of the day, then its hours', oldest first
   ARGV[1]  mode            "periods" (days, weeks, months) or "hours" (every hour of one day)
   ARGV[2]  before_counted  0|1: 0 when the period before is outside what is kept (empty)
-  ARGV[3..] firsts         "periods": per period, how many of its days' first-day bitmaps follow
   Returns  {active_before, then per period: active, returning, new}: active in it, in it and
            the one before, and first active in it (for an hour: first active that day, and
            not in the day's earlier hours)
-  Work     per period a few BITOP/BITCOUNT over bitmaps of (highest user index / 8) bytes,
-           and a BITCOUNT per first-day bitmap; the store sends at most a day's hours or 62
-           periods per call
+  Work     per period a few BITOP/BITCOUNT over bitmaps of (highest user index / 8) bytes;
+           the store sends at most a day's hours or 200 periods per call
 ]]
 local scratch_key, seen_key, before_key = KEYS[1], KEYS[2], KEYS[3]
 local hours = ARGV[1] == 'hours'
@@ -45,18 +43,12 @@ if hours then
     seen, previous = now_seen, hour_key
   end
 else
-  local n = #ARGV - 2
-  local next_first = 4 + n
+  local n = (#KEYS - 3) / 2
   for i = 1, n do
     local key = KEYS[3 + i]
     reply[#reply + 1] = redis.call('BITCOUNT', key)
     reply[#reply + 1] = previous and count_and(key, previous) or 0
-    local new = 0
-    for j = next_first, next_first + tonumber(ARGV[2 + i]) - 1 do
-      new = new + redis.call('BITCOUNT', KEYS[j])
-    end
-    reply[#reply + 1] = new
-    next_first = next_first + tonumber(ARGV[2 + i])
+    reply[#reply + 1] = redis.call('BITCOUNT', KEYS[3 + n + i])
     previous = key
   end
 end

@@ -5,15 +5,16 @@
   KEYS[1]  cohort   bitmap, deleted before returning: the cohort's users
   KEYS[2]  scratch  bitmap, deleted before returning
   KEYS[3..]  bitmaps  the cohort's bitmaps (ARGV[2] of them), then the bitmaps of the periods
-                    after it, in order. "periods": the first-day bitmaps of the cohort's days.
-                    "hours": the first-day bitmap of the hour's day, the hour's bitmap, then
-                    the bitmaps of the day's earlier hours
+                    after it, in order. "periods": the users first active in the cohort's
+                    period (a first-day, first-week or first-month bitmap). "hours": the
+                    first-day bitmap of the hour's day, the hour's bitmap, then the bitmaps of
+                    the day's earlier hours
   ARGV[1]  mode     "periods" (days, weeks, months) or "hours"
   ARGV[2]  cohort_keys  int: how many of KEYS[3..] make the cohort
   Returns  {size, retained_1, retained_2, ...}: the cohort's users, and how many of them are
            in each period's bitmap given after it
   Work     a BITOP per cohort key, and a BITOP and a BITCOUNT per period after it, over
-           bitmaps of (highest user index / 8) bytes; at most 52 periods and 31 days a call
+           bitmaps of (highest user index / 8) bytes; at most 52 periods and 25 hours a call
 ]]
 local cohort_key, scratch_key = KEYS[1], KEYS[2]
 local hours = ARGV[1] == 'hours'

@@ -25,9 +25,9 @@ HOUR_MS = 3_600_000
 MAX_PERIODS = 744
 MAX_COHORTS = 52
 MAX_STICKY_DAYS = 90
-# The most bitmaps one activity_periods call reads: a call holds Redis for well under a ms
+# The most periods one activity_periods call counts: a call holds Redis for well under a ms
 # per hundred bitmaps of a million users.
-KEYS_PER_CALL = 400
+PERIODS_PER_CALL = 200
 # The most days of hourly peaks one peaks call reads.
 PEAK_DAYS_PER_CALL = 100
 # Dates whose periods, and the periods before and after them, are calendar dates.
@@ -96,6 +96,14 @@ class Period:
             return date(self.first.year + (month == 1), month, 1)
         return self.first + timedelta(days=1)
 
+    def first_key(self, keys: Keys) -> str:
+        """The bitmap of the users first active in it (for an hour: in its day)."""
+        if self.granularity is Granularity.WEEK:
+            return keys.first_week(self.first.isoformat())
+        if self.granularity is Granularity.MONTH:
+            return keys.first_month(self.first.isoformat()[:7])
+        return keys.first_day(self.first.isoformat())
+
     def key(self, keys: Keys) -> str:
         """Its bitmap."""
         if self.granularity is Granularity.HOUR:
@@ -109,8 +117,8 @@ class Period:
 
 @dataclass(frozen=True)
 class _Call:
-    """One activity_periods call: its periods (the first is `first`), and for days, weeks
-    and months the first-day bitmaps of their days (for hours: of the day)."""
+    """One activity_periods call: its periods (the first is `first`), and the bitmaps of the
+    users first active in each (for hours: in the day)."""
 
     first: Period
     periods: Sequence[Period]
@@ -196,11 +204,11 @@ class Analytics:
         settings = shards[0].settings
         self._zone = settings.stats_zone
         self._analytics_ms = settings.analytics_ms
-        # How long after its start a period's bitmaps (and the first-day bitmaps of its days,
-        # and for an hour those of its day's earlier hours) are all still kept.
+        # How long after its start a period's bitmaps are all still kept: its own and that of
+        # the users first active in it (for an hour: in its day, and its day's earlier hours).
         self._kept_ms = {
-            Granularity.HOUR: HOUR_MS + min(settings.hourly_ms, settings.analytics_ms),
-            Granularity.DAY: DAY_MS + min(settings.retention_ms, settings.analytics_ms),
+            Granularity.HOUR: HOUR_MS + min(settings.hourly_ms, settings.retention_ms),
+            Granularity.DAY: DAY_MS + settings.retention_ms,
             Granularity.WEEK: DAY_MS + settings.analytics_ms,
             Granularity.MONTH: DAY_MS + settings.analytics_ms,
         }
@@ -318,17 +326,9 @@ class Analytics:
                 begun = [p for p in hours if p.start_ms <= now_ms]
                 calls.append(_Call(first, begun, [k.first_day(day.isoformat())]))
         else:
-            chunk: list[Period] = []
-            firsts: list[str] = []
-            for period in periods:
-                days = period.days()
-                if chunk and len(chunk) + len(firsts) + len(days) > KEYS_PER_CALL:
-                    calls.append(_Call(chunk[0], chunk, firsts))
-                    chunk, firsts = [], []
-                chunk.append(period)
-                firsts.extend(k.first_day(d.isoformat()) for d in days)
-            if chunk:
-                calls.append(_Call(chunk[0], chunk, firsts))
+            for at in range(0, len(periods), PERIODS_PER_CALL):
+                chunk = periods[at : at + PERIODS_PER_CALL]
+                calls.append(_Call(chunk[0], chunk, [p.first_key(k) for p in chunk]))
         replies = await asyncio.gather(
             *(self._periods_call(shard, calendar, call, now_ms) for call in calls)
         )
@@ -363,7 +363,6 @@ class Analytics:
             named(
                 mode="hours" if hours else "periods",
                 before_counted=int(self._counted(before, now_ms)),
-                firsts=[] if hours else [len(p.days()) for p in chunk],
             ),
         )
         return [int(n) for n in reply]
@@ -418,7 +417,7 @@ class Analytics:
             cohort = [k.first_day(head.first.isoformat()), head.key(k)]
             cohort += [p.key(k) for p in earlier]
         else:
-            cohort = [k.first_day(d.isoformat()) for d in head.days()]
+            cohort = [head.first_key(k)]
         later = [p.key(k) for p in row[1:] if p.start_ms <= now_ms]
         reply = await shard.run(
             ScriptName.RETENTION,

@@ -226,8 +226,16 @@ class Keys:
 
     def first_day(self, label: str) -> str:
         """Bitmap: bit i is set when that day (YYYY-MM-DD) is the first on which the user
-        with index i was active; kept PRESENCE_ANALYTICS_DAYS after it."""
+        with index i was active; kept as long as `day`'s."""
         return self.prefix + "first:" + label
+
+    def first_week(self, monday: str) -> str:
+        """Bitmap as first_day's, of the week that starts on that Monday; kept as `week`'s."""
+        return self.prefix + "firstw:" + monday
+
+    def first_month(self, label: str) -> str:
+        """Bitmap as first_day's, of the month (YYYY-MM); kept as `month`'s."""
+        return self.prefix + "firstm:" + label
 
     @property
     def first_days(self) -> str:

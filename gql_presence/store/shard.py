@@ -145,6 +145,8 @@ OPTION_NAMES = (
     "week_prefix",
     "month_prefix",
     "first_day_prefix",
+    "first_week_prefix",
+    "first_month_prefix",
     "first_days",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
@@ -298,6 +300,8 @@ class Shard:
                     "week_prefix": k.week(""),
                     "month_prefix": k.month(""),
                     "first_day_prefix": k.first_day(""),
+                    "first_week_prefix": k.first_week(""),
+                    "first_month_prefix": k.first_month(""),
                     "first_days": k.first_days,
                 }
             )

@@ -31,9 +31,10 @@ end
 -- Monday, YYYY-MM-DD) and of the month (YYYY-MM), all in the stats time zone, named by the
 -- prefixes of `shard` (hour_prefix, week_prefix, month_prefix: the hash tag of KEYS); and
 -- each user's first active day: a u16 per bit index in `shard.first_days` (days since
--- 1970-01-01; 0: never active), with a bitmap per day of the users first active on it
--- (first_day_prefix). Each is kept until its period's end plus hourly_ms (hours),
--- retention_ms (days) or analytics_ms (the rest), and an hour more for a DST change.
+-- 1970-01-01; 0: never active), with a bitmap per day, week and month of the users first
+-- active in it (first_day_prefix, first_week_prefix, first_month_prefix). Each is kept until
+-- its period's end plus hourly_ms (hours), retention_ms (days) or analytics_ms (weeks and
+-- months), and an hour more for a DST change.
 local HOUR_MS, DAY_MS = 3600000, 86400000
 
 -- Days since 1970-01-01 of the date 'YYYY-MM-DD', and the date of a day number: Howard
@@ -71,24 +72,36 @@ local function periods_of(shard, days, boundaries, t_ms)
     day = days[day], day_end = boundaries[day + 1]}
 end
 
--- The rest of p, worked out only when some bit in it is new: the day's number and first-day
--- bitmap, and `kept`: each period's bitmap with the moment it expires.
+-- The labels of the week (its Monday) and month holding day number n.
+local function week_and_month(n)
+  local label = day_label(n)
+  return day_label(n - (n + 3) % 7), string.sub(label, 1, 7) -- 1970-01-01 was a Thursday
+end
+
+-- The rest of p, worked out only when some bit in it is new: the day's number, `kept`: each
+-- period's bitmap with the moment it expires, and `firsts`: the first-day, first-week and
+-- first-month bitmaps likewise.
 local function more_periods(p)
   if p.kept then return p end
   local shard, label = p.shard, string.sub(p.day, -10)
   local n = day_number(label)
-  local weekday = (n + 3) % 7 -- 0 on a Monday: 1970-01-01 was a Thursday
+  local weekday = (n + 3) % 7
+  local week, month = week_and_month(n)
   local y, m = tonumber(string.sub(label, 1, 4)), tonumber(string.sub(label, 6, 7))
   local next_month = m == 12 and string.format('%04d-01-01', y + 1) or string.format('%04d-%02d-01', y, m + 1)
-  local days_left = day_number(next_month) - n - 1
-  local analytics_ms = shard.analytics_ms + HOUR_MS
-  p.number, p.first = n, shard.first_day_prefix .. label
-  p.first_expiry = p.day_end + analytics_ms
+  local week_end = p.day_end + (6 - weekday) * DAY_MS + shard.analytics_ms + HOUR_MS
+  local month_end = p.day_end + (day_number(next_month) - n - 1) * DAY_MS + shard.analytics_ms + HOUR_MS
+  p.number = n
   p.kept = {
     {p.hour, p.hour_end + shard.hourly_ms + HOUR_MS},
     {p.day, p.day_end + shard.retention_ms},
-    {shard.week_prefix .. day_label(n - weekday), p.day_end + (6 - weekday) * DAY_MS + analytics_ms},
-    {shard.month_prefix .. string.sub(label, 1, 7), p.day_end + days_left * DAY_MS + analytics_ms},
+    {shard.week_prefix .. week, week_end},
+    {shard.month_prefix .. month, month_end},
+  }
+  p.firsts = {
+    {shard.first_day_prefix .. label, p.day_end + shard.retention_ms},
+    {shard.first_week_prefix .. week, week_end},
+    {shard.first_month_prefix .. month, month_end},
   }
   return p
 end
@@ -110,8 +123,14 @@ local function set_bits(key, indexes)
   return fresh
 end
 
--- Records the users whose bit indexes are given as first active on p's day, where they were
--- never active before it (or only later: a backfilled time moves their first day back).
+-- Clears a bit of a bitmap, if it is still kept (a key made by SETBIT would never expire).
+local function clear_bit(key, index)
+  if redis.call('EXISTS', key) == 1 then redis.call('SETBIT', key, index, 0) end
+end
+
+-- Records the users whose bit indexes are given as first active on p's day (and in its week
+-- and month), where they were never active before it (or only later: a backfilled time moves
+-- their first day back, out of the bitmaps of the day, week and month it was in).
 local function mark_first_day(shard, p, indexes)
   local newcomers = {}
   for first, last in chunks(#indexes) do
@@ -125,7 +144,12 @@ local function mark_first_day(shard, p, indexes)
       local day = days[i - first + 1]
       if day == 0 or day > p.number then
         newcomers[#newcomers + 1] = indexes[i]
-        if day > 0 then redis.call('SETBIT', shard.first_day_prefix .. day_label(day), indexes[i], 0) end
+        if day > 0 then
+          local week, month = week_and_month(day)
+          clear_bit(shard.first_day_prefix .. day_label(day), indexes[i])
+          clear_bit(shard.first_week_prefix .. week, indexes[i])
+          clear_bit(shard.first_month_prefix .. month, indexes[i])
+        end
       end
     end
   end
@@ -134,8 +158,10 @@ local function mark_first_day(shard, p, indexes)
     args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], p.number
     return k + 4
   end)
-  set_bits(p.first, newcomers)
-  redis.call('PEXPIREAT', p.first, p.first_expiry)
+  for _, first in ipairs(p.firsts) do
+    set_bits(first[1], newcomers)
+    redis.call('PEXPIREAT', first[1], first[2])
+  end
 end
 
 -- Marks the users whose bit indexes are given active in the periods p (periods_of): their

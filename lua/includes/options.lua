@@ -14,7 +14,7 @@ local function shard_options(packed)
     o.lease_bits_prefix, o.lease_places_prefix, o.lease_members_prefix, o.place_members_prefix,
     o.place_holders_prefix, o.place_states_prefix, o.place_users_prefix, o.place_channel_prefix,
     o.feed, o.version_prefix, o.hour_prefix, o.week_prefix, o.month_prefix, o.first_day_prefix,
-    o.first_days =
-    struct.unpack('>ddddddddd' .. string.rep('Bc0', 31), packed)
+    o.first_week_prefix, o.first_month_prefix, o.first_days =
+    struct.unpack('>ddddddddd' .. string.rep('Bc0', 33), packed)
   return o
 end

@@ -134,17 +134,21 @@ async def test_retention_and_stickiness_match_the_reference(
 async def test_a_backfilled_activity_moves_a_users_first_day_back(store: PresenceStore) -> None:
     now = datetime.now(UTC)
     await store.touch_many(["ann"], at=now - timedelta(days=2))
-    await store.touch_many(["ann"], at=now - timedelta(days=4))
-    days = await store.analytics.activity(now - timedelta(days=5), now, Granularity.DAY)
+    await store.touch_many(["ann"], at=now - timedelta(days=33))
+    days = await store.analytics.activity(now - timedelta(days=34), now, Granularity.DAY)
     new = [p.new_users for p in days]
     assert sum(new) == 1
     assert [p.active_users for p in days] == [
         int(p.start <= now - timedelta(days=2) < p.start + timedelta(days=1))
-        or int(p.start <= now - timedelta(days=4) < p.start + timedelta(days=1))
+        or int(p.start <= now - timedelta(days=33) < p.start + timedelta(days=1))
         for p in days
     ]
     first_active = next(p for p in days if p.active_users)
     assert first_active.new_users == 1
+    for granularity in (Granularity.WEEK, Granularity.MONTH):
+        periods = await store.analytics.activity(now - timedelta(days=70), now, granularity)
+        holding = [p for p in periods if p.start <= now - timedelta(days=33)][-1]
+        assert [p.new_users for p in periods] == [int(p is holding) for p in periods]
 
 
 async def test_periods_outside_what_is_kept_count_zero(make_store: StoreFactory) -> None:
