@@ -107,7 +107,7 @@ if n == 0 then return 0 end
 
 -- Their bit indexes, handing out free ones, then new ones, to users seen first, in order.
 local indexes = read_in_chunks('HMGET', index_key, users)
-local missing = {}
+local missing, assigned = {}, {}
 for i = 1, n do
   if not indexes[i] then missing[#missing + 1] = i end
 end
@@ -123,12 +123,13 @@ if #missing > 0 then
       next_index = next_index + 1
     end
   end
+  for _, i in ipairs(missing) do assigned[indexes[i]] = true end
   call_chunked('HSET', index_key, nil, #missing, function(args, k, j)
     args[k + 1], args[k + 2] = users[missing[j]], indexes[missing[j]]
     return k + 2
   end)
 end
-mark_periods(shard, periods_of(shard, {KEYS[6], KEYS[7], KEYS[8]}, boundaries, t_ms), indexes)
+mark_periods(shard, periods_of(shard, {KEYS[6], KEYS[7], KEYS[8]}, boundaries, t_ms), indexes, assigned)
 if ARGV[7] ~= '' then
   call_chunked('ZADD', last_seen_key, 'LT', n, function(args, k, i)
     args[k + 1], args[k + 2] = -t_ms, users[i]

@@ -8,14 +8,14 @@ local DEFAULT_SESSION = 'default'
 -- user's online entry alone, its last activity being the entry's expiry minus the window. So
 -- touching the default session of many users creates no key per user.
 
--- The user's bit index in the day bitmaps, handing out a free one to a user seen first.
+-- The user's bit index in the day bitmaps, handing out a free one to a user seen first;
+-- and whether it was handed out now.
 local function user_index(index_key, next_key, free_key, user_id)
   local index = redis.call('HGET', index_key, user_id)
-  if not index then
-    index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
-    redis.call('HSET', index_key, user_id, index)
-  end
-  return index
+  if index then return index, false end
+  index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
+  redis.call('HSET', index_key, user_id, index)
+  return index, true
 end
 
 -- Which of the consecutive days whose boundaries (ms) are given holds `t_ms`; nil if none.
@@ -130,25 +130,29 @@ end
 
 -- Records the users whose bit indexes are given as first active on p's day (and in its week
 -- and month), where they were never active before it (or only later: a backfilled time moves
--- their first day back, out of the bitmaps of the day, week and month it was in).
-local function mark_first_day(shard, p, indexes)
-  local newcomers = {}
-  for first, last in chunks(#indexes) do
+-- their first day back, out of the bitmaps of the day, week and month it was in). An index
+-- in `assigned` was handed out in this call: its first day is none, with no need to read it.
+local function mark_first_day(shard, p, indexes, assigned)
+  local newcomers, known = {}, {}
+  for _, index in ipairs(indexes) do
+    if assigned[index] then newcomers[#newcomers + 1] = index else known[#known + 1] = index end
+  end
+  for first, last in chunks(#known) do
     local args, n = {}, 0
     for i = first, last do
-      args[n + 1], args[n + 2], args[n + 3] = 'GET', 'u16', '#' .. indexes[i]
+      args[n + 1], args[n + 2], args[n + 3] = 'GET', 'u16', '#' .. known[i]
       n = n + 3
     end
     local days = redis.call('BITFIELD', shard.first_days, unpack(args, 1, n))
     for i = first, last do
       local day = days[i - first + 1]
       if day == 0 or day > p.number then
-        newcomers[#newcomers + 1] = indexes[i]
+        newcomers[#newcomers + 1] = known[i]
         if day > 0 then
           local week, month = week_and_month(day)
-          clear_bit(shard.first_day_prefix .. day_label(day), indexes[i])
-          clear_bit(shard.first_week_prefix .. week, indexes[i])
-          clear_bit(shard.first_month_prefix .. month, indexes[i])
+          clear_bit(shard.first_day_prefix .. day_label(day), known[i])
+          clear_bit(shard.first_week_prefix .. week, known[i])
+          clear_bit(shard.first_month_prefix .. month, known[i])
         end
       end
     end
@@ -165,18 +169,22 @@ local function mark_first_day(shard, p, indexes)
 end
 
 -- Marks the users whose bit indexes are given active in the periods p (periods_of): their
--- bits in its hour, day, week and month, and their first day. The hour's bits come first:
--- one set already means the rest are set too (every write sets them together), so a user
--- active again within the hour costs one command.
-local function mark_periods(shard, p, indexes)
+-- bits in its hour, day, week and month, and their first day (`assigned`: the indexes handed
+-- out in this call, as mark_first_day). The hour's bits come first, then the day's: one set
+-- already means the rest are set too (every write sets them together, and a user active on a
+-- day has a first day no later), so a user active again within the hour costs one command,
+-- and within the day two.
+local function mark_periods(shard, p, indexes, assigned)
   local fresh = set_bits(p.hour, indexes)
   if #fresh == 0 then return end
-  more_periods(p)
-  for i, kept in ipairs(p.kept) do
-    if i > 1 then set_bits(kept[1], fresh) end
-    redis.call('PEXPIREAT', kept[1], kept[2])
+  redis.call('PEXPIREAT', p.hour, p.hour_end + shard.hourly_ms + HOUR_MS)
+  fresh = set_bits(p.day, fresh)
+  if #fresh == 0 then return end
+  for i, kept in ipairs(more_periods(p).kept) do
+    if i > 2 then set_bits(kept[1], fresh) end
+    if i > 1 then redis.call('PEXPIREAT', kept[1], kept[2]) end
   end
-  mark_first_day(shard, p, fresh)
+  mark_first_day(shard, p, fresh, assigned)
 end
 
 -- ORs a bitmap of users' bits into the periods p: a lease's users, active while it held
@@ -218,8 +226,8 @@ end
 -- user's bit in the bitmaps of the periods holding t_ms (mark_periods) and their lastSeen
 -- (which never moves backwards).
 local function mark_activity(keys, user_id, t_ms, boundaries, shard)
-  local index = user_index(keys.index, keys.next, keys.free, user_id)
-  mark_periods(shard, periods_of(shard, keys.days, boundaries, t_ms), {index})
+  local index, assigned = user_index(keys.index, keys.next, keys.free, user_id)
+  mark_periods(shard, periods_of(shard, keys.days, boundaries, t_ms), {index}, {[index] = assigned})
   redis.call('ZADD', keys.last_seen, 'LT', -t_ms, user_id)
 end
 
