@@ -201,6 +201,17 @@ class Keys:
         """SET of the user's friends' ids: those who live in this key's shard."""
         return self.prefix + "friends:" + user_id
 
+    def online_time(self, day: int | str) -> str:
+        """STRING of a u16 per user index (BITFIELD u16 #index): the 2-second units the user
+        was online on the day, `day` days after 1970-01-01 in the stats time zone
+        (lua/includes/online_time.lua)."""
+        return self.prefix + "ot:" + str(day)
+
+    def period_lengths(self, hour: int | str) -> str:
+        """HASH n, ms, and log bucket -> count: the online periods that ended in the hour,
+        `hour` hours after the epoch (lua/includes/online_time.lua)."""
+        return self.prefix + "op:" + str(hour)
+
     def day(self, label: str) -> str:
         """Bitmap: bit i is set when the user with index i was active that day (YYYY-MM-DD)."""
         return self.prefix + "day:" + label

@@ -1,4 +1,5 @@
 --- @include "connections"
+--- @include "online_time"
 -- A user's status: what they chose, their custom status, who may see their lastSeen, and
 -- what their live sessions say (idle or not). Kept in the keys that store/keys.py names (in
 -- the hash tag of every script's KEYS): a script that reads or announces statuses passes
@@ -198,7 +199,12 @@ local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
 end
 
+-- Records that the user went offline: their onlineSince goes, and is kept for the event
+-- that ends their online period (end_periods, includes/online_time.lua).
 local function went_offline(statuses, user_id)
+  local since = redis.call('ZSCORE', since_key(statuses), user_id)
+  if not since then return end
+  statuses.period_starts[user_id] = -tonumber(since)
   redis.call('ZREM', since_key(statuses), user_id)
 end
 
@@ -268,8 +274,9 @@ end
 -- announce_all's `looks`, includes/events.lua).
 local function statuses_of(names, online_key, window_ms, now, leases)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases}
+    leases = leases, period_starts = {}}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
+  statuses.end_periods = function(events, size) end_periods(names, statuses.period_starts, events, size) end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
   statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
