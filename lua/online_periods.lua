@@ -1,10 +1,11 @@
 --[[
-  online_periods: the online periods that ended in some hours: how many, their lengths summed,
-  and how many fell in each log bucket (includes/online_time.lua).
+  online_periods: the online periods that ended in some hours and UTC days: how many, their
+  lengths summed, and how many fell in each log bucket (includes/online_time.lua).
 
-  KEYS[1..]  hours  HASH  op:<hour> of each hour asked for: n, ms, and bucket -> count
-  Returns  {count, length_ms_summed, bucket_0, ..., bucket_260}: summed over the hours
-  Work     one HGETALL per hour, each of at most 263 fields
+  KEYS[1..]  periods  HASH  op:<hour> or op:d<day> of each hour and day asked for (none
+                            overlapping another): n, ms, and bucket -> count
+  Returns  {count, length_ms_summed, bucket_0, ..., bucket_260}: summed over the keys
+  Work     one HGETALL per key, each of at most 263 fields
 ]]
 --- @include "online_time"
 local reply = {0, 0}

@@ -1,22 +1,25 @@
 --[[
   online_time: how long each of some users was online on each of some consecutive days.
 
-  KEYS[1]     user_index  HASH    user_id -> bit index (includes/activity.lua)
-  KEYS[2]     since       ZSET    member=user_id  score=-(when their online period began, ms)
-  KEYS[3]     online      ZSET    member=user_id  score=newest live session's expiry, ms, or a
-                                  held score (includes/live.lua)
-  KEYS[4]     leases      ZSET    member=slot  score=the moment the lease lapses, ms
-  KEYS[5..]   days        STRING  ot:<day> of each day asked for, oldest first: a u16 per user
-                                  index, 2-second units (includes/online_time.lua)
+  KEYS[1]  user_index  HASH  user_id -> bit index (includes/activity.lua)
+  KEYS[2]  since       ZSET  member=user_id  score=-(when their online period began, ms)
+  KEYS[3]  online      ZSET  member=user_id  score=newest live session's expiry, ms, or a held
+                             score (includes/live.lua)
+  KEYS[4]  leases      ZSET  member=slot  score=the moment the lease lapses, ms
   ARGV[1]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
-                  deployment's options and the shard's names that this script reads: zone
+                  deployment's options and the shard's names that this script reads:
+                  online_time_prefix (the keys ot:<span>:<block> of includes/online_time.lua
+                  are named from it and the users' indexes, in the hash tag of KEYS)
   ARGV[2]  first_day  int: the first day's number (days since 1970-01-01 in the stats zone)
-  ARGV[3..]  user_ids  string
-  Returns  {ms, ...}: for each user in order, for each day in order, the ms they were online
-           that day: what ended periods left in the day's counter, and the part of their
-           current period (from onlineSince to now, or to the moment an expired presence not
-           swept yet ended) that lies in the day, counted in the same 2-second units
-  Work     one BITFIELD GET per day with one GET per user, and a few reads per user
+  ARGV[3]  day_count  int: how many days, 1 to 92
+  ARGV[4..]  user_ids  string
+  Returns  {units, from_ms, to_ms, ...}: for each user in order, their days' counters in hex
+           (a u16 big-endian per day, 2-second units, day_count of them; "" when all are 0),
+           and their current period (from onlineSince to now, or to the moment an
+           expired presence not swept yet ended; from_ms -1 for none), which the counters do
+           not hold yet
+  Work     one GETRANGE per user for each span of SPAN_DAYS days the days touch, and three
+           reads of all the users
 ]]
 --- @include "clock"
 --- @include "live"
@@ -25,56 +28,51 @@
 local shard = shard_options(ARGV[1])
 local index_key, since_key, online_key = KEYS[1], KEYS[2], KEYS[3]
 local leases = lease_book(KEYS[4])
-local first_day = tonumber(ARGV[2])
-local day_count = #KEYS - 4
-local user_count = #ARGV - 2
+local first_day, day_count = tonumber(ARGV[2]), tonumber(ARGV[3])
+local last_day = first_day + day_count - 1
+local user_ids = {unpack(ARGV, 4)}
 
 local now = now_ms()
-local zone = zone_of(shard.zone)
-local user_ids = {unpack(ARGV, 3)}
-local indexes = user_count > 0 and redis.call('HMGET', index_key, unpack(user_ids)) or {}
+local indexes = #user_ids > 0 and redis.call('HMGET', index_key, unpack(user_ids)) or {}
+local zeros = string.rep('\0', 2 * day_count)
+-- Hex, for a reply that is text: the service's Redis clients decode every reply as UTF-8.
+local HEX = {}
+for byte = 0, 255 do HEX[string.char(byte)] = string.format('%02x', byte) end
 
--- The users with an index, each read by one GET of the day's BITFIELD.
-local gets, indexed = {}, {}
-for i = 1, user_count do
-  if indexes[i] then
-    gets[#gets + 1], gets[#gets + 2], gets[#gets + 3] = 'GET', 'u16', '#' .. indexes[i]
-    indexed[#indexed + 1] = i
+-- A user's counters over the days: one GETRANGE per span, zeros where nothing was kept.
+local function units_of(index)
+  local block, at = math.floor(index / BLOCK_USERS), (index % BLOCK_USERS) * SPAN_DAYS
+  local parts = {}
+  for span = math.floor(first_day / SPAN_DAYS), math.floor(last_day / SPAN_DAYS) do
+    local from = math.max(first_day, span * SPAN_DAYS) - span * SPAN_DAYS
+    local to = math.min(last_day, span * SPAN_DAYS + SPAN_DAYS - 1) - span * SPAN_DAYS
+    local key = shard.online_time_prefix .. span .. ':' .. block
+    local got = redis.call('GETRANGE', key, 2 * (at + from), 2 * (at + to) + 1)
+    parts[#parts + 1] = got .. string.rep('\0', 2 * (to - from + 1) - #got)
   end
+  local units = table.concat(parts)
+  if units == zeros then return '' end
+  return (string.gsub(units, '.', HEX))
 end
 
+local sinces = #user_ids > 0 and redis.call('ZMSCORE', since_key, unpack(user_ids)) or {}
+local expiries = #user_ids > 0 and redis.call('ZMSCORE', online_key, unpack(user_ids)) or {}
 local reply = {}
-for i = 1, user_count * day_count do reply[i] = 0 end
-if #gets > 0 then
-  for d = 1, day_count do
-    local units = redis.call('BITFIELD', KEYS[4 + d], unpack(gets))
-    for j, i in ipairs(indexed) do
-      reply[(i - 1) * day_count + d] = units[j] * UNIT_MS
-    end
-  end
-end
-
--- The current period of each user online (or whose expiry the sweep has not seen yet).
-local starts = {}
-for d = 0, day_count do starts[d + 1] = day_start(zone, first_day + d) end
-for i = 1, user_count do
-  local since = redis.call('ZSCORE', since_key, user_ids[i])
-  local expiry = since and tonumber(redis.call('ZSCORE', online_key, user_ids[i]))
+for i in ipairs(user_ids) do
+  local index = tonumber(indexes[i])
+  reply[#reply + 1] = index and units_of(index) or ''
+  local since = sinces[i]
+  local expiry = since and tonumber(expiries[i])
+  local from, to = -1, -1
   if expiry then
-    local from, to = -tonumber(since), now
+    from, to = -tonumber(since), now
     local slot = held_slot(expiry)
     if slot == nil then
       to = math.min(expiry, now)
     elseif slot > 0 and not slot_live(leases, slot, now) then
       to = math.min(lapse_of(leases, slot) or now, now)
     end
-    for d = 1, day_count do
-      local a, b = math.max(from, starts[d]), math.min(to, starts[d + 1])
-      if a < b then
-        local at = (i - 1) * day_count + d
-        reply[at] = reply[at] + (math.floor(b / UNIT_MS) - math.floor(a / UNIT_MS)) * UNIT_MS
-      end
-    end
   end
+  reply[#reply + 1], reply[#reply + 2] = from, to
 end
 return reply

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import math
+import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from gql_presence.store.days import day_number, to_ms
+from gql_presence.store.days import day_number, day_start_ms, to_ms
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, by_shard, named
@@ -18,6 +19,8 @@ from gql_presence.store.validation import check_ids
 MAX_USERS = 1000
 MAX_DAYS = 92
 HOUR_MS = 3_600_000
+# Online time is counted in 2-second units of the clock (lua/includes/online_time.lua).
+UNIT_MS = 2000
 MAX_HOURS = MAX_DAYS * 24
 # As lua/includes/online_time.lua buckets lengths (ms): bucket b holds (RATIO^(b-1), RATIO^b].
 RATIO = 1.1
@@ -125,21 +128,37 @@ class OnlineTime:
     async def _shard_time(
         self, shard: Shard, user_ids: list[str], start: date, count: int
     ) -> dict[str, list[int]]:
+        """Each user's ms online on each day: what ended periods left (2-second units), and
+        the part of their current period in the day, counted in the same units."""
         k = shard.keys
-        first = day_number(start)
         reply = await shard.run(
             ScriptName.ONLINE_TIME,
+            named(user_index=k.user_index, since=k.online_since, online=k.online, leases=k.leases),
             named(
-                user_index=k.user_index,
-                since=k.online_since,
-                online=k.online,
-                leases=k.leases,
-                days=[k.online_time(first + d) for d in range(count)],
+                shard=shard.options,
+                first_day=day_number(start),
+                day_count=count,
+                user_ids=user_ids,
             ),
-            named(shard=shard.options, first_day=first, user_ids=user_ids),
         )
-        values = [int(v) for v in reply]
-        return {u: values[i * count : (i + 1) * count] for i, u in enumerate(user_ids)}
+        zone = shard.settings.stats_zone
+        starts = [day_start_ms(start + timedelta(days=d), zone) for d in range(count + 1)]
+        ms_of = {}
+        for i, user_id in enumerate(user_ids):
+            units, since, until = reply[3 * i], int(reply[3 * i + 1]), int(reply[3 * i + 2])
+            hex_units = units.decode() if isinstance(units, bytes) else units
+            ms = (
+                [u * UNIT_MS for u in struct.unpack(f">{count}H", bytes.fromhex(hex_units))]
+                if hex_units
+                else [0] * count
+            )
+            if since >= 0:
+                for d in range(count):
+                    a, b = max(since, starts[d]), min(until, starts[d + 1])
+                    if a < b:
+                        ms[d] += (b // UNIT_MS - a // UNIT_MS) * UNIT_MS
+            ms_of[user_id] = ms
+        return ms_of
 
     async def online_periods(self, start: datetime, end: datetime) -> PeriodLengths:
         """The online periods that ended in the hours overlapping [start, end]."""
@@ -147,15 +166,27 @@ class OnlineTime:
         replies = await asyncio.gather(
             *(
                 shard.run(
-                    ScriptName.ONLINE_PERIODS,
-                    named(hours=[shard.keys.period_lengths(h) for h in hours]),
-                    named(),
+                    ScriptName.ONLINE_PERIODS, named(periods=_period_keys(shard, hours)), named()
                 )
                 for shard in self._shards
             )
         )
         totals = [sum(int(r[i]) for r in replies) for i in range(LAST_BUCKET + 3)]
         return period_lengths(totals[0], totals[1], totals[2:])
+
+
+def _period_keys(shard: Shard, hours: list[int]) -> list[str]:
+    """The keys of these consecutive hours: a UTC day's for each whole day among them, an
+    hour's for the rest."""
+    keys, hour = [], hours[0]
+    while hour <= hours[-1]:
+        if hour % 24 == 0 and hour + 23 <= hours[-1]:
+            keys.append(shard.keys.period_lengths_by_day(hour // 24))
+            hour += 24
+        else:
+            keys.append(shard.keys.period_lengths(hour))
+            hour += 1
+    return keys
 
 
 def period_lengths(count: int, length_ms: int, buckets: Sequence[int]) -> PeriodLengths:

@@ -292,7 +292,7 @@ class Shard:
                     "feed": k.feed,
                     "version_prefix": k.version(""),
                     "user_index": k.user_index,
-                    "online_time_prefix": k.online_time(""),
+                    "online_time_prefix": k.online_time(),
                     "period_lengths_prefix": k.period_lengths(""),
                     "zone": packed_zone(settings.stats_zone, local_now_ms()),
                 }

@@ -1,17 +1,26 @@
 -- Online time and online periods, kept as a user's online period ends (an OFFLINE, or a KICKED
 -- that leaves them offline) and read by lua/online_time.lua and lua/online_periods.lua. Given
 -- the names of its keys, which store/keys.py makes (in the hash tag of the script's KEYS):
---   ot:<day>   STRING  for each day of the stats time zone (<day>: days since 1970-01-01 there),
---                      a u16 per user index (BITFIELD u16 at #index): the 2-second units the
---                      user was online that day. Kept analytics_ms after the day ends.
+--   ot:<span>:<block>  STRING  the 2-second units users were online on each day: a u16 (BITFIELD
+--                      u16 #position) per user and day, for the SPAN_DAYS days of span <span>
+--                      (days since 1970-01-01 in the stats time zone, over SPAN_DAYS) and the
+--                      BLOCK_USERS bit indexes of block <block> (index over BLOCK_USERS); a
+--                      user's days next to each other (position = index in the block *
+--                      SPAN_DAYS + day in the span), so that their days are read with one
+--                      GETRANGE a span. Kept analytics_ms after the span's last day ends.
+--                      Made whole at its first write, so that Redis allocates it once, at its
+--                      size, rather than doubling it as it grows.
 --   op:<hour>  HASH    for each hour (<hour>: hours since the epoch), the online periods that
 --                      ended in it: n (how many), ms (their lengths summed, ms) and, per log
 --                      bucket b (bucket_of), how many. Kept analytics_ms after the hour ends.
+--   op:d<day>  HASH    the same for each UTC day (<day>: days since the epoch), so that a long
+--                      range is read a day at a time, and only its ends an hour at a time.
 -- A period's time on a day is counted as the 2-second ticks of the clock it holds, so that the
 -- parts of a period cut at midnight add up to the whole, and a day's total is never more than
 -- one unit from the exact sum of its periods' parts.
 
 local DAY_MS, HOUR_MS, UNIT_MS = 86400000, 3600000, 2000
+local SPAN_DAYS, BLOCK_USERS = 32, 1024
 -- Bucket b holds lengths in (RATIO^(b-1), RATIO^b] ms (bucket 0: up to 1 ms); the last holds
 -- everything longer. Each bucket's geometric middle is within 4.9% of every length in it.
 local RATIO, LAST_BUCKET = 1.1, 260
@@ -74,20 +83,27 @@ local function record_period(names, zone, index, start_ms, end_ms)
       local to = math.min(end_ms, next_start)
       local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
       if units > 0 then
-        local key = names.online_time_prefix .. day
-        redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. index, units)
-        redis.call('PEXPIREAT', key, next_start + keep_ms)
+        local span, block = math.floor(day / SPAN_DAYS), math.floor(index / BLOCK_USERS)
+        local key = names.online_time_prefix .. span .. ':' .. block
+        if redis.call('EXISTS', key) == 0 then
+          redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS * SPAN_DAYS))
+        end
+        local position = (index % BLOCK_USERS) * SPAN_DAYS + day % SPAN_DAYS
+        redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. position, units)
+        redis.call('PEXPIREAT', key, day_start(zone, (span + 1) * SPAN_DAYS) + keep_ms)
       end
       from, day = to, day + 1
     end
   end
-  local hour = math.floor(end_ms / HOUR_MS)
-  local key = names.period_lengths_prefix .. hour
-  local length_ms = end_ms - start_ms
-  redis.call('HINCRBY', key, 'n', 1)
-  redis.call('HINCRBY', key, 'ms', length_ms)
-  redis.call('HINCRBY', key, bucket_of(length_ms), 1)
-  redis.call('PEXPIREAT', key, (hour + 1) * HOUR_MS + keep_ms)
+  local length_ms, bucket = end_ms - start_ms, bucket_of(end_ms - start_ms)
+  local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
+  for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
+    local key = names.period_lengths_prefix .. key_end[1]
+    redis.call('HINCRBY', key, 'n', 1)
+    redis.call('HINCRBY', key, 'ms', length_ms)
+    redis.call('HINCRBY', key, bucket, 1)
+    redis.call('PEXPIREAT', key, key_end[2] + keep_ms)
+  end
 end
 
 -- Ends the online periods that `events` (as includes/events.lua lays them out, `size` values
@@ -102,8 +118,8 @@ local function end_periods(names, starts, events, size)
     if start_ms and (kind == 'OFFLINE' or (kind == 'KICKED' and events[i + 4] == 0)) then
       starts[user_id] = nil
       zone = zone or zone_of(names.zone)
-      local index = redis.call('HGET', names.user_index, user_id)
-      record_period(names, zone, index or nil, start_ms, tonumber(events[i + 2]))
+      local index = tonumber(redis.call('HGET', names.user_index, user_id))
+      record_period(names, zone, index, start_ms, tonumber(events[i + 2]))
     end
   end
 end

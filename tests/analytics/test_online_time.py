@@ -229,6 +229,9 @@ async def test_period_lengths_give_quantiles_within_five_percent(
     assert bounds[0] >= min(lengths) / 1.1
     assert bounds[-1] >= max(lengths)
     assert all(later == pytest.approx(1.1 * b) for b, later in itertools.pairwise(bounds))
+    # Over whole days (read a day at a time) and the hours at either end: the same.
+    wide = await store.online_time.online_periods(ms(end - 3 * DAY_MS - 1), ms(end + DAY_MS))
+    assert wide == found
     # Outside the hours the periods ended in: nothing.
     empty = await store.online_time.online_periods(ms(end + 2 * 3_600_000), ms(end + 3 * 3_600_000))
     assert (empty.count, empty.mean, empty.quantiles, empty.buckets) == (0, None, (None,) * 3, ())
