@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from gql_presence.store.days import day_number, day_start_ms, to_ms
+from gql_presence.store.days import day_number, day_start_ms, local_now_ms, to_ms
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, by_shard, named
@@ -158,6 +158,13 @@ class OnlineTime:
                     if a < b:
                         ms[d] += (b // UNIT_MS - a // UNIT_MS) * UNIT_MS
             ms_of[user_id] = ms
+        # A span's counters outlive its first days by up to a span: those days read 0, as
+        # every day past what is kept.
+        kept_from = local_now_ms() - shard.settings.analytics_ms
+        for ms in ms_of.values():
+            for d in range(count):
+                if starts[d + 1] <= kept_from:
+                    ms[d] = 0
         return ms_of
 
     async def online_periods(self, start: datetime, end: datetime) -> PeriodLengths:

@@ -70,7 +70,7 @@ end
 
 -- Records an online period of the user (their bit index, or nil for none) from start_ms to
 -- end_ms: its time on each day it touched (no further back than the days kept), and its length
--- in the buckets of the hour it ended in. `names` are the shard's (includes/options.lua):
+-- in the buckets of the hour and of the UTC day it ended in. `names` are the shard's (includes/options.lua):
 -- online_time_prefix, period_lengths_prefix, analytics_ms, zone.
 local function record_period(names, zone, index, start_ms, end_ms)
   if end_ms < start_ms then return end

@@ -237,6 +237,19 @@ async def test_period_lengths_give_quantiles_within_five_percent(
     assert (empty.count, empty.mean, empty.quantiles, empty.buckets) == (0, None, (None,) * 3, ())
 
 
+async def test_days_older_than_what_is_kept_read_zero(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(window_ms=5 * DAY_MS, retention_ms=6 * DAY_MS, analytics_ms=DAY_MS)
+    now = await server_ms(redis)
+    await store.touch("old", at=ms(now - 4 * DAY_MS))
+    await store.kick("old")
+    today = local_date(now, UTC_ZONE)
+    found = (await store.online_time.online_time(["old"], today - timedelta(days=4), today))[0]
+    assert [d.seconds for d in found.days[:3]] == [0, 0, 0]
+    assert found.days[3].seconds == 86400
+
+
 async def test_users_come_in_the_order_given_and_unknown_users_read_zero(
     make_store: StoreFactory, redis: Redis
 ) -> None:
