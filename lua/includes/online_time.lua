@@ -106,6 +106,19 @@ local function record_period(names, zone, index, start_ms, end_ms)
   end
 end
 
+-- Clears the counters of a bit index that is to be handed out again (its user forgotten), in
+-- every span still kept, so that its next user does not inherit them: one SETRANGE a span.
+local function forget_online_time(names, index, now)
+  local block, at = math.floor(index / BLOCK_USERS), (index % BLOCK_USERS) * SPAN_DAYS
+  local zeros = string.rep('\0', 2 * SPAN_DAYS)
+  -- Day numbers of any zone lie within a day of UTC's.
+  local first = math.floor((now - tonumber(names.analytics_ms)) / DAY_MS) - 1
+  for span = math.floor(first / SPAN_DAYS), math.floor((math.floor(now / DAY_MS) + 1) / SPAN_DAYS) do
+    local key = names.online_time_prefix .. span .. ':' .. block
+    if redis.call('EXISTS', key) == 1 then redis.call('SETRANGE', key, 2 * at, zeros) end
+  end
+end
+
 -- Ends the online periods that `events` (as includes/events.lua lays them out, `size` values
 -- each) end: an OFFLINE, or a KICKED with online 0, of a user whose period's start `starts`
 -- holds (user_id -> ms: what went_offline, includes/status.lua, took from onlineSince). Each

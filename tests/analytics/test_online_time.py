@@ -18,6 +18,7 @@ from gql_presence.app import create_app
 from gql_presence.settings import Settings
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
+from gql_presence.store.keys import Keys
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, StoreFactory, error_codes, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED, as_user, eventually, user_token
 
@@ -248,6 +249,25 @@ async def test_days_older_than_what_is_kept_read_zero(
     found = (await store.online_time.online_time(["old"], today - timedelta(days=4), today))[0]
     assert [d.seconds for d in found.days[:3]] == [0, 0, 0]
     assert found.days[3].seconds == 86400
+
+
+async def test_a_reused_index_does_not_inherit_its_last_users_online_time(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(window_ms=DAY_MS, retention_ms=2 * DAY_MS)
+    keys = Keys()
+    now = await server_ms(redis)
+    await store.touch("gone", at=ms(now - 7_200_000))
+    await store.kick("gone")
+    index = await redis.hget(keys.user_index, "gone")
+    # Last seen longer ago than the retention and its slack: the sweep forgets the user.
+    await redis.zadd(keys.last_seen, {"gone": -(now - 5 * DAY_MS)})
+    assert (await store.sweep()).purged == 1
+    await store.touch("new")
+    assert await redis.hget(keys.user_index, "new") == index
+    today = local_date(now, UTC_ZONE)
+    found = await store.online_time.online_time(["new"], today - timedelta(days=1), today)
+    assert found[0].total_seconds <= SLACK_S
 
 
 async def test_users_come_in_the_order_given_and_unknown_users_read_zero(
