@@ -27,6 +27,9 @@
 --                    count less this one's, O(log n) (sync_hidden keeps it)
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
+-- A script that knows statuses also keeps the online periods its events end
+-- (includes/online_time.lua, end_periods), from the names user_index, online_time_prefix,
+-- period_lengths_prefix, analytics_ms and zone of its `shard` argument.
 -- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
 -- who never chose anything has no st key); the others go with what they describe.
 
