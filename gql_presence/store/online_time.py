@@ -74,6 +74,9 @@ def _middle_ms(bucket: int) -> float:
 def check_days(start: date, end: date) -> int:
     if start > end:
         raise BadInputError("from must not be later than to.")
+    if end >= date.max:
+        # The last day's end, the next day's start, must be a date.
+        raise BadInputError(f"to may be at most {date.max - timedelta(days=1)}.")
     count = (end - start).days + 1
     if count > MAX_DAYS:
         raise BadInputError(f"from and to may span at most {MAX_DAYS} days; got {count}.")

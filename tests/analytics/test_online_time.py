@@ -369,6 +369,9 @@ async def test_bad_input_is_refused_saying_what_is_allowed(api: Any) -> None:
     )
     assert error_codes(many) == ["BAD_USER_INPUT"]
     assert "at most 1,000" in many["errors"][0]["message"]
+    last = await graphql(api, ONLINE_TIME, ids=["a"], **{"from": "9999-12-31", "to": "9999-12-31"})
+    assert error_codes(last) == ["BAD_USER_INPUT"]
+    assert "at most 9999-12-30" in last["errors"][0]["message"]
     start = datetime(2026, 11, 1, tzinfo=UTC)
     wide = await graphql(
         api,
