@@ -19,7 +19,14 @@ from gql_presence.settings import Settings
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
 from gql_presence.store.keys import Keys
-from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, StoreFactory, error_codes, graphql
+from tests.conftest import (
+    EVERY_DEPLOYMENT,
+    TEST_SETTINGS,
+    ClientFactory,
+    StoreFactory,
+    error_codes,
+    graphql,
+)
 from tests.helpers import BACKEND_TOKEN, SECURED, as_user, eventually, user_token
 
 DAY_MS = 86_400_000
@@ -203,6 +210,30 @@ async def test_a_held_session_closed_ends_the_period(
         ["held"], local_date(start, UTC_ZONE), local_date(end, UTC_ZONE)
     )
     assert found[0].total_seconds == pytest.approx(3600, abs=SLACK_S)
+
+
+async def test_a_held_session_whose_process_died_ends_the_period_at_the_lapse(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(window_ms=DAY_MS)
+    start = await server_ms(redis) - 3_600_000
+    await store.touch("died", "web", at=ms(start))
+    await store.open_session("died", "tab")
+    await store.kick("died", "web")  # held alone now
+    ttl_ms = TEST_SETTINGS.connection_ttl_ms
+    # The process stops renewing: its lease lapses a second ago.
+    lapse = await server_ms(redis) - 1000
+    assert await store.renew_leases(at=ms(lapse - ttl_ms)) == []
+    today = local_date(lapse, UTC_ZONE)
+    days = (today - timedelta(days=1), today)
+    before = await store.online_time.online_time(["died"], *days)
+    assert before[0].total_seconds == pytest.approx((lapse - start) / 1000, abs=SLACK_S)
+    assert (await store.sweep()).lapsed == 1
+    after = await store.online_time.online_time(["died"], *days)
+    assert after[0].total_seconds == pytest.approx((lapse - start) / 1000, abs=SLACK_S)
+    periods = await store.online_time.online_periods(ms(lapse - 60_000), ms(lapse + 60_000))
+    assert periods.count == 1
+    assert periods.mean == pytest.approx((lapse - start) / 1000, abs=SLACK_S)
 
 
 async def test_period_lengths_give_quantiles_within_five_percent(
