@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -929,6 +929,10 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.analytics.retention(now.date() - timedelta(days=3), 2, 2, Granularity.DAY)
     await store.analytics.retention(now.date(), 1, 1, Granularity.HOUR)
     await store.analytics.stickiness(None, 7)
+    await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
+    await store.online_time.online_periods(
+        datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
+    )
     await store.remove_friends("a", users[:6])
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")

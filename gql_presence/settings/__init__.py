@@ -78,16 +78,18 @@ class Settings:
     window_ms: int = 600 * MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
     retention_ms: int = 35 * DAY_MS
+    # How long the statistics beyond weeklyStats are kept: online time per user and day, the
+    # lengths of online periods, activity by week and month, and the users new in each.
+    analytics_ms: int = 400 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * MS_PER_SECOND
     # How long the feed keeps each announced change (at most FEED_RETENTION_MAX_MS), and how
     # many it keeps at most per shard: whichever is less.
     feed_retention_ms: int = 3600 * MS_PER_SECOND
     feed_max_changes: int = 1_000_000
-    # How long hourly activity is kept, and weekly, monthly and first-day activity (daily
-    # activity is kept for retention_ms): what activity, retention and stickiness can count.
+    # How long hourly activity is kept (daily activity is kept for retention_ms, weekly and
+    # monthly for analytics_ms): what activity by HOUR can count.
     hourly_ms: int = 14 * DAY_MS
-    analytics_ms: int = 400 * DAY_MS
     # A connection-bound session (presenceSession) ends this long after its process's last
     # lease renewal when the process stops renewing; the process renews three times per TTL.
     connection_ttl_ms: int = 30 * MS_PER_SECOND
@@ -258,11 +260,11 @@ class Settings:
             shards=shards(env),
             window_ms=window_ms,
             retention_ms=retention_ms,
+            analytics_ms=duration_ms(env, "PRESENCE_ANALYTICS_DAYS", 400, DAY_MS),
             revoke_ms=revoke_ms,
             feed_retention_ms=feed_retention_ms,
             feed_max_changes=count(env, "PRESENCE_FEED_MAX_CHANGES", 1_000_000),
             hourly_ms=duration_ms(env, "PRESENCE_HOURLY_DAYS", 14, DAY_MS),
-            analytics_ms=duration_ms(env, "PRESENCE_ANALYTICS_DAYS", 400, DAY_MS),
             connection_ttl_ms=duration_ms(
                 env, "PRESENCE_CONNECTION_TTL_SECONDS", 30, MS_PER_SECOND
             ),

@@ -17,6 +17,8 @@ class StoreSettings(Protocol):
     @property
     def retention_ms(self) -> int: ...  # how long last-seen times and activity are kept
     @property
+    def analytics_ms(self) -> int: ...  # how long online time, weeks and months are kept
+    @property
     def revoke_ms(self) -> int: ...  # how long a kicked session id stays refused
     @property
     def feed_retention_ms(self) -> int: ...  # how long the feed keeps a change
@@ -28,8 +30,6 @@ class StoreSettings(Protocol):
     def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts
     @property
     def hourly_ms(self) -> int: ...  # how long hourly activity is kept
-    @property
-    def analytics_ms(self) -> int: ...  # how long weekly, monthly and first-day activity is kept
     @property
     def cursor_secret(self) -> str | None: ...  # keys page cursors' tags; None: Redis's
     @property

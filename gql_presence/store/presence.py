@@ -54,6 +54,7 @@ from gql_presence.store.models import (
     Visibility,
     WeeklyStats,
 )
+from gql_presence.store.online_time import OnlineTime
 from gql_presence.store.places import Places
 from gql_presence.store.publishing import Publish
 from gql_presence.store.replies import presence_of
@@ -126,6 +127,7 @@ class PresenceStore:
         # The deployment's webhooks, kept with its other singletons in shard 0.
         self.webhooks = Webhooks(self._shards[0])
         self.analytics = Analytics(self._shards)
+        self.online_time = OnlineTime(self._shards)
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""

@@ -19,7 +19,7 @@ from redis import exceptions as redis_errors
 from gql_presence.store.channels import Channels
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
-from gql_presence.store.days import days_around, local_now_ms
+from gql_presence.store.days import days_around, local_now_ms, packed_zone
 from gql_presence.store.errors import (
     BadInputError,
     LeaseLostError,
@@ -141,6 +141,10 @@ OPTION_NAMES = (
     "place_channel_prefix",
     "feed",
     "version_prefix",
+    "user_index",
+    "online_time_prefix",
+    "period_lengths_prefix",
+    "zone",
     "hour_prefix",
     "week_prefix",
     "month_prefix",
@@ -296,6 +300,10 @@ class Shard:
                     "place_channel_prefix": self.channels.place_events(""),
                     "feed": k.feed,
                     "version_prefix": k.version(""),
+                    "user_index": k.user_index,
+                    "online_time_prefix": k.online_time(),
+                    "period_lengths_prefix": k.period_lengths(""),
+                    "zone": packed_zone(settings.stats_zone, local_now_ms()),
                     "hour_prefix": k.hour(""),
                     "week_prefix": k.week(""),
                     "month_prefix": k.month(""),
