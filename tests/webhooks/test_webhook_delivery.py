@@ -1,0 +1,233 @@
+"""Webhooks delivered from the feed to real receivers: signed, at least once and in version
+order per user through failures, one request at a time per webhook and shard whatever the
+number of processes, disabled after failing for the configured time, resumed with a gap,
+debounced, replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+from gql_presence.store import ChosenStatus, PresenceStore
+from gql_presence.store.models import Webhook
+from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
+from gql_presence.webhooks.safety import Networks
+from gql_presence.webhooks.sender import Sender
+from tests.conftest import TEST_SETTINGS
+from tests.helpers import WebhookReceiver, eventually, webhook_receiver
+
+LOOPBACK: Networks = (ipaddress.ip_network("127.0.0.0/8"),)
+SHORT = DeliverySettings(lease_ms=600, poll_ms=20, retry_ms=(30, 60), disable_after_ms=60_000)
+USERS = [f"u{i}" for i in range(8)]
+
+
+class Processes:
+    """Deliveries as `serve` processes run them, on one store each (their own Redis clients),
+    stopped at the test's end."""
+
+    def __init__(self, redis: Redis, stack: AsyncExitStack) -> None:
+        self._redis = redis
+        self._stack = stack
+
+    def store(self, **settings: Any) -> PresenceStore:
+        return PresenceStore(self._redis, dataclasses.replace(TEST_SETTINGS, **settings))
+
+    async def start(
+        self, store: PresenceStore, settings: DeliverySettings = SHORT, timeout_s: float = 0.3
+    ) -> Deliveries:
+        sender = Sender(store.webhooks, LOOPBACK, timeout_s=timeout_s)
+        deliveries = Deliveries(store.webhooks, store.feed, sender, settings)
+        task = asyncio.create_task(deliveries.run_forever())
+
+        async def stop() -> None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await deliveries.close()
+            await sender.close()
+
+        self._stack.push_async_callback(stop)
+        return deliveries
+
+
+@pytest.fixture
+async def processes(flushed_redis: Redis) -> AsyncIterator[Processes]:
+    async with AsyncExitStack() as stack:
+        yield Processes(flushed_redis, stack)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[WebhookReceiver]:
+    async with webhook_receiver() as receiver:
+        yield receiver
+
+
+async def hooked(
+    store: PresenceStore, receiver: WebhookReceiver, debounce_seconds: int = 0
+) -> Webhook:
+    webhook, secret = await store.webhooks.create(receiver.url, None, None, debounce_seconds)
+    receiver.secret = secret
+    return webhook
+
+
+async def make_changes(store: PresenceStore, users: list[str] = USERS) -> int:
+    """Each user online, away, kicked: their changes, in the feed, as a backend reads them."""
+    for user in users:
+        await store.touch(user, "tab")
+        await store.set_status(user, ChosenStatus.AWAY)
+    for user in users:
+        await store.kick(user)
+    page = await store.changes(None, 1000)
+    return len(page.nodes)
+
+
+def in_order_and_whole(receiver: WebhookReceiver, users: list[str] = USERS) -> bool:
+    versions = receiver.versions()
+    assert all(v == sorted(v) for v in versions.values()), versions
+    return receiver.unverified == 0 and all(
+        versions.get(f"presence:{user}") == [1, 2, 3] for user in users
+    )
+
+
+async def test_every_change_arrives_signed_once_acknowledged_in_version_order(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=3)
+    webhook = await hooked(store, receiver)
+    await processes.start(store)
+    made = await make_changes(store)
+    await eventually(lambda: in_order_and_whole(receiver), what="every change in order")
+    assert len(receiver.changes()) == made
+    first = receiver.requests[0].payload
+    assert first["type"] == "presence.changes"
+    change = first["data"]["changes"][0]
+    assert set(change) == {
+        "type",
+        "userId",
+        "kind",
+        "at",
+        "sessionId",
+        "online",
+        "status",
+        "customStatus",
+        "cursor",
+        "version",
+    }
+    # The cursor of a change is a cursor of the feed: reading after it goes on from there.
+    page = await store.changes(change["cursor"], 1000)
+    assert change["cursor"] not in [c.feed_id for c in page.nodes]
+
+    async def caught_up() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return found.backlog == 0 and found.delivered_up_to is not None
+
+    await eventually(caught_up, what="deliveredUpTo at the end and no backlog")
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    rest = await store.changes(found.delivered_up_to, 1000)
+    assert rest.nodes == ()
+
+
+@pytest.mark.parametrize("trouble", ["errors", "timeouts", "down"])
+async def test_changes_arrive_at_least_once_in_order_through_a_receiver_in_trouble(
+    processes: Processes, receiver: WebhookReceiver, trouble: str
+) -> None:
+    store = processes.store(shards=3)
+    webhook = await hooked(store, receiver)
+    if trouble == "errors":
+        receiver.failures = 4
+    elif trouble == "timeouts":
+        receiver.hang = True
+    else:
+        await receiver.stop()
+    await processes.start(store, timeout_s=0.2)
+    await make_changes(store)
+
+    async def failing() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return len([a for a in found.attempts if a.status != 204]) >= 2
+
+    await eventually(failing, what="failed attempts recorded")
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    assert found.backlog > 0
+    assert found.failing_since is not None
+    failed = found.attempts[0]
+    if trouble == "timeouts":
+        assert (failed.status, failed.error) == (None, "no answer within 0.2 s")
+    elif trouble == "down":
+        assert failed.status is None
+        assert "cannot connect" in (failed.error or "")
+    receiver.hang = False
+    receiver.released.set()
+    if trouble == "down":
+        await receiver.start()
+    await eventually(lambda: in_order_and_whole(receiver), what="every change in order")
+    # Each batch sent again was sent with the same id and body.
+    by_id: dict[str, list[object]] = {}
+    for delivered in receiver.requests:
+        by_id.setdefault(delivered.webhook_id, []).append(delivered.payload)
+    assert all(len({str(p) for p in payloads}) == 1 for payloads in by_id.values())
+    if trouble != "down":
+        assert any(len(payloads) > 1 for payloads in by_id.values())
+
+
+async def test_two_processes_never_send_one_webhooks_batches_at_once(
+    processes: Processes,
+) -> None:
+    async with AsyncExitStack() as stack:
+        receivers = [await stack.enter_async_context(webhook_receiver()) for _ in range(4)]
+        first = processes.store()
+        for receiver in receivers:
+            await hooked(first, receiver)
+            receiver.delay_s = 0.02
+        one = await processes.start(first)
+        two = await processes.start(processes.store())
+        users = [f"u{i}" for i in range(20)]
+        await make_changes(first, users)
+        await eventually(lambda: all(in_order_and_whole(r, users) for r in receivers), within_s=10)
+        assert [r.most_in_flight for r in receivers] == [1, 1, 1, 1]
+        # Shared out: each process holds its fair share.
+        await eventually(lambda: (len(one.held), len(two.held)) == (2, 2))
+
+
+async def test_a_webhook_failing_for_the_configured_time_is_disabled_and_resumes_with_a_gap(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(feed_retention_ms=1000)
+    webhook = await hooked(store, receiver)
+    await receiver.stop()
+    settings = DeliverySettings(lease_ms=600, poll_ms=20, retry_ms=(30,), disable_after_ms=300)
+    await processes.start(store, settings)
+    await store.touch("ann", "tab")
+
+    async def disabled() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return not found.enabled
+
+    await eventually(disabled, what="the webhook disabled")
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    assert "No request was acknowledged" in (found.disabled_reason or "")
+    await receiver.start()
+    # Past the feed's retention (1 s), what it missed is gone.
+    await asyncio.sleep(1.1)
+    await store.touch("bob", "tab")
+    await store.webhooks.update(webhook.id, enabled=True)
+    await eventually(lambda: bool(receiver.changes()), what="a change after the resume")
+    [gapped] = [d for d in receiver.requests if "gap" in d.payload["data"]]
+    assert set(gapped.payload["data"]["gap"]) == {"after", "until"}
+    assert [c["userId"] for c in receiver.changes()] == ["bob"]
+    resumed = await store.webhooks.webhook(webhook.id)
+    assert resumed is not None
+    assert resumed.enabled
+    assert resumed.disabled_reason is None
