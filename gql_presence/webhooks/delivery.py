@@ -27,6 +27,7 @@ from typing import Protocol
 from gql_presence.store.errors import BadInputError, CursorExpiredError, PresenceError
 from gql_presence.store.feed import EXAMINED_PER_SHARD, Feed
 from gql_presence.store.models import ShardProgress, Webhook
+from gql_presence.store.quiet import UNTRACED
 from gql_presence.store.webhooks import Webhooks
 from gql_presence.webhooks.batches import Entry, batch_id, ms_of, plan, rendered_all
 from gql_presence.webhooks.sender import Batch, Outcome, Sender
@@ -114,6 +115,7 @@ class Deliveries:
         return sorted(self._running)
 
     async def run_forever(self) -> None:
+        UNTRACED.set(True)  # for this task, and the deliveries it starts
         tick_s = min(self.settings.lease_ms / 3, 1000) / 1000
         while True:
             try:

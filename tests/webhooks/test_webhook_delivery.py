@@ -13,14 +13,18 @@ from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pytest_aiohttp import AiohttpClient
 from redis.asyncio import Redis
 
+from gql_presence.app import create_app
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import ChosenStatus, PresenceStore
 from gql_presence.store.models import Webhook
 from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
 from gql_presence.webhooks.safety import Networks
 from gql_presence.webhooks.sender import Sender
-from tests.conftest import TEST_SETTINGS
+from tests.conftest import TEST_SETTINGS, graphql
 from tests.helpers import WebhookReceiver, eventually, webhook_receiver
 
 LOOPBACK: Networks = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -231,3 +235,132 @@ async def test_a_webhook_failing_for_the_configured_time_is_disabled_and_resumes
     assert resumed is not None
     assert resumed.enabled
     assert resumed.disabled_reason is None
+
+
+def kinds_of(receiver: WebhookReceiver, user: str) -> list[tuple[str, int]]:
+    return [
+        (c["kind"], c["version"])
+        for c in receiver.changes()
+        if c["type"] == "presence" and c["userId"] == user
+    ]
+
+
+async def test_a_page_reload_within_the_debounce_sends_nothing(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store()
+    await hooked(store, receiver, debounce_seconds=1)
+    await processes.start(store)
+    ann = (await store.open_session("ann", "tab")).held
+    bob = (await store.open_session("bob", "tab")).held
+    await eventually(lambda: len(receiver.changes()) == 2, what="the ONLINEs, after the debounce")
+    # ann reloads the page: her session closed and opened again at once; bob leaves.
+    await store.close_session(ann)
+    await store.open_session("ann", "tab")
+    await store.close_session(bob)
+    await store.set_status("ann", ChosenStatus.AWAY)
+    await eventually(lambda: len(kinds_of(receiver, "ann")) == 2, what="ann's STATUS")
+    await eventually(lambda: len(kinds_of(receiver, "bob")) == 2, what="bob's OFFLINE")
+    assert kinds_of(receiver, "ann") == [("ONLINE", 1), ("STATUS", 4)]
+    assert kinds_of(receiver, "bob") == [("ONLINE", 1), ("OFFLINE", 2)]
+
+
+async def test_a_request_carries_only_the_latest_updated_of_a_place_session(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store()
+    webhook, secret = await store.webhooks.create(
+        receiver.url, ["JOINED", "UPDATED", "LEFT"], ["room*"], 0
+    )
+    receiver.secret = secret
+    await store.webhooks.update(webhook.id, enabled=False)
+    await processes.start(store)
+    await store.open_place_session("room-1", "ann", "tab", {"x": 0})
+    await store.open_place_session("lobby", "ann", "tab", {"x": 0})
+    for x in range(1, 4):
+        await store.set_place_state("room-1", "ann", "tab", {"x": x})
+        await asyncio.sleep(0.06)  # past the 50 ms in which a place's states are merged
+    await store.flush_planned()
+    await store.webhooks.update(webhook.id, enabled=True)
+    await eventually(lambda: bool(receiver.changes()), what="the batch")
+    [request] = receiver.requests
+    changes = request.payload["data"]["changes"]
+    assert [(c["placeId"], c["kind"], c["state"]) for c in changes] == [
+        ("room-1", "JOINED", {"x": 0}),
+        ("room-1", "UPDATED", {"x": 3}),
+    ]
+
+
+async def test_a_replay_sends_again_what_came_after_its_cursor(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=3)
+    webhook = await hooked(store, receiver)
+    await processes.start(store)
+    made = await make_changes(store)
+    await eventually(lambda: in_order_and_whole(receiver), what="every change")
+    sent = len(receiver.requests)
+    await store.webhooks.request_replay(webhook.id, None)
+
+    def twice() -> bool:
+        again = [
+            change["cursor"]
+            for delivered in receiver.requests[sent:]
+            for change in delivered.payload["data"]["changes"]
+        ]
+        return len(again) == made and {c["cursor"] for c in receiver.changes()} == set(again)
+
+    await eventually(twice, what="every change sent again")
+
+
+async def test_metrics_show_each_webhooks_requests_changes_and_backlog(
+    aiohttp_client: AiohttpClient,
+    flushed_redis: Redis,
+    redis_server: RedisServer,
+    receiver: WebhookReceiver,
+) -> None:
+    settings = dataclasses.replace(
+        TEST_SETTINGS,
+        redis_url=redis_server.url,
+        webhook_allowed_networks=LOOPBACK,
+        webhook_poll_ms=20,
+        webhook_retry_ms=(30,),
+    )
+    client = await aiohttp_client(create_app(settings))
+    created = await graphql(
+        client,
+        f'mutation {{ createWebhook(url: "{receiver.url}") {{ secret webhook {{ id }} }} }}',
+    )
+    receiver.secret = created["data"]["createWebhook"]["secret"]
+    webhook_id = created["data"]["createWebhook"]["webhook"]["id"]
+    receiver.failures = 1
+    for user in ("ann", "bob"):
+        await graphql(client, f'mutation {{ touch(userId: "{user}") {{ online }} }}')
+    await eventually(lambda: len(receiver.changes()) == 2, what="both changes")
+
+    async def samples() -> dict[tuple[str, str], float]:
+        text = await (await client.get("/metrics")).text()
+        return {
+            (
+                sample.name,
+                sample.labels.get("outcome", sample.labels.get("shard", "")),
+            ): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.labels.get("webhook") == webhook_id
+        }
+
+    async def counted() -> bool:
+        return (await samples()).get(("gqlp_webhook_changes_delivered_total", "")) == 2
+
+    await eventually(counted, what="the changes delivered counted")
+    found = await samples()
+    assert found[("gqlp_webhook_requests_total", "refused")] == 1
+    assert found[("gqlp_webhook_requests_total", "acknowledged")] >= 1
+    assert found[("gqlp_webhook_backlog", "0")] == 0
+    assert found[("gqlp_webhook_oldest_undelivered_age_seconds", "0")] == 0
+    listed = await graphql(client, "{ webhooks { backlog deliveredUpTo attempts { status } } }")
+    [webhook] = listed["data"]["webhooks"]
+    assert webhook["backlog"] == 0
+    assert webhook["deliveredUpTo"] is not None
+    assert [a["status"] for a in webhook["attempts"]][-1] == 500
