@@ -123,7 +123,7 @@ class PresenceStore:
         self._friends = Friends(self._shards)
         self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
-        self.webhooks = Webhooks(self._shards[0], len(self._shards), self._feed.seal)
+        self.webhooks = Webhooks(self._shards[0], self._feed)
 
     @property
     def feed(self) -> Feed:

@@ -16,12 +16,13 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.feed import Feed
 from gql_presence.store.models import ChangeKind, ShardProgress, Webhook, WebhookAttempt
 from gql_presence.store.replies import text
 from gql_presence.store.scripts import ScriptName
@@ -111,13 +112,11 @@ def bounded_error(message: str) -> str:
 class Webhooks:
     """Create, change, read and delete webhooks; record their attempts."""
 
-    def __init__(
-        self, home: Shard, shards: int, seal: Callable[[Sequence[str]], Awaitable[str]]
-    ) -> None:
+    def __init__(self, home: Shard, feed: Feed) -> None:
         self._home = home
-        self._shards = shards
-        # Seals a position in each shard as a cursor of the feed (Feed.seal).
-        self._seal = seal
+        # What the deliveries read: where they stand is a position in each of its shards.
+        self._feed = feed
+        self._shards = feed.shards
 
     async def create(
         self,
@@ -181,14 +180,15 @@ class Webhooks:
 
     async def request_replay(self, webhook_id: str, after: str | None) -> Webhook | None:
         """Asks its deliveries to send again every retained change after `after` (None: from
-        the oldest retained): each shard's delivery takes a replay once, by its id. Whether
-        `after` is a cursor of this deployment is the feed's to tell."""
+        the oldest retained): each shard's delivery takes a replay once, by its id.
+        BadInputError for an `after` that is no cursor of the feed."""
         if after is not None and not (
             0 < len(after) <= MAX_CURSOR_LENGTH and after.isascii() and after.isprintable()
         ):
             raise BadInputError(
                 "after is a change's cursor, as `changes` or an event gives it (or null)."
             )
+        await self._feed.positions(after)  # BadInputError for what is no cursor of the feed
         return await self._change(
             webhook_id, ["replay_after", "0" + (after or ""), "replay_id", uuid.uuid4().hex]
         )
@@ -260,7 +260,7 @@ class Webhooks:
         """deliveredUpTo as its deliveries in every shard have moved it, once they have."""
         if webhook.delivered_up_to is None or not any(p.moved for p in webhook.progress):
             return webhook
-        cursor = await self._seal([p.position for p in webhook.progress])
+        cursor = await self._feed.seal([p.position for p in webhook.progress])
         return replace(webhook, delivered_up_to=cursor)
 
     async def take_leases(
