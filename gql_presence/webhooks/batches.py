@@ -21,9 +21,8 @@ from gql_presence.store.days import from_ms
 from gql_presence.store.feed import Change, EventCursors
 from gql_presence.store.models import ChangeKind, Webhook
 from gql_presence.store.wire import PublishedEvent, PublishedPlaceEvent, custom_status_of
+from gql_presence.webhooks.sender import MAX_BATCH
 
-# At most this many changes in one request.
-MAX_BATCH = 100
 # A decision of the debounce about a later entry, kept in ShardProgress.decided.
 DROPPED = ""
 AS_UPDATED = "!"
@@ -52,6 +51,8 @@ class Plan:
     end: str | None
     # The debounce's decisions about entries after `end`, as ShardProgress.decided keeps them.
     decided: tuple[str, ...]
+    # Whether it ends because it holds MAX_BATCH changes (not at the cutoff or the feed's end).
+    full: bool = False
 
 
 def plan(
@@ -70,11 +71,15 @@ def plan(
     decisions = {d.removesuffix(AS_UPDATED): d.endswith(AS_UPDATED) for d in decided}
     taken: list[tuple[str, Change, str]] = []
     end = None
+    full = False
     for index, (entry_id, change) in enumerate(entries):
         if pending:
             if _after(entry_id, pending):
                 break
-        elif ms_of(entry_id) > cutoff_ms or len(taken) == MAX_BATCH:
+        elif len(taken) == MAX_BATCH:
+            full = True
+            break
+        elif ms_of(entry_id) > cutoff_ms:
             break
         end = entry_id
         if change is None:
@@ -96,6 +101,7 @@ def plan(
             for entry_id, as_updated in decisions.items()
             if end is None or _after(entry_id, end)
         ),
+        full,
     )
 
 

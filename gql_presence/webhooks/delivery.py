@@ -30,9 +30,12 @@ from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
 from gql_presence.store.webhooks import Webhooks
 from gql_presence.webhooks.batches import Entry, batch_id, ms_of, plan, rendered_all
-from gql_presence.webhooks.sender import Batch, Outcome, Sender
+from gql_presence.webhooks.sender import MAX_BATCH, Batch, Outcome, Sender
 
 log = logging.getLogger("gql_presence")
+# Entries of the feed read at each step: enough for a full batch and what its filters pass
+# over (a webhook with a debounce reads EXAMINED_PER_SHARD, as its decisions look ahead).
+READ_PER_STEP = 2 * MAX_BATCH
 
 
 @dataclass(frozen=True)
@@ -240,14 +243,22 @@ class ShardDelivery:
             return await self._replay(webhook) or None
         feed = self._d.feed
         try:
-            entries = await feed.shard_page(self._shard, progress.position, EXAMINED_PER_SHARD)
+            entries = await feed.shard_page(
+                self._shard,
+                progress.position,
+                EXAMINED_PER_SHARD if webhook.debounce_seconds else READ_PER_STEP,
+            )
         except CursorExpiredError:
             return await self._skip_gap(progress) or None
-        await self._count_backlog(webhook, progress, entries)
-        return await self._deliver(webhook, progress, entries)
+        backlog = self._backlog(webhook, progress, entries)
+        return await self._deliver(webhook, progress, entries, backlog)
 
     async def _deliver(
-        self, webhook: Webhook, progress: ShardProgress, entries: Sequence[Entry]
+        self,
+        webhook: Webhook,
+        progress: ShardProgress,
+        entries: Sequence[Entry],
+        backlog: dict[str, str],
     ) -> bool | None:
         """Sends the next batch of these entries, or passes over those it has nothing for."""
         feed = self._d.feed
@@ -260,14 +271,22 @@ class ShardDelivery:
             decided=progress.decided,
         )
         if planned.end is None and not progress.gap:
+            if backlog:
+                await self._advance(**backlog)
             return False
         end = planned.end or progress.position
         decided = " ".join(planned.decided)
         if not planned.changes and not progress.gap:
             # Nothing for it among these entries: passed over with no request.
-            moved = await self._advance(position=end, decided=decided)
+            moved = await self._advance(position=end, decided=decided, **backlog)
             return True if moved else None
-        if progress.pending != end and not await self._advance(pending=end):
+        # A full batch is the same whoever makes it from this position (the first MAX_BATCH
+        # changes after it); one that is not is kept, so that it is sent again as it was.
+        if (planned.full or progress.pending == end) and backlog:
+            await self._advance(**backlog)
+        elif not (planned.full or progress.pending == end) and not await self._advance(
+            pending=end, **backlog
+        ):
             return None
         cursors = await feed.event_cursors()
         batch = Batch(
@@ -357,17 +376,16 @@ class ShardDelivery:
             position=start, pending="", decided="", gap=json.dumps(gap, separators=(",", ":"))
         )
 
-    async def _count_backlog(
-        self,
-        webhook: Webhook,
-        progress: ShardProgress,
-        entries: Sequence[Entry],
-    ) -> None:
+    def _backlog(
+        self, webhook: Webhook, progress: ShardProgress, entries: Sequence[Entry]
+    ) -> dict[str, str]:
+        """The changes waiting, as read (for metrics, and for `backlog` when it changed)."""
         waiting = [entry_id for entry_id, change in entries if change is not None]
         oldest_ms = ms_of(waiting[0]) if waiting else 0
         self._d.observe.backlog(webhook.id, self._shard, len(waiting), oldest_ms)
-        if (len(waiting), oldest_ms) != (progress.backlog, progress.oldest_ms):
-            await self._advance(backlog=f"{len(waiting)} {oldest_ms}")
+        if (len(waiting), oldest_ms) == (progress.backlog, progress.oldest_ms):
+            return {}
+        return {"backlog": f"{len(waiting)} {oldest_ms}"}
 
 
 def _what(outcome: Outcome) -> str:
