@@ -228,6 +228,10 @@ class ShardDelivery:
             except (ConnectionError, OSError) as error:
                 log.warning("webhook %s: %s", self._webhook_id, error)
                 again = False
+            except Exception:
+                # A fault of ours: logged, and the delivery goes on (the batch is sent again).
+                log.exception("webhook %s: delivery failed", self._webhook_id)
+                again = False
             if again is None:
                 return  # the lease is no longer this process's
             if not again:

@@ -39,6 +39,7 @@ class Processes:
     def __init__(self, redis: Redis, stack: AsyncExitStack) -> None:
         self._redis = redis
         self._stack = stack
+        self.tasks: dict[int, asyncio.Task[None]] = {}
 
     def store(self, **settings: Any) -> PresenceStore:
         return PresenceStore(self._redis, dataclasses.replace(TEST_SETTINGS, **settings))
@@ -49,6 +50,7 @@ class Processes:
         sender = Sender(store.webhooks, LOOPBACK, timeout_s=timeout_s)
         deliveries = Deliveries(store.webhooks, store.feed, sender, settings)
         task = asyncio.create_task(deliveries.run_forever())
+        self.tasks[id(deliveries)] = task
 
         async def stop() -> None:
             task.cancel()
@@ -58,6 +60,16 @@ class Processes:
 
         self._stack.push_async_callback(stop)
         return deliveries
+
+
+async def kill(processes: Processes, deliveries: Deliveries) -> None:
+    """Ends a process's deliveries as its death would: in the middle of what they do, with
+    nothing given up (its leases lapse)."""
+    processes.tasks[id(deliveries)].cancel()
+    sending = [t for t in asyncio.all_tasks() if t.get_name().startswith("webhook ")]
+    for task in sending:
+        task.cancel()
+    await asyncio.gather(processes.tasks[id(deliveries)], *sending, return_exceptions=True)
 
 
 @pytest.fixture
@@ -182,6 +194,28 @@ async def test_changes_arrive_at_least_once_in_order_through_a_receiver_in_troub
     assert all(len({str(p) for p in payloads}) == 1 for payloads in by_id.values())
     if trouble != "down":
         assert any(len(payloads) > 1 for payloads in by_id.values())
+
+
+@pytest.mark.parametrize("users", [30, 150], ids=["a batch of 30", "a full batch"])
+async def test_a_batch_in_flight_when_its_process_dies_is_sent_again_as_it_was(
+    processes: Processes, receiver: WebhookReceiver, users: int
+) -> None:
+    store = processes.store()
+    await hooked(store, receiver)
+    receiver.hang = True
+    first = await processes.start(store)
+    await store.touch_many([f"u{i:03}" for i in range(users)])
+    await eventually(lambda: len(receiver.requests) == 1, what="the first request")
+    [hung] = receiver.requests
+    assert len(hung.payload["data"]["changes"]) == min(users, 100)
+    await store.touch("late", "tab")  # made after: no part of the batch in flight
+    await kill(processes, first)
+    receiver.hang = False
+    await processes.start(store)
+    await eventually(lambda: len(receiver.changes()) == users + 1, what="every change")
+    again = receiver.requests[1]
+    assert (again.webhook_id, again.payload) == (hung.webhook_id, hung.payload)
+    assert again.status == 204
 
 
 async def test_two_processes_never_send_one_webhooks_batches_at_once(
