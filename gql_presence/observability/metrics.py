@@ -92,7 +92,7 @@ class Metrics:
         self.webhook_backlog = Gauge(
             "gqlp_webhook_backlog",
             "Changes waiting for each webhook in each shard of the feed, as the process "
-            "delivering them last counted (at most 1,000 a shard).",
+            "delivering them last counted (at most 200 a shard, 1,000 with a debounce).",
             ["webhook", "shard"],
             registry=self.registry,
             multiprocess_mode="mostrecent",
