@@ -20,6 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from redis.asyncio import Redis
 
 from gql_presence.observability.tracing import enabled
 from gql_presence.running.redis_server import RedisServer, free_port
@@ -200,7 +201,7 @@ async def test_a_request_is_traced_from_the_caller_to_the_script_without_ids(
 
 @pytest.mark.slow
 async def test_each_request_to_a_webhook_is_a_span_and_its_polling_none(
-    collector: tuple[int, Received], redis_server: RedisServer, tmp_path: Path
+    collector: tuple[int, Received], flushed_redis: Redis, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     collector_port, received = collector
     port = free_port()
