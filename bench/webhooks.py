@@ -10,6 +10,8 @@ aiohttp process that answers 204 at once and reads nothing but the changes' coun
 - Latency: R changes a second for S seconds, the webhook enabled and with no debounce: from
   each change's `at` (the Redis server's clock) to its arrival at the receiver (the same
   machine's clock), p50 and p99.
+- The rest of the service: touch requests a second (20 clients, each touch a change) and the
+  service's CPU per touch, on one process, with no webhook and with ten, in alternate rounds.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.harness import cpu_seconds, serve_ours, start_process, wait_for
+from bench.harness import TOUCH, cpu_seconds, load, serve_ours, start_process, wait_for
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
@@ -128,6 +130,35 @@ async def latencies(
     return sorted(float(d) for d in found["delays"])
 
 
+async def cost(
+    store: PresenceStore, services: list[subprocess.Popen[bytes]], port: int, hooks: str
+) -> list[tuple[str, float, float]]:
+    """Touch requests a second and the service's CPU per touch, with no webhook and with ten,
+    in alternate rounds (each touch of a new id is a change for every webhook)."""
+    found = []
+    rounds: dict[int, list[tuple[float, float]]] = {0: [], 10: []}
+    for _ in range(2):
+        for count in (0, 10):
+            for webhook in await store.webhooks.webhooks():
+                await store.webhooks.delete(webhook.id)
+            for _ in range(count):
+                await store.webhooks.create(hooks, None, None, 0)
+            await asyncio.sleep(1.5)  # the deliveries take their leases
+            before = cpu_seconds(services)
+            per_s, _, _ = await load(f"http://127.0.0.1:{port}/graphql", TOUCH, 5, 20)
+            used = cpu_seconds(services) - before
+            rounds[count].append((per_s, used / (per_s * 5) * 1e6))
+    for count, figures in rounds.items():
+        found.append(
+            (
+                f"{count} webhooks",
+                statistics.median(f[0] for f in figures),
+                statistics.median(f[1] for f in figures),
+            )
+        )
+    return found
+
+
 async def run(changes: int, rate: int, seconds: float) -> None:
     server = start_redis_server()
     receiver_port = free_port()
@@ -146,6 +177,7 @@ async def run(changes: int, rate: int, seconds: float) -> None:
         "PRESENCE_LOG_LEVEL": "warning",
     }
     services: list[subprocess.Popen[bytes]] = []
+    service_ports: list[int] = []
     rows = []
     try:
         await store.load_scripts()
@@ -158,6 +190,7 @@ async def run(changes: int, rate: int, seconds: float) -> None:
                 while len(services) < processes:
                     port = free_port()
                     services.append(serve_ours(env, port, 1))
+                    service_ports.append(port)
                     await wait_for(f"http://127.0.0.1:{port}/graphql")
                 await asyncio.sleep(1.5)  # the processes' ticks share the leases out
                 users = [f"p{processes}-{i}" for i in range(changes)]
@@ -175,6 +208,12 @@ async def run(changes: int, rate: int, seconds: float) -> None:
                     )
                 )
             delays = await latencies(store, http, receiver_port, rate, seconds)
+            services[1].terminate()
+            services[1].wait(timeout=30)
+            services = services[:1]
+            costs = await cost(
+                store, services, service_ports[0], f"http://127.0.0.1:{receiver_port}/hooks"
+            )
     finally:
         for service in services:
             service.terminate()
@@ -183,10 +222,27 @@ async def run(changes: int, rate: int, seconds: float) -> None:
         receiver.wait(timeout=10)
         await redis.aclose()
         server.stop()
+    report(changes, rows=rows, costs=costs, rate=rate, seconds=seconds, delays=delays)
+
+
+def report(
+    changes: int,
+    *,
+    rows: list[tuple[str, float, float]],
+    costs: list[tuple[str, float, float]],
+    rate: int,
+    seconds: float,
+    delays: list[float],
+) -> None:
     print(f"Throughput: {changes:,} changes waiting, delivered to one receiver")
     print("| processes | changes delivered per second | service CPU per 1,000 changes (ms) |")
     print("|---|---|---|")
     for name, per_s, cpu_us in rows:
+        print(f"| {name} | {per_s:,.0f} | {cpu_us:,.0f} |")
+    print("\nThe rest of the service: touch over HTTP, 20 clients, one process")
+    print("| webhooks | touch requests per second | service CPU per touch (µs) |")
+    print("|---|---|---|")
+    for name, per_s, cpu_us in costs:
         print(f"| {name} | {per_s:,.0f} | {cpu_us:,.0f} |")
     quantiles = statistics.quantiles(delays, n=100)
     print(
