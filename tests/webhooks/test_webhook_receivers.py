@@ -1,4 +1,4 @@
-"""The receiver docs/operations.md shows, run as written: it verifies what the deliveries send,
+"""The receivers docs/operations.md shows, in Python and in Node, run as written: it verifies what the deliveries send,
 refuses a forged request, and takes each batch once however often it comes."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import os
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,13 +27,32 @@ from tests.helpers import ROOT, eventually, snippets_of
 pytestmark = pytest.mark.slow
 
 
-def documented_receiver() -> str:
+def documented_receiver(language: str) -> str:
     [code] = [
         s.code
         for s in snippets_of(ROOT / "docs" / "operations.md")
-        if s.language == "python" and "standardwebhooks" in s.code
+        if s.language == language and "standardwebhooks" in s.code
     ]
     return code
+
+
+@pytest.fixture(params=["python", "js"])
+def receiver_program(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[list[str]]:
+    """The documented receiver of each language, written to a file, as the command to run it
+    (Node's beside tests/js's packages, where it finds `standardwebhooks`)."""
+    code = documented_receiver(request.param)
+    if request.param == "python":
+        script = tmp_path / "receiver.py"
+        script.write_text(code, encoding="utf-8")
+        yield [sys.executable, str(script)]
+        return
+    folder = request.getfixturevalue("js_clients")
+    script = folder / f"receiver-{uuid.uuid4().hex}.mjs"
+    script.write_text(code, encoding="utf-8")
+    try:
+        yield ["node", str(script)]
+    finally:
+        script.unlink()
 
 
 @pytest.fixture
@@ -62,16 +82,13 @@ def answered(port: int, body: bytes, headers: dict[str, str]) -> int:
         return error.code
 
 
-async def test_the_documented_python_receiver_verifies_and_takes_each_batch_once(
-    store: PresenceStore, deliveries: Deliveries, tmp_path: Path
+async def test_the_documented_receivers_verify_and_take_each_batch_once(
+    store: PresenceStore, deliveries: Deliveries, receiver_program: list[str]
 ) -> None:
     port = free_port()
     webhook, secret = await store.webhooks.create(f"http://127.0.0.1:{port}/hooks", None, None, 0)
-    script = tmp_path / "receiver.py"
-    script.write_text(documented_receiver(), encoding="utf-8")
     receiver = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(script),
+        *receiver_program,
         env={**os.environ, "WEBHOOK_SECRET": secret, "PORT": str(port)},
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
