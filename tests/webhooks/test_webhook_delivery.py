@@ -115,11 +115,13 @@ async def test_every_change_arrives_signed_once_acknowledged_in_version_order(
     processes: Processes, receiver: WebhookReceiver
 ) -> None:
     store = processes.store(shards=3)
+    await store.touch("before", "tab")  # made before the webhook: not sent
     webhook = await hooked(store, receiver)
     await processes.start(store)
-    made = await make_changes(store)
+    made = await make_changes(store) - 1
     await eventually(lambda: in_order_and_whole(receiver), what="every change in order")
     assert len(receiver.changes()) == made
+    assert "before" not in {c["userId"] for c in receiver.changes()}
     first = receiver.requests[0].payload
     assert first["type"] == "presence.changes"
     change = first["data"]["changes"][0]
@@ -149,6 +151,13 @@ async def test_every_change_arrives_signed_once_acknowledged_in_version_order(
     assert found is not None
     rest = await store.changes(found.delivered_up_to, 1000)
     assert rest.nodes == ()
+    # After a rotation, a receiver that checks with the new secret (or the old) accepts it.
+    rotated = await store.webhooks.rotate_secret(webhook.id)
+    assert rotated is not None
+    receiver.secret = rotated[1]
+    await store.touch("after", "tab")
+    await eventually(lambda: len(receiver.changes()) == made + 1, what="the change after")
+    assert receiver.unverified == 0
 
 
 @pytest.mark.parametrize("trouble", ["errors", "timeouts", "down"])
@@ -398,3 +407,26 @@ async def test_metrics_show_each_webhooks_requests_changes_and_backlog(
     assert webhook["backlog"] == 0
     assert webhook["deliveredUpTo"] is not None
     assert [a["status"] for a in webhook["attempts"]][-1] == 500
+
+
+async def test_a_place_session_left_and_joined_again_within_the_debounce_is_an_update_or_nothing(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store()
+    _, secret = await store.webhooks.create(receiver.url, ["JOINED", "UPDATED", "LEFT"], None, 1)
+    receiver.secret = secret
+    await processes.start(store)
+    held = (await store.open_place_session("room", "ann", "tab", {"x": 0})).held
+    await eventually(lambda: len(receiver.changes()) == 1, what="the JOINED")
+    # Left and joined again: in another state (an UPDATED), then in the same one (nothing).
+    await store.close_place_session(held)
+    held = (await store.open_place_session("room", "ann", "tab", {"x": 1})).held
+    await store.close_place_session(held)
+    await store.open_place_session("room", "ann", "tab", {"x": 1})
+    await store.open_place_session("room", "bob", "tab")
+    await eventually(lambda: len(receiver.changes()) >= 3, what="bob's JOINED")
+    assert [(c["userId"], c["kind"], c["state"]) for c in receiver.changes()] == [
+        ("ann", "JOINED", {"x": 0}),
+        ("ann", "UPDATED", {"x": 1}),
+        ("bob", "JOINED", None),
+    ]
