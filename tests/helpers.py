@@ -20,7 +20,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -924,6 +924,10 @@ async def call_every_script(store: PresenceStore) -> None:
     now = datetime.now(UTC)
     await store.active_in_range(now - timedelta(hours=1), now)
     await store.weekly_stats()
+    await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
+    await store.online_time.online_periods(
+        datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
+    )
     await store.remove_friends("a", users[:6])
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")

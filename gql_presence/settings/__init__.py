@@ -79,6 +79,9 @@ class Settings:
     window_ms: int = 600 * MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
     retention_ms: int = 35 * DAY_MS
+    # How long the statistics beyond weeklyStats are kept: online time per user and day, and
+    # the lengths of online periods.
+    analytics_ms: int = 400 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * MS_PER_SECOND
     # How long the feed keeps each announced change (at most FEED_RETENTION_MAX_MS), and how
@@ -284,6 +287,7 @@ class Settings:
             shards=shards(env),
             window_ms=window_ms,
             retention_ms=retention_ms,
+            analytics_ms=duration_ms(env, "PRESENCE_ANALYTICS_DAYS", 400, DAY_MS),
             revoke_ms=revoke_ms,
             feed_retention_ms=feed_retention_ms,
             feed_max_changes=count(env, "PRESENCE_FEED_MAX_CHANGES", 1_000_000),

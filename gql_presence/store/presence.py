@@ -53,6 +53,7 @@ from gql_presence.store.models import (
     Visibility,
     WeeklyStats,
 )
+from gql_presence.store.online_time import OnlineTime
 from gql_presence.store.places import Places
 from gql_presence.store.publishing import Publish
 from gql_presence.store.replies import presence_of
@@ -124,6 +125,7 @@ class PresenceStore:
         self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
         self.webhooks = Webhooks(self._shards[0], self._feed)
+        self.online_time = OnlineTime(self._shards)
 
     @property
     def feed(self) -> Feed:

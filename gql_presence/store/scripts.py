@@ -37,6 +37,8 @@ class ScriptName(StrEnum):
     ONLINE_FRIENDS = "online_friends"
     ACTIVE_IN_RANGE = "active_in_range"
     WEEKLY_STATS = "weekly_stats"
+    ONLINE_TIME = "online_time"
+    ONLINE_PERIODS = "online_periods"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
     OPEN_SESSION = "open_session"

@@ -17,6 +17,7 @@ def test_defaults_are_those_of_the_contract() -> None:
     assert settings.retention_ms == 35 * 86_400_000
     assert settings.revoke_ms == settings.window_ms
     assert settings.stats_timezone == "UTC"
+    assert settings.analytics_ms == 400 * 86_400_000
 
 
 def test_values_are_read() -> None:
@@ -28,8 +29,10 @@ def test_values_are_read() -> None:
             "PRESENCE_REVOKE_SECONDS": "0",
             "PRESENCE_STATS_TIMEZONE": "Europe/Berlin",
             "PRESENCE_DATA_DIR": "/srv/presence",
+            "PRESENCE_ANALYTICS_DAYS": "90",
         }
     )
+    assert settings.analytics_ms == 90 * 86_400_000
     assert settings.redis_url == "redis://cache:6379/2"
     assert (settings.window_ms, settings.retention_ms, settings.revoke_ms) == (
         90_000,
@@ -60,6 +63,8 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_WINDOW_SECONDS", "nan"),
         ("PRESENCE_RETENTION_DAYS", "0"),
         ("PRESENCE_RETENTION_DAYS", "0.000001"),
+        ("PRESENCE_ANALYTICS_DAYS", "0"),
+        ("PRESENCE_ANALYTICS_DAYS", "a year"),
         ("PRESENCE_REVOKE_SECONDS", "-1"),
         ("PRESENCE_STATS_TIMEZONE", "Mars/Olympus"),
         ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),
