@@ -295,6 +295,17 @@ class Keys:
         """LIST of a webhook's most recent attempts, newest first: "<at ms> <JSON>" each."""
         return self.prefix + "wha:" + webhook_id
 
+    def webhook_lease(self, webhook_id: str, shard: int) -> str:
+        """STRING, with a TTL: the token of the process that delivers the webhook's changes of
+        one shard of the feed (store/webhooks.py)."""
+        return self.prefix + f"whl:{webhook_id}:{shard}"
+
+    @property
+    def webhook_deliverers(self) -> str:
+        """ZSET member=a process's token  score=when it lapses, ms: the processes that deliver
+        webhooks, among which their leases are shared."""
+        return self.prefix + "whd"
+
 
 def shard_of(user_id: str, shards: int) -> int:
     """The shard a user (or a place) lives in: a hash of the id that every process and release

@@ -125,9 +125,14 @@ class PresenceStore:
         self._friends = Friends(self._shards)
         self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
-        self.webhooks = Webhooks(self._shards[0])
+        self.webhooks = Webhooks(self._shards[0], self._feed)
         self.analytics = Analytics(self._shards)
         self.online_time = OnlineTime(self._shards)
+
+    @property
+    def feed(self) -> Feed:
+        """The feed of every shard, as the webhooks' deliveries read it."""
+        return self._feed
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""

@@ -72,6 +72,8 @@ class ScriptName(StrEnum):
     DELETE_WEBHOOK = "delete_webhook"
     WEBHOOKS = "webhooks"
     RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
+    WEBHOOK_LEASES = "webhook_leases"
+    ADVANCE_WEBHOOK = "advance_webhook"
 
 
 class ScriptError(StrEnum):

@@ -204,6 +204,9 @@ def test_webhooks_reach_no_special_network_and_wait_five_seconds_by_default() ->
     settings = Settings.from_env({})
     assert settings.webhook_allowed_networks == ()
     assert settings.webhook_timeout_ms == 5000
+    assert settings.webhook_disable_after_ms == 86_400_000
+    assert settings.webhook_retry_ms == (1000, 5000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000)
+    assert (settings.webhook_lease_ms, settings.webhook_poll_ms) == (10_000, 250)
 
 
 def test_webhook_settings_are_read() -> None:
@@ -211,8 +214,15 @@ def test_webhook_settings_are_read() -> None:
         {
             "PRESENCE_WEBHOOK_ALLOWED_NETWORKS": "10.0.0.0/8, fd00::/8 127.0.0.1",
             "PRESENCE_WEBHOOK_TIMEOUT_SECONDS": "2.5",
+            "PRESENCE_WEBHOOK_DISABLE_AFTER_SECONDS": "600",
+            "PRESENCE_WEBHOOK_RETRY_SECONDS": "0.5, 2,10",
+            "PRESENCE_WEBHOOK_LEASE_SECONDS": "3",
+            "PRESENCE_WEBHOOK_POLL_SECONDS": "0.1",
         }
     )
+    assert settings.webhook_disable_after_ms == 600_000
+    assert settings.webhook_retry_ms == (500, 2000, 10_000)
+    assert (settings.webhook_lease_ms, settings.webhook_poll_ms) == (3000, 100)
     assert [str(n) for n in settings.webhook_allowed_networks] == [
         "10.0.0.0/8",
         "fd00::/8",
@@ -227,6 +237,9 @@ def test_webhook_settings_are_read() -> None:
         ("PRESENCE_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/33", "'10.0.0.0/33' is not a network"),
         ("PRESENCE_WEBHOOK_ALLOWED_NETWORKS", "intranet", "'intranet' is not a network"),
         ("PRESENCE_WEBHOOK_TIMEOUT_SECONDS", "0", "PRESENCE_WEBHOOK_TIMEOUT_SECONDS='0'"),
+        ("PRESENCE_WEBHOOK_RETRY_SECONDS", "1,soon", "positive numbers separated by commas"),
+        ("PRESENCE_WEBHOOK_RETRY_SECONDS", ",", "positive numbers separated by commas"),
+        ("PRESENCE_WEBHOOK_LEASE_SECONDS", "-1", "PRESENCE_WEBHOOK_LEASE_SECONDS='-1'"),
     ],
 )
 def test_a_bad_webhook_setting_stops_the_start_naming_itself(
