@@ -25,6 +25,7 @@ from datetime import date, datetime
 
 from redis.asyncio import RedisCluster
 
+from gql_presence.store.analytics import Analytics
 from gql_presence.store.channels import Routes
 from gql_presence.store.client import AnyRedis, connections_in_use
 from gql_presence.store.config import StoreSettings
@@ -125,6 +126,7 @@ class PresenceStore:
         self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
         self.webhooks = Webhooks(self._shards[0], self._feed)
+        self.analytics = Analytics(self._shards)
         self.online_time = OnlineTime(self._shards)
 
     @property
@@ -271,18 +273,19 @@ class PresenceStore:
         )
         return presence_of(user_id, reply[1])
 
-    async def touch_many(self, user_ids: Sequence[str]) -> int:
-        """One script per shard that holds any of the users, in parallel."""
+    async def touch_many(self, user_ids: Sequence[str], at: datetime | None = None) -> int:
+        """One script per shard of the users, in parallel; `at` backfills activity alone."""
+        at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
         groups = by_shard(check_ids(user_ids, "userIds"), len(self._shards))
         recorded = await asyncio.gather(
-            *(self._touch_many(self._shards[i], g) for i, g in groups.items())
+            *(self._touch_many(self._shards[i], g, at_ms) for i, g in groups.items())
         )
         return sum(recorded)
 
-    async def _touch_many(self, shard: Shard, user_ids: Sequence[str]) -> int:
+    async def _touch_many(self, shard: Shard, user_ids: Sequence[str], at_ms: int | None) -> int:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
         k = shard.keys
-        days, boundaries = shard.days_around()
+        days, boundaries = shard.days_around(at_ms)
         await shard.announcing()
         keys = named(
             last_seen=k.last_seen,
@@ -306,6 +309,7 @@ class PresenceStore:
                     boundaries=boundaries,
                     # One argument instead of one per user: ids hold no control characters.
                     user_ids="\n".join(ordered[first : first + TOUCH_MANY_BATCH]),
+                    at_ms="" if at_ms is None else at_ms,
                 ),
             )
             for first in range(0, len(ordered), TOUCH_MANY_BATCH)
