@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import aclosing
 from dataclasses import replace
 from typing import Any
@@ -71,7 +71,7 @@ from gql_presence.store import (
     utf8_bytes,
 )
 from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
-from gql_presence.store.feed import Change, EventCursors
+from gql_presence.store.feed import EventCursors
 
 # What a WebSocket operation's results are, as Strawberry's stream gives them.
 Results = AsyncGenerator[Any, None]
@@ -310,7 +310,7 @@ class OperationPipeline:
             return _refused(error)
         try:
             if follow.after is not None:
-                replay = await context.store.feed_replay(follow.after, place_id=place_id)
+                replayed, replay = await context.events.replay_place(place_id, follow.after)
             else:
                 # Before the read: the members' cursor resumes where nothing the read
                 # misses is passed.
@@ -323,7 +323,7 @@ class OperationPipeline:
                 return _refused(error)
             raise
         if follow.after is not None:
-            delivery.resume(_place_changes(replay.changes), replay.passed)
+            delivery.resume(replayed, replay.passed)
             return delivery
         delivery.start(
             (member_joined(m, page.sequence, page.version, present) for m in page.nodes),
@@ -359,11 +359,6 @@ class OperationPipeline:
             reader=context.reader,
             after=follow.after,
         )
-
-
-def _place_changes(changes: Iterable[Change]) -> list[PublishedPlaceEvent]:
-    """A place's replayed changes (a place's replay holds nothing else)."""
-    return [change for change in changes if isinstance(change, PublishedPlaceEvent)]
 
 
 def _presence_event(cursors: EventCursors, event: PresenceChange) -> PresenceEvent:

@@ -224,9 +224,8 @@ class Subscription:
             if decided.after is not None:
                 # Subscribed first, then replayed: the replay says which of the events
                 # heard meanwhile it passed.
-                replay = await store.feed_replay(decided.after, place_id=place_id)
-                for change in replay.changes:
-                    assert isinstance(change, PublishedPlaceEvent)  # a place's replay
+                replayed, replay = await info.context.events.replay_place(place_id, decided.after)
+                for change in replayed:
                     yield PlaceEvent.of(change, cursors.of(place_id, change.feed_id))
                 while True:
                     event = await changes.get()

@@ -68,7 +68,12 @@ from gql_presence.store import (
     PublishedEvent,
     PublishedPlaceEvent,
 )
-from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
+from gql_presence.store.errors import (
+    BadInputError,
+    CursorExpiredError,
+    PresenceError,
+    StoreUnavailableError,
+)
 from gql_presence.store.feed import Replay
 
 __all__ = ["EventHub", "PlaceFollower", "ShardSubscriber"]
@@ -346,7 +351,27 @@ class EventHub:
             if isinstance(change, PublishedEvent)
             and (view := reader_view(follower, change)) is not None
         ]
+        self._check_behind(len(replayed))
         return replayed, replay
+
+    async def replay_place(
+        self, place_id: str, after: str
+    ) -> tuple[list[PublishedPlaceEvent], Replay]:
+        """As `replay`, for a placeChanged subscription that resumes."""
+        replay = await self._store.feed_replay(after, place_id=place_id)
+        replayed = [c for c in replay.changes if isinstance(c, PublishedPlaceEvent)]
+        self._check_behind(len(replayed))
+        return replayed, replay
+
+    def _check_behind(self, replayed: int) -> None:
+        """A subscriber may be at most `capacity` events behind, and a replay of more is
+        refused before any is written: reading afresh costs less."""
+        if replayed > self._capacity:
+            raise CursorExpiredError(
+                f"More than {self._capacity:,} changes to replay follow this cursor (a "
+                "subscriber may be that many behind): read the state afresh and subscribe "
+                "without after."
+            )
 
     def _check_subscribed(self) -> None:
         if not self.subscribed:

@@ -34,7 +34,8 @@ EXAMINED_PER_SHARD = 1000
 MAX_PLACE_FILTERS = 1000
 # A resume (presenceChanged, placeChanged with `after`) reads at most this many changes of
 # each shard it follows, a page of MAX_CHANGES_PAGE at a time; a cursor with more after it is
-# refused as CURSOR_EXPIRED: reading afresh costs less than replaying more.
+# refused as CURSOR_EXPIRED: reading afresh costs less than replaying more. (What it replays of
+# them is bounded by the subscriber's buffer: realtime/hub.py.)
 RESUME_MAX_CHANGES = 10_000
 # The events whose cursors a process keeps, for the renderings of an event that come after
 # the first (every subscriber given one cursor): far more than are rendered at once.

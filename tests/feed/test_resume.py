@@ -301,3 +301,32 @@ async def test_an_end_users_resume_shows_what_their_live_events_showed(
         ("OFFLINE", None, None),
         ("ONLINE", {"text": "away"}, None),
     ]
+
+
+@BOTH_PATHS
+async def test_more_changes_than_a_subscriber_may_be_behind_are_not_replayed(
+    aiohttp_client: ClientFactory,
+    deployment: Settings,
+    store_of_api: PresenceStore,
+    multiplexed: bool,
+) -> None:
+    api = await aiohttp_client(create_app(dataclasses.replace(deployment, subscriber_buffer=5)))
+    cursor = (await graphql(api, "{ feedCursor }"))["data"]["feedCursor"]
+    users = [f"user{i}" for i in range(5)]
+    await graphql(api, "mutation($u: [ID!]!) { touchMany(userIds: $u) }", u=users)
+    await store_of_api.renew_leases()
+    for user in users:
+        await store_of_api.open_place_session("room", user, "tab")
+    followed: list[tuple[str, dict[str, Any]]] = [(PRESENCE, {"u": users}), (PLACE, {"p": "room"})]
+    for document, variables in followed:  # five behind: replayed
+        async with graphql_socket(api) as socket:
+            await subscribe(socket, document, after=cursor, **variables)
+            assert len(await collect(socket, 5)) == 5
+    await graphql(api, KICK, u="user0")  # a sixth change of each
+    await store_of_api.open_place_session("room", "user5", "tab")
+    for document, variables in followed:
+        async with graphql_socket(api) as socket:
+            await subscribe(socket, document, after=cursor, **variables)
+            codes, message = await refusal(socket)
+        assert codes == ["CURSOR_EXPIRED"]
+        assert "More than 5 changes to replay" in message
