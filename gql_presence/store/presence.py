@@ -20,7 +20,7 @@ replies (replies.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import date, datetime
 
 from redis.asyncio import RedisCluster
@@ -32,7 +32,7 @@ from gql_presence.store.config import StoreSettings
 from gql_presence.store.days import local_now_ms, to_ms
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError
-from gql_presence.store.feed import ChangePage, EventCursors, Feed
+from gql_presence.store.feed import ChangePage, EventCursors, Feed, Replay
 from gql_presence.store.friends import Friends
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
@@ -413,6 +413,13 @@ class PresenceStore:
 
     async def feed_cursor(self) -> str:
         return await self._feed.cursor()
+
+    async def feed_replay(
+        self, after: str, users: Collection[str] | None = None, place_id: str | None = None
+    ) -> Replay:
+        """The changes after `after` of these users (every user's when None) or of the
+        place, for a resume (store/feed.py Feed.replay)."""
+        return await self._feed.replay(after, users, place_id)
 
     async def event_cursors(self) -> EventCursors:
         """What seals events' cursors synchronously, each event's once."""
