@@ -61,6 +61,7 @@ settle_away(statuses, user_id, events)
 local entry = conn_entry(user, session_id)
 if not entry or entry.generation ~= generation then
   announce_all(channel, events, statuses)
+  index_flush(statuses)
   return {0, online}
 end
 
@@ -77,4 +78,6 @@ elseif status_with(statuses, user_id, {}) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
 announce_all(channel, events, statuses)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {1, online_after}

@@ -88,4 +88,6 @@ else
   add_event(events, 'REVOKED', user_id, now, session_id, online_after)
 end
 announce_all(channel, events, statuses)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {kicked, online_after}

@@ -99,4 +99,6 @@ elseif status_of(statuses, user_id, online_key, now) ~= status_before then
 end
 if replaced then add_event(events, 'REPLACED', user_id, now, session_id, generation) end
 announce_all(channel, events, statuses)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {generation, now}

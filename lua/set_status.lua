@@ -172,4 +172,6 @@ if own_changed or others_changed then
   -- Backends and the user are told only of what changed as they see it.
   announce(channel, own_changed and 'STATUS' or '', user_id, now, '', online, look, statuses)
 end
+index_mark(statuses, user_id)
+index_flush(statuses)
 return presence_entry(statuses, user_id, last_seen_key, now, retention_ms)

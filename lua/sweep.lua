@@ -146,12 +146,14 @@ end
 local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(turned_away) do
   redis.call('ZREM', away_expiry_key(statuses), user_id)
+  index_mark(statuses, user_id)
   local status, choices = status_of(statuses, user_id, online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
     add_event(offline, 'STATUS', user_id, now, '', 1, look_of(statuses, 'STATUS', user_id, 1))
   end
 end
 announce_all(channel, offline, statuses)
+index_flush(statuses)
 
 -- Waiting states whose process did not announce them in time, oldest first.
 local overdue = redis.call('ZRANGEBYSCORE', flushes_key, '-inf', '(' .. (now - overdue_ms), 'LIMIT', 0, lapsed_batch)

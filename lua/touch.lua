@@ -111,4 +111,6 @@ announce_all(channel, events, statuses)
 local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
 tidy_extras(statuses, user_id)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {online_before, entry}

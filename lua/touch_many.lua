@@ -208,5 +208,43 @@ local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do
   if invisible[j] == 1 then sync_hidden(statuses, keyless[j]) end
 end
+
+-- The online list's indexes (includes/online_index.lua): a user with a session key or a
+-- choice is indexed on their own, and so is one who comes online with a record left from
+-- before (unswept); the others are ONLINE with no device, in group v, written for all at once.
+local plain, plain_arrived = {}, {}
+for i = 1, n do
+  local user_id = users[i]
+  if own_key[user_id] or chose[user_id] then index_mark(statuses, user_id) else plain[#plain + 1] = user_id end
+end
+local arrived_now = {}
+for _, user_id in ipairs(arrived) do arrived_now[user_id] = true end
+local records = read_in_chunks('HMGET', index_users_key(statuses), plain)
+local staying = {}
+for j, user_id in ipairs(plain) do
+  if records[j] then
+    if arrived_now[user_id] then index_mark(statuses, user_id) else staying[#staying + 1] = user_id end
+  elseif arrived_now[user_id] then
+    plain_arrived[#plain_arrived + 1] = user_id
+  end
+end
+local online_by_last_seen = ix_key(statuses, 'v', 'l', 'st', 'ONLINE')
+call_chunked('ZADD', online_by_last_seen, {'XX', 'LT'}, #staying, function(args, k, j)
+  args[k + 1], args[k + 2] = -now, staying[j]
+  return k + 2
+end)
+local record = 'v\tONLINE\t' .. string.format('%d', now)
+call_chunked('HSET', index_users_key(statuses), nil, #plain_arrived, function(args, k, j)
+  args[k + 1], args[k + 2] = plain_arrived[j], record
+  return k + 2
+end)
+for _, entry in ipairs({{online_by_last_seen, -now}, {ix_key(statuses, 'v', 's', 'st', 'ONLINE'), -now},
+    {index_ids_key(statuses, 'v'), 0}, {index_since_key(statuses), -now}}) do
+  call_chunked('ZADD', entry[1], nil, #plain_arrived, function(args, k, j)
+    args[k + 1], args[k + 2] = entry[2], plain_arrived[j]
+    return k + 2
+  end)
+end
 announce_all(channel, events, statuses)
+index_flush(statuses)
 return n

@@ -139,6 +139,8 @@ OPTION_NAMES = (
     "place_channel_prefix",
     "feed",
     "version_prefix",
+    "last_seen",
+    "index_prefix",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -285,6 +287,8 @@ class Shard:
                     "place_channel_prefix": self.channels.place_events(""),
                     "feed": k.feed,
                     "version_prefix": k.version(""),
+                    "last_seen": k.last_seen,
+                    "index_prefix": k.online_index(""),
                 }
             )
         return self._options

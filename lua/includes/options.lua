@@ -13,7 +13,7 @@ local function shard_options(packed)
     o.conn_prefix, o.revoked_prefix, o.lease_owners, o.lease_next, o.lease_users_prefix,
     o.lease_bits_prefix, o.lease_places_prefix, o.lease_members_prefix, o.place_members_prefix,
     o.place_holders_prefix, o.place_states_prefix, o.place_users_prefix, o.place_channel_prefix,
-    o.feed, o.version_prefix =
-    struct.unpack('>ddddddd' .. string.rep('Bc0', 26), packed)
+    o.feed, o.version_prefix, o.last_seen, o.index_prefix =
+    struct.unpack('>ddddddd' .. string.rep('Bc0', 28), packed)
   return o
 end

@@ -198,8 +198,17 @@ local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
 end
 
+-- Marks the user for the online list's indexes, which index_flush (includes/online_index.lua)
+-- brings up to date before the script returns.
+local function index_mark(statuses, user_id)
+  if statuses.marked[user_id] then return end
+  statuses.marked[user_id] = true
+  statuses.dirty[#statuses.dirty + 1] = user_id
+end
+
 local function went_offline(statuses, user_id)
   redis.call('ZREM', since_key(statuses), user_id)
+  index_mark(statuses, user_id)
 end
 
 local function hidden_key(statuses) return statuses.names.hidden end
@@ -268,13 +277,14 @@ end
 -- announce_all's `looks`, includes/events.lua).
 local function statuses_of(names, online_key, window_ms, now, leases)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases}
+    leases = leases, dirty = {}, marked = {}}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
   statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
   statuses.look = function(kind, user_id, online) return look_of(statuses, kind, user_id, online) end
   statuses.online_moved = function(user_id)
+    index_mark(statuses, user_id)
     sync_hidden(statuses, user_id)
     track_activity(statuses, user_id)
   end
@@ -353,3 +363,5 @@ local function listed_online(statuses, online_key, user_id, now, hide)
   if hide and redis.call('HGET', status_key(statuses, user_id), 'chosen') == 'INVISIBLE' then return nil end
   return 1
 end
+
+--- @include "online_index"

@@ -1,0 +1,116 @@
+-- The online list's indexes, which onlineUsers(filter:) pages (lua/online_filtered.lua): what
+-- each online user is found by, in keys named from `index_prefix` (includes/options.lua; in the
+-- hash tag of every script's KEYS), for a user in group g and order o:
+--   ix:users           HASH  user_id -> "g\tstatus\tsince_ms\tdevice\tdevice...": what the
+--                            user is indexed under (their devices sorted, each once)
+--   ix:g:o:st:STATUS   ZSET  the users of that status (as backends see it)
+--   ix:g:o:dev:DEVICE  ZSET  the users with a live session that says that device
+--   ix:g:ids           ZSET  score 0: the users' ids, for ZRANGEBYLEX by prefix
+--   ix:v:since         ZSET  score=-(onlineSince, ms): the users of group v
+-- Groups: v, visible to end users with their onlineSince; r, visible without it (lastSeen
+-- shown to FRIENDS or NOBODY); h, invisible (to end users, offline). An end user's filter
+-- reads v and r (and v alone for onlineSince), a backend's all three, so that neither walks
+-- past users it may not find. Orders: l, scored as the last_seen ZSET (-(last activity), or a
+-- held score), moved by every touch; s, scored as the since ZSET, written only when what the
+-- user is indexed under changes. A user offline has no entry anywhere.
+--
+-- A script that changes a user's presence, status, sessions or devices marks them (online_moved
+-- and went_offline do, includes/status.lua; statuses.dirty) and calls index_flush(statuses)
+-- before it returns: each marked user is indexed anew from their state then.
+
+local function ix_key(statuses, g, o, kind, value)
+  return statuses.names.index_prefix .. g .. ':' .. o .. ':' .. kind .. ':' .. value
+end
+local function index_users_key(statuses) return statuses.names.index_prefix .. 'users' end
+local function index_ids_key(statuses, g) return statuses.names.index_prefix .. g .. ':ids' end
+local function index_since_key(statuses) return statuses.names.index_prefix .. 'v:since' end
+
+-- What the user is to be indexed under now: their record (see above), or nil when offline.
+local function index_record(statuses, user_id)
+  local now = statuses.now
+  local live = live_of(statuses, user_id, statuses.online_key, now)
+  if #live == 0 then return nil end
+  local choices = choices_of(statuses, user_id, now)
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
+  local idle, devices, seen = true, {}, {}
+  for _, extras in ipairs(extras_of(statuses, user_id, ids)) do
+    if not extras.idle then idle = false end
+    if extras.device and not seen[extras.device] then
+      seen[extras.device] = true
+      devices[#devices + 1] = extras.device
+    end
+  end
+  table.sort(devices)
+  local status = status_from(true, choices.chosen, idle)
+  local group = 'v'
+  if status == 'INVISIBLE' then group = 'h' elseif choices.visible ~= 'EVERYONE' then group = 'r' end
+  local record = group .. '\t' .. status .. '\t' .. string.format('%d', choices.since or now)
+  for _, device in ipairs(devices) do record = record .. '\t' .. device end
+  return record
+end
+
+-- A record's fields: group, status, since_ms, then the devices.
+local function record_fields(record)
+  local fields, at = {}, 1
+  while at <= #record + 1 do
+    local stop = string.find(record, '\t', at, true) or #record + 1
+    fields[#fields + 1] = string.sub(record, at, stop - 1)
+    at = stop + 1
+  end
+  return fields
+end
+
+-- The ZSETs of order o that a record's user is in: their status's, then each device's.
+local function record_keys(statuses, fields, o)
+  local keys = {ix_key(statuses, fields[1], o, 'st', fields[2])}
+  for i = 4, #fields do keys[#keys + 1] = ix_key(statuses, fields[1], o, 'dev', fields[i]) end
+  return keys
+end
+
+local function index_remove(statuses, user_id, record)
+  local fields = record_fields(record)
+  for _, o in ipairs({'l', 's'}) do
+    for _, key in ipairs(record_keys(statuses, fields, o)) do redis.call('ZREM', key, user_id) end
+  end
+  redis.call('ZREM', index_ids_key(statuses, fields[1]), user_id)
+  if fields[1] == 'v' then redis.call('ZREM', index_since_key(statuses), user_id) end
+end
+
+local function index_add(statuses, user_id, record, last_seen)
+  local fields = record_fields(record)
+  local since = string.format('%d', -tonumber(fields[3]))
+  for _, key in ipairs(record_keys(statuses, fields, 'l')) do redis.call('ZADD', key, last_seen, user_id) end
+  for _, key in ipairs(record_keys(statuses, fields, 's')) do redis.call('ZADD', key, since, user_id) end
+  redis.call('ZADD', index_ids_key(statuses, fields[1]), 0, user_id)
+  if fields[1] == 'v' then redis.call('ZADD', index_since_key(statuses), since, user_id) end
+end
+
+-- Indexes the user anew: out of what they are no longer under, into what they are under now,
+-- and their entries of order l moved to their lastSeen score.
+local function index_sync(statuses, user_id)
+  local users_key = index_users_key(statuses)
+  local old = redis.call('HGET', users_key, user_id)
+  local new = index_record(statuses, user_id)
+  local last_seen = new and redis.call('ZSCORE', statuses.names.last_seen, user_id)
+  if new and not last_seen then new = nil end
+  if old and old == new then
+    for _, key in ipairs(record_keys(statuses, record_fields(new), 'l')) do
+      redis.call('ZADD', key, last_seen, user_id)
+    end
+    return
+  end
+  if old then index_remove(statuses, user_id, old) end
+  if new then
+    index_add(statuses, user_id, new, last_seen)
+    redis.call('HSET', users_key, user_id, new)
+  elseif old then
+    redis.call('HDEL', users_key, user_id)
+  end
+end
+
+-- Indexes anew every user the script marked.
+local function index_flush(statuses)
+  for _, user_id in ipairs(statuses.dirty) do index_sync(statuses, user_id) end
+  statuses.dirty, statuses.marked = {}, {}
+end
