@@ -70,6 +70,18 @@ local since_min = since_to and string.format('%d', -since_to) or '-inf'
 local since_max = since_from and string.format('%d', -since_from) or '+inf'
 local cutoff = -(now - window_ms)
 
+-- Whether a live session of the user says the device: their record may still name a session
+-- that expired by time while another stays live, until their next change.
+local function has_device(user_id)
+  local live = live_of(statuses, user_id, online_key, now)
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
+  for _, extras in ipairs(extras_of(statuses, user_id, ids)) do
+    if extras.device == device then return true end
+  end
+  return false
+end
+
 -- Whether a user found in some index matches every field, and is online now.
 local function matches(user_id)
   local record = redis.call('HGET', index_users_key(statuses), user_id)
@@ -84,13 +96,7 @@ local function matches(user_id)
     local since = tonumber(fields[3])
     if (since_from and since < since_from) or (since_to and since > since_to) then return false end
   end
-  if device ~= '' then
-    local found = false
-    for i = 4, #fields do
-      if fields[i] == device then found = true end
-    end
-    if not found then return false end
-  end
+  if device ~= '' then return has_device(user_id) end
   return live_expiry(leases, online_key, user_id, now) ~= nil
 end
 

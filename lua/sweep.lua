@@ -153,6 +153,10 @@ for _, user_id in ipairs(turned_away) do
   end
 end
 announce_all(channel, offline, statuses)
+-- Users one of whose several sessions expired: their devices may have changed.
+for _, user_id in ipairs(redis.call('ZRANGEBYSCORE', index_due_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)) do
+  index_mark(statuses, user_id)
+end
 index_flush(statuses)
 
 -- Waiting states whose process did not announce them in time, oldest first.

@@ -7,6 +7,10 @@
 --   ix:g:o:dev:DEVICE  ZSET  the users with a live session that says that device
 --   ix:g:ids           ZSET  score 0: the users' ids, for ZRANGEBYLEX by prefix
 --   ix:v:since         ZSET  score=-(onlineSince, ms): the users of group v
+--   ix:due             ZSET  score=when the first of the user's live sessions that live by
+--                            time expires, ms, for users with several live sessions: their
+--                            devices may change then, with nothing written; the sweep indexes
+--                            them anew (lua/sweep.lua)
 -- Groups: v, visible to end users with their onlineSince; r, visible without it (lastSeen
 -- shown to FRIENDS or NOBODY); h, invisible (to end users, offline). An end user's filter
 -- reads v and r (and v alone for onlineSince), a backend's all three, so that neither walks
@@ -24,11 +28,29 @@ end
 local function index_users_key(statuses) return statuses.names.index_prefix .. 'users' end
 local function index_ids_key(statuses, g) return statuses.names.index_prefix .. g .. ':ids' end
 local function index_since_key(statuses) return statuses.names.index_prefix .. 'v:since' end
+local function index_due_key(statuses) return statuses.names.index_prefix .. 'due' end
+
+-- Notes when the first of the user's several live sessions that live by time expires.
+local function note_due(statuses, user_id, live)
+  local due
+  if #live > 2 then
+    for i = 2, #live, 2 do
+      local expiry = live[i] + statuses.window_ms
+      if live[i] ~= statuses.now and (due == nil or expiry < due) then due = expiry end
+    end
+  end
+  if due then
+    redis.call('ZADD', index_due_key(statuses), due, user_id)
+  else
+    redis.call('ZREM', index_due_key(statuses), user_id)
+  end
+end
 
 -- What the user is to be indexed under now: their record (see above), or nil when offline.
 local function index_record(statuses, user_id)
   local now = statuses.now
   local live = live_of(statuses, user_id, statuses.online_key, now)
+  note_due(statuses, user_id, live)
   if #live == 0 then return nil end
   local choices = choices_of(statuses, user_id, now)
   local ids = {}

@@ -217,3 +217,23 @@ async def test_indexes_are_emptied_by_the_sweep_when_presence_expires(
         return await index_keys(redis) == []
 
     await eventually(swept, what="the sweep to empty the indexes")
+
+
+async def test_a_device_whose_session_expired_is_no_longer_found(
+    make_store: object, redis: Redis
+) -> None:
+    store: PresenceStore = make_store(window_ms=1000)  # type: ignore[operator]
+    await store.touch("a", "old", at=ago(0.7), device="web")
+    await store.touch("a", "new", device="ios")
+    web = OnlineFilter(device="web")
+    assert [n.user_id for n in (await store.online_users(10, None, kept=web)).nodes] == ["a"]
+
+    async def gone() -> bool:
+        await store.sweep()
+        page = await store.online_users(10, None, kept=web)
+        return page.nodes == () and page.total_count == 0
+
+    await eventually(gone, what="the expired session's device to be forgotten")
+    ios = await store.online_users(10, None, kept=OnlineFilter(device="ios"))
+    assert [n.user_id for n in ios.nodes] == ["a"]
+    assert ios.total_count == 1
