@@ -70,33 +70,30 @@ local since_min = since_to and string.format('%d', -since_to) or '-inf'
 local since_max = since_from and string.format('%d', -since_from) or '+inf'
 local cutoff = -(now - window_ms)
 
--- Whether a live session of the user says the device: their record may still name a session
--- that expired by time while another stays live, until their next change.
-local function has_device(user_id)
-  local live = live_of(statuses, user_id, online_key, now)
-  local ids = {}
-  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
-  for _, extras in ipairs(extras_of(statuses, user_id, ids)) do
-    if extras.device == device then return true end
-  end
-  return false
-end
-
--- Whether a user found in some index matches every field, and is online now.
+-- Whether a user found in some index matches every field, and is online now: when the index
+-- walked holds only users that match (`exact`), whether they are online now.
+local exact = false
 local function matches(user_id)
+  if prefix ~= '' and string.sub(user_id, 1, #prefix) ~= prefix then return false end
+  if exact then return live_expiry(leases, online_key, user_id, now) ~= nil end
   local record = redis.call('HGET', index_users_key(statuses), user_id)
   if not record then return false end
   local fields = record_fields(record)
   local group = fields[1]
   if hide and group == 'h' then return false end
   if wanted and not wanted[fields[2]] then return false end
-  if prefix ~= '' and string.sub(user_id, 1, #prefix) ~= prefix then return false end
   if has_since then
     if hide and group ~= 'v' then return false end
     local since = tonumber(fields[3])
     if (since_from and since < since_from) or (since_to and since > since_to) then return false end
   end
-  if device ~= '' then return has_device(user_id) end
+  if device ~= '' then
+    local found = false
+    for i = 4, #fields do
+      if fields[i] == device then found = true end
+    end
+    if not found then return false end
+  end
   return live_expiry(leases, online_key, user_id, now) ~= nil
 end
 
@@ -157,22 +154,32 @@ if has_since then
   fields[#fields + 1] = field
 end
 
--- The cheapest way: a field's walk costs a page per (its size / the fewest matches of any
--- field), a gather its size.
+-- The cheapest way, in users looked at: a field's walk looks at a page's worth per (its size /
+-- the fewest matches of any field), a gather at all it gathers, each costing a few look-ups
+-- more (GATHERED_COST). A prefix is checked with no look-up: walking the whole list for it
+-- costs ZRANGE's share alone per user passed (SCANNED_COST).
+local GATHERED_COST, SCANNED_COST = 4, 0.25
 local fewest = math.huge
 for _, field in ipairs(fields) do fewest = math.min(fewest, field.size) end
 local main = {walk = {order == 'l' and last_seen_key or since_all_key},
   size = redis.call('ZCARD', online_key), min = '-inf', max = order == 'l' and cutoff or math.huge}
-local best, best_cost = main, (first + 1) * main.size / math.max(fewest, 1)
+local function walk_cost(field)
+  local passed = (first + 1) * field.size / math.max(fewest, 1)
+  if field == main and #fields == 1 and prefix ~= '' then return (first + 1) + passed * SCANNED_COST end
+  return passed
+end
+local best, best_cost = main, walk_cost(main)
 for _, field in ipairs(fields) do
   local cost
   if field.walk then
-    cost = (first + 1) * field.size / math.max(fewest, 1)
+    cost = walk_cost(field)
   elseif field.size <= GATHER then
-    cost = field.size
+    cost = field.size * GATHERED_COST
   end
   if cost and cost < best_cost then best, best_cost = field, cost end
 end
+-- A field's own index holds exactly the users it matches (within a sweep of a change by time).
+exact = #fields == 1 and best ~= main and best.walk ~= nil
 
 local function order_key() return order == 'l' and last_seen_key or since_all_key end
 
@@ -236,12 +243,13 @@ end
 
 -- Lists the gathered users that match, after the cursor, sorted in order, up to `limit`.
 local function gathered(ids, limit)
-  local rows = {}
+  local rows, found = {}, 0
   local scores = #ids > 0 and read_in_order(ids) or {}
   for i, id in ipairs(ids) do
     local score = tonumber(scores[i])
-    if score and (order ~= 'l' or score <= cutoff) and past_cursor(score, id) and matches(id) then
-      rows[#rows + 1] = {id, score}
+    if score and (order ~= 'l' or score <= cutoff) and matches(id) then
+      found = found + 1
+      if past_cursor(score, id) then rows[#rows + 1] = {id, score} end
     end
   end
   table.sort(rows, function(a, b)
@@ -252,20 +260,12 @@ local function gathered(ids, limit)
   for i = 1, math.min(#rows, limit or #rows) do
     out[#out + 1], out[#out + 2] = rows[i][1], rows[i][2]
   end
-  return out, #rows
+  return out, found
 end
 
 local rows, total
 if best.gather then
-  local ids = best.gather()
-  rows = gathered(ids, first + 1)
-  if want_count then
-    local saved = after_score
-    after_score = ''
-    local _, n = gathered(ids, nil)
-    after_score = saved
-    total = n
-  end
+  rows, total = gathered(best.gather(), first + 1)
 else
   rows = walk(best.walk, best.min, best.max, first + 1)
 end

@@ -210,21 +210,18 @@ for j = 1, #keyless do
 end
 
 -- The online list's indexes (includes/online_index.lua): a user with a session key or a
--- choice is indexed on their own, and so is one who comes online with a record left from
--- before (unswept); the others are ONLINE with no device, in group v, written for all at once.
-local plain, plain_arrived = {}, {}
+-- choice is indexed on their own, and so is one whose online entry had expired unswept (their
+-- entries may say more); the others are ONLINE with no device, in group v, written for all at
+-- once: those online already only move in order l (XX: nothing is added for a user the
+-- indexes do not hold), those who had no online entry are added.
+local plain_arrived, staying = {}, {}
 for i = 1, n do
-  local user_id = users[i]
-  if own_key[user_id] or chose[user_id] then index_mark(statuses, user_id) else plain[#plain + 1] = user_id end
-end
-local arrived_now = {}
-for _, user_id in ipairs(arrived) do arrived_now[user_id] = true end
-local records = read_in_chunks('HMGET', index_users_key(statuses), plain)
-local staying = {}
-for j, user_id in ipairs(plain) do
-  if records[j] then
-    if arrived_now[user_id] then index_mark(statuses, user_id) else staying[#staying + 1] = user_id end
-  elseif arrived_now[user_id] then
+  local user_id, expiry = users[i], tonumber(expiries[i])
+  if own_key[user_id] or chose[user_id] or (expiry and expiry < now) then
+    index_mark(statuses, user_id)
+  elseif expiry then
+    staying[#staying + 1] = user_id
+  else
     plain_arrived[#plain_arrived + 1] = user_id
   end
 end
