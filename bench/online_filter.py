@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import functools
 import os
 import statistics
 import subprocess
@@ -153,10 +154,10 @@ async def measure_writes() -> None:
         await store.touch_many([f"warm{i}" for i in range(100)])
 
         async def touches(ids: list[str]) -> float:
-            total = await redis_us(
-                client, lambda: in_flight([lambda u=u: store.touch(u, "tab") for u in ids])
-            )  # type: ignore[misc]
-            return total / len(ids)
+            calls: list[Callable[[], Awaitable[object]]] = [
+                functools.partial(store.touch, u, "tab") for u in ids
+            ]
+            return await redis_us(client, lambda: in_flight(calls)) / len(ids)
 
         announcing = await touches([f"t{i}" for i in range(TOUCHES)])
         again = await touches([f"t{i}" for i in range(TOUCHES)])
