@@ -64,8 +64,8 @@ if ARGV[9] ~= '' then
   for status in string.gmatch(ARGV[9], '[A-Z]+') do wanted[status] = true end
 end
 local has_since = since_from ~= nil or since_to ~= nil
--- The since ZSET that an onlineSince range reads: an end user's holds group v alone.
-local since_key = hide and index_since_key(statuses) or since_all_key
+-- The since ZSET that an onlineSince range reads; an end user finds only group v in it.
+local since_key = since_all_key
 local since_min = since_to and string.format('%d', -since_to) or '-inf'
 local since_max = since_from and string.format('%d', -since_from) or '+inf'
 local cutoff = -(now - window_ms)
@@ -77,8 +77,15 @@ local function matches(user_id)
   if prefix ~= '' and string.sub(user_id, 1, #prefix) ~= prefix then return false end
   if exact then return live_expiry(leases, online_key, user_id, now) ~= nil end
   local record = redis.call('HGET', index_users_key(statuses), user_id)
-  if not record then return false end
-  local fields = record_fields(record)
+  local fields
+  if record then
+    fields = record_fields(record)
+  else
+    -- A plain user (includes/online_index.lua), if indexed at all.
+    local since = redis.call('ZSCORE', since_all_key, user_id)
+    if not since then return false end
+    fields = {'v', 'ONLINE', -tonumber(since)}
+  end
   local group = fields[1]
   if hide and group == 'h' then return false end
   if wanted and not wanted[fields[2]] then return false end
@@ -145,7 +152,9 @@ if prefix ~= '' then
   end}
 end
 if has_since then
-  local field = {size = redis.call('ZCOUNT', since_key, since_min, since_max)}
+  local size = redis.call('ZCOUNT', since_key, since_min, since_max)
+  if hide then size = size - redis.call('ZCOUNT', index_hidden_since_key(statuses), since_min, since_max) end
+  local field = {size = size, hidden = hide}
   if order == 's' then
     field.walk, field.min, field.max = {since_key}, since_min, tonumber(since_max) or math.huge
   else
@@ -179,7 +188,7 @@ for _, field in ipairs(fields) do
   if cost and cost < best_cost then best, best_cost = field, cost end
 end
 -- A field's own index holds exactly the users it matches (within a sweep of a change by time).
-exact = #fields == 1 and best ~= main and best.walk ~= nil
+exact = #fields == 1 and best ~= main and best.walk ~= nil and not best.hidden
 
 local function order_key() return order == 'l' and last_seen_key or since_all_key end
 

@@ -230,15 +230,10 @@ call_chunked('ZADD', online_by_last_seen, {'XX', 'LT'}, #staying, function(args,
   args[k + 1], args[k + 2] = -now, staying[j]
   return k + 2
 end)
-local record = 'v\tONLINE\t' .. string.format('%d', now)
-call_chunked('HSET', index_users_key(statuses), nil, #plain_arrived, function(args, k, j)
-  args[k + 1], args[k + 2] = plain_arrived[j], record
-  return k + 2
-end)
-for _, entry in ipairs({{online_by_last_seen, -now}, {ix_key(statuses, 'v', 's', 'st', 'ONLINE'), -now},
-    {index_ids_key(statuses, 'v'), 0}, {index_since_key(statuses), -now}}) do
-  call_chunked('ZADD', entry[1], nil, #plain_arrived, function(args, k, j)
-    args[k + 1], args[k + 2] = entry[2], plain_arrived[j]
+for _, key in ipairs({online_by_last_seen, ix_key(statuses, 'v', 's', 'st', 'ONLINE'), index_ids_key(statuses, 'v')}) do
+  local score = key == index_ids_key(statuses, 'v') and 0 or -now
+  call_chunked('ZADD', key, nil, #plain_arrived, function(args, k, j)
+    args[k + 1], args[k + 2] = score, plain_arrived[j]
     return k + 2
   end)
 end

@@ -2,11 +2,14 @@
 -- each online user is found by, in keys named from `index_prefix` (includes/options.lua; in the
 -- hash tag of every script's KEYS), for a user in group g and order o:
 --   ix:users           HASH  user_id -> "g\tstatus\tsince_ms\tdevice\tdevice...": what the
---                            user is indexed under (their devices sorted, each once)
+--                            user is indexed under (their devices sorted, each once), for
+--                            every user but the plain ones: group v, ONLINE, no device, who
+--                            are most users and need no entry here
 --   ix:g:o:st:STATUS   ZSET  the users of that status (as backends see it)
 --   ix:g:o:dev:DEVICE  ZSET  the users with a live session that says that device
 --   ix:g:ids           ZSET  score 0: the users' ids, for ZRANGEBYLEX by prefix
---   ix:v:since         ZSET  score=-(onlineSince, ms): the users of group v
+--   ix:rh:since        ZSET  score=-(onlineSince, ms): the users of groups r and h, whom an
+--                            end user does not find by onlineSince (the since ZSET less them)
 --   ix:due             ZSET  score=when the first of the user's live sessions that live by
 --                            time expires, ms, for users with several live sessions: their
 --                            devices may change then, with nothing written; the sweep indexes
@@ -27,7 +30,8 @@ local function ix_key(statuses, g, o, kind, value)
 end
 local function index_users_key(statuses) return statuses.names.index_prefix .. 'users' end
 local function index_ids_key(statuses, g) return statuses.names.index_prefix .. g .. ':ids' end
-local function index_since_key(statuses) return statuses.names.index_prefix .. 'v:since' end
+local function index_hidden_since_key(statuses) return statuses.names.index_prefix .. 'rh:since' end
+local PLAIN = {'v', 'ONLINE'}
 local function index_due_key(statuses) return statuses.names.index_prefix .. 'due' end
 
 -- Notes when the first of the user's several live sessions that live by time expires.
@@ -96,8 +100,11 @@ local function index_remove(statuses, user_id, record)
     for _, key in ipairs(record_keys(statuses, fields, o)) do redis.call('ZREM', key, user_id) end
   end
   redis.call('ZREM', index_ids_key(statuses, fields[1]), user_id)
-  if fields[1] == 'v' then redis.call('ZREM', index_since_key(statuses), user_id) end
+  if fields[1] ~= 'v' then redis.call('ZREM', index_hidden_since_key(statuses), user_id) end
 end
+
+-- Whether a record is a plain user's, kept with no entry in ix:users.
+local function is_plain(record) return #record_fields(record) == 3 and string.sub(record, 1, 9) == 'v\tONLINE\t' end
 
 local function index_add(statuses, user_id, record, last_seen)
   local fields = record_fields(record)
@@ -105,7 +112,7 @@ local function index_add(statuses, user_id, record, last_seen)
   for _, key in ipairs(record_keys(statuses, fields, 'l')) do redis.call('ZADD', key, last_seen, user_id) end
   for _, key in ipairs(record_keys(statuses, fields, 's')) do redis.call('ZADD', key, since, user_id) end
   redis.call('ZADD', index_ids_key(statuses, fields[1]), 0, user_id)
-  if fields[1] == 'v' then redis.call('ZADD', index_since_key(statuses), since, user_id) end
+  if fields[1] ~= 'v' then redis.call('ZADD', index_hidden_since_key(statuses), since, user_id) end
 end
 
 -- Indexes the user anew: out of what they are no longer under, into what they are under now,
@@ -116,6 +123,19 @@ local function index_sync(statuses, user_id)
   local new = index_record(statuses, user_id)
   local last_seen = new and redis.call('ZSCORE', statuses.names.last_seen, user_id)
   if new and not last_seen then new = nil end
+  if new and is_plain(new) then
+    -- No entry of their own: written whole (it may be new), and as is if it was.
+    if old then
+      index_remove(statuses, user_id, old)
+      redis.call('HDEL', users_key, user_id)
+    end
+    index_add(statuses, user_id, new, last_seen)
+    return
+  end
+  -- A user with no entry was plain, or not indexed: out of what a plain user is in.
+  if not old and redis.call('ZSCORE', index_ids_key(statuses, 'v'), user_id) then
+    index_remove(statuses, user_id, 'v\tONLINE\t0')
+  end
   if old and old == new then
     for _, key in ipairs(record_keys(statuses, record_fields(new), 'l')) do
       redis.call('ZADD', key, last_seen, user_id)
