@@ -95,3 +95,17 @@ async def test_bad_filters_say_what_is_allowed(api: Client) -> None:
         body = await graphql(api, PAGE, f=kept)
         assert error_codes(body) == ["BAD_USER_INPUT"], body
         assert message in body["errors"][0]["message"]
+
+
+async def test_total_count_in_a_fragment_is_counted(api: Client) -> None:
+    for user in ("a", "b"):
+        await graphql(api, TOUCH, u=user, s="s", d="web")
+    query = (
+        "fragment Total on PresenceConnection { totalCount }"
+        ' { onlineUsers(first: 1, filter: {device: "web", userIdPrefix: "a"}) { ...Total } }'
+    )
+    body = await graphql(api, query)
+    assert body["data"]["onlineUsers"]["totalCount"] == 1, body
+    query = '{ onlineUsers(first: 1, filter: {device: "web", statuses: [ONLINE]}) { ... on PresenceConnection { totalCount } } }'
+    body = await graphql(api, query)
+    assert body["data"]["onlineUsers"]["totalCount"] == 2, body
