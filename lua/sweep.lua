@@ -157,6 +157,7 @@ end
 announce_all(channel, offline, statuses)
 -- Users one of whose several sessions expired: their devices may have changed.
 for _, user_id in ipairs(redis.call('ZRANGEBYSCORE', index_due_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)) do
+  redis.call('ZREM', index_due_key(statuses), user_id)
   index_mark(statuses, user_id)
 end
 index_flush(statuses)

@@ -114,5 +114,5 @@ local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
 tidy_extras(statuses, user_id)
 index_mark(statuses, user_id)
-index_flush(statuses)
+index_flush(statuses, {[user_id] = entry})
 return {online_before, entry}

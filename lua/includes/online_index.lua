@@ -34,8 +34,13 @@ local function index_hidden_since_key(statuses) return statuses.names.index_pref
 local PLAIN = {'v', 'ONLINE'}
 local function index_due_key(statuses) return statuses.names.index_prefix .. 'due' end
 
--- Notes when the first of the user's several live sessions that live by time expires.
+-- Notes when the first of the user's several live sessions that live by time expires (the
+-- sweep takes the entry out when it comes; one left by a user who went offline is removed).
 local function note_due(statuses, user_id, live)
+  if #live == 0 then
+    redis.call('ZREM', index_due_key(statuses), user_id)
+    return
+  end
   local due
   if #live > 2 then
     for i = 2, #live, 2 do
@@ -43,11 +48,17 @@ local function note_due(statuses, user_id, live)
       if live[i] ~= statuses.now and (due == nil or expiry < due) then due = expiry end
     end
   end
-  if due then
-    redis.call('ZADD', index_due_key(statuses), due, user_id)
-  else
-    redis.call('ZREM', index_due_key(statuses), user_id)
-  end
+  if due then redis.call('ZADD', index_due_key(statuses), due, user_id) end
+end
+
+-- A record from the user's status, lastSeen visibility, onlineSince (ms) and devices.
+local function record_of(status, visible, since, devices)
+  table.sort(devices)
+  local group = 'v'
+  if status == 'INVISIBLE' then group = 'h' elseif visible ~= 'EVERYONE' then group = 'r' end
+  local record = group .. '\t' .. status .. '\t' .. string.format('%d', since)
+  for _, device in ipairs(devices) do record = record .. '\t' .. device end
+  return record
 end
 
 -- What the user is to be indexed under now: their record (see above), or nil when offline.
@@ -67,13 +78,24 @@ local function index_record(statuses, user_id)
       devices[#devices + 1] = extras.device
     end
   end
-  table.sort(devices)
-  local status = status_from(true, choices.chosen, idle)
-  local group = 'v'
-  if status == 'INVISIBLE' then group = 'h' elseif choices.visible ~= 'EVERYONE' then group = 'r' end
-  local record = group .. '\t' .. status .. '\t' .. string.format('%d', choices.since or now)
-  for _, device in ipairs(devices) do record = record .. '\t' .. device end
-  return record
+  return record_of(status_from(true, choices.chosen, idle), choices.visible, choices.since or now, devices)
+end
+
+-- The same from the user's presence_entry (includes/status.lua) read at the script's end, so
+-- that a script that reads it anyway reads nothing more.
+local function index_record_of_entry(statuses, user_id, entry)
+  local sessions, live, devices, seen = entry[2], {}, {}, {}
+  for i = 1, #sessions, 5 do
+    live[#live + 1], live[#live + 2] = sessions[i], sessions[i + 1]
+    local device = sessions[i + 4]
+    if device ~= '' and not seen[device] then
+      seen[device] = true
+      devices[#devices + 1] = device
+    end
+  end
+  note_due(statuses, user_id, live)
+  if #live == 0 then return nil end
+  return record_of(entry[3], entry[6], entry[8] >= 0 and entry[8] or statuses.now, devices)
 end
 
 -- A record's fields: group, status, since_ms, then the devices.
@@ -117,10 +139,11 @@ end
 
 -- Indexes the user anew: out of what they are no longer under, into what they are under now,
 -- and their entries of order l moved to their lastSeen score.
-local function index_sync(statuses, user_id)
+local function index_sync(statuses, user_id, entry)
   local users_key = index_users_key(statuses)
   local old = redis.call('HGET', users_key, user_id)
-  local new = index_record(statuses, user_id)
+  local new
+  if entry then new = index_record_of_entry(statuses, user_id, entry) else new = index_record(statuses, user_id) end
   local last_seen = new and redis.call('ZSCORE', statuses.names.last_seen, user_id)
   if new and not last_seen then new = nil end
   if new and is_plain(new) then
@@ -129,7 +152,12 @@ local function index_sync(statuses, user_id)
       index_remove(statuses, user_id, old)
       redis.call('HDEL', users_key, user_id)
     end
-    index_add(statuses, user_id, new, last_seen)
+    local fields = record_fields(new)
+    local since = string.format('%d', -tonumber(fields[3]))
+    redis.call('ZADD', ix_key(statuses, 'v', 's', 'st', 'ONLINE'), since, user_id)
+    if redis.call('ZADD', ix_key(statuses, 'v', 'l', 'st', 'ONLINE'), last_seen, user_id) == 1 then
+      redis.call('ZADD', index_ids_key(statuses, 'v'), 0, user_id)
+    end
     return
   end
   -- A user with no entry was plain, or not indexed: out of what a plain user is in.
@@ -151,8 +179,9 @@ local function index_sync(statuses, user_id)
   end
 end
 
--- Indexes anew every user the script marked.
-local function index_flush(statuses)
-  for _, user_id in ipairs(statuses.dirty) do index_sync(statuses, user_id) end
+-- Indexes anew every user the script marked; `entries` (optional): user_id -> their
+-- presence_entry read after every change of the script.
+local function index_flush(statuses, entries)
+  for _, user_id in ipairs(statuses.dirty) do index_sync(statuses, user_id, entries and entries[user_id]) end
   statuses.dirty, statuses.marked = {}, {}
 end
