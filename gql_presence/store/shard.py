@@ -152,6 +152,8 @@ OPTION_NAMES = (
     "first_week_prefix",
     "first_month_prefix",
     "first_days",
+    "last_seen",
+    "index_prefix",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -311,6 +313,8 @@ class Shard:
                     "first_week_prefix": k.first_week(""),
                     "first_month_prefix": k.first_month(""),
                     "first_days": k.first_days,
+                    "last_seen": k.last_seen,
+                    "index_prefix": k.online_index(""),
                 }
             )
         return self._options
