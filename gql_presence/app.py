@@ -37,6 +37,7 @@ from gql_presence.observability import tracing
 from gql_presence.observability.logs import log_client_faults_quietly
 from gql_presence.observability.metrics import Metrics
 from gql_presence.observability.request_log import request_telemetry
+from gql_presence.observability.webhooks import WebhookTelemetry
 from gql_presence.policy.auth import Authenticator
 from gql_presence.policy.limits import MAX_BODY_BYTES, RateLimiter
 from gql_presence.realtime.held import HeldSessions
@@ -45,11 +46,15 @@ from gql_presence.running.connection import MAX_CONNECTIONS, Connection, connect
 from gql_presence.running.sweeper import sweep_forever
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
+from gql_presence.webhooks.sender import Sender
 
 # The Redis clients of this process (commands, and the one pub/sub connection).
 REDIS = web.AppKey("redis", Connection)
 # Documents known by their hash (automatic persisted queries) and the trusted ones.
 DOCUMENTS = web.AppKey("documents", PersistedDocuments)
+# This process's share of the webhooks' deliveries.
+DELIVERIES = web.AppKey("deliveries", Deliveries)
 
 
 def create_app(settings: Settings) -> web.Application:
@@ -84,6 +89,8 @@ def create_app(settings: Settings) -> web.Application:
     app.cleanup_ctx.append(event_hub)
     # The connection-bound sessions of this process, renewed in batches, ended by the hub's kicks.
     app.cleanup_ctx.append(held_sessions)
+    # This process's share of the webhooks' deliveries, on the feed.
+    app.cleanup_ctx.append(webhook_deliveries)
     # Persisted and trusted documents; the uses of this process's own copies told to Redis.
     app[DOCUMENTS] = documents = PersistedDocuments(settings.trusted_documents)
     app.cleanup_ctx.append(document_uses)
@@ -185,3 +192,30 @@ async def held_sessions(app: web.Application) -> AsyncIterator[None]:
     # The closes of the sessions whose sockets the shutdown closed, while the store is there.
     await sessions.settle()
     await sessions.release_leases()
+
+
+async def webhook_deliveries(app: web.Application) -> AsyncIterator[None]:
+    settings, store = app[SETTINGS], app[STORE]
+    sender = Sender(
+        store.webhooks, settings.webhook_allowed_networks, settings.webhook_timeout_ms / 1000
+    )
+    deliveries = Deliveries(
+        store.webhooks,
+        store.feed,
+        sender,
+        DeliverySettings(
+            lease_ms=settings.webhook_lease_ms,
+            poll_ms=settings.webhook_poll_ms,
+            retry_ms=settings.webhook_retry_ms,
+            disable_after_ms=settings.webhook_disable_after_ms,
+        ),
+        observe=WebhookTelemetry(app[METRICS], traced=tracing.enabled()),
+    )
+    app[DELIVERIES] = deliveries
+    shares = asyncio.create_task(deliveries.run_forever(), name="webhook-deliveries")
+    yield
+    shares.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await shares
+    await deliveries.close()  # its leases given up: the other processes take them at once
+    await sender.close()

@@ -28,7 +28,9 @@
                   (includes/connections.lua), and a place's members, holders, states and users
                   keys and events channel (place_members_prefix, place_holders_prefix,
                   place_states_prefix, place_users_prefix, place_channel_prefix; includes/
-                  places.lua) (a name ending in ':' is followed by a user id, or a place's by
+                  places.lua), and the online time's (includes/online_time.lua: a forgotten
+                  user's counters are cleared in the keys named from online_time_prefix and
+                  their index) (a name ending in ':' is followed by a user id, or a place's by
                   its id, in the hash tag of KEYS)
   ARGV[4..7]  boundaries   int ms: the start of each of the three days, then the end of the last
   ARGV[8]  lapsed_batch     int: at most this many users and place sessions of lapsed leases
@@ -169,6 +171,7 @@ for i = 1, #forgotten do
   local index = redis.call('HGET', index_key, user_id)
   if index then
     redis.call('HDEL', index_key, user_id)
+    forget_online_time(shard, tonumber(index), now)
     redis.call('RPUSH', free_key, index)
   end
   redis.call('ZREM', last_seen_key, user_id)

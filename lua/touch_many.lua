@@ -152,6 +152,7 @@ for i = 1, n do
     online = expiry and 1 or 0
     if expiry and expiry < now then
       expired[#expired + 1] = user_id
+      went_offline(statuses, user_id)
       add_event(events, 'OFFLINE', user_id, expiry, '', 0, plain and PLAIN_OFFLINE or look_of(statuses, 'OFFLINE', user_id, 0))
       online = 0
     end

@@ -20,13 +20,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import jwt
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient
 from aiohttp.web_protocol import RequestHandler
 from cryptography.hazmat.primitives import serialization
@@ -36,6 +37,8 @@ from gql.transport.aiohttp_websockets import AIOHTTPWebsocketsTransport
 from hypothesis import HealthCheck, settings
 from prometheus_client.parser import text_string_to_metric_families
 from redis.asyncio.client import PubSub
+from standardwebhooks import Webhook as Verifier
+from standardwebhooks.webhooks import WebhookVerificationError
 
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.realtime.delivery import Feed, FeedDroppedError
@@ -921,6 +924,10 @@ async def call_every_script(store: PresenceStore) -> None:
     now = datetime.now(UTC)
     await store.active_in_range(now - timedelta(hours=1), now)
     await store.weekly_stats()
+    await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
+    await store.online_time.online_periods(
+        datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
+    )
     await store.remove_friends("a", users[:6])
     await store.take_token("backend:chat", 10, 10)
     await store.persist_document("0" * 64, "{ __typename }")
@@ -948,7 +955,8 @@ async def call_every_script(store: PresenceStore) -> None:
 
 
 async def call_every_webhook_script(store: PresenceStore) -> None:
-    """Each of the webhooks' scripts once: create, update, rotate, an attempt, read, delete."""
+    """Each of the webhooks' scripts once: create, update, rotate, an attempt, read, a lease
+    of its delivery and a move of it, delete."""
     webhook, _ = await store.webhooks.create("https://example.com/", None, None, 0)
     await store.webhooks.update(webhook.id, debounce_seconds=1)
     await store.webhooks.rotate_secret(webhook.id)
@@ -962,4 +970,112 @@ async def call_every_webhook_script(store: PresenceStore) -> None:
         acknowledged=True,
     )
     await store.webhooks.webhooks()
+    _, [held] = await store.webhooks.take_leases("t", 1000, [(webhook.id, 0, True)])
+    assert held
+    assert await store.webhooks.advance(webhook.id, 0, "t", {"pending": "1-0"})
     await store.webhooks.delete(webhook.id)
+
+
+# --- webhooks' receivers -----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Delivered:
+    """One request a WebhookReceiver took: its `webhook-id` and its verified payload."""
+
+    webhook_id: str
+    payload: dict[str, Any]
+    # How the receiver answered it: a status, or None while it hangs.
+    status: int | None
+
+
+class WebhookReceiver:
+    """A webhook's receiver on 127.0.0.1, as a backend would run it: every request's signature
+    checked with the `standardwebhooks` package. It answers `status` (set `hang` to answer
+    nothing until released, `failures` to answer 500 that many times first), and may be
+    stopped and started again on the same port (a receiver that is down)."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.secret = ""
+        self.requests: list[Delivered] = []
+        self.unverified = 0
+        self.status = 204
+        self.failures = 0
+        self.hang = False
+        self.released = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.delay_s = 0.0
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/hooks", self._handle)
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        body = await request.text()
+        try:
+            payload = Verifier(self.secret).verify(body, dict(request.headers))
+        except WebhookVerificationError:
+            self.unverified += 1
+            return web.Response(status=400)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            status: int | None = self.status
+            if self.failures > 0:
+                self.failures -= 1
+                status = 500
+            elif self.hang:
+                status = None
+            delivered = Delivered(request.headers["webhook-id"], payload, status)
+            self.requests.append(delivered)
+            if status is None:
+                await self.released.wait()
+                status = delivered.status = self.status
+            if self.delay_s:
+                await asyncio.sleep(self.delay_s)
+            return web.Response(status=status)
+        finally:
+            self.in_flight -= 1
+
+    def changes(self) -> list[dict[str, Any]]:
+        """Every change acknowledged, once each (by cursor), in the order first received."""
+        seen: dict[str, dict[str, Any]] = {}
+        for delivered in self.requests:
+            if delivered.status is not None and 200 <= delivered.status < 300:
+                for change in delivered.payload["data"]["changes"]:
+                    seen.setdefault(change["cursor"], change)
+        return list(seen.values())
+
+    def versions(self) -> dict[str, list[int]]:
+        """Each user's (or place's) versions, in the order their changes were received."""
+        found: dict[str, list[int]] = {}
+        for change in self.changes():
+            owner = change.get("userId") if change["type"] == "presence" else change["placeId"]
+            found.setdefault(f"{change['type']}:{owner}", []).append(change["version"])
+        return found
+
+
+@contextlib.asynccontextmanager
+async def webhook_receiver() -> AsyncIterator[WebhookReceiver]:
+    receiver = WebhookReceiver()
+    await receiver.start()
+    try:
+        yield receiver
+    finally:
+        receiver.released.set()
+        await receiver.stop()

@@ -9,7 +9,7 @@ from typing import Annotated
 
 import strawberry
 
-from gql_presence.graphql import webhook_resolvers
+from gql_presence.graphql import online_time_types, webhook_resolvers
 from gql_presence.graphql.arguments import (
     AfterArg,
     FirstArg,
@@ -20,6 +20,7 @@ from gql_presence.graphql.arguments import (
     reader_store,
 )
 from gql_presence.graphql.context import Context
+from gql_presence.graphql.online_time_types import OnlinePeriods, OnlineTime
 from gql_presence.graphql.types import (
     ID,
     ChangeKind,
@@ -112,6 +113,15 @@ class Query:
         ] = None,
     ) -> WeeklyStats:
         return WeeklyStats.of(await authorized_store(info, Need.LISTING).weekly_stats(end_date))
+
+    online_time: list[OnlineTime] = strawberry.field(
+        resolver=online_time_types.online_time,
+        description="Seconds online per day from `from` to `to` (at most 92 days), for each user asked for (at most 1,000), in the order given.",
+    )
+    online_periods: OnlinePeriods = strawberry.field(
+        resolver=online_time_types.online_periods,
+        description="The lengths of the online periods that ended in [from, to].",
+    )
 
     @strawberry.field(
         description="One user's presence, as this reader may see it. End users may ask for themselves and their friends."

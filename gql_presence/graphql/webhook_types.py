@@ -81,8 +81,7 @@ class Webhook:
             disabled_reason=webhook.disabled_reason,
             created_at=webhook.created_at,
             delivered_up_to=webhook.delivered_up_to,
-            # Counted from the feed once webhooks deliver from it; nothing waits before that.
-            backlog=0,
+            backlog=webhook.backlog,
             attempts=[WebhookAttempt.of(attempt) for attempt in webhook.attempts],
         )
 

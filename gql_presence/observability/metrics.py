@@ -76,6 +76,34 @@ class Metrics:
             registry=self.registry,
             multiprocess_mode="max",  # the same figure in every worker
         )
+        self.webhook_requests = Counter(
+            "gqlp_webhook_requests",
+            "Requests to each webhook, by outcome: acknowledged (2xx), refused (another status "
+            "answered) or unanswered (a timeout, a refused connection, an address refused).",
+            ["webhook", "outcome"],
+            registry=self.registry,
+        )
+        self.webhook_changes = Counter(
+            "gqlp_webhook_changes_delivered",
+            "Changes acknowledged by each webhook's receiver.",
+            ["webhook"],
+            registry=self.registry,
+        )
+        self.webhook_backlog = Gauge(
+            "gqlp_webhook_backlog",
+            "Changes waiting for each webhook in each shard of the feed, as the process "
+            "delivering them last counted (at most 200 a shard, 1,000 with a debounce).",
+            ["webhook", "shard"],
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
+        )
+        self.webhook_oldest_age = Gauge(
+            "gqlp_webhook_oldest_undelivered_age_seconds",
+            "How long the oldest change waiting for each webhook in each shard has waited.",
+            ["webhook", "shard"],
+            registry=self.registry,
+            multiprocess_mode="mostrecent",
+        )
         self._followed: list[tuple[Gauge, Callable[[], int]]] = []
         # The child of each set of labels, looked up once: `labels()` checks its arguments and
         # takes a lock every time. Labels are bounded (operations, outcomes, scripts), and the

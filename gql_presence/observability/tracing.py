@@ -11,7 +11,9 @@ The spans, each named and attributed only by what the schema or the code bounds:
 - `mutation:touch`: one per GraphQL operation (Strawberry's tracing extension, named by the
   operation's type and root fields: graphql/labels.py), with its parsing and validation as
   children.
-- `script touch`: one per Lua script call, with the script's name and shard.
+- `script touch`: one per Lua script call, with the script's name and shard (but those of the
+  webhooks' deliveries, which poll: store/quiet.py).
+- `webhook POST`: one per request to a webhook (observability/webhooks.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from opentelemetry import context, trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from gql_presence.store.quiet import UNTRACED
 
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 DEFAULT_SERVICE_NAME = "gql-presence"
@@ -75,6 +79,8 @@ def observing(observe_script: ObserveScript) -> ObserveScript:
 
     def observe_and_trace(script: str, shard: int, seconds: float) -> None:
         observe_script(script, shard, seconds)
+        if UNTRACED.get():
+            return
         # Told after the call returned, in the caller's context: the span is placed where
         # the call was, with its measured duration.
         ended_ns = time.time_ns()

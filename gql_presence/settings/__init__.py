@@ -31,6 +31,7 @@ from gql_presence.settings.read import (
     cursor_secret,
     data_dir,
     duration_ms,
+    durations_ms,
     flag,
     is_loopback_address,
     jwt_keys,
@@ -78,6 +79,9 @@ class Settings:
     window_ms: int = 600 * MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
     retention_ms: int = 35 * DAY_MS
+    # How long the statistics beyond weeklyStats are kept: online time per user and day, and
+    # the lengths of online periods.
+    analytics_ms: int = 400 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * MS_PER_SECOND
     # How long the feed keeps each announced change (at most FEED_RETENTION_MAX_MS), and how
@@ -169,6 +173,24 @@ class Settings:
     webhook_allowed_networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
     # How long a webhook's receiver has to connect and to answer a request, ms.
     webhook_timeout_ms: int = 5000
+    # A webhook failing with no success for this long is disabled, ms.
+    webhook_disable_after_ms: int = 86_400_000
+    # The waits before each retry of a webhook's batch, ms, the last one repeated (each with
+    # up to 20% added at random).
+    webhook_retry_ms: tuple[int, ...] = (
+        1000,
+        5000,
+        30_000,
+        120_000,
+        600_000,
+        1_800_000,
+        3_600_000,
+    )
+    # A webhook delivery's lease lapses this long after its process last renewed it: what a
+    # process that died was sending is sent again by another within it, ms.
+    webhook_lease_ms: int = 10_000
+    # How often a webhook delivery with nothing to send looks at the feed again, ms.
+    webhook_poll_ms: int = 250
 
     @property
     def secured(self) -> bool:
@@ -243,6 +265,17 @@ class Settings:
             webhook_timeout_ms=duration_ms(
                 env, "PRESENCE_WEBHOOK_TIMEOUT_SECONDS", 5, MS_PER_SECOND
             ),
+            webhook_disable_after_ms=duration_ms(
+                env, "PRESENCE_WEBHOOK_DISABLE_AFTER_SECONDS", 86400, MS_PER_SECOND
+            ),
+            webhook_retry_ms=durations_ms(
+                env,
+                "PRESENCE_WEBHOOK_RETRY_SECONDS",
+                (1, 5, 30, 120, 600, 1800, 3600),
+                MS_PER_SECOND,
+            ),
+            webhook_lease_ms=duration_ms(env, "PRESENCE_WEBHOOK_LEASE_SECONDS", 10, MS_PER_SECOND),
+            webhook_poll_ms=duration_ms(env, "PRESENCE_WEBHOOK_POLL_SECONDS", 0.25, MS_PER_SECOND),
             user_rate=user_rate,
             user_burst=burst(env, "PRESENCE_USER_RATE_BURST", user_rate),
             backend_rate=backend_rate,
@@ -254,6 +287,7 @@ class Settings:
             shards=shards(env),
             window_ms=window_ms,
             retention_ms=retention_ms,
+            analytics_ms=duration_ms(env, "PRESENCE_ANALYTICS_DAYS", 400, DAY_MS),
             revoke_ms=revoke_ms,
             feed_retention_ms=feed_retention_ms,
             feed_max_changes=count(env, "PRESENCE_FEED_MAX_CHANGES", 1_000_000),

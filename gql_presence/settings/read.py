@@ -50,6 +50,27 @@ def duration_ms(
     return ms
 
 
+def durations_ms(
+    env: Mapping[str, str], name: str, default: tuple[float, ...], unit_ms: int
+) -> tuple[int, ...]:
+    """Positive numbers separated by commas; `default` when unset."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return tuple(round(value * unit_ms) for value in default)
+    example = ",".join(f"{value:g}" for value in default)
+    parts = [part.strip() for part in raw.split(",")]
+    try:
+        durations = tuple(duration_ms({name: part}, name, 1, unit_ms) for part in parts if part)
+    except SettingsError:
+        durations = ()
+    if not durations:
+        raise SettingsError(
+            f"{name}={raw!r} is not valid: use positive numbers separated by commas, e.g. "
+            f"{example}."
+        )
+    return durations
+
+
 def networks(
     env: Mapping[str, str], name: str
 ) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:

@@ -17,6 +17,8 @@ class StoreSettings(Protocol):
     @property
     def retention_ms(self) -> int: ...  # how long last-seen times and activity are kept
     @property
+    def analytics_ms(self) -> int: ...  # how long online time and period lengths are kept
+    @property
     def revoke_ms(self) -> int: ...  # how long a kicked session id stays refused
     @property
     def feed_retention_ms(self) -> int: ...  # how long the feed keeps a change

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import hmac
 import json
 import os
 
@@ -27,11 +28,23 @@ class Cursors:
     def __init__(self, secret: str) -> None:
         # A key of AES-256's size from a secret of any length.
         self._aead = AESGCM(hashlib.sha256(b"gql-presence cursor v3\0" + secret.encode()).digest())
+        # Keys the nonces of fixed cursors, apart from the cipher's key.
+        self._nonce_key = hashlib.sha256(b"gql-presence fixed nonce\0" + secret.encode()).digest()
 
     def seal(self, position: list[object]) -> str:
         """Any position (JSON values), sealed."""
         payload = json.dumps(position, separators=(",", ":"), ensure_ascii=False).encode()
         nonce = os.urandom(_NONCE_BYTES)
+        sealed = nonce + self._aead.encrypt(nonce, payload, None)
+        return base64.urlsafe_b64encode(sealed).decode().rstrip("=")
+
+    def seal_fixed(self, position: list[object]) -> str:
+        """A position sealed always the same way: its nonce derived from it (as SIV does),
+        so that every process gives one position one cursor. For positions a receiver
+        compares, such as a change's: a webhook's batch sent again by another process has the
+        same body, and its changes the same cursors."""
+        payload = json.dumps(position, separators=(",", ":"), ensure_ascii=False).encode()
+        nonce = hmac.new(self._nonce_key, payload, hashlib.sha256).digest()[:_NONCE_BYTES]
         sealed = nonce + self._aead.encrypt(nonce, payload, None)
         return base64.urlsafe_b64encode(sealed).decode().rstrip("=")
 

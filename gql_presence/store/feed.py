@@ -112,8 +112,35 @@ class Feed:
                 return [entry_id if i == shard else around for i in range(len(self._shards))]
         raise BadInputError(_BAD_CURSOR)
 
+    @property
+    def shards(self) -> int:
+        return len(self._shards)
+
+    async def positions(self, after: str | None) -> list[str]:
+        """Each shard's position in a cursor of this feed ("" for every one when None);
+        BadInputError for anything else."""
+        return await self._positions(after)
+
+    async def shard_page(
+        self, index: int, after: str, count: int
+    ) -> list[tuple[str, Change | None]]:
+        """Up to `count` entries of one shard after the entry `after`, oldest first, each with
+        its change (None for one backends see nothing of); CursorExpiredError when changes
+        after `after` may be gone."""
+        _, flat = await self._read(self._shards[index], after, count)
+        return [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
+
+    async def shard_start(self, index: int) -> str:
+        """Just before the oldest change a shard keeps (its present when it keeps none)."""
+        position, flat = await self._read(self._shards[index], "", 1)
+        return _just_before(flat[0]) if flat else position
+
     async def _seal(self, positions: Sequence[str]) -> str:
         return (await self._deployment.cursors(make=True)).seal([_FEED, list(positions)])
+
+    async def seal(self, positions: Sequence[str]) -> str:
+        """The cursor of a position in each shard."""
+        return await self._seal(positions)
 
     async def event_cursor(self, shard: int, entry_id: str) -> str:
         """The cursor of an event: its entry in its shard's feed."""
@@ -216,7 +243,7 @@ class EventCursors:
         return cursor
 
     def of_shard(self, shard: int, entry_id: str) -> str:
-        return self._cursors.seal([_FEED, shard, entry_id])
+        return self._cursors.seal_fixed([_FEED, shard, entry_id])
 
 
 def _wanted(change: Change, kinds: set[str] | None, places: list[str] | None) -> bool:

@@ -201,6 +201,23 @@ class Keys:
         """SET of the user's friends' ids: those who live in this key's shard."""
         return self.prefix + "friends:" + user_id
 
+    def online_time(self, span: int | str = "", block: int | str = "") -> str:
+        """STRING of a u16 per user and day (BITFIELD u16 #position): the 2-second units
+        users were online on each day, for the 32 days of `span` (days since 1970-01-01 in the
+        stats time zone, over 32) and the 1024 bit indexes of `block` (index over 1024), a
+        user's days next to each other (lua/includes/online_time.lua). online_time() is the
+        prefix the scripts name them from."""
+        return self.prefix + "ot:" + (f"{span}:{block}" if span != "" else "")
+
+    def period_lengths(self, hour: int | str) -> str:
+        """HASH n, ms, and log bucket -> count: the online periods that ended in the hour,
+        `hour` hours after the epoch (lua/includes/online_time.lua)."""
+        return self.prefix + "op:" + str(hour)
+
+    def period_lengths_by_day(self, day: int) -> str:
+        """HASH as period_lengths, of the UTC day `day` days after the epoch."""
+        return self.prefix + "op:d" + str(day)
+
     def day(self, label: str) -> str:
         """Bitmap: bit i is set when the user with index i was active that day (YYYY-MM-DD)."""
         return self.prefix + "day:" + label
@@ -227,6 +244,17 @@ class Keys:
     def webhook_attempts(self, webhook_id: str = "") -> str:
         """LIST of a webhook's most recent attempts, newest first: "<at ms> <JSON>" each."""
         return self.prefix + "wha:" + webhook_id
+
+    def webhook_lease(self, webhook_id: str, shard: int) -> str:
+        """STRING, with a TTL: the token of the process that delivers the webhook's changes of
+        one shard of the feed (store/webhooks.py)."""
+        return self.prefix + f"whl:{webhook_id}:{shard}"
+
+    @property
+    def webhook_deliverers(self) -> str:
+        """ZSET member=a process's token  score=when it lapses, ms: the processes that deliver
+        webhooks, among which their leases are shared."""
+        return self.prefix + "whd"
 
 
 def shard_of(user_id: str, shards: int) -> int:

@@ -289,7 +289,7 @@ class Webhook:
     created_at: datetime
     # The cursor of the last change it acknowledged; None before the first.
     delivered_up_to: str | None
-    # A replay asked for and not yet begun: the cursor after which to deliver again ("":
+    # The last replay asked for (replay_id): the cursor after which to deliver again ("":
     # from the oldest retained change); None: none asked for.
     replay_after: str | None
     # Since when its requests have failed with no success between; None: not failing.
@@ -299,3 +299,36 @@ class Webhook:
     # Its signing secrets, newest first: the current one, and the one it had while that one
     # still signs beside it. Never shown after it is made, never logged.
     secrets: tuple[str, ...] = field(repr=False)
+    # Its delivery in each shard of the feed, in the shards' order.
+    progress: tuple[ShardProgress, ...] = ()
+    # The id of the last replay asked for, which each shard's delivery takes once; "": none.
+    replay_id: str = ""
+
+    @property
+    def backlog(self) -> int:
+        """Changes for it that wait to be delivered, as its deliveries last counted them."""
+        return sum(shard.backlog for shard in self.progress)
+
+
+@dataclass(frozen=True)
+class ShardProgress:
+    """A webhook's delivery of one shard's feed, as its deliveries keep it."""
+
+    # The id of the last entry of the shard's feed that it has delivered (or passed over).
+    position: str
+    # Whether its delivery has moved `position` from where the webhook was made.
+    moved: bool = False
+    # The last entry of the batch being sent, which is sent again until acknowledged; "":
+    # none is being sent.
+    pending: str = ""
+    # What the next batch says was missed (`{"after": c, "until": c}`, JSON); "": nothing.
+    gap: str = ""
+    # Entries after `position` that the debounce has decided about: "<id>" not sent, "<id>!"
+    # sent as UPDATED.
+    decided: tuple[str, ...] = ()
+    # The replay (Webhook.replay_id) this shard's delivery last took.
+    replay_id: str = ""
+    # Changes waiting after `position`, as last counted (at most EXAMINED_PER_SHARD), and
+    # the time of the oldest of them, ms (0: none).
+    backlog: int = 0
+    oldest_ms: int = 0

@@ -53,6 +53,7 @@ from gql_presence.store.models import (
     Visibility,
     WeeklyStats,
 )
+from gql_presence.store.online_time import OnlineTime
 from gql_presence.store.places import Places
 from gql_presence.store.publishing import Publish
 from gql_presence.store.replies import presence_of
@@ -123,7 +124,13 @@ class PresenceStore:
         self._friends = Friends(self._shards)
         self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
-        self.webhooks = Webhooks(self._shards[0])
+        self.webhooks = Webhooks(self._shards[0], self._feed)
+        self.online_time = OnlineTime(self._shards)
+
+    @property
+    def feed(self) -> Feed:
+        """The feed of every shard, as the webhooks' deliveries read it."""
+        return self._feed
 
     def _shard(self, user_id: str) -> Shard:
         """The shard that holds the user's own data."""

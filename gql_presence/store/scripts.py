@@ -37,6 +37,8 @@ class ScriptName(StrEnum):
     ONLINE_FRIENDS = "online_friends"
     ACTIVE_IN_RANGE = "active_in_range"
     WEEKLY_STATS = "weekly_stats"
+    ONLINE_TIME = "online_time"
+    ONLINE_PERIODS = "online_periods"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
     OPEN_SESSION = "open_session"
@@ -65,6 +67,8 @@ class ScriptName(StrEnum):
     DELETE_WEBHOOK = "delete_webhook"
     WEBHOOKS = "webhooks"
     RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
+    WEBHOOK_LEASES = "webhook_leases"
+    ADVANCE_WEBHOOK = "advance_webhook"
 
 
 class ScriptError(StrEnum):

@@ -20,7 +20,7 @@ from redis import exceptions as redis_errors
 from gql_presence.store.channels import Channels
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
-from gql_presence.store.days import days_around, local_now_ms
+from gql_presence.store.days import days_around, local_now_ms, packed_zone
 from gql_presence.store.errors import (
     BadInputError,
     LeaseLostError,
@@ -112,6 +112,7 @@ OPTION_NUMBERS = (
     "empty_place_ttl_ms",
     "feed_retention_ms",
     "feed_max_changes",
+    "analytics_ms",
 )
 OPTION_NAMES = (
     "publish",
@@ -140,6 +141,10 @@ OPTION_NAMES = (
     "place_channel_prefix",
     "feed",
     "version_prefix",
+    "user_index",
+    "online_time_prefix",
+    "period_lengths_prefix",
+    "zone",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -272,6 +277,7 @@ class Shard:
                     ),
                     "feed_retention_ms": settings.feed_retention_ms,
                     "feed_max_changes": settings.feed_max_changes,
+                    "analytics_ms": settings.analytics_ms,
                     "publish": publish or "",
                     "channel": self.channels.every_user(publish or Publish.CLASSIC),
                     "user_channel_prefix": self.channels.user_events(""),
@@ -298,6 +304,10 @@ class Shard:
                     "place_channel_prefix": self.channels.place_events(""),
                     "feed": k.feed,
                     "version_prefix": k.version(""),
+                    "user_index": k.user_index,
+                    "online_time_prefix": k.online_time(),
+                    "period_lengths_prefix": k.period_lengths(""),
+                    "zone": packed_zone(settings.stats_zone, local_now_ms()),
                 }
             )
         return self._options

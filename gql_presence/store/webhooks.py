@@ -1,7 +1,10 @@
 """The deployment's webhooks: their settings, secrets, recent attempts and delivery state.
 
 They live in shard 0 with the deployment's other singletons: a ZSET of their ids (which the
-cap is counted on), a HASH per webhook and a LIST of its recent attempts (keys.py). The URL's
+cap is counted on), a HASH per webhook and a LIST of its recent attempts (keys.py). A
+webhook's delivery of each shard of the feed is kept in its HASH too (ShardProgress, fields
+named by PROGRESS_FIELDS and the shard's index), changed only by the process holding that
+delivery's lease (lua/webhook_leases.lua, lua/advance_webhook.lua). The URL's
 rules need the service's settings and are checked above the store (gql_presence/webhooks/
 safety.py) before it is handed here; everything else is checked here.
 """
@@ -13,12 +16,14 @@ import json
 import secrets
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from gql_presence.store.days import from_ms
 from gql_presence.store.errors import BadInputError
-from gql_presence.store.models import ChangeKind, Webhook, WebhookAttempt
+from gql_presence.store.feed import Feed
+from gql_presence.store.models import ChangeKind, ShardProgress, Webhook, WebhookAttempt
 from gql_presence.store.replies import text
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, named
@@ -36,6 +41,17 @@ MAX_ERROR_BYTES = 1024
 # Every kind but UPDATED, which is frequent and asked for by name.
 DEFAULT_KINDS = tuple(kind for kind in ChangeKind if kind is not ChangeKind.UPDATED)
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the Standard Webhooks form's prefix, not a secret
+# The HASH field of each part of a shard's ShardProgress: this, ':' and the shard's index.
+PROGRESS_FIELDS = {
+    "position": "p",
+    "pending": "q",
+    "gap": "g",
+    "decided": "k",
+    "replay_id": "r",
+    "backlog": "b",
+}
+# The largest sequence of a feed entry id: "<ms - 1>-<this>" is just before the ms.
+_LAST_SEQUENCE = "18446744073709551615"
 
 
 def new_secret() -> str:
@@ -96,8 +112,11 @@ def bounded_error(message: str) -> str:
 class Webhooks:
     """Create, change, read and delete webhooks; record their attempts."""
 
-    def __init__(self, home: Shard) -> None:
+    def __init__(self, home: Shard, feed: Feed) -> None:
         self._home = home
+        # What the deliveries read: where they stand is a position in each of its shards.
+        self._feed = feed
+        self._shards = feed.shards
 
     async def create(
         self,
@@ -160,20 +179,19 @@ class Webhooks:
         return await self._change(webhook_id, ["enabled", "0", "disabled_reason", reason])
 
     async def request_replay(self, webhook_id: str, after: str | None) -> Webhook | None:
-        """Asks its delivery to send again every retained change after `after` (None: from
-        the oldest retained); the delivery reads it as replay_after and clears it. Whether
-        `after` is a cursor of this deployment is the feed's to tell."""
+        """Asks its deliveries to send again every retained change after `after` (None: from
+        the oldest retained): each shard's delivery takes a replay once, by its id.
+        BadInputError for an `after` that is no cursor of the feed."""
         if after is not None and not (
             0 < len(after) <= MAX_CURSOR_LENGTH and after.isascii() and after.isprintable()
         ):
             raise BadInputError(
                 "after is a change's cursor, as `changes` or an event gives it (or null)."
             )
-        return await self._change(webhook_id, ["replay_after", "0" + (after or "")])
-
-    async def replay_begun(self, webhook_id: str) -> Webhook | None:
-        """Clears the replay asked for, once its delivery has taken it."""
-        return await self._change(webhook_id, ["replay_after", ""])
+        await self._feed.positions(after)  # BadInputError for what is no cursor of the feed
+        return await self._change(
+            webhook_id, ["replay_after", "0" + (after or ""), "replay_id", uuid.uuid4().hex]
+        )
 
     async def _change(self, webhook_id: str, fields: list[str]) -> Webhook | None:
         if fields:
@@ -235,7 +253,51 @@ class Webhooks:
             ),
         )
         now_ms = time.time_ns() // 1_000_000
-        return [_webhook_of(entry, now_ms) for entry in reply]
+        found = [_webhook_of(entry, now_ms, self._shards) for entry in reply]
+        return [await self._delivered(webhook) for webhook in found]
+
+    async def _delivered(self, webhook: Webhook) -> Webhook:
+        """deliveredUpTo as its deliveries in every shard have moved it, once they have."""
+        if webhook.delivered_up_to is None or not any(p.moved for p in webhook.progress):
+            return webhook
+        cursor = await self._feed.seal([p.position for p in webhook.progress])
+        return replace(webhook, delivered_up_to=cursor)
+
+    async def take_leases(
+        self, token: str, ttl_ms: int, wanted: Sequence[tuple[str, int, bool]]
+    ) -> tuple[int, list[bool]]:
+        """Keeps, takes or gives up the leases of deliveries (webhook id, shard, whether
+        wanted) for the process of `token`: the fair share of one process, and which of them
+        it holds now."""
+        k = self._home.keys
+        reply = await self._home.run(
+            ScriptName.WEBHOOK_LEASES,
+            named(
+                deliverers=k.webhook_deliverers,
+                leases=[k.webhook_lease(webhook_id, shard) for webhook_id, shard, _ in wanted],
+            ),
+            named(token=token, ttl_ms=ttl_ms, wanted=[int(want) for *_, want in wanted]),
+        )
+        return int(reply[0]), [bool(int(held)) for held in reply[1:]]
+
+    async def advance(
+        self, webhook_id: str, shard: int, token: str, progress: Mapping[str, str]
+    ) -> bool:
+        """Changes the parts of the webhook's ShardProgress given (by their names in
+        PROGRESS_FIELDS; "" removes one), and any other fields named as they are kept, if the
+        process of `token` still holds the delivery's lease; whether it did."""
+        fields: list[str] = []
+        for name, value in progress.items():
+            part = PROGRESS_FIELDS.get(name)
+            fields += [name if part is None else f"{part}:{shard}", value]
+        k = self._home.keys
+        return bool(
+            await self._home.run(
+                ScriptName.ADVANCE_WEBHOOK,
+                named(webhook=k.webhook(webhook_id), lease=k.webhook_lease(webhook_id, shard)),
+                named(token=token, fields=fields),
+            )
+        )
 
     async def record_attempt(
         self,
@@ -295,7 +357,24 @@ def _fields(
     return fields
 
 
-def _webhook_of(entry: Sequence[Any], now_ms: int) -> Webhook:
+def _progress_of(fields: Mapping[str, str], shard: int, created_ms: int) -> ShardProgress:
+    def part(name: str) -> str:
+        return fields.get(f"{PROGRESS_FIELDS[name]}:{shard}", "")
+
+    backlog, _, oldest_ms = part("backlog").partition(" ")
+    return ShardProgress(
+        position=part("position") or f"{created_ms - 1}-{_LAST_SEQUENCE}",
+        moved=bool(part("position")),
+        pending=part("pending"),
+        gap=part("gap"),
+        decided=tuple(part("decided").split()),
+        replay_id=part("replay_id"),
+        backlog=int(backlog or 0),
+        oldest_ms=int(oldest_ms or 0),
+    )
+
+
+def _webhook_of(entry: Sequence[Any], now_ms: int, shards: int) -> Webhook:
     """A webhook from an entry of lua/webhooks.lua's reply."""
     webhook_id, flat, attempts = entry
     fields = {text(flat[i]): text(flat[i + 1]) for i in range(0, len(flat), 2)}
@@ -320,6 +399,12 @@ def _webhook_of(entry: Sequence[Any], now_ms: int) -> Webhook:
         failing_since=None if failing is None else from_ms(int(failing)),
         attempts=tuple(_attempt_of(text(attempt)) for attempt in attempts),
         secrets=tuple(secrets_now),
+        # Before its first delivery, a webhook stands where it was made: it delivers the
+        # changes made after that.
+        progress=tuple(
+            _progress_of(fields, shard, int(fields["created_ms"])) for shard in range(shards)
+        ),
+        replay_id=fields.get("replay_id", ""),
     )
 
 

@@ -94,6 +94,8 @@ local function announce_all(channel, events, looks)
   local n = #events
   if n == 0 then return end
   fill_looks(events, looks)
+  -- A script that knows statuses keeps the online periods its events end (includes/status.lua).
+  if looks then looks.end_periods(events, EVENT_FIELDS) end
   local ones = channel[4] and keep_in_feed(channel[4], events) or {}
   local message = all_of(events, ones)
   local user_prefix, publish = channel[2], channel[3]

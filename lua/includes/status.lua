@@ -1,4 +1,5 @@
 --- @include "connections"
+--- @include "online_time"
 -- A user's status: what they chose, their custom status, who may see their lastSeen, and
 -- what their live sessions say (idle or not). Kept in the keys that store/keys.py names (in
 -- the hash tag of every script's KEYS): a script that reads or announces statuses passes
@@ -26,6 +27,9 @@
 --                    count less this one's, O(log n) (sync_hidden keeps it)
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
+-- A script that knows statuses also keeps the online periods its events end
+-- (includes/online_time.lua, end_periods), from the names user_index, online_time_prefix,
+-- period_lengths_prefix, analytics_ms and zone of its `shard` argument.
 -- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
 -- who never chose anything has no st key); the others go with what they describe.
 
@@ -198,7 +202,12 @@ local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
 end
 
+-- Records that the user went offline: their onlineSince goes, and is kept for the event
+-- that ends their online period (end_periods, includes/online_time.lua).
 local function went_offline(statuses, user_id)
+  local since = redis.call('ZSCORE', since_key(statuses), user_id)
+  if not since then return end
+  statuses.period_starts[user_id] = -tonumber(since)
   redis.call('ZREM', since_key(statuses), user_id)
 end
 
@@ -268,8 +277,9 @@ end
 -- announce_all's `looks`, includes/events.lua).
 local function statuses_of(names, online_key, window_ms, now, leases)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases}
+    leases = leases, period_starts = {}}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
+  statuses.end_periods = function(events, size) end_periods(names, statuses.period_starts, events, size) end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
   statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end

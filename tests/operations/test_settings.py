@@ -17,6 +17,7 @@ def test_defaults_are_those_of_the_contract() -> None:
     assert settings.retention_ms == 35 * 86_400_000
     assert settings.revoke_ms == settings.window_ms
     assert settings.stats_timezone == "UTC"
+    assert settings.analytics_ms == 400 * 86_400_000
 
 
 def test_values_are_read() -> None:
@@ -28,8 +29,10 @@ def test_values_are_read() -> None:
             "PRESENCE_REVOKE_SECONDS": "0",
             "PRESENCE_STATS_TIMEZONE": "Europe/Berlin",
             "PRESENCE_DATA_DIR": "/srv/presence",
+            "PRESENCE_ANALYTICS_DAYS": "90",
         }
     )
+    assert settings.analytics_ms == 90 * 86_400_000
     assert settings.redis_url == "redis://cache:6379/2"
     assert (settings.window_ms, settings.retention_ms, settings.revoke_ms) == (
         90_000,
@@ -60,6 +63,8 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_WINDOW_SECONDS", "nan"),
         ("PRESENCE_RETENTION_DAYS", "0"),
         ("PRESENCE_RETENTION_DAYS", "0.000001"),
+        ("PRESENCE_ANALYTICS_DAYS", "0"),
+        ("PRESENCE_ANALYTICS_DAYS", "a year"),
         ("PRESENCE_REVOKE_SECONDS", "-1"),
         ("PRESENCE_STATS_TIMEZONE", "Mars/Olympus"),
         ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),
@@ -195,6 +200,9 @@ def test_webhooks_reach_no_special_network_and_wait_five_seconds_by_default() ->
     settings = Settings.from_env({})
     assert settings.webhook_allowed_networks == ()
     assert settings.webhook_timeout_ms == 5000
+    assert settings.webhook_disable_after_ms == 86_400_000
+    assert settings.webhook_retry_ms == (1000, 5000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000)
+    assert (settings.webhook_lease_ms, settings.webhook_poll_ms) == (10_000, 250)
 
 
 def test_webhook_settings_are_read() -> None:
@@ -202,8 +210,15 @@ def test_webhook_settings_are_read() -> None:
         {
             "PRESENCE_WEBHOOK_ALLOWED_NETWORKS": "10.0.0.0/8, fd00::/8 127.0.0.1",
             "PRESENCE_WEBHOOK_TIMEOUT_SECONDS": "2.5",
+            "PRESENCE_WEBHOOK_DISABLE_AFTER_SECONDS": "600",
+            "PRESENCE_WEBHOOK_RETRY_SECONDS": "0.5, 2,10",
+            "PRESENCE_WEBHOOK_LEASE_SECONDS": "3",
+            "PRESENCE_WEBHOOK_POLL_SECONDS": "0.1",
         }
     )
+    assert settings.webhook_disable_after_ms == 600_000
+    assert settings.webhook_retry_ms == (500, 2000, 10_000)
+    assert (settings.webhook_lease_ms, settings.webhook_poll_ms) == (3000, 100)
     assert [str(n) for n in settings.webhook_allowed_networks] == [
         "10.0.0.0/8",
         "fd00::/8",
@@ -218,6 +233,9 @@ def test_webhook_settings_are_read() -> None:
         ("PRESENCE_WEBHOOK_ALLOWED_NETWORKS", "10.0.0.0/33", "'10.0.0.0/33' is not a network"),
         ("PRESENCE_WEBHOOK_ALLOWED_NETWORKS", "intranet", "'intranet' is not a network"),
         ("PRESENCE_WEBHOOK_TIMEOUT_SECONDS", "0", "PRESENCE_WEBHOOK_TIMEOUT_SECONDS='0'"),
+        ("PRESENCE_WEBHOOK_RETRY_SECONDS", "1,soon", "positive numbers separated by commas"),
+        ("PRESENCE_WEBHOOK_RETRY_SECONDS", ",", "positive numbers separated by commas"),
+        ("PRESENCE_WEBHOOK_LEASE_SECONDS", "-1", "PRESENCE_WEBHOOK_LEASE_SECONDS='-1'"),
     ],
 )
 def test_a_bad_webhook_setting_stops_the_start_naming_itself(

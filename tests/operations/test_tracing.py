@@ -20,10 +20,18 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from redis.asyncio import Redis
 
 from gql_presence.observability.tracing import enabled
 from gql_presence.running.redis_server import RedisServer, free_port
-from tests.helpers import eventually, run_service, stop, wait_until_serving
+from tests.helpers import (
+    eventually,
+    post,
+    run_service,
+    stop,
+    wait_until_serving,
+    webhook_receiver,
+)
 
 USER, SESSION, ALIAS = "otel-user-4f1c", "otel-session-9b2e", "otel_alias_77d0"
 
@@ -189,3 +197,49 @@ async def test_a_request_is_traced_from_the_caller_to_the_script_without_ids(
     leaked = [v for v in received.values if any(x in v for x in (USER, SESSION, ALIAS, "Touch"))]
     assert leaked == []
     assert all(USER not in s.name and "Touch" not in s.name for s in received.spans)
+
+
+@pytest.mark.slow
+async def test_each_request_to_a_webhook_is_a_span_and_its_polling_none(
+    collector: tuple[int, Received], flushed_redis: Redis, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    collector_port, received = collector
+    port = free_port()
+    service = run_service(
+        tmp_path,
+        port,
+        REDIS_URL=redis_server.url,
+        PRESENCE_WORKERS="1",
+        PRESENCE_WEBHOOK_ALLOWED_NETWORKS="127.0.0.0/8",
+        PRESENCE_WEBHOOK_POLL_SECONDS="0.02",
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{collector_port}",
+        OTEL_BSP_SCHEDULE_DELAY="50",
+    )
+    try:
+        await asyncio.to_thread(wait_until_serving, service, port)
+        async with webhook_receiver() as receiver:
+            url = receiver.url + "?token=receivers-own-secret"
+            create = f'mutation {{ createWebhook(url: "{url}") {{ secret webhook {{ id }} }} }}'
+            # Off the event loop, which the collector and the receiver answer on.
+            made = await asyncio.to_thread(post, port, create)
+            receiver.secret = made["data"]["createWebhook"]["secret"]
+            webhook_id = made["data"]["createWebhook"]["webhook"]["id"]
+            await asyncio.to_thread(
+                post, port, f'mutation {{ touch(userId: "{USER}") {{ online }} }}'
+            )
+            await eventually(
+                lambda: bool(received.named("webhook POST")), within_s=10, what="the span"
+            )
+    finally:
+        # Off the event loop too: the service's last spans are sent as it stops.
+        output = await asyncio.to_thread(stop, service)
+    assert "Traceback" not in output, output
+    [span] = received.named("webhook POST")
+    attributes = _attributes(span.attributes)
+    assert attributes["gqlp.webhook"] == webhook_id
+    assert attributes["gqlp.webhook_id"] == receiver.requests[0].webhook_id
+    assert (attributes["gqlp.changes"], attributes["http.response.status_code"]) == ("1", "204")
+    assert span.kind == Span.SPAN_KIND_CLIENT
+    # The deliveries poll the feed many times a second: none of that is traced.
+    assert received.named("script feed_page") == []
+    assert not [v for v in received.values if "receivers-own-secret" in v]

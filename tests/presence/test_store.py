@@ -9,7 +9,7 @@ import json
 import sys
 import zlib
 from collections.abc import Awaitable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -771,6 +771,8 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.online_friends("a")
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
     await store.weekly_stats()
+    await store.online_time.online_time(["a", "b"], date(2026, 11, 1), date(2026, 11, 30))
+    await store.online_time.online_periods(ago(hours=30), datetime.now(UTC))
     await store.remove_friends("a", ["b"])
     await store.sweep()
     await store.take_token("backend:chat", 10, 10)

@@ -10,6 +10,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gql_presence.store import PresenceStore
+from gql_presence.store.cursor import Cursors
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import ChangeKind
@@ -230,13 +231,14 @@ async def test_a_replay_asked_for_is_kept_for_the_delivery(store: PresenceStore)
     from_oldest = await store.webhooks.request_replay(webhook.id, None)
     assert from_oldest is not None
     assert from_oldest.replay_after == ""
-    after = await store.webhooks.request_replay(webhook.id, "c1")
+    cursor = await store.feed_cursor()
+    after = await store.webhooks.request_replay(webhook.id, cursor)
     assert after is not None
-    assert after.replay_after == "c1"
-    assert dataclasses.replace(after, replay_after=None) == dataclasses.replace(
+    assert after.replay_after == cursor
+    assert after.replay_id not in ("", from_oldest.replay_id)
+    assert dataclasses.replace(after, replay_after=None, replay_id="") == dataclasses.replace(
         webhook, replay_after=None
     )
-    assert await store.webhooks.replay_begun(webhook.id) == webhook
 
 
 def test_an_error_is_cut_to_a_kibibyte_at_a_character_edge() -> None:
@@ -253,4 +255,15 @@ async def test_a_replay_after_what_is_no_cursor_is_refused(
     webhook, _ = await store.webhooks.create(URL, None, None, 0)
     with pytest.raises(BadInputError, match="after is a change's cursor"):
         await store.webhooks.request_replay(webhook.id, after)
+    assert await store.webhooks.webhook(webhook.id) == webhook
+
+
+async def test_a_replay_after_a_cursor_of_another_deployment_is_refused(
+    store: PresenceStore,
+) -> None:
+    webhook, _ = await store.webhooks.create(URL, None, None, 0)
+    await store.feed_cursor()
+    foreign = Cursors("another deployment's secret").seal(["feed", ["0-0"]])
+    with pytest.raises(BadInputError, match="after must be a cursor of this service's feed"):
+        await store.webhooks.request_replay(webhook.id, foreign)
     assert await store.webhooks.webhook(webhook.id) == webhook

@@ -1,0 +1,268 @@
+"""Webhooks' deliveries: `python -m bench.webhooks [--changes N] [--rate R] [--seconds S]`.
+
+On a private Redis 6.2 with 4 shards, one webhook, and a fast receiver on this machine (an
+aiohttp process that answers 204 at once and reads nothing but the changes' count and times):
+
+- Throughput: N changes (ONLINEs of new users, by touchMany) made while the receiver answers
+  503 (the deliveries retrying every 50 ms), then delivered once it answers 204, by one
+  `serve` process, then by two (sharing the webhook's 4 leases); changes per second from the
+  first arrival to the last, and the service processes' CPU per 1,000 changes delivered.
+- Latency: R changes a second for S seconds, the webhook enabled and with no debounce: from
+  each change's `at` (the Redis server's clock) to its arrival at the receiver (the same
+  machine's clock), p50 and p99.
+- The rest of the service: touch requests a second (20 clients, each touch a change) and the
+  service's CPU per touch, on one process, with no webhook and with ten, in alternate rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from bench.harness import TOUCH, cpu_seconds, load, serve_ours, start_process, wait_for
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import free_port, start_redis_server
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+
+SHARDS = 4
+
+
+def receive(port: int) -> None:
+    """The fast receiver: counts the changes and keeps each one's delay after its `at`."""
+    delays: list[float] = []
+    count = 0
+    failing = False
+
+    async def hooks(request: web.Request) -> web.Response:
+        nonlocal count
+        now = time.time()
+        if failing:
+            return web.Response(status=503)
+        payload = json.loads(await request.read())
+        for change in payload["data"]["changes"]:
+            count += 1
+            delays.append(now - datetime.fromisoformat(change["at"]).timestamp())
+        return web.Response(status=204)
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response({"count": count, "delays": delays, "at": time.time()})
+
+    async def reset(request: web.Request) -> web.Response:
+        nonlocal count, failing
+        count = 0
+        delays.clear()
+        failing = request.query.get("failing") == "1"
+        return web.Response(status=204)
+
+    async def ok(_: web.Request) -> web.Response:
+        nonlocal failing
+        failing = False
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hooks", hooks)
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/reset", reset)
+    app.router.add_post("/ok", ok)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+async def stats(http: aiohttp.ClientSession, port: int) -> dict[str, Any]:
+    async with http.get(f"http://127.0.0.1:{port}/stats") as answer:
+        found: dict[str, Any] = await answer.json()
+        return found
+
+
+async def delivered_all(
+    http: aiohttp.ClientSession, port: int, count: int, limit_s: float = 120
+) -> tuple[float, float]:
+    """Waits until the receiver has `count` changes: the moments of the first and the last."""
+    deadline = time.monotonic() + limit_s
+    first = None
+    while time.monotonic() < deadline:
+        found = await stats(http, port)
+        got = int(found["count"])
+        if got and first is None:
+            first = time.monotonic()
+        if got >= count:
+            return first or time.monotonic(), time.monotonic()
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"only {got} of {count} changes arrived within {limit_s:g} s")
+
+
+async def receiving(http: aiohttp.ClientSession, port: int) -> None:
+    """Returns once the receiver answers."""
+    for _ in range(200):
+        try:
+            await stats(http, port)
+        except aiohttp.ClientError:
+            await asyncio.sleep(0.05)
+        else:
+            return
+    raise RuntimeError("the receiver did not start")
+
+
+async def latencies(
+    store: PresenceStore, http: aiohttp.ClientSession, port: int, rate: int, seconds: float
+) -> list[float]:
+    """Each change's delay from its `at` to its arrival, at `rate` changes a second."""
+    await http.post(f"http://127.0.0.1:{port}/reset")
+    batch = max(1, rate // 20)
+    made = 0
+    started = time.monotonic()
+    while time.monotonic() - started < seconds:
+        await store.touch_many([f"l-{made + i}" for i in range(batch)])
+        made += batch
+        await asyncio.sleep(max(0, started + made / rate - time.monotonic()))
+    await delivered_all(http, port, made)
+    found = await stats(http, port)
+    return sorted(float(d) for d in found["delays"])
+
+
+async def cost(
+    store: PresenceStore, services: list[subprocess.Popen[bytes]], port: int, hooks: str
+) -> list[tuple[str, float, float]]:
+    """Touch requests a second and the service's CPU per touch, with no webhook and with ten,
+    in alternate rounds (each touch of a new id is a change for every webhook)."""
+    found = []
+    rounds: dict[int, list[tuple[float, float]]] = {0: [], 10: []}
+    for _ in range(2):
+        for count in (0, 10):
+            for webhook in await store.webhooks.webhooks():
+                await store.webhooks.delete(webhook.id)
+            for _ in range(count):
+                await store.webhooks.create(hooks, None, None, 0)
+            await asyncio.sleep(1.5)  # the deliveries take their leases
+            before = cpu_seconds(services)
+            per_s, _, _ = await load(f"http://127.0.0.1:{port}/graphql", TOUCH, 5, 20)
+            used = cpu_seconds(services) - before
+            rounds[count].append((per_s, used / (per_s * 5) * 1e6))
+    for count, figures in rounds.items():
+        found.append(
+            (
+                f"{count} webhooks",
+                statistics.median(f[0] for f in figures),
+                statistics.median(f[1] for f in figures),
+            )
+        )
+    return found
+
+
+async def run(changes: int, rate: int, seconds: float) -> None:
+    server = start_redis_server()
+    receiver_port = free_port()
+    receiver = start_process(
+        [sys.executable, "-m", "bench.webhooks", "--receive", str(receiver_port)], {}
+    )
+    redis = redis_client(server.url)
+    store = PresenceStore(redis, Settings(redis_url=server.url, shards=SHARDS))
+    env = {
+        "REDIS_URL": server.url,
+        "REDIS_CLUSTER_NODES": "",
+        "PRESENCE_SHARDS": str(SHARDS),
+        "PRESENCE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
+        # The receiver refuses while the changes are made: each delivery then starts at once.
+        "PRESENCE_WEBHOOK_RETRY_SECONDS": "0.05",
+        "PRESENCE_LOG_LEVEL": "warning",
+    }
+    services: list[subprocess.Popen[bytes]] = []
+    service_ports: list[int] = []
+    rows = []
+    try:
+        await store.load_scripts()
+        await store.make_cursor_secret()
+        await store.webhooks.create(f"http://127.0.0.1:{receiver_port}/hooks", None, None, 0)
+        async with aiohttp.ClientSession() as http:
+            await receiving(http, receiver_port)
+            for processes in (1, 2):
+                await http.post(f"http://127.0.0.1:{receiver_port}/reset?failing=1")
+                while len(services) < processes:
+                    port = free_port()
+                    services.append(serve_ours(env, port, 1))
+                    service_ports.append(port)
+                    await wait_for(f"http://127.0.0.1:{port}/graphql")
+                await asyncio.sleep(1.5)  # the processes' ticks share the leases out
+                users = [f"p{processes}-{i}" for i in range(changes)]
+                for i in range(0, changes, 10_000):
+                    await store.touch_many(users[i : i + 10_000])
+                cpu_before = cpu_seconds(services)
+                await http.post(f"http://127.0.0.1:{receiver_port}/ok")
+                first, last = await delivered_all(http, receiver_port, changes)
+                cpu = cpu_seconds(services) - cpu_before
+                rows.append(
+                    (
+                        f"{processes} process{'es' if processes > 1 else ''}",
+                        changes / max(last - first, 1e-9),
+                        cpu / changes * 1e6,
+                    )
+                )
+            delays = await latencies(store, http, receiver_port, rate, seconds)
+            services[1].terminate()
+            services[1].wait(timeout=30)
+            services = services[:1]
+            costs = await cost(
+                store, services, service_ports[0], f"http://127.0.0.1:{receiver_port}/hooks"
+            )
+    finally:
+        for service in services:
+            service.terminate()
+            service.wait(timeout=30)
+        receiver.terminate()
+        receiver.wait(timeout=10)
+        await redis.aclose()
+        server.stop()
+    report(changes, rows=rows, costs=costs, rate=rate, seconds=seconds, delays=delays)
+
+
+def report(
+    changes: int,
+    *,
+    rows: list[tuple[str, float, float]],
+    costs: list[tuple[str, float, float]],
+    rate: int,
+    seconds: float,
+    delays: list[float],
+) -> None:
+    print(f"Throughput: {changes:,} changes waiting, delivered to one receiver")
+    print("| processes | changes delivered per second | service CPU per 1,000 changes (ms) |")
+    print("|---|---|---|")
+    for name, per_s, cpu_us in rows:
+        print(f"| {name} | {per_s:,.0f} | {cpu_us:,.0f} |")
+    print("\nThe rest of the service: touch over HTTP, 20 clients, one process")
+    print("| webhooks | touch requests per second | service CPU per touch (µs) |")
+    print("|---|---|---|")
+    for name, per_s, cpu_us in costs:
+        print(f"| {name} | {per_s:,.0f} | {cpu_us:,.0f} |")
+    quantiles = statistics.quantiles(delays, n=100)
+    print(
+        f"\nLatency at {rate:,} changes/s for {seconds:g} s ({len(delays):,} changes, two "
+        f"processes): p50 {quantiles[49] * 1000:,.0f} ms, p99 {quantiles[98] * 1000:,.0f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--changes", type=int, default=50_000)
+    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--receive", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.receive:
+        receive(args.receive)
+        return
+    asyncio.run(run(args.changes, args.rate, args.seconds))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""What operators see of webhooks' deliveries: metrics per webhook, and a span per request
+while tracing is on (`webhook POST`, with the webhook, the shard, the batch's id and size, and
+the status answered; never the URL, whose query may hold the receiver's own secret)."""
+
+from __future__ import annotations
+
+import time
+
+from opentelemetry import trace
+
+from gql_presence.observability.metrics import Metrics
+
+
+class WebhookTelemetry:
+    """Told of each request and each backlog counted by the deliveries of this process."""
+
+    def __init__(self, metrics: Metrics, *, traced: bool) -> None:
+        self._metrics = metrics
+        self._tracer = trace.get_tracer("gql_presence.webhooks") if traced else None
+
+    def request(
+        self,
+        webhook_id: str,
+        shard: int,
+        *,
+        delivery_id: str,
+        changes: int,
+        status: int | None,
+        acknowledged: bool,
+        started_ns: int,
+        ended_ns: int,
+    ) -> None:
+        outcome = "acknowledged" if acknowledged else "unanswered" if status is None else "refused"
+        self._metrics.webhook_requests.labels(webhook_id, outcome).inc()
+        if acknowledged:
+            self._metrics.webhook_changes.labels(webhook_id).inc(changes)
+        if self._tracer is None:
+            return
+        attributes: dict[str, str | int] = {
+            "gqlp.webhook": webhook_id,
+            "gqlp.shard": shard,
+            "gqlp.webhook_id": delivery_id,
+            "gqlp.changes": changes,
+        }
+        if status is not None:
+            attributes["http.response.status_code"] = status
+        span = self._tracer.start_span(
+            "webhook POST", kind=trace.SpanKind.CLIENT, start_time=started_ns, attributes=attributes
+        )
+        if not acknowledged:
+            span.set_status(trace.StatusCode.ERROR)
+        span.end(end_time=ended_ns)
+
+    def backlog(self, webhook_id: str, shard: int, backlog: int, oldest_ms: int) -> None:
+        labels = (webhook_id, str(shard))
+        self._metrics.webhook_backlog.labels(*labels).set(backlog)
+        age_s = max(0.0, time.time() - oldest_ms / 1000) if oldest_ms else 0.0
+        self._metrics.webhook_oldest_age.labels(*labels).set(age_s)

@@ -1,0 +1,227 @@
+"""Online time per user and day, and the lengths of online periods: read from what the scripts
+keep as periods end (lua/includes/online_time.lua), over every shard."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+
+from gql_presence.store.days import day_number, day_start_ms, local_now_ms, to_ms
+from gql_presence.store.errors import BadInputError
+from gql_presence.store.scripts import ScriptName
+from gql_presence.store.shard import Shard, by_shard, named
+from gql_presence.store.validation import check_ids
+
+MAX_USERS = 1000
+MAX_DAYS = 92
+HOUR_MS = 3_600_000
+# Online time is counted in 2-second units of the clock (lua/includes/online_time.lua).
+UNIT_MS = 2000
+MAX_HOURS = MAX_DAYS * 24
+# As lua/includes/online_time.lua buckets lengths (ms): bucket b holds (RATIO^(b-1), RATIO^b].
+RATIO = 1.1
+LAST_BUCKET = 260
+QUANTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class DailyOnlineTime:
+    date: date
+    seconds: float
+
+
+@dataclass(frozen=True)
+class UserOnlineTime:
+    user_id: str
+    days: tuple[DailyOnlineTime, ...]
+    total_seconds: float
+
+
+@dataclass(frozen=True)
+class LengthBucket:
+    """Periods with lengths up to up_to_seconds (None: the last, unbounded) and above the
+    bucket before's bound."""
+
+    up_to_seconds: float | None
+    count: int
+
+
+@dataclass(frozen=True)
+class PeriodLengths:
+    count: int
+    mean: float | None
+    # Each quantile of QUANTILES, within 5% of the true length; None when count is 0.
+    quantiles: tuple[float | None, ...]
+    buckets: tuple[LengthBucket, ...]
+
+
+def bucket_bound_ms(bucket: int) -> float | None:
+    """The upper bound of a bucket's lengths, ms (None for the last)."""
+    return None if bucket >= LAST_BUCKET else float(RATIO**bucket)
+
+
+def _middle_ms(bucket: int) -> float:
+    """The length that stands for a bucket's: its geometric middle, within 4.9% of any."""
+    if bucket == 0:
+        return 1.0
+    return float(RATIO ** (bucket - 0.5))
+
+
+def check_days(start: date, end: date) -> int:
+    if start > end:
+        raise BadInputError("from must not be later than to.")
+    if end >= date.max:
+        # The last day's end, the next day's start, must be a date.
+        raise BadInputError(f"to may be at most {date.max - timedelta(days=1)}.")
+    count = (end - start).days + 1
+    if count > MAX_DAYS:
+        raise BadInputError(f"from and to may span at most {MAX_DAYS} days; got {count}.")
+    return count
+
+
+def check_hours(start: datetime, end: datetime) -> list[int]:
+    """The hours (since the epoch) that overlap [start, end]: whole hours are kept."""
+    if start > end:
+        raise BadInputError("from must not be later than to.")
+    first = to_ms(start) // HOUR_MS
+    last = max(first, (to_ms(end) - 1) // HOUR_MS)
+    if last - first + 1 > MAX_HOURS:
+        raise BadInputError(
+            f"from and to may span at most {MAX_DAYS} days ({MAX_HOURS:,} hours); "
+            f"got {last - first + 1:,} hours."
+        )
+    return list(range(first, last + 1))
+
+
+class OnlineTime:
+    """onlineTime and onlinePeriods over the shards."""
+
+    def __init__(self, shards: Sequence[Shard]) -> None:
+        self._shards = shards
+
+    async def online_time(
+        self, user_ids: Sequence[str], start: date, end: date
+    ) -> list[UserOnlineTime]:
+        """Each user's seconds online on each day of [start, end], in the order given."""
+        count = check_days(start, end)
+        if len(user_ids) > MAX_USERS:
+            raise BadInputError(f"userIds takes at most {MAX_USERS:,} ids; got {len(user_ids):,}.")
+        distinct = check_ids(user_ids, "userIds")
+        groups = by_shard(distinct, len(self._shards))
+        parts = await asyncio.gather(
+            *(self._shard_time(self._shards[i], g, start, count) for i, g in groups.items())
+        )
+        ms_of: dict[str, list[int]] = {}
+        for part in parts:
+            ms_of.update(part)
+        dates = [start + timedelta(days=d) for d in range(count)]
+        result = []
+        for user_id in user_ids:
+            daily = tuple(
+                DailyOnlineTime(day, ms / 1000)
+                for day, ms in zip(dates, ms_of[user_id], strict=True)
+            )
+            result.append(UserOnlineTime(user_id, daily, sum(ms_of[user_id]) / 1000))
+        return result
+
+    async def _shard_time(
+        self, shard: Shard, user_ids: list[str], start: date, count: int
+    ) -> dict[str, list[int]]:
+        """Each user's ms online on each day: what ended periods left (2-second units), and
+        the part of their current period in the day, counted in the same units."""
+        k = shard.keys
+        reply = await shard.run(
+            ScriptName.ONLINE_TIME,
+            named(user_index=k.user_index, since=k.online_since, online=k.online, leases=k.leases),
+            named(
+                shard=shard.options,
+                first_day=day_number(start),
+                day_count=count,
+                user_ids=user_ids,
+            ),
+        )
+        zone = shard.settings.stats_zone
+        starts = [day_start_ms(start + timedelta(days=d), zone) for d in range(count + 1)]
+        ms_of = {}
+        for i, user_id in enumerate(user_ids):
+            units, since, until = reply[3 * i], int(reply[3 * i + 1]), int(reply[3 * i + 2])
+            hex_units = units.decode() if isinstance(units, bytes) else units
+            ms = (
+                [u * UNIT_MS for u in struct.unpack(f">{count}H", bytes.fromhex(hex_units))]
+                if hex_units
+                else [0] * count
+            )
+            if since >= 0:
+                for d in range(count):
+                    a, b = max(since, starts[d]), min(until, starts[d + 1])
+                    if a < b:
+                        ms[d] += (b // UNIT_MS - a // UNIT_MS) * UNIT_MS
+            ms_of[user_id] = ms
+        # A span's counters outlive its first days by up to a span: those days read 0, as
+        # every day past what is kept.
+        kept_from = local_now_ms() - shard.settings.analytics_ms
+        for ms in ms_of.values():
+            for d in range(count):
+                if starts[d + 1] <= kept_from:
+                    ms[d] = 0
+        return ms_of
+
+    async def online_periods(self, start: datetime, end: datetime) -> PeriodLengths:
+        """The online periods that ended in the hours overlapping [start, end]."""
+        hours = check_hours(start, end)
+        replies = await asyncio.gather(
+            *(
+                shard.run(
+                    ScriptName.ONLINE_PERIODS, named(periods=_period_keys(shard, hours)), named()
+                )
+                for shard in self._shards
+            )
+        )
+        totals = [sum(int(r[i]) for r in replies) for i in range(LAST_BUCKET + 3)]
+        return period_lengths(totals[0], totals[1], totals[2:])
+
+
+def _period_keys(shard: Shard, hours: list[int]) -> list[str]:
+    """The keys of these consecutive hours: a UTC day's for each whole day among them, an
+    hour's for the rest."""
+    keys, hour = [], hours[0]
+    while hour <= hours[-1]:
+        if hour % 24 == 0 and hour + 23 <= hours[-1]:
+            keys.append(shard.keys.period_lengths_by_day(hour // 24))
+            hour += 24
+        else:
+            keys.append(shard.keys.period_lengths(hour))
+            hour += 1
+    return keys
+
+
+def period_lengths(count: int, length_ms: int, buckets: Sequence[int]) -> PeriodLengths:
+    """The figures of `count` periods of `length_ms` in all, whose buckets hold `buckets`."""
+    if count == 0:
+        return PeriodLengths(0, None, (None,) * len(QUANTILES), ())
+    used = [b for b, n in enumerate(buckets) if n]
+    shown = tuple(
+        LengthBucket(None if (ms := bucket_bound_ms(b)) is None else ms / 1000, buckets[b])
+        for b in range(used[0], used[-1] + 1)
+    )
+    return PeriodLengths(
+        count,
+        length_ms / count / 1000,
+        tuple(_quantile(buckets, count, q) for q in QUANTILES),
+        shown,
+    )
+
+
+def _quantile(buckets: Sequence[int], count: int, q: float) -> float:
+    """The length at rank ceil(q * count) (seconds), from its bucket."""
+    rank = max(1, math.ceil(q * count))
+    seen = 0
+    for b, n in enumerate(buckets):
+        seen += n
+        if seen >= rank:
+            return _middle_ms(b) / 1000
+    raise RuntimeError("the buckets hold fewer periods than their count")

@@ -1,0 +1,398 @@
+"""The delivery of webhooks, run by every `serve` process: the deployment's processes share the
+webhooks' deliveries among them, one lease per webhook and shard of the feed, so that no two
+send one webhook's batches of one shard at once.
+
+A process holding a lease reads the shard's feed after the webhook's position, sends one
+batch at a time, and moves the position only once the receiver has acknowledged the batch,
+under the lease (lua/advance_webhook.lua): whatever a process was sending when it died is
+sent again, with the same `webhook-id` and body, by the process that takes its lease after it
+lapsed. Before sending, the end of the batch is kept (ShardProgress.pending), so that the one
+who sends it again sends the same changes, not more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from gql_presence.store.errors import BadInputError, CursorExpiredError, PresenceError
+from gql_presence.store.feed import EXAMINED_PER_SHARD, Feed
+from gql_presence.store.models import ShardProgress, Webhook
+from gql_presence.store.quiet import UNTRACED
+from gql_presence.store.webhooks import Webhooks
+from gql_presence.webhooks.batches import Entry, batch_id, ms_of, plan, rendered_all
+from gql_presence.webhooks.sender import MAX_BATCH, Batch, Outcome, Sender
+
+log = logging.getLogger("gql_presence")
+# Entries of the feed read at each step: enough for a full batch and what its filters pass
+# over (a webhook with a debounce reads EXAMINED_PER_SHARD, as its decisions look ahead).
+READ_PER_STEP = 2 * MAX_BATCH
+
+
+@dataclass(frozen=True)
+class DeliverySettings:
+    # A lease lapses this long after its holder's last renewal: what a dead process was
+    # sending is sent again by another within it (and a tick).
+    lease_ms: int = 10_000
+    # How often a delivery with nothing to send looks at the feed again.
+    poll_ms: int = 250
+    # The waits before each retry of a batch, the last one repeated; each with up to 20% added.
+    retry_ms: tuple[int, ...] = (1000, 5000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000)
+    # A webhook failing with no success for this long is disabled.
+    disable_after_ms: int = 86_400_000
+
+
+class Observer(Protocol):
+    """Who is told of each request and of each backlog counted (metrics, traces)."""
+
+    def request(
+        self,
+        webhook_id: str,
+        shard: int,
+        *,
+        delivery_id: str,
+        changes: int,
+        status: int | None,
+        acknowledged: bool,
+        started_ns: int,
+        ended_ns: int,
+    ) -> None: ...
+
+    def backlog(self, webhook_id: str, shard: int, backlog: int, oldest_ms: int) -> None: ...
+
+
+class Unobserved:
+    def request(
+        self,
+        webhook_id: str,
+        shard: int,
+        *,
+        delivery_id: str,
+        changes: int,
+        status: int | None,
+        acknowledged: bool,
+        started_ns: int,
+        ended_ns: int,
+    ) -> None:
+        pass
+
+    def backlog(self, webhook_id: str, shard: int, backlog: int, oldest_ms: int) -> None:
+        pass
+
+
+class Deliveries:
+    """This process's share of the webhooks' deliveries: its leases, renewed every tick, and a
+    task per lease held."""
+
+    def __init__(
+        self,
+        webhooks: Webhooks,
+        feed: Feed,
+        sender: Sender,
+        settings: DeliverySettings,
+        observe: Observer | None = None,
+    ) -> None:
+        self.webhooks = webhooks
+        self.feed = feed
+        self.sender = sender
+        self.settings = settings
+        self.observe: Observer = observe or Unobserved()
+        self.token = uuid.uuid4().hex
+        self._running: dict[tuple[str, int], asyncio.Task[None]] = {}
+        # Deliveries told to stop after their request in flight, given up once they have.
+        self._stopping: dict[tuple[str, int], ShardDelivery] = {}
+        self._deliveries: dict[tuple[str, int], ShardDelivery] = {}
+
+    @property
+    def held(self) -> list[tuple[str, int]]:
+        """The deliveries (webhook id, shard) this process holds now."""
+        return sorted(self._running)
+
+    async def run_forever(self) -> None:
+        UNTRACED.set(True)  # for this task, and the deliveries it starts
+        tick_s = min(self.settings.lease_ms / 3, 1000) / 1000
+        while True:
+            try:
+                await self.tick()
+            except PresenceError as error:
+                log.warning("webhook deliveries not shared out: %s", error.message)
+            except Exception:
+                log.exception("webhook deliveries not shared out")
+            await asyncio.sleep(tick_s)
+
+    async def tick(self) -> None:
+        """Keeps this process's leases, takes its share of the free ones, gives up what it
+        holds beyond its share (once the request in flight is done), and starts or ends the
+        deliveries accordingly."""
+        # Those told to stop that have: given up now.
+        done = [key for key, task in self._running.items() if task.done()]
+        give_up = {key for key in done if key in self._stopping}
+        for key in done:
+            self._forget(key)
+        webhooks = await self._webhooks_enabled()
+        wanted = {
+            (webhook.id, shard): (webhook.id, shard) not in give_up | set(self._stopping)
+            for webhook in webhooks
+            for shard in range(self.feed.shards)
+        }
+        for key in [*self._running, *give_up]:
+            wanted.setdefault(key, False)
+        keys = sorted(wanted)
+        fair, held = await self.webhooks.take_leases(
+            self.token,
+            self.settings.lease_ms,
+            [(webhook_id, shard, wanted[(webhook_id, shard)]) for webhook_id, shard in keys],
+        )
+        holding = {key for key, now in zip(keys, held, strict=True) if now}
+        for key in list(self._running):
+            if key not in holding:
+                # Lapsed (this process stood still), given up, or its webhook is gone or
+                # disabled: someone else may send its batches now.
+                self._running[key].cancel()
+                self._forget(key)
+        for key in sorted(holding):
+            if key not in self._running:
+                delivery = ShardDelivery(self, *key)
+                self._deliveries[key] = delivery
+                self._running[key] = asyncio.create_task(
+                    delivery.run(), name=f"webhook {key[0]} shard {key[1]}"
+                )
+        extra = len(holding) - fair
+        for key in sorted(holding - set(self._stopping), reverse=True)[: max(0, extra)]:
+            self._stopping[key] = self._deliveries[key]
+            self._deliveries[key].stop()
+
+    async def _webhooks_enabled(self) -> list[Webhook]:
+        return [webhook for webhook in await self.webhooks.webhooks() if webhook.enabled]
+
+    def _forget(self, key: tuple[str, int]) -> None:
+        self._running.pop(key, None)
+        self._deliveries.pop(key, None)
+        self._stopping.pop(key, None)
+
+    async def close(self) -> None:
+        """Ends every delivery and gives up every lease: other processes take them at once."""
+        tasks = list(self._running.values())
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        keys = sorted(self._running)
+        self._running.clear()
+        self._deliveries.clear()
+        self._stopping.clear()
+        if keys:
+            await self.webhooks.take_leases(
+                self.token, self.settings.lease_ms, [(w, s, False) for w, s in keys]
+            )
+
+
+class ShardDelivery:
+    """One webhook's delivery of one shard, while this process holds its lease."""
+
+    def __init__(self, deliveries: Deliveries, webhook_id: str, shard: int) -> None:
+        self._d = deliveries
+        self._webhook_id = webhook_id
+        self._shard = shard
+        self._stopped = asyncio.Event()
+        self._failures = 0
+
+    def stop(self) -> None:
+        """Ends the delivery after its request in flight, if any."""
+        self._stopped.set()
+
+    async def _wait(self, ms: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopped.wait(), ms / 1000)
+
+    async def _advance(self, **progress: str) -> bool:
+        return await self._d.webhooks.advance(
+            self._webhook_id, self._shard, self._d.token, progress
+        )
+
+    async def run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                again = await self._step()
+            except PresenceError as error:
+                log.warning("webhook %s: %s", self._webhook_id, error.message)
+                again = False
+            except (ConnectionError, OSError) as error:
+                log.warning("webhook %s: %s", self._webhook_id, error)
+                again = False
+            except Exception:
+                # A fault of ours: logged, and the delivery goes on (the batch is sent again).
+                log.exception("webhook %s: delivery failed", self._webhook_id)
+                again = False
+            if again is None:
+                return  # the lease is no longer this process's
+            if not again:
+                await self._wait(self._d.settings.poll_ms)
+
+    async def _step(self) -> bool | None:
+        """One step of the delivery: True to go on at once, False to wait, None to end."""
+        webhook = await self._d.webhooks.webhook(self._webhook_id)
+        if webhook is None or not webhook.enabled:
+            return False  # the next tick gives the lease up
+        progress = webhook.progress[self._shard]
+        if webhook.replay_id and progress.replay_id != webhook.replay_id:
+            return await self._replay(webhook) or None
+        feed = self._d.feed
+        try:
+            entries = await feed.shard_page(
+                self._shard,
+                progress.position,
+                EXAMINED_PER_SHARD if webhook.debounce_seconds else READ_PER_STEP,
+            )
+        except CursorExpiredError:
+            return await self._skip_gap(progress) or None
+        backlog = self._backlog(webhook, progress, entries)
+        return await self._deliver(webhook, progress, entries, backlog)
+
+    async def _deliver(
+        self,
+        webhook: Webhook,
+        progress: ShardProgress,
+        entries: Sequence[Entry],
+        backlog: dict[str, str],
+    ) -> bool | None:
+        """Sends the next batch of these entries, or passes over those it has nothing for."""
+        feed = self._d.feed
+        cutoff_ms = time.time_ns() // 1_000_000 - webhook.debounce_seconds * 1000
+        planned = plan(
+            webhook,
+            entries,
+            cutoff_ms=cutoff_ms,
+            pending=progress.pending,
+            decided=progress.decided,
+        )
+        if planned.end is None and not progress.gap:
+            if backlog:
+                await self._advance(**backlog)
+            return False
+        end = planned.end or progress.position
+        decided = " ".join(planned.decided)
+        if not planned.changes and not progress.gap:
+            # Nothing for it among these entries: passed over with no request.
+            moved = await self._advance(position=end, decided=decided, **backlog)
+            return True if moved else None
+        # A full batch is the same whoever makes it from this position (the first MAX_BATCH
+        # changes after it); one that is not is kept, so that it is sent again as it was.
+        if (planned.full or progress.pending == end) and backlog:
+            await self._advance(**backlog)
+        elif not (planned.full or progress.pending == end) and not await self._advance(
+            pending=end, **backlog
+        ):
+            return None
+        cursors = await feed.event_cursors()
+        batch = Batch(
+            rendered_all(planned, self._shard, cursors),
+            end_cursor=cursors.of_shard(self._shard, end),
+            gap=json.loads(progress.gap) if progress.gap else None,
+            id=batch_id(webhook.id, self._shard, progress.position, end),
+            made_at=datetime.fromtimestamp(ms_of(end) / 1000, UTC),
+        )
+        return await self._send(webhook, batch, end, decided)
+
+    async def _send(self, webhook: Webhook, batch: Batch, end: str, decided: str) -> bool | None:
+        d = self._d
+        started_ns = time.time_ns()
+        outcome = await d.sender.post(webhook, batch)
+        d.observe.request(
+            webhook.id,
+            self._shard,
+            delivery_id=batch.id,
+            changes=len(batch.changes),
+            status=outcome.status,
+            acknowledged=outcome.acknowledged,
+            started_ns=started_ns,
+            ended_ns=time.time_ns(),
+        )
+        await d.webhooks.record_attempt(
+            webhook.id,
+            delivery_id=batch.id,
+            changes=len(batch.changes),
+            status=outcome.status,
+            error=outcome.error,
+            duration_ms=outcome.duration_ms,
+            acknowledged=outcome.acknowledged,
+            # Read as the positions of every shard's delivery, once they have moved.
+            delivered_up_to=batch.end_cursor,
+        )
+        if outcome.acknowledged:
+            self._failures = 0
+            moved = await self._advance(position=end, pending="", gap="", decided=decided)
+            return True if moved else None
+        await self._failed(webhook, outcome)
+        return True
+
+    async def _failed(self, webhook: Webhook, outcome: Outcome) -> None:
+        """Disables a webhook failing for too long; else waits for the next retry."""
+        settings = self._d.settings
+        found = await self._d.webhooks.webhook(webhook.id)
+        since = found.failing_since if found is not None else None
+        if since is not None:
+            failing_ms = (datetime.now(UTC) - since).total_seconds() * 1000
+            if failing_ms >= settings.disable_after_ms:
+                await self._d.webhooks.disable(
+                    webhook.id,
+                    f"No request was acknowledged for {failing_ms / 1000:.0f} s; the last "
+                    f"failed with {_what(outcome)}.",
+                )
+                return
+        delays = settings.retry_ms
+        delay = delays[min(self._failures, len(delays) - 1)]
+        self._failures += 1
+        await self._wait(delay * (1 + random.random() * 0.2))  # noqa: S311 - jitter, not secrecy
+
+    async def _replay(self, webhook: Webhook) -> bool:
+        """Takes the replay asked for: the shard's delivery starts again after its cursor."""
+        after = webhook.replay_after or None
+        try:
+            position = (await self._d.feed.positions(after))[self._shard]
+        except BadInputError as error:
+            log.warning("webhook %s: replay refused: %s", webhook.id, error.message)
+            position = webhook.progress[self._shard].position
+        if not position:
+            position = await self._d.feed.shard_start(self._shard)
+        return await self._advance(
+            position=position, pending="", gap="", decided="", replay_id=webhook.replay_id
+        )
+
+    async def _skip_gap(self, progress: ShardProgress) -> bool:
+        """What the webhook missed is no longer kept: its next batch says so, and it goes on
+        from the oldest change kept."""
+        start = await self._d.feed.shard_start(self._shard)
+        cursors = await self._d.feed.event_cursors()
+        gap = {
+            "after": cursors.of_shard(self._shard, progress.position),
+            "until": cursors.of_shard(self._shard, start),
+        }
+        return await self._advance(
+            position=start, pending="", decided="", gap=json.dumps(gap, separators=(",", ":"))
+        )
+
+    def _backlog(
+        self, webhook: Webhook, progress: ShardProgress, entries: Sequence[Entry]
+    ) -> dict[str, str]:
+        """The changes waiting, as read (for metrics, and for `backlog` when it changed)."""
+        waiting = [entry_id for entry_id, change in entries if change is not None]
+        oldest_ms = ms_of(waiting[0]) if waiting else 0
+        self._d.observe.backlog(webhook.id, self._shard, len(waiting), oldest_ms)
+        if (len(waiting), oldest_ms) == (progress.backlog, progress.oldest_ms):
+            return {}
+        return {"backlog": f"{len(waiting)} {oldest_ms}"}
+
+
+def _what(outcome: Outcome) -> str:
+    if outcome.status is not None:
+        return f"HTTP {outcome.status}"
+    return outcome.error or "no answer"

@@ -1,0 +1,138 @@
+-- Online time and online periods, kept as a user's online period ends (an OFFLINE, or a KICKED
+-- that leaves them offline) and read by lua/online_time.lua and lua/online_periods.lua. Given
+-- the names of its keys, which store/keys.py makes (in the hash tag of the script's KEYS):
+--   ot:<span>:<block>  STRING  the 2-second units users were online on each day: a u16 (BITFIELD
+--                      u16 #position) per user and day, for the SPAN_DAYS days of span <span>
+--                      (days since 1970-01-01 in the stats time zone, over SPAN_DAYS) and the
+--                      BLOCK_USERS bit indexes of block <block> (index over BLOCK_USERS); a
+--                      user's days next to each other (position = index in the block *
+--                      SPAN_DAYS + day in the span), so that their days are read with one
+--                      GETRANGE a span. Kept analytics_ms after the span's last day ends.
+--                      Made whole at its first write, so that Redis allocates it once, at its
+--                      size, rather than doubling it as it grows.
+--   op:<hour>  HASH    for each hour (<hour>: hours since the epoch), the online periods that
+--                      ended in it: n (how many), ms (their lengths summed, ms) and, per log
+--                      bucket b (bucket_of), how many. Kept analytics_ms after the hour ends.
+--   op:d<day>  HASH    the same for each UTC day (<day>: days since the epoch), so that a long
+--                      range is read a day at a time, and only its ends an hour at a time.
+-- A period's time on a day is counted as the 2-second ticks of the clock it holds, so that the
+-- parts of a period cut at midnight add up to the whole, and a day's total is never more than
+-- one unit from the exact sum of its periods' parts.
+
+local DAY_MS, HOUR_MS, UNIT_MS = 86400000, 3600000, 2000
+local SPAN_DAYS, BLOCK_USERS = 32, 1024
+-- Bucket b holds lengths in (RATIO^(b-1), RATIO^b] ms (bucket 0: up to 1 ms); the last holds
+-- everything longer. Each bucket's geometric middle is within 4.9% of every length in it.
+local RATIO, LAST_BUCKET = 1.1, 260
+local LOG_RATIO = math.log(RATIO)
+
+-- The stats time zone from its packed form (gql_presence/store/zone.py): the UTC offset (min)
+-- before the first change, then each change as "instant (s) offset (min)", spaces between.
+local function zone_of(packed)
+  local numbers = {}
+  for n in string.gmatch(packed, '%-?%d+') do numbers[#numbers + 1] = tonumber(n) end
+  local zone = {first = numbers[1] * 60000, at = {}, offset = {}}
+  for i = 2, #numbers - 1, 2 do
+    zone.at[#zone.at + 1] = numbers[i] * 1000
+    zone.offset[#zone.offset + 1] = numbers[i + 1] * 60000
+  end
+  return zone
+end
+
+local function offset_at(zone, t_ms)
+  local offset = zone.first
+  for i = 1, #zone.at do
+    if t_ms < zone.at[i] then break end
+    offset = zone.offset[i]
+  end
+  return offset
+end
+
+-- The day (days since 1970-01-01 in the zone) holding t_ms.
+local function day_number(zone, t_ms)
+  return math.floor((t_ms + offset_at(zone, t_ms)) / DAY_MS)
+end
+
+-- When day `day` begins (ms): its local midnight, or for a day whose midnight is skipped, the
+-- first moment after it.
+local function day_start(zone, day)
+  local midnight = day * DAY_MS
+  local guess = midnight - offset_at(zone, midnight)
+  local start = midnight - offset_at(zone, guess)
+  if day_number(zone, start) ~= day then return guess end
+  return start
+end
+
+local function bucket_of(length_ms)
+  if length_ms <= 1 then return 0 end
+  return math.min(LAST_BUCKET, math.ceil(math.log(length_ms) / LOG_RATIO - 1e-9))
+end
+
+-- Records an online period of the user (their bit index, or nil for none) from start_ms to
+-- end_ms: its time on each day it touched (no further back than the days kept), and its length
+-- in the buckets of the hour and of the UTC day it ended in. `names` are the shard's (includes/options.lua):
+-- online_time_prefix, period_lengths_prefix, analytics_ms, zone.
+local function record_period(names, zone, index, start_ms, end_ms)
+  if end_ms < start_ms then return end
+  local keep_ms = tonumber(names.analytics_ms)
+  if index then
+    local from = math.max(start_ms, end_ms - keep_ms - DAY_MS)
+    local day = day_number(zone, from)
+    while from < end_ms do
+      local next_start = day_start(zone, day + 1)
+      local to = math.min(end_ms, next_start)
+      local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
+      if units > 0 then
+        local span, block = math.floor(day / SPAN_DAYS), math.floor(index / BLOCK_USERS)
+        local key = names.online_time_prefix .. span .. ':' .. block
+        if redis.call('EXISTS', key) == 0 then
+          redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS * SPAN_DAYS))
+        end
+        local position = (index % BLOCK_USERS) * SPAN_DAYS + day % SPAN_DAYS
+        redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. position, units)
+        redis.call('PEXPIREAT', key, day_start(zone, (span + 1) * SPAN_DAYS) + keep_ms)
+      end
+      from, day = to, day + 1
+    end
+  end
+  local length_ms, bucket = end_ms - start_ms, bucket_of(end_ms - start_ms)
+  local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
+  for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
+    local key = names.period_lengths_prefix .. key_end[1]
+    redis.call('HINCRBY', key, 'n', 1)
+    redis.call('HINCRBY', key, 'ms', length_ms)
+    redis.call('HINCRBY', key, bucket, 1)
+    redis.call('PEXPIREAT', key, key_end[2] + keep_ms)
+  end
+end
+
+-- Clears the counters of a bit index that is to be handed out again (its user forgotten), in
+-- every span still kept, so that its next user does not inherit them: one SETRANGE a span.
+local function forget_online_time(names, index, now)
+  local block, at = math.floor(index / BLOCK_USERS), (index % BLOCK_USERS) * SPAN_DAYS
+  local zeros = string.rep('\0', 2 * SPAN_DAYS)
+  -- Day numbers of any zone lie within a day of UTC's.
+  local first = math.floor((now - tonumber(names.analytics_ms)) / DAY_MS) - 1
+  for span = math.floor(first / SPAN_DAYS), math.floor((math.floor(now / DAY_MS) + 1) / SPAN_DAYS) do
+    local key = names.online_time_prefix .. span .. ':' .. block
+    if redis.call('EXISTS', key) == 1 then redis.call('SETRANGE', key, 2 * at, zeros) end
+  end
+end
+
+-- Ends the online periods that `events` (as includes/events.lua lays them out, `size` values
+-- each) end: an OFFLINE, or a KICKED with online 0, of a user whose period's start `starts`
+-- holds (user_id -> ms: what went_offline, includes/status.lua, took from onlineSince). Each
+-- start is used once.
+local function end_periods(names, starts, events, size)
+  local zone
+  for i = 1, #events, size do
+    local kind, user_id = events[i], events[i + 1]
+    local start_ms = starts[user_id]
+    if start_ms and (kind == 'OFFLINE' or (kind == 'KICKED' and events[i + 4] == 0)) then
+      starts[user_id] = nil
+      zone = zone or zone_of(names.zone)
+      local index = tonumber(redis.call('HGET', names.user_index, user_id))
+      record_period(names, zone, index, start_ms, tonumber(events[i + 2]))
+    end
+  end
+end

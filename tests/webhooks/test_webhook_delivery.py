@@ -1,0 +1,436 @@
+"""Webhooks delivered from the feed to real receivers: signed, at least once and in version
+order per user through failures, one request at a time per webhook and shard whatever the
+number of processes, disabled after failing for the configured time, resumed with a gap,
+debounced, replayed."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pytest_aiohttp import AiohttpClient
+from redis.asyncio import Redis
+
+from gql_presence.app import create_app
+from gql_presence.running.redis_server import RedisServer
+from gql_presence.store import ChosenStatus, PresenceStore
+from gql_presence.store.models import Webhook
+from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
+from gql_presence.webhooks.safety import Networks
+from gql_presence.webhooks.sender import Sender
+from tests.conftest import TEST_SETTINGS, graphql
+from tests.helpers import WebhookReceiver, eventually, webhook_receiver
+
+LOOPBACK: Networks = (ipaddress.ip_network("127.0.0.0/8"),)
+SHORT = DeliverySettings(lease_ms=600, poll_ms=20, retry_ms=(30, 60), disable_after_ms=60_000)
+USERS = [f"u{i}" for i in range(8)]
+
+
+class Processes:
+    """Deliveries as `serve` processes run them, on one store each (their own Redis clients),
+    stopped at the test's end."""
+
+    def __init__(self, redis: Redis, stack: AsyncExitStack) -> None:
+        self._redis = redis
+        self._stack = stack
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+
+    def store(self, **settings: Any) -> PresenceStore:
+        return PresenceStore(self._redis, dataclasses.replace(TEST_SETTINGS, **settings))
+
+    async def start(
+        self, store: PresenceStore, settings: DeliverySettings = SHORT, timeout_s: float = 0.3
+    ) -> Deliveries:
+        sender = Sender(store.webhooks, LOOPBACK, timeout_s=timeout_s)
+        deliveries = Deliveries(store.webhooks, store.feed, sender, settings)
+        task = asyncio.create_task(deliveries.run_forever())
+        self.tasks[id(deliveries)] = task
+
+        async def stop() -> None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await deliveries.close()
+            await sender.close()
+
+        self._stack.push_async_callback(stop)
+        return deliveries
+
+
+async def kill(processes: Processes, deliveries: Deliveries) -> None:
+    """Ends a process's deliveries as its death would: in the middle of what they do, with
+    nothing given up (its leases lapse)."""
+    processes.tasks[id(deliveries)].cancel()
+    sending = [t for t in asyncio.all_tasks() if t.get_name().startswith("webhook ")]
+    for task in sending:
+        task.cancel()
+    await asyncio.gather(processes.tasks[id(deliveries)], *sending, return_exceptions=True)
+
+
+@pytest.fixture
+async def processes(flushed_redis: Redis) -> AsyncIterator[Processes]:
+    async with AsyncExitStack() as stack:
+        yield Processes(flushed_redis, stack)
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[WebhookReceiver]:
+    async with webhook_receiver() as receiver:
+        yield receiver
+
+
+async def hooked(
+    store: PresenceStore, receiver: WebhookReceiver, debounce_seconds: int = 0
+) -> Webhook:
+    webhook, secret = await store.webhooks.create(receiver.url, None, None, debounce_seconds)
+    receiver.secret = secret
+    return webhook
+
+
+async def make_changes(store: PresenceStore, users: list[str] = USERS) -> int:
+    """Each user online, away, kicked: their changes, in the feed, as a backend reads them."""
+    for user in users:
+        await store.touch(user, "tab")
+        await store.set_status(user, ChosenStatus.AWAY)
+    for user in users:
+        await store.kick(user)
+    page = await store.changes(None, 1000)
+    return len(page.nodes)
+
+
+def in_order_and_whole(receiver: WebhookReceiver, users: list[str] = USERS) -> bool:
+    versions = receiver.versions()
+    assert all(v == sorted(v) for v in versions.values()), versions
+    return receiver.unverified == 0 and all(
+        versions.get(f"presence:{user}") == [1, 2, 3] for user in users
+    )
+
+
+async def test_every_change_arrives_signed_once_acknowledged_in_version_order(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=3)
+    await store.touch("before", "tab")  # made before the webhook: not sent
+    webhook = await hooked(store, receiver)
+    await processes.start(store)
+    made = await make_changes(store) - 1
+    await eventually(lambda: in_order_and_whole(receiver), what="every change in order")
+    assert len(receiver.changes()) == made
+    assert "before" not in {c["userId"] for c in receiver.changes()}
+    first = receiver.requests[0].payload
+    assert first["type"] == "presence.changes"
+    change = first["data"]["changes"][0]
+    assert set(change) == {
+        "type",
+        "userId",
+        "kind",
+        "at",
+        "sessionId",
+        "online",
+        "status",
+        "customStatus",
+        "cursor",
+        "version",
+    }
+    # The cursor of a change is a cursor of the feed: reading after it goes on from there.
+    page = await store.changes(change["cursor"], 1000)
+    assert change["cursor"] not in [c.feed_id for c in page.nodes]
+
+    async def caught_up() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return found.backlog == 0 and found.delivered_up_to is not None
+
+    await eventually(caught_up, what="deliveredUpTo at the end and no backlog")
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    rest = await store.changes(found.delivered_up_to, 1000)
+    assert rest.nodes == ()
+    # After a rotation, a receiver that checks with the new secret (or the old) accepts it.
+    rotated = await store.webhooks.rotate_secret(webhook.id)
+    assert rotated is not None
+    receiver.secret = rotated[1]
+    await store.touch("after", "tab")
+    await eventually(lambda: len(receiver.changes()) == made + 1, what="the change after")
+    assert receiver.unverified == 0
+
+
+@pytest.mark.parametrize("trouble", ["errors", "timeouts", "down"])
+async def test_changes_arrive_at_least_once_in_order_through_a_receiver_in_trouble(
+    processes: Processes, receiver: WebhookReceiver, trouble: str
+) -> None:
+    store = processes.store(shards=3)
+    webhook = await hooked(store, receiver)
+    if trouble == "errors":
+        receiver.failures = 4
+    elif trouble == "timeouts":
+        receiver.hang = True
+    else:
+        await receiver.stop()
+    await processes.start(store, timeout_s=0.2)
+    await make_changes(store)
+
+    async def failing() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return len([a for a in found.attempts if a.status != 204]) >= 2
+
+    await eventually(failing, what="failed attempts recorded")
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    assert found.backlog > 0
+    assert found.failing_since is not None
+    failed = found.attempts[0]
+    if trouble == "timeouts":
+        assert (failed.status, failed.error) == (None, "no answer within 0.2 s")
+    elif trouble == "down":
+        assert failed.status is None
+        assert "cannot connect" in (failed.error or "")
+    receiver.hang = False
+    receiver.released.set()
+    if trouble == "down":
+        await receiver.start()
+    await eventually(lambda: in_order_and_whole(receiver), what="every change in order")
+    # Each batch sent again was sent with the same id and body.
+    by_id: dict[str, list[object]] = {}
+    for delivered in receiver.requests:
+        by_id.setdefault(delivered.webhook_id, []).append(delivered.payload)
+    assert all(len({str(p) for p in payloads}) == 1 for payloads in by_id.values())
+    if trouble != "down":
+        assert any(len(payloads) > 1 for payloads in by_id.values())
+
+
+@pytest.mark.parametrize("users", [30, 150], ids=["a batch of 30", "a full batch"])
+async def test_a_batch_in_flight_when_its_process_dies_is_sent_again_as_it_was(
+    processes: Processes, receiver: WebhookReceiver, users: int
+) -> None:
+    store = processes.store()
+    await hooked(store, receiver)
+    receiver.hang = True
+    first = await processes.start(store)
+    await store.touch_many([f"u{i:03}" for i in range(users)])
+    await eventually(lambda: len(receiver.requests) == 1, what="the first request")
+    [hung] = receiver.requests
+    assert len(hung.payload["data"]["changes"]) == min(users, 100)
+    await store.touch("late", "tab")  # made after: no part of the batch in flight
+    await kill(processes, first)
+    receiver.hang = False
+    await processes.start(store)
+    await eventually(lambda: len(receiver.changes()) == users + 1, what="every change")
+    again = receiver.requests[1]
+    assert (again.webhook_id, again.payload) == (hung.webhook_id, hung.payload)
+    assert again.status == 204
+
+
+async def test_two_processes_never_send_one_webhooks_batches_at_once(
+    processes: Processes,
+) -> None:
+    async with AsyncExitStack() as stack:
+        receivers = [await stack.enter_async_context(webhook_receiver()) for _ in range(4)]
+        first = processes.store()
+        for receiver in receivers:
+            await hooked(first, receiver)
+            receiver.delay_s = 0.02
+        one = await processes.start(first)
+        two = await processes.start(processes.store())
+        users = [f"u{i}" for i in range(20)]
+        await make_changes(first, users)
+        await eventually(lambda: all(in_order_and_whole(r, users) for r in receivers), within_s=10)
+        assert [r.most_in_flight for r in receivers] == [1, 1, 1, 1]
+        # Shared out: each process holds its fair share.
+        await eventually(lambda: (len(one.held), len(two.held)) == (2, 2))
+
+
+async def test_a_webhook_failing_for_the_configured_time_is_disabled_and_resumes_with_a_gap(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(feed_retention_ms=1000)
+    webhook = await hooked(store, receiver)
+    await receiver.stop()
+    settings = DeliverySettings(lease_ms=600, poll_ms=20, retry_ms=(30,), disable_after_ms=300)
+    await processes.start(store, settings)
+    await store.touch("ann", "tab")
+
+    async def disabled() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return not found.enabled
+
+    await eventually(disabled, what="the webhook disabled")
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    assert "No request was acknowledged" in (found.disabled_reason or "")
+    await receiver.start()
+    # Past the feed's retention (1 s), what it missed is gone.
+    await asyncio.sleep(1.1)
+    await store.touch("bob", "tab")
+    await store.webhooks.update(webhook.id, enabled=True)
+    await eventually(lambda: bool(receiver.changes()), what="a change after the resume")
+    [gapped] = [d for d in receiver.requests if "gap" in d.payload["data"]]
+    assert set(gapped.payload["data"]["gap"]) == {"after", "until"}
+    assert [c["userId"] for c in receiver.changes()] == ["bob"]
+    resumed = await store.webhooks.webhook(webhook.id)
+    assert resumed is not None
+    assert resumed.enabled
+    assert resumed.disabled_reason is None
+
+
+def kinds_of(receiver: WebhookReceiver, user: str) -> list[tuple[str, int]]:
+    return [
+        (c["kind"], c["version"])
+        for c in receiver.changes()
+        if c["type"] == "presence" and c["userId"] == user
+    ]
+
+
+async def test_a_page_reload_within_the_debounce_sends_nothing(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store()
+    await hooked(store, receiver, debounce_seconds=1)
+    await processes.start(store)
+    ann = (await store.open_session("ann", "tab")).held
+    bob = (await store.open_session("bob", "tab")).held
+    await eventually(lambda: len(receiver.changes()) == 2, what="the ONLINEs, after the debounce")
+    # ann reloads the page: her session closed and opened again at once; bob leaves.
+    await store.close_session(ann)
+    await store.open_session("ann", "tab")
+    await store.close_session(bob)
+    await store.set_status("ann", ChosenStatus.AWAY)
+    await eventually(lambda: len(kinds_of(receiver, "ann")) == 2, what="ann's STATUS")
+    await eventually(lambda: len(kinds_of(receiver, "bob")) == 2, what="bob's OFFLINE")
+    assert kinds_of(receiver, "ann") == [("ONLINE", 1), ("STATUS", 4)]
+    assert kinds_of(receiver, "bob") == [("ONLINE", 1), ("OFFLINE", 2)]
+
+
+async def test_a_request_carries_only_the_latest_updated_of_a_place_session(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store()
+    webhook, secret = await store.webhooks.create(
+        receiver.url, ["JOINED", "UPDATED", "LEFT"], ["room*"], 0
+    )
+    receiver.secret = secret
+    await store.webhooks.update(webhook.id, enabled=False)
+    await processes.start(store)
+    await store.open_place_session("room-1", "ann", "tab", {"x": 0})
+    await store.open_place_session("lobby", "ann", "tab", {"x": 0})
+    for x in range(1, 4):
+        await store.set_place_state("room-1", "ann", "tab", {"x": x})
+        await asyncio.sleep(0.06)  # past the 50 ms in which a place's states are merged
+    await store.flush_planned()
+    await store.webhooks.update(webhook.id, enabled=True)
+    await eventually(lambda: bool(receiver.changes()), what="the batch")
+    [request] = receiver.requests
+    changes = request.payload["data"]["changes"]
+    assert [(c["placeId"], c["kind"], c["state"]) for c in changes] == [
+        ("room-1", "JOINED", {"x": 0}),
+        ("room-1", "UPDATED", {"x": 3}),
+    ]
+
+
+async def test_a_replay_sends_again_what_came_after_its_cursor(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=3)
+    webhook = await hooked(store, receiver)
+    await processes.start(store)
+    made = await make_changes(store)
+    await eventually(lambda: in_order_and_whole(receiver), what="every change")
+    sent = len(receiver.requests)
+    await store.webhooks.request_replay(webhook.id, None)
+
+    def twice() -> bool:
+        again = [
+            change["cursor"]
+            for delivered in receiver.requests[sent:]
+            for change in delivered.payload["data"]["changes"]
+        ]
+        return len(again) == made and {c["cursor"] for c in receiver.changes()} == set(again)
+
+    await eventually(twice, what="every change sent again")
+
+
+async def test_metrics_show_each_webhooks_requests_changes_and_backlog(
+    aiohttp_client: AiohttpClient,
+    flushed_redis: Redis,
+    redis_server: RedisServer,
+    receiver: WebhookReceiver,
+) -> None:
+    settings = dataclasses.replace(
+        TEST_SETTINGS,
+        redis_url=redis_server.url,
+        webhook_allowed_networks=LOOPBACK,
+        webhook_poll_ms=20,
+        webhook_retry_ms=(30,),
+    )
+    client = await aiohttp_client(create_app(settings))
+    created = await graphql(
+        client,
+        f'mutation {{ createWebhook(url: "{receiver.url}") {{ secret webhook {{ id }} }} }}',
+    )
+    receiver.secret = created["data"]["createWebhook"]["secret"]
+    webhook_id = created["data"]["createWebhook"]["webhook"]["id"]
+    receiver.failures = 1
+    for user in ("ann", "bob"):
+        await graphql(client, f'mutation {{ touch(userId: "{user}") {{ online }} }}')
+    await eventually(lambda: len(receiver.changes()) == 2, what="both changes")
+
+    async def samples() -> dict[tuple[str, str], float]:
+        text = await (await client.get("/metrics")).text()
+        return {
+            (
+                sample.name,
+                sample.labels.get("outcome", sample.labels.get("shard", "")),
+            ): sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.labels.get("webhook") == webhook_id
+        }
+
+    async def caught_up() -> bool:
+        found = await samples()
+        return (
+            found.get(("gqlp_webhook_changes_delivered_total", "")) == 2
+            and found.get(("gqlp_webhook_backlog", "0")) == 0
+            and found.get(("gqlp_webhook_oldest_undelivered_age_seconds", "0")) == 0
+        )
+
+    # The backlog as the delivery reads the feed after its last request.
+    await eventually(caught_up, what="the changes delivered counted, none waiting")
+    found = await samples()
+    assert found[("gqlp_webhook_requests_total", "refused")] == 1
+    assert found[("gqlp_webhook_requests_total", "acknowledged")] >= 1
+    listed = await graphql(client, "{ webhooks { backlog deliveredUpTo attempts { status } } }")
+    [webhook] = listed["data"]["webhooks"]
+    assert webhook["backlog"] == 0
+    assert webhook["deliveredUpTo"] is not None
+    assert [a["status"] for a in webhook["attempts"]][-1] == 500
+
+
+async def test_a_place_session_left_and_joined_again_within_the_debounce_is_an_update_or_nothing(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store()
+    _, secret = await store.webhooks.create(receiver.url, ["JOINED", "UPDATED", "LEFT"], None, 1)
+    receiver.secret = secret
+    await processes.start(store)
+    held = (await store.open_place_session("room", "ann", "tab", {"x": 0})).held
+    await eventually(lambda: len(receiver.changes()) == 1, what="the JOINED")
+    # Left and joined again: in another state (an UPDATED), then in the same one (nothing).
+    await store.close_place_session(held)
+    held = (await store.open_place_session("room", "ann", "tab", {"x": 1})).held
+    await store.close_place_session(held)
+    await store.open_place_session("room", "ann", "tab", {"x": 1})
+    await store.open_place_session("room", "bob", "tab")
+    await eventually(lambda: len(receiver.changes()) >= 3, what="bob's JOINED")
+    assert [(c["userId"], c["kind"], c["state"]) for c in receiver.changes()] == [
+        ("ann", "JOINED", {"x": 0}),
+        ("ann", "UPDATED", {"x": 1}),
+        ("bob", "JOINED", None),
+    ]
