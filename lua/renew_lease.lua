@@ -5,8 +5,9 @@
   KEYS[1]  leases  ZSET    member=slot  score=the moment the lease lapses, ms; the owners and
                            bits keys are named from it (same hash tag)
   KEYS[2..4]  days  bitmaps of three consecutive days, oldest first: the lease's users' bits
-                    go into the renewal's day's, so that a session held across midnight counts
-                    on both days
+                    go into the renewal's day's, and its hour's, week's and month's (named
+                    from `shard`, includes/activity.lua), so that a session held across
+                    midnight counts on both days
   ARGV[1]  slot        int: the lease
   ARGV[2]  token       string: the renewing process's
   ARGV[3]  ttl_ms      int ms: the lease lapses this long after the renewal; 0 to give it up
@@ -14,7 +15,7 @@
   ARGV[4]  at_ms       int ms, or "" for now: a backfilled renewal (never after now)
   ARGV[5]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
                   deployment's options and the shard's names that this script reads: retention_ms,
-                  and the names of a lease's keys (includes/connections.lua) (a name ending in ':'
+                  hourly_ms, analytics_ms, the names of includes/activity.lua's bitmaps, and the names of a lease's keys (includes/connections.lua) (a name ending in ':'
                   is followed by a user id, in the hash tag of KEYS)
   ARGV[6..9]  boundaries int ms: the start of each of the three days, then the end of the last
   Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
@@ -43,8 +44,6 @@ if ttl_ms == 0 and redis.call('EXISTS', lease_users_key(leases, slot), leases.na
 end
 redis.call('ZADD', leases.key, t_ms + ttl_ms - (ttl_ms == 0 and 1 or 0), slot)
 if redis.call('EXISTS', lease_bits_key(leases, slot)) == 1 then
-  local day_key = KEYS[1 + day]
-  redis.call('BITOP', 'OR', day_key, day_key, lease_bits_key(leases, slot))
-  keep_day(day_key, day, boundaries, retention_ms)
+  mark_bitmap(periods_of(shard, {KEYS[2], KEYS[3], KEYS[4]}, boundaries, t_ms), lease_bits_key(leases, slot))
 end
 return 1

@@ -12,14 +12,18 @@
   KEYS[6]  flushes       ZSET  "place_id \0 user_id \0 session_id" -> when a place session's
                                waiting state is due to be announced, ms (includes/places.lua)
   KEYS[7..9]  days       bitmaps of three consecutive days, oldest first: a lapsed lease's
-                         users' bits go into the bitmap of the day it lapsed, if given
+                         users' bits go into the bitmap of the day it lapsed, if given (and
+                         of its hour, week and month: includes/activity.lua)
+  KEYS[10] cooling       ZSET  member=bit index of a forgotten user  score=when it may be
+                               handed out again, ms
   ARGV[1]  batch          int: at most this many users of each kind per call (expired, past
                           the retention)
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
-                          and their bit index handed out again. It must exceed the retention
-                          by more than a day, so that no day bitmap still kept holds their bit.
+                          and their bit index set cooling. It must exceed the retention by more
+                          than a day, so that no day bitmap still kept holds their bit.
   ARGV[3]  shard  packed once per shard by the store (Shard.options, includes/options.lua): the
-                  deployment's options and the shard's names that this script reads: channel,
+                  deployment's options and the shard's names that this script reads: hourly_ms,
+                  analytics_ms, the names of includes/activity.lua's bitmaps, channel,
                   user_channel_prefix, sessions_prefix, conn_prefix, window_ms, retention_ms,
                   empty_place_ttl_ms (how long a place emptied here keeps its users key, its
                   events' sequence, before it expires), the
@@ -39,6 +43,9 @@
   ARGV[9]  overdue_ms       int ms: a waiting place state due more than this long ago is
                             announced here (its process died or stalled before it did): at most
                             lapsed_batch of them per call; the interval of set_place_state
+  ARGV[10] cooling_ms       int ms: a forgotten user's bit index is handed out again this long
+                            after (its first day cleared then), once every bitmap of a week,
+                            month or first day that could hold its bit has expired
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
            flushed_count}: online_count is of users online now; lapsed_count of the users and
            place sessions of lapsed leases whose sessions under them were ended; ended_statuses
@@ -119,11 +126,9 @@ for i = 1, #lapsed, 2 do
   end
   if redis.call('EXISTS', users_key) == 0 and redis.call('EXISTS', places_key) == 0 then
     -- Every user it held was active until it lapsed: on that day too.
-    local day = day_of(lapse, boundaries)
     local bits_key = lease_bits_key(leases, slot)
-    if day and redis.call('EXISTS', bits_key) == 1 then
-      redis.call('BITOP', 'OR', KEYS[6 + day], KEYS[6 + day], bits_key)
-      keep_day(KEYS[6 + day], day, boundaries, retention_ms)
+    if day_of(lapse, boundaries) and redis.call('EXISTS', bits_key) == 1 then
+      mark_bitmap(periods_of(shard, {KEYS[7], KEYS[8], KEYS[9]}, boundaries, lapse), bits_key)
     end
     redis.call('DEL', bits_key)
     redis.call('ZREM', leases.key, slot)
@@ -172,10 +177,17 @@ for i = 1, #forgotten do
   if index then
     redis.call('HDEL', index_key, user_id)
     forget_online_time(shard, tonumber(index), now)
-    redis.call('RPUSH', free_key, index)
+    redis.call('ZADD', KEYS[10], now + tonumber(ARGV[10]), index)
   end
   redis.call('ZREM', last_seen_key, user_id)
   redis.call('DEL', channel[4].version_prefix .. user_id)
+end
+-- Bit indexes that no kept bitmap can hold any more: handed out again, never active yet.
+local cooled = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now, 'LIMIT', 0, batch)
+for _, index in ipairs(cooled) do
+  redis.call('BITFIELD', shard.first_days, 'SET', 'u16', '#' .. index, 0)
+  redis.call('ZREM', KEYS[10], index)
+  redis.call('RPUSH', free_key, index)
 end
 feed_trim(channel[4], now)
 return {#expired / 2, #forgotten, online_count(leases, online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}

@@ -77,7 +77,7 @@ local events = {}
 local online_before = settle(leases, user, channel, user_id, now, window_ms, events)
 settle_away(statuses, user_id, events)
 local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
-mark_activity(activity_keys, user_id, t_ms, boundaries, retention_ms)
+mark_activity(activity_keys, user_id, t_ms, boundaries, shard)
 local cutoff = now - window_ms
 local online_after
 -- A keyless default session has no extras: one that says more is kept in the key.

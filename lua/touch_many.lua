@@ -1,5 +1,6 @@
 --[[
-  touch_many: record activity, now, of the "default" session of many users at once.
+  touch_many: record activity, now, of the "default" session of many users at once; or, at a
+  backfilled time, their activity alone.
 
   KEYS[1]  last_seen     ZSET    member=user_id     score=-(last activity, ms)
   KEYS[2]  online        ZSET    member=user_id     score=newest live session's expiry, ms,
@@ -25,13 +26,17 @@
                             number (the store sends 250 per call). Each user's session and
                             revocation keys are derived from the prefixes, which hold the
                             hash tag of KEYS: one slot.
+  ARGV[7] at_ms            int ms, or "" for now: a backfilled time, not after now and
+                            within the retention: only the users' activity then is recorded
+                            (the bitmaps of includes/activity.lua, named from `shard`, and
+                            lastSeen), and nothing of their presence; nothing is announced
   Returns  the number of users recorded: all but those whose default session is revoked
   Events   per user, OFFLINE if their presence had expired or lapsed unswept (or STATUS if a
            lapse left them AWAY), then ONLINE if they come online, or STATUS if the touch made
            their default session active again and so them ONLINE; all in one message on the
            channel of every user, and each user's in one message on their own channel
            (lua/includes/events.lua), in the order of user_ids
-  Errors   "DAY_NOT_GIVEN"; nothing is written when it is returned
+  Errors   "DAY_NOT_GIVEN", "AT_IN_FUTURE", "AT_BEFORE_RETENTION"; nothing is written when it is returned
   Work     a few commands per 1,000 users: every structure is read and written with variadic
            commands. A user with a session key (sessions besides "default") is recorded with
            its own few commands; the others need no key of their own (includes/activity.lua).
@@ -55,9 +60,10 @@ local leases = lease_book(KEYS[9], shard)
 
 local now = now_ms()
 local statuses = statuses_of(shard, KEYS[2], window_ms, now, leases)
-local day = day_of(now, boundaries)
-if not day then return redis.error_reply('DAY_NOT_GIVEN') end
-local day_key = KEYS[5 + day]
+local t_ms = tonumber(ARGV[7]) or now
+if t_ms > now then return redis.error_reply('AT_IN_FUTURE') end
+if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
+if not day_of(t_ms, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 
 -- Marks in `found` which of keys[first..last] exist: one EXISTS over the whole range, then
 -- halves of it only where some but not all exist (they are few): O(existing * log CHUNK).
@@ -101,7 +107,7 @@ if n == 0 then return 0 end
 
 -- Their bit indexes, handing out free ones, then new ones, to users seen first, in order.
 local indexes = read_in_chunks('HMGET', index_key, users)
-local missing = {}
+local missing, assigned = {}, {}
 for i = 1, n do
   if not indexes[i] then missing[#missing + 1] = i end
 end
@@ -117,16 +123,20 @@ if #missing > 0 then
       next_index = next_index + 1
     end
   end
+  for _, i in ipairs(missing) do assigned[indexes[i]] = true end
   call_chunked('HSET', index_key, nil, #missing, function(args, k, j)
     args[k + 1], args[k + 2] = users[missing[j]], indexes[missing[j]]
     return k + 2
   end)
 end
-call_chunked('BITFIELD', day_key, nil, n, function(args, k, i)
-  args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u1', indexes[i], 1
-  return k + 4
-end)
-keep_day(day_key, day, boundaries, retention_ms)
+mark_periods(shard, periods_of(shard, {KEYS[6], KEYS[7], KEYS[8]}, boundaries, t_ms), indexes, assigned)
+if ARGV[7] ~= '' then
+  call_chunked('ZADD', last_seen_key, 'LT', n, function(args, k, i)
+    args[k + 1], args[k + 2] = -t_ms, users[i]
+    return k + 2
+  end)
+  return n
+end
 
 -- Presence: settle expired entries, then record the default session of each user. A user
 -- with a session key (their held sessions too) is settled and recorded on their own.

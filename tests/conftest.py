@@ -25,6 +25,13 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 from gql_presence.app import create_app
+from gql_presence.graphql.context import Context
+from gql_presence.graphql.event_rendering import SocketOperation
+from gql_presence.graphql.operation import (
+    OperationPipeline,
+    Results,
+    _coded,
+)
 from gql_presence.observability.logs import ClientFaults
 from gql_presence.running.children import start_child
 from gql_presence.running.connection import connect, redis_client
@@ -260,6 +267,26 @@ async def secured(
         shards=deployment.shards,
     )
     return await aiohttp_client(create_app(settings))
+
+
+@pytest.fixture
+def multiplexed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Parametrised with True, subscriptions over a socket are multiplexed (rendered once for
+    every subscriber of a document); with False, left to Strawberry and the resolvers of
+    graphql/subscriptions.py, as while tracing and off sockets."""
+    if not request.param:
+
+        async def off_socket(
+            pipeline: OperationPipeline, context: Context, operation: SocketOperation
+        ) -> Results:
+            # As the pipeline runs a subscription off sockets: error codes included.
+            return _coded(await pipeline._stream(context, operation))
+
+        monkeypatch.setattr(OperationPipeline, "_subscribe_on_socket", off_socket)
+    return bool(request.param)
+
+
+BOTH_PATHS = pytest.mark.parametrize("multiplexed", [True, False], indirect=True)
 
 
 @pytest.fixture

@@ -47,6 +47,7 @@ from gql_presence.running.redis_server import free_port
 from gql_presence.store import (
     ChosenStatus,
     EventKind,
+    Granularity,
     HeldPlaceSession,
     HeldSession,
     OpenedSession,
@@ -924,6 +925,13 @@ async def call_every_script(store: PresenceStore) -> None:
     now = datetime.now(UTC)
     await store.active_in_range(now - timedelta(hours=1), now)
     await store.weekly_stats()
+    await store.touch_many(users[:3], at=now - timedelta(days=2))
+    await store.analytics.record_peak(3)
+    await store.analytics.activity(now - timedelta(days=3), now, Granularity.HOUR)
+    await store.analytics.activity(now - timedelta(days=3), now, Granularity.WEEK)
+    await store.analytics.retention(now.date() - timedelta(days=3), 2, 2, Granularity.DAY)
+    await store.analytics.retention(now.date(), 1, 1, Granularity.HOUR)
+    await store.analytics.stickiness(None, 7)
     await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
     await store.online_time.online_periods(
         datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)

@@ -93,6 +93,12 @@ def acting_user(info: strawberry.Info[Context, None], user_id: str | None) -> st
     return own_user(info.field_name, user_id, info.context)
 
 
+ResumeAfterArg = Annotated[
+    str | None,
+    strawberry.argument(
+        description="Resume after this event's `cursor` (or a `feedCursor`): first every retained change after it that this subscription follows and you may see, in order, then the live ones, none lost or repeated. CURSOR_EXPIRED when the feed no longer holds what follows it (or holds more than a resume replays): read afresh and subscribe without it."
+    ),
+]
 PlaceIdArg = Annotated[
     ID, strawberry.argument(description="The place (a document, a channel, a lobby).")
 ]

@@ -28,9 +28,6 @@ PLACE_CHANGED = "placeChanged"
 PRESENCE_SESSION = "presenceSession"
 PLACE_SESSION = "placeSession"
 
-# A change feed's cursor (`after`) is meant to become part of PresenceFollow and PlaceFollow:
-# where to start delivering from, decided and checked here with the rest.
-
 
 @dataclass(frozen=True, slots=True)
 class PresenceFollow:
@@ -40,6 +37,8 @@ class PresenceFollow:
     user_ids: frozenset[str]
     friends_of: str | None
     everyone: bool
+    # A feed cursor: first the retained changes after it (the hub replays them), then live.
+    after: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +46,7 @@ class PlaceFollow:
     """placeChanged: who joins, updates and leaves a place."""
 
     place_id: str
+    after: str | None = None  # as PresenceFollow's
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ async def follow_of(field: str, args: Mapping[str, object], context: Context) ->
     if field == PLACE_CHANGED:
         place_id = _text(args, "placeId")
         context.caller.authorize_places(PLACE_CHANGED, [place_id])
-        return PlaceFollow(check_id(place_id, "placeId"))
+        return PlaceFollow(check_id(place_id, "placeId"), _optional_text(args, "after"))
     if field == PRESENCE_SESSION:
         user_id = own_user(PRESENCE_SESSION, _optional_text(args, "userId"), context)
         session_id = check_id(_text(args, "sessionId"), "sessionId")
@@ -108,7 +108,7 @@ async def _presence_follow(args: Mapping[str, object], context: Context) -> Pres
     else:
         context.caller.authorize(Need.OWN, "presenceChanged(friendsOf)", friends_of)
     await context.charge(len(followed))
-    return PresenceFollow(followed, friends_of, everyone)
+    return PresenceFollow(followed, friends_of, everyone, _optional_text(args, "after"))
 
 
 def own_user(operation: str, user_id: str | None, context: Context) -> str:

@@ -243,7 +243,7 @@ class OperationPipeline:
         rendering.decided = (field, args)
         if isinstance(follow, PlaceFollow):
             assert isinstance(rendering, PlaceRendering)
-            return await self._deliver_place(context, operation, rendering, follow.place_id)
+            return await self._deliver_place(context, operation, rendering, follow)
         assert isinstance(rendering, EventRendering)
         if follow == rendering.follow:
             follow = rendering.follow
@@ -288,13 +288,16 @@ class OperationPipeline:
         context: Context,
         operation: SocketOperation,
         rendering: PlaceRendering,
-        place_id: str,
+        follow: PlaceFollow,
     ) -> PlaceDelivery | Results:
         """A placeChanged subscription the resolver left to the hub (or whose document,
         operation name and variables one did already): subscribed to the place's events
         first, then the place read, its members written as JOINED events, then every event
-        the read does not reflect (its sequence says which)."""
+        the read does not reflect (its sequence says which). With `after`, the feed is read
+        instead of the place: the changes after the cursor, then the events heard meanwhile
+        that the replay did not pass."""
         assert context.socket is not None
+        place_id = follow.place_id
         try:
             delivery = await context.events.deliver_place(
                 context.close_socket,
@@ -306,16 +309,22 @@ class OperationPipeline:
         except PresenceError as error:
             return _refused(error)
         try:
-            # Before the read: the members' cursor resumes where nothing the read misses
-            # is passed.
-            present = await context.store.feed_present(place_id)
-            # placeChanged starts with the most recent 1,000 members.
-            page = await context.store.place_members(place_id, first=1000)
+            if follow.after is not None:
+                replayed, replay = await context.events.replay_place(place_id, follow.after)
+            else:
+                # Before the read: the members' cursor resumes where nothing the read
+                # misses is passed.
+                present = await context.store.feed_present(place_id)
+                # placeChanged starts with the most recent 1,000 members.
+                page = await context.store.place_members(place_id, first=1000)
         except BaseException as error:
             context.events.forget(delivery)
             if isinstance(error, PresenceError):
                 return _refused(error)
             raise
+        if follow.after is not None:
+            delivery.resume(replayed, replay.passed)
+            return delivery
         delivery.start(
             (member_joined(m, page.sequence, page.version, present) for m in page.nodes),
             page.sequence,
@@ -348,6 +357,7 @@ class OperationPipeline:
             friends_of=follow.friends_of,
             everyone=follow.everyone,
             reader=context.reader,
+            after=follow.after,
         )
 
 

@@ -9,7 +9,8 @@ from typing import Annotated
 
 import strawberry
 
-from gql_presence.graphql import online_time_types, webhook_resolvers
+from gql_presence.graphql import analytics_resolvers, online_time_types, webhook_resolvers
+from gql_presence.graphql.analytics_types import ActivityPeriod, RetentionCohort, Stickiness
 from gql_presence.graphql.arguments import (
     AfterArg,
     FirstArg,
@@ -227,4 +228,16 @@ class Query:
     webhook: Webhook | None = strawberry.field(
         resolver=webhook_resolvers.webhook,
         description="One webhook of the deployment by its id; null when there is none. Backends only.",
+    )
+    activity: list[ActivityPeriod] = strawberry.field(
+        resolver=analytics_resolvers.activity,
+        description="One entry per period that starts in [from, to], in order.",
+    )
+    retention: list[RetentionCohort] = strawberry.field(
+        resolver=analytics_resolvers.retention,
+        description="Cohorts of the users first active in each of `cohorts` periods (1 to 52) from the one holding `from`, each followed for `periods` periods (1 to 52).",
+    )
+    stickiness: Stickiness = strawberry.field(
+        resolver=analytics_resolvers.stickiness,
+        description="Over the `days` days (1 to 90) ending on endDate (today when null).",
     )

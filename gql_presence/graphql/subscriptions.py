@@ -18,6 +18,7 @@ from gql_presence.graphql.arguments import (
     PlaceIdArg,
     PlaceSessionArg,
     PlaceUserArg,
+    ResumeAfterArg,
 )
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.follows import (
@@ -39,12 +40,18 @@ from gql_presence.graphql.types import (
     SessionEndReason,
     SessionState,
 )
-from gql_presence.realtime.delivery import FeedDroppedError
+from gql_presence.realtime.delivery import FeedDroppedError, Passed, PresenceChange
 from gql_presence.store import (
     PublishedPlaceEvent,
     member_joined,
 )
 from gql_presence.store.errors import StoreUnavailableError
+
+
+def _passed_nothing(user_id: str, feed_id: str) -> bool:
+    """A subscription that does not resume passed no event."""
+    return False
+
 
 # Place changes a placeChanged subscriber may be behind by before it is ended (it reads the
 # place again and subscribes anew).
@@ -77,9 +84,10 @@ class Subscription:
             bool | None,
             strawberry.argument(description="Follow every user (backends only)."),
         ] = False,
+        after: ResumeAfterArg = None,
     ) -> AsyncGenerator[PresenceEvent, None]:
         context = info.context
-        args = {"userIds": user_ids, "friendsOf": friends_of, "all": all}
+        args = {"userIds": user_ids, "friendsOf": friends_of, "all": all, "after": after}
         follow = await follow_of(PRESENCE_CHANGED, args, context)
         assert isinstance(follow, PresenceFollow)
         async with context.events.feed(
@@ -90,9 +98,19 @@ class Subscription:
             reader=context.reader,
         ) as feed:
             cursors = await context.store.event_cursors()
+            replayed: list[PresenceChange] = []
+            passed: Passed = _passed_nothing
+            if follow.after is not None:
+                # Subscribed first, then replayed: the events heard meanwhile wait in the
+                # feed, and those the replay passed are dropped.
+                replayed, replay = await context.events.replay(feed, follow.after)
+                passed = replay.passed
+            for event in replayed:
+                yield PresenceEvent.of(event, cursors.of(event.user_id, event.feed_id))
             try:
                 async for event in feed:
-                    yield PresenceEvent.of(event, cursors.of(event.user_id, event.feed_id))
+                    if not passed(event.user_id, event.feed_id):
+                        yield PresenceEvent.of(event, cursors.of(event.user_id, event.feed_id))
             except FeedDroppedError as dropped:
                 # Close the whole connection, with the reason, rather than complete this
                 # one subscription as if nothing had been missed.
@@ -167,12 +185,16 @@ class Subscription:
             yield PlaceSessionState.of(hold)
 
     @strawberry.subscription(
-        description="Who joins, updates and leaves placeId: first a JOINED event for each session in the place now (the most recent 1,000 when there are more), then every change as it happens."
+        description="Who joins, updates and leaves placeId: first a JOINED event for each session in the place now (the most recent 1,000 when there are more), then every change as it happens. With `after`, no JOINED list: the place's changes after that cursor, then every change as it happens."
     )
     async def place_changed(
-        self, info: strawberry.Info[Context, None], place_id: PlaceIdArg
+        self,
+        info: strawberry.Info[Context, None],
+        place_id: PlaceIdArg,
+        after: ResumeAfterArg = None,
     ) -> AsyncGenerator[PlaceEvent, None]:
-        decided = await follow_of(PLACE_CHANGED, {"placeId": place_id}, info.context)
+        args = {"placeId": place_id, "after": after}
+        decided = await follow_of(PLACE_CHANGED, args, info.context)
         assert isinstance(decided, PlaceFollow)
         place_id, store = ID(decided.place_id), info.context.store
         changes: asyncio.Queue[PublishedPlaceEvent] = asyncio.Queue(PLACE_EVENTS_BUFFERED)
@@ -198,9 +220,21 @@ class Subscription:
                 )
 
         async with info.context.events.follow_place(place_id, follow, lost):
+            cursors = await store.event_cursors()
+            if decided.after is not None:
+                # Subscribed first, then replayed: the replay says which of the events
+                # heard meanwhile it passed.
+                replayed, replay = await info.context.events.replay_place(place_id, decided.after)
+                for change in replayed:
+                    yield PlaceEvent.of(change, cursors.of(place_id, change.feed_id))
+                while True:
+                    event = await changes.get()
+                    if ended is not None:
+                        raise StoreUnavailableError(ended)
+                    if not replay.passed(place_id, event.feed_id):
+                        yield PlaceEvent.of(event, cursors.of(place_id, event.feed_id))
             # Subscribed first, then read: what changed meanwhile is in both, and the
             # sequence the page reflects tells which of the changes it holds already.
-            cursors = await store.event_cursors()
             # Before the read: the members' cursor resumes where nothing the read misses
             # is passed.
             present = await store.feed_present(place_id)

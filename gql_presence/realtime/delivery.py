@@ -10,6 +10,7 @@ the reason, instead of slowing the others or growing memory.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
@@ -228,6 +229,25 @@ class Writer(Follower):
         batch.append(payload)
         return self if len(batch) == 1 else None
 
+    def _keep(self, held: list[E], event: E) -> None:
+        """Keeps an event heard before the subscription's first messages are written; a
+        subscriber that would keep more than its capacity is too slow."""
+        if len(held) >= self._capacity:
+            self._too_slow()
+        else:
+            held.append(event)
+
+    def _write_first(self, payloads: Iterable[bytes]) -> None:
+        """Writes a subscription's first messages, _START_BATCH at a time, so that no batch
+        is taken for a subscriber that falls behind."""
+        for number, payload in enumerate(payloads, 1):
+            if self.dropped is not None:
+                return
+            self._add(payload)
+            if number % _START_BATCH == 0:
+                self.flush()
+        self.flush()
+
     def flush(self, frames: Frames | None = None) -> None:
         """Writes the batch. A batch of one message (as when changes come one at a time) is
         framed once in `frames` for every writer of the same head and payload, then written
@@ -271,9 +291,11 @@ def text_frame(message: bytes) -> bytes:
 
 class Delivery(Writer):
     """A presenceChanged subscription written to its socket (multiplexed delivery): each
-    event's payload rendered once for every delivery that shares `render`."""
+    event's payload rendered once for every delivery that shares `render`. One that resumes
+    keeps the events heard until its replay is written (`resume`), and drops those the
+    replay passed then."""
 
-    __slots__ = ("_render",)
+    __slots__ = ("_held", "_passed", "_render")
 
     def __init__(  # noqa: PLR0917 - each part is distinct
         self,
@@ -286,16 +308,41 @@ class Delivery(Writer):
     ) -> None:
         super().__init__(hub, capacity, on_drop, write, head)
         self._render = render
+        self._held: list[PresenceChange] | None = None
+        self._passed: Passed | None = None
+
+    def hold(self) -> None:
+        """Keeps the events heard from now until `resume`."""
+        self._held = []
 
     def offer(self, event: PresenceChange, rendered: Rendered) -> Writer | None:
         if self.dropped is not None:
             return None
+        if self._held is not None:
+            self._keep(self._held, event)
+            return None
+        if self._passed is not None and self._passed(event.user_id, event.feed_id):
+            return None
         return self._add(rendered_once(self._render, event, rendered))
+
+    def resume(self, replayed: Iterable[PresenceChange], passed: Passed) -> None:
+        """Writes the replayed events, then those heard since `hold` that the replay did not
+        pass (`passed(user_id, feed_id)`), and every later one as it comes. An event the
+        replay passed that is heard later still (a message published before the channel's
+        subscription was confirmed can arrive after it, over a cluster's bus) is dropped
+        too."""
+        held, self._held = self._held or [], None
+        self._passed = passed
+        later = (event for event in held if not passed(event.user_id, event.feed_id))
+        self._write_first(map(self._render, itertools.chain(replayed, later)))
 
 
 # Renders a place's event as the `payload` of a placeChanged `next` message, JSON-encoded.
 PlaceRender = Callable[[PublishedPlaceEvent], bytes]
 PlaceRendered = dict[PlaceRender, bytes]
+# Whether a resume's replay passed an event of this user or place, by its entry in the feed
+# (store/feed.py Replay.passed).
+Passed = Callable[[str, str], bool]
 
 
 class PlaceDelivery(Writer):
@@ -304,7 +351,7 @@ class PlaceDelivery(Writer):
     read, each payload rendered once for every delivery that shares `render`. Events heard
     before the read are kept until it is done, and those the read reflects dropped then."""
 
-    __slots__ = ("_after", "_render", "_waiting", "place_id")
+    __slots__ = ("_after", "_passed", "_render", "_waiting", "place_id")
 
     def __init__(  # noqa: PLR0917 - each part is distinct
         self,
@@ -321,20 +368,20 @@ class PlaceDelivery(Writer):
         self.place_id = place_id
         self._waiting: list[PublishedPlaceEvent] | None = []
         self._after = 0  # the number of the last event the read reflects
+        self._passed: Passed | None = None  # what a resume's replay passed
 
     def offer_place(self, event: PublishedPlaceEvent, rendered: PlaceRendered) -> Writer | None:
         """As `offer`, for the place's events."""
         if self.dropped is not None:
             return None
         if self._waiting is not None:
-            if len(self._waiting) >= self._capacity:
-                self._too_slow()
-            else:
-                self._waiting.append(event)
+            self._keep(self._waiting, event)
             return None
-        if event.sequence > self._after:
-            return self._add(rendered_once(self._render, event, rendered))
-        return None
+        if event.sequence <= self._after or (
+            self._passed is not None and self._passed(event.place_id, event.feed_id)
+        ):
+            return None
+        return self._add(rendered_once(self._render, event, rendered))
 
     def start(self, members: Iterable[PublishedPlaceEvent], sequence: int) -> None:
         """Writes the members read (as JOINED events), then the events heard since the read
@@ -342,11 +389,16 @@ class PlaceDelivery(Writer):
         waiting, self._waiting = self._waiting or [], None
         self._after = sequence
         later = [event for event in waiting if event.sequence > sequence]
-        for number, event in enumerate([*members, *later], 1):
-            self._add(self._render(event))
-            if number % _START_BATCH == 0:
-                self.flush()
-        self.flush()
+        self._write_first(map(self._render, [*members, *later]))
+
+    def resume(self, replayed: Iterable[PublishedPlaceEvent], passed: Passed) -> None:
+        """As `start` for a subscription that resumes: the replayed events, then those heard
+        meanwhile that the replay did not pass (`passed(place_id, feed_id)`), as a
+        Delivery's `resume` does."""
+        waiting, self._waiting = self._waiting or [], None
+        self._passed = passed
+        later = (event for event in waiting if not passed(event.place_id, event.feed_id))
+        self._write_first(map(self._render, itertools.chain(replayed, later)))
 
 
 def rendered_once(
@@ -360,8 +412,8 @@ def rendered_once(
     return payload
 
 
-# The first messages of a placeChanged delivery (up to 1,000 members) are written this many
-# at a time, so that no batch is taken for a subscriber that falls behind.
+# The first messages of a placeChanged delivery (up to 1,000 members), or of a resume, are
+# written this many at a time, so that no batch is taken for a subscriber that falls behind.
 _START_BATCH = 50
 
 

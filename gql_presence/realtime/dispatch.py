@@ -164,23 +164,42 @@ class Dispatch:
         except (ValueError, TypeError):
             log.exception("unreadable presence event %r", list(announced))
             return
-        rendered: Rendered = {}
-        # Other end users see the event as its user lets them (includes/status.lua): made
-        # and rendered once, when the first of them is met.
-        # Those in the user's friend set may see more of it: a view, and renderings, of theirs.
-        views: dict[bool, tuple[PresenceChange | None, Rendered]] = {}
+        # Each view (reader_view) made and rendered once, when the first follower of it is
+        # met: the one of backends and the user, and the ones of other end users, out of
+        # the user's friend set or in it.
+        views: dict[bool | None, tuple[PresenceChange | None, Rendered]] = {}
         to_flush = self._to_flush
         for feed in [*(feeds or ()), *all_users]:
-            if feed.reader is None or feed.reader == user_id:
-                if own_sees and (writer := feed.offer(event, rendered)) is not None:
-                    to_flush.append(writer)
-                continue
-            in_set = user_id in feed.in_friend_sets_of
-            if in_set not in views:
-                views[in_set] = (event.seen_by_others(announced, in_friend_set=in_set), {})
-            others, others_rendered = views[in_set]
-            if others is not None and (writer := feed.offer(others, others_rendered)) is not None:
+            seen_as = _seen_as(feed, user_id)
+            if seen_as not in views:
+                views[seen_as] = (_view(announced, event, seen_as, own_sees=own_sees), {})
+            view, rendered = views[seen_as]
+            if view is not None and (writer := feed.offer(view, rendered)) is not None:
                 to_flush.append(writer)
+
+
+def _seen_as(follower: Follower, user_id: str) -> bool | None:
+    """Which view of a user's event a follower takes: None, the event as it is (backends and
+    the user); else whether the user's friend set holds the reader."""
+    if follower.reader is None or follower.reader == user_id:
+        return None
+    return user_id in follower.in_friend_sets_of
+
+
+def _view(
+    announced: PublishedEvent, event: PresenceChange, seen_as: bool | None, *, own_sees: bool
+) -> PresenceChange | None:
+    if seen_as is None:
+        return event if own_sees else None
+    return event.seen_by_others(announced, in_friend_set=seen_as)
+
+
+def reader_view(follower: Follower, announced: PublishedEvent) -> PresenceChange | None:
+    """The event as the follower's reader may see it (as a live event reaches it), or None
+    when it sees nothing of it: what a replay of the feed shows (realtime/hub.py)."""
+    own_sees = not PresenceChange.for_others_only(announced)
+    event = PresenceChange.of(announced)
+    return _view(announced, event, _seen_as(follower, announced.user_id), own_sees=own_sees)
 
 
 def dropped_by_loss(why: str) -> FeedDroppedError:

@@ -25,7 +25,8 @@ at most that many unsent (counted as the bytes waiting there over the mean size 
 just written). One that falls further behind is dropped (its socket closed with a reason)
 instead of slowing the others or growing memory.
 When the Redis subscription is lost, every subscriber is dropped too, since events were
-missed; clients re-read presence and subscribe again. Events are never replayed. With one
+missed; clients subscribe again with the cursor of the last event they took (`after`), and
+the feed replays what they missed (`replay`), or re-read presence when it is too old. With one
 connection per shard, the loss of one (the shard's master failed over, its slot moved, or the
 connection broke) drops the subscribers that follow a user or place of that shard, or
 everyone, and the others go on.
@@ -47,6 +48,7 @@ from gql_presence.realtime.delivery import (
     OnDrop,
     PlaceDelivery,
     PlaceRender,
+    PresenceChange,
     Render,
     WriteFrames,
     Writer,
@@ -56,11 +58,23 @@ from gql_presence.realtime.dispatch import (
     PlaceCallback,
     PlaceFollower,
     dropped_by_loss,
+    reader_view,
 )
 from gql_presence.realtime.held import Announced
 from gql_presence.realtime.interests import Changes, Interests
-from gql_presence.store import MAX_IDS_PER_CALL, PresenceStore, PublishedPlaceEvent
-from gql_presence.store.errors import BadInputError, PresenceError, StoreUnavailableError
+from gql_presence.store import (
+    MAX_IDS_PER_CALL,
+    PresenceStore,
+    PublishedEvent,
+    PublishedPlaceEvent,
+)
+from gql_presence.store.errors import (
+    BadInputError,
+    CursorExpiredError,
+    PresenceError,
+    StoreUnavailableError,
+)
+from gql_presence.store.feed import Replay
 
 __all__ = ["EventHub", "PlaceFollower", "ShardSubscriber"]
 
@@ -300,15 +314,64 @@ class EventHub:
         friends_of: str | None = None,
         everyone: bool = False,
         reader: str | None = None,
+        after: str | None = None,
     ) -> Delivery:
         """As feed(), but each event's message is written at once with `write`: `head`, the
         payload that `render` makes of the event (once for every delivery that shares it),
-        and a closing brace. It lasts until `forget(delivery)`, or until the hub drops it."""
+        and a closing brace. It lasts until `forget(delivery)`, or until the hub drops it.
+        With `after`, a feed cursor, it first writes the retained changes after it that it
+        follows (`replay`), then the events heard meanwhile that those did not pass: none
+        lost or repeated."""
         self._check_subscribed()
         delivery = Delivery(self, self._capacity, on_drop, write, head, render)
         delivery.reader = reader
+        if after is not None:
+            delivery.hold()
         await self._follow_first(delivery, user_ids, friends_of, everyone=everyone)
+        if after is not None:
+            try:
+                replayed, replay = await self.replay(delivery, after)
+            except BaseException:
+                self.forget(delivery)
+                raise
+            delivery.resume(replayed, replay.passed)
         return delivery
+
+    async def replay(self, follower: Follower, after: str) -> tuple[list[PresenceChange], Replay]:
+        """For a subscription that resumes, once its channels are live: the changes after
+        `after` of the users it follows (every user's, for everyone), each as its reader may
+        see it, exactly as its live events are shown (dispatch.reader_view); and the Replay,
+        which says which of the events heard meanwhile it passed."""
+        everyone = follower in self._interests.everyone
+        users = None if everyone else self._interests.users_of(follower)
+        replay = await self._store.feed_replay(after, users=users)
+        replayed = [
+            view
+            for change in replay.changes
+            if isinstance(change, PublishedEvent)
+            and (view := reader_view(follower, change)) is not None
+        ]
+        self._check_behind(len(replayed))
+        return replayed, replay
+
+    async def replay_place(
+        self, place_id: str, after: str
+    ) -> tuple[list[PublishedPlaceEvent], Replay]:
+        """As `replay`, for a placeChanged subscription that resumes."""
+        replay = await self._store.feed_replay(after, place_id=place_id)
+        replayed = [c for c in replay.changes if isinstance(c, PublishedPlaceEvent)]
+        self._check_behind(len(replayed))
+        return replayed, replay
+
+    def _check_behind(self, replayed: int) -> None:
+        """A subscriber may be at most `capacity` events behind, and a replay of more is
+        refused before any is written: reading afresh costs less."""
+        if replayed > self._capacity:
+            raise CursorExpiredError(
+                f"More than {self._capacity:,} changes to replay follow this cursor (a "
+                "subscriber may be that many behind): read the state afresh and subscribe "
+                "without after."
+            )
 
     def _check_subscribed(self) -> None:
         if not self.subscribed:

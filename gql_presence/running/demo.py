@@ -1,4 +1,4 @@
-"""Sample data for a newcomer: users with friends, a week of activity, people online now.
+"""Sample data for a newcomer: users with friends, weeks of activity, people online now.
 
 `gql-presence demo` serves the sample from a service of its own, on a data folder of its own
 (the service's, with `-demo` after its name), so that it never mixes with the user's data. It
@@ -14,7 +14,7 @@ import dataclasses
 import random
 import subprocess
 from collections.abc import AsyncIterator, Awaitable
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from redis import exceptions as redis_errors
 
@@ -26,6 +26,9 @@ from gql_presence.store.errors import SessionRevokedError
 
 DEVICES = ("web", "phone", "tablet")
 _CONCURRENCY = 64
+# Days of activity before today that the sample backfills (within the retention).
+HISTORY_DAYS = 34
+DAY_MS = 86_400_000
 
 
 @contextlib.asynccontextmanager
@@ -90,12 +93,20 @@ async def fill(
 
     now = datetime.now(UTC)
     today = now.astimezone(settings.stats_zone).date()
-    touches = 0
-    week: list[Awaitable[object]] = []
     regulars = set(rng.sample(ids, k=users // 10))  # active every day
+    # Weeks of history: users arrive day after day, each coming back with a chance of their
+    # own, so that activity, retention and stickiness have cohorts, returns and breaks.
+    first_day = min(HISTORY_DAYS, settings.retention_ms // DAY_MS - 1)
+    arrival = {u: first_day if u in regulars else rng.randint(1, first_day) for u in ids}
+    chance = {u: 1.0 if u in regulars else 0.1 + 0.8 * rng.random() ** 2 for u in ids}
+    touches = await history(
+        store, arrival=arrival, chance=chance, today=today, settings=settings, rng=rng
+    )
+    week: list[Awaitable[object]] = []
     for days_ago in range(6, 0, -1):
         share = rng.uniform(0.3, 0.6)
-        active = regulars | {u for u in ids if rng.random() < share}
+        arrived = [u for u in ids if arrival[u] >= days_ago]
+        active = regulars | {u for u in arrived if rng.random() < share}
         midnight = datetime.combine(today - timedelta(days=days_ago), time(0), settings.stats_zone)
         for user in active:
             at = midnight + timedelta(seconds=rng.uniform(0, 86_399))
@@ -115,6 +126,31 @@ async def fill(
     touches += len(now_calls)
     await _bounded(now_calls)
     return {"users": users, "touches": touches, "online": len(online_now)}
+
+
+async def history(
+    store: PresenceStore,
+    *,
+    arrival: dict[str, int],
+    chance: dict[str, float],
+    today: date,
+    settings: Settings,
+    rng: random.Random,
+) -> int:
+    """The days before the last week: each user from the day they arrive (days ago) is active
+    on a day with their chance, in one of its waking hours, backfilled by touchMany (one
+    call an hour); returns how many activities it wrote."""
+    written = 0
+    for days_ago in range(max(arrival.values()), 6, -1):
+        midnight = datetime.combine(today - timedelta(days=days_ago), time(0), settings.stats_zone)
+        hours: dict[int, list[str]] = {}
+        for user, arrived in arrival.items():
+            if arrived >= days_ago and rng.random() < chance[user]:
+                hours.setdefault(rng.randint(7, 22), []).append(user)
+        for hour, users in hours.items():
+            at = midnight + timedelta(hours=hour, seconds=rng.uniform(0, 3599))
+            written += await store.touch_many(users, at=at)
+    return written
 
 
 async def keep_alive(store: PresenceStore, users: int, rng: random.Random) -> None:

@@ -26,6 +26,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             log.exception("sweep failed")
         else:
             metrics.users_online.set(result.online)
+            await record_peak(store, result.online)
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
                 or max(result.lapsed, result.flushed) >= LAPSED_BATCH
@@ -34,3 +35,11 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
                 continue
         metrics.refresh()  # for /metrics answered by another worker
         await asyncio.sleep(interval_s)
+
+
+async def record_peak(store: PresenceStore, online: int) -> None:
+    """Records the users online now into the hour's peak: each sweep measures it."""
+    try:
+        await store.analytics.record_peak(online)
+    except PresenceError as error:
+        log.warning("peak online not recorded: %s", error.message)

@@ -79,8 +79,8 @@ class Settings:
     window_ms: int = 600 * MS_PER_SECOND
     # How long last-seen times and daily activity are kept.
     retention_ms: int = 35 * DAY_MS
-    # How long the statistics beyond weeklyStats are kept: online time per user and day, and
-    # the lengths of online periods.
+    # How long the statistics beyond weeklyStats are kept: online time per user and day, the
+    # lengths of online periods, activity by week and month, and the users new in each.
     analytics_ms: int = 400 * DAY_MS
     # How long a kicked session id is refused.
     revoke_ms: int = 600 * MS_PER_SECOND
@@ -88,6 +88,9 @@ class Settings:
     # many it keeps at most per shard: whichever is less.
     feed_retention_ms: int = 3600 * MS_PER_SECOND
     feed_max_changes: int = 1_000_000
+    # How long hourly activity is kept (daily activity is kept for retention_ms, weekly and
+    # monthly for analytics_ms): what activity by HOUR can count.
+    hourly_ms: int = 14 * DAY_MS
     # A connection-bound session (presenceSession) ends this long after its process's last
     # lease renewal when the process stops renewing; the process renews three times per TTL.
     connection_ttl_ms: int = 30 * MS_PER_SECOND
@@ -291,6 +294,7 @@ class Settings:
             revoke_ms=revoke_ms,
             feed_retention_ms=feed_retention_ms,
             feed_max_changes=count(env, "PRESENCE_FEED_MAX_CHANGES", 1_000_000),
+            hourly_ms=duration_ms(env, "PRESENCE_HOURLY_DAYS", 14, DAY_MS),
             connection_ttl_ms=duration_ms(
                 env, "PRESENCE_CONNECTION_TTL_SECONDS", 30, MS_PER_SECOND
             ),

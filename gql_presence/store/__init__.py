@@ -1,6 +1,12 @@
 """The presence store: one facade, PresenceStore, over shards that each run one Lua script
 per operation. Callers use what this module exports; the rest is the store's own."""
 
+from gql_presence.store.analytics import (
+    ActivityPeriod,
+    Granularity,
+    RetentionCohort,
+    Stickiness,
+)
 from gql_presence.store.channels import Channels
 from gql_presence.store.deployment import MAX_PERSISTED_DOCUMENTS, REFRESH_BATCH
 from gql_presence.store.keys import Keys, shard_of
@@ -57,11 +63,13 @@ __all__ = [
     "MAX_PRESENCES",
     "REFRESH_BATCH",
     "SWEEP_BATCH",
+    "ActivityPeriod",
     "Channels",
     "ChosenStatus",
     "CustomStatus",
     "DailyActiveUsers",
     "EventKind",
+    "Granularity",
     "HeldPlaceSession",
     "HeldSession",
     "Keys",
@@ -79,8 +87,10 @@ __all__ = [
     "PresenceStore",
     "PublishedEvent",
     "PublishedPlaceEvent",
+    "RetentionCohort",
     "Session",
     "Status",
+    "Stickiness",
     "SweepResult",
     "Visibility",
     "WeeklyStats",

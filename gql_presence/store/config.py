@@ -17,7 +17,7 @@ class StoreSettings(Protocol):
     @property
     def retention_ms(self) -> int: ...  # how long last-seen times and activity are kept
     @property
-    def analytics_ms(self) -> int: ...  # how long online time and period lengths are kept
+    def analytics_ms(self) -> int: ...  # how long online time, weeks and months are kept
     @property
     def revoke_ms(self) -> int: ...  # how long a kicked session id stays refused
     @property
@@ -28,6 +28,8 @@ class StoreSettings(Protocol):
     def connection_ttl_ms(self) -> int: ...  # how long a held session lives unrenewed
     @property
     def stats_zone(self) -> ZoneInfo: ...  # the time zone whose days weeklyStats counts
+    @property
+    def hourly_ms(self) -> int: ...  # how long hourly activity is kept
     @property
     def cursor_secret(self) -> str | None: ...  # keys page cursors' tags; None: Redis's
     @property

@@ -9,8 +9,9 @@ user and per place that is the order of their versions; across shards none is pr
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.deployment import Deployment
@@ -31,6 +32,11 @@ MAX_CHANGES_PAGE = 1000
 # that matches few changes ends early, with hasMore, rather than scan the feed.
 EXAMINED_PER_SHARD = 1000
 MAX_PLACE_FILTERS = 1000
+# A resume (presenceChanged, placeChanged with `after`) reads at most this many changes of
+# each shard it follows, a page of MAX_CHANGES_PAGE at a time; a cursor with more after it is
+# refused as CURSOR_EXPIRED: reading afresh costs less than replaying more. (What it replays of
+# them is bounded by the subscriber's buffer: realtime/hub.py.)
+RESUME_MAX_CHANGES = 10_000
 # The events whose cursors a process keeps, for the renderings of an event that come after
 # the first (every subscriber given one cursor): far more than are rendered at once.
 RECENT_CURSORS = 256
@@ -84,6 +90,28 @@ def change_of(entry_id: str, field: str, values: str) -> Change | None:
         return PublishedPlaceEvent._make([*decoded, entry_id])
     event = PublishedEvent._make([*decoded, entry_id])
     return event if event.kind in FEED_KINDS else None
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a resume read: the changes after its cursor that it follows, in the feed's
+    order (per user and per place, the order of their versions), with the kind "" changes
+    that only other end users see; and in each shard read, the id of the last entry read
+    there (None for a shard not read). A live event of a read shard whose entry is at or
+    before that id was in the read."""
+
+    changes: tuple[Change, ...]
+    positions: tuple[str | None, ...]
+
+    @cached_property
+    def _reached(self) -> tuple[tuple[int, int] | None, ...]:
+        return tuple(None if p is None else _sort_key(p) for p in self.positions)
+
+    def passed(self, user_or_place_id: str, feed_id: str) -> bool:
+        """Whether the read passed this event of this user or place (its entry `feed_id`):
+        asked of every live event a resumed subscription is offered."""
+        reached = self._reached[shard_of(user_or_place_id, len(self.positions))]
+        return reached is not None and bool(feed_id) and _sort_key(feed_id) <= reached
 
 
 class Feed:
@@ -214,6 +242,73 @@ class Feed:
                 nodes.append(change)
         has_more = taken < len(read) or bool(full)
         return ChangePage(tuple(nodes), await self._seal(positions), has_more)
+
+    async def replay(
+        self, after: str, users: Collection[str] | None, place_id: str | None
+    ) -> Replay:
+        """The changes after `after` of `users` (every user's when None), or of the place:
+        every shard they are in read to its present, RESUME_MAX_CHANGES at most in each.
+        BadInputError for no cursor of this deployment; CursorExpiredError for one older than
+        what is kept, or with too many changes after it."""
+        positions = await self._positions(after)
+        count = len(self._shards)
+        if place_id is not None:
+            wanted = {shard_of(place_id, count)}
+        elif users is None:
+            wanted = set(range(count))
+        else:
+            wanted = {shard_of(user_id, count) for user_id in users}
+        read: list[tuple[tuple[int, int], int, Change]] = []
+        reached: list[str | None] = [None] * count
+        for index in sorted(wanted):
+            reached[index], changes = await self._replay_shard(
+                self._shards[index], positions[index], users, place_id
+            )
+            read.extend((_sort_key(change.feed_id), index, change) for change in changes)
+        read.sort(key=lambda one: (one[0], one[1]))
+        return Replay(tuple(change for _, _, change in read), tuple(reached))
+
+    async def _replay_shard(
+        self, shard: Shard, position: str, users: Collection[str] | None, place_id: str | None
+    ) -> tuple[str, list[Change]]:
+        """One shard's part of a replay: the id of the last entry read (`position` when none
+        was), and the changes followed."""
+        changes: list[Change] = []
+        examined = 0
+        while True:
+            # One more entry past the limit, to learn whether the limit was passed.
+            page = min(MAX_CHANGES_PAGE, RESUME_MAX_CHANGES - examined) or 1
+            _, flat = await self._read(shard, position, page)
+            if flat and examined >= RESUME_MAX_CHANGES:
+                raise CursorExpiredError(
+                    f"More than {RESUME_MAX_CHANGES:,} changes of the feed follow this "
+                    "cursor: read the state afresh and subscribe without after."
+                )
+            for i in range(0, len(flat), 3):
+                change = _followed(flat[i], flat[i + 1], flat[i + 2], users, place_id)
+                if change is not None:
+                    changes.append(change)
+            examined += len(flat) // 3
+            if flat:
+                position = flat[-3]
+            if len(flat) // 3 < page:
+                return position, changes
+
+
+def _followed(
+    entry_id: str, field: str, values: str, users: Collection[str] | None, place_id: str | None
+) -> Change | None:
+    """The change an entry holds, when a replay of `users` or of the place follows it (an
+    event only other end users see, kind "", included)."""
+    if field == "p":
+        if place_id is None:
+            return None
+        place_event = PublishedPlaceEvent._make([*json.loads(values), entry_id])
+        return place_event if place_event.place_id == place_id else None
+    if place_id is not None:
+        return None
+    event = PublishedEvent._make([*json.loads(values), entry_id])
+    return event if users is None or event.user_id in users else None
 
 
 class EventCursors:

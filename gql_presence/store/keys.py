@@ -108,6 +108,10 @@ class Keys:
         """Temporary key a script may use; every script deletes it before it returns."""
         return self.prefix + "scratch"
 
+    def scratch_of(self, name: str) -> str:
+        """Another temporary key, for a script that needs several; deleted as `scratch`."""
+        return self.prefix + "scratch:" + name
+
     @property
     def persisted_documents(self) -> str:
         """HASH sha256 hex -> GraphQL document: automatic persisted queries (shard 0 only)."""
@@ -221,6 +225,52 @@ class Keys:
     def day(self, label: str) -> str:
         """Bitmap: bit i is set when the user with index i was active that day (YYYY-MM-DD)."""
         return self.prefix + "day:" + label
+
+    def hour(self, start_ms: str) -> str:
+        """Bitmap: bit i is set when the user with index i was active in the hour of the stats
+        time zone that starts then (ms since the epoch); kept PRESENCE_HOURLY_DAYS after it."""
+        return self.prefix + "hour:" + start_ms
+
+    def week(self, monday: str) -> str:
+        """Bitmap as `day`'s, of the week (Monday to Sunday) that starts on that day
+        (YYYY-MM-DD); kept PRESENCE_ANALYTICS_DAYS after it."""
+        return self.prefix + "week:" + monday
+
+    def month(self, label: str) -> str:
+        """Bitmap as `day`'s, of the calendar month (YYYY-MM); kept PRESENCE_ANALYTICS_DAYS
+        after it."""
+        return self.prefix + "month:" + label
+
+    def first_day(self, label: str) -> str:
+        """Bitmap: bit i is set when that day (YYYY-MM-DD) is the first on which the user
+        with index i was active; kept as long as `day`'s."""
+        return self.prefix + "first:" + label
+
+    def first_week(self, monday: str) -> str:
+        """Bitmap as first_day's, of the week that starts on that Monday; kept as `week`'s."""
+        return self.prefix + "firstw:" + monday
+
+    def first_month(self, label: str) -> str:
+        """Bitmap as first_day's, of the month (YYYY-MM); kept as `month`'s."""
+        return self.prefix + "firstm:" + label
+
+    @property
+    def first_days(self) -> str:
+        """Bit field of u16s: the one at offset 16 * i is the first day the user with index i
+        was active (days since 1970-01-01), or 0 for none (lua/includes/activity.lua)."""
+        return self.prefix + "firstdays"
+
+    @property
+    def cooling_indexes(self) -> str:
+        """ZSET member=bit index of a forgotten user score=when it may be handed out again,
+        ms: once no kept bitmap can hold its bit."""
+        return self.prefix + "uidx:cooling"
+
+    def peaks(self, label: str) -> str:
+        """HASH hour start (ms) -> "count at_ms": the most users online at once in each hour
+        of that day (YYYY-MM-DD) of the stats time zone, and when it was first reached (shard
+        0 only; lua/record_peak.lua); kept PRESENCE_ANALYTICS_DAYS after the day."""
+        return self.prefix + "peaks:" + label
 
     def rate_bucket(self, caller: str) -> str:
         """HASH: a caller's token bucket for rate limiting (see lua/take_token.lua)."""

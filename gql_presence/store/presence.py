@@ -20,18 +20,19 @@ replies (replies.py).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import date, datetime
 
 from redis.asyncio import RedisCluster
 
+from gql_presence.store.analytics import Analytics
 from gql_presence.store.channels import Routes
 from gql_presence.store.client import AnyRedis, connections_in_use
 from gql_presence.store.config import StoreSettings
 from gql_presence.store.days import local_now_ms, to_ms
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError
-from gql_presence.store.feed import ChangePage, EventCursors, Feed
+from gql_presence.store.feed import ChangePage, EventCursors, Feed, Replay
 from gql_presence.store.friends import Friends
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
@@ -125,6 +126,7 @@ class PresenceStore:
         self._feed = Feed(self._shards, self._deployment)
         # The deployment's webhooks, kept with its other singletons in shard 0.
         self.webhooks = Webhooks(self._shards[0], self._feed)
+        self.analytics = Analytics(self._shards)
         self.online_time = OnlineTime(self._shards)
 
     @property
@@ -271,18 +273,19 @@ class PresenceStore:
         )
         return presence_of(user_id, reply[1])
 
-    async def touch_many(self, user_ids: Sequence[str]) -> int:
-        """One script per shard that holds any of the users, in parallel."""
+    async def touch_many(self, user_ids: Sequence[str], at: datetime | None = None) -> int:
+        """One script per shard of the users, in parallel; `at` backfills activity alone."""
+        at_ms = None if at is None else check_at(to_ms(at), local_now_ms(), self._retention_ms)
         groups = by_shard(check_ids(user_ids, "userIds"), len(self._shards))
         recorded = await asyncio.gather(
-            *(self._touch_many(self._shards[i], g) for i, g in groups.items())
+            *(self._touch_many(self._shards[i], g, at_ms) for i, g in groups.items())
         )
         return sum(recorded)
 
-    async def _touch_many(self, shard: Shard, user_ids: Sequence[str]) -> int:
+    async def _touch_many(self, shard: Shard, user_ids: Sequence[str], at_ms: int | None) -> int:
         """One script call per TOUCH_MANY_BATCH users, all sent at once."""
         k = shard.keys
-        days, boundaries = shard.days_around()
+        days, boundaries = shard.days_around(at_ms)
         await shard.announcing()
         keys = named(
             last_seen=k.last_seen,
@@ -306,6 +309,7 @@ class PresenceStore:
                     boundaries=boundaries,
                     # One argument instead of one per user: ids hold no control characters.
                     user_ids="\n".join(ordered[first : first + TOUCH_MANY_BATCH]),
+                    at_ms="" if at_ms is None else at_ms,
                 ),
             )
             for first in range(0, len(ordered), TOUCH_MANY_BATCH)
@@ -409,6 +413,13 @@ class PresenceStore:
 
     async def feed_cursor(self) -> str:
         return await self._feed.cursor()
+
+    async def feed_replay(
+        self, after: str, users: Collection[str] | None = None, place_id: str | None = None
+    ) -> Replay:
+        """The changes after `after` of these users (every user's when None) or of the
+        place, for a resume (store/feed.py Feed.replay)."""
+        return await self._feed.replay(after, users, place_id)
 
     async def event_cursors(self) -> EventCursors:
         """What seals events' cursors synchronously, each event's once."""

@@ -112,6 +112,7 @@ OPTION_NUMBERS = (
     "empty_place_ttl_ms",
     "feed_retention_ms",
     "feed_max_changes",
+    "hourly_ms",
     "analytics_ms",
 )
 OPTION_NAMES = (
@@ -145,6 +146,13 @@ OPTION_NAMES = (
     "online_time_prefix",
     "period_lengths_prefix",
     "zone",
+    "hour_prefix",
+    "week_prefix",
+    "month_prefix",
+    "first_day_prefix",
+    "first_week_prefix",
+    "first_month_prefix",
+    "first_days",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -277,6 +285,7 @@ class Shard:
                     ),
                     "feed_retention_ms": settings.feed_retention_ms,
                     "feed_max_changes": settings.feed_max_changes,
+                    "hourly_ms": settings.hourly_ms,
                     "analytics_ms": settings.analytics_ms,
                     "publish": publish or "",
                     "channel": self.channels.every_user(publish or Publish.CLASSIC),
@@ -308,6 +317,13 @@ class Shard:
                     "online_time_prefix": k.online_time(),
                     "period_lengths_prefix": k.period_lengths(""),
                     "zone": packed_zone(settings.stats_zone, local_now_ms()),
+                    "hour_prefix": k.hour(""),
+                    "week_prefix": k.week(""),
+                    "month_prefix": k.month(""),
+                    "first_day_prefix": k.first_day(""),
+                    "first_week_prefix": k.first_week(""),
+                    "first_month_prefix": k.first_month(""),
+                    "first_days": k.first_days,
                 }
             )
         return self._options

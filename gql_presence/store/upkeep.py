@@ -15,6 +15,10 @@ from gql_presence.store.shard import Shard, named
 # Users are forgotten (and their bit index reused) this long after the retention ends, so
 # that every day bitmap that could hold their bit has expired first (a day, plus DST slack).
 PURGE_SLACK_MS = 2 * DAY_MS
+# A forgotten user's bit index is handed out again this long after the analytics' time, so
+# that every bitmap of a week or month (kept that long after it ends) that could hold their
+# bit has expired first: a month, plus DST slack.
+COOLING_SLACK_MS = 32 * DAY_MS
 
 
 async def sweep(shards: Sequence[Shard], batch: int, lapsed_batch: int) -> SweepResult:
@@ -37,6 +41,7 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
             leases=k.leases,
             flushes=k.place_flushes,
             days=days,
+            cooling=k.cooling_indexes,
         ),
         named(
             batch=batch,
@@ -46,6 +51,7 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
             lapsed_batch=lapsed_batch,
             # Overdue: a state its process would have announced an interval ago.
             overdue_ms=PLACE_STATE_INTERVAL_MS,
+            cooling_ms=settings.analytics_ms + COOLING_SLACK_MS,
         ),
     )
     # offline, purged, online, lapsed, ended_statuses, flushed

@@ -146,6 +146,8 @@ class Deliveries:
         }
         for key in [*self._running, *give_up]:
             wanted.setdefault(key, False)
+        if not wanted:
+            return  # a deployment without webhooks: nothing written, nothing to share
         keys = sorted(wanted)
         fair, held = await self.webhooks.take_leases(
             self.token,

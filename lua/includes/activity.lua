@@ -1,3 +1,4 @@
+--- @include "chunks"
 --- @include "connections"
 -- The session of a touch without a session id (the store's DEFAULT_SESSION).
 local DEFAULT_SESSION = 'default'
@@ -7,14 +8,14 @@ local DEFAULT_SESSION = 'default'
 -- user's online entry alone, its last activity being the entry's expiry minus the window. So
 -- touching the default session of many users creates no key per user.
 
--- The user's bit index in the day bitmaps, handing out a free one to a user seen first.
+-- The user's bit index in the day bitmaps, handing out a free one to a user seen first;
+-- and whether it was handed out now.
 local function user_index(index_key, next_key, free_key, user_id)
   local index = redis.call('HGET', index_key, user_id)
-  if not index then
-    index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
-    redis.call('HSET', index_key, user_id, index)
-  end
-  return index
+  if index then return index, false end
+  index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
+  redis.call('HSET', index_key, user_id, index)
+  return index, true
 end
 
 -- Which of the consecutive days whose boundaries (ms) are given holds `t_ms`; nil if none.
@@ -25,16 +26,174 @@ local function day_of(t_ms, boundaries)
   return nil
 end
 
--- Marks the user active at t_ms: their bit in the day's bitmap, and their lastSeen (which
--- never moves backwards).
-local function mark_active(last_seen_key, day_key, index_key, next_key, free_key, user_id, t_ms)
-  redis.call('SETBIT', day_key, user_index(index_key, next_key, free_key, user_id), 1)
-  redis.call('ZADD', last_seen_key, 'LT', -t_ms, user_id)
+-- The bitmaps of analytics (docs/design.md, "Who and when"). Beside each day's bitmap, whose
+-- key the caller gives, bitmaps of the hour (named by its start, ms), of the week (by its
+-- Monday, YYYY-MM-DD) and of the month (YYYY-MM), all in the stats time zone, named by the
+-- prefixes of `shard` (hour_prefix, week_prefix, month_prefix: the hash tag of KEYS); and
+-- each user's first active day: a u16 per bit index in `shard.first_days` (days since
+-- 1970-01-01; 0: never active), with a bitmap per day, week and month of the users first
+-- active in it (first_day_prefix, first_week_prefix, first_month_prefix). Each is kept until
+-- its period's end plus hourly_ms (hours), retention_ms (days) or analytics_ms (weeks and
+-- months), and an hour more for a DST change.
+local HOUR_MS, DAY_MS = 3600000, 86400000
+
+-- Days since 1970-01-01 of the date 'YYYY-MM-DD', and the date of a day number: Howard
+-- Hinnant's days_from_civil and civil_from_days, for the proleptic Gregorian calendar.
+local function day_number(label)
+  local y, m = tonumber(string.sub(label, 1, 4)), tonumber(string.sub(label, 6, 7))
+  local d = tonumber(string.sub(label, 9, 10))
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * ((m + 9) % 12) + 2) / 5) + d - 1
+  return era * 146097 + yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy - 719468
 end
 
--- Keeps a day's bitmap until retention_ms after the end of the day (its position `day`).
-local function keep_day(day_key, day, boundaries, retention_ms)
-  redis.call('PEXPIREAT', day_key, boundaries[day + 1] + retention_ms)
+local function day_label(n)
+  local z = n + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local d = doy - math.floor((153 * mp + 2) / 5) + 1
+  local m = mp < 10 and mp + 3 or mp - 9
+  return string.format('%04d-%02d-%02d', yoe + era * 400 + (m <= 2 and 1 or 0), m, d)
+end
+
+-- The periods holding t_ms, which lies in one of the days whose bitmaps (`days`) and
+-- boundaries are given: its hour's bitmap, and its day's.
+local function periods_of(shard, days, boundaries, t_ms)
+  local day = day_of(t_ms, boundaries)
+  local start = boundaries[day]
+  -- Local hours are whole hours from local midnight, DST changes included.
+  local hour = start + math.floor((t_ms - start) / HOUR_MS) * HOUR_MS
+  return {shard = shard, hour = shard.hour_prefix .. string.format('%d', hour), hour_end = hour + HOUR_MS,
+    day = days[day], day_end = boundaries[day + 1]}
+end
+
+-- The labels of the week (its Monday) and month holding day number n.
+local function week_and_month(n)
+  local label = day_label(n)
+  return day_label(n - (n + 3) % 7), string.sub(label, 1, 7) -- 1970-01-01 was a Thursday
+end
+
+-- The rest of p, worked out only when some bit in it is new: the day's number, `kept`: each
+-- period's bitmap with the moment it expires, and `firsts`: the first-day, first-week and
+-- first-month bitmaps likewise.
+local function more_periods(p)
+  if p.kept then return p end
+  local shard, label = p.shard, string.sub(p.day, -10)
+  local n = day_number(label)
+  local weekday = (n + 3) % 7
+  local week, month = week_and_month(n)
+  local y, m = tonumber(string.sub(label, 1, 4)), tonumber(string.sub(label, 6, 7))
+  local next_month = m == 12 and string.format('%04d-01-01', y + 1) or string.format('%04d-%02d-01', y, m + 1)
+  local week_end = p.day_end + (6 - weekday) * DAY_MS + shard.analytics_ms + HOUR_MS
+  local month_end = p.day_end + (day_number(next_month) - n - 1) * DAY_MS + shard.analytics_ms + HOUR_MS
+  p.number = n
+  p.kept = {
+    {p.hour, p.hour_end + shard.hourly_ms + HOUR_MS},
+    {p.day, p.day_end + shard.retention_ms},
+    {shard.week_prefix .. week, week_end},
+    {shard.month_prefix .. month, month_end},
+  }
+  p.firsts = {
+    {shard.first_day_prefix .. label, p.day_end + shard.retention_ms},
+    {shard.first_week_prefix .. week, week_end},
+    {shard.first_month_prefix .. month, month_end},
+  }
+  return p
+end
+
+-- Sets the bits `indexes` of the bitmap; returns those that were not set before.
+local function set_bits(key, indexes)
+  local fresh = {}
+  for first, last in chunks(#indexes) do
+    local args, n = {}, 0
+    for i = first, last do
+      args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'SET', 'u1', indexes[i], 1
+      n = n + 4
+    end
+    local old = redis.call('BITFIELD', key, unpack(args, 1, n))
+    for i = first, last do
+      if old[i - first + 1] == 0 then fresh[#fresh + 1] = indexes[i] end
+    end
+  end
+  return fresh
+end
+
+-- Clears a bit of a bitmap, if it is still kept (a key made by SETBIT would never expire).
+local function clear_bit(key, index)
+  if redis.call('EXISTS', key) == 1 then redis.call('SETBIT', key, index, 0) end
+end
+
+-- Records the users whose bit indexes are given as first active on p's day (and in its week
+-- and month), where they were never active before it (or only later: a backfilled time moves
+-- their first day back, out of the bitmaps of the day, week and month it was in). An index
+-- in `assigned` was handed out in this call: its first day is none, with no need to read it.
+local function mark_first_day(shard, p, indexes, assigned)
+  local newcomers, known = {}, {}
+  for _, index in ipairs(indexes) do
+    if assigned[index] then newcomers[#newcomers + 1] = index else known[#known + 1] = index end
+  end
+  for first, last in chunks(#known) do
+    local args, n = {}, 0
+    for i = first, last do
+      args[n + 1], args[n + 2], args[n + 3] = 'GET', 'u16', '#' .. known[i]
+      n = n + 3
+    end
+    local days = redis.call('BITFIELD', shard.first_days, unpack(args, 1, n))
+    for i = first, last do
+      local day = days[i - first + 1]
+      if day == 0 or day > p.number then
+        newcomers[#newcomers + 1] = known[i]
+        if day > 0 then
+          local week, month = week_and_month(day)
+          clear_bit(shard.first_day_prefix .. day_label(day), known[i])
+          clear_bit(shard.first_week_prefix .. week, known[i])
+          clear_bit(shard.first_month_prefix .. month, known[i])
+        end
+      end
+    end
+  end
+  if #newcomers == 0 then return end
+  call_chunked('BITFIELD', shard.first_days, nil, #newcomers, function(args, k, i)
+    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], p.number
+    return k + 4
+  end)
+  for _, first in ipairs(p.firsts) do
+    set_bits(first[1], newcomers)
+    redis.call('PEXPIREAT', first[1], first[2])
+  end
+end
+
+-- Marks the users whose bit indexes are given active in the periods p (periods_of): their
+-- bits in its hour, day, week and month, and their first day (`assigned`: the indexes handed
+-- out in this call, as mark_first_day). The hour's bits come first, then the day's: one set
+-- already means the rest are set too (every write sets them together, and a user active on a
+-- day has a first day no later), so a user active again within the hour costs one command,
+-- and within the day two.
+local function mark_periods(shard, p, indexes, assigned)
+  local fresh = set_bits(p.hour, indexes)
+  if #fresh == 0 then return end
+  redis.call('PEXPIREAT', p.hour, p.hour_end + shard.hourly_ms + HOUR_MS)
+  fresh = set_bits(p.day, fresh)
+  if #fresh == 0 then return end
+  for i, kept in ipairs(more_periods(p).kept) do
+    if i > 2 then set_bits(kept[1], fresh) end
+    if i > 1 then redis.call('PEXPIREAT', kept[1], kept[2]) end
+  end
+  mark_first_day(shard, p, fresh, assigned)
+end
+
+-- ORs a bitmap of users' bits into the periods p: a lease's users, active while it held
+-- their sessions (their first day was marked when each session opened).
+local function mark_bitmap(p, bits_key)
+  for _, kept in ipairs(more_periods(p).kept) do
+    redis.call('BITOP', 'OR', kept[1], kept[1], bits_key)
+    redis.call('PEXPIREAT', kept[1], kept[2])
+  end
 end
 
 -- Whether activity of the session at t_ms may be recorded: nil, or the error to return (and
@@ -64,12 +223,12 @@ local function sessions_full(leases, user, user_id, session_id, now, window_ms, 
 end
 
 -- Records that a session of the user was active at t_ms, which activity_refused allowed: the
--- user's bit in the bitmap of t_ms's day (kept until retention_ms after the day) and their
--- lastSeen.
-local function mark_activity(keys, user_id, t_ms, boundaries, retention_ms)
-  local day = day_of(t_ms, boundaries)
-  mark_active(keys.last_seen, keys.days[day], keys.index, keys.next, keys.free, user_id, t_ms)
-  keep_day(keys.days[day], day, boundaries, retention_ms)
+-- user's bit in the bitmaps of the periods holding t_ms (mark_periods) and their lastSeen
+-- (which never moves backwards).
+local function mark_activity(keys, user_id, t_ms, boundaries, shard)
+  local index, assigned = user_index(keys.index, keys.next, keys.free, user_id)
+  mark_periods(shard, periods_of(shard, keys.days, boundaries, t_ms), {index}, {[index] = assigned})
+  redis.call('ZADD', keys.last_seen, 'LT', -t_ms, user_id)
 end
 
 -- Gives a user whose default session is kept by their online entry alone a session key that

@@ -294,6 +294,10 @@ async def test_a_reused_index_does_not_inherit_its_last_users_online_time(
     # Last seen longer ago than the retention and its slack: the sweep forgets the user.
     await redis.zadd(keys.last_seen, {"gone": -(now - 5 * DAY_MS)})
     assert (await store.sweep()).purged == 1
+    # Handed out again once no kept bitmap can hold it (as if that time had passed).
+    assert index is not None
+    await redis.zadd(keys.cooling_indexes, {str(index): 0})
+    await store.sweep()
     await store.touch("new")
     assert await redis.hget(keys.user_index, "new") == index
     today = local_date(now, UTC_ZONE)

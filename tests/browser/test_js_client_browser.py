@@ -56,6 +56,12 @@ PAGE = """<!doctype html>
 # and the presence of the user's friends; window.view() tells the test what the page shows.
 START = """async ({ url, token, name, tokens = [] }) => {
   const { createPresenceClient } = await import("gql-presence-client");
+  // The page's sockets, so that a test can drop one as a network would.
+  const Native = window.WebSocket;
+  window.sockets = [];
+  window.WebSocket = class extends Native {
+    constructor(...args) { super(...args); sockets.push(this); }
+  };
   // The app's token function: `tokens` first (short-lived ones, for a test), then `token`; one
   // the service refuses while window.refuse is set.
   window.tokensAsked = 0;
@@ -99,6 +105,8 @@ START = """async ({ url, token, name, tokens = [] }) => {
     mine: mine.getSnapshot()?.status ?? null,
     sessionId: hold.sessionId,
   });
+  // The reads of the friends' presence and of the place's members made so far.
+  window.reads = () => ({ friends: follow.reads, place: place.reads });
 }"""
 
 REACT_PAGE = """<!doctype html>
@@ -123,11 +131,15 @@ class Site:
     def socket_url(self) -> str:
         return str(self.service.make_url("/graphql")).replace("http", "ws", 1)
 
-    async def restart(self, while_down: Callable[[], Awaitable[None]]) -> None:
+    async def restart(
+        self, while_down: Callable[[], Awaitable[None]], settings: Settings | None = None
+    ) -> None:
+        """Stops the service, runs `while_down`, and starts it again on its port (with
+        `settings` when given)."""
         port = self.service.port
         await self.service.close()
         await while_down()
-        self.service = await self.start_service(port=port)
+        self.service = await self.start_service(settings or self.settings, port=port)
 
     async def backend(self, query: str, **variables: Any) -> dict[str, Any]:
         async with (
@@ -186,11 +198,11 @@ async def site(
     store = PresenceStore(http_redis, deployment)
     await store.add_friends("ann", ["bob"])
 
-    async def start_service(**kwargs: Any) -> TestServer:
+    async def start_service(settings: Settings, **kwargs: Any) -> TestServer:
         server: TestServer = await aiohttp_server(create_app(settings), **kwargs)
         return server
 
-    return Site(str(served.make_url("/")), await start_service(), settings, start_service)
+    return Site(str(served.make_url("/")), await start_service(settings), settings, start_service)
 
 
 SNIPPETS = readme_snippets()
@@ -273,6 +285,9 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
     await eventually(lambda: _equals(_names(anns), ["ann", "bob", "cy"]), 10, "cy at ann's page")
     await bobs.mouse.move(30, 40)
     store = PresenceStore(http_redis, deployment)
+    # ann's page has had events of both (bob came online, then joined): it resumes after them;
+    # bob's has had none of his friends' (ann was online before he came): it reads them again.
+    anns_reads, bobs_reads = await settled_reads(anns), await settled_reads(bobs)
 
     async def while_down() -> None:
         # Changes no page hears of (there is no service to tell them): the re-read must show
@@ -289,25 +304,89 @@ async def test_after_a_restart_both_pages_come_back_with_the_maps_read_afresh(
 
     await site.restart(while_down)
 
-    async def equal_to_a_fresh_read() -> bool:
-        members = (await site.backend(MEMBERS, place=PLACE))["placeMembers"]["nodes"]
-        fresh = sorted(members, key=lambda m: str(m["userId"]))
-        presences = {p["userId"]: p["status"] for p in (await site.backend(PRESENCES))["presences"]}
-        seen = {"ann": await view(anns), "bob": await view(bobs)}
-        friends = {"ann": "bob", "bob": "ann"}  # each page follows its user's friends
-        return presences == {"ann": "ONLINE", "bob": "BUSY"} and all(
-            s["live"]
-            and not any(s["stale"].values())
-            and s["members"] == fresh
-            and s["presences"] == {f: presences[f]}
-            for user, s in seen.items()
-            for f in [friends[user]]
-        )
-
-    await eventually(equal_to_a_fresh_read, 20, "both pages' maps to equal a fresh read")
+    await eventually(lambda: equal_to_a_fresh_read(site, anns, bobs), 20, "a fresh read's maps")
     seen = await view(anns)
     assert names(seen) == ["ann", "bob"]
     assert seen["members"][1]["state"] == {"name": "bob", "x": 30, "y": 40}  # the latest state
+    assert seen["presences"] == {"bob": "BUSY"}
+    assert (await view(bobs))["presences"] == {"ann": "ONLINE"}
+    assert await reads(anns) == anns_reads
+    assert (await reads(bobs))["friends"] > bobs_reads["friends"]
+    assert (await reads(bobs))["place"] == bobs_reads["place"]
+
+
+async def reads(page: Page) -> dict[str, int]:
+    counted: dict[str, int] = await page.evaluate("window.reads()")
+    return counted
+
+
+async def settled_reads(page: Page) -> dict[str, int]:
+    """The page's reads once its first ones are done: the friends read at once and again a
+    second later (the client's SETTLE_MS), the place once."""
+
+    async def settled() -> bool:
+        return await reads(page) == {"friends": 2, "place": 1}
+
+    await eventually(settled, 5, "the page's first reads")
+    return await reads(page)
+
+
+async def equal_to_a_fresh_read(site: Site, anns: Page, bobs: Page) -> bool:
+    """Whether both pages are live and show what placeMembers and presences read now."""
+    members = (await site.backend(MEMBERS, place=PLACE))["placeMembers"]["nodes"]
+    fresh = sorted(members, key=lambda m: str(m["userId"]))
+    presences = {p["userId"]: p["status"] for p in (await site.backend(PRESENCES))["presences"]}
+    seen = {"ann": await view(anns), "bob": await view(bobs)}
+    friends = {"ann": "bob", "bob": "ann"}  # each page follows its user's friends
+    return all(
+        s["live"]
+        and not any(s["stale"].values())
+        and s["members"] == fresh
+        and s["presences"] == {friends[user]: presences[friends[user]]}
+        for user, s in seen.items()
+    )
+
+
+async def test_a_dropped_socket_resumes_without_reading(site: Site, browser: Browser) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    bobs = await site.opened(await browser.new_page(), "bob")
+    await eventually(lambda: _equals(_names(anns), ["ann", "bob"]), 10, "bob at ann's page")
+    before = await settled_reads(anns)
+    # The network drops ann's socket; bob moves and goes busy meanwhile.
+    await anns.evaluate("window.sockets.at(-1).close()")
+    await bobs.mouse.move(50, 60)
+    await site.backend('mutation { setStatus(userId: "bob", status: BUSY) { online } }')
+    await eventually(lambda: equal_to_a_fresh_read(site, anns, bobs), 20, "a fresh read's maps")
+    seen = await view(anns)
+    assert seen["presences"] == {"bob": "BUSY"}
+    assert seen["members"][1]["state"] == {"name": "bob", "x": 50, "y": 60}
+    assert await anns.evaluate("window.sockets.length") == 2  # it did reconnect
+    assert await reads(anns) == before
+
+
+async def test_a_cursor_past_the_feeds_retention_is_read_afresh(
+    site: Site, browser: Browser, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    anns = await site.opened(await browser.new_page(), "ann")
+    bobs = await site.opened(await browser.new_page(), "bob")
+    await eventually(lambda: _equals(_names(anns), ["ann", "bob"]), 10, "bob at ann's page")
+    before = await settled_reads(anns)
+    store = PresenceStore(http_redis, deployment)
+    retention_ms = 300
+
+    async def while_down() -> None:
+        await store.set_status("bob", ChosenStatus.BUSY)
+        await asyncio.sleep(2 * retention_ms / 1000)  # every cursor the pages hold expires
+
+    # Back with a feed that keeps less than the pages were away: CURSOR_EXPIRED, then a read.
+    short = dataclasses.replace(site.settings, feed_retention_ms=retention_ms)
+    await site.restart(while_down, short)
+    await eventually(lambda: equal_to_a_fresh_read(site, anns, bobs), 20, "a fresh read's maps")
+    assert (await view(anns))["presences"] == {"bob": "BUSY"}
+    after = await reads(anns)
+    assert after["friends"] > before["friends"]
+    assert after["place"] > before["place"]
+    assert not [line for line in await anns.evaluate("window.log") if "error" in line]
 
 
 async def _last_known(page: Page) -> bool:

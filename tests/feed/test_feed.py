@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from redis.asyncio import Redis
 
-from gql_presence.store import PresenceStore
+from gql_presence.store import PresenceStore, feed
 from gql_presence.store.errors import BadInputError, CursorExpiredError
 from gql_presence.store.keys import Keys
 from gql_presence.store.wire import PublishedEvent, PublishedPlaceEvent
@@ -101,3 +101,20 @@ async def test_an_events_cursor_resumes_after_it(store: PresenceStore) -> None:
     cursor = await store.event_cursor("ann", online.feed_id)
     await store.kick("ann")
     assert kinds_of((await store.changes(cursor, 10)).nodes) == [("KICKED", "ann")]
+
+
+async def test_a_replay_reads_what_it_follows_up_to_its_limit(
+    store: PresenceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(feed, "RESUME_MAX_CHANGES", 5)
+    cursor = await store.feed_cursor()
+    await store.touch_many(["ann", "bob", "cy"])
+    await store.kick("bob")
+    await store.touch("dee", "phone")
+    replay = await store.feed_replay(cursor, users={"ann", "bob"})
+    assert kinds_of(replay.changes) == [("ONLINE", "ann"), ("ONLINE", "bob"), ("KICKED", "bob")]
+    assert replay.passed("bob", replay.changes[-1].feed_id)
+    assert len((await store.feed_replay(cursor)).changes) == 5  # every user's
+    await store.touch("eve", "phone")  # a sixth change to read
+    with pytest.raises(CursorExpiredError, match="More than 5 changes"):
+        await store.feed_replay(cursor, users={"ann"})

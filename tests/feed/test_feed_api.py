@@ -9,7 +9,6 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
-from gql_presence.graphql.operation import OperationPipeline
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.store import PresenceStore
 from tests.conftest import EVERY_DEPLOYMENT, error_codes, graphql
@@ -117,17 +116,6 @@ async def next_event(socket: aiohttp.ClientWebSocketResponse) -> dict[str, Any]:
 
 async def subscribe(socket: aiohttp.ClientWebSocketResponse, document: str) -> None:
     await socket.send_json({"id": "1", "type": "subscribe", "payload": {"query": document}})
-
-
-# Multiplexed (rendered once for every subscriber of a document), and left to Strawberry (as
-# while tracing, and off sockets).
-
-
-@pytest.fixture
-def multiplexed(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    if not request.param:
-        monkeypatch.setattr(OperationPipeline, "_subscribe_on_socket", OperationPipeline._stream)
-    return bool(request.param)
 
 
 @pytest.mark.parametrize("multiplexed", [True, False], indirect=True)

@@ -18,6 +18,7 @@ def test_defaults_are_those_of_the_contract() -> None:
     assert settings.revoke_ms == settings.window_ms
     assert settings.stats_timezone == "UTC"
     assert settings.analytics_ms == 400 * 86_400_000
+    assert settings.hourly_ms == 14 * 86_400_000
 
 
 def test_values_are_read() -> None:
@@ -30,9 +31,11 @@ def test_values_are_read() -> None:
             "PRESENCE_STATS_TIMEZONE": "Europe/Berlin",
             "PRESENCE_DATA_DIR": "/srv/presence",
             "PRESENCE_ANALYTICS_DAYS": "90",
+            "PRESENCE_HOURLY_DAYS": "3",
         }
     )
     assert settings.analytics_ms == 90 * 86_400_000
+    assert settings.hourly_ms == 3 * 86_400_000
     assert settings.redis_url == "redis://cache:6379/2"
     assert (settings.window_ms, settings.retention_ms, settings.revoke_ms) == (
         90_000,
@@ -65,6 +68,7 @@ def test_revocation_follows_the_window_by_default() -> None:
         ("PRESENCE_RETENTION_DAYS", "0.000001"),
         ("PRESENCE_ANALYTICS_DAYS", "0"),
         ("PRESENCE_ANALYTICS_DAYS", "a year"),
+        ("PRESENCE_HOURLY_DAYS", "0"),
         ("PRESENCE_REVOKE_SECONDS", "-1"),
         ("PRESENCE_STATS_TIMEZONE", "Mars/Olympus"),
         ("PRESENCE_STATS_TIMEZONE", "../../etc/passwd"),

@@ -25,6 +25,7 @@ from gql_presence.store import (
     MAX_IDS_PER_CALL,
     ChosenStatus,
     EventKind,
+    Granularity,
     Page,
     PresenceStore,
     PublishedEvent,
@@ -703,6 +704,7 @@ async def test_users_past_the_retention_are_forgotten_and_their_index_reused(
 ) -> None:
     await store.touch_many(["gone", "kept"])
     index_of_gone = await redis.hget(KEYS.user_index, "gone")
+    assert index_of_gone is not None
     # As if "gone" was last seen 40 days ago: past the 35-day retention and its slack.
     await redis.zadd(KEYS.last_seen, {"gone": -to_ms(ago(days=40))})
     assert (await store.presence("gone")).last_seen is None
@@ -711,8 +713,16 @@ async def test_users_past_the_retention_are_forgotten_and_their_index_reused(
     assert await redis.hgetall(KEYS.user_index) == {
         "kept": await redis.hget(KEYS.user_index, "kept")
     }
+    # Its bit may still be in a kept week's or month's bitmap: not handed out yet.
+    await store.touch("early")
+    assert await redis.hget(KEYS.user_index, "early") not in {index_of_gone, None}
+    # Once those have expired (as if the cooling had passed), it is, as never active.
+    await redis.zadd(KEYS.cooling_indexes, {str(index_of_gone): 0})
+    await store.sweep()
     await store.touch("newcomer")
     assert await redis.hget(KEYS.user_index, "newcomer") == index_of_gone
+    today = (await store.analytics.activity(ago(days=1), ago(), Granularity.DAY))[-1]
+    assert today.new_users == 3  # kept, early, newcomer: not "gone" again
 
 
 async def test_sweep_work_is_bounded_per_call(make_store: StoreFactory, redis: Redis) -> None:
@@ -794,6 +804,11 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.close_place_session(in_place.held)
     await store.changes((await store.changes(None, 5)).end_cursor, 5)
     await call_every_webhook_script(store)
+    await store.analytics.record_peak(2)
+    await store.analytics.activity(ago(days=2), datetime.now(UTC), Granularity.HOUR)
+    await store.analytics.activity(ago(days=40), datetime.now(UTC), Granularity.MONTH)
+    await store.analytics.retention(ago(days=20).date(), 3, 3, Granularity.WEEK)
+    await store.analytics.stickiness(None, 28)
     # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
     # (the test below).
     assert set(slots_of_calls) == set(ScriptName) - {

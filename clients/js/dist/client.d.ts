@@ -46,6 +46,12 @@ interface KeepHandlers<R> {
     completed?(): void;
     /** It was subscribed again by this client (not by a reconnect of the socket). */
     restarted?(): void;
+    /**
+     * The service refused the subscription's cursor (`after`): CURSOR_EXPIRED, or a cursor it
+     * does not know. Returns true when the handle dropped its cursor: then it is subscribed again
+     * at once without one (and `restarted` is called), and reads afresh.
+     */
+    expired?(error: PresenceError): boolean;
 }
 export type ClientEvents = {
     connection: [ConnectionState];
@@ -178,11 +184,16 @@ export type FollowEvents = {
 };
 /**
  * A live map of users to their presence: read (`presences`, or `onlineFriends` for a user's
- * friends) and kept by presenceChanged, subscribed first and read after. After every reconnect
- * it is read again, with the events that arrive meanwhile applied after the read (PresenceMap).
- * presenceChanged sends no message when it is in place, so the read is made once at once and
- * once more SETTLE_MS later: a change between the first read and the service's subscription is
- * not lost.
+ * friends) and kept by presenceChanged, subscribed first and read after. presenceChanged sends
+ * no message when it is in place, so the read is made once at once and once more SETTLE_MS
+ * later: a change between the first read and the service's subscription is not lost.
+ *
+ * After a reconnect it resumes: presenceChanged is subscribed again with `after`, the cursor of
+ * the last event it took, and the service sends the changes missed, then live ones; nothing is
+ * read. It reads afresh (as at first) only when it has no cursor (no event came yet), when no
+ * read of it has succeeded yet, or when the service refuses the cursor (CURSOR_EXPIRED: older
+ * than the feed keeps, or too many changes behind). For `friendsOf`, a friend added while the
+ * socket was down shows at their next change (as one added while it is up does).
  */
 export declare class Follow extends Store<FollowSnapshot> {
     #private;
@@ -194,6 +205,8 @@ export declare class Follow extends Store<FollowSnapshot> {
     get(userId: string): Presence | undefined;
     on<K extends keyof FollowEvents>(event: K, listener: (...args: FollowEvents[K]) => void): () => void;
     stop(): void;
+    /** The number of reads made: what a resume saves. */
+    get reads(): number;
 }
 /**
  * The user's own presence; null until a held session told who they are. `stale` is true while
@@ -255,9 +268,13 @@ export type PlaceEvents = {
 };
 /**
  * This tab in a place (placeSession, with its state) and the place's members (placeChanged:
- * who is there, then every change), kept through reconnects: after each, the new subscription's
- * first events and a placeMembers read replace the map, and who left meanwhile leaves it
- * (PlaceMap). `setState` sends at most `statesPerSecond` states a second, the latest always.
+ * who is there, then every change), kept through reconnects: after each, placeChanged resumes
+ * after the cursor of its last event, and the changes missed (who left meanwhile included)
+ * come as events, with nothing read. With no cursor (no event came yet), before its first
+ * placeMembers read has succeeded, or when the service refuses the cursor (CURSOR_EXPIRED), the
+ * new subscription's first events and a placeMembers read replace the map instead, and who
+ * left meanwhile leaves it (PlaceMap). `setState` sends at most `statesPerSecond` states a
+ * second, the latest always.
  */
 export declare class Place extends Store<PlaceSnapshot> {
     #private;
@@ -266,6 +283,8 @@ export declare class Place extends Store<PlaceSnapshot> {
     constructor(client: PresenceClient, placeId: string, options: JoinOptions);
     /** The members now, by key (PlaceMember.key). */
     get members(): ReadonlyMap<string, PlaceMember>;
+    /** The number of placeMembers reads made: what a resume saves. */
+    get reads(): number;
     on<K extends keyof PlaceEvents>(event: K, listener: (...args: PlaceEvents[K]) => void): () => void;
     onJoin(listener: (member: PlaceMember) => void): () => void;
     onUpdate(listener: (member: PlaceMember) => void): () => void;

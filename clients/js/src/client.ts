@@ -131,6 +131,28 @@ interface KeepHandlers<R> {
   completed?(): void;
   /** It was subscribed again by this client (not by a reconnect of the socket). */
   restarted?(): void;
+  /**
+   * The service refused the subscription's cursor (`after`): CURSOR_EXPIRED, or a cursor it
+   * does not know. Returns true when the handle dropped its cursor: then it is subscribed again
+   * at once without one (and `restarted` is called), and reads afresh.
+   */
+  expired?(error: PresenceError): boolean;
+}
+
+/** The variables of a subscription that resumes: `after`, the cursor of its last event. */
+interface Resumable {
+  after: string | null;
+}
+
+/**
+ * Drops a subscription's cursor when the service refused it (CURSOR_EXPIRED: older than the
+ * feed keeps; BAD_USER_INPUT: not a cursor of this service, say after its Redis was emptied).
+ */
+function dropRefusedCursor(variables: Resumable, error: PresenceError): boolean {
+  if (variables.after === null) return false;
+  if (error.code !== "CURSOR_EXPIRED" && error.code !== "BAD_USER_INPUT") return false;
+  variables.after = null;
+  return true;
 }
 
 // --- the client ---------------------------------------------------------------------------------
@@ -332,6 +354,11 @@ export class PresenceClient {
     const ended = (error: PresenceError): void => {
       if (stopped) return;
       unsubscribe();
+      if (handlers.expired?.(error)) {
+        start();
+        handlers.restarted?.();
+        return;
+      }
       if (!retriable(error)) {
         stopped = true;
         // A refused socket was told when it closed.
@@ -577,11 +604,16 @@ export type FollowEvents = {
 
 /**
  * A live map of users to their presence: read (`presences`, or `onlineFriends` for a user's
- * friends) and kept by presenceChanged, subscribed first and read after. After every reconnect
- * it is read again, with the events that arrive meanwhile applied after the read (PresenceMap).
- * presenceChanged sends no message when it is in place, so the read is made once at once and
- * once more SETTLE_MS later: a change between the first read and the service's subscription is
- * not lost.
+ * friends) and kept by presenceChanged, subscribed first and read after. presenceChanged sends
+ * no message when it is in place, so the read is made once at once and once more SETTLE_MS
+ * later: a change between the first read and the service's subscription is not lost.
+ *
+ * After a reconnect it resumes: presenceChanged is subscribed again with `after`, the cursor of
+ * the last event it took, and the service sends the changes missed, then live ones; nothing is
+ * read. It reads afresh (as at first) only when it has no cursor (no event came yet), when no
+ * read of it has succeeded yet, or when the service refuses the cursor (CURSOR_EXPIRED: older
+ * than the feed keeps, or too many changes behind). For `friendsOf`, a friend added while the
+ * socket was down shows at their next change (as one added while it is up does).
  */
 export class Follow extends Store<FollowSnapshot> {
   readonly #client: PresenceClient;
@@ -595,6 +627,9 @@ export class Follow extends Store<FollowSnapshot> {
   #stopped = false;
   #stale = false;
   #reads = 0;
+  /** A read has succeeded: with the events since, the map is whole. */
+  #whole = false;
+  readonly #resume: Resumable = { after: null };
 
   constructor(client: PresenceClient, target: readonly string[] | { friendsOf: string }) {
     super(Object.assign(new Map<string, Presence>(), { stale: false }));
@@ -605,16 +640,26 @@ export class Follow extends Store<FollowSnapshot> {
       this.#events.emit("change", presence, previous);
     });
     const handlers: KeepHandlers<{ presenceChanged: PresenceEvent }> = {
-      next: ({ presenceChanged }) => this.#map.applyEvent(presenceChanged),
+      next: ({ presenceChanged }) => {
+        this.#map.applyEvent(presenceChanged);
+        this.#resume.after = presenceChanged.cursor ?? null;
+      },
       failed: (error) => this.#events.emit("error", error),
-      restarted: () => this.#sync(),
+      restarted: () => this.#resumeOrSync(),
+      expired: (error) => dropRefusedCursor(this.#resume, error),
     };
     const friendsOf = "friendsOf" in this.#target ? this.#target.friendsOf : null;
+    // One object for every subscribe, on every socket: each takes the cursor it holds then.
+    const resume = this.#resume;
     this.#kept =
       friendsOf !== null
-        ? client.keep(FollowFriendsDocument, { friendsOf }, handlers)
-        : client.keep(FollowUsersDocument, { userIds: [...(this.#target as string[])] }, handlers);
-    this.#unlisten = client.onReconnect(() => this.#sync());
+        ? client.keep(FollowFriendsDocument, Object.assign(resume, { friendsOf }), handlers)
+        : client.keep(
+            FollowUsersDocument,
+            Object.assign(resume, { userIds: [...(this.#target as string[])] }),
+            handlers,
+          );
+    this.#unlisten = client.onReconnect(() => this.#resumeOrSync());
     this.#undown = client.onDown(() => {
       if (this.#stale || this.#stopped || this.getSnapshot().size === 0) return;
       this.#stale = true;
@@ -655,6 +700,21 @@ export class Follow extends Store<FollowSnapshot> {
     this.#publish();
   }
 
+  /** The number of reads made: what a resume saves. */
+  get reads(): number {
+    return this.#reads;
+  }
+
+  /** Subscribed again: resumed after its cursor, or read afresh when it cannot be. */
+  #resumeOrSync(): void {
+    if (this.#resume.after === null || !this.#whole) {
+      this.#sync();
+      return;
+    }
+    // The changes missed come as events: what the map holds is live once the socket is up.
+    this.#fresh();
+  }
+
   /** Reads now, and again once the subscription has surely been made. */
   #sync(): void {
     void this.#read();
@@ -686,6 +746,7 @@ export class Follow extends Store<FollowSnapshot> {
         }
         if (read === this.#reads) {
           this.#map.endRead(nodes, { absentAreOffline: true });
+          this.#whole = true;
           this.#fresh();
         }
       } else {
@@ -696,6 +757,7 @@ export class Follow extends Store<FollowSnapshot> {
         }
         if (read === this.#reads) {
           this.#map.endRead(nodes);
+          this.#whole = true;
           this.#fresh();
         }
       }
@@ -819,9 +881,13 @@ const RESYNC_WAIT_MS = 1000;
 
 /**
  * This tab in a place (placeSession, with its state) and the place's members (placeChanged:
- * who is there, then every change), kept through reconnects: after each, the new subscription's
- * first events and a placeMembers read replace the map, and who left meanwhile leaves it
- * (PlaceMap). `setState` sends at most `statesPerSecond` states a second, the latest always.
+ * who is there, then every change), kept through reconnects: after each, placeChanged resumes
+ * after the cursor of its last event, and the changes missed (who left meanwhile included)
+ * come as events, with nothing read. With no cursor (no event came yet), before its first
+ * placeMembers read has succeeded, or when the service refuses the cursor (CURSOR_EXPIRED), the
+ * new subscription's first events and a placeMembers read replace the map instead, and who
+ * left meanwhile leaves it (PlaceMap). `setState` sends at most `statesPerSecond` states a
+ * second, the latest always.
  */
 export class Place extends Store<PlaceSnapshot> {
   readonly placeId: string;
@@ -847,6 +913,10 @@ export class Place extends Store<PlaceSnapshot> {
   #refusal: PresenceError | null = null;
   #firstEvent: (() => void) | null = null;
   #syncs = 0;
+  #reads = 0;
+  /** A placeMembers read has succeeded: with the events since, the map is whole. */
+  #whole = false;
+  readonly #resume: Resumable & { placeId: string };
 
   constructor(client: PresenceClient, placeId: string, options: JoinOptions) {
     super({ members: [], live: false, stale: false, ended: null, error: null });
@@ -863,19 +933,19 @@ export class Place extends Store<PlaceSnapshot> {
       (state) => this.#sendState(state),
       1000 / (options.statesPerSecond ?? 20),
     );
-    this.#watch = client.keep(
-      WatchPlaceDocument,
-      { placeId },
-      {
-        next: ({ placeChanged }) => {
-          const change = this.#map.apply(placeChanged);
-          this.#firstEvent?.();
-          if (change) this.#changed([change]);
-        },
-        failed: (error) => this.#stop(null, error),
-        restarted: () => void this.#resync(),
+    // One object for every subscribe, on every socket: each takes the cursor it holds then.
+    this.#resume = { placeId, after: null };
+    this.#watch = client.keep(WatchPlaceDocument, this.#resume, {
+      next: ({ placeChanged }) => {
+        const change = this.#map.apply(placeChanged);
+        this.#resume.after = placeChanged.cursor ?? null;
+        this.#firstEvent?.();
+        if (change) this.#changed([change]);
       },
-    );
+      failed: (error) => this.#stop(null, error),
+      restarted: () => this.#resumeOrResync(),
+      expired: (error) => dropRefusedCursor(this.#resume, error),
+    });
     this.#hold = client.keep(HoldPlaceDocument, this.#holdVariables, {
       next: ({ placeSession: state }) => {
         if (state.live) {
@@ -899,7 +969,7 @@ export class Place extends Store<PlaceSnapshot> {
       this.#live = false;
       this.#refusal = null;
       this.#publish();
-      void this.#resync();
+      this.#resumeOrResync();
     });
     this.#undown = client.onDown(() => {
       const refusal = client.refusal;
@@ -917,6 +987,11 @@ export class Place extends Store<PlaceSnapshot> {
   /** The members now, by key (PlaceMember.key). */
   get members(): ReadonlyMap<string, PlaceMember> {
     return this.#map.members;
+  }
+
+  /** The number of placeMembers reads made: what a resume saves. */
+  get reads(): number {
+    return this.#reads;
   }
 
   on<K extends keyof PlaceEvents>(event: K, listener: (...args: PlaceEvents[K]) => void): () => void {
@@ -959,6 +1034,21 @@ export class Place extends Store<PlaceSnapshot> {
       .catch((error: unknown) => this.#events.emit("error", asError(error)));
   }
 
+  /** Subscribed again: resumed after its cursor, or read afresh when it cannot be. */
+  #resumeOrResync(): void {
+    if (this.#resume.after === null || !this.#whole) {
+      void this.#resync();
+      return;
+    }
+    // The changes missed come as events: the members are live once the socket is up.
+    this.#syncs++; // a resync still waiting is not needed any more
+    this.#map.keepAfterFailedResync();
+    if (this.#client.connection === "connected" && this.#stale) {
+      this.#stale = false;
+      this.#publish();
+    }
+  }
+
   async #resync(): Promise<void> {
     const sync = ++this.#syncs;
     this.#map.beginResync();
@@ -974,9 +1064,11 @@ export class Place extends Store<PlaceSnapshot> {
     });
     if (sync !== this.#syncs || this.#ended !== null) return;
     try {
+      this.#reads++;
       const read = await this.#client.request(PlaceMembersDocument, { placeId: this.placeId });
       if (sync !== this.#syncs || !this.#map.resyncing) return;
       const changes = this.#map.endResync(read.placeMembers.nodes);
+      this.#whole = true;
       if (this.#client.connection === "connected") this.#stale = false;
       this.#changed(changes);
       if (changes.length === 0) this.#publish();

@@ -20,6 +20,8 @@ export interface PlaceEvent {
   sessionId: string;
   at: string;
   state: PlaceState | null;
+  /** Where the event stands in the service's feed: a subscription resumes after it. */
+  cursor?: string;
 }
 
 /** A placeMembers node. */
@@ -45,7 +47,8 @@ const sameState = (a: PlaceState | null, b: PlaceState | null): boolean =>
  * The members of a place, from placeChanged: its first JOINED events (who is there when it
  * starts), then every JOINED, UPDATED and LEFT in order, which the service sends once each.
  *
- * After a reconnect the subscription starts again with who is there now, and whoever left
+ * After a reconnect with a cursor, the subscription resumes: the changes missed come as events.
+ * Without one, the subscription starts again with who is there now, and whoever left
  * meanwhile must go: `beginResync()` when it starts again, then `endResync(read)` with a
  * placeMembers read sent after its first event came (so after the service subscribed it). A
  * member that no event since beginResync named and the read does not list has left. Events since

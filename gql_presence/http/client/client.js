@@ -67,6 +67,18 @@ export function tabSessionId() {
         return fresh(); // no storage (Node, a sandboxed frame)
     }
 }
+/**
+ * Drops a subscription's cursor when the service refused it (CURSOR_EXPIRED: older than the
+ * feed keeps; BAD_USER_INPUT: not a cursor of this service, say after its Redis was emptied).
+ */
+function dropRefusedCursor(variables, error) {
+    if (variables.after === null)
+        return false;
+    if (error.code !== "CURSOR_EXPIRED" && error.code !== "BAD_USER_INPUT")
+        return false;
+    variables.after = null;
+    return true;
+}
 export class PresenceClient {
     #socket;
     #backoff;
@@ -236,6 +248,11 @@ export class PresenceClient {
             if (stopped)
                 return;
             unsubscribe();
+            if (handlers.expired?.(error)) {
+                start();
+                handlers.restarted?.();
+                return;
+            }
             if (!retriable(error)) {
                 stopped = true;
                 // A refused socket was told when it closed.
@@ -419,11 +436,16 @@ export class PresenceHold extends Store {
 const SETTLE_MS = 1000;
 /**
  * A live map of users to their presence: read (`presences`, or `onlineFriends` for a user's
- * friends) and kept by presenceChanged, subscribed first and read after. After every reconnect
- * it is read again, with the events that arrive meanwhile applied after the read (PresenceMap).
- * presenceChanged sends no message when it is in place, so the read is made once at once and
- * once more SETTLE_MS later: a change between the first read and the service's subscription is
- * not lost.
+ * friends) and kept by presenceChanged, subscribed first and read after. presenceChanged sends
+ * no message when it is in place, so the read is made once at once and once more SETTLE_MS
+ * later: a change between the first read and the service's subscription is not lost.
+ *
+ * After a reconnect it resumes: presenceChanged is subscribed again with `after`, the cursor of
+ * the last event it took, and the service sends the changes missed, then live ones; nothing is
+ * read. It reads afresh (as at first) only when it has no cursor (no event came yet), when no
+ * read of it has succeeded yet, or when the service refuses the cursor (CURSOR_EXPIRED: older
+ * than the feed keeps, or too many changes behind). For `friendsOf`, a friend added while the
+ * socket was down shows at their next change (as one added while it is up does).
  */
 export class Follow extends Store {
     #client;
@@ -437,6 +459,9 @@ export class Follow extends Store {
     #stopped = false;
     #stale = false;
     #reads = 0;
+    /** A read has succeeded: with the events since, the map is whole. */
+    #whole = false;
+    #resume = { after: null };
     constructor(client, target) {
         super(Object.assign(new Map(), { stale: false }));
         this.#client = client;
@@ -446,16 +471,22 @@ export class Follow extends Store {
             this.#events.emit("change", presence, previous);
         });
         const handlers = {
-            next: ({ presenceChanged }) => this.#map.applyEvent(presenceChanged),
+            next: ({ presenceChanged }) => {
+                this.#map.applyEvent(presenceChanged);
+                this.#resume.after = presenceChanged.cursor ?? null;
+            },
             failed: (error) => this.#events.emit("error", error),
-            restarted: () => this.#sync(),
+            restarted: () => this.#resumeOrSync(),
+            expired: (error) => dropRefusedCursor(this.#resume, error),
         };
         const friendsOf = "friendsOf" in this.#target ? this.#target.friendsOf : null;
+        // One object for every subscribe, on every socket: each takes the cursor it holds then.
+        const resume = this.#resume;
         this.#kept =
             friendsOf !== null
-                ? client.keep(FollowFriendsDocument, { friendsOf }, handlers)
-                : client.keep(FollowUsersDocument, { userIds: [...this.#target] }, handlers);
-        this.#unlisten = client.onReconnect(() => this.#sync());
+                ? client.keep(FollowFriendsDocument, Object.assign(resume, { friendsOf }), handlers)
+                : client.keep(FollowUsersDocument, Object.assign(resume, { userIds: [...this.#target] }), handlers);
+        this.#unlisten = client.onReconnect(() => this.#resumeOrSync());
         this.#undown = client.onDown(() => {
             if (this.#stale || this.#stopped || this.getSnapshot().size === 0)
                 return;
@@ -492,6 +523,19 @@ export class Follow extends Store {
         this.#stale = false;
         this.#publish();
     }
+    /** The number of reads made: what a resume saves. */
+    get reads() {
+        return this.#reads;
+    }
+    /** Subscribed again: resumed after its cursor, or read afresh when it cannot be. */
+    #resumeOrSync() {
+        if (this.#resume.after === null || !this.#whole) {
+            this.#sync();
+            return;
+        }
+        // The changes missed come as events: what the map holds is live once the socket is up.
+        this.#fresh();
+    }
     /** Reads now, and again once the subscription has surely been made. */
     #sync() {
         void this.#read();
@@ -525,6 +569,7 @@ export class Follow extends Store {
                 }
                 if (read === this.#reads) {
                     this.#map.endRead(nodes, { absentAreOffline: true });
+                    this.#whole = true;
                     this.#fresh();
                 }
             }
@@ -536,6 +581,7 @@ export class Follow extends Store {
                 }
                 if (read === this.#reads) {
                     this.#map.endRead(nodes);
+                    this.#whole = true;
                     this.#fresh();
                 }
             }
@@ -602,9 +648,13 @@ export class MyStatus extends Store {
 const RESYNC_WAIT_MS = 1000;
 /**
  * This tab in a place (placeSession, with its state) and the place's members (placeChanged:
- * who is there, then every change), kept through reconnects: after each, the new subscription's
- * first events and a placeMembers read replace the map, and who left meanwhile leaves it
- * (PlaceMap). `setState` sends at most `statesPerSecond` states a second, the latest always.
+ * who is there, then every change), kept through reconnects: after each, placeChanged resumes
+ * after the cursor of its last event, and the changes missed (who left meanwhile included)
+ * come as events, with nothing read. With no cursor (no event came yet), before its first
+ * placeMembers read has succeeded, or when the service refuses the cursor (CURSOR_EXPIRED), the
+ * new subscription's first events and a placeMembers read replace the map instead, and who
+ * left meanwhile leaves it (PlaceMap). `setState` sends at most `statesPerSecond` states a
+ * second, the latest always.
  */
 export class Place extends Store {
     placeId;
@@ -625,6 +675,10 @@ export class Place extends Store {
     #refusal = null;
     #firstEvent = null;
     #syncs = 0;
+    #reads = 0;
+    /** A placeMembers read has succeeded: with the events since, the map is whole. */
+    #whole = false;
+    #resume;
     constructor(client, placeId, options) {
         super({ members: [], live: false, stale: false, ended: null, error: null });
         this.#client = client;
@@ -637,15 +691,19 @@ export class Place extends Store {
             state: options.state ?? null,
         };
         this.#throttle = new LatestWinsThrottle((state) => this.#sendState(state), 1000 / (options.statesPerSecond ?? 20));
-        this.#watch = client.keep(WatchPlaceDocument, { placeId }, {
+        // One object for every subscribe, on every socket: each takes the cursor it holds then.
+        this.#resume = { placeId, after: null };
+        this.#watch = client.keep(WatchPlaceDocument, this.#resume, {
             next: ({ placeChanged }) => {
                 const change = this.#map.apply(placeChanged);
+                this.#resume.after = placeChanged.cursor ?? null;
                 this.#firstEvent?.();
                 if (change)
                     this.#changed([change]);
             },
             failed: (error) => this.#stop(null, error),
-            restarted: () => void this.#resync(),
+            restarted: () => this.#resumeOrResync(),
+            expired: (error) => dropRefusedCursor(this.#resume, error),
         });
         this.#hold = client.keep(HoldPlaceDocument, this.#holdVariables, {
             next: ({ placeSession: state }) => {
@@ -672,7 +730,7 @@ export class Place extends Store {
             this.#live = false;
             this.#refusal = null;
             this.#publish();
-            void this.#resync();
+            this.#resumeOrResync();
         });
         this.#undown = client.onDown(() => {
             const refusal = client.refusal;
@@ -689,6 +747,10 @@ export class Place extends Store {
     /** The members now, by key (PlaceMember.key). */
     get members() {
         return this.#map.members;
+    }
+    /** The number of placeMembers reads made: what a resume saves. */
+    get reads() {
+        return this.#reads;
     }
     on(event, listener) {
         return this.#events.on(event, listener);
@@ -725,6 +787,20 @@ export class Place extends Store {
         })
             .catch((error) => this.#events.emit("error", asError(error)));
     }
+    /** Subscribed again: resumed after its cursor, or read afresh when it cannot be. */
+    #resumeOrResync() {
+        if (this.#resume.after === null || !this.#whole) {
+            void this.#resync();
+            return;
+        }
+        // The changes missed come as events: the members are live once the socket is up.
+        this.#syncs++; // a resync still waiting is not needed any more
+        this.#map.keepAfterFailedResync();
+        if (this.#client.connection === "connected" && this.#stale) {
+            this.#stale = false;
+            this.#publish();
+        }
+    }
     async #resync() {
         const sync = ++this.#syncs;
         this.#map.beginResync();
@@ -742,10 +818,12 @@ export class Place extends Store {
         if (sync !== this.#syncs || this.#ended !== null)
             return;
         try {
+            this.#reads++;
             const read = await this.#client.request(PlaceMembersDocument, { placeId: this.placeId });
             if (sync !== this.#syncs || !this.#map.resyncing)
                 return;
             const changes = this.#map.endResync(read.placeMembers.nodes);
+            this.#whole = true;
             if (this.#client.connection === "connected")
                 this.#stale = false;
             this.#changed(changes);

@@ -9,7 +9,7 @@ const later = (a, b) => (Date.parse(b) > Date.parse(a) ? b : a);
 /**
  * Users' presence, from reads (`presences`, `onlineFriends`) and presenceChanged events.
  *
- * Events are not replayed, so a follower subscribes first and reads after: `beginRead()` before
+ * A follower with no cursor to resume from subscribes first and reads after: `beginRead()` before
  * the read is sent, `endRead(read)` with its answer. The events that arrive meanwhile wait and are
  * applied after the read, in their order: each event carries the whole presence after it
  * (online, status, custom status), and one user's events come in the order of their changes, so

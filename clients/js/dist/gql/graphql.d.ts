@@ -84,12 +84,14 @@ export type PresenceFieldsFragment = {
 };
 export type FollowUsersSubscriptionVariables = Exact<{
     userIds?: Array<string | number> | string | number | null | undefined;
+    after?: string | null | undefined;
 }>;
 export type FollowUsersSubscription = {
     presenceChanged: {
         userId: string;
         kind: PresenceEventKind;
         at: string;
+        cursor: string;
         online: boolean;
         status: PresenceStatus;
         customStatus: {
@@ -101,12 +103,14 @@ export type FollowUsersSubscription = {
 };
 export type FollowFriendsSubscriptionVariables = Exact<{
     friendsOf: string | number;
+    after?: string | null | undefined;
 }>;
 export type FollowFriendsSubscription = {
     presenceChanged: {
         userId: string;
         kind: PresenceEventKind;
         at: string;
+        cursor: string;
         online: boolean;
         status: PresenceStatus;
         customStatus: {
@@ -120,6 +124,7 @@ export type EventFieldsFragment = {
     userId: string;
     kind: PresenceEventKind;
     at: string;
+    cursor: string;
     online: boolean;
     status: PresenceStatus;
     customStatus: {
@@ -222,10 +227,12 @@ export type HoldPlaceSubscription = {
 };
 export type WatchPlaceSubscriptionVariables = Exact<{
     placeId: string | number;
+    after?: string | null | undefined;
 }>;
 export type WatchPlaceSubscription = {
     placeChanged: {
         kind: PlaceEventKind;
+        cursor: string;
         userId: string;
         sessionId: string;
         at: string;

@@ -29,6 +29,7 @@ export const EventFieldsFragmentDoc = new TypedDocumentString(`
   userId
   kind
   at
+  cursor
   online
   status
   customStatus {
@@ -57,8 +58,8 @@ export const SetSessionIdleDocument = new TypedDocumentString(`
 }
     `);
 export const FollowUsersDocument = new TypedDocumentString(`
-    subscription FollowUsers($userIds: [ID!]) {
-  presenceChanged(userIds: $userIds) {
+    subscription FollowUsers($userIds: [ID!], $after: String) {
+  presenceChanged(userIds: $userIds, after: $after) {
     ...EventFields
   }
 }
@@ -66,6 +67,7 @@ export const FollowUsersDocument = new TypedDocumentString(`
   userId
   kind
   at
+  cursor
   online
   status
   customStatus {
@@ -75,8 +77,8 @@ export const FollowUsersDocument = new TypedDocumentString(`
   }
 }`);
 export const FollowFriendsDocument = new TypedDocumentString(`
-    subscription FollowFriends($friendsOf: ID!) {
-  presenceChanged(friendsOf: $friendsOf) {
+    subscription FollowFriends($friendsOf: ID!, $after: String) {
+  presenceChanged(friendsOf: $friendsOf, after: $after) {
     ...EventFields
   }
 }
@@ -84,6 +86,7 @@ export const FollowFriendsDocument = new TypedDocumentString(`
   userId
   kind
   at
+  cursor
   online
   status
   customStatus {
@@ -190,9 +193,10 @@ export const HoldPlaceDocument = new TypedDocumentString(`
 }
     `);
 export const WatchPlaceDocument = new TypedDocumentString(`
-    subscription WatchPlace($placeId: ID!) {
-  placeChanged(placeId: $placeId) {
+    subscription WatchPlace($placeId: ID!, $after: String) {
+  placeChanged(placeId: $placeId, after: $after) {
     kind
+    cursor
     userId
     sessionId
     at

@@ -1,0 +1,195 @@
+"""activity, retention and stickiness in the store: each figure against a reference computed
+from the activities the test made (tests/analytics/reference.py), at the edges of periods:
+midnight and Monday in the stats time zone, a DST change, a month's end, and a session held
+across midnight; on Redis 6.2 and Valkey 9, with one shard and with three."""
+
+from __future__ import annotations
+
+import random
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from gql_presence.store import Granularity, PresenceStore
+from gql_presence.store.errors import BadInputError
+from tests.analytics.reference import Reference, as_rows
+from tests.conftest import StoreFactory
+
+ZONE = ZoneInfo("Europe/Berlin")
+DAY_MS = 86_400_000
+KEEP = {"retention_ms": 240 * DAY_MS, "hourly_ms": 240 * DAY_MS, "stats_timezone": ZONE.key}
+ONE_MS = timedelta(milliseconds=1)
+
+
+def local(day: date, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime.combine(day, time(hour, minute), ZONE).astimezone(UTC)
+
+
+def last_dst_change(now: datetime) -> datetime:
+    """The latest change of the zone's offset at least two days ago (UTC, to the hour)."""
+    at = now.replace(minute=0, second=0, microsecond=0) - timedelta(days=2)
+    while at.astimezone(ZONE).utcoffset() == (at - timedelta(hours=1)).astimezone(ZONE).utcoffset():
+        at -= timedelta(hours=1)
+    return at
+
+
+async def backfill(store: PresenceStore, reference: Reference, now: datetime) -> datetime:
+    """Activities at every edge and at random times since before the last DST change; returns
+    when the earliest was."""
+    rng = random.Random(36)  # noqa: S311 - sample data
+    users = [f"user-{i}" for i in range(30)]
+    today = now.astimezone(ZONE).date()
+    change = last_dst_change(now)
+    monday = today - timedelta(days=today.weekday() or 7)
+    month_start = today.replace(day=1)
+    edges = [change - timedelta(minutes=30), change, change + timedelta(minutes=30)]
+    edges += [change + timedelta(hours=h) for h in (2, 23, 25)]
+    for day in (today - timedelta(days=1), today - timedelta(days=2), monday, month_start):
+        edges += [local(day) - ONE_MS, local(day), local(day, 0, 30)]
+    earliest = change - timedelta(days=3)
+    span = (now - earliest).total_seconds()
+    moments = edges + [earliest + timedelta(seconds=rng.uniform(0, span)) for _ in range(60)]
+    for at in sorted(m for m in moments if m < now - timedelta(minutes=2)):
+        who = rng.sample(users, rng.randint(1, 8))
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    return earliest
+
+
+@pytest.fixture(params=[1, 3], ids=["one-shard", "three-shards"])
+def shards(request: pytest.FixtureRequest) -> int:
+    count: int = request.param
+    return count
+
+
+async def test_activity_matches_the_reference_at_every_granularity(
+    make_store: StoreFactory, shards: int
+) -> None:
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    earliest = await backfill(store, reference, now)
+    # A session held across midnight: open now, its lease renewed yesterday before midnight.
+    await store.touch_many(["held"], at=earliest)
+    reference.add(["held"], earliest)
+    await store.open_session("held", "tab")
+    reference.add(["held"], datetime.now(UTC))
+    renewed = local(now.astimezone(ZONE).date()) - timedelta(seconds=1)
+    await store.renew_leases(at=renewed)
+    reference.add(["held"], renewed)
+    now = datetime.now(UTC)
+    change = last_dst_change(now)
+    ranges = {
+        Granularity.DAY: (earliest - timedelta(days=2), now),
+        Granularity.WEEK: (earliest - timedelta(days=8), now),
+        Granularity.MONTH: (earliest - timedelta(days=40), now),
+        Granularity.HOUR: (change - timedelta(hours=30), change + timedelta(hours=30)),
+    }
+    for granularity, (start, end) in ranges.items():
+        periods = await store.analytics.activity(start, end, granularity)
+        starts = reference.periods(start, end, granularity.value)
+        assert [p.start for p in periods] == starts, granularity
+        expected = [reference.activity(s, granularity.value) for s in starts]
+        assert as_rows(periods) == expected, granularity
+    latest = await store.analytics.activity(now - timedelta(hours=72), now, Granularity.HOUR)
+    starts = reference.periods(now - timedelta(hours=72), now, "HOUR")
+    assert as_rows(latest) == [reference.activity(s, "HOUR") for s in starts]
+    days = await store.analytics.activity(now - timedelta(days=2), now, Granularity.DAY)
+    assert [p.active_users for p in days][-2:] == [
+        reference.activity(p.start, "DAY")["activeUsers"] for p in days[-2:]
+    ]
+
+
+async def test_retention_and_stickiness_match_the_reference(
+    make_store: StoreFactory, shards: int
+) -> None:
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    earliest = await backfill(store, reference, now)
+    now = datetime.now(UTC)
+    first_day = earliest.astimezone(ZONE).date()
+    asked = [
+        (Granularity.WEEK, first_day, 40, 12),
+        (Granularity.DAY, first_day, 10, 30),
+        (Granularity.MONTH, first_day - timedelta(days=20), 9, 8),
+        (Granularity.DAY, now.astimezone(ZONE).date() - timedelta(days=5), 8, 3),
+        (Granularity.HOUR, last_dst_change(now).astimezone(ZONE).date(), 30, 4),
+    ]
+    for granularity, start, cohorts, periods in asked:
+        rows = await store.analytics.retention(start, cohorts, periods, granularity)
+        expected = reference.retention(start, cohorts, periods, granularity.value, now)
+        assert [(r.start, r.size, list(r.retained)) for r in rows] == expected, granularity
+    today = now.astimezone(ZONE).date()
+    for end_date, days in ((today, 28), (today, 90), (today - timedelta(days=3), 1)):
+        sticky = await store.analytics.stickiness(end_date, days)
+        active, ratio, histogram = reference.stickiness(end_date, days)
+        assert (sticky.end_date, sticky.days) == (end_date, days)
+        assert (sticky.active_users, list(sticky.active_days)) == (active, histogram)
+        assert sticky.ratio == pytest.approx(ratio)
+    assert (await store.analytics.stickiness(None, 28)).end_date == today
+
+
+async def test_a_backfilled_activity_moves_a_users_first_day_back(store: PresenceStore) -> None:
+    now = datetime.now(UTC)
+    await store.touch_many(["ann"], at=now - timedelta(days=2))
+    await store.touch_many(["ann"], at=now - timedelta(days=33))
+    days = await store.analytics.activity(now - timedelta(days=34), now, Granularity.DAY)
+    new = [p.new_users for p in days]
+    assert sum(new) == 1
+    assert [p.active_users for p in days] == [
+        int(p.start <= now - timedelta(days=2) < p.start + timedelta(days=1))
+        or int(p.start <= now - timedelta(days=33) < p.start + timedelta(days=1))
+        for p in days
+    ]
+    first_active = next(p for p in days if p.active_users)
+    assert first_active.new_users == 1
+    for granularity in (Granularity.WEEK, Granularity.MONTH):
+        periods = await store.analytics.activity(now - timedelta(days=70), now, granularity)
+        holding = [p for p in periods if p.start <= now - timedelta(days=33)][-1]
+        assert [p.new_users for p in periods] == [int(p is holding) for p in periods]
+
+
+async def test_periods_outside_what_is_kept_count_zero(make_store: StoreFactory) -> None:
+    writer = make_store(retention_ms=10 * DAY_MS, hourly_ms=10 * DAY_MS)
+    now = datetime.now(UTC)
+    await writer.touch_many(["ann", "bob"], at=now - timedelta(days=3))
+    reader = make_store(retention_ms=DAY_MS, hourly_ms=DAY_MS)
+    for granularity in (Granularity.HOUR, Granularity.DAY):
+        periods = await reader.analytics.activity(now - timedelta(days=4), now, granularity)
+        assert sum(p.active_users for p in periods) == 0, granularity
+    weeks = await reader.analytics.activity(now - timedelta(days=12), now, Granularity.WEEK)
+    assert sum(p.active_users for p in weeks) == 2  # weeks are kept PRESENCE_ANALYTICS_DAYS
+    assert (await reader.analytics.stickiness(None, 7)).active_users == 0
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda s, now: s.analytics.activity(now, now - timedelta(hours=1), Granularity.DAY),
+            "from must not be later than to",
+        ),
+        (
+            lambda s, now: s.analytics.activity(now - timedelta(days=32), now, Granularity.HOUR),
+            "at most 744 periods",
+        ),
+        (
+            lambda s, now: s.analytics.retention(now.date(), 0, 12, Granularity.WEEK),
+            "cohorts must be between 1 and 52",
+        ),
+        (
+            lambda s, now: s.analytics.retention(now.date(), 12, 53, Granularity.WEEK),
+            "periods must be between 1 and 52",
+        ),
+        (lambda s, now: s.analytics.stickiness(None, 91), "days must be between 1 and 90"),
+        (lambda s, now: s.analytics.stickiness(None, 0), "days must be between 1 and 90"),
+        (lambda s, now: s.analytics.stickiness(date(1, 1, 1), 7), "Dates must lie between"),
+    ],
+)
+async def test_bad_input_says_what_is_allowed(
+    store: PresenceStore, call: object, message: str
+) -> None:
+    with pytest.raises(BadInputError, match=message):
+        await call(store, datetime.now(UTC))  # type: ignore[operator]

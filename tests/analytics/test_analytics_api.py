@@ -1,0 +1,135 @@
+"""activity, retention and stickiness over HTTP, on one Redis, three shards and a cluster:
+the figures against the reference, who may ask, and what bad input is told."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from aiohttp.test_utils import TestClient
+
+from gql_presence.app import create_app
+from gql_presence.running.redis_server import RedisServer
+from gql_presence.store import PresenceStore
+from tests.analytics.reference import Reference
+from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
+from tests.helpers import BACKEND_TOKEN, SECURED, as_user, user_token
+
+ACTIVITY = """query ($from: DateTime!, $to: DateTime!, $g: Granularity!) {
+  activity(from: $from, to: $to, granularity: $g) {
+    start activeUsers newUsers returningUsers resurrectedUsers dormantUsers peakOnline peakAt
+  }
+}"""
+RETENTION = """query ($from: Date!, $cohorts: Int!, $periods: Int!, $g: Granularity!) {
+  retention(from: $from, cohorts: $cohorts, periods: $periods, granularity: $g) {
+    start size retained
+  }
+}"""
+STICKINESS = """query ($end: Date, $days: Int!) {
+  stickiness(endDate: $end, days: $days) { endDate days activeUsers ratio activeDays }
+}"""
+FIGURES = ("activeUsers", "newUsers", "returningUsers", "resurrectedUsers", "dormantUsers")
+
+
+def iso(moment: datetime) -> str:
+    """As the service writes a DateTime: UTC, to the millisecond."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+async def backfill(store: PresenceStore, now: datetime) -> Reference:
+    rng = random.Random(4)  # noqa: S311 - sample data
+    reference = Reference(ZoneInfo("UTC"))
+    users = [f"u{i}" for i in range(40)]  # spread over the three shards
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    moments = [midnight - timedelta(milliseconds=1), midnight, midnight - timedelta(days=1)]
+    moments += [now - timedelta(seconds=rng.uniform(120, 9 * 86_400)) for _ in range(25)]
+    for at in sorted(m for m in moments if m < now - timedelta(minutes=2)):
+        who = rng.sample(users, rng.randint(1, 12))
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    return reference
+
+
+@EVERY_DEPLOYMENT
+async def test_the_figures_match_the_reference_on_every_deployment(
+    api: TestClient[Any, Any], store_of_api: PresenceStore
+) -> None:
+    now = datetime.now(UTC)
+    reference = await backfill(store_of_api, now)
+    for granularity, start in (
+        ("DAY", now - timedelta(days=10)),
+        ("HOUR", now - timedelta(days=2)),
+    ):
+        body = await graphql(
+            api, ACTIVITY, **{"from": iso(start), "to": iso(now), "g": granularity}
+        )
+        rows = body["data"]["activity"]
+        starts = reference.periods(start, now, granularity)
+        assert [row["start"] for row in rows] == [iso(s) for s in starts]
+        assert [{k: row[k] for k in FIGURES} for row in rows] == [
+            reference.activity(s, granularity) for s in starts
+        ]
+    first = (now - timedelta(days=9)).date()
+    body = await graphql(
+        api, RETENTION, **{"from": first.isoformat(), "cohorts": 10, "periods": 9, "g": "DAY"}
+    )
+    expected = reference.retention(first, 10, 9, "DAY", datetime.now(UTC))
+    assert [(r["start"], r["size"], r["retained"]) for r in body["data"]["retention"]] == [
+        (iso(start), size, retained) for start, size, retained in expected
+    ]
+    body = await graphql(api, STICKINESS, end=None, days=14)
+    sticky = body["data"]["stickiness"]
+    active, ratio, histogram = reference.stickiness(now.date(), 14)
+    assert (sticky["activeUsers"], sticky["activeDays"], sticky["days"]) == (active, histogram, 14)
+    assert abs(sticky["ratio"] - ratio) < 1e-9
+
+
+async def test_bad_input_is_refused_saying_what_is_allowed(api: TestClient[Any, Any]) -> None:
+    now = datetime.now(UTC)
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        (ACTIVITY, {"from": iso(now - timedelta(days=40)), "to": iso(now), "g": "HOUR"}, "744"),
+        (ACTIVITY, {"from": iso(now), "to": iso(now - timedelta(days=1)), "g": "DAY"}, "later"),
+        (
+            RETENTION,
+            {"from": now.date().isoformat(), "cohorts": 53, "periods": 2, "g": "WEEK"},
+            "1 and 52",
+        ),
+        (
+            RETENTION,
+            {"from": now.date().isoformat(), "cohorts": 2, "periods": 0, "g": "WEEK"},
+            "1 and 52",
+        ),
+        (STICKINESS, {"end": None, "days": 91}, "1 and 90"),
+    ]
+    for query, variables, allowed in cases:
+        body = await graphql(api, query, **variables)
+        assert error_codes(body) == ["BAD_USER_INPUT"], body
+        assert allowed in body["errors"][0]["message"]
+
+
+async def test_backends_may_ask_and_users_only_where_they_see_everyone(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    now = datetime.now(UTC)
+    asks: list[tuple[str, dict[str, Any]]] = [
+        (ACTIVITY, {"from": iso(now - timedelta(days=1)), "to": iso(now), "g": "DAY"}),
+        (RETENTION, {"from": now.date().isoformat(), "cohorts": 1, "periods": 1, "g": "WEEK"}),
+        (STICKINESS, {"end": None, "days": 7}),
+    ]
+    closed = await aiohttp_client(
+        create_app(dataclasses.replace(SECURED, redis_url=redis_server.url))
+    )
+    opened = await aiohttp_client(
+        create_app(
+            dataclasses.replace(SECURED, redis_url=redis_server.url, users_see_everyone=True)
+        )
+    )
+    for query, variables in asks:
+        assert "errors" not in await as_user(closed, BACKEND_TOKEN, query, **variables)
+        refused = await as_user(closed, user_token("alice"), query, **variables)
+        assert error_codes(refused) == ["FORBIDDEN"]
+        assert "PRESENCE_USERS_SEE_EVERYONE" in refused["errors"][0]["message"]
+        assert "errors" not in await as_user(opened, user_token("alice"), query, **variables)
