@@ -12,8 +12,9 @@ aiohttp process that answers 204 at once and reads nothing but the changes' coun
   machine's clock), p50 and p99.
 - The rest of the service: touch requests a second (20 clients, each touch a change) and the
   service's CPU per touch, on one process, with no webhook and with ten, in alternate rounds.
-- Fan-out: N WebSocket subscribers (default 500) of one document following ten users, changes
-  of one of them (touch and kick alternating, C a second for S seconds), and the service's CPU
+- Fan-out: M WebSocket subscribers (`--subscribers`, 500) of one document following ten users,
+  changes of one of them (touch and kick alternating, `--fanout-rate` 10 a second for
+  `--fanout-seconds` 10), and the service's CPU
   from the first change until every event and every webhook's delivery has arrived, divided by
   the events delivered to the subscribers; with no webhook, with ten that ask for none of these
   changes, and with ten sent every one, in alternate rounds.
