@@ -117,6 +117,7 @@ function heatMap(id, cohorts) {
 }
 
 function duration(seconds) {
+  if (seconds < 10) return +seconds.toFixed(1) + " s";
   if (seconds < 60) return Math.round(seconds) + " s";
   if (seconds < 3600) return Math.round(seconds / 60) + " min";
   if (seconds < DAY_MS / 1000) return +(seconds / 3600).toFixed(1) + " h";
