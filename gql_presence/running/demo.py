@@ -115,17 +115,21 @@ async def fill(
     window_s = settings.window_ms / 1000
     since_midnight = now - datetime.combine(today, time(0), settings.stats_zone)
     week: list[Awaitable[object]] = []
+    peaks: list[Awaitable[object]] = []
     for days_ago in range(6, -1, -1):
         midnight = datetime.combine(today - timedelta(days=days_ago), time(0), settings.stats_zone)
         # Today's touches end before the window, which the users online now fill.
         latest_s = 86_399.0 if days_ago else since_midnight.total_seconds() - window_s
         if latest_s <= 0:
             continue
+        moments = []
         for user in (u for u in ids if comes(u, days_ago)):
             at = midnight + timedelta(seconds=rng.uniform(0, latest_s))
+            moments.append(at)
             week.append(store.touch(user, rng.choice(DEVICES), at=at))
+        peaks.append(store.analytics.record_peak(*peak_of(moments, settings.window_ms)))
     touches += len(week)
-    await _bounded(week)
+    await _bounded(week + peaks)
 
     online_now = regulars | set(rng.sample(ids, k=users // 7))
     # Within the window, and today: just after midnight the regulars are still active today.
@@ -177,7 +181,28 @@ async def history(
         for hour, users in hours.items():
             at = midnight + timedelta(hours=hour, seconds=rng.uniform(0, 3599))
             written += await store.touch_many(users, at=at)
+        # The day's peak as if each had come at a moment of their hour, as in the last week.
+        moments = [
+            midnight + timedelta(hours=hour, seconds=rng.uniform(0, 3599))
+            for hour, users in hours.items()
+            for _ in users
+        ]
+        await store.analytics.record_peak(*peak_of(moments, settings.window_ms))
     return written
+
+
+def peak_of(moments: list[datetime], window_ms: int) -> tuple[int, datetime]:
+    """The most of these touches (one a user) within one window of each other, and when:
+    the users online at once, as the sweeper would have counted them."""
+    ordered = sorted(moments)
+    window = timedelta(milliseconds=window_ms)
+    most, when, first = 0, datetime.now(UTC), 0
+    for last, moment in enumerate(ordered):
+        while ordered[first] <= moment - window:
+            first += 1
+        if last - first + 1 > most:
+            most, when = last - first + 1, moment
+    return most, when
 
 
 async def keep_alive(store: PresenceStore, users: int, rng: random.Random) -> None:

@@ -415,3 +415,29 @@ async def test_the_charts_show_the_apis_figures_at_desktop_and_phone_widths(
         for t in peaks
     )
     assert problems == []
+
+
+async def test_every_chart_has_something_to_show_with_the_demos_data(
+    browser: Browser, api: Service, store_of_api: PresenceStore
+) -> None:
+    await fill(store_of_api, 300, TEST_SETTINGS, random.Random(3))  # noqa: S311 - sample data
+    page, problems = await open_dashboard(browser, api, viewport={"width": 1100, "height": 900})
+    for chart in CHARTS:
+        await page.wait_for_function(
+            f"document.querySelectorAll('#{chart} rect').length > 0", timeout=5000
+        )
+    days = " ".join(await titles(page, "days-chart"))
+    for kind in ("new", "returning", "resurrected", "dormant"):
+        assert days.count(f" {kind}") >= 20, kind  # on most of the 28 days
+    hours = {title.split(": ")[0] for title in await titles(page, "hours-chart")}
+    assert len(hours) >= 40  # of 48
+    cells = await titles(page, "retention-chart")
+    shares = [int(title.rsplit("(", 1)[1].rstrip("%)")) for title in cells]
+    assert len(shares) >= 15
+    assert sum(1 for share in shares if 0 < share < 95) >= 5  # cohorts that shrink
+    assert len(await titles(page, "stickiness-chart")) >= 15  # of 28 counts of days
+    assert 0 < float(await page.inner_text("#dau-mau")) < 1
+    assert len(await titles(page, "periods-chart")) >= 5
+    assert int(await page.inner_text("#periods-count")) >= 20
+    assert len(await titles(page, "peaks-chart")) >= 27  # every day's peak, today's perhaps not yet
+    assert problems == []
