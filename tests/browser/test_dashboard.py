@@ -199,7 +199,11 @@ async def test_screenshot_for_the_readme(
     await page.wait_for_function(
         "document.querySelectorAll('#chart rect').length === 7", timeout=5000
     )
-    await page.screenshot(path=str(SCREENSHOT))
+    for chart in CHARTS:
+        await page.wait_for_function(
+            f"document.querySelectorAll('#{chart} rect').length > 0", timeout=5000
+        )
+    await page.screenshot(path=str(SCREENSHOT), full_page=True)
     assert problems == []
 
 
