@@ -12,12 +12,15 @@ from redis.asyncio import Redis
 
 from gql_presence.store import ChosenStatus, Page, PresenceStore, Visibility
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.keys import Keys
 from gql_presence.store.models import OnlineFilter, Presence, Status
 from tests.conftest import StoreFactory
 from tests.helpers import eventually
 
 NOW = datetime.now(UTC)
 END_USER = "reader"
+# The sweep's cursor in its pass that indexes users online with no index entry.
+SCAN_KEY = Keys().index_scan
 
 
 def ago(seconds: float) -> datetime:
@@ -275,3 +278,33 @@ async def test_a_friend_finds_by_online_since_whom_they_may_see_it_of(
                 )
                 assert got == want, (kept, reader, first)
                 assert set(totals) == {len(want)}, (kept, reader, first)
+
+
+async def test_the_sweep_indexes_users_online_before_the_indexes_were_kept(
+    store: PresenceStore, redis: Redis
+) -> None:
+    """Users online with no index entry, as before the indexes were kept, are found by the
+    filters once the sweep's pass over the online list has come by, a chunk per call."""
+    await make_users(store)
+    await store.touch_many([f"many-{i}" for i in range(300)])
+    await store.set_last_seen_visibility("many-7", Visibility.FRIENDS)
+    for key in await index_keys(redis):
+        await redis.delete(key)
+    web = OnlineFilter(device="web")
+    assert (await every_page(store, 1000, None, kept=web))[0] == []
+
+    sweeps = 0
+    while await redis.get(SCAN_KEY) != "done" and sweeps < 10:
+        await store.sweep()
+        sweeps += 1
+    # A chunk per call: several calls for 310 users online, each bounded.
+    assert 2 <= sweeps < 10
+    for reader in (None, END_USER):
+        for by_since in (False, True):
+            for kept in [*FILTERS, OnlineFilter(user_id_prefix="many-1")]:
+                want = await expected(store, kept, reader, by_since=by_since)
+                got, totals = await every_page(
+                    store, 7, reader, by_online_since=by_since, kept=kept
+                )
+                assert got == want, (kept, reader, by_since)
+                assert set(totals) == {len(want)}, (kept, reader, by_since)
