@@ -126,6 +126,10 @@ class ShardTips:
         except (ConnectionError, OSError) as error:
             log.warning("webhook deliveries of shard %s: %s", shard, error)
             return
+        except Exception:
+            # A fault of ours: logged, and the looks go on (the deliveries wait on them).
+            log.exception("webhook deliveries of shard %s: no look at the feed", shard)
+            return
         for wake, position in list(waiting.items()):
             if tip and _sort_key(tip) > _sort_key(position):
                 wake.set()
