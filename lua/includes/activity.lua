@@ -164,8 +164,17 @@ local function mark_first_day(shard, p, indexes, assigned)
   end)
   for _, first in ipairs(p.firsts) do
     set_bits(first[1], newcomers)
-    redis.call('PEXPIREAT', first[1], first[2])
+    if not p.expiring then redis.call('PEXPIREAT', first[1], first[2]) end
   end
+end
+
+-- Whether every bitmap of p's week and month and of its first day, week and month exists
+-- already: each was given its expiry by the write that made it (every write that makes one
+-- sets it, and only BITOP, which clears it, sets it again), so it needs no other.
+local function all_expiring(p)
+  local keys = {p.kept[3][1], p.kept[4][1]}
+  for _, first in ipairs(p.firsts) do keys[#keys + 1] = first[1] end
+  return redis.call('EXISTS', unpack(keys)) == #keys
 end
 
 -- Marks the users whose bit indexes are given active in the periods p (periods_of): their
@@ -173,16 +182,21 @@ end
 -- out in this call, as mark_first_day). The hour's bits come first, then the day's: one set
 -- already means the rest are set too (every write sets them together, and a user active on a
 -- day has a first day no later), so a user active again within the hour costs one command,
--- and within the day two.
+-- and within the day two. The week's, month's and first bitmaps' expiries are set only when
+-- one of them is missing (all_expiring): a first activity of the day asks once instead.
 local function mark_periods(shard, p, indexes, assigned)
   local fresh = set_bits(p.hour, indexes)
   if #fresh == 0 then return end
   redis.call('PEXPIREAT', p.hour, p.hour_end + shard.hourly_ms + HOUR_MS)
   fresh = set_bits(p.day, fresh)
   if #fresh == 0 then return end
-  for i, kept in ipairs(more_periods(p).kept) do
-    if i > 2 then set_bits(kept[1], fresh) end
-    if i > 1 then redis.call('PEXPIREAT', kept[1], kept[2]) end
+  more_periods(p)
+  redis.call('PEXPIREAT', p.day, p.kept[2][2])
+  p.expiring = all_expiring(p)
+  for i = 3, 4 do
+    local kept = p.kept[i]
+    set_bits(kept[1], fresh)
+    if not p.expiring then redis.call('PEXPIREAT', kept[1], kept[2]) end
   end
   mark_first_day(shard, p, fresh, assigned)
 end

@@ -10,6 +10,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from redis.asyncio import Redis
 
 from gql_presence.store import Granularity, PresenceStore
 from gql_presence.store.errors import BadInputError
@@ -149,6 +150,24 @@ async def test_a_backfilled_activity_moves_a_users_first_day_back(store: Presenc
         periods = await store.analytics.activity(now - timedelta(days=70), now, granularity)
         holding = [p for p in periods if p.start <= now - timedelta(days=33)][-1]
         assert [p.new_users for p in periods] == [int(p is holding) for p in periods]
+
+
+async def test_every_bitmap_of_activity_expires(make_store: StoreFactory, redis: Redis) -> None:
+    """Each bitmap's expiry is set once, by the write that makes it: whoever writes first in a
+    period (a new user, a known one, a backfill into an older week) leaves none kept forever."""
+    store = make_store(**KEEP)
+    now = datetime.now(UTC)
+    await store.touch_many(["ann"], at=now - timedelta(days=40))
+    await store.touch("bob", "tab")
+    await store.touch_many(["ann", "cat"], at=now - timedelta(days=9))
+    await store.touch_many(["ann"], at=now - timedelta(days=20))
+    await store.touch("ann", "tab")
+    kinds = ("hour", "day", "week", "month", "first", "firstw", "firstm")
+    for kind in kinds:
+        keys = [k async for k in redis.scan_iter(match=f"*:{kind}:*")]
+        assert keys, kind
+        for key in keys:
+            assert await redis.pttl(key) > 0, key
 
 
 async def test_periods_outside_what_is_kept_count_zero(make_store: StoreFactory) -> None:
