@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gql_presence.store import Granularity, PresenceStore
+from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError
 from tests.analytics.reference import Reference, as_rows
 from tests.conftest import StoreFactory
@@ -168,6 +169,28 @@ async def test_every_bitmap_of_activity_expires(make_store: StoreFactory, redis:
         assert keys, kind
         for key in keys:
             assert await redis.pttl(key) > 0, key
+
+
+async def test_bitmaps_of_ended_periods_shrink_and_answer_the_same(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(**KEEP)
+    day = datetime.now(UTC).astimezone(ZONE).date() - timedelta(days=2)
+    at = local(day + timedelta(days=1)) - timedelta(minutes=30)  # the day's last hour
+    for first in range(0, 4000, 100):  # user indexes rising batch by batch
+        await store.touch_many([f"u{i}" for i in range(first, first + 100)], at=at)
+    asked = [(at - timedelta(hours=2), at, Granularity.HOUR), (at, at, Granularity.DAY)]
+    before = [await store.analytics.activity(*question) for question in asked]
+    bitmaps = [k for kind in ("hour", "day", "first") async for k in redis.scan_iter(f"*:{kind}:*")]
+    sizes = [await redis.memory_usage(key) for key in bitmaps]
+    expiries = [await redis.pttl(key) for key in bitmaps]
+    # An hour after the next one began: the hour, its day and the day's first bitmap.
+    assert await store.analytics.compact_ended(to_ms(at + timedelta(hours=2))) >= 3
+    for key, size, expiry in zip(bitmaps, sizes, expiries, strict=True):
+        assert await redis.memory_usage(key) < size, key
+        assert expiry - 1000 < await redis.pttl(key) <= expiry, key
+    assert [await store.analytics.activity(*question) for question in asked] == before
+    assert await store.analytics.compact_ended(to_ms(at)) == 0  # nothing kept ended then
 
 
 async def test_periods_outside_what_is_kept_count_zero(make_store: StoreFactory) -> None:
