@@ -127,6 +127,26 @@ local function set_bits(key, indexes)
   return fresh
 end
 
+-- A week's or month's bitmap takes many bits at once by ORing in the day's, a pass over its
+-- bytes, when they are at least this many and one per this many of its bytes: setting a bit
+-- by BITFIELD costs about as much as ORing a hundred bytes or more.
+local WHOLE_DAY_BITS, BYTES_PER_BIT = 32, 64
+
+-- Sets the bits `indexes` of `kept` (a bitmap and its expiry: a week's or month's, or their
+-- first bitmaps'), all set in `day` (the day's bitmap, or its first bitmap). Every bit of the
+-- day's is in its week's and month's (every writer sets them together; a user's first day
+-- moved back clears all three), so ORing it in adds no other. BITOP clears the expiry: it is
+-- set again.
+local function add_bits(p, kept, indexes, day)
+  if #indexes >= WHOLE_DAY_BITS and #indexes * BYTES_PER_BIT >= redis.call('STRLEN', day) then
+    redis.call('BITOP', 'OR', kept[1], kept[1], day)
+    redis.call('PEXPIREAT', kept[1], kept[2])
+    return
+  end
+  set_bits(kept[1], indexes)
+  if not p.expiring then redis.call('PEXPIREAT', kept[1], kept[2]) end
+end
+
 -- Clears a bit of a bitmap, if it is still kept (a key made by SETBIT would never expire).
 local function clear_bit(key, index)
   if redis.call('EXISTS', key) == 1 then redis.call('SETBIT', key, index, 0) end
@@ -166,10 +186,11 @@ local function mark_first_day(shard, p, indexes, assigned)
     args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], p.number
     return k + 4
   end)
-  for _, first in ipairs(p.firsts) do
-    set_bits(first[1], newcomers)
-    if not p.expiring then redis.call('PEXPIREAT', first[1], first[2]) end
-  end
+  local first_day = p.firsts[1]
+  set_bits(first_day[1], newcomers)
+  if not p.expiring then redis.call('PEXPIREAT', first_day[1], first_day[2]) end
+  add_bits(p, p.firsts[2], newcomers, first_day[1])
+  add_bits(p, p.firsts[3], newcomers, first_day[1])
 end
 
 -- Whether every bitmap of p's week and month and of its first day, week and month exists
@@ -197,11 +218,8 @@ local function mark_periods(shard, p, indexes, assigned)
   more_periods(p)
   redis.call('PEXPIREAT', p.day, p.kept[2][2])
   p.expiring = all_expiring(p)
-  for i = 3, 4 do
-    local kept = p.kept[i]
-    set_bits(kept[1], fresh)
-    if not p.expiring then redis.call('PEXPIREAT', kept[1], kept[2]) end
-  end
+  add_bits(p, p.kept[3], fresh, p.day)
+  add_bits(p, p.kept[4], fresh, p.day)
   mark_first_day(shard, p, fresh, assigned)
 end
 

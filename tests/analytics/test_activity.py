@@ -153,6 +153,33 @@ async def test_a_backfilled_activity_moves_a_users_first_day_back(store: Presenc
         assert [p.new_users for p in periods] == [int(p is holding) for p in periods]
 
 
+async def test_large_batches_match_the_reference(make_store: StoreFactory) -> None:
+    """touchMany of many users adds them to the week and month by the day's whole bitmap."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    batches = [
+        (range(0, 700), now - timedelta(days=3)),
+        (range(400, 1300), now - timedelta(days=2)),
+        (range(900, 1600), now - timedelta(days=33)),  # first days moved back a month
+        (range(1200, 1210), now - timedelta(days=2, hours=1)),
+    ]
+    for users, at in batches:
+        who = [f"u{i}" for i in users]
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    now = datetime.now(UTC)
+    for granularity in (Granularity.DAY, Granularity.WEEK, Granularity.MONTH):
+        start = now - timedelta(days=70)
+        periods = await store.analytics.activity(start, now, granularity)
+        starts = reference.periods(start, now, granularity.value)
+        assert as_rows(periods) == [reference.activity(s, granularity.value) for s in starts]
+    first_day = (now - timedelta(days=40)).astimezone(ZONE).date()
+    rows = await store.analytics.retention(first_day, 8, 6, Granularity.WEEK)
+    expected = reference.retention(first_day, 8, 6, "WEEK", now)
+    assert [(r.start, r.size, list(r.retained)) for r in rows] == expected
+
+
 async def test_every_bitmap_of_activity_expires(make_store: StoreFactory, redis: Redis) -> None:
     """Each bitmap's expiry is set once, by the write that makes it: whoever writes first in a
     period (a new user, a known one, a backfill into an older week) leaves none kept forever."""
