@@ -26,6 +26,7 @@ import aiohttp
 from redis.asyncio import Redis
 
 from bench.harness import (
+    SETTINGS,
     Service,
     Subscriber,
     all_arrived,
@@ -40,7 +41,9 @@ from bench.harness import (
     steady_phase,
     subscribe_all,
 )
+from gql_presence.store import PresenceStore
 from gql_presence.store.channels import Channels
+from gql_presence.store.wire import PlaceKind, PublishedPlaceEvent
 
 PLACE = "bench-place"
 WATCH = (
@@ -55,8 +58,6 @@ HOLD = (
     'subscription { placeSession(placeId: "' + PLACE + '", userId: "mover", sessionId: "tab") '
     "{ live } }"
 )
-# Above any number the place's sequence reaches in this run: the published events are taken.
-FIRST_SEQUENCE = 1_000_000_000
 
 
 class PlaceSubscriber(Subscriber):
@@ -71,14 +72,27 @@ class PlaceSubscriber(Subscriber):
         )
 
 
-async def publish_place(redis: Redis, count: int, first: int) -> None:
-    """`count` UPDATED events of the place as its scripts announce them, a message each."""
+async def publish_place(redis: Redis, count: int) -> None:
+    """`count` UPDATED events of the place as its scripts announce them, a message each: in
+    the store's own wire format (PublishedPlaceEvent), so that a field added to it fails
+    here rather than leave every event undecoded and undelivered; numbered after the place's
+    present sequence and version, so that every subscriber takes them as later than its read."""
     channel = Channels.of_shard(0).place_events(PLACE)
+    page = await PresenceStore(redis, SETTINGS).place_members(PLACE, first=1)
     at_ms = int(time.time() * 1000)
-    for i in range(first, first + count):
-        state = json.dumps({"x": i % 800, "y": i % 600}, separators=(",", ":"))
-        message = json.dumps(["UPDATED", PLACE, "mover", "tab", at_ms, state, FIRST_SEQUENCE + i])
-        await redis.publish(channel, message)
+    for i in range(1, count + 1):
+        event = PublishedPlaceEvent(
+            kind=PlaceKind.UPDATED,
+            place_id=PLACE,
+            user_id="mover",
+            session_id="tab",
+            at_ms=at_ms,
+            state=json.dumps({"x": i % 800, "y": i % 600}, separators=(",", ":")),
+            sequence=page.sequence + i,
+            version=page.version + i,
+            feed_id=f"{at_ms}-{i}",
+        )
+        await redis.publish(channel, json.dumps(list(event)))
 
 
 async def cpu_per_delivery(
@@ -94,6 +108,8 @@ async def cpu_per_delivery(
     await send(burst)
     await all_arrived(clients, burst, 300)
     delivered = sum(len(s.received) for s in clients)
+    if not delivered:
+        raise RuntimeError("no event of the burst was delivered: is it in the service's format?")
     return (svc.cpu_s() - before) / delivered * 1e6
 
 
@@ -135,7 +151,7 @@ async def measure(code: Path | None, n: int, burst: int, steady_s: float) -> dic
                 s.subscribe("p", WATCH, {"p": PLACE})
         await all_arrived(places, 1, 60)  # the mover's JOINED: every subscription has started
         figures["place_us"] = await cpu_per_delivery(
-            svc, places, burst, lambda count: publish_place(redis, count, 0)
+            svc, places, burst, lambda count: publish_place(redis, count)
         )
 
         count = int(steady_s * rate)

@@ -12,6 +12,15 @@ aiohttp process that answers 204 at once and reads nothing but the changes' coun
   machine's clock), p50 and p99.
 - The rest of the service: touch requests a second (20 clients, each touch a change) and the
   service's CPU per touch, on one process, with no webhook and with ten, in alternate rounds.
+- Fan-out: M WebSocket subscribers (`--subscribers`, 500) of one document following ten users,
+  changes of one of them (touch and kick alternating, `--fanout-rate` 10 a second for
+  `--fanout-seconds` 10), and the service's CPU
+  from the first change until every event and every webhook's delivery has arrived, divided by
+  the events delivered to the subscribers; with no webhook, with ten that ask for none of these
+  changes, and with ten sent every one, in alternate rounds.
+
+`python -m bench.webhooks --subscribers 500 --fanout-rate 10 --fanout-seconds 10` runs all of
+it (a few minutes on two cores).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -29,7 +39,22 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from bench.harness import TOUCH, cpu_seconds, load, serve_ours, start_process, wait_for
+from bench.harness import (
+    TOUCH,
+    USERS,
+    Service,
+    all_arrived,
+    change,
+    cpu_seconds,
+    load,
+    post,
+    quiet,
+    serve_ours,
+    start_process,
+    steady_phase,
+    subscribe_all,
+    wait_for,
+)
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
@@ -50,9 +75,9 @@ def receive(port: int) -> None:
         if failing:
             return web.Response(status=503)
         payload = json.loads(await request.read())
-        for change in payload["data"]["changes"]:
+        for item in payload["data"]["changes"]:
             count += 1
-            delays.append(now - datetime.fromisoformat(change["at"]).timestamp())
+            delays.append(now - datetime.fromisoformat(item["at"]).timestamp())
         return web.Response(status=204)
 
     async def stats(_: web.Request) -> web.Response:
@@ -139,10 +164,7 @@ async def cost(
     rounds: dict[int, list[tuple[float, float]]] = {0: [], 10: []}
     for _ in range(2):
         for count in (0, 10):
-            for webhook in await store.webhooks.webhooks():
-                await store.webhooks.delete(webhook.id)
-            for _ in range(count):
-                await store.webhooks.create(hooks, None, None, 0)
+            await configure(store, hooks, count)
             await asyncio.sleep(1.5)  # the deliveries take their leases
             before = cpu_seconds(services)
             per_s, _, _ = await load(f"http://127.0.0.1:{port}/graphql", TOUCH, 5, 20)
@@ -159,7 +181,91 @@ async def cost(
     return found
 
 
-async def run(changes: int, rate: int, seconds: float) -> None:
+async def configure(
+    store: PresenceStore, hooks: str, count: int, kinds: list[str] | None = None
+) -> None:
+    """Exactly `count` webhooks, each sending every change of `kinds` (None: the default
+    ones) to `hooks` at once."""
+    for webhook in await store.webhooks.webhooks():
+        await store.webhooks.delete(webhook.id)
+    for _ in range(count):
+        await store.webhooks.create(hooks, kinds, None, 0)
+
+
+# The fan-out's configurations: webhooks, and the kinds they ask for. The second's webhooks
+# ask for place joins, which a touch or kick never makes: they read every change and send
+# none, which is what ten webhooks cost when not one change is theirs.
+FANOUT_WEBHOOKS: list[tuple[str, int, list[str] | None]] = [
+    ("no webhook", 0, None),
+    ("10 webhooks, none for these changes (JOINED only)", 10, ["JOINED"]),
+    ("10 webhooks, each sent every change", 10, None),
+]
+
+
+async def fanout(
+    store: PresenceStore,
+    service: subprocess.Popen[bytes],
+    port: int,
+    receiver_port: int,
+    options: argparse.Namespace,
+) -> list[tuple[str, float, float]]:
+    """The service's CPU per event delivered to `options.subscribers` WebSocket subscribers,
+    changes made at a steady rate, with no webhook and with ten, in alternate rounds: (name,
+    median µs, median changes the webhooks received per change)."""
+    url = f"http://127.0.0.1:{port}/graphql"
+    hooks = f"http://127.0.0.1:{receiver_port}/hooks"
+    svc = Service(f"127.0.0.1:{port}/graphql", service.pid, "")
+    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in FANOUT_WEBHOOKS}
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as http:
+        await configure(store, hooks, 0)
+        clients = await subscribe_all(svc, options.subscribers, 1)
+        # Changes until every client has had an event (each is subscribed then), an even
+        # number of them: the user offline again, so that the steady phase's first touch is
+        # a change.
+        made = 0
+        deadline = time.monotonic() + 60
+        while not all(s.first.is_set() for s in clients) or made % 2:
+            if time.monotonic() > deadline or any(s.disconnected or s.errors for s in clients):
+                raise RuntimeError("the subscribers did not all hear a first event")
+            await post(http, url, change(USERS[0], made)[1])
+            made += 1
+            await asyncio.sleep(0.05)
+        await quiet(clients)
+        changes = int(options.fanout_seconds * options.fanout_rate) // 2 * 2
+        for _ in range(2):
+            for name, count, kinds in FANOUT_WEBHOOKS:
+                await configure(store, hooks, count, kinds)
+                await asyncio.sleep(1.5)  # the deliveries take their leases
+                await http.post(f"http://127.0.0.1:{receiver_port}/reset")
+                before = cpu_seconds([service])
+                await steady_phase(http, url, clients, changes, options.fanout_rate)
+                if count and kinds is None:
+                    await delivered_all(http, receiver_port, changes * count)
+                else:  # as long a wait as the webhooks' last deliveries take
+                    await asyncio.sleep(0.3)
+                used = cpu_seconds([service]) - before
+                delivered = sum(len(s.received) for s in clients)
+                received = int((await stats(http, receiver_port))["count"])
+                rounds[name].append((used / max(1, delivered) * 1e6, received / changes))
+        await all_arrived(clients, changes, 5)
+        dropped = sum(s.disconnected for s in clients)
+        for client in clients:
+            client.close()
+    if dropped:
+        raise RuntimeError(f"the service disconnected {dropped} subscribers")
+    return [
+        (
+            name,
+            statistics.median(f[0] for f in figures),
+            statistics.median(f[1] for f in figures),
+        )
+        for name, figures in rounds.items()
+    ]
+
+
+async def run(options: argparse.Namespace) -> None:
+    changes, rate, seconds = options.changes, options.rate, options.seconds
     server = start_redis_server()
     receiver_port = free_port()
     receiver = start_process(
@@ -175,6 +281,7 @@ async def run(changes: int, rate: int, seconds: float) -> None:
         # The receiver refuses while the changes are made: each delivery then starts at once.
         "PRESENCE_WEBHOOK_RETRY_SECONDS": "0.05",
         "PRESENCE_LOG_LEVEL": "warning",
+        "PRESENCE_REVOKE_SECONDS": "0",  # a user kicked in the fan-out may come back at once
     }
     services: list[subprocess.Popen[bytes]] = []
     service_ports: list[int] = []
@@ -214,6 +321,7 @@ async def run(changes: int, rate: int, seconds: float) -> None:
             costs = await cost(
                 store, services, service_ports[0], f"http://127.0.0.1:{receiver_port}/hooks"
             )
+            fanouts = await fanout(store, services[0], service_ports[0], receiver_port, options)
     finally:
         for service in services:
             service.terminate()
@@ -223,6 +331,23 @@ async def run(changes: int, rate: int, seconds: float) -> None:
         await redis.aclose()
         server.stop()
     report(changes, rows=rows, costs=costs, rate=rate, seconds=seconds, delays=delays)
+    report_fanout(options, fanouts)
+
+
+def report_fanout(options: argparse.Namespace, fanouts: list[tuple[str, float, float]]) -> None:
+    load = os.getloadavg()
+    print(
+        f"\nFan-out: {options.subscribers:,} subscribers of one document, "
+        f"{options.fanout_rate:g} changes/s for {options.fanout_seconds:g} s, one process "
+        f"(medians of two; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
+    )
+    print(
+        "| webhooks | service CPU per delivery (µs) | against no webhook "
+        "| changes the receiver had per change |"
+    )
+    print("|---|---|---|---|")
+    for name, cpu_us, received in fanouts:
+        print(f"| {name} | {cpu_us:,.1f} | {cpu_us / fanouts[0][1]:.3f} | {received:,.1f} |")
 
 
 def report(
@@ -256,12 +381,15 @@ def main() -> None:
     parser.add_argument("--changes", type=int, default=50_000)
     parser.add_argument("--rate", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--subscribers", type=int, default=500)
+    parser.add_argument("--fanout-rate", type=float, default=10, help="changes a second")
+    parser.add_argument("--fanout-seconds", type=float, default=10)
     parser.add_argument("--receive", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.receive:
         receive(args.receive)
         return
-    asyncio.run(run(args.changes, args.rate, args.seconds))
+    asyncio.run(run(args))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -61,6 +63,7 @@ settle_away(statuses, user_id, events)
 local entry = conn_entry(user, session_id)
 if not entry or entry.generation ~= generation then
   announce_all(channel, events, statuses)
+  index_flush(statuses)
   return {0, online}
 end
 
@@ -77,4 +80,6 @@ elseif status_with(statuses, user_id, {}) ~= status_before then
   add_event(events, 'STATUS', user_id, now, '', 1)
 end
 announce_all(channel, events, statuses)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {1, online_after}

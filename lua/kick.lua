@@ -30,6 +30,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -88,4 +90,6 @@ else
   add_event(events, 'REVOKED', user_id, now, session_id, online_after)
 end
 announce_all(channel, events, statuses)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {kicked, online_after}

@@ -39,6 +39,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -99,4 +101,6 @@ elseif status_of(statuses, user_id, online_key, now) ~= status_before then
 end
 if replaced then add_event(events, 'REPLACED', user_id, now, session_id, generation) end
 announce_all(channel, events, statuses)
+index_mark(statuses, user_id)
+index_flush(statuses)
 return {generation, now}

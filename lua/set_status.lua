@@ -38,6 +38,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -172,4 +174,6 @@ if own_changed or others_changed then
   -- Backends and the user are told only of what changed as they see it.
   announce(channel, own_changed and 'STATUS' or '', user_id, now, '', online, look, statuses)
 end
+index_mark(statuses, user_id)
+index_flush(statuses)
 return presence_entry(statuses, user_id, last_seen_key, now, retention_ms)

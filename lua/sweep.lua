@@ -63,6 +63,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -153,12 +155,19 @@ end
 local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(turned_away) do
   redis.call('ZREM', away_expiry_key(statuses), user_id)
+  index_mark(statuses, user_id)
   local status, choices = status_of(statuses, user_id, online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
     add_event(offline, 'STATUS', user_id, now, '', 1, look_of(statuses, 'STATUS', user_id, 1))
   end
 end
 announce_all(channel, offline, statuses)
+-- Users one of whose several sessions expired: their devices may have changed.
+for _, user_id in ipairs(redis.call('ZRANGEBYSCORE', index_due_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)) do
+  redis.call('ZREM', index_due_key(statuses), user_id)
+  index_mark(statuses, user_id)
+end
+index_flush(statuses)
 
 -- Waiting states whose process did not announce them in time, oldest first.
 local overdue = redis.call('ZRANGEBYSCORE', flushes_key, '-inf', '(' .. (now - overdue_ms), 'LIMIT', 0, lapsed_batch)

@@ -43,6 +43,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "activity"
@@ -111,4 +113,6 @@ announce_all(channel, events, statuses)
 local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
 tidy_extras(statuses, user_id)
+index_mark(statuses, user_id)
+index_flush(statuses, {[user_id] = entry})
 return {online_before, entry}

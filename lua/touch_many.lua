@@ -43,6 +43,8 @@
   Feed     each change of a kind the feed keeps goes in the shard's feed, with the user's
            or the place's version, in this call (includes/feed.lua: its names and options
            are in `shard`)
+  Indexes  the online list's, kept for each user changed (includes/online_index.lua: its keys
+           are named from index_prefix and last_seen in `shard`, in the hash tag of KEYS)
 ]]
 --- @include "clock"
 --- @include "chunks"
@@ -219,5 +221,35 @@ local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do
   if invisible[j] == 1 then sync_hidden(statuses, keyless[j]) end
 end
+
+-- The online list's indexes (includes/online_index.lua): a user with a session key or a
+-- choice is indexed on their own, and so is one whose online entry had expired unswept (their
+-- entries may say more); the others are ONLINE with no device, in group v, written for all at
+-- once: those online already only move in order l (XX: nothing is added for a user the
+-- indexes do not hold), those who had no online entry are added.
+local plain_arrived, staying = {}, {}
+for i = 1, n do
+  local user_id, expiry = users[i], tonumber(expiries[i])
+  if own_key[user_id] or chose[user_id] or (expiry and expiry < now) then
+    index_mark(statuses, user_id)
+  elseif expiry then
+    staying[#staying + 1] = user_id
+  else
+    plain_arrived[#plain_arrived + 1] = user_id
+  end
+end
+local online_by_last_seen = ix_key(statuses, 'v', 'l', 'st', 'ONLINE')
+call_chunked('ZADD', online_by_last_seen, {'XX', 'LT'}, #staying, function(args, k, j)
+  args[k + 1], args[k + 2] = -now, staying[j]
+  return k + 2
+end)
+for _, key in ipairs({online_by_last_seen, ix_key(statuses, 'v', 's', 'st', 'ONLINE'), index_ids_key(statuses, 'v')}) do
+  local score = key == index_ids_key(statuses, 'v') and 0 or -now
+  call_chunked('ZADD', key, nil, #plain_arrived, function(args, k, j)
+    args[k + 1], args[k + 2] = score, plain_arrived[j]
+    return k + 2
+  end)
+end
 announce_all(channel, events, statuses)
+index_flush(statuses)
 return n

@@ -58,6 +58,7 @@ from gql_presence.store import (
 )
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
+from gql_presence.store.models import OnlineFilter
 from tests.conftest import TEST_SETTINGS, graphql
 
 Service = TestClient[Any, Any]
@@ -921,6 +922,7 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.presence_many(users, reader="a")
     await store.online_users()
     await store.online_users(by_online_since=True)
+    await store.online_users(kept=OnlineFilter(user_id_prefix="u"))
     await store.online_friends("a")
     now = datetime.now(UTC)
     await store.active_in_range(now - timedelta(hours=1), now)

@@ -26,12 +26,14 @@ from gql_presence.graphql.types import (
     ID,
     ChangeKind,
     ChangePage,
+    OnlineFilter,
     OnlineOrder,
     PlaceCount,
     PlaceMemberConnection,
     PresenceConnection,
     UserPresence,
     WeeklyStats,
+    asks_total,
 )
 from gql_presence.graphql.webhook_types import Webhook
 from gql_presence.policy.auth import Need
@@ -58,10 +60,23 @@ class Query:
                 description="LAST_SEEN (most recent activity first) or ONLINE_SINCE (most recently come online first); a cursor of one order is refused in the other."
             ),
         ] = OnlineOrder.LAST_SEEN,
+        filter: Annotated[
+            OnlineFilter | None,
+            strawberry.argument(
+                description="Only the users that match every field given; a cursor of one filter is refused with another."
+            ),
+        ] = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.LISTING)
         by_since = order_by is OnlineOrder.ONLINE_SINCE
-        page = await store.online_users(first, after, info.context.reader, by_online_since=by_since)
+        page = await store.online_users(
+            first,
+            after,
+            info.context.reader,
+            by_online_since=by_since,
+            kept=None if filter is None else filter.kept(),
+            count=asks_total(info),
+        )
         return PresenceConnection.of(page)
 
     @strawberry.field(

@@ -76,6 +76,42 @@ class OnlineOrder(Enum):
     )
 
 
+@strawberry.input(
+    description="Which online users onlineUsers keeps: those that match every field given."
+)
+class OnlineFilter:
+    user_id_prefix: str | None = strawberry.field(
+        default=None,
+        description="Users whose id starts with this (1 to 128 characters, compared exactly).",
+    )
+    device: str | None = strawberry.field(
+        default=None, description="Users with a live session whose device is exactly this."
+    )
+    statuses: list[PresenceStatus] | None = strawberry.field(
+        default=None, description="Users whose status, as the reader sees it, is one of these."
+    )
+    online_since_from: datetime | None = strawberry.field(
+        default=None, description="Users whose onlineSince is at or after this time."
+    )
+    online_since_to: datetime | None = strawberry.field(
+        default=None, description="Users whose onlineSince is at or before this time."
+    )
+
+    def kept(self) -> models.OnlineFilter:
+        """The store's filter."""
+        return models.OnlineFilter(
+            user_id_prefix=self.user_id_prefix,
+            device=self.device,
+            statuses=(
+                None
+                if self.statuses is None
+                else tuple(models.Status(s.name) for s in self.statuses)
+            ),
+            online_since_from=self.online_since_from,
+            online_since_to=self.online_since_to,
+        )
+
+
 @strawberry.type(
     description="A line of text a user shows beside their name, with an optional emoji and end."
 )
@@ -235,6 +271,25 @@ class PresenceConnection:
             listed=page.nodes,
             page_info=PageInfo(has_next_page=page.has_next_page, end_cursor=page.end_cursor),
         )
+
+
+def asks_total(info: strawberry.Info[Context, None]) -> bool:
+    """Whether the document selects the connection's totalCount (a filtered list counts its
+    matches only then: with several fields, counting costs a pass over them)."""
+
+    def selects(selections: list[Selection]) -> bool:
+        for selection in selections:
+            if not isinstance(selection, SelectedField):
+                if selects(selection.selections):
+                    return True
+            elif selection.name == "totalCount":
+                return True
+        return False
+
+    try:
+        return selects(info.selected_fields[0].selections)
+    except (IndexError, AttributeError):
+        return True
 
 
 def _fields(info: strawberry.Info[Context, None]) -> list[SelectedField]:

@@ -20,6 +20,7 @@ from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, guarded, named
+from gql_presence.store.validation import check_at
 
 HOUR_MS = 3_600_000
 MAX_PERIODS = 744
@@ -269,13 +270,16 @@ class Analytics:
             )
         return rows
 
-    async def record_peak(self, online: int) -> None:
+    async def record_peak(self, online: int, at: datetime | None = None) -> None:
         """Records `online`, the users online now as the sweep of every shard counted them,
-        into the peak of the hour: the sweeper does after each sweep, every second or so."""
+        into the peak of the hour: the sweeper does after each sweep, every second or so.
+        `at` backfills a count of another moment, for sample data."""
         if online <= 0:
             return
         shard = self._shards[0]
-        hour = Calendar(Granularity.HOUR, self._zone).holding(local_now_ms())
+        now_ms = local_now_ms()
+        at_ms = None if at is None else check_at(to_ms(at), now_ms, self._analytics_ms)
+        hour = Calendar(Granularity.HOUR, self._zone).holding(now_ms if at_ms is None else at_ms)
         after = day_start_ms(hour.first + timedelta(days=1), self._zone)
         await shard.run(
             ScriptName.RECORD_PEAK,
@@ -285,6 +289,7 @@ class Analytics:
                 hour_end_ms=hour.start_ms + HOUR_MS,
                 online=online,
                 keep_until_ms=after + self._analytics_ms,
+                at_ms="" if at_ms is None else at_ms,
             ),
         )
 

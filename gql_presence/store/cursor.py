@@ -63,22 +63,30 @@ class Cursors:
             raise BadInputError(refusal)
         return position
 
-    def encode(self, score: int, user_id: str, order: str = "") -> str:
-        """A cursor of a list in its default order, or of the one `order` names."""
+    def encode(self, score: int, user_id: str, order: str = "", kept: str = "") -> str:
+        """A cursor of a list in its default order, or of the one `order` names, of all its
+        users or of those a filter keeps (`kept` names the filter)."""
+        if kept:
+            return self.seal([score, user_id, order, kept])
         return self.seal([score, user_id, order] if order else [score, user_id])
 
-    def decode(self, cursor: str, order: str = "") -> tuple[int, str]:
-        """The position a cursor of this order holds; BadInputError for anything this secret
-        did not seal, or a cursor of another order."""
+    def decode(self, cursor: str, order: str = "", kept: str = "") -> tuple[int, str]:
+        """The position a cursor of this order and filter holds; BadInputError for anything
+        this secret did not seal, or a cursor of another order or filter."""
         position = self.unseal(cursor)
-        if len(position) < 2:
+        if len(position) < 2 or len(position) > 4:
             raise BadInputError(_BAD_CURSOR)
-        score, user_id, *ordered = position
+        score, user_id, *rest = position
         if type(score) is not int or not isinstance(user_id, str) or not user_id:
             raise BadInputError(_BAD_CURSOR)
-        if ordered != ([order] if order else []):
+        if (rest[0] if rest else "") != order:
             raise BadInputError(
                 "after must be an endCursor of this list in the same order (orderBy); a "
                 "cursor of one order means nothing in another."
+            )
+        if (rest[1] if len(rest) > 1 else "") != kept:
+            raise BadInputError(
+                "after must be an endCursor of this list with the same filter; a cursor of "
+                "one filter means nothing with another (give null to start over)."
             )
         return score, user_id

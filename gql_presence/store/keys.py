@@ -41,6 +41,14 @@ class Keys:
         login time (lua/includes/status.lua)."""
         return self.prefix + "since"
 
+    def online_index(self, rest: str) -> str:
+        """The online list's indexes, `rest` naming one (lua/includes/online_index.lua):
+        "users" (HASH user_id -> what they are indexed under, for all but plain users), then
+        for a group g (v, r, h) and an order o (l: by lastSeen, s: by onlineSince)
+        "g:o:st:STATUS" and "g:o:dev:DEVICE" (ZSETs), "g:ids" (ZSET by id), "rh:since" (ZSET
+        by onlineSince of groups r and h) and "due" (ZSET: when a session of several expires)."""
+        return self.prefix + "ix:" + rest
+
     @property
     def invisible(self) -> str:
         """SET of the users who chose INVISIBLE (lua/includes/status.lua)."""

@@ -4,21 +4,52 @@ position, and the pages are merged; and weeklyStats, the sum of every shard's fi
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import date, datetime, timedelta
 
 from gql_presence.store.days import days, local_date, to_ms
 from gql_presence.store.deployment import Deployment
-from gql_presence.store.models import DailyActiveUsers, ListedUser, Page, WeeklyStats
+from gql_presence.store.models import (
+    DailyActiveUsers,
+    ListedUser,
+    OnlineFilter,
+    Page,
+    Status,
+    WeeklyStats,
+)
 from gql_presence.store.replies import ShardPage, page_of
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Named, Shard, guarded, named
-from gql_presence.store.validation import check_end_date, check_id, check_page_size, check_range
+from gql_presence.store.validation import (
+    check_end_date,
+    check_id,
+    check_online_filter,
+    check_page_size,
+    check_range,
+)
 
 # A position in a list: (-(last seen, ms), user id), the order of every list.
 Position = tuple[int, str]
 # The name of the order by onlineSince in its cursors.
 ONLINE_SINCE = "since"
+# The statuses an online user can have, each with an index (lua/includes/online_index.lua).
+_INDEXED = (Status.ONLINE, Status.AWAY, Status.BUSY, Status.INVISIBLE)
+
+
+def _filter_name(kept: OnlineFilter) -> str:
+    """What names a filter in its cursors: the same for the same filter, however given."""
+    since = [
+        None if at is None else to_ms(at) for at in (kept.online_since_from, kept.online_since_to)
+    ]
+    statuses = None if kept.statuses is None else sorted(set(kept.statuses))
+    text = json.dumps([kept.user_id_prefix, kept.device, statuses, *since])
+    return "f" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _ms_or_empty(at: datetime | None) -> int | str:
+    return "" if at is None else to_ms(at)
 
 
 def _after(position: Position | None) -> Named:
@@ -33,9 +64,20 @@ class Lists:
         self._deployment = deployment
 
     async def online_users(
-        self, first: int, after: str | None, *, hide: bool, by_online_since: bool
+        self,
+        first: int,
+        after: str | None,
+        *,
+        hide: bool,
+        by_online_since: bool,
+        kept: OnlineFilter | None = None,
+        count: bool = True,
     ) -> Page:
         check_page_size(first)
+        if kept is not None and kept.given:
+            return await self._filtered(
+                first, after, kept, hide=hide, by_online_since=by_online_since, count=count
+            )
         if by_online_since:
             return await self._merged(
                 lambda shard, at: self._online_since(shard, first, at, hide),
@@ -62,6 +104,52 @@ class Lists:
             ),
         )
         return page_of(reply)
+
+    async def _filtered(
+        self,
+        first: int,
+        after: str | None,
+        kept: OnlineFilter,
+        *,
+        hide: bool,
+        by_online_since: bool,
+        count: bool,
+    ) -> Page:
+        """A page of the online users that match every field of the filter, in the order
+        asked for, from the online list's indexes (lua/online_filtered.lua)."""
+        check_online_filter(kept)
+        statuses = ""
+        if kept.statuses is not None:
+            # An end user finds nobody INVISIBLE, and an online user is never OFFLINE.
+            hidden = Status.INVISIBLE if hide else None
+            shown = [s for s in _INDEXED if s in kept.statuses and s is not hidden]
+            statuses = ",".join(shown) or "NONE"
+
+        async def page(shard: Shard, at: Position | None) -> ShardPage:
+            k = shard.keys
+            reply = await shard.run(
+                ScriptName.ONLINE_FILTERED,
+                named(
+                    last_seen=k.last_seen, online=k.online, since=k.online_since, leases=k.leases
+                ),
+                named(
+                    shard=shard.options,
+                    first=first,
+                    **_after(at),
+                    hide_invisible=int(hide),
+                    order="s" if by_online_since else "l",
+                    prefix=kept.user_id_prefix or "",
+                    device=kept.device or "",
+                    statuses=statuses,
+                    since_from_ms=_ms_or_empty(kept.online_since_from),
+                    since_to_ms=_ms_or_empty(kept.online_since_to),
+                    count=int(count),
+                ),
+            )
+            return page_of(reply)
+
+        order = ONLINE_SINCE if by_online_since else ""
+        return await self._merged(page, first, after, order, _filter_name(kept))
 
     async def _online_since(
         self, shard: Shard, first: int, after: Position | None, hide: bool
@@ -143,6 +231,7 @@ class Lists:
         first: int,
         after: str | None,
         order: str = "",
+        kept: str = "",
     ) -> Page:
         """Every shard pages its users from the same cursor position, (lastSeen, userId): as
         a user lives in one shard, the first `first` users after that position over all shards
@@ -150,14 +239,14 @@ class Lists:
         user listed, so it means the same whatever shard that user lives in."""
         position = None
         if after is not None:
-            position = (await self._deployment.cursors(make=False)).decode(after, order)
+            position = (await self._deployment.cursors(make=False)).decode(after, order, kept)
         pages = await asyncio.gather(*(page_of_shard(shard, position) for shard in self._shards))
         rows = sorted((node for page in pages for node in page.nodes), key=_position)
         nodes = tuple(rows[:first])
         end_cursor = None
         if nodes:
             cursors = await self._deployment.cursors(make=True)
-            end_cursor = cursors.encode(*_position(nodes[-1]), order)
+            end_cursor = cursors.encode(*_position(nodes[-1]), order, kept)
         return Page(
             total_count=sum(page.total_count for page in pages),
             nodes=nodes,

@@ -106,6 +106,30 @@ class ListedUser:
 
 
 @dataclass(frozen=True)
+class OnlineFilter:
+    """Which online users a list keeps: those that match every field given (None: any)."""
+
+    user_id_prefix: str | None = None
+    device: str | None = None
+    statuses: tuple[Status, ...] | None = None
+    online_since_from: datetime | None = None
+    online_since_to: datetime | None = None
+
+    @property
+    def given(self) -> bool:
+        return any(
+            value is not None
+            for value in (
+                self.user_id_prefix,
+                self.device,
+                self.statuses,
+                self.online_since_from,
+                self.online_since_to,
+            )
+        )
+
+
+@dataclass(frozen=True)
 class Page:
     """A page of a list, newest last activity first; end_cursor (None for an empty page)
     continues after its last user."""

@@ -43,6 +43,7 @@ from gql_presence.store.models import (
     HeldSession,
     KickResult,
     Lease,
+    OnlineFilter,
     OpenedPlaceSession,
     OpenedSession,
     Page,
@@ -552,11 +553,19 @@ class PresenceStore:
         reader: str | None = None,
         *,
         by_online_since: bool = False,
+        kept: OnlineFilter | None = None,
+        count: bool = True,
     ) -> Page:
         """The online users, most recent activity first, or (by_online_since) most recently
-        come online first; for an end user `reader`, without those who chose INVISIBLE."""
+        come online first; for an end user `reader`, without those who chose INVISIBLE. With
+        `kept`, only those who match it (totalCount counted only when `count`)."""
         return await self._lists.online_users(
-            first, after, hide=reader is not None, by_online_since=by_online_since
+            first,
+            after,
+            hide=reader is not None,
+            by_online_since=by_online_since,
+            kept=kept,
+            count=count,
         )
 
     async def online_friends(

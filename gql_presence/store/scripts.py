@@ -34,6 +34,7 @@ class ScriptName(StrEnum):
     FRIEND_COUNTS = "friend_counts"
     ONLINE_USERS = "online_users"
     ONLINE_SINCE = "online_since"
+    ONLINE_FILTERED = "online_filtered"
     ONLINE_FRIENDS = "online_friends"
     ACTIVE_IN_RANGE = "active_in_range"
     WEEKLY_STATS = "weekly_stats"

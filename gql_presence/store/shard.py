@@ -12,6 +12,7 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from functools import cache
 from typing import Any, NoReturn
 
 from redis import exceptions as redis_errors
@@ -152,6 +153,8 @@ OPTION_NAMES = (
     "first_week_prefix",
     "first_month_prefix",
     "first_days",
+    "last_seen",
+    "index_prefix",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -190,14 +193,26 @@ def named(**entries: Value | Sequence[Value]) -> Named:
     return entries
 
 
-def flatten(script: ScriptName, kind: str, entries: tuple[Entry, ...], given: Named) -> list[Any]:
-    """The values of `given` in the order of the header's `entries`, which must name the
-    same entries in the same order, each range with as many values as the header says."""
-    if tuple(given) != tuple(entry.name for entry in entries):
+@cache
+def _side(script: ScriptName, kind: str) -> tuple[tuple[Entry, ...], tuple[str, ...], bool]:
+    """The KEYS or ARGV entries of the script's header, their names, and whether each takes
+    one value: read once per script, not at each of its calls."""
+    header = header_of(script)
+    entries = header.keys if kind == "KEYS" else header.args
+    return entries, tuple(entry.name for entry in entries), all(e.count == 1 for e in entries)
+
+
+def flatten(script: ScriptName, kind: str, given: Named) -> list[Any]:
+    """The values of `given` in the order of the header's KEYS or ARGV (`kind`) entries,
+    which must name the same entries in the same order, each range with as many values as
+    the header says."""
+    entries, names, each_one_value = _side(script, kind)
+    if tuple(given) != names:
         raise RuntimeError(
-            f"{script}.lua's {kind} are {[e.name for e in entries]}, but its caller passes "
-            f"{list(given)}"
+            f"{script}.lua's {kind} are {list(names)}, but its caller passes {list(given)}"
         )
+    if each_one_value:
+        return list(given.values())
     flat: list[Any] = []
     for entry, value in zip(entries, given.values(), strict=True):
         if entry.count == 1:
@@ -311,6 +326,8 @@ class Shard:
                     "first_week_prefix": k.first_week(""),
                     "first_month_prefix": k.first_month(""),
                     "first_days": k.first_days,
+                    "last_seen": k.last_seen,
+                    "index_prefix": k.online_index(""),
                 }
             )
         return self._options
@@ -326,10 +343,7 @@ class Shard:
 
     def call(self, script: ScriptName, keys: Named, args: Named) -> tuple[list[str], list[Value]]:
         """A call's KEYS and ARGV, in its header's order."""
-        header = header_of(script)
-        return flatten(script, "KEYS", header.keys, keys), flatten(
-            script, "ARGV", header.args, args
-        )
+        return flatten(script, "KEYS", keys), flatten(script, "ARGV", args)
 
     async def run(self, script: ScriptName, keys: Named, args: Named) -> Any:
         """Runs one call of the script; its reply, or the meaning of its error reply."""

@@ -9,6 +9,7 @@ from datetime import UTC, date, datetime, timedelta
 
 from gql_presence.store.days import DAY_MS
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.models import OnlineFilter
 
 MAX_ID_LENGTH = 128
 MAX_IDS_PER_CALL = 10_000
@@ -234,3 +235,19 @@ EXPIRES_NOT_AHEAD = (
 
 def check_device(value: str | None) -> str | None:
     return None if value is None else check_shown_text(value, "device", MAX_DEVICE)
+
+
+def check_online_filter(given: OnlineFilter) -> OnlineFilter:
+    """A filter of the online list: a prefix and a device as ids and devices are written, and
+    an onlineSince range that is not empty."""
+    if given.user_id_prefix is not None:
+        check_id(given.user_id_prefix, "filter.userIdPrefix")
+    if given.device is not None:
+        check_shown_text(given.device, "filter.device", MAX_DEVICE)
+    start, end = given.online_since_from, given.online_since_to
+    if start is not None and end is not None and end < start:
+        raise BadInputError(
+            "filter.onlineSinceTo must not be before filter.onlineSinceFrom (both are "
+            "inclusive; give either alone for an open range)."
+        )
+    return given

@@ -34,12 +34,14 @@ local function read_in_chunks(command, key, items)
   return values
 end
 
--- Calls `command key [fixed] values...` for `count` entries a chunk at a time, where
--- put(args, n, i) appends entry i's values to args after position n and returns the new length.
+-- Calls `command key [fixed...] values...` for `count` entries a chunk at a time (`fixed`: nil,
+-- one argument, or a list of them), where put(args, n, i) appends entry i's values to args
+-- after position n and returns the new length.
 local function call_chunked(command, key, fixed, count, put)
+  if type(fixed) ~= 'table' then fixed = {fixed} end
   for first, last in chunks(count) do
     local args, n = {}, 0
-    if fixed then args[1], n = fixed, 1 end
+    for _, arg in ipairs(fixed) do n = n + 1; args[n] = arg end
     for i = first, last do n = put(args, n, i) end
     redis.call(command, key, unpack(args, 1, n))
   end

@@ -202,9 +202,18 @@ local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
 end
 
+-- Marks the user for the online list's indexes, which index_flush (includes/online_index.lua)
+-- brings up to date before the script returns.
+local function index_mark(statuses, user_id)
+  if statuses.marked[user_id] then return end
+  statuses.marked[user_id] = true
+  statuses.dirty[#statuses.dirty + 1] = user_id
+end
+
 -- Records that the user went offline: their onlineSince goes, and is kept for the event
 -- that ends their online period (end_periods, includes/online_time.lua).
 local function went_offline(statuses, user_id)
+  index_mark(statuses, user_id)
   local since = redis.call('ZSCORE', since_key(statuses), user_id)
   if not since then return end
   statuses.period_starts[user_id] = -tonumber(since)
@@ -277,7 +286,7 @@ end
 -- announce_all's `looks`, includes/events.lua).
 local function statuses_of(names, online_key, window_ms, now, leases)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}}
+    leases = leases, period_starts = {}, dirty = {}, marked = {}}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.end_periods = function(events, size) end_periods(names, statuses.period_starts, events, size) end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
@@ -285,6 +294,7 @@ local function statuses_of(names, online_key, window_ms, now, leases)
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
   statuses.look = function(kind, user_id, online) return look_of(statuses, kind, user_id, online) end
   statuses.online_moved = function(user_id)
+    index_mark(statuses, user_id)
     sync_hidden(statuses, user_id)
     track_activity(statuses, user_id)
   end
@@ -363,3 +373,5 @@ local function listed_online(statuses, online_key, user_id, now, hide)
   if hide and redis.call('HGET', status_key(statuses, user_id), 'chosen') == 'INVISIBLE' then return nil end
   return 1
 end
+
+--- @include "online_index"

@@ -86,3 +86,15 @@ def test_stopped_it_leaves_full_collections_as_they_are() -> None:
         gc.collect()
         assert len(gc.get_objects()) > 30_000 and len(more) > 0
         """)
+
+
+def test_young_collections_wait_for_many_more_allocations_and_stopped_as_before() -> None:
+    run("""
+        young = gc.get_stats()[0]["collections"]
+        made = [[i] for i in range(5_000)]  # at CPython's 700, seven young collections
+        assert gc.get_stats()[0]["collections"] == young
+        freezer.stop()
+        assert gc.get_threshold()[0] == 700
+        more = [[i] for i in range(5_000)]
+        assert gc.get_stats()[0]["collections"] > young and len(made) + len(more) > 0
+        """)

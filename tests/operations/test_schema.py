@@ -64,16 +64,17 @@ def test_schema_keeps_the_contract() -> None:
         + (CONTRACT / "realtime-2.graphql").read_text(encoding="utf-8")
         + (CONTRACT / "places-3.graphql").read_text(encoding="utf-8")
     )
-    # The third round adds arguments to touch, presenceSession and onlineUsers, written as
-    # comments at presence-3.graphql's end: each replaces the field's earlier signature.
-    statuses = (CONTRACT / "presence-3.graphql").read_text(encoding="utf-8")
-    for added in re.findall(r"^#   ((\w+)\(.*\): \S+)$", statuses, re.MULTILINE):
-        signature, name = added
-        earlier = re.search(rf"^  {name}\(.*$", text, re.MULTILINE)
-        assert earlier is not None, name
-        text = text.replace(earlier[0], f"  {signature}")
-    feed = (CONTRACT / "feed-4.graphql").read_text(encoding="utf-8")
-    contract = build_schema(text + statuses + feed)
+    # Later rounds add arguments to fields of earlier ones (touch, presenceSession,
+    # onlineUsers, presenceChanged, placeChanged), written as comments in their files: each
+    # replaces the field's earlier signature.
+    for later in ("presence-3.graphql", "feed-4.graphql", "analytics-4.graphql"):
+        added_by = (CONTRACT / later).read_text(encoding="utf-8")
+        for signature, name in re.findall(r"^#   ((\w+)\(.*\): \S+)$", added_by, re.MULTILINE):
+            earlier = re.search(rf"^  {name}\(.*$", text, re.MULTILINE)
+            assert earlier is not None, name
+            text = text.replace(earlier[0], f"  {signature}")
+        text += added_by
+    contract = build_schema(text)
     ours = build_schema(schema_sdl())
     assert find_breaking_changes(contract, ours) == []
 

@@ -75,6 +75,7 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
 from gql_presence.store.keys import Keys
+from gql_presence.store.models import OnlineFilter
 from gql_presence.store.replies import text
 from gql_presence.store.wire import FEED_KINDS
 from tests.conftest import TEST_SETTINGS
@@ -902,6 +903,51 @@ class PresenceModel(RuleBasedStateMachine):
         shown = [n for n in recent.nodes if n.user_id not in doubtful]
         self.agrees(shown, in_range)
         assert all(n.online == (n.user_id in online) for n in shown)
+
+    def live_devices(self, user: str) -> set[str | None]:
+        return {one.device for one in self.users[user].sessions.values() if self.session_live(one)}
+
+    @invariant()
+    def filtered_lists_agree(self) -> None:
+        """onlineUsers(filter:) lists what the model says, whatever wrote the users last: the
+        indexes follow every step. A user whose presence changed by time alone since the last
+        sweep (or whose leases lapsed) may be found as they were until then."""
+        online = {u for u in USERS if self.live(u)}
+        unsure = self.pending | {u for u in USERS if self.doubtful(u)}
+        invisible = {u for u in USERS if self.users[u].chosen is ChosenStatus.INVISIBLE}
+        checks: list[tuple[OnlineFilter, str | None, Callable[[str], bool]]] = [
+            (OnlineFilter(device="web"), None, lambda u: "web" in self.live_devices(u)),
+            (OnlineFilter(device="ios"), USERS[0], lambda u: "ios" in self.live_devices(u)),
+            (OnlineFilter(user_id_prefix="d"), None, lambda u: u.startswith("d")),
+            (OnlineFilter(statuses=(Status.AWAY,)), None, lambda u: self.status(u) is Status.AWAY),
+            (
+                OnlineFilter(statuses=(Status.ONLINE, Status.INVISIBLE)),
+                None,
+                lambda u: self.status(u) in {Status.ONLINE, Status.INVISIBLE},
+            ),
+            (
+                OnlineFilter(statuses=(Status.ONLINE, Status.INVISIBLE, Status.BUSY)),
+                USERS[1],
+                lambda u: self.status(u) in {Status.ONLINE, Status.BUSY},
+            ),
+            (
+                OnlineFilter(statuses=(Status.BUSY, Status.AWAY), device="web"),
+                None,
+                lambda u: (
+                    self.status(u) in {Status.BUSY, Status.AWAY} and "web" in self.live_devices(u)
+                ),
+            ),
+        ]
+        for kept, reader, keeps in checks:
+            page: Page = self.run(self.store.online_users(2, None, reader, kept=kept))
+            nodes = list(page.nodes)
+            while page.has_next_page:
+                page = self.run(self.store.online_users(2, page.end_cursor, reader, kept=kept))
+                nodes += page.nodes
+            hidden = invisible if reader else set()
+            want = {u for u in online - unsure - hidden if keeps(u)}
+            self.agrees([n for n in nodes if n.user_id not in unsure], want)
+            assert len(want) <= page.total_count <= len(want | unsure), (kept, page)
 
     @invariant()
     def todays_stats_agree(self) -> None:

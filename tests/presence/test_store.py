@@ -37,6 +37,7 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import from_ms, to_ms
 from gql_presence.store.errors import BadInputError, SessionRevokedError
 from gql_presence.store.keys import Keys
+from gql_presence.store.models import OnlineFilter
 from gql_presence.store.presence import TOUCH_MANY_BATCH
 from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
 from gql_presence.store.shard import unpack_options
@@ -778,6 +779,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.presence("c", reader="a")
     await store.online_users()
     await store.online_users(by_online_since=True)
+    await store.online_users(kept=OnlineFilter(device="web"))
     await store.online_friends("a")
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
     await store.weekly_stats()
