@@ -25,6 +25,7 @@ from gql_presence.http.ide import GRAPHIQL_ASSETS
 from gql_presence.http.probes import (
     CLIENT_ASSETS,
     dashboard,
+    dashboard_script,
     favicon,
     healthz,
     metrics_page,
@@ -104,8 +105,9 @@ def create_app(settings: Settings) -> web.Application:
     app.router.add_get("/readyz", readyz)
     # Prometheus metrics of this process.
     app.router.add_get("/metrics", metrics_page)
-    # A live page for people: who is online, and the week's active users.
+    # A live page for people: who is online, and charts of who was active when.
     app.router.add_get("/dashboard", dashboard)
+    app.router.add_get("/dashboard.js", dashboard_script)
     # A place where the tabs that open it see each other's cursors.
     app.router.add_get("/places", places_page)
     # The browser client, as ES modules (the places page uses it, and so may any page).

@@ -13,6 +13,8 @@ from gql_presence.observability.metrics import CONTENT_TYPE
 from gql_presence.store.errors import PresenceError
 
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
+# The dashboard's charts, a script of its own beside the page.
+DASHBOARD_SCRIPT = (Path(__file__).parent / "dashboard.js").read_bytes()
 PLACES = (Path(__file__).parent / "places.html").read_bytes()
 # A green dot: online.
 FAVICON = (Path(__file__).parent / "favicon.ico").read_bytes()
@@ -23,6 +25,10 @@ CLIENT_ASSETS = Path(__file__).parent / "client"
 
 async def dashboard(request: web.Request) -> web.Response:
     return web.Response(body=DASHBOARD, content_type="text/html", charset="utf-8")
+
+
+async def dashboard_script(request: web.Request) -> web.Response:
+    return web.Response(body=DASHBOARD_SCRIPT, content_type="text/javascript", charset="utf-8")
 
 
 async def places_page(request: web.Request) -> web.Response:

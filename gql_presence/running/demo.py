@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import random
 import subprocess
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, date, datetime, time, timedelta
 
 from redis import exceptions as redis_errors
@@ -95,62 +95,114 @@ async def fill(
     today = now.astimezone(settings.stats_zone).date()
     regulars = set(rng.sample(ids, k=users // 10))  # active every day
     # Weeks of history: users arrive day after day, each coming back with a chance of their
-    # own, so that activity, retention and stickiness have cohorts, returns and breaks.
+    # own until they drift away (most within two weeks), and now and then after that, so
+    # that activity, retention and stickiness have cohorts, returns, breaks and losses.
     first_day = min(HISTORY_DAYS, settings.retention_ms // DAY_MS - 1)
     arrival = {u: first_day if u in regulars else rng.randint(1, first_day) for u in ids}
-    chance = {u: 1.0 if u in regulars else 0.1 + 0.8 * rng.random() ** 2 for u in ids}
+    chance = {u: 1.0 if u in regulars else 0.2 + 0.7 * rng.random() ** 2 for u in ids}
+    leaving = {u: -1 if u in regulars else arrival[u] - rng.expovariate(1 / 12) for u in ids}
+
+    def comes(user: str, days_ago: int) -> bool:
+        """Whether the user is active on that day: on the day they arrive, they are."""
+        if days_ago >= arrival[user]:
+            return days_ago == arrival[user]
+        return rng.random() < (chance[user] if days_ago > leaving[user] else 0.03)
+
     touches = await history(
-        store, arrival=arrival, chance=chance, today=today, settings=settings, rng=rng
+        store, comes=comes, ids=ids, days=first_day, today=today, settings=settings, rng=rng
     )
+    # The last week and today, one touch at a time, at any hour.
+    window_s = settings.window_ms / 1000
+    since_midnight = now - datetime.combine(today, time(0), settings.stats_zone)
     week: list[Awaitable[object]] = []
-    for days_ago in range(6, 0, -1):
-        share = rng.uniform(0.3, 0.6)
-        arrived = [u for u in ids if arrival[u] >= days_ago]
-        active = regulars | {u for u in arrived if rng.random() < share}
+    peaks: list[Awaitable[object]] = []
+    for days_ago in range(6, -1, -1):
         midnight = datetime.combine(today - timedelta(days=days_ago), time(0), settings.stats_zone)
-        for user in active:
-            at = midnight + timedelta(seconds=rng.uniform(0, 86_399))
+        # Today's touches end before the window, which the users online now fill.
+        latest_s = 86_399.0 if days_ago else since_midnight.total_seconds() - window_s
+        if latest_s <= 0:
+            continue
+        moments = []
+        for user in (u for u in ids if comes(u, days_ago)):
+            at = midnight + timedelta(seconds=rng.uniform(0, latest_s))
+            moments.append(at)
             week.append(store.touch(user, rng.choice(DEVICES), at=at))
+        peaks.append(store.analytics.record_peak(*peak_of(moments, settings.window_ms)))
     touches += len(week)
-    await _bounded(week)
+    await _bounded(week + peaks)
 
     online_now = regulars | set(rng.sample(ids, k=users // 7))
     # Within the window, and today: just after midnight the regulars are still active today.
-    since_midnight = now - datetime.combine(today, time(0), settings.stats_zone)
-    latest_ago_s = min(settings.window_ms / 1000 * 0.8, since_midnight.total_seconds())
+    latest_ago_s = min(window_s * 0.8, since_midnight.total_seconds())
     now_calls: list[Awaitable[object]] = []
     for user in online_now:
         for device in rng.sample(DEVICES, k=rng.randint(1, 3)):
             seconds_ago = rng.uniform(0, latest_ago_s)
             now_calls.append(store.touch(user, device, at=now - timedelta(seconds=seconds_ago)))
+    # Online periods that just ended, mostly short, a few as long as the window allows: a
+    # period can only begin within the window, and ends here with a kick.
+    gone = rng.sample(sorted(set(ids) - online_now), k=min(users // 5, users - len(online_now)))
+    for user in gone:
+        seconds_ago = latest_ago_s * rng.random() ** 3
+        now_calls.append(
+            brief(store, user, rng.choice(DEVICES), now - timedelta(seconds=seconds_ago))
+        )
     touches += len(now_calls)
     await _bounded(now_calls)
     return {"users": users, "touches": touches, "online": len(online_now)}
 
 
+async def brief(store: PresenceStore, user: str, device: str, since: datetime) -> None:
+    """An online period from `since` to now."""
+    await store.touch(user, device, at=since)
+    await store.kick(user)
+
+
 async def history(
     store: PresenceStore,
     *,
-    arrival: dict[str, int],
-    chance: dict[str, float],
+    comes: Callable[[str, int], bool],
+    ids: list[str],
+    days: int,
     today: date,
     settings: Settings,
     rng: random.Random,
 ) -> int:
-    """The days before the last week: each user from the day they arrive (days ago) is active
-    on a day with their chance, in one of its waking hours, backfilled by touchMany (one
-    call an hour); returns how many activities it wrote."""
+    """The days before the last week, from `days` ago: each user who `comes` that day is
+    active in one of its waking hours, backfilled by touchMany (one call an hour); returns how
+    many activities it wrote."""
     written = 0
-    for days_ago in range(max(arrival.values()), 6, -1):
+    for days_ago in range(days, 6, -1):
         midnight = datetime.combine(today - timedelta(days=days_ago), time(0), settings.stats_zone)
         hours: dict[int, list[str]] = {}
-        for user, arrived in arrival.items():
-            if arrived >= days_ago and rng.random() < chance[user]:
+        for user in ids:
+            if comes(user, days_ago):
                 hours.setdefault(rng.randint(7, 22), []).append(user)
         for hour, users in hours.items():
             at = midnight + timedelta(hours=hour, seconds=rng.uniform(0, 3599))
             written += await store.touch_many(users, at=at)
+        # The day's peak as if each had come at a moment of their hour, as in the last week.
+        moments = [
+            midnight + timedelta(hours=hour, seconds=rng.uniform(0, 3599))
+            for hour, users in hours.items()
+            for _ in users
+        ]
+        await store.analytics.record_peak(*peak_of(moments, settings.window_ms))
     return written
+
+
+def peak_of(moments: list[datetime], window_ms: int) -> tuple[int, datetime]:
+    """The most of these touches (one a user) within one window of each other, and when:
+    the users online at once, as the sweeper would have counted them."""
+    ordered = sorted(moments)
+    window = timedelta(milliseconds=window_ms)
+    most, when, first = 0, datetime.now(UTC), 0
+    for last, moment in enumerate(ordered):
+        while ordered[first] <= moment - window:
+            first += 1
+        if last - first + 1 > most:
+            most, when = last - first + 1, moment
+    return most, when
 
 
 async def keep_alive(store: PresenceStore, users: int, rng: random.Random) -> None:

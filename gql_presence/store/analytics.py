@@ -20,6 +20,7 @@ from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, guarded, named
+from gql_presence.store.validation import check_at
 
 HOUR_MS = 3_600_000
 MAX_PERIODS = 744
@@ -269,13 +270,16 @@ class Analytics:
             )
         return rows
 
-    async def record_peak(self, online: int) -> None:
+    async def record_peak(self, online: int, at: datetime | None = None) -> None:
         """Records `online`, the users online now as the sweep of every shard counted them,
-        into the peak of the hour: the sweeper does after each sweep, every second or so."""
+        into the peak of the hour: the sweeper does after each sweep, every second or so.
+        `at` backfills a count of another moment, for sample data."""
         if online <= 0:
             return
         shard = self._shards[0]
-        hour = Calendar(Granularity.HOUR, self._zone).holding(local_now_ms())
+        now_ms = local_now_ms()
+        at_ms = None if at is None else check_at(to_ms(at), now_ms, self._analytics_ms)
+        hour = Calendar(Granularity.HOUR, self._zone).holding(now_ms if at_ms is None else at_ms)
         after = day_start_ms(hour.first + timedelta(days=1), self._zone)
         await shard.run(
             ScriptName.RECORD_PEAK,
@@ -285,8 +289,42 @@ class Analytics:
                 hour_end_ms=hour.start_ms + HOUR_MS,
                 online=online,
                 keep_until_ms=after + self._analytics_ms,
+                at_ms="" if at_ms is None else at_ms,
             ),
         )
+
+    async def compact_ended(self, at_ms: int | None = None) -> int:
+        """Rewrites to their exact size the bitmaps of the hour that ended an hour before
+        `at_ms` (this process's clock by default), and of the day, week and month that ended
+        with it, leaving room an hour for late writes: the sweeper does once an hour. A later
+        write into one (a backfill, a lease's last renewal) only grows it again. Returns how
+        many bitmaps were rewritten."""
+        hours = Calendar(Granularity.HOUR, self._zone)
+        ended = hours.before(
+            hours.before(hours.holding(local_now_ms() if at_ms is None else at_ms))
+        )
+        periods = [ended]
+        next_day = ended.first + timedelta(days=1)
+        if hours.after(ended).first == next_day:
+            for granularity in (Granularity.DAY, Granularity.WEEK, Granularity.MONTH):
+                calendar = Calendar(granularity, self._zone)
+                period = calendar.of_date(ended.first)
+                if calendar.after(period).first == next_day:
+                    periods.append(period)
+        counts = await asyncio.gather(
+            *(
+                shard.run(
+                    ScriptName.COMPACT_BITMAPS,
+                    named(
+                        bitmaps=[p.key(shard.keys) for p in periods]
+                        + [p.first_key(shard.keys) for p in periods[1:]]
+                    ),
+                    named(),
+                )
+                for shard in self._shards
+            )
+        )
+        return sum(int(count) for count in counts)
 
     async def _peaks(self, days: Iterable[date], now_ms: int) -> Peaks:
         """The hourly peaks of the days still kept among these."""

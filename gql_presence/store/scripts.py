@@ -44,6 +44,7 @@ class ScriptName(StrEnum):
     RETENTION = "retention"
     STICKINESS = "stickiness"
     RECORD_PEAK = "record_peak"
+    COMPACT_BITMAPS = "compact_bitmaps"
     PEAKS = "peaks"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"

@@ -63,3 +63,23 @@ async def test_the_sweeper_records_the_users_online_on_every_shard(
         return bool(current["peakOnline"] == 7 and current["peakAt"] is not None)
 
     await eventually(peak_is_seven, what="the peak of 7 users online")
+
+
+async def test_a_backfilled_peak_counts_in_its_own_hour_and_day(store: PresenceStore) -> None:
+    now = datetime.now(UTC)
+    yesterday = now.replace(hour=10, minute=30, second=0, microsecond=0) - timedelta(days=1)
+    await store.analytics.record_peak(4, at=yesterday)
+    await store.analytics.record_peak(6, at=yesterday + timedelta(hours=3))
+    await store.analytics.record_peak(5, at=yesterday + timedelta(hours=3, minutes=1))
+    days = await store.analytics.activity(yesterday - timedelta(days=1), now, Granularity.DAY)
+    # The days that start from then: yesterday, with its highest hour, and today.
+    assert [(d.peak_online, d.peak_at) for d in days] == [
+        (6, yesterday + timedelta(hours=3)),
+        (0, None),
+    ]
+    from_ten = yesterday - timedelta(minutes=30)
+    hours = await store.analytics.activity(
+        from_ten, from_ten + timedelta(hours=4), Granularity.HOUR
+    )
+    assert [h.peak_online for h in hours] == [4, 0, 0, 6, 0]
+    assert hours[0].peak_at == yesterday
