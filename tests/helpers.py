@@ -962,6 +962,7 @@ async def call_every_script(store: PresenceStore) -> None:
     page = await store.changes(None, 5)
     await store.changes(page.end_cursor, 5)
     await store.feed_cursor()
+    await store.feed.shard_tip(0)
     await call_every_webhook_script(store)
 
 

@@ -68,6 +68,7 @@ class ScriptName(StrEnum):
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
     FEED_PAGE = "feed_page"
+    FEED_TIP = "feed_tip"
     CREATE_WEBHOOK = "create_webhook"
     UPDATE_WEBHOOK = "update_webhook"
     ROTATE_WEBHOOK_SECRET = "rotate_webhook_secret"  # noqa: S105 - a script name, not a password
