@@ -31,6 +31,7 @@ from gql_presence.http.probes import (
     metrics_page,
     places_page,
     readyz,
+    to_dashboard,
 )
 from gql_presence.http.sockets import ping_forever
 from gql_presence.http.view import PresenceView, heartbeat_s
@@ -106,6 +107,7 @@ def create_app(settings: Settings) -> web.Application:
     # Prometheus metrics of this process.
     app.router.add_get("/metrics", metrics_page)
     # A live page for people: who is online, and charts of who was active when.
+    app.router.add_get("/", to_dashboard)
     app.router.add_get("/dashboard", dashboard)
     app.router.add_get("/dashboard.js", dashboard_script)
     # A place where the tabs that open it see each other's cursors.

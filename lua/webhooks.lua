@@ -8,7 +8,8 @@
   ARGV[2]  attempts_prefix   string: a webhook's attempts LIST is this followed by its id
   ARGV[3]  webhook_id        string: only this webhook; "" for all
   ARGV[4]  max_webhooks      int: how many are read at most
-  ARGV[5]  max_attempts      int: how many attempts of each are read at most
+  ARGV[5]  max_attempts      int: how many attempts of each are read at most (0: none, for a
+                             delivery, which needs none of them)
   Returns  {{id, {field, value, ...}, {attempt, ...}}, ...}, attempts newest first
 ]]
 local webhooks_key = KEYS[1]
@@ -26,7 +27,7 @@ for _, id in ipairs(ids) do
   found[#found + 1] = {
     id,
     redis.call('HGETALL', webhook_prefix .. id),
-    redis.call('LRANGE', attempts_prefix .. id, 0, max_attempts - 1),
+    max_attempts > 0 and redis.call('LRANGE', attempts_prefix .. id, 0, max_attempts - 1) or {},
   }
 end
 return found

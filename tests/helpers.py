@@ -934,6 +934,7 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.analytics.retention(now.date() - timedelta(days=3), 2, 2, Granularity.DAY)
     await store.analytics.retention(now.date(), 1, 1, Granularity.HOUR)
     await store.analytics.stickiness(None, 7)
+    await store.analytics.compact_ended()
     await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
     await store.online_time.online_periods(
         datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
@@ -961,6 +962,7 @@ async def call_every_script(store: PresenceStore) -> None:
     page = await store.changes(None, 5)
     await store.changes(page.end_cursor, 5)
     await store.feed_cursor()
+    await store.feed.shard_tip(0)
     await call_every_webhook_script(store)
 
 

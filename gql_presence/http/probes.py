@@ -23,6 +23,11 @@ FAVICON = (Path(__file__).parent / "favicon.ico").read_bytes()
 CLIENT_ASSETS = Path(__file__).parent / "client"
 
 
+async def to_dashboard(request: web.Request) -> web.Response:
+    """The service's own address leads a person to its page."""
+    raise web.HTTPFound("/dashboard")
+
+
 async def dashboard(request: web.Request) -> web.Response:
     return web.Response(body=DASHBOARD, content_type="text/html", charset="utf-8")
 

@@ -7,15 +7,19 @@ import logging
 
 from gql_presence.observability.metrics import Metrics
 from gql_presence.store import LAPSED_BATCH, SWEEP_BATCH, PresenceStore
+from gql_presence.store.days import local_now_ms
 from gql_presence.store.errors import PresenceError
 
 log = logging.getLogger("gql_presence")
+HOUR_MS = 3_600_000
 
 
 async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metrics) -> None:
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
-    Every API process runs one; they need no coordination, as each sweep is one script."""
+    Every API process runs one; they need no coordination, as each sweep is one script. Once
+    an hour it also rewrites the bitmaps of periods that ended to their exact size."""
+    compacted_hour = None
     while True:
         try:
             result = await store.sweep()
@@ -27,6 +31,9 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
         else:
             metrics.users_online.set(result.online)
             await record_peak(store, result.online)
+            if compacted_hour != local_now_ms() // HOUR_MS:
+                compacted_hour = local_now_ms() // HOUR_MS
+                await compact_ended(store)
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
                 or max(result.lapsed, result.flushed) >= LAPSED_BATCH
@@ -43,3 +50,11 @@ async def record_peak(store: PresenceStore, online: int) -> None:
         await store.analytics.record_peak(online)
     except PresenceError as error:
         log.warning("peak online not recorded: %s", error.message)
+
+
+async def compact_ended(store: PresenceStore) -> None:
+    """Rewrites the bitmaps of the periods that ended to their exact size."""
+    try:
+        await store.analytics.compact_ended()
+    except PresenceError as error:
+        log.warning("bitmaps not compacted: %s", error.message)

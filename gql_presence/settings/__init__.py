@@ -192,7 +192,8 @@ class Settings:
     # A webhook delivery's lease lapses this long after its process last renewed it: what a
     # process that died was sending is sent again by another within it, ms.
     webhook_lease_ms: int = 10_000
-    # How often a webhook delivery with nothing to send looks at the feed again, ms.
+    # How often each process looks for new entries at the end of each shard's feed, for its
+    # webhook deliveries with nothing to send (one look per shard, however many webhooks), ms.
     webhook_poll_ms: int = 250
 
     @property

@@ -293,6 +293,39 @@ class Analytics:
             ),
         )
 
+    async def compact_ended(self, at_ms: int | None = None) -> int:
+        """Rewrites to their exact size the bitmaps of the hour that ended an hour before
+        `at_ms` (this process's clock by default), and of the day, week and month that ended
+        with it, leaving room an hour for late writes: the sweeper does once an hour. A later
+        write into one (a backfill, a lease's last renewal) only grows it again. Returns how
+        many bitmaps were rewritten."""
+        hours = Calendar(Granularity.HOUR, self._zone)
+        ended = hours.before(
+            hours.before(hours.holding(local_now_ms() if at_ms is None else at_ms))
+        )
+        periods = [ended]
+        next_day = ended.first + timedelta(days=1)
+        if hours.after(ended).first == next_day:
+            for granularity in (Granularity.DAY, Granularity.WEEK, Granularity.MONTH):
+                calendar = Calendar(granularity, self._zone)
+                period = calendar.of_date(ended.first)
+                if calendar.after(period).first == next_day:
+                    periods.append(period)
+        counts = await asyncio.gather(
+            *(
+                shard.run(
+                    ScriptName.COMPACT_BITMAPS,
+                    named(
+                        bitmaps=[p.key(shard.keys) for p in periods]
+                        + [p.first_key(shard.keys) for p in periods[1:]]
+                    ),
+                    named(),
+                )
+                for shard in self._shards
+            )
+        )
+        return sum(int(count) for count in counts)
+
     async def _peaks(self, days: Iterable[date], now_ms: int) -> Peaks:
         """The hourly peaks of the days still kept among these."""
         shard = self._shards[0]

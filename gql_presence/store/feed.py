@@ -158,6 +158,12 @@ class Feed:
         _, flat = await self._read(self._shards[index], after, count)
         return [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
 
+    async def shard_tip(self, index: int) -> str:
+        """The id of a shard's newest entry ("" when it holds none): every entry added after
+        this call comes after it."""
+        shard = self._shards[index]
+        return text(await shard.run(ScriptName.FEED_TIP, named(feed=shard.keys.feed), named()))
+
     async def shard_start(self, index: int) -> str:
         """Just before the oldest change a shard keeps (its present when it keeps none)."""
         position, flat = await self._read(self._shards[index], "", 1)

@@ -44,6 +44,7 @@ class ScriptName(StrEnum):
     RETENTION = "retention"
     STICKINESS = "stickiness"
     RECORD_PEAK = "record_peak"
+    COMPACT_BITMAPS = "compact_bitmaps"
     PEAKS = "peaks"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
@@ -67,6 +68,7 @@ class ScriptName(StrEnum):
     PERSISTED_DOCUMENT = "persisted_document"
     REFRESH_DOCUMENTS = "refresh_documents"
     FEED_PAGE = "feed_page"
+    FEED_TIP = "feed_tip"
     CREATE_WEBHOOK = "create_webhook"
     UPDATE_WEBHOOK = "update_webhook"
     ROTATE_WEBHOOK_SECRET = "rotate_webhook_secret"  # noqa: S105 - a script name, not a password

@@ -239,7 +239,13 @@ class Webhooks:
         found = await self._read(check_id(webhook_id, "id"))
         return found[0] if found else None
 
-    async def _read(self, webhook_id: str) -> list[Webhook]:
+    async def for_deliveries(self, webhook_id: str = "") -> list[Webhook]:
+        """Every webhook (or only this one) as deliveries read them, at each step and tick:
+        settings and every shard's progress, without the attempts and with deliveredUpTo as
+        kept (what a reader is shown costs a read of the attempts and a cursor sealed)."""
+        return await self._read(webhook_id and check_id(webhook_id, "id"), max_attempts=0)
+
+    async def _read(self, webhook_id: str, max_attempts: int = MAX_ATTEMPTS) -> list[Webhook]:
         k = self._home.keys
         reply = await self._home.run(
             ScriptName.WEBHOOKS,
@@ -249,11 +255,13 @@ class Webhooks:
                 attempts_prefix=k.webhook_attempts(),
                 webhook_id=webhook_id,
                 max_webhooks=MAX_WEBHOOKS,
-                max_attempts=MAX_ATTEMPTS,
+                max_attempts=max_attempts,
             ),
         )
         now_ms = time.time_ns() // 1_000_000
         found = [_webhook_of(entry, now_ms, self._shards) for entry in reply]
+        if not max_attempts:
+            return found
         return [await self._delivered(webhook) for webhook in found]
 
     async def _delivered(self, webhook: Webhook) -> Webhook:

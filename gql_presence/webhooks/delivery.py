@@ -7,7 +7,9 @@ batch at a time, and moves the position only once the receiver has acknowledged 
 under the lease (lua/advance_webhook.lua): whatever a process was sending when it died is
 sent again, with the same `webhook-id` and body, by the process that takes its lease after it
 lapsed. Before sending, the end of the batch is kept (ShardProgress.pending), so that the one
-who sends it again sends the same changes, not more.
+who sends it again sends the same changes, not more. A delivery with nothing after its position
+waits, with no Redis work, until the process's one look per shard at the feed's end
+(ShardTips) sees a newer entry, or a replay is asked for.
 """
 
 from __future__ import annotations
@@ -89,6 +91,55 @@ class Unobserved:
         pass
 
 
+class ShardTips:
+    """Where each shard's feed ends, for the deliveries with nothing left to send: they wait
+    here, with no Redis work, and one look at the newest entry of each shard they wait on, every
+    poll, wakes those whose position it has passed. Their cost does not grow with webhooks."""
+
+    def __init__(self, feed: Feed, poll_ms: int) -> None:
+        self._feed = feed
+        self._poll_s = poll_ms / 1000
+        # Per shard: each waiting delivery's wake-up, and its position.
+        self._waiting: list[dict[asyncio.Event, str]] = [{} for _ in range(feed.shards)]
+
+    async def wait_past(self, shard: int, position: str, wake: asyncio.Event) -> None:
+        """Returns once the shard has an entry after `position`, or `wake` is set otherwise."""
+        self._waiting[shard][wake] = position
+        try:
+            await wake.wait()
+        finally:
+            self._waiting[shard].pop(wake, None)
+
+    async def run_forever(self) -> None:
+        while True:
+            for shard, waiting in enumerate(self._waiting):
+                if waiting:
+                    await self._look(shard, waiting)
+            await asyncio.sleep(self._poll_s)
+
+    async def _look(self, shard: int, waiting: dict[asyncio.Event, str]) -> None:
+        try:
+            tip = await self._feed.shard_tip(shard)
+        except PresenceError as error:
+            log.warning("webhook deliveries of shard %s: %s", shard, error.message)
+            return
+        except (ConnectionError, OSError) as error:
+            log.warning("webhook deliveries of shard %s: %s", shard, error)
+            return
+        except Exception:
+            # A fault of ours: logged, and the looks go on (the deliveries wait on them).
+            log.exception("webhook deliveries of shard %s: no look at the feed", shard)
+            return
+        for wake, position in list(waiting.items()):
+            if tip and _sort_key(tip) > _sort_key(position):
+                wake.set()
+
+
+def _sort_key(entry_id: str) -> tuple[int, int]:
+    ms, _, sequence = entry_id.partition("-")
+    return int(ms), int(sequence or 0)
+
+
 class Deliveries:
     """This process's share of the webhooks' deliveries: its leases, renewed every tick, and a
     task per lease held."""
@@ -111,6 +162,7 @@ class Deliveries:
         # Deliveries told to stop after their request in flight, given up once they have.
         self._stopping: dict[tuple[str, int], ShardDelivery] = {}
         self._deliveries: dict[tuple[str, int], ShardDelivery] = {}
+        self.tips = ShardTips(feed, settings.poll_ms)
 
     @property
     def held(self) -> list[tuple[str, int]]:
@@ -120,14 +172,18 @@ class Deliveries:
     async def run_forever(self) -> None:
         UNTRACED.set(True)  # for this task, and the deliveries it starts
         tick_s = min(self.settings.lease_ms / 3, 1000) / 1000
-        while True:
-            try:
-                await self.tick()
-            except PresenceError as error:
-                log.warning("webhook deliveries not shared out: %s", error.message)
-            except Exception:
-                log.exception("webhook deliveries not shared out")
-            await asyncio.sleep(tick_s)
+        tips = asyncio.create_task(self.tips.run_forever(), name="webhook feed tips")
+        try:
+            while True:
+                try:
+                    await self.tick()
+                except PresenceError as error:
+                    log.warning("webhook deliveries not shared out: %s", error.message)
+                except Exception:
+                    log.exception("webhook deliveries not shared out")
+                await asyncio.sleep(tick_s)
+        finally:
+            tips.cancel()
 
     async def tick(self) -> None:
         """Keeps this process's leases, takes its share of the free ones, gives up what it
@@ -172,9 +228,15 @@ class Deliveries:
         for key in sorted(holding - set(self._stopping), reverse=True)[: max(0, extra)]:
             self._stopping[key] = self._deliveries[key]
             self._deliveries[key].stop()
+        # A replay asked for is taken by deliveries waiting for new entries too.
+        for webhook in webhooks:
+            for shard, progress in enumerate(webhook.progress):
+                waiting = self._deliveries.get((webhook.id, shard))
+                if waiting is not None and webhook.replay_id != progress.replay_id:
+                    waiting.wake()
 
     async def _webhooks_enabled(self) -> list[Webhook]:
-        return [webhook for webhook in await self.webhooks.webhooks() if webhook.enabled]
+        return [webhook for webhook in await self.webhooks.for_deliveries() if webhook.enabled]
 
     def _forget(self, key: tuple[str, int]) -> None:
         self._running.pop(key, None)
@@ -206,10 +268,18 @@ class ShardDelivery:
         self._shard = shard
         self._stopped = asyncio.Event()
         self._failures = 0
+        # Set by a step that found nothing after the position: where it waits for new entries.
+        self._idle_at: str | None = None
+        self._wake = asyncio.Event()
 
     def stop(self) -> None:
         """Ends the delivery after its request in flight, if any."""
         self._stopped.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Takes a step now, if it waits for new entries."""
+        self._wake.set()
 
     async def _wait(self, ms: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -236,28 +306,37 @@ class ShardDelivery:
                 again = False
             if again is None:
                 return  # the lease is no longer this process's
-            if not again:
+            if not again and self._idle_at is not None:
+                self._wake.clear()
+                if not self._stopped.is_set():
+                    await self._d.tips.wait_past(self._shard, self._idle_at, self._wake)
+            elif not again:
                 await self._wait(self._d.settings.poll_ms)
 
     async def _step(self) -> bool | None:
-        """One step of the delivery: True to go on at once, False to wait, None to end."""
-        webhook = await self._d.webhooks.webhook(self._webhook_id)
+        """One step of the delivery: True to go on at once, False to wait (for new entries,
+        when it sets _idle_at), None to end."""
+        self._idle_at = None
+        found = await self._d.webhooks.for_deliveries(self._webhook_id)
+        webhook = found[0] if found else None
         if webhook is None or not webhook.enabled:
             return False  # the next tick gives the lease up
         progress = webhook.progress[self._shard]
         if webhook.replay_id and progress.replay_id != webhook.replay_id:
             return await self._replay(webhook) or None
         feed = self._d.feed
+        count = EXAMINED_PER_SHARD if webhook.debounce_seconds else READ_PER_STEP
         try:
-            entries = await feed.shard_page(
-                self._shard,
-                progress.position,
-                EXAMINED_PER_SHARD if webhook.debounce_seconds else READ_PER_STEP,
-            )
+            entries = await feed.shard_page(self._shard, progress.position, count)
         except CursorExpiredError:
             return await self._skip_gap(progress) or None
         backlog = self._backlog(webhook, progress, entries)
-        return await self._deliver(webhook, progress, entries, backlog)
+        again = await self._deliver(
+            webhook, progress, entries, backlog, read_all=len(entries) < count
+        )
+        if again is False and not entries and not progress.gap:
+            self._idle_at = progress.position
+        return again
 
     async def _deliver(
         self,
@@ -265,8 +344,11 @@ class ShardDelivery:
         progress: ShardProgress,
         entries: Sequence[Entry],
         backlog: dict[str, str],
+        *,
+        read_all: bool,
     ) -> bool | None:
-        """Sends the next batch of these entries, or passes over those it has nothing for."""
+        """Sends the next batch of these entries, or passes over those it has nothing for
+        (`read_all`: they were every entry after the position when read)."""
         feed = self._d.feed
         cutoff_ms = time.time_ns() // 1_000_000 - webhook.debounce_seconds * 1000
         planned = plan(
@@ -283,9 +365,17 @@ class ShardDelivery:
         end = planned.end or progress.position
         decided = " ".join(planned.decided)
         if not planned.changes and not progress.gap:
-            # Nothing for it among these entries: passed over with no request.
-            moved = await self._advance(position=end, decided=decided, **backlog)
-            return True if moved else None
+            # Nothing for it among these entries: passed over with no request. When they were
+            # all there was, it waits for new entries at once, with nothing left waiting.
+            caught_up = read_all and end == entries[-1][0] and not planned.decided
+            if caught_up:
+                backlog = self._backlog(webhook, progress, [])
+            if not await self._advance(position=end, decided=decided, **backlog):
+                return None
+            if caught_up:
+                self._idle_at = end
+                return False
+            return True
         # A full batch is the same whoever makes it from this position (the first MAX_BATCH
         # changes after it); one that is not is kept, so that it is sent again as it was.
         if (planned.full or progress.pending == end) and backlog:
@@ -339,8 +429,8 @@ class ShardDelivery:
     async def _failed(self, webhook: Webhook, outcome: Outcome) -> None:
         """Disables a webhook failing for too long; else waits for the next retry."""
         settings = self._d.settings
-        found = await self._d.webhooks.webhook(webhook.id)
-        since = found.failing_since if found is not None else None
+        found = await self._d.webhooks.for_deliveries(webhook.id)
+        since = found[0].failing_since if found else None
         if since is not None:
             failing_ms = (datetime.now(UTC) - since).total_seconds() * 1000
             if failing_ms >= settings.disable_after_ms:

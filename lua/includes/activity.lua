@@ -106,8 +106,12 @@ local function more_periods(p)
   return p
 end
 
--- Sets the bits `indexes` of the bitmap; returns those that were not set before.
+-- Sets the bits `indexes` of the bitmap; returns those that were not set before. One index
+-- (a touch) takes a SETBIT, cheaper than building a BITFIELD's arguments.
 local function set_bits(key, indexes)
+  if #indexes == 1 then
+    return redis.call('SETBIT', key, indexes[1], 1) == 0 and indexes or {}
+  end
   local fresh = {}
   for first, last in chunks(#indexes) do
     local args, n = {}, 0
@@ -121,6 +125,26 @@ local function set_bits(key, indexes)
     end
   end
   return fresh
+end
+
+-- A week's or month's bitmap takes many bits at once by ORing in the day's, a pass over its
+-- bytes, when they are at least this many and one per this many of its bytes: setting a bit
+-- by BITFIELD costs about as much as ORing a hundred bytes or more.
+local WHOLE_DAY_BITS, BYTES_PER_BIT = 32, 64
+
+-- Sets the bits `indexes` of `kept` (a bitmap and its expiry: a week's or month's, or their
+-- first bitmaps'), all set in `day` (the day's bitmap, or its first bitmap). Every bit of the
+-- day's is in its week's and month's (every writer sets them together; a user's first day
+-- moved back clears all three), so ORing it in adds no other. BITOP clears the expiry: it is
+-- set again.
+local function add_bits(p, kept, indexes, day)
+  if #indexes >= WHOLE_DAY_BITS and #indexes * BYTES_PER_BIT >= redis.call('STRLEN', day) then
+    redis.call('BITOP', 'OR', kept[1], kept[1], day)
+    redis.call('PEXPIREAT', kept[1], kept[2])
+    return
+  end
+  set_bits(kept[1], indexes)
+  if not p.expiring then redis.call('PEXPIREAT', kept[1], kept[2]) end
 end
 
 -- Clears a bit of a bitmap, if it is still kept (a key made by SETBIT would never expire).
@@ -162,10 +186,20 @@ local function mark_first_day(shard, p, indexes, assigned)
     args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], p.number
     return k + 4
   end)
-  for _, first in ipairs(p.firsts) do
-    set_bits(first[1], newcomers)
-    redis.call('PEXPIREAT', first[1], first[2])
-  end
+  local first_day = p.firsts[1]
+  set_bits(first_day[1], newcomers)
+  if not p.expiring then redis.call('PEXPIREAT', first_day[1], first_day[2]) end
+  add_bits(p, p.firsts[2], newcomers, first_day[1])
+  add_bits(p, p.firsts[3], newcomers, first_day[1])
+end
+
+-- Whether every bitmap of p's week and month and of its first day, week and month exists
+-- already: each was given its expiry by the write that made it (every write that makes one
+-- sets it, and only BITOP, which clears it, sets it again), so it needs no other.
+local function all_expiring(p)
+  local keys = {p.kept[3][1], p.kept[4][1]}
+  for _, first in ipairs(p.firsts) do keys[#keys + 1] = first[1] end
+  return redis.call('EXISTS', unpack(keys)) == #keys
 end
 
 -- Marks the users whose bit indexes are given active in the periods p (periods_of): their
@@ -173,17 +207,19 @@ end
 -- out in this call, as mark_first_day). The hour's bits come first, then the day's: one set
 -- already means the rest are set too (every write sets them together, and a user active on a
 -- day has a first day no later), so a user active again within the hour costs one command,
--- and within the day two.
+-- and within the day two. The week's, month's and first bitmaps' expiries are set only when
+-- one of them is missing (all_expiring): a first activity of the day asks once instead.
 local function mark_periods(shard, p, indexes, assigned)
   local fresh = set_bits(p.hour, indexes)
   if #fresh == 0 then return end
   redis.call('PEXPIREAT', p.hour, p.hour_end + shard.hourly_ms + HOUR_MS)
   fresh = set_bits(p.day, fresh)
   if #fresh == 0 then return end
-  for i, kept in ipairs(more_periods(p).kept) do
-    if i > 2 then set_bits(kept[1], fresh) end
-    if i > 1 then redis.call('PEXPIREAT', kept[1], kept[2]) end
-  end
+  more_periods(p)
+  redis.call('PEXPIREAT', p.day, p.kept[2][2])
+  p.expiring = all_expiring(p)
+  add_bits(p, p.kept[3], fresh, p.day)
+  add_bits(p, p.kept[4], fresh, p.day)
   mark_first_day(shard, p, fresh, assigned)
 end
 

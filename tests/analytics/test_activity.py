@@ -10,8 +10,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
+from redis.asyncio import Redis
 
 from gql_presence.store import Granularity, PresenceStore
+from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError
 from tests.analytics.reference import Reference, as_rows
 from tests.conftest import StoreFactory
@@ -20,6 +22,7 @@ ZONE = ZoneInfo("Europe/Berlin")
 DAY_MS = 86_400_000
 KEEP = {"retention_ms": 240 * DAY_MS, "hourly_ms": 240 * DAY_MS, "stats_timezone": ZONE.key}
 ONE_MS = timedelta(milliseconds=1)
+DAY = timedelta(days=1)
 
 
 def local(day: date, hour: int = 0, minute: int = 0) -> datetime:
@@ -149,6 +152,74 @@ async def test_a_backfilled_activity_moves_a_users_first_day_back(store: Presenc
         periods = await store.analytics.activity(now - timedelta(days=70), now, granularity)
         holding = [p for p in periods if p.start <= now - timedelta(days=33)][-1]
         assert [p.new_users for p in periods] == [int(p is holding) for p in periods]
+
+
+async def test_large_batches_match_the_reference(make_store: StoreFactory) -> None:
+    """touchMany of many users adds them to the week and month by the day's whole bitmap."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    batches = [
+        (range(0, 700), now - timedelta(days=3)),
+        (range(400, 1300), now - timedelta(days=2)),
+        (range(900, 1600), now - timedelta(days=33)),  # first days moved back a month
+        (range(1200, 1210), now - timedelta(days=2, hours=1)),
+    ]
+    for users, at in batches:
+        who = [f"u{i}" for i in users]
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    now = datetime.now(UTC)
+    for granularity in (Granularity.DAY, Granularity.WEEK, Granularity.MONTH):
+        start = now - timedelta(days=70)
+        periods = await store.analytics.activity(start, now, granularity)
+        starts = reference.periods(start, now, granularity.value)
+        assert as_rows(periods) == [reference.activity(s, granularity.value) for s in starts]
+    first_day = (now - timedelta(days=40)).astimezone(ZONE).date()
+    rows = await store.analytics.retention(first_day, 8, 6, Granularity.WEEK)
+    expected = reference.retention(first_day, 8, 6, "WEEK", now)
+    assert [(r.start, r.size, list(r.retained)) for r in rows] == expected
+
+
+async def test_every_bitmap_of_activity_expires(make_store: StoreFactory, redis: Redis) -> None:
+    """Each bitmap's expiry is set once, by the write that makes it: whoever writes first in a
+    period (a new user, a known one, a backfill into an older week) leaves none kept forever."""
+    store = make_store(**KEEP)
+    now = datetime.now(UTC)
+    await store.touch_many(["ann"], at=now - timedelta(days=40))
+    await store.touch("bob", "tab")
+    await store.touch_many(["ann", "cat"], at=now - timedelta(days=9))
+    await store.touch_many(["ann"], at=now - timedelta(days=20))
+    await store.touch("ann", "tab")
+    kinds = ("hour", "day", "week", "month", "first", "firstw", "firstm")
+    for kind in kinds:
+        keys = [k async for k in redis.scan_iter(match=f"*:{kind}:*")]
+        assert keys, kind
+        for key in keys:
+            assert await redis.pttl(key) > 0, key
+
+
+async def test_bitmaps_of_ended_periods_shrink_and_answer_the_same(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(**KEEP)
+    day = datetime.now(UTC).astimezone(ZONE).date() - timedelta(days=2)
+    at = local(day + timedelta(days=1)) - timedelta(minutes=30)  # the day's last hour
+    for first in range(0, 4000, 100):  # user indexes rising batch by batch
+        await store.touch_many([f"u{i}" for i in range(first, first + 100)], at=at)
+    asked = [(at - timedelta(hours=2), at, Granularity.HOUR), (at - DAY, at, Granularity.DAY)]
+    before = [await store.analytics.activity(*question) for question in asked]
+    bitmaps = [k for kind in ("hour", "day", "first") async for k in redis.scan_iter(f"*:{kind}:*")]
+    sizes = [await redis.memory_usage(key) or 0 for key in bitmaps]
+    expiries = [await redis.pttl(key) for key in bitmaps]
+    # An hour after the next one began: the hour, its day and the day's first bitmap.
+    assert await store.analytics.compact_ended(to_ms(at + timedelta(hours=2))) >= 3
+    for key, size, expiry in zip(bitmaps, sizes, expiries, strict=True):
+        assert (await redis.memory_usage(key) or size) < size, key
+        assert expiry - 1000 < await redis.pttl(key) <= expiry, key
+    assert [await store.analytics.activity(*question) for question in asked] == before
+    assert [p.active_users for p in before[1]] == [4000]
+    assert await store.analytics.compact_ended(to_ms(at)) == 0  # nothing kept ended then
 
 
 async def test_periods_outside_what_is_kept_count_zero(make_store: StoreFactory) -> None:

@@ -242,4 +242,5 @@ async def test_each_request_to_a_webhook_is_a_span_and_its_polling_none(
     assert span.kind == Span.SPAN_KIND_CLIENT
     # The deliveries poll the feed many times a second: none of that is traced.
     assert received.named("script feed_page") == []
+    assert received.named("script feed_tip") == []
     assert not [v for v in received.values if "receivers-own-secret" in v]

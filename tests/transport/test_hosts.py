@@ -50,6 +50,7 @@ async def test_open_mode_refuses_a_request_addressed_to_another_name_and_changes
     [
         ("GET", "/graphql", {"Accept": "text/html"}),  # GraphiQL
         ("GET", "/dashboard", {}),
+        ("GET", "/", {}),
         ("GET", "/metrics", {}),
         (
             "GET",
@@ -63,7 +64,7 @@ async def test_open_mode_refuses_a_request_addressed_to_another_name_and_changes
             },
         ),
     ],
-    ids=["graphiql", "dashboard", "metrics", "websocket"],
+    ids=["graphiql", "dashboard", "root", "metrics", "websocket"],
 )
 async def test_open_mode_refuses_another_name_on_every_route(
     open_service: Service, method: str, path: str, headers: dict[str, str]
@@ -204,3 +205,11 @@ def test_bad_allowed_hosts_are_refused_saying_what_is_allowed(value: str, says: 
     with pytest.raises(SettingsError, match="PRESENCE_ALLOWED_HOSTS") as refused:
         Settings.from_env({"PRESENCE_ALLOWED_HOSTS": value})
     assert says in str(refused.value)
+
+
+async def test_the_services_own_address_leads_to_the_dashboard(open_service: Service) -> None:
+    response = await open_service.get("/", allow_redirects=False)
+    assert (response.status, response.headers["Location"]) == (302, "/dashboard")
+    page = await open_service.get("/")
+    assert page.status == 200
+    assert "gql-presence" in await page.text()

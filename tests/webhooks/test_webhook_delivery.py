@@ -161,6 +161,33 @@ async def test_every_change_arrives_signed_once_acknowledged_in_version_order(
     assert receiver.unverified == 0
 
 
+async def test_idle_webhooks_cost_redis_one_look_per_shard_not_one_per_webhook(
+    processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
+) -> None:
+    store = processes.store(shards=2)
+    for _ in range(9):
+        await store.webhooks.create(receiver.url, ["JOINED"], None, 0)
+    await hooked(store, receiver)
+    deliveries = await processes.start(store)
+    await eventually(lambda: len(deliveries.held) == 20, what="every delivery held")
+
+    async def script_calls() -> int:
+        stats = await flushed_redis.info("commandstats")
+        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+    await asyncio.sleep(0.2)  # each delivery's first steps, which find nothing
+    before = await script_calls()
+    await asyncio.sleep(0.5)
+    calls = await script_calls() - before
+    # Twenty deliveries looking every 20 ms would call 1,000 scripts; one look per shard and
+    # poll is 50, and the tick a couple.
+    polls = 0.5 / (SHORT.poll_ms / 1000)
+    assert calls <= 2 * 2 * polls, calls
+    # Woken by the look, a change is still sent at once.
+    await store.touch("u0", "tab")
+    await eventually(lambda: "presence:u0" in receiver.versions(), within_s=1, what="the change")
+
+
 @pytest.mark.parametrize("trouble", ["errors", "timeouts", "down"])
 async def test_changes_arrive_at_least_once_in_order_through_a_receiver_in_trouble(
     processes: Processes, receiver: WebhookReceiver, trouble: str
