@@ -28,6 +28,10 @@
   ARGV[10] since_from_ms int ms or "": the earliest onlineSince
   ARGV[11] since_to_ms   int ms or "": the latest onlineSince
   ARGV[12] count         0|1: 1 to count the matches (total), else total is 0
+  ARGV[13..] seers       strings: for an end user with an onlineSince range, the users of this
+                         shard who have the reader in their friend set and are in the reader's
+                         (at most PRESENCE_MAX_FRIENDS): those who show lastSeen to FRIENDS are
+                         found by onlineSince too; none otherwise
   Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: score is the
            user's place in the order (the cursor's)
   Work     Each field given names the users it matches: status and device by their indexes
@@ -37,7 +41,8 @@
            range in the other order is gathered whole and sorted when it matches at most
            GATHER users, else the list is walked and checked. Each user walked past costs one
            look-up of what they are indexed under. The total of one field is O(log n); of
-           several, one pass over the cheapest field's matches.
+           several, one pass over the cheapest field's matches. The seers who match are
+           looked up one by one (a few look-ups each), sorted and merged with the page.
 ]]
 --- @include "clock"
 --- @include "page"
@@ -71,8 +76,10 @@ local since_max = since_from and string.format('%d', -since_from) or '+inf'
 local cutoff = -(now - window_ms)
 
 -- Whether a user found in some index matches every field, and is online now: when the index
--- walked holds only users that match (`exact`), whether they are online now.
-local exact = false
+-- walked holds only users that match (`exact`), whether they are online now. An end user
+-- finds by onlineSince the users of group r only among the seers who show it to FRIENDS,
+-- looked at apart from the indexes' walk (`friendly`), so that none is found twice.
+local exact, friendly = false, nil
 local function matches(user_id)
   if prefix ~= '' and string.sub(user_id, 1, #prefix) ~= prefix then return false end
   if exact then return live_expiry(leases, online_key, user_id, now) ~= nil end
@@ -90,7 +97,7 @@ local function matches(user_id)
   if hide and group == 'h' then return false end
   if wanted and not wanted[fields[2]] then return false end
   if has_since then
-    if hide and group ~= 'v' then return false end
+    if hide and group ~= 'v' and not (friendly and friendly[user_id]) then return false end
     local since = tonumber(fields[3])
     if (since_from and since < since_from) or (since_to and since > since_to) then return false end
   end
@@ -287,6 +294,37 @@ if want_count and total == nil then
     total = #walk(best.walk, best.min, best.max, nil) / 2
     after_score = saved
   end
+end
+
+-- The seers who show their onlineSince to FRIENDS (group r): found by it, merged by order.
+if hide and has_since and #ARGV > 12 then
+  local ids = {}
+  friendly = {}
+  for i = 13, #ARGV do
+    local record = redis.call('HGET', index_users_key(statuses), ARGV[i])
+    if record and string.sub(record, 1, 2) == 'r\t' and choices_of(statuses, ARGV[i], now).visible == 'FRIENDS' then
+      friendly[ARGV[i]] = true
+      ids[#ids + 1] = ARGV[i]
+    end
+  end
+  exact = false
+  local extra, found = gathered(ids, first + 1)
+  if want_count then total = (total or 0) + found end
+  local merged, a, b = {}, 1, 1
+  while #merged < (first + 1) * 2 and (a <= #rows or b <= #extra) do
+    local take_row = b > #extra
+    if a <= #rows and b <= #extra then
+      take_row = rows[a + 1] < extra[b + 1] or (rows[a + 1] == extra[b + 1] and sorts_after(extra[b], rows[a]))
+    end
+    if take_row then
+      merged[#merged + 1], merged[#merged + 2] = rows[a], rows[a + 1]
+      a = a + 2
+    else
+      merged[#merged + 1], merged[#merged + 2] = extra[b], extra[b + 1]
+      b = b + 2
+    end
+  end
+  rows = merged
 end
 
 local reply = {total or 0, #rows > first * 2 and 1 or 0}

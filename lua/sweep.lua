@@ -16,6 +16,8 @@
                          of its hour, week and month: includes/activity.lua)
   KEYS[10] cooling       ZSET  member=bit index of a forgotten user  score=when it may be
                                handed out again, ms
+  KEYS[11] index_scan    STRING  the ZSCAN cursor over `online` of the pass that indexes the
+                               users online with no index entry, "done" once a pass has ended
   ARGV[1]  batch          int: at most this many users of each kind per call (expired, past
                           the retention)
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
@@ -46,6 +48,9 @@
   ARGV[10] cooling_ms       int ms: a forgotten user's bit index is handed out again this long
                             after (its first day cleared then), once every bitmap of a week,
                             month or first day that could hold its bit has expired
+  ARGV[11] index_batch      int: at most this many users online are looked at per call by the
+                            pass that indexes those online since before the online list's
+                            indexes were kept (KEYS[11])
   Returns  {offline_count, purged_count, online_count, lapsed_count, ended_statuses,
            flushed_count}: online_count is of users online now; lapsed_count of the users and
            place sessions of lapsed leases whose sessions under them were ended; ended_statuses
@@ -162,6 +167,22 @@ for _, user_id in ipairs(turned_away) do
   end
 end
 announce_all(channel, offline, statuses)
+-- Users online since before the indexes were kept are in none until they next change: one pass
+-- over `online` indexes those it finds in none (ZSCAN returns every user online all along at
+-- least once; those who came online since were indexed as they did).
+local scan_at = redis.call('GET', KEYS[11]) or '0'
+if scan_at ~= 'done' then
+  local found = redis.call('ZSCAN', online_key, scan_at, 'COUNT', tonumber(ARGV[11]))
+  local users = found[2]
+  for i = 1, #users, 2 do
+    local user_id = users[i]
+    if redis.call('HEXISTS', index_users_key(statuses), user_id) == 0
+      and not redis.call('ZSCORE', index_ids_key(statuses, 'v'), user_id) then
+      index_mark(statuses, user_id)
+    end
+  end
+  redis.call('SET', KEYS[11], found[1] == '0' and 'done' or found[1])
+end
 -- Users one of whose several sessions expired: their devices may have changed.
 for _, user_id in ipairs(redis.call('ZRANGEBYSCORE', index_due_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)) do
   redis.call('ZREM', index_due_key(statuses), user_id)

@@ -50,6 +50,13 @@ class Keys:
         return self.prefix + "ix:" + rest
 
     @property
+    def index_scan(self) -> str:
+        """STRING: the sweep's ZSCAN cursor over `online` in its pass that indexes the users
+        online with no index entry (online since before the indexes were kept), "done" once a
+        pass has ended (lua/sweep.lua)."""
+        return self.prefix + "ixscan"
+
+    @property
     def invisible(self) -> str:
         """SET of the users who chose INVISIBLE (lua/includes/status.lua)."""
         return self.prefix + "invisible"

@@ -21,7 +21,7 @@ from gql_presence.store.models import (
 )
 from gql_presence.store.replies import ShardPage, page_of
 from gql_presence.store.scripts import ScriptName
-from gql_presence.store.shard import Named, Shard, guarded, named
+from gql_presence.store.shard import Named, Shard, by_shard, guarded, named
 from gql_presence.store.validation import (
     check_end_date,
     check_id,
@@ -72,11 +72,20 @@ class Lists:
         by_online_since: bool,
         kept: OnlineFilter | None = None,
         count: bool = True,
+        seers: Sequence[str] = (),
     ) -> Page:
+        """`seers`: for an end user, the users who may show them their onlineSince (friends
+        both ways); those who show it to FRIENDS are found by an onlineSince range too."""
         check_page_size(first)
         if kept is not None and kept.given:
             return await self._filtered(
-                first, after, kept, hide=hide, by_online_since=by_online_since, count=count
+                first,
+                after,
+                kept,
+                hide=hide,
+                by_online_since=by_online_since,
+                count=count,
+                seers=seers,
             )
         if by_online_since:
             return await self._merged(
@@ -114,10 +123,13 @@ class Lists:
         hide: bool,
         by_online_since: bool,
         count: bool,
+        seers: Sequence[str],
     ) -> Page:
         """A page of the online users that match every field of the filter, in the order
         asked for, from the online list's indexes (lua/online_filtered.lua)."""
         check_online_filter(kept)
+        # Each shard checks the seers who live in it.
+        seers_of = by_shard(list(seers), len(self._shards))
         statuses = ""
         if kept.statuses is not None:
             # An end user finds nobody INVISIBLE, and an online user is never OFFLINE.
@@ -144,6 +156,7 @@ class Lists:
                     since_from_ms=_ms_or_empty(kept.online_since_from),
                     since_to_ms=_ms_or_empty(kept.online_since_to),
                     count=int(count),
+                    seers=seers_of.get(shard.index, []),
                 ),
             )
             return page_of(reply)

@@ -128,6 +128,10 @@ class OnlineFilter:
             )
         )
 
+    @property
+    def by_online_since(self) -> bool:
+        return self.online_since_from is not None or self.online_since_to is not None
+
 
 @dataclass(frozen=True)
 class Page:

@@ -559,6 +559,11 @@ class PresenceStore:
         """The online users, most recent activity first, or (by_online_since) most recently
         come online first; for an end user `reader`, without those who chose INVISIBLE. With
         `kept`, only those who match it (totalCount counted only when `count`)."""
+        seers: Sequence[str] = ()
+        if reader is not None and kept is not None and kept.by_online_since:
+            # Who may show the reader their onlineSince: the reader's friends (a bounded set)
+            # who have the reader in their own friend set.
+            seers = sorted(await self.in_friend_sets_of(reader, await self.friends(reader)))
         return await self._lists.online_users(
             first,
             after,
@@ -566,6 +571,7 @@ class PresenceStore:
             by_online_since=by_online_since,
             kept=kept,
             count=count,
+            seers=seers,
         )
 
     async def online_friends(

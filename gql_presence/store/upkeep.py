@@ -19,6 +19,10 @@ PURGE_SLACK_MS = 2 * DAY_MS
 # that every bitmap of a week or month (kept that long after it ends) that could hold their
 # bit has expired first: a month, plus DST slack.
 COOLING_SLACK_MS = 32 * DAY_MS
+# Users online looked at per sweep call by the pass that indexes those online since before the
+# online list's indexes were kept: indexing one takes about 40 µs of Redis time, so a call that
+# finds none of them indexed holds Redis for about 4 ms more.
+INDEX_BATCH = 100
 
 
 async def sweep(shards: Sequence[Shard], batch: int, lapsed_batch: int) -> SweepResult:
@@ -42,6 +46,7 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
             flushes=k.place_flushes,
             days=days,
             cooling=k.cooling_indexes,
+            index_scan=k.index_scan,
         ),
         named(
             batch=batch,
@@ -52,6 +57,7 @@ async def _sweep(shard: Shard, batch: int, lapsed_batch: int) -> list[int]:
             # Overdue: a state its process would have announced an interval ago.
             overdue_ms=PLACE_STATE_INTERVAL_MS,
             cooling_ms=settings.analytics_ms + COOLING_SLACK_MS,
+            index_batch=INDEX_BATCH,
         ),
     )
     # offline, purged, online, lapsed, ended_statuses, flushed

@@ -12,11 +12,15 @@ from redis.asyncio import Redis
 
 from gql_presence.store import ChosenStatus, Page, PresenceStore, Visibility
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.keys import Keys
 from gql_presence.store.models import OnlineFilter, Presence, Status
+from tests.conftest import StoreFactory
 from tests.helpers import eventually
 
 NOW = datetime.now(UTC)
 END_USER = "reader"
+# The sweep's cursor in its pass that indexes users online with no index entry.
+SCAN_KEY = Keys().index_scan
 
 
 def ago(seconds: float) -> datetime:
@@ -237,3 +241,70 @@ async def test_a_device_whose_session_expired_is_no_longer_found(
     ios = await store.online_users(10, None, kept=OnlineFilter(device="ios"))
     assert [n.user_id for n in ios.nodes] == ["a"]
     assert ios.total_count == 1
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.parametrize("by_since", [False, True])
+async def test_a_friend_finds_by_online_since_whom_they_may_see_it_of(
+    make_store: StoreFactory, by_since: bool, shards: int
+) -> None:
+    """A user who shows lastSeen to FRIENDS is found by onlineSince by a friend (merged in
+    the list's order, across pages), not by a stranger; nobody invisible is found."""
+    store = make_store(shards=shards)
+    for user, at in [("pal", 40), ("e-1", 50), ("e-2", 30), ("e-3", 10), ("shy", 20)]:
+        await store.touch(user, "s1", at=ago(at), device="web")
+    await store.touch("ghost", "s1", at=ago(35), device="web")
+    await store.touch(END_USER)
+    await store.touch("stranger")
+    await store.set_last_seen_visibility("pal", Visibility.FRIENDS)
+    await store.set_last_seen_visibility("shy", Visibility.NOBODY)
+    await store.set_last_seen_visibility("ghost", Visibility.FRIENDS)
+    await store.set_status("ghost", ChosenStatus.INVISIBLE)
+    await store.add_friends(END_USER, ["pal", "shy", "ghost"], mutual=True)
+    for kept in [
+        OnlineFilter(online_since_from=ago(60)),
+        OnlineFilter(online_since_from=ago(45), online_since_to=ago(5)),
+        OnlineFilter(online_since_to=ago(35), device="web"),
+        OnlineFilter(online_since_from=ago(60), user_id_prefix="p"),
+    ]:
+        for reader in (END_USER, "stranger"):
+            want = await expected(store, kept, reader, by_since=by_since)
+            assert ("pal" in want) == (reader == END_USER), (kept, reader)
+            assert "ghost" not in want
+            assert "shy" not in want
+            for first in (1000, 1):
+                got, totals = await every_page(
+                    store, first, reader, by_online_since=by_since, kept=kept
+                )
+                assert got == want, (kept, reader, first)
+                assert set(totals) == {len(want)}, (kept, reader, first)
+
+
+async def test_the_sweep_indexes_users_online_before_the_indexes_were_kept(
+    store: PresenceStore, redis: Redis
+) -> None:
+    """Users online with no index entry, as before the indexes were kept, are found by the
+    filters once the sweep's pass over the online list has come by, a chunk per call."""
+    await make_users(store)
+    await store.touch_many([f"many-{i}" for i in range(300)])
+    await store.set_last_seen_visibility("many-7", Visibility.FRIENDS)
+    for key in await index_keys(redis):
+        await redis.delete(key)
+    web = OnlineFilter(device="web")
+    assert (await every_page(store, 1000, None, kept=web))[0] == []
+
+    sweeps = 0
+    while await redis.get(SCAN_KEY) != "done" and sweeps < 10:
+        await store.sweep()
+        sweeps += 1
+    # A chunk per call: several calls for 310 users online, each bounded.
+    assert 2 <= sweeps < 10
+    for reader in (None, END_USER):
+        for by_since in (False, True):
+            for kept in [*FILTERS, OnlineFilter(user_id_prefix="many-1")]:
+                want = await expected(store, kept, reader, by_since=by_since)
+                got, totals = await every_page(
+                    store, 7, reader, by_online_since=by_since, kept=kept
+                )
+                assert got == want, (kept, reader, by_since)
+                assert set(totals) == {len(want)}, (kept, reader, by_since)
