@@ -252,8 +252,11 @@ class Writer(Follower):
         """Writes the batch. A batch of one message (as when changes come one at a time) is
         framed once in `frames` for every writer of the same head and payload, then written
         as those same bytes to each socket."""
-        batch, self._batch = self._batch, []
-        if self.dropped is not None or not batch:
+        batch = self._batch
+        if not batch:
+            return
+        self._batch = []
+        if self.dropped is not None:
             return
         head = self._head
         if len(batch) == 1 and frames is not None:
@@ -323,7 +326,15 @@ class Delivery(Writer):
             return None
         if self._passed is not None and self._passed(event.user_id, event.feed_id):
             return None
-        return self._add(rendered_once(self._render, event, rendered))
+        # rendered_once and _add, written out: this runs for every delivery of a fan-out.
+        payload = rendered.get(self._render)
+        if payload is None:
+            payload = rendered[self._render] = self._render(event)
+        batch = self._batch
+        if not batch:
+            batch.append(payload)
+            return self
+        return self._add(payload)
 
     def resume(self, replayed: Iterable[PresenceChange], passed: Passed) -> None:
         """Writes the replayed events, then those heard since `hold` that the replay did not
