@@ -98,16 +98,16 @@ async def test_folding_hours_into_counts_changes_no_hourly_answer(
     analytics = store_of_api.analytics
     hours_from = (now - timedelta(days=5)).date()
 
-    async def answers() -> tuple[object, ...]:
+    async def answers() -> tuple[list[dict[str, int]], list[tuple[datetime, int, tuple[int, ...]]]]:
         activity = await analytics.activity(now - timedelta(days=6), now, Granularity.HOUR)
         retention = await analytics.retention(hours_from, 52, 52, Granularity.HOUR)
-        return tuple(as_rows(activity)), tuple((r.start, r.size, r.retained) for r in retention)
+        return as_rows(activity), [(r.start, r.size, r.retained) for r in retention]
 
     before = await answers()
     starts = reference.periods(now - timedelta(days=6), now, "HOUR")
-    assert list(before[0]) == [reference.activity(s, "HOUR") for s in starts]
+    assert before[0] == [reference.activity(s, "HOUR") for s in starts]
     expected = reference.retention(hours_from, 52, 52, "HOUR", datetime.now(UTC))
-    assert list(before[1]) == [(s, size, tuple(kept)) for s, size, kept in expected]
+    assert before[1] == [(s, size, tuple(kept)) for s, size, kept in expected]
     assert await analytics.fold_ended() > 0
     assert await answers() == before
 
