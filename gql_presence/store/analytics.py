@@ -362,7 +362,7 @@ class Analytics:
         async def fold_in(shard: Shard) -> int:
             folded = 0
             for hour in due:
-                keys, args = self._fold_call(shard, hours, hour)
+                keys, args = self._fold_call(shard, hours, hour, now_ms)
                 reply = await shard.run(ScriptName.FOLD_HOUR, keys, args)
                 folded += int(reply[0])
             return folded
@@ -371,10 +371,13 @@ class Analytics:
         self._folded_through = max(self._folded_through, last.start_ms)
         return sum(counts)
 
-    def _fold_call(self, shard: Shard, hours: Calendar, hour: Period) -> tuple[Named, Named]:
+    def _fold_call(
+        self, shard: Shard, hours: Calendar, hour: Period, now_ms: int
+    ) -> tuple[Named, Named]:
         """fold_hour's KEYS and ARGV for the hour: the bitmaps it reads, and those that may
-        go once it is folded (guarded by every hour that reads them): the day's other hours
-        when it is the day's last, the hour before when it is the day's first."""
+        go once it is folded (guarded by every hour still counted that reads them): the
+        day's other hours when it is the day's last, the hour before when it is the day's
+        first."""
         k = shard.keys
         count = hours.hours_in(hour.first)
         day = list(hours.run(hours.holding(day_start_ms(hour.first, self._zone)), count))
@@ -390,7 +393,9 @@ class Analytics:
             guard_start = doomed[0]
             for _ in range(MAX_COHORTS):
                 guard_start = hours.before(guard_start)
-            guard = list(_until(hours, guard_start, hour.start_ms))
+            guard = [
+                p for p in _until(hours, guard_start, hour.start_ms) if self._counted(p, now_ms)
+            ]
         records = list(dict.fromkeys(p.folds(k) for p in guard))
         after_day = day_start_ms(hour.first + timedelta(days=1), self._zone)
         reads = [hour, before, *day[: hour.hour], *later]
