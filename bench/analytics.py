@@ -131,6 +131,7 @@ async def reads(users: int) -> None:
                 await compact(at_ms + 2 * hour_ms)
             print("After rewriting the bitmaps of ended periods to their size:")
             await bitmap_bytes(redis, hours, users, first)
+            await time_queries(redis, queries)
         # As the sweeper would have folded hours, once an hour (likewise).
         fold = getattr(store.analytics, "fold_ended", None)
         if fold is not None:
