@@ -243,7 +243,8 @@ class Keys:
 
     def hour(self, start_ms: str) -> str:
         """Bitmap: bit i is set when the user with index i was active in the hour of the stats
-        time zone that starts then (ms since the epoch); kept PRESENCE_HOURLY_DAYS after it."""
+        time zone that starts then (ms since the epoch); kept until it is folded
+        (lua/fold_hour.lua), or PRESENCE_HOURLY_DAYS after it at most."""
         return self.prefix + "hour:" + start_ms
 
     def folded_hour(self, start_ms: str) -> str:
