@@ -180,8 +180,9 @@ async def footprint(redis: Redis, user: str) -> dict[str, str]:
                 shape = f"score {'-' if score < 0 else ''}(touched + {offset:g} ms)"
         elif kind == "hash":
             shape = "field" if await redis.hexists(key, user) else None
-        elif kind == "string" and key.startswith(keys.day("")) and index is not None:
-            shape = f"bit {await redis.getbit(key, int(index))}"
+        elif kind == "string" and (key.startswith(keys.day("")) or not await is_text(redis, key)):
+            # The activity bitmaps (days, weeks, months, hours, first days): the user's bit.
+            shape = None if index is None else f"bit {await redis.getbit(key, int(index))}"
         elif kind == "string":
             shape = f"value {await redis.get(key)!s}"
         else:
@@ -189,6 +190,15 @@ async def footprint(redis: Redis, user: str) -> dict[str, str]:
         if shape is not None:
             found[name] = f"{kind}: {shape}, expiring {expires}"
     return found
+
+
+async def is_text(redis: Redis, key: str) -> bool:
+    """Whether a string key's value is UTF-8 (a bitmap's is not)."""
+    try:
+        await redis.get(key)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def members(redis: Redis, key: str, kind: str) -> str:
