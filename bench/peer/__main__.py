@@ -155,8 +155,8 @@ def start_peer(config: dict[str, object]) -> subprocess.Popen[bytes]:
 
 async def footprint(redis: Redis, user: str) -> dict[str, str]:
     """Every key in Redis (emptied before the touch of `user`), with the user's id in its name
-    replaced, and the shape of the user's part in it (the rate limiter's buckets left out:
-    not touch's work)."""
+    replaced, and the shape of the user's part in it (the rate limiter's buckets and the
+    sweep's scan cursor left out: not touch's work)."""
     keys = Keys()
     index = await redis.hget(keys.user_index, user)
     # Scores as offsets from the touch's time, which differs between servers: the window
@@ -164,7 +164,7 @@ async def footprint(redis: Redis, user: str) -> dict[str, str]:
     activity_ms = -(await redis.zscore(keys.last_seen, user) or 0)
     found: dict[str, str] = {}
     for key in sorted(str(k) for k in await redis.keys("*")):
-        if key.startswith(keys.rate_bucket("")):
+        if key.startswith(keys.rate_bucket("")) or key == keys.index_scan:
             continue
         kind, expires = str(await redis.type(key)), await redis.pttl(key) > 0
         name = key.replace(user, "<user>")
