@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -175,6 +175,19 @@ def _wanted(webhook: Webhook, kinds: set[str], change: Change, kind: str) -> boo
             for p in webhook.places
         )
     return True
+
+
+def waking(webhook: Webhook) -> Callable[[Change], bool]:
+    """Whether a change wakes the webhook's delivery waiting for new entries: one it may send,
+    or, with a debounce, one whose decisions may change what it sends (an OFFLINE or LEFT
+    that cancels what follows it, a JOINED sent as UPDATED). It passes over the others with
+    no step of its own."""
+    kinds = {kind.value for kind in webhook.kinds}
+    if webhook.debounce_seconds:
+        kinds |= {ChangeKind.OFFLINE, ChangeKind.LEFT}
+        if ChangeKind.UPDATED in kinds:
+            kinds.add(ChangeKind.JOINED)
+    return lambda change: _wanted(webhook, kinds, change, change.kind)
 
 
 def _coalesced(taken: list[tuple[str, Change, str]]) -> tuple[tuple[str, Change, str], ...]:
