@@ -986,7 +986,7 @@ async def call_every_webhook_script(store: PresenceStore) -> None:
     assert held
     assert await store.webhooks.advance(webhook.id, 0, "t", {"pending": "1-0"})
     [found] = await store.webhooks.for_deliveries(webhook.id)
-    assert await store.webhooks.pass_over(0, "t", [(webhook.id, found.progress[0], "2-0")]) == [
+    assert await store.webhooks.pass_over(0, "t", [(found, found.progress[0], "2-0")]) == [
         False  # a batch is pending
     ]
     await store.webhooks.delete(webhook.id)

@@ -327,20 +327,22 @@ class Webhooks:
         )
 
     async def pass_over(
-        self, shard: int, token: str, moves: Sequence[tuple[str, ShardProgress, str]]
+        self, shard: int, token: str, moves: Sequence[tuple[Webhook, ShardProgress, str]]
     ) -> list[bool]:
-        """Moves the positions of waiting deliveries of one shard (webhook id, its progress as
-        read, the entry to pass to) in one call: each only if the process of `token` holds its
-        lease and it still stands where it was read, with nothing pending, decided or missed.
-        Which of them moved."""
+        """Moves the positions of waiting deliveries of one shard (the webhook and its progress
+        as read, the entry to pass to) in one call: each only if the process of `token` holds
+        its lease, it still stands where it was read, with nothing pending, decided or missed,
+        and its filters are still those read (what it passed over was judged by them). Which
+        of them moved."""
         if not moves:
             return []
         k = self._home.keys
         deliveries: list[str] = []
         positions: list[str] = []
-        for webhook_id, progress, to in moves:
-            deliveries += [k.webhook(webhook_id), k.webhook_lease(webhook_id, shard)]
-            positions += [progress.position if progress.moved else "", to]
+        for webhook, progress, to in moves:
+            deliveries += [k.webhook(webhook.id), k.webhook_lease(webhook.id, shard)]
+            filters = "\n".join(filters_of(webhook))
+            positions += [progress.position if progress.moved else "", to, filters]
         fields = [f"{PROGRESS_FIELDS[name]}:{shard}" for name in PASSED_OVER_FIELDS]
         reply = await self._home.run(
             ScriptName.PASS_WEBHOOKS,
@@ -411,6 +413,12 @@ def _attempt_fields(
         "error": None if error is None else bounded_error(error),
         "durationMs": round(duration_ms, 3),
     }
+
+
+def filters_of(webhook: Webhook) -> tuple[str, str, str]:
+    """Its kinds, places and debounce as its HASH keeps them (places: "" for every place)."""
+    places = "" if webhook.places is None else json.dumps(list(webhook.places))
+    return ",".join(webhook.kinds), places, str(webhook.debounce_seconds)
 
 
 def _fields(

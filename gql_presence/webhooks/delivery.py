@@ -32,7 +32,7 @@ from gql_presence.store.errors import BadInputError, CursorExpiredError, Presenc
 from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, Feed
 from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
-from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks
+from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks, filters_of
 from gql_presence.webhooks.batches import Entry, batch_id, ms_of, plan, rendered_all, waking
 from gql_presence.webhooks.sender import MAX_BATCH, Batch, Outcome, Sender
 
@@ -108,7 +108,7 @@ LOOK_COUNT = 1000
 class _Waiting:
     """A delivery waiting for new entries it may want."""
 
-    webhook_id: str
+    webhook: Webhook
     wants: Callable[[Change], bool]
     # Where it stands, as kept in Redis.
     progress: ShardProgress
@@ -144,7 +144,7 @@ class ShardTips:
     ) -> str:
         """Returns once the shard has an entry after `progress.position` that the webhook may
         want (its id), or "" when `wake` is set otherwise."""
-        waiting = _Waiting(webhook.id, waking(webhook), progress, progress.position, wake)
+        waiting = _Waiting(webhook, waking(webhook), progress, progress.position, wake)
         self._waiting[shard][wake] = waiting
         try:
             await wake.wait()
@@ -154,15 +154,16 @@ class ShardTips:
 
     async def run_forever(self) -> None:
         while True:
-            full = False
-            for shard, waiting in enumerate(self._waiting):
-                if waiting:
-                    full |= await self._look(shard, waiting)
+            # At once: on one Redis, the looks at its shards leave in one round trip.
+            looks = [self._look(shard, waiting) for shard, waiting in enumerate(self._waiting)]
+            full = any(await asyncio.gather(*looks))
             # A look that read all it may has more to read at once.
             await asyncio.sleep(0 if full else self._poll_s)
 
     async def _look(self, shard: int, waiting: dict[asyncio.Event, _Waiting]) -> bool:
         """Wakes the deliveries that may want a new entry; whether the look was full."""
+        if not waiting:
+            return False
         try:
             after = min((w.checked for w in waiting.values()), key=_sort_key)
             try:
@@ -197,7 +198,7 @@ class ShardTips:
             for one in waiting.values()
             if not one.wake.is_set() and _sort_key(one.checked) > _sort_key(one.progress.position)
         ]
-        moves = [(one.webhook_id, one.progress, one.checked) for one in due]
+        moves = [(one.webhook, one.progress, one.checked) for one in due]
         moved = await self._webhooks.pass_over(shard, self._token, moves)
         for one, now in zip(due, moved, strict=True):
             if now:
@@ -312,11 +313,14 @@ class Deliveries:
         for key in sorted(holding - set(self._stopping), reverse=True)[: max(0, extra)]:
             self._stopping[key] = self._deliveries[key]
             self._deliveries[key].stop()
-        # A replay asked for is taken by deliveries waiting for new entries too.
+        # A replay asked for is taken by deliveries waiting for new entries too, and new
+        # filters by those that wait with the ones they had.
         for webhook in webhooks:
             for shard, progress in enumerate(webhook.progress):
                 waiting = self._deliveries.get((webhook.id, shard))
-                if waiting is not None and webhook.replay_id != progress.replay_id:
+                if waiting is not None and (
+                    webhook.replay_id != progress.replay_id or waiting.filters_changed(webhook)
+                ):
                     waiting.wake()
 
     async def _webhooks_enabled(self) -> list[Webhook]:
@@ -365,6 +369,10 @@ class ShardDelivery:
     def wake(self) -> None:
         """Takes a step now, if it waits for new entries."""
         self._wake.set()
+
+    def filters_changed(self, webhook: Webhook) -> bool:
+        """Whether it waits for new entries with other filters than the webhook's now."""
+        return self._idle is not None and filters_of(self._idle[0]) != filters_of(webhook)
 
     async def _wait(self, ms: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -474,7 +482,7 @@ class ShardDelivery:
             caught_up = read_all and end == entries[-1][0] and not planned.decided
             if caught_up:
                 backlog = self._backlog(webhook, progress, [])
-            if not await self._advance(position=end, decided=decided, **backlog):
+            if not await self._advance(position=end, pending="", decided=decided, **backlog):
                 return None
             if caught_up:
                 self._idle_at(webhook, progress, position=end)

@@ -225,6 +225,27 @@ async def test_webhooks_that_want_none_of_the_changes_pass_over_them_with_no_ste
     )
 
 
+async def test_a_waiting_delivery_takes_its_webhooks_new_kinds_and_passes_nothing_they_want(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=1)
+    webhook, receiver.secret = await store.webhooks.create(receiver.url, ["JOINED"], None, 0)
+    deliveries = await processes.start(store, dataclasses.replace(SHORT, pass_ms=20))
+    await eventually(lambda: len(deliveries.held) == 1, what="the delivery held")
+    await store.touch("ann", "tab")  # not for it: passed over
+    [ann] = (await store.changes(None, 10)).nodes
+
+    async def passed() -> bool:
+        [found] = await store.webhooks.for_deliveries(webhook.id)
+        return found.progress[0].position >= ann.feed_id
+
+    await eventually(passed, what="ann's ONLINE passed over")
+    await store.webhooks.update(webhook.id, kinds=["ONLINE"])
+    await store.touch("bob", "tab")
+    await eventually(lambda: bool(receiver.changes()), what="bob's ONLINE")
+    assert [c["userId"] for c in receiver.changes()] == ["bob"]
+
+
 async def test_an_acknowledged_batch_costs_five_script_calls_and_then_none(
     processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
 ) -> None:
