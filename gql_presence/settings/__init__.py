@@ -198,7 +198,7 @@ class Settings:
     # How long a webhook delivery woken by a change waits, from the change's time, before it
     # sends, so that the changes made meanwhile go in the same request: each change arrives up
     # to this much later, and a trickle of changes costs fewer requests, ms.
-    webhook_batch_wait_ms: int = 500
+    webhook_batch_wait_ms: int = 1000
 
     @property
     def secured(self) -> bool:
@@ -285,7 +285,7 @@ class Settings:
             webhook_lease_ms=duration_ms(env, "PRESENCE_WEBHOOK_LEASE_SECONDS", 10, MS_PER_SECOND),
             webhook_poll_ms=duration_ms(env, "PRESENCE_WEBHOOK_POLL_SECONDS", 0.25, MS_PER_SECOND),
             webhook_batch_wait_ms=duration_ms(
-                env, "PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS", 0.5, MS_PER_SECOND, allow_zero=True
+                env, "PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS", 1, MS_PER_SECOND, allow_zero=True
             ),
             user_rate=user_rate,
             user_burst=burst(env, "PRESENCE_USER_RATE_BURST", user_rate),

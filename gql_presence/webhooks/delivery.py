@@ -29,11 +29,18 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from gql_presence.store.errors import BadInputError, CursorExpiredError, PresenceError
-from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, Feed
+from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, EventCursors, Feed
 from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
 from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks, filters_of
-from gql_presence.webhooks.batches import Entry, batch_id, ms_of, plan, rendered_all, waking
+from gql_presence.webhooks.batches import (
+    Entry,
+    Renderings,
+    batch_id,
+    ms_of,
+    plan,
+    waking,
+)
 from gql_presence.webhooks.sender import MAX_BATCH, Batch, Outcome, Sender
 
 log = logging.getLogger("gql_presence")
@@ -53,9 +60,10 @@ class DeliverySettings:
     retry_ms: tuple[int, ...] = (1000, 5000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000)
     # A webhook failing with no success for this long is disabled.
     disable_after_ms: int = 86_400_000
-    # How long a delivery woken by a change waits, from that change's time, before it sends:
-    # the changes made meanwhile go in the same request. What it trades is latency (a change
-    # alone arrives this much later) for fewer requests when changes trickle in.
+    # How old the first change a waiting delivery may send is when it wakes (unless a full
+    # batch waits): the changes made meanwhile go in the same request. What it trades is
+    # latency (a change alone arrives this much later) for fewer requests when changes trickle
+    # in.
     batch_wait_ms: int = 0
     # How often the waiting deliveries' positions are moved past what they passed over (at
     # most a quarter of the feed's retention).
@@ -114,17 +122,21 @@ class _Waiting:
     progress: ShardProgress
     # The entries up to here are none it wants.
     checked: str
+    # The entries up to here have been looked at.
+    seen: str
     wake: asyncio.Event
-    # The first entry it may want: what woke it ("": none).
+    # The first entry it may want ("": none yet), and how many it may want have been seen.
     first: str = ""
+    wanted: int = 0
 
 
 class ShardTips:
     """The new entries of each shard's feed, for the deliveries with nothing left to send:
     they wait here, with no Redis work, and one look at each shard they wait on, every poll,
-    wakes only those that may want an entry it found. The others pass over those entries: the
-    look moves their positions, now and then, in one call a shard. Their cost does not grow
-    with webhooks."""
+    wakes only those that may want an entry it found, once the first of those is
+    batch_wait_ms old (or a full batch of them waits), so that the changes made meanwhile go in
+    the same request. The others pass over those entries: the look moves their positions, now
+    and then, in one call a shard. Their cost does not grow with webhooks."""
 
     def __init__(
         self, feed: Feed, webhooks: Webhooks, token: str, settings: DeliverySettings
@@ -133,6 +145,7 @@ class ShardTips:
         self._webhooks = webhooks
         self._token = token
         self._poll_s = settings.poll_ms / 1000
+        self._batch_wait_ms = settings.batch_wait_ms
         # Often enough that no waiting delivery's position grows older than the feed keeps.
         self._pass_s = min(settings.pass_ms, feed.retention_ms // 4) / 1000
         # Per shard: each waiting delivery, by its wake-up, and when their positions last moved.
@@ -141,16 +154,17 @@ class ShardTips:
 
     async def wait_past(
         self, shard: int, webhook: Webhook, progress: ShardProgress, wake: asyncio.Event
-    ) -> str:
-        """Returns once the shard has an entry after `progress.position` that the webhook may
-        want (its id), or "" when `wake` is set otherwise."""
-        waiting = _Waiting(webhook, waking(webhook), progress, progress.position, wake)
+    ) -> None:
+        """Returns once the shard has entries after `progress.position` that the webhook may
+        want, the first of them batch_wait_ms old or MAX_BATCH of them, or once `wake` is set
+        otherwise."""
+        at = progress.position
+        waiting = _Waiting(webhook, waking(webhook), progress, at, at, wake)
         self._waiting[shard][wake] = waiting
         try:
             await wake.wait()
         finally:
             self._waiting[shard].pop(wake, None)
-        return waiting.first
 
     async def run_forever(self) -> None:
         while True:
@@ -165,7 +179,7 @@ class ShardTips:
         if not waiting:
             return False
         try:
-            after = min((w.checked for w in waiting.values()), key=_sort_key)
+            after = min((w.seen for w in waiting.values()), key=_sort_key)
             try:
                 bound, entries = await self._feed.shard_look(shard, after, LOOK_COUNT)
             except CursorExpiredError:
@@ -173,8 +187,14 @@ class ShardTips:
                 for one in list(waiting.values()):
                     one.wake.set()
                 return False
+            # The moment of the look, by the clock of the entries' ids where it is behind.
+            now_ms = max(time.time_ns() // 1_000_000, ms_of(bound) + 1)
             for one in list(waiting.values()):
                 _checked(one, bound, entries)
+                if one.first and (
+                    ms_of(one.first) + self._batch_wait_ms <= now_ms or one.wanted >= MAX_BATCH
+                ):
+                    one.wake.set()
             await self._pass(shard, waiting)
         except PresenceError as error:
             log.warning("webhook deliveries of shard %s: %s", shard, error.message)
@@ -206,18 +226,19 @@ class ShardTips:
 
 
 def _checked(one: _Waiting, bound: str, entries: Sequence[Entry]) -> None:
-    """Wakes a waiting delivery for the first entry after what it has checked that it may
-    want; else it has checked up to `bound`."""
+    """Counts the entries after what a waiting delivery has seen that it may want; it has
+    seen up to `bound`, and checked up to it if it wants none of them so far."""
     if one.wake.is_set():
         return
-    checked = _sort_key(one.checked)
+    seen = _sort_key(one.seen)
     for entry_id, change in entries:
-        if change is not None and _sort_key(entry_id) > checked and one.wants(change):
-            one.first = entry_id
-            one.wake.set()
-            return
-    if _sort_key(bound) > checked:
-        one.checked = bound
+        if change is not None and _sort_key(entry_id) > seen and one.wants(change):
+            one.first = one.first or entry_id
+            one.wanted += 1
+    if _sort_key(bound) > seen:
+        one.seen = bound
+        if not one.first:
+            one.checked = bound
 
 
 def _sort_key(entry_id: str) -> tuple[int, int]:
@@ -248,6 +269,13 @@ class Deliveries:
         self._stopping: dict[tuple[str, int], ShardDelivery] = {}
         self._deliveries: dict[tuple[str, int], ShardDelivery] = {}
         self.tips = ShardTips(feed, webhooks, self.token, settings)
+        self._renderings: Renderings | None = None
+
+    def renderings(self, cursors: EventCursors) -> Renderings:
+        """The changes rendered lately, for every delivery of this process."""
+        if self._renderings is None:
+            self._renderings = Renderings(cursors)
+        return self._renderings
 
     @property
     def held(self) -> list[tuple[str, int]]:
@@ -410,20 +438,9 @@ class ShardDelivery:
             if not again and self._idle is not None:
                 self._wake.clear()
                 if not self._stopped.is_set():
-                    first = await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
-                    if first:
-                        await self._wait_for_batch(first)
+                    await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
             elif not again:
                 await self._wait(self._d.settings.poll_ms)
-
-    async def _wait_for_batch(self, first: str) -> None:
-        """Woken by a change it may send: waits until that change is batch_wait_ms old, so that
-        the changes made meanwhile go in the same request."""
-        wait_ms = self._d.settings.batch_wait_ms
-        if wait_ms:
-            # The change's time is the Redis server's clock: never waited more than the setting.
-            left = ms_of(first) + wait_ms - time.time_ns() / 1_000_000
-            await self._wait(min(max(left, 0), wait_ms))
 
     async def _step(self) -> bool | None:
         """One step of the delivery: True to go on at once, False to wait (for new entries,
@@ -498,7 +515,7 @@ class ShardDelivery:
             return None
         cursors = await feed.event_cursors()
         batch = Batch(
-            rendered_all(planned, self._shard, cursors),
+            self._d.renderings(cursors).of(planned, self._shard),
             end_cursor=cursors.of_shard(self._shard, end),
             gap=json.loads(progress.gap) if progress.gap else None,
             id=batch_id(webhook.id, self._shard, progress.position, end),
