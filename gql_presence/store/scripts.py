@@ -78,6 +78,7 @@ class ScriptName(StrEnum):
     RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
     WEBHOOK_LEASES = "webhook_leases"
     ADVANCE_WEBHOOK = "advance_webhook"
+    PASS_WEBHOOKS = "pass_webhooks"  # noqa: S105 - a script name, not a password
 
 
 class ScriptError(StrEnum):

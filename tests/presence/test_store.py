@@ -805,7 +805,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
     await store.changes((await store.changes(None, 5)).end_cursor, 5)
-    await store.feed.shard_tip(0)
+    await store.feed.shard_look(0, await store.feed.shard_start(0), 10)
     await call_every_webhook_script(store)
     await store.analytics.record_peak(2)
     await store.analytics.activity(ago(days=2), datetime.now(UTC), Granularity.HOUR)
