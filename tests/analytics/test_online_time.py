@@ -19,6 +19,7 @@ from gql_presence.settings import Settings
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
 from gql_presence.store.keys import Keys
+from gql_presence.store.online_time import FOLD_DAYS
 from tests.conftest import (
     EVERY_DEPLOYMENT,
     TEST_SETTINGS,
@@ -319,6 +320,116 @@ async def test_users_come_in_the_order_given_and_unknown_users_read_zero(
     assert found[0] == found[2]
     assert found[0].total_seconds == 0
     assert found[1].total_seconds == pytest.approx(600, abs=SLACK_S)
+
+
+def dst_change_days_ago(at_least: int) -> tuple[ZoneInfo, date]:
+    """Of the zones dst_zone looks at, the one whose latest change at least `at_least` days
+    ago is nearest, and that change."""
+    found = []
+    for name in ("America/New_York", "Europe/Berlin", "Australia/Sydney", "America/Santiago"):
+        zone = ZoneInfo(name)
+        latest = datetime.now(zone).date() - timedelta(days=at_least - 1)
+        change = latest_dst_change(zone, latest, 250)
+        if change is not None:
+            found.append((change, zone))
+    change, zone = max(found, key=lambda pair: pair[0])
+    return zone, change
+
+
+async def test_folded_days_answer_as_before_the_fold(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    # Periods begun days ago around a DST change in the stats time zone, in three blocks of
+    # indexes: one across midnight and the change, one on two devices at once, one from
+    # midnight exactly; ended now. Then one still open when the days are folded, which adds
+    # to them when it ends.
+    zone, change = dst_change_days_ago(5)
+    first = change - timedelta(days=1)
+    evening = day_start_ms(first, zone) + 22 * 3_600_000  # 22:00 before the change
+    now = await server_ms(redis)
+    window_ms = now - evening + 2 * DAY_MS
+    store = make_store(
+        stats_timezone=zone.key, window_ms=window_ms, retention_ms=window_ms + 10 * DAY_MS
+    )
+    keys = Keys()
+    starts = {"night": evening, "duo": evening + 3_600_000, "dawn": day_start_ms(change, zone)}
+    await store.touch("night", at=ms(starts["night"]))
+    await redis.set(keys.next_index, 5000)
+    await store.touch("duo", "phone", at=ms(starts["duo"]))
+    await store.touch("duo", "laptop", at=ms(starts["duo"] + 3_600_000))
+    await redis.set(keys.next_index, 9000)
+    await store.touch("dawn", at=ms(starts["dawn"]))
+    await store.touch("late", at=ms(evening - 3_600_000))
+    ends = {}
+    for user_id in starts:
+        await store.kick(user_id)
+        ends[user_id] = await server_ms(redis)
+    now = await server_ms(redis)
+    today = local_date(now, zone)
+    count = (today - first).days + 1
+    asked = ["night", "duo", "dawn", "late", "nobody"]
+    before = await store.online_time.online_time(asked[:3], first, today)
+    for found in before:
+        expected = day_seconds([(starts[found.user_id], ends[found.user_id])], first, count, zone)
+        assert [d.seconds for d in found.days[:-1]] == expected[:-1], found.user_id
+        assert found.total_seconds == pytest.approx(sum(expected), abs=SLACK_S)
+    assert before[0].days[1].seconds in (23 * 3600, 25 * 3600)  # the day of the change
+    assert before[1].days[0].seconds == 3600  # two devices: from 23:00 once
+
+    closed = [first + timedelta(days=d) for d in range(count - 2)]
+    for day in closed:
+        assert await store.online_time.fold(day) == 3  # three blocks of indexes
+    assert await store.online_time.online_time(asked[:3], first, today) == before
+    # The days folded keep no dense counters, and the fold's keys are there.
+    epoch = date(1970, 1, 1)
+    for day in closed:
+        number = (day - epoch).days
+        assert not await redis.keys(keys.online_day(number, 0)[:-1] + "*"), day
+        assert await redis.exists(*keys.online_folded(number)) == 4, day
+    # Folding again changes nothing.
+    assert await store.online_time.fold_closed(now) == 0
+    assert await store.online_time.online_time(asked[:3], first, today) == before
+
+    # A period still open when its days were folded adds to them when it ends.
+    await store.kick("late")
+    end = await server_ms(redis)
+    answers = await store.online_time.online_time(asked, first, today)
+    late = answers[3]
+    expected = day_seconds([(evening - 3_600_000, end)], first, count, zone)
+    assert [d.seconds for d in late.days[:-1]] == expected[:-1]
+    assert late.total_seconds == pytest.approx(sum(expected), abs=SLACK_S)
+    assert await redis.exists(keys.online_late((first - epoch).days)) == 1
+    # What the others showed is unchanged by it.
+    assert answers[:3] == before
+    assert answers[4].total_seconds == 0
+
+
+async def test_the_sweeper_folds_a_day_once_the_day_after_it_has_ended(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(window_ms=4 * DAY_MS, retention_ms=20 * DAY_MS)
+    keys = Keys()
+    now = await server_ms(redis)
+    today = local_date(now, UTC_ZONE)
+    first = today - timedelta(days=3)
+    start = day_start_ms(first, UTC_ZONE) + DAY_MS // 2  # 12:00 three days ago
+    await store.touch("a", at=ms(start))
+    await store.kick("a")
+    end = await server_ms(redis)
+    before = await store.online_time.online_time(["a"], first, today)
+    # One block of indexes on each day it looks at, up to the day before yesterday.
+    assert await store.online_time.fold_closed(end) == FOLD_DAYS
+    number = (today - date(1970, 1, 1)).days
+    for back, folded in ((3, True), (2, True), (1, False), (0, False)):
+        marker = keys.online_folded(number - back)[0]
+        assert bool(await redis.exists(marker)) is folded, back
+        dense = keys.online_day(number - back, 0)
+        assert bool(await redis.exists(dense)) is not folded, back
+    after = await store.online_time.online_time(["a"], first, today)
+    assert after == before
+    expected = day_seconds([(start, end)], first, 4, UTC_ZONE)
+    assert [d.seconds for d in after[0].days[:-1]] == expected[:-1]
+    assert expected[0] == 43200
 
 
 # --- over GraphQL, on each deployment ----------------------------------------------------------
