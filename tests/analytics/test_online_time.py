@@ -18,6 +18,7 @@ from gql_presence.app import create_app
 from gql_presence.settings import Settings
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
+from gql_presence.store import PresenceStore
 from gql_presence.store.keys import Keys
 from gql_presence.store.online_time import FOLD_DAYS
 from tests.conftest import (
@@ -453,6 +454,9 @@ async def test_online_time_and_periods_over_graphql_match_the_reference(
     now = await server_ms(http_redis)
     users = [f"user-{i}" for i in range(9)]
     starts = {u: now - (i + 1) * 5_400_000 for i, u in enumerate(users)}  # 1.5 h apart
+    # Online since 23:00 yesterday, and still when yesterday is folded.
+    users.append("night")
+    starts["night"] = day_start_ms(local_date(now, UTC_ZONE), UTC_ZONE) - 3_600_000
     for u in users:
         body = await graphql(api, TOUCH, u=u, s="web", at=ms(starts[u]).isoformat())
         assert "errors" not in body, body
@@ -479,15 +483,30 @@ async def test_online_time_and_periods_over_graphql_match_the_reference(
         assert got == pytest.approx(expected, abs=SLACK_S), (u, got, expected)
         assert entry["totalSeconds"] == pytest.approx((end - starts[u]) / 1000, abs=SLACK_S)
     assert found[-1]["totalSeconds"] == 0
+    # Yesterday folded, on every shard: the same answers; then a period open during the fold
+    # adds to it as it ends.
+    assert await PresenceStore(http_redis, settings).online_time.fold(first) > 0
+    days = {"from": first.isoformat(), "to": today.isoformat()}
+    body = await graphql(api, ONLINE_TIME, ids=asked, **days)
+    folded = body["data"]["onlineTime"]
+    assert [f["days"][0] for f in folded] == [f["days"][0] for f in found]
+    still = "night"
+    assert still not in kicked
+    assert (await graphql(api, KICK, u=still))["data"]["kick"]["online"] is False
+    late_end = await server_ms(http_redis)
+    body = await graphql(api, ONLINE_TIME, ids=[still], **days)
+    late = [d["seconds"] for d in body["data"]["onlineTime"][0]["days"]]
+    expected = day_seconds([(starts[still], late_end)], first, 2, UTC_ZONE)
+    assert late == pytest.approx(expected, abs=SLACK_S)
     body = await graphql(
         api, ONLINE_PERIODS, **{"from": ms(end - 3_600_000).isoformat(), "to": ms(end).isoformat()}
     )
     periods = body["data"]["onlinePeriods"]
-    lengths = [(end - starts[u]) / 1000 for u in kicked]
-    assert periods["count"] == len(kicked)
+    lengths = [(end - starts[u]) / 1000 for u in kicked] + [(late_end - starts[still]) / 1000]
+    assert periods["count"] == len(kicked) + 1
     assert periods["mean"] == pytest.approx(sum(lengths) / len(lengths), abs=SLACK_S)
     assert abs(periods["p50"] - nearest_rank(lengths, 0.5)) <= 0.05 * nearest_rank(lengths, 0.5)
-    assert sum(b["count"] for b in periods["buckets"]) == len(kicked)
+    assert sum(b["count"] for b in periods["buckets"]) == len(kicked) + 1
 
 
 async def test_bad_input_is_refused_saying_what_is_allowed(api: Any) -> None:
