@@ -16,9 +16,9 @@ from redis.asyncio import Redis
 
 from gql_presence.app import create_app
 from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
-from gql_presence.store import PresenceStore
 from gql_presence.store.keys import Keys
 from gql_presence.store.online_time import FOLD_DAYS
 from tests.conftest import (
