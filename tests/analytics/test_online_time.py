@@ -574,3 +574,26 @@ async def test_who_may_ask(
     assert "errors" not in await as_user(api, BACKEND_TOKEN, ONLINE_PERIODS, **span)
     nobody = await graphql(api, ONLINE_TIME, ids=[], **day)
     assert error_codes(nobody) == ["UNAUTHENTICATED"]
+
+
+async def test_the_service_folds_closed_days_as_it_runs(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    settings = dataclasses.replace(deployment, window_ms=4 * DAY_MS, retention_ms=10 * DAY_MS)
+    store = PresenceStore(http_redis, settings)
+    now = await server_ms(http_redis)
+    today = local_date(now, UTC_ZONE)
+    first = today - timedelta(days=3)
+    await store.touch("a", at=ms(day_start_ms(first, UTC_ZONE) + DAY_MS // 2))
+    await store.kick("a")
+    before = await store.online_time.online_time(["a"], first, today)
+    number = (first - date(1970, 1, 1)).days
+    await aiohttp_client(create_app(settings))
+
+    async def folded() -> bool:
+        return bool(await http_redis.exists(Keys().online_folded(number + 1)[0]))
+
+    await eventually(folded, what="the sweeper to fold the day before yesterday")
+    assert not await http_redis.exists(Keys().online_folded(number + 2)[0])
+    assert await store.online_time.online_time(["a"], first, today) == before
+    assert before[0].days[0].seconds == 43200
