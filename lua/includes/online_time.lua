@@ -8,7 +8,8 @@
 --                      once, at its size. Folded into the compact layout below, then deleted,
 --                      by lua/fold_online_time.lua once the day after it has ended.
 --   ot:m<day>  STRING  present once the day's fold has begun: how many blocks it folds. From
---                      then on a period's end adds to the day in ot:l<day>, not ot:d.
+--                      then on a period's end adds to the day in ot:l<day>, except in a block
+--                      whose dense counters the fold has not reached yet.
 --   ot:b<day>  STRING  the folded day's bitmap: bit i set for index i with time that day
 --   ot:c<day>  STRING  their units in index order, a u16 each: index i's at its rank, the
 --                      count of bits set before bit i
@@ -93,13 +94,16 @@ local function record_period(names, zone, index, start_ms, end_ms)
       local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
       if units > 0 then
         local expire_ms = next_start + keep_ms
-        if redis.call('EXISTS', names.online_time_prefix .. 'm' .. day) == 1 then
+        -- The block's dense counters, while the day's fold has not reached it (the fold deletes
+        -- them); else, once the fold has begun, the day's late additions.
+        local key = names.online_time_prefix .. 'd' .. day .. ':' .. math.floor(index / BLOCK_USERS)
+        local dense = redis.call('EXISTS', key) == 1
+        if not dense and redis.call('EXISTS', names.online_time_prefix .. 'm' .. day) == 1 then
           local late = names.online_time_prefix .. 'l' .. day
           redis.call('HINCRBY', late, index, units)
           redis.call('PEXPIREAT', late, expire_ms)
         else
-          local key = names.online_time_prefix .. 'd' .. day .. ':' .. math.floor(index / BLOCK_USERS)
-          if redis.call('EXISTS', key) == 0 then
+          if not dense then
             redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
             redis.call('PEXPIREAT', key, expire_ms)
           end
