@@ -21,6 +21,8 @@ from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
 from gql_presence.store.keys import Keys
 from gql_presence.store.online_time import FOLD_DAYS
+from gql_presence.store.scripts import ScriptName, Scripts
+from gql_presence.store.shard import Shard, named
 from tests.conftest import (
     EVERY_DEPLOYMENT,
     TEST_SETTINGS,
@@ -597,3 +599,61 @@ async def test_the_service_folds_closed_days_as_it_runs(
     assert not await http_redis.exists(Keys().online_folded(number + 2)[0])
     assert await store.online_time.online_time(["a"], first, today) == before
     assert before[0].days[0].seconds == 43200
+
+
+async def test_a_day_reads_the_same_while_its_fold_is_under_way(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    settings = dataclasses.replace(TEST_SETTINGS, window_ms=2 * DAY_MS)
+    store = make_store(window_ms=settings.window_ms)
+    keys = Keys()
+    now = await server_ms(redis)
+    today = local_date(now, UTC_ZONE)
+    yesterday = today - timedelta(days=1)
+    start = day_start_ms(yesterday, UTC_ZONE) + 3_600_000
+    periods: dict[str, Period] = {}
+    # In blocks 0, 1 and 2 of indexes; "c" still online when the fold begins.
+    for user_id, index in (("a", 0), ("b", 5000), ("c", 9000), ("e", 9001)):
+        await redis.set(keys.next_index, index)
+        await store.touch(user_id, at=ms(start))
+    for user_id in ("a", "b", "e"):
+        await store.kick(user_id)
+        periods[user_id] = (start, await server_ms(redis))
+    asked = ["a", "b", "e", "c", "d"]
+    before = await store.online_time.online_time(asked[:3], yesterday, today)
+
+    # One call of the fold: block 0 folded, blocks 1 and 2 not yet.
+    shard = Shard(redis, settings, 0, Scripts.register(redis))
+    number = (yesterday - date(1970, 1, 1)).days
+    marker, bitmap, counters, directory = keys.online_folded(number)
+    reply = await shard.run(
+        ScriptName.FOLD_ONLINE_TIME,
+        named(
+            next_index=keys.next_index,
+            marker=marker,
+            bitmap=bitmap,
+            counters=counters,
+            directory=directory,
+        ),
+        named(shard=shard.options, day=number, blocks=1, expire_ms=now + DAY_MS),
+    )
+    assert [int(n) for n in reply] == [1, 1, 3]
+    assert await store.online_time.online_time(asked[:3], yesterday, today) == before
+    # Ended now: "c" into its block's dense counters, which the fold has not reached; "d",
+    # given an index past those the fold covers, into the day's late additions.
+    await store.kick("c")
+    periods["c"] = (start, await server_ms(redis))
+    await redis.set(keys.next_index, 13_000)
+    await store.touch("d", at=ms(start + 3_600_000))
+    await store.kick("d")
+    periods["d"] = (start + 3_600_000, await server_ms(redis))
+    assert await redis.hkeys(keys.online_late(number)) == ["13000"]
+    during = await store.online_time.online_time(asked, yesterday, today)
+    for found in during:
+        expected = day_seconds([periods[found.user_id]], yesterday, 2, UTC_ZONE)
+        assert found.days[0].seconds == expected[0], found.user_id
+    assert during[:3] == before
+
+    assert await store.online_time.fold(yesterday) == 2
+    after = await store.online_time.online_time(asked, yesterday, today)
+    assert after == during
