@@ -115,21 +115,22 @@ end
 local function read_folded(day, d, folded)
   local bits = redis.call('GET', prefix .. 'b' .. day) or ''
   local dir
-  local args, online = {}, {}
-  for _, i in ipairs(asked) do
+  local args, online, n_online, a = {}, {}, 0, 0
+  for j = 1, #asked do
+    local i = asked[j]
     local at = byte_of[i]
-    local head = block_of[i] < folded and HEAD[(sbyte(bits, at) or 0) * 8 + bit_of[i]] or -1
-    if head >= 0 then
+    local head = HEAD[(sbyte(bits, at) or 0) * 8 + bit_of[i]]
+    if head >= 0 and block_of[i] < folded then
       dir = dir or redis.call('GET', prefix .. 'r' .. day)
       local e = floor(index_of[i] / DIRECTORY_USERS)
       local b1, b2, b3, b4 = sbyte(dir, 4 * e + 1, 4 * e + 4)
       local rank = ((b1 * 256 + b2) * 256 + b3) * 256 + b4 + head
       for p = e * DIRECTORY_USERS / 8 + 1, at - 1 do rank = rank + POP[sbyte(bits, p)] end
-      online[#online + 1] = i
-      args[#args + 1], args[#args + 2], args[#args + 3] = 'GET', 'u16', '#' .. rank
+      n_online, a = n_online + 1, a + 3
+      online[n_online], args[a - 2], args[a - 1], args[a] = i, 'GET', 'u16', '#' .. rank
     end
   end
-  if #online > 0 then
+  if n_online > 0 then
     local got = redis.call('BITFIELD', prefix .. 'c' .. day, unpack(args))
     for j, i in ipairs(online) do add(d * 65536 + i, got[j]) end
   end
