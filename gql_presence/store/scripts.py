@@ -46,6 +46,7 @@ class ScriptName(StrEnum):
     STICKINESS = "stickiness"
     RECORD_PEAK = "record_peak"
     COMPACT_BITMAPS = "compact_bitmaps"
+    FOLD_HOUR = "fold_hour"
     PEAKS = "peaks"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
@@ -78,6 +79,7 @@ class ScriptName(StrEnum):
     RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
     WEBHOOK_LEASES = "webhook_leases"
     ADVANCE_WEBHOOK = "advance_webhook"
+    PASS_WEBHOOKS = "pass_webhooks"  # noqa: S105 - a script name, not a password
 
 
 class ScriptError(StrEnum):
