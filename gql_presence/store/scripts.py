@@ -40,6 +40,7 @@ class ScriptName(StrEnum):
     WEEKLY_STATS = "weekly_stats"
     ONLINE_TIME = "online_time"
     ONLINE_PERIODS = "online_periods"
+    FOLD_ONLINE_TIME = "fold_online_time"
     ACTIVITY_PERIODS = "activity_periods"
     RETENTION = "retention"
     STICKINESS = "stickiness"

@@ -784,6 +784,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
     await store.weekly_stats()
     await store.online_time.online_time(["a", "b"], date(2026, 11, 1), date(2026, 11, 30))
+    await store.online_time.fold_closed()
     await store.online_time.online_periods(ago(hours=30), datetime.now(UTC))
     await store.remove_friends("a", ["b"])
     await store.sweep()
