@@ -308,13 +308,19 @@ def _rewritten(
         at = offset + removed
     parts.append(query[at:])
     # Where each token of the request starts in the new text (a replaced literal's variable
-    # where the literal did; a token after an insertion at its start, after the insertion).
+    # where the literal did; a token after an insertion at its start, after the insertion):
+    # one walk over the tokens and the edits together.
     origin = {}
+    pending = sorted(edits.items())
+    shift = done = 0
     for i, token in enumerate(tokens):
-        shift = 0
-        for offset, (removed, inserted) in edits.items():
-            if offset < token.start or (offset == token.start and not removed):
-                shift += len(inserted) - removed
+        while done < len(pending) and (
+            pending[done][0] < token.start
+            or (pending[done][0] == token.start and not pending[done][1][0])
+        ):
+            removed, inserted = pending[done][1]
+            shift += len(inserted) - removed
+            done += 1
         origin[token.start + shift] = i
     return "".join(parts), origin
 

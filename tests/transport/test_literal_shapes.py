@@ -158,6 +158,19 @@ async def test_errors_are_located_in_the_requests_own_text(twins: Twins) -> None
     bodies = await twins.family(texts, hits=1)
     column = texts[2].split("\n")[1].index("b: kick") + 1
     assert f'"locations":[{{"line":2,"column":{column}}}]'.encode() in bodies[2]
+    # Variables of its own before the literals, and a query's shorthand.
+    named = (
+        'mutation Kicks($s: ID) {{ a: kick(userId: "{}", sessionId: $s) {{ kickedSessions }} '
+        'b: kick(userId: "{}") {{ kickedSessions }} }}'
+    )
+    texts = [named.format("a", "b"), named.format("c", "d"), named.format("alice", "y" * 300)]
+    bodies = await twins.family(texts, hits=1)
+    column = texts[2].index("b: kick") + 1
+    assert f'"locations":[{{"line":1,"column":{column}}}]'.encode() in bodies[2]
+    short = '{{ presence(userId: "{}") {{ online }} }}'
+    texts = [short.format("a"), short.format("b"), short.format("y" * 300)]
+    bodies = await twins.family(texts, hits=1)
+    assert b'"locations":[{"line":1,"column":3}]' in bodies[2]
 
 
 def test_the_shapes_kept_are_bounded() -> None:
