@@ -150,15 +150,13 @@ def _node(token: Token) -> ValueNode:
     return StringValueNode(value=token.value, block=token.kind is TokenKind.BLOCK_STRING)
 
 
-def _values(
-    shape: Shape, tokens: list[Token], variables: dict[str, Any] | None
-) -> dict[str, Any] | None:
-    """The request's variables and its literals' as the shape's variables, when each of its
-    literals is one that validation accepts there."""
+def _literal_values(shape: Shape, tokens: list[Token]) -> dict[str, Any] | None:
+    """The document's literals as the shape's variables, when each of them is one that
+    validation accepts there."""
     for index, value in shape.fixed:
         if tokens[index].value != value:
             return None
-    values = dict(variables or ())
+    values = {}
     for slot in shape.slots:
         try:
             value = slot.type.parse_literal(_node(tokens[slot.token]))
@@ -177,6 +175,11 @@ class LiteralShapes:
         self._kept: LeastRecentlyUsed[tuple[str, str | None], Shape | str] = LeastRecentlyUsed(size)
         # Shapes seen once: planned when seen again, so that a text sent once costs no more.
         self._seen: LeastRecentlyUsed[tuple[str, str | None], bool] = LeastRecentlyUsed(size)
+        # The texts matched lately, each with its shape, tokens and literals' values: a
+        # text sent again is not lexed again.
+        self._texts: LeastRecentlyUsed[
+            tuple[str, str | None], tuple[Shape, list[Token], dict[str, Any]]
+        ] = LeastRecentlyUsed(size)
         self.hits = 0  # how many requests a shape answered
 
     def match(
@@ -186,17 +189,23 @@ class LiteralShapes:
         its literals is one that validation accepts there; None otherwise."""
         if not query or not _MAY_HOLD_LITERAL.search(query):
             return None
-        tokens = _tokens(query)
-        if tokens is None:
-            return None
-        shape = self._kept.get((_key(tokens), operation_name))
-        if not isinstance(shape, Shape):
-            return None
-        values = _values(shape, tokens, variables)
-        if values is None:
-            return None
+        text = (query, operation_name)
+        matched = self._texts.get(text)
+        if matched is None:
+            tokens = _tokens(query)
+            if tokens is None:
+                return None
+            shape = self._kept.get((_key(tokens), operation_name))
+            if not isinstance(shape, Shape):
+                return None
+            literals = _literal_values(shape, tokens)
+            if literals is None:
+                return None
+            matched = (shape, tokens, literals)
+            self._texts.put(text, matched)
+        shape, tokens, literals = matched
         self.hits += 1
-        return ShapedRun(shape, tokens, values)
+        return ShapedRun(shape, tokens, {**(variables or {}), **literals})
 
     def learn(
         self,

@@ -87,6 +87,7 @@ async def test_touches_and_kicks_with_new_literals_run_one_shape(twins: Twins) -
     touches = [touch.format(u, i) for i, u in enumerate(["dave", "erin", "dave", "fay", "erin"])]
     bodies = await twins.family(touches, hits=3)
     assert b'"userId":"fay","online":true' in bodies[3]
+    await twins.family([touches[3], touches[2]], hits=2)  # a text sent again
     kicks = [kick.format(u) for u in ["dave", "erin", "fay", "nobody"]]
     bodies = await twins.family(kicks, hits=2)
     assert b'"kickedSessions":1' in bodies[2]
