@@ -78,6 +78,31 @@ local function bucket_of(length_ms)
   return math.min(LAST_BUCKET, math.ceil(math.log(length_ms) / LOG_RATIO - 1e-9))
 end
 
+-- Adds units[j] to the time of index indexes[j] on day `day` (all of one block of BLOCK_USERS):
+-- into the block's dense counters, while the day's fold has not reached it (the fold deletes
+-- them); else, once the fold has begun, into the day's late additions. expire_ms: when the
+-- day's keys expire (its end plus the analytics' time).
+local function add_units(prefix, day, indexes, units, expire_ms)
+  local key = prefix .. 'd' .. day .. ':' .. math.floor(indexes[1] / BLOCK_USERS)
+  local dense = redis.call('EXISTS', key) == 1
+  if not dense and redis.call('EXISTS', prefix .. 'm' .. day) == 1 then
+    local late = prefix .. 'l' .. day
+    for j, index in ipairs(indexes) do redis.call('HINCRBY', late, index, units[j]) end
+    redis.call('PEXPIREAT', late, expire_ms)
+    return
+  end
+  if not dense then
+    redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
+    redis.call('PEXPIREAT', key, expire_ms)
+  end
+  local args, n = {'OVERFLOW', 'SAT'}, 2
+  for j, index in ipairs(indexes) do
+    args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units[j]
+    n = n + 4
+  end
+  redis.call('BITFIELD', key, unpack(args))
+end
+
 -- Records an online period of the user (their bit index, or nil for none) from start_ms to
 -- end_ms: its time on each day it touched (no further back than the days kept), and its length
 -- in the buckets of the hour and of the UTC day it ended in. `names` are the shard's (includes/options.lua):
@@ -93,22 +118,7 @@ local function record_period(names, zone, index, start_ms, end_ms)
       local to = math.min(end_ms, next_start)
       local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
       if units > 0 then
-        local expire_ms = next_start + keep_ms
-        -- The block's dense counters, while the day's fold has not reached it (the fold deletes
-        -- them); else, once the fold has begun, the day's late additions.
-        local key = names.online_time_prefix .. 'd' .. day .. ':' .. math.floor(index / BLOCK_USERS)
-        local dense = redis.call('EXISTS', key) == 1
-        if not dense and redis.call('EXISTS', names.online_time_prefix .. 'm' .. day) == 1 then
-          local late = names.online_time_prefix .. 'l' .. day
-          redis.call('HINCRBY', late, index, units)
-          redis.call('PEXPIREAT', late, expire_ms)
-        else
-          if not dense then
-            redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
-            redis.call('PEXPIREAT', key, expire_ms)
-          end
-          redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units)
-        end
+        add_units(names.online_time_prefix, day, {index}, {units}, next_start + keep_ms)
       end
       from, day = to, day + 1
     end
