@@ -35,8 +35,10 @@ QUANTILES = (0.5, 0.9, 0.99)
 FOLD_DAYS = 8
 # Blocks of 4,096 indexes folded per call: about 1.5 ms of Redis time each.
 FOLD_BLOCKS = 4
-# Keys a SCAN call of the carry-over of the earlier layout looks at (hint).
+# Keys a SCAN call of the carry-over of the earlier layout looks at (a hint), and the days of
+# an old key carried per call: about 5 ms of Redis time at most (lua/carry_online_time.lua).
 CARRY_SCAN = 1000
+CARRY_DAYS = 8
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,8 @@ class OnlineTime:
 
     async def carry_over(self) -> int:
         """Carries the online time kept in the layout of earlier versions (ot:<span>:<block>)
-        into each day's keys, a script call per old key, which deletes it: the sweeper does
+        into each day's keys, a few script calls per old key, the last of which deletes it:
+        the sweeper does
         once an hour, until a whole SCAN of a shard finds none, then never again there.
         Returns how many old keys this call carried."""
         return sum(await asyncio.gather(*(self._carry_over(shard) for shard in self._shards)))
@@ -264,15 +267,19 @@ class OnlineTime:
                 if match is None:
                     continue
                 found += 1
-                await shard.run(
-                    ScriptName.CARRY_ONLINE_TIME,
-                    named(old=match.group(0)),
-                    named(
-                        shard=shard.options,
-                        span=int(match.group(1)),
-                        block=int(match.group(2)),
-                    ),
-                )
+                while True:
+                    _, left = await shard.run(
+                        ScriptName.CARRY_ONLINE_TIME,
+                        named(old=match.group(0)),
+                        named(
+                            shard=shard.options,
+                            span=int(match.group(1)),
+                            block=int(match.group(2)),
+                            days=CARRY_DAYS,
+                        ),
+                    )
+                    if int(left) == 0:
+                        break
             if int(cursor) == 0:
                 break
         if found == 0:

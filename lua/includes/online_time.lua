@@ -78,29 +78,18 @@ local function bucket_of(length_ms)
   return math.min(LAST_BUCKET, math.ceil(math.log(length_ms) / LOG_RATIO - 1e-9))
 end
 
--- Adds units[j] to the time of index indexes[j] on day `day` (all of one block of BLOCK_USERS):
--- into the block's dense counters, while the day's fold has not reached it (the fold deletes
--- them); else, once the fold has begun, into the day's late additions. expire_ms: when the
--- day's keys expire (its end plus the analytics' time).
-local function add_units(prefix, day, indexes, units, expire_ms)
-  local key = prefix .. 'd' .. day .. ':' .. math.floor(indexes[1] / BLOCK_USERS)
-  local dense = redis.call('EXISTS', key) == 1
-  if not dense and redis.call('EXISTS', prefix .. 'm' .. day) == 1 then
-    local late = prefix .. 'l' .. day
-    for j, index in ipairs(indexes) do redis.call('HINCRBY', late, index, units[j]) end
-    redis.call('PEXPIREAT', late, expire_ms)
-    return
-  end
-  if not dense then
-    redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
-    redis.call('PEXPIREAT', key, expire_ms)
-  end
-  local args, n = {'OVERFLOW', 'SAT'}, 2
-  for j, index in ipairs(indexes) do
-    args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units[j]
-    n = n + 4
-  end
-  redis.call('BITFIELD', key, unpack(args))
+-- Where time added to day `day` in block `block` of indexes goes: the block's dense counters
+-- (made now, whole and with the day's expiry, if need be) while the day's fold has not reached
+-- it (the fold deletes them); else, once the fold has begun, the day's late additions, which
+-- the caller expires at expire_ms once it has added to them. Returns the key and whether it is
+-- the late additions.
+local function day_target(prefix, day, block, expire_ms)
+  local key = prefix .. 'd' .. day .. ':' .. block
+  if redis.call('EXISTS', key) == 1 then return key, false end
+  if redis.call('EXISTS', prefix .. 'm' .. day) == 1 then return prefix .. 'l' .. day, true end
+  redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
+  redis.call('PEXPIREAT', key, expire_ms)
+  return key, false
 end
 
 -- Records an online period of the user (their bit index, or nil for none) from start_ms to
@@ -118,7 +107,14 @@ local function record_period(names, zone, index, start_ms, end_ms)
       local to = math.min(end_ms, next_start)
       local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
       if units > 0 then
-        add_units(names.online_time_prefix, day, {index}, {units}, next_start + keep_ms)
+        local expire_ms = next_start + keep_ms
+        local key, late = day_target(names.online_time_prefix, day, math.floor(index / BLOCK_USERS), expire_ms)
+        if late then
+          redis.call('HINCRBY', key, index, units)
+          redis.call('PEXPIREAT', key, expire_ms)
+        else
+          redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units)
+        end
       end
       from, day = to, day + 1
     end

@@ -82,6 +82,19 @@ async def test_the_earlier_layout_is_carried_over_once_and_answers_the_same(
             written[day, user_id] = written.get((day, user_id), 0) + units
     # A day the upgraded version folded before the carry-over: its time comes in late.
     await store.online_time.fold(folded)
+    # Periods that ended yesterday since the upgrade, counted as the write path does: the sum
+    # is held at a u16's top, as one counter of either layout would hold it.
+    yesterday = today - timedelta(days=1)
+    for user_id, units in (("a", 30_000), ("b", 1000)):
+        keys, index = Keys.of_shard(shard_of[user_id]), INDEXES[user_id]
+        dense = keys.online_day(day_number(yesterday), index // 4096)
+        if not await redis.exists(dense):
+            await redis.set(dense, bytes(2 * 4096))
+            await redis.pexpireat(dense, day_start_ms(today, ZONE) + KEPT_DAYS * DAY_MS)
+        await redis.execute_command(
+            "BITFIELD", dense, "OVERFLOW", "SAT", "INCRBY", "u16", f"#{index % 4096}", units
+        )
+        written[yesterday, user_id] = min(65535, written[yesterday, user_id] + units)
     count = (today - first).days + 1
     dates = [first + timedelta(days=d) for d in range(count)]
     expected = {
@@ -90,6 +103,7 @@ async def test_the_earlier_layout_is_carried_over_once_and_answers_the_same(
     }
     assert all(sum(seconds) > 0 for seconds in expected.values())
     assert expected["a"][0] == 0
+    assert expected["a"][-2] == 65535 * 2
     n_old = len(await old_keys(redis))
 
     # Two processes at once: each key is carried by one of them.
