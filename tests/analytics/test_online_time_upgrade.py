@@ -24,17 +24,16 @@ from tests.conftest import ClientFactory, StoreFactory
 from tests.helpers import eventually
 
 DAY_MS = 86_400_000
-UNIT_MS = 2000
 OLD_SPAN_DAYS, OLD_BLOCK_USERS = 32, 1024
 ZONE = ZoneInfo("Europe/Berlin")
 KEPT_DAYS = 60
-# Bit indexes in four blocks of the earlier layout, two of them in one block of the new.
+# Bit indexes in four blocks of the earlier layout, three of them in one block of the new.
 INDEXES = {"a": 3, "b": 1030, "c": 2047, "d": 4100, "e": 9000}
 
 
 async def write_old(redis: AnyRedis, keys: Keys, index: int, day: int, units: int) -> None:
     """What the earlier version's record_period did for a user's time on a day."""
-    span, block = divmod(day, OLD_SPAN_DAYS)[0], index // OLD_BLOCK_USERS
+    span, block = day // OLD_SPAN_DAYS, index // OLD_BLOCK_USERS
     key = keys.old_online_time(span, block)
     if not await redis.exists(key):
         await redis.set(key, b"\0" * (2 * OLD_BLOCK_USERS * OLD_SPAN_DAYS))
@@ -91,9 +90,8 @@ async def test_the_earlier_layout_is_carried_over_once_and_answers_the_same(
         if not await redis.exists(dense):
             await redis.set(dense, bytes(2 * 4096))
             await redis.pexpireat(dense, day_start_ms(today, ZONE) + KEPT_DAYS * DAY_MS)
-        await redis.execute_command(
-            "BITFIELD", dense, "OVERFLOW", "SAT", "INCRBY", "u16", f"#{index % 4096}", units
-        )
+        at = f"#{index % 4096}"
+        await redis.bitfield(dense, default_overflow="SAT").incrby("u16", at, units).execute()
         written[yesterday, user_id] = min(65535, written[yesterday, user_id] + units)
     count = (today - first).days + 1
     dates = [first + timedelta(days=d) for d in range(count)]
