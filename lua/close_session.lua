@@ -54,7 +54,7 @@ local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ton
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases, true)
 user.statuses = statuses
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}

@@ -74,6 +74,7 @@
 --- @include "clock"
 --- @include "activity"
 --- @include "places"
+--- @include "online_time"
 --- @include "status"
 --- @include "options"
 local shard = shard_options(ARGV[3])

@@ -1,5 +1,4 @@
 --- @include "connections"
---- @include "online_time"
 -- A user's status: what they chose, their custom status, who may see their lastSeen, and
 -- what their live sessions say (idle or not). Kept in the keys that store/keys.py names (in
 -- the hash tag of every script's KEYS): a script that reads or announces statuses passes
@@ -28,7 +27,7 @@
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
 -- A script that knows statuses also keeps the online periods its events end
--- (includes/online_time.lua, end_periods), from the names user_index, online_time_prefix,
+-- (includes/online_time.lua, end_periods, through online_time_of), from the names user_index, online_time_prefix,
 -- period_lengths_prefix, analytics_ms and zone of its `shard` argument.
 -- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
 -- who never chose anything has no st key); the others go with what they describe.
@@ -38,10 +37,8 @@ local function since_key(statuses) return statuses.names.since end
 local function extras_key(statuses, user_id) return statuses.names.extras_prefix .. user_id end
 local function status_expiry_key(statuses) return statuses.names.status_expiries end
 
--- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
--- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
--- it ended but is still kept, not yet announced}.
-local function choices_of(statuses, user_id, now)
+-- The user's choices at `now`, read: see choices_of.
+local function choices_of_now(statuses, user_id, now)
   local v = redis.call('HMGET', status_key(statuses, user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
     'hidden_seen')
   local since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
@@ -54,6 +51,27 @@ local function choices_of(statuses, user_id, now)
     choices.ended = true
   end
   return choices
+end
+
+-- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
+-- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
+-- it ended but is still kept, not yet announced}. Read once per call in a script that keeps
+-- `statuses.choices` (statuses_of's `remember`), read anew after each write of them here.
+local function choices_of(statuses, user_id, now)
+  local kept = statuses.choices
+  if kept and now == statuses.now then
+    local choices = kept[user_id]
+    if choices then return choices end
+    choices = choices_of_now(statuses, user_id, now)
+    kept[user_id] = choices
+    return choices
+  end
+  return choices_of_now(statuses, user_id, now)
+end
+
+-- Forgets the user's choices read by choices_of, after a write of their st key or onlineSince.
+local function choices_changed(statuses, user_id)
+  if statuses.choices then statuses.choices[user_id] = nil end
 end
 
 -- A session's extras {started (ms or nil), idle (bool), device (string or nil)} from its sx
@@ -129,8 +147,8 @@ local function status_with(statuses, user_id, ending)
 end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
--- key the sessions key's expiry.
-local function tidy_extras(statuses, user_id)
+-- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, else as read.
+local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
   if redis.call('EXISTS', key) == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
@@ -138,6 +156,10 @@ local function tidy_extras(statuses, user_id)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
     if not scores[i] then redis.call('HDEL', key, ids[i]) end
+  end
+  if expire_at then
+    redis.call('PEXPIREAT', key, expire_at)
+    return
   end
   local ttl = redis.call('PTTL', sessions_key)
   if ttl == -2 then
@@ -177,6 +199,7 @@ local function look_of(statuses, kind, user_id, online)
   -- are announced by it, not by the sweep again.
   if choices.ended then
     redis.call('HDEL', status_key(statuses, user_id), 'text', 'emoji', 'expires')
+    choices_changed(statuses, user_id)
     redis.call('ZREM', status_expiry_key(statuses), user_id)
   end
   local away = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id))
@@ -200,6 +223,7 @@ end
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
+  choices_changed(statuses, user_id)
 end
 
 -- Marks the user for the online list's indexes, which index_flush (includes/online_index.lua)
@@ -218,6 +242,7 @@ local function went_offline(statuses, user_id)
   if not since then return end
   statuses.period_starts[user_id] = -tonumber(since)
   redis.call('ZREM', since_key(statuses), user_id)
+  choices_changed(statuses, user_id)
 end
 
 local function hidden_key(statuses) return statuses.names.hidden end
@@ -278,17 +303,34 @@ local function sync_hidden(statuses, user_id)
   end
 end
 
+-- includes/online_time.lua's functions {end_periods, forget_online_time}, made only when a
+-- call ends an online period: made at the top of every script that knows statuses, its locals
+-- would slow the making of each function after them (Lua finds a function's every captured
+-- local among the ones captured before it, one by one), though few calls end a period. A
+-- script that includes it before this file has them at its top already.
+local function online_time_of()
+--- @include "online_time"
+  return {end_periods = end_periods, forget_online_time = forget_online_time}
+end
+
 -- What every script that changes or reads statuses passes to this file's functions (as their
 -- first parameter, `statuses`), made first: the shard's names (its decoded `shard` argument),
 -- its online key, the window (ms), the script's `now` and its leases (includes/live.lua,
 -- lease_book); and what the includes that do not
 -- know statuses call through it (includes/live.lua, `statuses` of a user's keys; fill for
--- announce_all's `looks`, includes/events.lua).
-local function statuses_of(names, online_key, window_ms, now, leases)
+-- announce_all's `looks`, includes/events.lua). With `remember`, choices_of reads a user's
+-- choices once per call: for a script whose only writes of them are this file's (came_online,
+-- went_offline, look_of), which read them anew after.
+local function statuses_of(names, online_key, window_ms, now, leases, remember)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}, dirty = {}, marked = {}}
+    leases = leases, period_starts = {}, dirty = {}, marked = {}, choices = remember and {} or nil}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
-  statuses.end_periods = function(events, size) end_periods(names, statuses.period_starts, events, size) end
+  statuses.end_periods = function(events, size)
+    -- Only a user whose onlineSince went_offline took can have a period to end.
+    if next(statuses.period_starts) then
+      online_time_of().end_periods(names, statuses.period_starts, events, size)
+    end
+  end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
   statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
@@ -296,7 +338,8 @@ local function statuses_of(names, online_key, window_ms, now, leases)
   statuses.online_moved = function(user_id)
     index_mark(statuses, user_id)
     sync_hidden(statuses, user_id)
-    track_activity(statuses, user_id)
+    -- A script that calls track_activity itself once its writes are done sets track_later.
+    if not statuses.track_later then track_activity(statuses, user_id) end
   end
   return statuses
 end
