@@ -106,16 +106,24 @@ else
     track_activity(statuses, user_id)
   end
 end
+live_written(statuses)
+-- The user's entry after the touch tells their status now; it is read again only after an
+-- announcement, which may change what it shows (a custom status that ended, the version).
+local entry
 if online_after == 1 and online_before == 0 then
   came_online(statuses, user_id, t_ms)
   add_event(events, 'ONLINE', user_id, now, '', 1)
-elseif online_after == 1 and status_of(statuses, user_id, online_key, now) ~= status_before then
-  add_event(events, 'STATUS', user_id, now, '', 1)
+elseif online_after == 1 then
+  entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
+  if entry[3] ~= status_before then add_event(events, 'STATUS', user_id, now, '', 1) end
 end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
-announce_all(channel, events, statuses)
+if #events > 0 then
+  announce_all(channel, events, statuses)
+  entry = nil
+end
 
-local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
+entry = entry or presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
 tidy_extras(statuses, user_id, user.expire_at)
 index_mark(statuses, user_id)

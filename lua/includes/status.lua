@@ -90,9 +90,13 @@ end
 -- The extras of each of the sessions `ids`, in order.
 local function extras_of(statuses, user_id, ids)
   if #ids == 0 then return {} end
+  local kept = statuses.live_kept and statuses.live_kept[user_id]
+  local key = kept and table.concat(ids, '\0')
+  if kept and kept.ids == key then return kept.extras end
   local values = redis.call('HMGET', extras_key(statuses, user_id), unpack(ids))
   local out = {}
   for i = 1, #ids do out[i] = parse_extras(values[i]) end
+  if kept then kept.ids, kept.extras = key, out end
   return out
 end
 
@@ -117,7 +121,7 @@ end
 
 -- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
 -- entry alone for a keyless default session (includes/activity.lua).
-local function live_of(statuses, user_id, online_key, now)
+local function live_of_now(statuses, user_id, online_key, now)
   local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
     return live_sessions(statuses.leases, {sessions = sessions_key}, now, statuses.window_ms)
@@ -125,6 +129,25 @@ local function live_of(statuses, user_id, online_key, now)
   local expiry = live_expiry(statuses.leases, online_key, user_id, now)
   if expiry then return {'default', held_slot(expiry) and now or expiry - statuses.window_ms} end
   return {}
+end
+
+-- The same, read once per user in a script that called live_written: {id, activity_ms, ...},
+-- not to be changed by the caller.
+local function live_of(statuses, user_id, online_key, now)
+  local kept = statuses.live_kept
+  if not kept or online_key ~= statuses.online_key or now ~= statuses.now then
+    return live_of_now(statuses, user_id, online_key, now)
+  end
+  if not kept[user_id] then kept[user_id] = {live = live_of_now(statuses, user_id, online_key, now)} end
+  return kept[user_id].live
+end
+
+-- Says that the script has made its last write of its users' sessions keys, online entries
+-- and sessions' extras: from then on live_of reads a user's live sessions once, and extras_of
+-- their extras once (a script that knows statuses reads them again for each status, look and
+-- index record it makes after its changes).
+local function live_written(statuses)
+  statuses.live_kept = {}
 end
 
 -- The user's status as backends and the user see it, with their choices: status, choices.
@@ -139,7 +162,7 @@ end
 local function status_with(statuses, user_id, ending)
   local now = statuses.now
   local choices = choices_of(statuses, user_id, now)
-  local live = live_of(statuses, user_id, statuses.online_key, now)
+  local live = {unpack(live_of(statuses, user_id, statuses.online_key, now))}
   for _, id in ipairs(ending) do
     live[#live + 1], live[#live + 2] = id, now
   end
@@ -254,19 +277,25 @@ local function track_activity(statuses, user_id)
   local now = statuses.now
   -- A user without a sessions key has one session, never idle: nothing to note (an entry
   -- left from before is dropped by the sweep, which checks).
-  if redis.call('EXISTS', statuses.names.sessions_prefix .. user_id) == 0 then return end
-  local live = live_of(statuses, user_id, statuses.online_key, now)
-  local ids = {}
-  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
-  local some_idle, active_until, active_held = false, nil, false
   local sessions_key = statuses.names.sessions_prefix .. user_id
+  if redis.call('EXISTS', sessions_key) == 0 then return end
+  -- The live sessions, as live_sessions reads them, with their scores as kept.
+  local rows = redis.call('ZRANGEBYSCORE', sessions_key, now - statuses.window_ms, '+inf', 'WITHSCORES')
+  local ids, scores = {}, {}
+  for i = 1, #rows, 2 do
+    local score = tonumber(rows[i + 1])
+    if session_live(statuses.leases, score, now, statuses.window_ms) then
+      ids[#ids + 1], scores[#scores + 1] = rows[i], score
+    end
+  end
+  local some_idle, active_until, active_held = false, nil, false
   for i, extras in ipairs(extras_of(statuses, user_id, ids)) do
     if extras.idle then
       some_idle = true
-    elseif held_slot(tonumber(redis.call('ZSCORE', sessions_key, ids[i])) or 0) then
+    elseif held_slot(scores[i]) then
       active_held = true
     else
-      active_until = math.max(active_until or 0, live[2 * i] + statuses.window_ms)
+      active_until = math.max(active_until or 0, scores[i] + statuses.window_ms)
     end
   end
   if some_idle and active_until and not active_held then
