@@ -20,10 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
-import subprocess
-import sys
-import tempfile
 
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import start_redis_server
@@ -107,19 +103,6 @@ async def measure(commands: bool) -> None:
         server.stop()
 
 
-def run_version(folder: str, commands: bool = False) -> list[str]:
-    output = subprocess.run(
-        # This file by its path, so that only `folder` is on the path for gql_presence.
-        [sys.executable, __file__, "--measure", *(["--commands"] if commands else [])],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": folder},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return output.splitlines() if commands else output.split()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", action="append", default=[], metavar="REV")
@@ -131,45 +114,26 @@ def main() -> None:
         asyncio.run(measure(args.commands))
         return
     # Here, not above: a version's process runs this file with only that version on its path.
-    from bench.harness import export  # noqa: PLC0415
+    from bench.harness import checkout, median_cells, run_in, side_by_side  # noqa: PLC0415
 
     if args.commands:
-        with tempfile.TemporaryDirectory() as root:
-            versions = [("this checkout", os.getcwd())]
-            for rev in args.baseline:
-                export(rev, f"{root}/{rev}")
-                versions.append((rev, f"{root}/{rev}"))
-            for name, folder in versions:
-                print(f"{name}:")
-                for line in run_version(folder, commands=True):
+        for rev in [None, *args.baseline]:
+            with checkout(rev) as folder:
+                print(f"{rev or 'this checkout'}:")
+                lines = run_in(str(folder or os.getcwd()), __file__, ["--measure", "--commands"])
+                for line in lines.splitlines():
                     print("  " + line)
         return
 
     print(
-        f"Redis time, median of {args.rounds} rounds\n"
+        f"Redis time, median (and minimum) of {args.rounds} rounds\n"
         "| version | touch, ONLINE (µs) | touch again, no event (µs) | kick (µs) "
         "| place join (µs) | presenceSession open (µs) | presenceSession close (µs) "
         f"| touchMany of {MANY:,} new (ms) | bytes per retained change |\n"
         "|---|---|---|---|---|---|---|---|---|"
     )
-    versions = [("this checkout", os.getcwd())]
-    with tempfile.TemporaryDirectory() as root:
-        for rev in args.baseline:
-            folder = f"{root}/{rev}"
-            export(rev, folder)
-            versions.append((rev, folder))
-        # Round after round, each version in turn, so that other work on the machine falls on
-        # all alike.
-        figures: dict[str, list[list[str]]] = {name: [] for name, _ in versions}
-        for _ in range(args.rounds):
-            for name, folder in versions:
-                figures[name].append(run_version(folder))
-        for name, rows in figures.items():
-            cells = []
-            for column in zip(*rows, strict=True):
-                numbers = [float(x) for x in column if x != "-"]
-                cells.append(f"{statistics.median(numbers):g}" if numbers else "-")
-            print(f"| {name} | " + " | ".join(cells) + " |")
+    for name, rows in side_by_side(__file__, ["--measure"], args.baseline, args.rounds).items():
+        print(f"| {name} | " + " | ".join(median_cells(rows, minimum=True)) + " |")
 
 
 if __name__ == "__main__":
