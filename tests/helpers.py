@@ -935,6 +935,7 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.analytics.retention(now.date(), 1, 1, Granularity.HOUR)
     await store.analytics.stickiness(None, 7)
     await store.analytics.compact_ended()
+    await store.analytics.fold_ended()
     await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
     await store.online_time.online_periods(
         datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)

@@ -155,8 +155,8 @@ def start_peer(config: dict[str, object]) -> subprocess.Popen[bytes]:
 
 async def footprint(redis: Redis, user: str) -> dict[str, str]:
     """Every key in Redis (emptied before the touch of `user`), with the user's id in its name
-    replaced, and the shape of the user's part in it (the rate limiter's buckets left out:
-    not touch's work)."""
+    replaced, and the shape of the user's part in it (the rate limiter's buckets and the
+    sweep's scan cursor left out: not touch's work)."""
     keys = Keys()
     index = await redis.hget(keys.user_index, user)
     # Scores as offsets from the touch's time, which differs between servers: the window
@@ -164,7 +164,7 @@ async def footprint(redis: Redis, user: str) -> dict[str, str]:
     activity_ms = -(await redis.zscore(keys.last_seen, user) or 0)
     found: dict[str, str] = {}
     for key in sorted(str(k) for k in await redis.keys("*")):
-        if key.startswith(keys.rate_bucket("")):
+        if key.startswith(keys.rate_bucket("")) or key == keys.index_scan:
             continue
         kind, expires = str(await redis.type(key)), await redis.pttl(key) > 0
         name = key.replace(user, "<user>")
@@ -180,8 +180,9 @@ async def footprint(redis: Redis, user: str) -> dict[str, str]:
                 shape = f"score {'-' if score < 0 else ''}(touched + {offset:g} ms)"
         elif kind == "hash":
             shape = "field" if await redis.hexists(key, user) else None
-        elif kind == "string" and key.startswith(keys.day("")) and index is not None:
-            shape = f"bit {await redis.getbit(key, int(index))}"
+        elif kind == "string" and (key.startswith(keys.day("")) or not await is_text(redis, key)):
+            # The activity bitmaps (days, weeks, months, hours, first days): the user's bit.
+            shape = None if index is None else f"bit {await redis.getbit(key, int(index))}"
         elif kind == "string":
             shape = f"value {await redis.get(key)!s}"
         else:
@@ -189,6 +190,15 @@ async def footprint(redis: Redis, user: str) -> dict[str, str]:
         if shape is not None:
             found[name] = f"{kind}: {shape}, expiring {expires}"
     return found
+
+
+async def is_text(redis: Redis, key: str) -> bool:
+    """Whether a string key's value is UTF-8 (a bitmap's is not)."""
+    try:
+        await redis.get(key)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 async def members(redis: Redis, key: str, kind: str) -> str:

@@ -29,6 +29,7 @@ from strawberry.http import GraphQLRequestData
 from strawberry.types import ExecutionResult
 from strawberry.types.execution import PreExecutionError
 
+from gql_presence.graphql.budget import Budgets
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.error_codes import log_unexpected, refusal, with_codes
 from gql_presence.graphql.event_rendering import (
@@ -94,6 +95,8 @@ class OperationPipeline:
         self.schema = schema
         self._documents = documents
         self._budget_s = budget_s
+        # The budget of every HTTP operation, kept by one timer of the loop (budget.py).
+        self._budgets = Budgets(budget_s)
         # Plans of documents seen before (planned.py); None: every request runs fully.
         self.plans = plans
         # Whether a subscription on a socket is decided here and handed to the hub or held
@@ -111,7 +114,7 @@ class OperationPipeline:
         """The result of one HTTP request's operation, its errors coded. `plannable`: the
         request may run from a plan (a POST); `run_fully` is Strawberry's execution."""
         try:
-            async with asyncio.timeout(self._budget_s):
+            async with self._budgets.within():
                 await admit(context, data.query, data.variables)
                 data = await self._documents.resolve(data, context)
                 result: ExecutionResult | None = None

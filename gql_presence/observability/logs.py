@@ -32,17 +32,64 @@ _ENCODE = json.JSONEncoder(ensure_ascii=False).encode
 
 class JsonLines(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        fields = record.__dict__  # where logging puts `extra`
-        line.update({k: fields[k] for k in REQUEST_FIELDS if k in fields})
-        if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return _ENCODE(line)
+        exception = self.formatException(record.exc_info) if record.exc_info else None
+        # record.__dict__ is where logging puts `extra`.
+        return json_line(
+            record.created,
+            record.levelname,
+            record.name,
+            record.getMessage(),
+            record.__dict__,
+            exception=exception,
+        )
+
+
+def json_line(
+    created: float,
+    level: str,
+    logger: str,
+    message: str,
+    fields: Mapping[str, Any],
+    *,
+    exception: str | None = None,
+) -> str:
+    """One line of PRESENCE_LOG_FORMAT=json: `created` in seconds since the epoch, `level`
+    as logging names it, and the REQUEST_FIELDS that `fields` holds."""
+    line: dict[str, Any] = {
+        "time": datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds"),
+        "level": level.lower(),
+        "logger": logger,
+        "message": message,
+    }
+    line.update({k: fields[k] for k in REQUEST_FIELDS if k in fields})
+    if exception is not None:
+        line["exception"] = exception
+    return _ENCODE(line)
+
+
+def json_stream_of(logger: logging.Logger) -> logging.StreamHandler[Any] | None:
+    """The handler that an INFO record of `logger` would reach alone, when it is a plain
+    StreamHandler writing JsonLines (configure_logging's, PRESENCE_LOG_FORMAT=json) and
+    nothing on the way filters or changes the record; else None. A line written straight to
+    its stream then is the one logging would write, without a record made for it."""
+    if logger.disabled or logger.filters or not logger.isEnabledFor(logging.INFO):
+        return None
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
+    while current is not None:  # the handlers Logger.callHandlers would call
+        found += current.handlers
+        current = current.parent if current.propagate else None
+    if len(found) != 1:
+        return None
+    handler = found[0]
+    if (
+        type(handler) is not logging.StreamHandler
+        or type(handler.formatter) is not JsonLines
+        or handler.filters
+        or handler.level > logging.INFO
+    ):
+        return None
+    return handler
 
 
 # A request aiohttp could not parse (too long a line, too many headers, a bad character).

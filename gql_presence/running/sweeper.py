@@ -18,7 +18,8 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
     Every API process runs one; they need no coordination, as each sweep is one script. Once
-    an hour it also rewrites the bitmaps of periods that ended to their exact size."""
+    an hour it also rewrites the bitmaps of periods that ended to their exact size, and folds
+    the hours old enough into counts."""
     compacted_hour = None
     while True:
         try:
@@ -53,8 +54,10 @@ async def record_peak(store: PresenceStore, online: int) -> None:
 
 
 async def compact_ended(store: PresenceStore) -> None:
-    """Rewrites the bitmaps of the periods that ended to their exact size."""
+    """Rewrites the bitmaps of the periods that ended to their exact size, and folds the hours
+    old enough into counts."""
     try:
         await store.analytics.compact_ended()
+        await store.analytics.fold_ended()
     except PresenceError as error:
-        log.warning("bitmaps not compacted: %s", error.message)
+        log.warning("bitmaps not compacted or folded: %s", error.message)

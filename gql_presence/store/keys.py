@@ -243,8 +243,20 @@ class Keys:
 
     def hour(self, start_ms: str) -> str:
         """Bitmap: bit i is set when the user with index i was active in the hour of the stats
-        time zone that starts then (ms since the epoch); kept PRESENCE_HOURLY_DAYS after it."""
+        time zone that starts then (ms since the epoch); kept until it is folded
+        (lua/fold_hour.lua), or PRESENCE_HOURLY_DAYS after it at most."""
         return self.prefix + "hour:" + start_ms
+
+    def folded_hour(self, start_ms: str) -> str:
+        """Bitmap: `hour`'s bitmap as it was when the hour was folded (lua/fold_hour.lua),
+        where no write reaches it; kept while a neighbouring hour's fold or figure needs it."""
+        return self.prefix + "hourf:" + start_ms
+
+    def hour_folds(self, label: str) -> str:
+        """HASH hour start (ms) -> "active returning new retained_1 ...": the folded hours of
+        that day (YYYY-MM-DD) of the stats time zone (lua/fold_hour.lua); kept as long as the
+        day's last hour would have been."""
+        return self.prefix + "hfold:" + label
 
     def week(self, monday: str) -> str:
         """Bitmap as `day`'s, of the week (Monday to Sunday) that starts on that day

@@ -45,6 +45,7 @@ class ScriptName(StrEnum):
     STICKINESS = "stickiness"
     RECORD_PEAK = "record_peak"
     COMPACT_BITMAPS = "compact_bitmaps"
+    FOLD_HOUR = "fold_hour"
     PEAKS = "peaks"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"

@@ -3,15 +3,17 @@ with no secrets in it."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+from datetime import datetime
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from gql_presence.observability.logs import JsonLines, configure_logging
+from gql_presence.observability.logs import REQUEST_FIELDS, JsonLines, configure_logging
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import graphql
 from tests.helpers import eventually, feeds_above, ids, subscribed, subscription, ws_url
@@ -113,6 +115,41 @@ async def test_one_json_log_line_per_request_without_secrets(
     assert first["duration_ms"] > 0
     assert first["level"] == "info"
     assert all(secret not in json.dumps(line) for line in lines)
+
+
+async def test_json_request_lines_are_the_lines_logging_writes(api: Service) -> None:
+    # With the JSON handler alone on the root logger, as `serve` configures it, a request's
+    # line is written without a LogRecord: byte for byte what logging and JsonLines write.
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    written = io.StringIO()
+    handler = logging.StreamHandler(written)
+    handler.setFormatter(JsonLines())
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    try:
+        await graphql(api, 'mutation { touch(userId: "é\\"") { online } }')
+        await graphql(api, 'mutation { kick(userId: "") { online } }')
+        await api.post("/graphql", json=[{"query": "{ __typename }"}])
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    lines = [line for line in written.getvalue().splitlines() if "gql_presence.requests" in line]
+    assert len(lines) == 3
+    for line in lines:
+        fields = json.loads(line)
+        record = logging.LogRecord(
+            "gql_presence.requests", logging.INFO, "", 0, fields["message"], None, None
+        )
+        record.created = datetime.fromisoformat(fields["time"]).timestamp()
+        record.__dict__.update({k: fields[k] for k in REQUEST_FIELDS})
+        assert JsonLines().format(record) == line
+    ended = [(f["operation"], f["outcome"], f["status"]) for f in map(json.loads, lines)]
+    assert ended == [
+        ("mutation:touch", "ok", 200),
+        ("mutation:kick", "BAD_USER_INPUT", 200),
+        ("none", "BAD_USER_INPUT", 400),
+    ]
 
 
 def test_log_format_is_a_setting() -> None:

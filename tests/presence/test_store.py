@@ -813,6 +813,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.analytics.retention(ago(days=20).date(), 3, 3, Granularity.WEEK)
     await store.analytics.stickiness(None, 28)
     await store.analytics.compact_ended()
+    await store.analytics.fold_ended()
     # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
     # (the test below).
     assert set(slots_of_calls) == set(ScriptName) - {
