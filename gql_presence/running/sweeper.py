@@ -19,7 +19,8 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
 
     Every API process runs one; they need no coordination, as each sweep is one script. Once
     an hour it also rewrites the bitmaps of periods that ended to their exact size, and folds
-    the hours old enough into counts."""
+    the hours old enough into counts and the online time of days that ended into its compact
+    layout."""
     compacted_hour = None
     while True:
         try:
@@ -35,6 +36,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             if compacted_hour != local_now_ms() // HOUR_MS:
                 compacted_hour = local_now_ms() // HOUR_MS
                 await compact_ended(store)
+                await fold_online_time(store)
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
                 or max(result.lapsed, result.flushed) >= LAPSED_BATCH
@@ -61,3 +63,11 @@ async def compact_ended(store: PresenceStore) -> None:
         await store.analytics.fold_ended()
     except PresenceError as error:
         log.warning("bitmaps not compacted or folded: %s", error.message)
+
+
+async def fold_online_time(store: PresenceStore) -> None:
+    """Folds the online time of the days that ended a day ago into its compact layout."""
+    try:
+        await store.online_time.fold_closed()
+    except PresenceError as error:
+        log.warning("online time not folded: %s", error.message)

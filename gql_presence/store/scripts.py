@@ -40,6 +40,7 @@ class ScriptName(StrEnum):
     WEEKLY_STATS = "weekly_stats"
     ONLINE_TIME = "online_time"
     ONLINE_PERIODS = "online_periods"
+    FOLD_ONLINE_TIME = "fold_online_time"
     ACTIVITY_PERIODS = "activity_periods"
     RETENTION = "retention"
     STICKINESS = "stickiness"
@@ -78,6 +79,7 @@ class ScriptName(StrEnum):
     RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
     WEBHOOK_LEASES = "webhook_leases"
     ADVANCE_WEBHOOK = "advance_webhook"
+    PASS_WEBHOOKS = "pass_webhooks"  # noqa: S105 - a script name, not a password
 
 
 class ScriptError(StrEnum):
