@@ -335,8 +335,8 @@ end
 -- includes/online_time.lua's functions {end_periods, forget_online_time}, made only when a
 -- call ends an online period: made at the top of every script that knows statuses, its locals
 -- would slow the making of each function after them (Lua finds a function's every captured
--- local among the ones captured before it, one by one), though few calls end a period. A
--- script that includes it before this file has them at its top already.
+-- local among the ones captured before it, one by one), though few calls end a period. (A
+-- script that includes it before this file has them at its top already.)
 local function online_time_of()
 --- @include "online_time"
   return {end_periods = end_periods, forget_online_time = forget_online_time}
