@@ -123,10 +123,11 @@ local function record_period(names, zone, index, start_ms, end_ms)
   local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
   for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
     local key = names.period_lengths_prefix .. key_end[1]
-    redis.call('HINCRBY', key, 'n', 1)
+    -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
+    local first = redis.call('HINCRBY', key, 'n', 1) == 1
     redis.call('HINCRBY', key, 'ms', length_ms)
     redis.call('HINCRBY', key, bucket, 1)
-    redis.call('PEXPIREAT', key, key_end[2] + keep_ms)
+    if first then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
   end
 end
 
