@@ -201,12 +201,13 @@ for _, entry in ipairs(overdue) do
 end
 
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
+local online_time = #forgotten > 0 and online_time_of()
 for i = 1, #forgotten do
   local user_id = forgotten[i]
   local index = redis.call('HGET', index_key, user_id)
   if index then
     redis.call('HDEL', index_key, user_id)
-    forget_online_time(shard, tonumber(index), now)
+    online_time.forget_online_time(shard, tonumber(index), now)
     redis.call('ZADD', KEYS[10], now + tonumber(ARGV[10]), index)
   end
   redis.call('ZREM', last_seen_key, user_id)
