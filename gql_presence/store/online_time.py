@@ -242,6 +242,10 @@ class OnlineTime:
         k = shard.keys
         if await guarded(shard.redis.get(k.online_time_carried)) is not None:
             return 0
+        # A shard that never handed out an index kept no online time, in any layout: nothing
+        # to carry, and nothing written (its pass runs once it has users).
+        if not await guarded(shard.redis.exists(k.next_index)):
+            return 0
         old = re.compile(re.escape(k.online_time()) + r"(\d+):(\d+)")
         redis = shard.redis
         node = (
