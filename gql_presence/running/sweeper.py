@@ -35,9 +35,13 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             await record_peak(store, result.online)
             if compacted_hour != local_now_ms() // HOUR_MS:
                 compacted_hour = local_now_ms() // HOUR_MS
-                await compact_ended(store)
-                await carry_online_time(store)
-                await fold_online_time(store)
+                try:
+                    await compact_ended(store)
+                    await carry_online_time(store)
+                    await fold_online_time(store)
+                except Exception:
+                    # As a failed sweep: the sweeper goes on, and the next hour tries again.
+                    log.exception("hourly upkeep failed")
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
                 or max(result.lapsed, result.flushed) >= LAPSED_BATCH

@@ -397,11 +397,19 @@ def raise_meaning(error: redis_errors.ResponseError, settings: StoreSettings) ->
 
 
 async def guarded(call: Awaitable[Any]) -> Any:
-    """Awaits a Redis call, turning "Redis cannot be reached" into StoreUnavailableError."""
+    """Awaits a Redis call, turning "Redis cannot be reached" into StoreUnavailableError, and a
+    write Redis refuses into WritesRefusedError."""
     try:
         return await call
     except (redis_errors.ConnectionError, redis_errors.TimeoutError) as error:
         raise StoreUnavailableError(_UNREACHABLE) from error
+    except redis_errors.ResponseError as error:
+        # A write refused by a read-only replica or a full Redis: as a script's, above.
+        if any(refused in str(error) for refused in _WRITES_REFUSED):
+            raise WritesRefusedError(
+                "The presence store takes no changes right now; try again shortly."
+            ) from error
+        raise
     except redis_errors.RedisClusterException as error:
         # No node of the cluster could be reached (or authenticated to), or a slot has no
         # master; any other is a fault of ours (keys of two slots) and must show as one.
