@@ -78,9 +78,15 @@ def print_table(rows: list[Row]) -> None:
 # --- processes and what they use ----------------------------------------------------------
 
 
-def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_process(
+    args: list[str], env: dict[str, str], cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        args,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
