@@ -112,18 +112,14 @@ async def reads(users: int) -> None:
             "retention, 12 weekly cohorts x 12 weeks": lambda: store.analytics.retention(
                 (now - timedelta(weeks=11)).date(), 12, 12, Granularity.WEEK
             ),
+            "retention, 12 hourly cohorts x 12 hours, 5 days ago": lambda: (
+                store.analytics.retention(
+                    (now - timedelta(days=5)).date(), 12, 12, Granularity.HOUR
+                )
+            ),
             "stickiness, 28 days": lambda: store.analytics.stickiness(None, 28),
         }
-        print("| query | Redis time, median of 5 (ms) | wall time (ms) |\n|---|---|---|")
-        for name, query in queries.items():
-            times, walls = [], []
-            for _ in range(5):
-                await redis.config_resetstat()
-                started = time.monotonic()
-                await query()
-                walls.append((time.monotonic() - started) * 1000)
-                times.append(await redis_ms(redis))
-            print(f"| {name} | {statistics.median(times):.1f} | {statistics.median(walls):.0f} |")
+        await time_queries(redis, queries)
         await bitmap_bytes(redis, hours, users, first)
         # As the sweeper would have done an hour after each hour ended (a version without it
         # is measured as it is).
@@ -135,33 +131,75 @@ async def reads(users: int) -> None:
                 await compact(at_ms + 2 * hour_ms)
             print("After rewriting the bitmaps of ended periods to their size:")
             await bitmap_bytes(redis, hours, users, first)
+            await time_queries(redis, queries)
+        # As the sweeper would have folded hours, once an hour (likewise).
+        fold = getattr(store.analytics, "fold_ended", None)
+        if fold is not None:
+            await fold_hours(redis, fold, first, now)
+            await bitmap_bytes(redis, hours, users, first)
+            await time_queries(redis, queries)
         await redis.aclose()
     finally:
         server.stop()
+
+
+async def fold_hours(redis: Any, fold: Any, first: datetime, now: datetime) -> None:
+    """Folds the hours as the sweeper would have, an hour after each hour's end."""
+    started = time.monotonic()
+    end_ms = int(now.timestamp() * 1000)
+    runs: list[float] = []
+    for at_ms in range(int(first.timestamp() * 1000), end_ms, 3_600_000):
+        await redis.config_resetstat()
+        if await fold(at_ms + 2 * 3_600_000):
+            runs.append(await redis_ms(redis))
+    print(
+        f"After folding {len(runs)} hours into counts, an hour a run ({sum(runs):.0f} "
+        f"ms of Redis time, at most {max(runs, default=0):.1f} ms a run, "
+        f"{time.monotonic() - started:.0f} s):"
+    )
+
+
+async def time_queries(redis: Any, queries: dict[str, Callable[[], Awaitable[object]]]) -> None:
+    print("| query | Redis time, median of 5 (ms) | wall time (ms) |\n|---|---|---|")
+    for name, query in queries.items():
+        times, walls = [], []
+        for _ in range(5):
+            await redis.config_resetstat()
+            started = time.monotonic()
+            await query()
+            walls.append((time.monotonic() - started) * 1000)
+            times.append(await redis_ms(redis))
+        print(f"| {name} | {statistics.median(times):.1f} | {statistics.median(walls):.0f} |")
 
 
 async def bitmap_bytes(
     redis: Any, hours: list[list[array[int]]], users: int, first: datetime
 ) -> None:
     """Prints each kind of bitmap's bytes, per user index and per active user-day."""
-    # Each kind's bytes over the user-days of the days its kept keys cover: the hours the
-    # last PRESENCE_HOURLY_DAYS or so, the rest every day made.
+    # Each kind's bytes over the user-days of the days its kept keys cover: the hourly
+    # figures (hour bitmaps, live or as folded, and folded counts) the last
+    # PRESENCE_HOURLY_DAYS or so, the rest every day made.
     daily = [len(set().union(*(set(h) for h in hours[d]))) for d in range(DAYS)]
     sizes: dict[str, int] = {}
     hour_days: set[int] = set()
+    hourly = {"hour", "hourf", "hfold"}
+    kinds = {"day", "week", "month", "first", "firstw", "firstm", "firstdays", *hourly}
     async for key in redis.scan_iter(match="gqlp:*", count=1000):
         kind = key.split(":")[2]
-        if kind in {"hour", "day", "week", "month", "first", "firstw", "firstm", "firstdays"}:
+        if kind in kinds:
             sizes[kind] = sizes.get(kind, 0) + (await redis.memory_usage(key, samples=0) or 0)
-        if kind == "hour":
+        if kind in {"hour", "hourf"}:
             start = datetime.fromtimestamp(int(key.split(":")[3]) / 1000, UTC)
             hour_days.add((start - first).days)
+        if kind == "hfold":
+            label = datetime.fromisoformat(key.split(":")[3]).replace(tzinfo=UTC)
+            hour_days.add((label - first).days)
     print(
         "| bitmaps | bytes | bytes per user index | bytes per active user-day |\n|---|---|---|---|"
     )
     beyond = 0.0
     for kind, size in sorted(sizes.items()):
-        covered = [daily[d] for d in hour_days] if kind == "hour" else daily
+        covered = [daily[d] for d in hour_days if 0 <= d < DAYS] if kind in hourly else daily
         per_day = size / sum(covered)
         beyond += 0 if kind == "day" else per_day
         print(f"| {kind} | {size:,} | {size / users:.2f} | {per_day:.2f} |")

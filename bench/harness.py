@@ -90,10 +90,19 @@ def start_process(
     )
 
 
-def serve_ours(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:
-    return start_process(
+def serve_ours(
+    env: dict[str, str], port: int, workers: int, code: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`gql-presence serve` of this checkout, or of the files of another (`checkout`)."""
+    if code is not None:
+        path = os.pathsep.join(filter(None, [str(code), os.environ.get("PYTHONPATH")]))
+        env = {**env, "PYTHONPATH": path}
+    return subprocess.Popen(
         [sys.executable, "-m", "gql_presence", "serve", "--port", str(port)],
-        {**env, "PRESENCE_WORKERS": str(workers)},
+        env={**os.environ, **env, "PRESENCE_WORKERS": str(workers)},
+        cwd=code,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 

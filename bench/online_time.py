@@ -7,13 +7,17 @@ of its own on a private Redis 6.2 of its own, the versions taking turns round af
 Redis time is the scripts' from INFO commandstats (µs per call): a touch that brings a new user
 online (ONLINE), a kick that ends their period (KICKED), and a presenceSession's open and close
 (the close ends the period: OFFLINE). Then, where the version has them:
-- onlineTime of 1,000 users over 92 days, among 100,000 users with a bit index, every day's
-  counters as long as if all of them had been online every day (BITFIELD SET);
+- 92 days of online time of 100,000 users with a bit index, each active on a day with a rate
+  of their own, 15% a day on average (6.6 indexes per daily active user), each active day's
+  time a random count of 2-second units; written as the version keeps the counters of open
+  days, and where the version folds closed days, every day but yesterday and today folded by
+  the store (the fold's Redis time per day, median);
+- onlineTime of 1,000 of them over the 92 days (ms of Redis time);
 - onlinePeriods over 30 days, each hour's buckets holding 60 lengths (and each day's their
   sum);
-- bytes kept per indexed user per day: MEMORY USAGE of a block's counters over a span of days,
-  after 20,000 users' periods ended today (as the write path lays them out), over the users
-  and days it covers.
+- bytes kept per active user-day: MEMORY USAGE of every online time key over the user-days
+  with time, of the folded days alone and of all 92 days (with yesterday's and today's dense
+  counters).
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import asyncio
 import os
 import random
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable, Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from gql_presence.running.connection import redis_client
@@ -40,7 +45,6 @@ INDEXED = 100_000  # users with a bit index, for the reads
 ASKED = 1000
 DAYS = 92
 PERIOD_DAYS = 30
-ACTIVE = 20_000  # users whose periods end on the day measured
 
 
 async def measure() -> None:
@@ -75,22 +79,30 @@ async def measure() -> None:
         if hasattr(store, "online_time"):
             figures += await reads_and_memory(redis, store, redis_us)
         else:
-            figures += ["-"] * 3
+            figures += ["-"] * 5
         print(" ".join(figures))
         await redis.aclose()
     finally:
         server.stop()
 
 
+def spread(rng: random.Random) -> list[dict[int, int]]:
+    """Each day's 2-second units by index: every index active with a rate of its own, 15% a
+    day on average."""
+    rates = [min(1.0, rng.expovariate(1 / 0.15)) for _ in range(INDEXED)]
+    return [
+        {i: rng.randint(1, 43_199) for i in range(INDEXED) if rng.random() < rates[i]}
+        for _ in range(DAYS)
+    ]
+
+
 async def reads_and_memory(
     r: Any, store: PresenceStore, redis_us: Callable[[], Awaitable[float]]
 ) -> list[str]:
-    """onlineTime's and onlinePeriods' Redis time (µs), and bytes per active user per day."""
+    """onlineTime's Redis time (ms), onlinePeriods' (µs), bytes per active user-day of the
+    folded days and of all, and the fold's Redis time a day (ms)."""
     from gql_presence.store.days import day_number  # noqa: PLC0415 - this checkout's only
     from gql_presence.store.keys import Keys  # noqa: PLC0415
-
-    # As lua/includes/online_time.lua lays the counters out.
-    SPAN_DAYS, BLOCK_USERS = 32, 1024  # noqa: N806
 
     k = Keys()
     await r.flushall()
@@ -99,15 +111,13 @@ async def reads_and_memory(
     await r.set(k.next_index, INDEXED)
     today = datetime.now(UTC).date()
     first = today - timedelta(days=DAYS - 1)
-    spans = range(day_number(first) // SPAN_DAYS, day_number(today) // SPAN_DAYS + 1)
     rng = random.Random(1)
-    for span in spans:
-        for block in range(INDEXED // BLOCK_USERS + 1):
-            # Every user's counters as long as a full span's, some of them set.
-            ops: list[object] = ["SET", "u16", f"#{BLOCK_USERS * SPAN_DAYS - 1}", 1]
-            for _ in range(200):
-                ops += ["SET", "u16", f"#{rng.randrange(BLOCK_USERS * SPAN_DAYS)}", 1800]
-            await r.execute_command("BITFIELD", k.online_time(span, block), *ops)
+    days = spread(rng)
+    folds = hasattr(k, "online_day")
+    if folds:
+        fold_ms = await write_and_fold(r, store, first, days)
+    else:
+        await write_spans(r, k, day_number(first), days)
     day0 = int(datetime.now(UTC).timestamp()) // 86400 - PERIOD_DAYS
     hour0 = day0 * 24
     for day in range(PERIOD_DAYS):
@@ -122,29 +132,87 @@ async def reads_and_memory(
                 daily[field] = daily.get(field, 0) + value
         await r.hset(k.period_lengths_by_day(day0 + day), mapping=daily)
     asked = rng.sample(sorted(mapping), ASKED)
+    found = await store.online_time.online_time(asked, first, today)
+    for user in found:
+        index = mapping[user.user_id]
+        if [d.seconds for d in user.days] != [2 * days[d].get(index, 0) for d in range(DAYS)]:
+            raise SystemExit(f"onlineTime of {user.user_id} differs from what was written")
     await r.config_resetstat()
     for _ in range(20):
         await store.online_time.online_time(asked, first, today)
-    read_us = await redis_us()
+    read_ms = await redis_us() / 1000
     start = datetime.fromtimestamp(hour0 * 3600, UTC)
     await r.config_resetstat()
     for _ in range(20):
         await store.online_time.online_periods(start, start + timedelta(days=PERIOD_DAYS))
     periods_us = await redis_us()
 
-    # Memory: periods of ACTIVE users ended today, each with a bit index of their own; then
-    # what a span's key of a block holds once every day of it has passed, per user and day.
-    await r.flushall()
-    fresh = [f"a{i}" for i in range(ACTIVE)]
-    for i in range(0, ACTIVE, 10_000):
-        await store.touch_many(fresh[i : i + 10_000])
-    for u in fresh:
-        await store.kick(u)
-    full = k.online_time(day_number(today) // SPAN_DAYS, 0)
-    await r.execute_command("BITFIELD", full, "SET", "u16", f"#{BLOCK_USERS * SPAN_DAYS - 1}", 1)
-    used = await r.memory_usage(full, samples=0) or 0
-    per_user_day = used / (BLOCK_USERS * SPAN_DAYS)
-    return [f"{read_us:.0f}", f"{periods_us:.0f}", f"{per_user_day:.2f}"]
+    sizes: dict[str, int] = {}
+    async for key in r.scan_iter(k.prefix + "ot:*", count=1000):
+        sizes[key] = int(await r.memory_usage(key, samples=0) or 0)
+    active = sum(len(d) for d in days)
+    every = sum(sizes.values()) / active
+    if not folds:
+        return [f"{read_ms:.1f}", f"{periods_us:.0f}", f"{every:.2f}", f"{every:.2f}", "-"]
+    closed = range(day_number(first), day_number(first) + DAYS - 2)
+    folded = sum(sum(sizes.get(key, 0) for key in k.online_folded(day)) for day in closed)
+    per_folded = folded / sum(len(d) for d in days[:-2])
+    return [
+        f"{read_ms:.1f}",
+        f"{periods_us:.0f}",
+        f"{per_folded:.2f}",
+        f"{every:.2f}",
+        f"{fold_ms:.1f}",
+    ]
+
+
+async def write_spans(r: Any, k: Any, first_day: int, days: list[dict[int, int]]) -> None:
+    """The counters as the versions before the fold kept every day: a u16 per index and day
+    for spans of 32 days and blocks of 1,024 indexes, a user's days side by side."""
+    span_days, block_users = 32, 1024
+    last_day = first_day + DAYS - 1
+    for span in range(first_day // span_days, last_day // span_days + 1):
+        for block in range(INDEXED // block_users + 1):
+            counters = bytearray(2 * block_users * span_days)
+            for day in range(
+                max(first_day, span * span_days),
+                min(last_day, span * span_days + span_days - 1) + 1,
+            ):
+                units = days[day - first_day]
+                for i in range(block * block_users, min(INDEXED, (block + 1) * block_users)):
+                    if i in units:
+                        at = 2 * ((i % block_users) * span_days + day % span_days)
+                        counters[at : at + 2] = struct.pack(">H", units[i])
+            await r.set(k.online_time(span, block), bytes(counters))
+
+
+async def write_and_fold(
+    r: Any, store: PresenceStore, first: date, days: list[dict[int, int]]
+) -> float:
+    """The counters as an open day keeps them (a u16 per index, blocks of 4,096), every day
+    but yesterday and today then folded by the store: the fold's Redis time a day, median."""
+    from gql_presence.store.days import day_number  # noqa: PLC0415 - this checkout's only
+    from gql_presence.store.keys import Keys  # noqa: PLC0415
+
+    k, block_users = Keys(), 4096
+    times = []
+    for d, units in enumerate(days):
+        day = first + timedelta(days=d)
+        for block in range(INDEXED // block_users + 1):
+            counters = bytearray(2 * block_users)
+            for i in range(block * block_users, min(INDEXED, (block + 1) * block_users)):
+                if i in units:
+                    at = 2 * (i % block_users)
+                    counters[at : at + 2] = struct.pack(">H", units[i])
+            await r.set(k.online_day(day_number(day), block), bytes(counters))
+        if d < DAYS - 2:
+            await r.config_resetstat()
+            await store.online_time.fold(day)
+            stats = await r.info("commandstats")
+            times.append(
+                sum(v["usec"] for key, v in stats.items() if key.startswith("cmdstat_eval"))
+            )
+    return float(statistics.median(times)) / 1000
 
 
 def run_version(folder: str) -> list[str]:
@@ -175,9 +243,10 @@ def main() -> None:
     print(
         f"Redis time, median of {args.rounds} rounds\n"
         "| version | touch, ONLINE (µs) | kick, ends the period (µs) | presenceSession open (µs) "
-        f"| close, ends the period (µs) | onlineTime {ASKED:,} users x {DAYS} days (µs) "
-        f"| onlinePeriods {PERIOD_DAYS} days (µs) | bytes per indexed user per day |\n"
-        "|---|---|---|---|---|---|---|---|"
+        f"| close, ends the period (µs) | onlineTime {ASKED:,} users x {DAYS} days (ms) "
+        f"| onlinePeriods {PERIOD_DAYS} days (µs) | bytes per active user-day, folded days "
+        f"| bytes per active user-day, all {DAYS} days | fold of a day (ms) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     versions = [("this checkout", os.getcwd())]
     with tempfile.TemporaryDirectory() as root:

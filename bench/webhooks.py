@@ -33,7 +33,9 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -43,8 +45,10 @@ from bench.harness import (
     TOUCH,
     USERS,
     Service,
+    Subscriber,
     all_arrived,
     change,
+    checkout,
     cpu_seconds,
     load,
     post,
@@ -56,9 +60,10 @@ from bench.harness import (
     wait_for,
 )
 from gql_presence.running.connection import redis_client
-from gql_presence.running.redis_server import free_port, start_redis_server
+from gql_presence.running.redis_server import RedisServer, free_port, start_redis_server
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.store.client import AnyRedis
 
 SHARDS = 4
 
@@ -155,30 +160,33 @@ async def latencies(
     return sorted(float(d) for d in found["delays"])
 
 
-async def cost(
-    store: PresenceStore, services: list[subprocess.Popen[bytes]], port: int, hooks: str
-) -> list[tuple[str, float, float]]:
+async def cost(versions: list[Version], hooks: str) -> list[tuple[str, float, float]]:
     """Touch requests a second and the service's CPU per touch, with no webhook and with ten,
-    in alternate rounds (each touch of a new id is a change for every webhook)."""
-    found = []
-    rounds: dict[int, list[tuple[float, float]]] = {0: [], 10: []}
+    in alternate rounds (each touch of a new id is a change for every webhook), for each
+    version in turn within each round."""
+    rounds: dict[tuple[str, int], list[tuple[float, float]]] = {
+        (v.name, count): [] for v in versions for count in (0, 10)
+    }
     for _ in range(2):
-        for count in (0, 10):
-            await configure(store, hooks, count)
-            await asyncio.sleep(1.5)  # the deliveries take their leases
-            before = cpu_seconds(services)
-            per_s, _, _ = await load(f"http://127.0.0.1:{port}/graphql", TOUCH, 5, 20)
-            used = cpu_seconds(services) - before
-            rounds[count].append((per_s, used / (per_s * 5) * 1e6))
-    for count, figures in rounds.items():
-        found.append(
-            (
-                f"{count} webhooks",
-                statistics.median(f[0] for f in figures),
-                statistics.median(f[1] for f in figures),
-            )
+        for version in versions:
+            for count in (0, 10):
+                await configure(version.store, hooks, count)
+                await asyncio.sleep(1.5)  # the deliveries take their leases
+                before = cpu_seconds(version.services)
+                url = f"http://127.0.0.1:{version.ports[0]}/graphql"
+                per_s, _, _ = await load(url, TOUCH, 5, 20)
+                used = cpu_seconds(version.services) - before
+                rounds[(version.name, count)].append((per_s, used / (per_s * 5) * 1e6))
+        for version in versions:
+            await configure(version.store, hooks, 0)
+    return [
+        (
+            f"{name}: {count} webhooks",
+            statistics.median(f[0] for f in figures),
+            statistics.median(f[1] for f in figures),
         )
-    return found
+        for (name, count), figures in rounds.items()
+    ]
 
 
 async def configure(
@@ -202,58 +210,75 @@ FANOUT_WEBHOOKS: list[tuple[str, int, list[str] | None]] = [
 ]
 
 
-async def fanout(
-    store: PresenceStore,
-    service: subprocess.Popen[bytes],
-    port: int,
-    receiver_port: int,
-    options: argparse.Namespace,
-) -> list[tuple[str, float, float]]:
-    """The service's CPU per event delivered to `options.subscribers` WebSocket subscribers,
-    changes made at a steady rate, with no webhook and with ten, in alternate rounds: (name,
-    median µs, median changes the webhooks received per change)."""
-    url = f"http://127.0.0.1:{port}/graphql"
+async def fanout_clients(
+    version: Version, receiver_port: int, subscribers: int
+) -> list[Subscriber]:
+    """`subscribers` WebSocket subscribers of the version's service, each of whom has heard a
+    first event."""
+    url = f"http://127.0.0.1:{version.ports[0]}/graphql"
     hooks = f"http://127.0.0.1:{receiver_port}/hooks"
-    svc = Service(f"127.0.0.1:{port}/graphql", service.pid, "")
-    rounds: dict[str, list[tuple[float, float]]] = {name: [] for name, _, _ in FANOUT_WEBHOOKS}
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as http:
-        await configure(store, hooks, 0)
-        clients = await subscribe_all(svc, options.subscribers, 1)
-        # Changes until every client has had an event (each is subscribed then), an even
-        # number of them: the user offline again, so that the steady phase's first touch is
-        # a change.
-        made = 0
-        deadline = time.monotonic() + 60
+    svc = Service(f"127.0.0.1:{version.ports[0]}/graphql", version.services[0].pid, "")
+    await configure(version.store, hooks, 0)
+    clients = await subscribe_all(svc, subscribers, 1)
+    # Changes until every client has had an event (each is subscribed then), an even number of
+    # them: the user offline again, so that the steady phase's first touch is a change.
+    made = 0
+    deadline = time.monotonic() + 60
+    async with aiohttp.ClientSession() as http:
         while not all(s.first.is_set() for s in clients) or made % 2:
             if time.monotonic() > deadline or any(s.disconnected or s.errors for s in clients):
                 raise RuntimeError("the subscribers did not all hear a first event")
             await post(http, url, change(USERS[0], made)[1])
             made += 1
             await asyncio.sleep(0.05)
-        await quiet(clients)
-        changes = int(options.fanout_seconds * options.fanout_rate) // 2 * 2
+    await quiet(clients)
+    return clients
+
+
+async def fanout(
+    versions: list[Version], receiver_port: int, options: argparse.Namespace
+) -> list[tuple[str, float, float]]:
+    """The service's CPU per event delivered to `options.subscribers` WebSocket subscribers,
+    changes made at a steady rate, with no webhook and with ten, in alternate rounds, each
+    version in turn within each round: (name, median µs, median changes the webhooks
+    received per change)."""
+    hooks = f"http://127.0.0.1:{receiver_port}/hooks"
+    rounds: dict[str, list[tuple[float, float]]] = {
+        f"{v.name}: {name}": [] for v in versions for name, _, _ in FANOUT_WEBHOOKS
+    }
+    clients = [await fanout_clients(v, receiver_port, options.subscribers) for v in versions]
+    changes = int(options.fanout_seconds * options.fanout_rate) // 2 * 2
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as http:
         for _ in range(2):
-            for name, count, kinds in FANOUT_WEBHOOKS:
-                await configure(store, hooks, count, kinds)
-                await asyncio.sleep(1.5)  # the deliveries take their leases
-                await http.post(f"http://127.0.0.1:{receiver_port}/reset")
-                before = cpu_seconds([service])
-                await steady_phase(http, url, clients, changes, options.fanout_rate)
-                if count and kinds is None:
-                    await delivered_all(http, receiver_port, changes * count)
-                else:  # as long a wait as the webhooks' last deliveries take
-                    await asyncio.sleep(0.3)
-                used = cpu_seconds([service]) - before
-                delivered = sum(len(s.received) for s in clients)
-                received = int((await stats(http, receiver_port))["count"])
-                rounds[name].append((used / max(1, delivered) * 1e6, received / changes))
-        await all_arrived(clients, changes, 5)
-        dropped = sum(s.disconnected for s in clients)
-        for client in clients:
+            for version, its_clients in zip(versions, clients, strict=True):
+                url = f"http://127.0.0.1:{version.ports[0]}/graphql"
+                service = version.services[0]
+                for name, count, kinds in FANOUT_WEBHOOKS:
+                    await configure(version.store, hooks, count, kinds)
+                    await asyncio.sleep(1.5)  # the deliveries take their leases
+                    await http.post(f"http://127.0.0.1:{receiver_port}/reset")
+                    before = cpu_seconds([service])
+                    await steady_phase(http, url, its_clients, changes, options.fanout_rate)
+                    if count and kinds is None:
+                        await delivered_all(http, receiver_port, changes * count)
+                    else:  # as long a wait as the webhooks' last deliveries take
+                        await asyncio.sleep(0.3)
+                    used = cpu_seconds([service]) - before
+                    delivered = sum(len(s.received) for s in its_clients)
+                    received = int((await stats(http, receiver_port))["count"])
+                    rounds[f"{version.name}: {name}"].append(
+                        (used / max(1, delivered) * 1e6, received / changes)
+                    )
+                await configure(version.store, hooks, 0)
+    dropped = 0
+    for its_clients in clients:
+        await all_arrived(its_clients, changes, 5)
+        dropped += sum(s.disconnected for s in its_clients)
+        for client in its_clients:
             client.close()
     if dropped:
-        raise RuntimeError(f"the service disconnected {dropped} subscribers")
+        raise RuntimeError(f"the services disconnected {dropped} subscribers")
     return [
         (
             name,
@@ -264,17 +289,63 @@ async def fanout(
     ]
 
 
+@dataclass
+class Version:
+    """The code measured (None: this checkout) on a Redis of its own, its `serve` processes,
+    and a store of this checkout on that Redis to make the changes and webhooks."""
+
+    name: str
+    code: Path | None
+    server: RedisServer
+    redis: AnyRedis
+    store: PresenceStore
+    services: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    ports: list[int] = field(default_factory=list)
+
+
+async def throughput(
+    version: Version,
+    env: dict[str, str],
+    http: aiohttp.ClientSession,
+    receiver_port: int,
+    changes: int,
+) -> list[tuple[str, float, float]]:
+    """Changes delivered per second and CPU per change by one process, then by two."""
+    rows = []
+    env = {**env, "REDIS_URL": version.server.url}
+    await version.store.webhooks.create(f"http://127.0.0.1:{receiver_port}/hooks", None, None, 0)
+    for processes in (1, 2):
+        await http.post(f"http://127.0.0.1:{receiver_port}/reset?failing=1")
+        while len(version.services) < processes:
+            port = free_port()
+            version.services.append(serve_ours(env, port, 1, version.code))
+            version.ports.append(port)
+            await wait_for(f"http://127.0.0.1:{port}/graphql")
+        await asyncio.sleep(1.5)  # the processes' ticks share the leases out
+        users = [f"p{processes}-{i}" for i in range(changes)]
+        for i in range(0, changes, 10_000):
+            await version.store.touch_many(users[i : i + 10_000])
+        cpu_before = cpu_seconds(version.services)
+        await http.post(f"http://127.0.0.1:{receiver_port}/ok")
+        first, last = await delivered_all(http, receiver_port, changes)
+        cpu = cpu_seconds(version.services) - cpu_before
+        rows.append(
+            (
+                f"{version.name}: {processes} process{'es' if processes > 1 else ''}",
+                changes / max(last - first, 1e-9),
+                cpu / changes * 1e6,
+            )
+        )
+    return rows
+
+
 async def run(options: argparse.Namespace) -> None:
     changes, rate, seconds = options.changes, options.rate, options.seconds
-    server = start_redis_server()
     receiver_port = free_port()
     receiver = start_process(
         [sys.executable, "-m", "bench.webhooks", "--receive", str(receiver_port)], {}
     )
-    redis = redis_client(server.url)
-    store = PresenceStore(redis, Settings(redis_url=server.url, shards=SHARDS))
     env = {
-        "REDIS_URL": server.url,
         "REDIS_CLUSTER_NODES": "",
         "PRESENCE_SHARDS": str(SHARDS),
         "PRESENCE_WEBHOOK_ALLOWED_NETWORKS": "127.0.0.0/8",
@@ -283,53 +354,45 @@ async def run(options: argparse.Namespace) -> None:
         "PRESENCE_LOG_LEVEL": "warning",
         "PRESENCE_REVOKE_SECONDS": "0",  # a user kicked in the fan-out may come back at once
     }
-    services: list[subprocess.Popen[bytes]] = []
-    service_ports: list[int] = []
+    if options.batch_wait is not None:
+        env["PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS"] = str(options.batch_wait)
+    versions: list[Version] = []
     rows = []
-    try:
-        await store.load_scripts()
-        await store.make_cursor_secret()
-        await store.webhooks.create(f"http://127.0.0.1:{receiver_port}/hooks", None, None, 0)
-        async with aiohttp.ClientSession() as http:
-            await receiving(http, receiver_port)
-            for processes in (1, 2):
-                await http.post(f"http://127.0.0.1:{receiver_port}/reset?failing=1")
-                while len(services) < processes:
-                    port = free_port()
-                    services.append(serve_ours(env, port, 1))
-                    service_ports.append(port)
-                    await wait_for(f"http://127.0.0.1:{port}/graphql")
-                await asyncio.sleep(1.5)  # the processes' ticks share the leases out
-                users = [f"p{processes}-{i}" for i in range(changes)]
-                for i in range(0, changes, 10_000):
-                    await store.touch_many(users[i : i + 10_000])
-                cpu_before = cpu_seconds(services)
-                await http.post(f"http://127.0.0.1:{receiver_port}/ok")
-                first, last = await delivered_all(http, receiver_port, changes)
-                cpu = cpu_seconds(services) - cpu_before
-                rows.append(
-                    (
-                        f"{processes} process{'es' if processes > 1 else ''}",
-                        changes / max(last - first, 1e-9),
-                        cpu / changes * 1e6,
+    delays: dict[str, list[float]] = {}
+    with checkout(options.baseline) as code:
+        try:
+            named: list[tuple[str, Path | None]] = [("after", None)]
+            if options.baseline:
+                named.insert(0, ("before", code))
+            for name, its_code in named:
+                server = start_redis_server()
+                redis = redis_client(server.url)
+                store = PresenceStore(redis, Settings(redis_url=server.url, shards=SHARDS))
+                versions.append(Version(name, its_code, server, redis, store))
+                await store.load_scripts()
+                await store.make_cursor_secret()
+            async with aiohttp.ClientSession() as http:
+                await receiving(http, receiver_port)
+                for version in versions:
+                    rows += await throughput(version, env, http, receiver_port, changes)
+                    delays[version.name] = await latencies(
+                        version.store, http, receiver_port, rate, seconds
                     )
-                )
-            delays = await latencies(store, http, receiver_port, rate, seconds)
-            services[1].terminate()
-            services[1].wait(timeout=30)
-            services = services[:1]
-            costs = await cost(
-                store, services, service_ports[0], f"http://127.0.0.1:{receiver_port}/hooks"
-            )
-            fanouts = await fanout(store, services[0], service_ports[0], receiver_port, options)
-    finally:
-        for service in services:
-            service.terminate()
-            service.wait(timeout=30)
-        receiver.terminate()
-        receiver.wait(timeout=10)
-        await redis.aclose()
-        server.stop()
+                    version.services[1].terminate()
+                    version.services[1].wait(timeout=30)
+                    del version.services[1:], version.ports[1:]
+                    await configure(version.store, "", 0)
+                costs = await cost(versions, f"http://127.0.0.1:{receiver_port}/hooks")
+                fanouts = await fanout(versions, receiver_port, options)
+        finally:
+            for version in versions:
+                for service in version.services:
+                    service.terminate()
+                    service.wait(timeout=30)
+                await version.redis.aclose()
+                version.server.stop()
+            receiver.terminate()
+            receiver.wait(timeout=10)
     report(changes, rows=rows, costs=costs, rate=rate, seconds=seconds, delays=delays)
     report_fanout(options, fanouts)
 
@@ -342,12 +405,14 @@ def report_fanout(options: argparse.Namespace, fanouts: list[tuple[str, float, f
         f"(medians of two; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
     )
     print(
-        "| webhooks | service CPU per delivery (µs) | against no webhook "
+        "| version: webhooks | service CPU per delivery (µs) | against no webhook "
         "| changes the receiver had per change |"
     )
     print("|---|---|---|---|")
+    none = {name.split(": ")[0]: cpu_us for name, cpu_us, _ in fanouts if "no webhook" in name}
     for name, cpu_us, received in fanouts:
-        print(f"| {name} | {cpu_us:,.1f} | {cpu_us / fanouts[0][1]:.3f} | {received:,.1f} |")
+        against = cpu_us / none[name.split(": ")[0]]
+        print(f"| {name} | {cpu_us:,.1f} | {against:.3f} | {received:,.1f} |")
 
 
 def report(
@@ -357,23 +422,25 @@ def report(
     costs: list[tuple[str, float, float]],
     rate: int,
     seconds: float,
-    delays: list[float],
+    delays: dict[str, list[float]],
 ) -> None:
     print(f"Throughput: {changes:,} changes waiting, delivered to one receiver")
-    print("| processes | changes delivered per second | service CPU per 1,000 changes (ms) |")
+    print("| version: processes | changes delivered per second | CPU per 1,000 changes (ms) |")
     print("|---|---|---|")
     for name, per_s, cpu_us in rows:
         print(f"| {name} | {per_s:,.0f} | {cpu_us:,.0f} |")
     print("\nThe rest of the service: touch over HTTP, 20 clients, one process")
-    print("| webhooks | touch requests per second | service CPU per touch (µs) |")
+    print("| version: webhooks | touch requests per second | service CPU per touch (µs) |")
     print("|---|---|---|")
     for name, per_s, cpu_us in costs:
         print(f"| {name} | {per_s:,.0f} | {cpu_us:,.0f} |")
-    quantiles = statistics.quantiles(delays, n=100)
-    print(
-        f"\nLatency at {rate:,} changes/s for {seconds:g} s ({len(delays):,} changes, two "
-        f"processes): p50 {quantiles[49] * 1000:,.0f} ms, p99 {quantiles[98] * 1000:,.0f} ms"
-    )
+    for name, its_delays in delays.items():
+        quantiles = statistics.quantiles(its_delays, n=100)
+        print(
+            f"\n{name}: latency at {rate:,} changes/s for {seconds:g} s ({len(its_delays):,} "
+            f"changes, two processes): p50 {quantiles[49] * 1000:,.0f} ms, "
+            f"p99 {quantiles[98] * 1000:,.0f} ms"
+        )
 
 
 def main() -> None:
@@ -384,6 +451,12 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=500)
     parser.add_argument("--fanout-rate", type=float, default=10, help="changes a second")
     parser.add_argument("--fanout-seconds", type=float, default=10)
+    parser.add_argument(
+        "--baseline", help="a commit measured too, round by round beside this checkout"
+    )
+    parser.add_argument(
+        "--batch-wait", type=float, help="PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS of the services"
+    )
     parser.add_argument("--receive", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.receive:

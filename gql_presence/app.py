@@ -212,6 +212,7 @@ async def webhook_deliveries(app: web.Application) -> AsyncIterator[None]:
             poll_ms=settings.webhook_poll_ms,
             retry_ms=settings.webhook_retry_ms,
             disable_after_ms=settings.webhook_disable_after_ms,
+            batch_wait_ms=settings.webhook_batch_wait_ms,
         ),
         observe=WebhookTelemetry(app[METRICS], traced=tracing.enabled()),
     )

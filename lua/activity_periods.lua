@@ -1,6 +1,7 @@
 --[[
   activity_periods: exact active, returning and new users of consecutive periods of one
-  granularity, from the bitmaps of includes/activity.lua.
+  granularity, from the bitmaps of includes/activity.lua, and for hours folded already from
+  their counts (fold_hour.lua).
 
   KEYS[1]  scratch  bitmap, deleted before returning
   KEYS[2]  seen     bitmap, deleted before returning: in "hours", the first-timers of the
@@ -8,14 +9,21 @@
   KEYS[3]  before   bitmap of the period before the first (read only if ARGV[2] is 1)
   KEYS[4..]  bitmaps  "periods": the n periods' bitmaps, oldest first, then as many of the
                     users first active in each (first-day, first-week or first-month).
-                    "hours": the first-day bitmap of the day, then its hours', oldest first
+                    "hours": the record of the day's folded hours, the record of the hour
+                    before's day, the first-day bitmap of the day, the frozen bitmap of the
+                    hour before, then the day's hours' bitmaps, oldest first, then their
+                    frozen bitmaps (a frozen bitmap, where it exists, is read instead of the
+                    live one: the hour as it was folded)
   ARGV[1]  mode            "periods" (days, weeks, months) or "hours" (every hour of one day)
   ARGV[2]  before_counted  0|1: 0 when the period before is outside what is kept (empty)
+  ARGV[3..]  starts        "hours" only: the hour before's start, then each hour's (ms): their
+                           fields in the records
   Returns  {active_before, then per period: active, returning, new}: active in it, in it and
            the one before, and first active in it (for an hour: first active that day, and
            not in the day's earlier hours)
-  Work     per period a few BITOP/BITCOUNT over bitmaps of (highest user index / 8) bytes;
-           the store sends at most a day's hours or 200 periods per call
+  Work     per period a few BITOP/BITCOUNT over bitmaps of (highest user index / 8) bytes
+           (none for a day whose hours are all folded); the store sends at most a day's
+           hours or 200 periods per call
 ]]
 local scratch_key, seen_key, before_key = KEYS[1], KEYS[2], KEYS[3]
 local hours = ARGV[1] == 'hours'
@@ -29,18 +37,46 @@ end
 local reply = {counted_before and redis.call('BITCOUNT', before_key) or 0}
 local previous = counted_before and before_key or nil
 if hours then
-  local first_key, seen = KEYS[4], 0
+  local record_key, before_record_key, first_key = KEYS[4], KEYS[5], KEYS[6]
+  local n = (#KEYS - 7) / 2
+  -- A frozen bitmap, where it exists, is the hour as folded.
+  local function bitmap(live, frozen)
+    if redis.call('EXISTS', frozen) == 1 then return frozen end
+    return live
+  end
+  local folded = redis.call('HMGET', record_key, unpack(ARGV, 4, 3 + n))
+  local all_folded = true
+  for i = 1, n do all_folded = all_folded and folded[i] ~= false end
+  if counted_before then
+    local row = redis.call('HGET', before_record_key, ARGV[3])
+    if row then reply[1] = tonumber(string.match(row, '^%d+')) end
+    if not all_folded then previous = bitmap(before_key, KEYS[7]) end
+  end
+  local seen = 0
   redis.call('DEL', seen_key)
-  for i = 5, #KEYS do
-    local hour_key = KEYS[i]
-    reply[#reply + 1] = redis.call('BITCOUNT', hour_key)
-    reply[#reply + 1] = previous and count_and(hour_key, previous) or 0
-    -- First-timers of the day active in this hour, less those active in an earlier one.
-    redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
-    redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
-    local now_seen = redis.call('BITCOUNT', seen_key)
-    reply[#reply + 1] = now_seen - seen
-    seen, previous = now_seen, hour_key
+  for i = 1, n do
+    local hour_key = not all_folded and bitmap(KEYS[7 + i], KEYS[7 + n + i])
+    if folded[i] then
+      local active, returning, new = string.match(folded[i], '^(%d+) (%d+) (%d+)')
+      if i == 1 and not counted_before then returning = 0 end
+      reply[#reply + 1] = tonumber(active)
+      reply[#reply + 1] = tonumber(returning)
+      reply[#reply + 1] = tonumber(new)
+    end
+    -- The day's later hours not folded yet are counted from the bitmaps, as folds count.
+    if not all_folded then
+      if not folded[i] then
+        reply[#reply + 1] = redis.call('BITCOUNT', hour_key)
+        reply[#reply + 1] = previous and count_and(hour_key, previous) or 0
+      end
+      -- First-timers of the day active in this hour, less those active in an earlier one.
+      redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
+      redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
+      local now_seen = redis.call('BITCOUNT', seen_key)
+      if not folded[i] then reply[#reply + 1] = now_seen - seen end
+      seen = now_seen
+    end
+    previous = hour_key
   end
 else
   local n = (#KEYS - 3) / 2

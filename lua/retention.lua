@@ -1,30 +1,59 @@
 --[[
   retention: one cohort, the users first active in a period, and how many of them were active
-  in each of the periods after it, from the bitmaps of includes/activity.lua.
+  in each of the periods after it, from the bitmaps of includes/activity.lua, or for an hour
+  folded already from its counts (fold_hour.lua).
 
   KEYS[1]  cohort   bitmap, deleted before returning: the cohort's users
   KEYS[2]  scratch  bitmap, deleted before returning
-  KEYS[3..]  bitmaps  the cohort's bitmaps (ARGV[2] of them), then the bitmaps of the periods
-                    after it, in order. "periods": the users first active in the cohort's
-                    period (a first-day, first-week or first-month bitmap). "hours": the
-                    first-day bitmap of the hour's day, the hour's bitmap, then the bitmaps of
-                    the day's earlier hours
+  KEYS[3..]  keys   the cohort's keys (ARGV[2] of them), then those of the periods after it,
+                    in order. "periods": the users first active in the cohort's period (a
+                    first-day, first-week or first-month bitmap), then a bitmap per period.
+                    "hours": the record of the folded hours of the hour's day, the first-day
+                    bitmap of the day, then pairs (live bitmap, frozen bitmap) of the hour and
+                    of the day's earlier hours; then such a pair per hour after it (a frozen
+                    bitmap, where it exists, is read instead of the live one: the hour as it
+                    was folded)
   ARGV[1]  mode     "periods" (days, weeks, months) or "hours"
   ARGV[2]  cohort_keys  int: how many of KEYS[3..] make the cohort
+  ARGV[3]  start    "hours": the hour's start (ms), its field in the record; "" otherwise
   Returns  {size, retained_1, retained_2, ...}: the cohort's users, and how many of them are
-           in each period's bitmap given after it
+           in each period given after it
   Work     a BITOP per cohort key, and a BITOP and a BITCOUNT per period after it, over
-           bitmaps of (highest user index / 8) bytes; at most 52 periods and 25 hours a call
+           bitmaps of (highest user index / 8) bytes (one HGET for a folded hour); at most 52
+           periods and 25 hours a call
 ]]
 local cohort_key, scratch_key = KEYS[1], KEYS[2]
 local hours = ARGV[1] == 'hours'
 local cohort_keys = tonumber(ARGV[2])
 
+local later, step = {}, hours and 2 or 1
+for i = 3 + cohort_keys, #KEYS, step do later[#later + 1] = i end
+
+if hours then
+  local row = redis.call('HGET', KEYS[3], ARGV[3])
+  if row then
+    local counts = {}
+    for n in string.gmatch(row, '%d+') do counts[#counts + 1] = tonumber(n) end
+    local reply = {counts[3]}
+    for k = 1, #later do reply[k + 1] = counts[3 + k] or 0 end
+    return reply
+  end
+end
+
+-- A pair's bitmap: as the hour was folded, if it was.
+local function bitmap(i)
+  if not hours then return KEYS[i] end
+  if redis.call('EXISTS', KEYS[i + 1]) == 1 then return KEYS[i + 1] end
+  return KEYS[i]
+end
+
 if hours then
   -- First active that day, in this hour, and in none of the day's earlier hours.
-  redis.call('BITOP', 'AND', cohort_key, KEYS[3], KEYS[4])
-  if cohort_keys > 2 then
-    redis.call('BITOP', 'OR', scratch_key, unpack(KEYS, 5, 2 + cohort_keys))
+  redis.call('BITOP', 'AND', cohort_key, KEYS[4], bitmap(5))
+  if cohort_keys > 4 then
+    local earlier = {}
+    for i = 7, 2 + cohort_keys, 2 do earlier[#earlier + 1] = bitmap(i) end
+    redis.call('BITOP', 'OR', scratch_key, unpack(earlier))
     redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
     redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
   end
@@ -32,8 +61,8 @@ else
   redis.call('BITOP', 'OR', cohort_key, unpack(KEYS, 3, 2 + cohort_keys))
 end
 local reply = {redis.call('BITCOUNT', cohort_key)}
-for i = 3 + cohort_keys, #KEYS do
-  redis.call('BITOP', 'AND', scratch_key, cohort_key, KEYS[i])
+for _, i in ipairs(later) do
+  redis.call('BITOP', 'AND', scratch_key, cohort_key, bitmap(i))
   reply[#reply + 1] = redis.call('BITCOUNT', scratch_key)
 end
 redis.call('DEL', cohort_key, scratch_key)

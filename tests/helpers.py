@@ -935,7 +935,9 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.analytics.retention(now.date(), 1, 1, Granularity.HOUR)
     await store.analytics.stickiness(None, 7)
     await store.analytics.compact_ended()
+    await store.analytics.fold_ended()
     await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
+    await store.online_time.fold_closed()
     await store.online_time.online_periods(
         datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)
     )
@@ -962,7 +964,7 @@ async def call_every_script(store: PresenceStore) -> None:
     page = await store.changes(None, 5)
     await store.changes(page.end_cursor, 5)
     await store.feed_cursor()
-    await store.feed.shard_tip(0)
+    await store.feed.shard_look(0, await store.feed.shard_start(0), 10)
     await call_every_webhook_script(store)
 
 
@@ -985,6 +987,10 @@ async def call_every_webhook_script(store: PresenceStore) -> None:
     _, [held] = await store.webhooks.take_leases("t", 1000, [(webhook.id, 0, True)])
     assert held
     assert await store.webhooks.advance(webhook.id, 0, "t", {"pending": "1-0"})
+    [found] = await store.webhooks.for_deliveries(webhook.id)
+    assert await store.webhooks.pass_over(0, "t", [(found, found.progress[0], "2-0")]) == [
+        False  # a batch is pending
+    ]
     await store.webhooks.delete(webhook.id)
 
 

@@ -252,11 +252,16 @@ class Writer(Follower):
         """Writes the batch. A batch of one message (as when changes come one at a time) is
         framed once in `frames` for every writer of the same head and payload, then written
         as those same bytes to each socket."""
-        batch, self._batch = self._batch, []
-        if self.dropped is not None or not batch:
+        # The batch's list is emptied, not replaced: no list is made per socket per event.
+        batch = self._batch
+        if not batch:
+            return
+        if self.dropped is not None:
+            batch.clear()
             return
         head = self._head
-        if len(batch) == 1 and frames is not None:
+        count = len(batch)
+        if count == 1 and frames is not None:
             key = (head, batch[0])
             framed = frames.get(key)
             if framed is None:
@@ -266,9 +271,11 @@ class Writer(Follower):
         waiting = self._write(framed)
         # None: the socket is closing, and this subscription ends with it. Otherwise the
         # bytes unsent, counted in messages of this batch's size.
-        if waiting and waiting * len(batch) > self._capacity * (
-            sum(map(len, batch)) + len(batch) * (len(head) + 1)
-        ):
+        too_slow = waiting and waiting * count > self._capacity * (
+            sum(map(len, batch)) + count * (len(head) + 1)
+        )
+        batch.clear()
+        if too_slow:
             self._too_slow()
 
 
@@ -323,7 +330,15 @@ class Delivery(Writer):
             return None
         if self._passed is not None and self._passed(event.user_id, event.feed_id):
             return None
-        return self._add(rendered_once(self._render, event, rendered))
+        # rendered_once and _add, written out: this runs for every delivery of a fan-out.
+        payload = rendered.get(self._render)
+        if payload is None:
+            payload = rendered[self._render] = self._render(event)
+        batch = self._batch
+        if not batch:
+            batch.append(payload)
+            return self
+        return self._add(payload)
 
     def resume(self, replayed: Iterable[PresenceChange], passed: Passed) -> None:
         """Writes the replayed events, then those heard since `hold` that the replay did not

@@ -167,15 +167,27 @@ class Dispatch:
         # Each view (reader_view) made and rendered once, when the first follower of it is
         # met: the one of backends and the user, and the ones of other end users, out of
         # the user's friend set or in it.
+        # Backends' view, the commonest, is looked up without a call; the list is a copy, as
+        # an offer may drop its follower, which leaves the sets.
         views: dict[bool | None, tuple[PresenceChange | None, Rendered]] = {}
-        to_flush = self._to_flush
+        as_is: tuple[PresenceChange | None, Rendered] | None = None
+        append = self._to_flush.append
         for feed in [*(feeds or ()), *all_users]:
-            seen_as = _seen_as(feed, user_id)
-            if seen_as not in views:
-                views[seen_as] = (_view(announced, event, seen_as, own_sees=own_sees), {})
-            view, rendered = views[seen_as]
+            if feed.reader is None and as_is is not None:
+                view, rendered = as_is
+            else:
+                seen_as = _seen_as(feed, user_id)
+                seen = views.get(seen_as)
+                if seen is None:
+                    seen = views[seen_as] = (
+                        _view(announced, event, seen_as, own_sees=own_sees),
+                        {},
+                    )
+                    if seen_as is None:
+                        as_is = seen
+                view, rendered = seen
             if view is not None and (writer := feed.offer(view, rendered)) is not None:
-                to_flush.append(writer)
+                append(writer)
 
 
 def _seen_as(follower: Follower, user_id: str) -> bool | None:

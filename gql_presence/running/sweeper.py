@@ -18,7 +18,9 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
     """Runs the bounded sweep every interval, and at once again while a batch came back full.
 
     Every API process runs one; they need no coordination, as each sweep is one script. Once
-    an hour it also rewrites the bitmaps of periods that ended to their exact size."""
+    an hour it also rewrites the bitmaps of periods that ended to their exact size, and folds
+    the hours old enough into counts and the online time of days that ended into its compact
+    layout."""
     compacted_hour = None
     while True:
         try:
@@ -34,6 +36,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             if compacted_hour != local_now_ms() // HOUR_MS:
                 compacted_hour = local_now_ms() // HOUR_MS
                 await compact_ended(store)
+                await fold_online_time(store)
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
                 or max(result.lapsed, result.flushed) >= LAPSED_BATCH
@@ -53,8 +56,18 @@ async def record_peak(store: PresenceStore, online: int) -> None:
 
 
 async def compact_ended(store: PresenceStore) -> None:
-    """Rewrites the bitmaps of the periods that ended to their exact size."""
+    """Rewrites the bitmaps of the periods that ended to their exact size, and folds the hours
+    old enough into counts."""
     try:
         await store.analytics.compact_ended()
+        await store.analytics.fold_ended()
     except PresenceError as error:
-        log.warning("bitmaps not compacted: %s", error.message)
+        log.warning("bitmaps not compacted or folded: %s", error.message)
+
+
+async def fold_online_time(store: PresenceStore) -> None:
+    """Folds the online time of the days that ended a day ago into its compact layout."""
+    try:
+        await store.online_time.fold_closed()
+    except PresenceError as error:
+        log.warning("online time not folded: %s", error.message)

@@ -195,6 +195,10 @@ class Settings:
     # How often each process looks for new entries at the end of each shard's feed, for its
     # webhook deliveries with nothing to send (one look per shard, however many webhooks), ms.
     webhook_poll_ms: int = 250
+    # How long a webhook delivery woken by a change waits, from the change's time, before it
+    # sends, so that the changes made meanwhile go in the same request: each change arrives up
+    # to this much later, and a trickle of changes costs fewer requests, ms.
+    webhook_batch_wait_ms: int = 1000
 
     @property
     def secured(self) -> bool:
@@ -280,6 +284,9 @@ class Settings:
             ),
             webhook_lease_ms=duration_ms(env, "PRESENCE_WEBHOOK_LEASE_SECONDS", 10, MS_PER_SECOND),
             webhook_poll_ms=duration_ms(env, "PRESENCE_WEBHOOK_POLL_SECONDS", 0.25, MS_PER_SECOND),
+            webhook_batch_wait_ms=duration_ms(
+                env, "PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS", 1, MS_PER_SECOND, allow_zero=True
+            ),
             user_rate=user_rate,
             user_burst=burst(env, "PRESENCE_USER_RATE_BURST", user_rate),
             backend_rate=backend_rate,

@@ -19,7 +19,7 @@ from gql_presence.store.days import DAY_MS, day_start_ms, from_ms, local_date, l
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName
-from gql_presence.store.shard import Shard, guarded, named
+from gql_presence.store.shard import Named, Shard, guarded, named
 from gql_presence.store.validation import check_at
 
 HOUR_MS = 3_600_000
@@ -35,6 +35,12 @@ PEAK_DAYS_PER_CALL = 100
 FIRST_DATE = date(1971, 1, 1)
 LAST_DATE = date(9998, 12, 31)
 STICKINESS_SCRATCH = 17
+# An hour is folded into counts (lua/fold_hour.lua) this long after it ends: once the 52 hours
+# after it that hourly retention may ask for have ended, with two hours for late writes.
+FOLD_AFTER_MS = (MAX_COHORTS + 2) * HOUR_MS
+# How far back a fold looks for hours not folded yet (a sweeper stopped, an upgrade): older
+# ones stay bitmaps until they expire, and are read as such.
+FOLD_CATCH_UP_MS = 7 * DAY_MS
 
 
 class Granularity(StrEnum):
@@ -104,6 +110,14 @@ class Period:
         if self.granularity is Granularity.MONTH:
             return keys.first_month(self.first.isoformat()[:7])
         return keys.first_day(self.first.isoformat())
+
+    def folds(self, keys: Keys) -> str:
+        """An hour's: the record of its day's folded hours (lua/fold_hour.lua)."""
+        return keys.hour_folds(self.first.isoformat())
+
+    def pair(self, keys: Keys) -> list[str]:
+        """An hour's bitmap, and its bitmap as it was folded (lua/fold_hour.lua)."""
+        return [keys.hour(str(self.start_ms)), keys.folded_hour(str(self.start_ms))]
 
     def key(self, keys: Keys) -> str:
         """Its bitmap."""
@@ -205,6 +219,9 @@ class Analytics:
         settings = shards[0].settings
         self._zone = settings.stats_zone
         self._analytics_ms = settings.analytics_ms
+        self._hourly_ms = settings.hourly_ms
+        # The start of the newest hour this process has folded in every shard.
+        self._folded_through = 0
         # How long after its start a period's bitmaps are all still kept: its own and that of
         # the users first active in it (for an hour: in its day, and its day's earlier hours).
         self._kept_ms = {
@@ -326,6 +343,81 @@ class Analytics:
         )
         return sum(int(count) for count in counts)
 
+    async def fold_ended(self, at_ms: int | None = None) -> int:
+        """Folds into counts, in order, each hour that ended FOLD_AFTER_MS or more before
+        `at_ms` (this process's clock by default) and is not folded yet, looking back
+        FOLD_CATCH_UP_MS at most: the sweeper does once an hour. Each fold keeps the hour's
+        figures of `activity` and its row of hourly `retention`, and deletes the bitmaps that
+        no fold or figure needs any more. Returns how many hours were folded, over the
+        shards."""
+        hours = Calendar(Granularity.HOUR, self._zone)
+        at = local_now_ms() if at_ms is None else at_ms
+        last = hours.before(hours.holding(at - FOLD_AFTER_MS))
+        first = hours.holding(max(last.start_ms - FOLD_CATCH_UP_MS, self._folded_through + 1))
+        if first.start_ms <= self._folded_through:
+            first = hours.after(first)
+        now_ms = await self._now_ms()
+        due = [p for p in _until(hours, first, last.start_ms) if self._counted(p, now_ms)]
+
+        async def fold_in(shard: Shard) -> int:
+            folded = 0
+            for hour in due:
+                keys, args = self._fold_call(shard, hours, hour, now_ms)
+                reply = await shard.run(ScriptName.FOLD_HOUR, keys, args)
+                folded += int(reply[0])
+            return folded
+
+        counts = await asyncio.gather(*(fold_in(shard) for shard in self._shards))
+        self._folded_through = max(self._folded_through, last.start_ms)
+        return sum(counts)
+
+    def _fold_call(
+        self, shard: Shard, hours: Calendar, hour: Period, now_ms: int
+    ) -> tuple[Named, Named]:
+        """fold_hour's KEYS and ARGV for the hour: the bitmaps it reads, and those that may
+        go once it is folded (guarded by every hour still counted that reads them): the
+        day's other hours when it is the day's last, the hour before when it is the day's
+        first."""
+        k = shard.keys
+        count = hours.hours_in(hour.first)
+        day = list(hours.run(hours.holding(day_start_ms(hour.first, self._zone)), count))
+        later = list(hours.run(hours.after(hour), MAX_COHORTS))
+        before = hours.before(hour)
+        doomed = day[:-1] if hour.hour == count - 1 else []
+        if hour.hour == 0:
+            doomed.insert(0, before)
+        guard: list[Period] = []
+        if doomed:
+            # Whatever reads an hour's bitmap: its own fold and figures, the next hour's, its
+            # day's later hours', and those of the 52 cohorts before it.
+            guard_start = doomed[0]
+            for _ in range(MAX_COHORTS):
+                guard_start = hours.before(guard_start)
+            guard = [
+                p for p in _until(hours, guard_start, hour.start_ms) if self._counted(p, now_ms)
+            ]
+        records = list(dict.fromkeys(p.folds(k) for p in guard))
+        after_day = day_start_ms(hour.first + timedelta(days=1), self._zone)
+        reads = [hour, before, *day[: hour.hour], *later]
+        return named(
+            record=hour.folds(k),
+            cohort=k.scratch,
+            scratch=k.scratch_of("seen"),
+            first_day=k.first_day(hour.first.isoformat()),
+            keys=[
+                *(key for p in reads for key in p.pair(k)),
+                *records,
+                *(key for p in doomed for key in reversed(p.pair(k))),
+            ],
+        ), named(
+            start=hour.start_ms,
+            keep_until_ms=after_day + self._hourly_ms + HOUR_MS,
+            earlier=hour.hour,
+            later=len(later),
+            records=len(records),
+            guard=[f"{records.index(p.folds(k)) + 1} {p.start_ms}" for p in guard],
+        )
+
     async def _peaks(self, days: Iterable[date], now_ms: int) -> Peaks:
         """The hourly peaks of the days still kept among these."""
         shard = self._shards[0]
@@ -386,21 +478,21 @@ class Analytics:
         chunk, firsts = call.periods, call.firsts
         before = calendar.before(call.first)
         hours = calendar.granularity is Granularity.HOUR
+        bitmaps = [*(p.key(k) for p in chunk), *firsts]
+        starts: list[int] = []
+        if hours:
+            bitmaps = [chunk[0].folds(k), before.folds(k), *firsts, before.pair(k)[1]]
+            bitmaps += [p.pair(k)[0] for p in chunk] + [p.pair(k)[1] for p in chunk]
+            starts = [before.start_ms, *(p.start_ms for p in chunk)]
         reply = await shard.run(
             ScriptName.ACTIVITY_PERIODS,
             named(
-                scratch=k.scratch,
-                seen=k.scratch_of("seen"),
-                before=before.key(k),
-                bitmaps=(
-                    [*firsts, *(p.key(k) for p in chunk)]
-                    if hours
-                    else [*(p.key(k) for p in chunk), *firsts]
-                ),
+                scratch=k.scratch, seen=k.scratch_of("seen"), before=before.key(k), bitmaps=bitmaps
             ),
             named(
                 mode="hours" if hours else "periods",
                 before_counted=int(self._counted(before, now_ms)),
+                starts=starts,
             ),
         )
         return [int(n) for n in reply]
@@ -449,20 +541,24 @@ class Analytics:
         if head.start_ms > now_ms:
             return [0] * len(row)
         k = shard.keys
+        begun = [p for p in row[1:] if p.start_ms <= now_ms]
         if calendar.granularity is Granularity.HOUR:
             first_hour = calendar.holding(day_start_ms(head.first, self._zone))
             earlier = list(calendar.run(first_hour, head.hour))
-            cohort = [k.first_day(head.first.isoformat()), head.key(k)]
-            cohort += [p.key(k) for p in earlier]
+            cohort = [head.folds(k), k.first_day(head.first.isoformat()), *head.pair(k)]
+            cohort += [key for p in earlier for key in p.pair(k)]
+            later = [key for p in begun for key in p.pair(k)]
         else:
             cohort = [head.first_key(k)]
-        later = [p.key(k) for p in row[1:] if p.start_ms <= now_ms]
+            later = [p.key(k) for p in begun]
+        hours = calendar.granularity is Granularity.HOUR
         reply = await shard.run(
             ScriptName.RETENTION,
-            named(cohort=k.scratch, scratch=k.scratch_of("seen"), bitmaps=[*cohort, *later]),
+            named(cohort=k.scratch, scratch=k.scratch_of("seen"), keys=[*cohort, *later]),
             named(
-                mode="hours" if calendar.granularity is Granularity.HOUR else "periods",
+                mode="hours" if hours else "periods",
                 cohort_keys=len(cohort),
+                start=head.start_ms if hours else "",
             ),
         )
         counts = [int(n) for n in reply]
@@ -521,6 +617,14 @@ class Peaks:
             if count > best[0] or (count == best[0] and best[1] is not None and when < best[1]):
                 best = (count, when)
         return best
+
+
+def _until(calendar: Calendar, first: Period, last_start_ms: int) -> Iterator[Period]:
+    """The periods from `first` on that start by `last_start_ms`."""
+    period = first
+    while period.start_ms <= last_start_ms:
+        yield period
+        period = calendar.after(period)
 
 
 def _text(value: str | bytes) -> str:

@@ -158,11 +158,31 @@ class Feed:
         _, flat = await self._read(self._shards[index], after, count)
         return [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
 
-    async def shard_tip(self, index: int) -> str:
-        """The id of a shard's newest entry ("" when it holds none): every entry added after
-        this call comes after it."""
+    async def shard_look(
+        self, index: int, after: str, count: int
+    ) -> tuple[str, list[tuple[str, Change | None]]]:
+        """Up to `count` entries of one shard after the entry `after`, oldest first, each with
+        its change (None for one backends see nothing of), and the bound of the look: the last
+        entry returned when there are `count`, else the shard's present (every entry added
+        after this call comes after it). What is between `after` and the bound is exactly the
+        entries returned: CursorExpiredError when entries after `after` may be gone (but not
+        for an `after` older than the retention with nothing gone after it, as shard_page)."""
         shard = self._shards[index]
-        return text(await shard.run(ScriptName.FEED_TIP, named(feed=shard.keys.feed), named()))
+        reply = await shard.run(
+            ScriptName.FEED_TIP,
+            named(feed=shard.keys.feed),
+            named(after=after, count=count, shard=shard.options),
+        )
+        if int(reply[0]):
+            raise CursorExpiredError(_EXPIRED)
+        flat = [text(v) for v in reply[2:]]
+        entries = [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
+        return text(reply[1]), entries
+
+    @property
+    def retention_ms(self) -> int:
+        """How long the feed keeps a change."""
+        return self._shards[0].settings.feed_retention_ms
 
     async def shard_start(self, index: int) -> str:
         """Just before the oldest change a shard keeps (its present when it keeps none)."""

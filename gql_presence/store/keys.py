@@ -220,13 +220,25 @@ class Keys:
         """SET of the user's friends' ids: those who live in this key's shard."""
         return self.prefix + "friends:" + user_id
 
-    def online_time(self, span: int | str = "", block: int | str = "") -> str:
-        """STRING of a u16 per user and day (BITFIELD u16 #position): the 2-second units
-        users were online on each day, for the 32 days of `span` (days since 1970-01-01 in the
-        stats time zone, over 32) and the 1024 bit indexes of `block` (index over 1024), a
-        user's days next to each other (lua/includes/online_time.lua). online_time() is the
-        prefix the scripts name them from."""
-        return self.prefix + "ot:" + (f"{span}:{block}" if span != "" else "")
+    def online_time(self) -> str:
+        """The prefix each day's online time keys are named from (lua/includes/online_time.lua):
+        online_day, and once folded online_folded."""
+        return self.prefix + "ot:"
+
+    def online_day(self, day: int, block: int) -> str:
+        """STRING of a u16 per bit index of `block` (index over 4,096): the 2-second units
+        users were online on open day `day` (days since 1970-01-01 in the stats time zone)."""
+        return f"{self.online_time()}d{day}:{block}"
+
+    def online_folded(self, day: int) -> tuple[str, str, str, str]:
+        """A folded day's marker (STRING: the blocks its fold covers), bitmap, counters in
+        index order and rank directory (STRINGs; lua/includes/online_time.lua)."""
+        p = self.online_time()
+        return f"{p}m{day}", f"{p}b{day}", f"{p}c{day}", f"{p}r{day}"
+
+    def online_late(self, day: int) -> str:
+        """HASH bit index -> units a period added to `day` after its fold began."""
+        return f"{self.online_time()}l{day}"
 
     def period_lengths(self, hour: int | str) -> str:
         """HASH n, ms, and log bucket -> count: the online periods that ended in the hour,
@@ -243,8 +255,20 @@ class Keys:
 
     def hour(self, start_ms: str) -> str:
         """Bitmap: bit i is set when the user with index i was active in the hour of the stats
-        time zone that starts then (ms since the epoch); kept PRESENCE_HOURLY_DAYS after it."""
+        time zone that starts then (ms since the epoch); kept until it is folded
+        (lua/fold_hour.lua), or PRESENCE_HOURLY_DAYS after it at most."""
         return self.prefix + "hour:" + start_ms
+
+    def folded_hour(self, start_ms: str) -> str:
+        """Bitmap: `hour`'s bitmap as it was when the hour was folded (lua/fold_hour.lua),
+        where no write reaches it; kept while a neighbouring hour's fold or figure needs it."""
+        return self.prefix + "hourf:" + start_ms
+
+    def hour_folds(self, label: str) -> str:
+        """HASH hour start (ms) -> "active returning new retained_1 ...": the folded hours of
+        that day (YYYY-MM-DD) of the stats time zone (lua/fold_hour.lua); kept as long as the
+        day's last hour would have been."""
+        return self.prefix + "hfold:" + label
 
     def week(self, monday: str) -> str:
         """Bitmap as `day`'s, of the week (Monday to Sunday) that starts on that day

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import math
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from gql_presence.store.days import day_number, day_start_ms, local_now_ms, to_ms
+from gql_presence.store.days import day_number, day_start_ms, local_date, local_now_ms, to_ms
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, by_shard, named
@@ -26,6 +25,13 @@ MAX_HOURS = MAX_DAYS * 24
 RATIO = 1.1
 LAST_BUCKET = 260
 QUANTILES = (0.5, 0.9, 0.99)
+# A day is folded into the compact layout once the day after it has ended too, so that the
+# periods still open at its midnight have mostly ended (lua/fold_online_time.lua); the sweeper
+# looks this many days back from there, to catch up after a while with no sweeper running
+# (lua/includes/online_time.lua's FORGET_DAYS reaches past them).
+FOLD_DAYS = 8
+# Blocks of 4,096 indexes folded per call: about 1.5 ms of Redis time each.
+FOLD_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -146,15 +152,16 @@ class OnlineTime:
         )
         zone = shard.settings.stats_zone
         starts = [day_start_ms(start + timedelta(days=d), zone) for d in range(count + 1)]
+        n = len(user_ids)
+        days: list[list[int]] = [[0] * count for _ in range(n)]
+        # After each user's current period: (day offset * 65536 + place from 1, units) of
+        # every day and user with time that day.
+        for j in range(2 * n, len(reply), 2):
+            at, units = int(reply[j]), int(reply[j + 1])
+            days[at % 65536 - 1][at // 65536] = units * UNIT_MS
         ms_of = {}
         for i, user_id in enumerate(user_ids):
-            units, since, until = reply[3 * i], int(reply[3 * i + 1]), int(reply[3 * i + 2])
-            hex_units = units.decode() if isinstance(units, bytes) else units
-            ms = (
-                [u * UNIT_MS for u in struct.unpack(f">{count}H", bytes.fromhex(hex_units))]
-                if hex_units
-                else [0] * count
-            )
+            since, until, ms = int(reply[2 * i]), int(reply[2 * i + 1]), days[i]
             if since >= 0:
                 for d in range(count):
                     a, b = max(since, starts[d]), min(until, starts[d + 1])
@@ -169,6 +176,52 @@ class OnlineTime:
                 if starts[d + 1] <= kept_from:
                     ms[d] = 0
         return ms_of
+
+    async def fold_closed(self, at_ms: int | None = None) -> int:
+        """Folds into the compact layout the days that ended a day or more before `at_ms`
+        (this process's clock by default), looking FOLD_DAYS back: the sweeper does once an
+        hour. Returns how many blocks of indexes were folded."""
+        now = local_now_ms() if at_ms is None else at_ms
+        counts = await asyncio.gather(*(self._fold_closed(shard, now) for shard in self._shards))
+        return sum(counts)
+
+    async def _fold_closed(self, shard: Shard, now_ms: int) -> int:
+        last = local_date(now_ms, shard.settings.stats_zone) - timedelta(days=2)
+        folded = 0
+        for back in range(FOLD_DAYS - 1, -1, -1):
+            folded += await self._fold(shard, last - timedelta(days=back))
+        return folded
+
+    async def fold(self, day: date) -> int:
+        """Folds a day that has ended into the compact layout on every shard, a few blocks of
+        indexes a call; a period that ends later adds to it apart. Returns how many blocks
+        were folded by this call (0 if it was folded already)."""
+        return sum(await asyncio.gather(*(self._fold(shard, day) for shard in self._shards)))
+
+    async def _fold(self, shard: Shard, day: date) -> int:
+        number = day_number(day)
+        marker, bitmap, counters, directory = shard.keys.online_folded(number)
+        expire_ms = (
+            day_start_ms(day + timedelta(days=1), shard.settings.stats_zone)
+            + shard.settings.analytics_ms
+        )
+        folded = 0
+        while True:
+            reply = await shard.run(
+                ScriptName.FOLD_ONLINE_TIME,
+                named(
+                    next_index=shard.keys.next_index,
+                    marker=marker,
+                    bitmap=bitmap,
+                    counters=counters,
+                    directory=directory,
+                ),
+                named(shard=shard.options, day=number, blocks=FOLD_BLOCKS, expire_ms=expire_ms),
+            )
+            now_folded, done, blocks = (int(n) for n in reply)
+            folded += now_folded
+            if done >= blocks:
+                return folded
 
     async def online_periods(self, start: datetime, end: datetime) -> PeriodLengths:
         """The online periods that ended in the hours overlapping [start, end]."""

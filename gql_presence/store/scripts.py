@@ -40,11 +40,13 @@ class ScriptName(StrEnum):
     WEEKLY_STATS = "weekly_stats"
     ONLINE_TIME = "online_time"
     ONLINE_PERIODS = "online_periods"
+    FOLD_ONLINE_TIME = "fold_online_time"
     ACTIVITY_PERIODS = "activity_periods"
     RETENTION = "retention"
     STICKINESS = "stickiness"
     RECORD_PEAK = "record_peak"
     COMPACT_BITMAPS = "compact_bitmaps"
+    FOLD_HOUR = "fold_hour"
     PEAKS = "peaks"
     CHANGE_FRIEND_LINKS = "change_friend_links"
     SWEEP = "sweep"
@@ -77,6 +79,7 @@ class ScriptName(StrEnum):
     RECORD_WEBHOOK_ATTEMPT = "record_webhook_attempt"
     WEBHOOK_LEASES = "webhook_leases"
     ADVANCE_WEBHOOK = "advance_webhook"
+    PASS_WEBHOOKS = "pass_webhooks"  # noqa: S105 - a script name, not a password
 
 
 class ScriptError(StrEnum):

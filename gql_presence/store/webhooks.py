@@ -4,9 +4,9 @@ They live in shard 0 with the deployment's other singletons: a ZSET of their ids
 cap is counted on), a HASH per webhook and a LIST of its recent attempts (keys.py). A
 webhook's delivery of each shard of the feed is kept in its HASH too (ShardProgress, fields
 named by PROGRESS_FIELDS and the shard's index), changed only by the process holding that
-delivery's lease (lua/webhook_leases.lua, lua/advance_webhook.lua). The URL's
-rules need the service's settings and are checked above the store (gql_presence/webhooks/
-safety.py) before it is handed here; everything else is checked here.
+delivery's lease (lua/webhook_leases.lua, lua/advance_webhook.lua, lua/pass_webhooks.lua). The
+URL's rules need the service's settings and are checked above the store
+(gql_presence/webhooks/safety.py) before it is handed here; everything else is checked here.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import secrets
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gql_presence.store.days import from_ms
@@ -50,6 +50,9 @@ PROGRESS_FIELDS = {
     "replay_id": "r",
     "backlog": "b",
 }
+# The parts of a ShardProgress that lua/pass_webhooks.lua reads: the position, and what a
+# delivery passed over must not have.
+PASSED_OVER_FIELDS = ("position", "pending", "decided", "gap")
 # The largest sequence of a feed entry id: "<ms - 1>-<this>" is just before the ms.
 _LAST_SEQUENCE = "18446744073709551615"
 
@@ -289,11 +292,17 @@ class Webhooks:
         return int(reply[0]), [bool(int(held)) for held in reply[1:]]
 
     async def advance(
-        self, webhook_id: str, shard: int, token: str, progress: Mapping[str, str]
+        self,
+        webhook_id: str,
+        shard: int,
+        token: str,
+        progress: Mapping[str, str],
+        acknowledged: AcknowledgedAttempt | None = None,
     ) -> bool:
         """Changes the parts of the webhook's ShardProgress given (by their names in
         PROGRESS_FIELDS; "" removes one), and any other fields named as they are kept, if the
-        process of `token` still holds the delivery's lease; whether it did."""
+        process of `token` still holds the delivery's lease; whether it did. An acknowledged
+        attempt given is recorded in the same call, as record_attempt records it."""
         fields: list[str] = []
         for name, value in progress.items():
             part = PROGRESS_FIELDS.get(name)
@@ -302,10 +311,45 @@ class Webhooks:
         return bool(
             await self._home.run(
                 ScriptName.ADVANCE_WEBHOOK,
-                named(webhook=k.webhook(webhook_id), lease=k.webhook_lease(webhook_id, shard)),
-                named(token=token, fields=fields),
+                named(
+                    webhook=k.webhook(webhook_id),
+                    lease=k.webhook_lease(webhook_id, shard),
+                    attempts=k.webhook_attempts(webhook_id),
+                ),
+                named(
+                    token=token,
+                    attempt="" if acknowledged is None else acknowledged.json,
+                    max_attempts=MAX_ATTEMPTS,
+                    delivered_up_to="" if acknowledged is None else acknowledged.delivered_up_to,
+                    fields=fields,
+                ),
             )
         )
+
+    async def pass_over(
+        self, shard: int, token: str, moves: Sequence[tuple[Webhook, ShardProgress, str]]
+    ) -> list[bool]:
+        """Moves the positions of waiting deliveries of one shard (the webhook and its progress
+        as read, the entry to pass to) in one call: each only if the process of `token` holds
+        its lease, it still stands where it was read, with nothing pending, decided or missed,
+        and its filters are still those read (what it passed over was judged by them). Which
+        of them moved."""
+        if not moves:
+            return []
+        k = self._home.keys
+        deliveries: list[str] = []
+        positions: list[str] = []
+        for webhook, progress, to in moves:
+            deliveries += [k.webhook(webhook.id), k.webhook_lease(webhook.id, shard)]
+            filters = "\n".join(filters_of(webhook))
+            positions += [progress.position if progress.moved else "", to, filters]
+        fields = [f"{PROGRESS_FIELDS[name]}:{shard}" for name in PASSED_OVER_FIELDS]
+        reply = await self._home.run(
+            ScriptName.PASS_WEBHOOKS,
+            named(deliveries=deliveries),
+            named(token=token, fields=fields, moves=positions),
+        )
+        return [bool(int(moved)) for moved in reply]
 
     async def record_attempt(
         self,
@@ -322,13 +366,7 @@ class Webhooks:
         """Keeps an attempt among the webhook's MAX_ATTEMPTS most recent; an acknowledged one
         also sets deliveredUpTo to `delivered_up_to`, the batch's end, and ends the time it
         was failing (one not acknowledged starts it). None when the webhook is gone."""
-        attempt = {
-            "deliveryId": delivery_id,
-            "changes": changes,
-            "status": status,
-            "error": None if error is None else bounded_error(error),
-            "durationMs": round(duration_ms, 3),
-        }
+        attempt = _attempt_fields(delivery_id, changes, status, error, duration_ms)
         k = self._home.keys
         at_ms = int(
             await self._home.run(
@@ -343,6 +381,44 @@ class Webhooks:
             )
         )
         return _attempt_of(f"{at_ms} {json.dumps(attempt)}") if at_ms else None
+
+
+@dataclass(frozen=True)
+class AcknowledgedAttempt:
+    """An acknowledged attempt, recorded with the advance that follows it (Webhooks.advance)."""
+
+    delivery_id: str
+    changes: int
+    status: int
+    duration_ms: float
+    # The batch's end cursor: the webhook's deliveredUpTo.
+    delivered_up_to: str
+
+    @property
+    def json(self) -> str:
+        fields = _attempt_fields(
+            self.delivery_id, self.changes, self.status, None, self.duration_ms
+        )
+        return json.dumps(fields, separators=(",", ":"))
+
+
+def _attempt_fields(
+    delivery_id: str, changes: int, status: int | None, error: str | None, duration_ms: float
+) -> dict[str, Any]:
+    """An attempt as its LIST keeps it (without its time)."""
+    return {
+        "deliveryId": delivery_id,
+        "changes": changes,
+        "status": status,
+        "error": None if error is None else bounded_error(error),
+        "durationMs": round(duration_ms, 3),
+    }
+
+
+def filters_of(webhook: Webhook) -> tuple[str, str, str]:
+    """Its kinds, places and debounce as its HASH keeps them (places: "" for every place)."""
+    places = "" if webhook.places is None else json.dumps(list(webhook.places))
+    return ",".join(webhook.kinds), places, str(webhook.debounce_seconds)
 
 
 def _fields(

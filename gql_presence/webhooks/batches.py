@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.store.days import from_ms
 from gql_presence.store.feed import Change, EventCursors
 from gql_presence.store.models import ChangeKind, Webhook
@@ -177,6 +178,19 @@ def _wanted(webhook: Webhook, kinds: set[str], change: Change, kind: str) -> boo
     return True
 
 
+def waking(webhook: Webhook) -> Callable[[Change], bool]:
+    """Whether a change wakes the webhook's delivery waiting for new entries: one it may send,
+    or, with a debounce, one whose decisions may change what it sends (an OFFLINE or LEFT
+    that cancels what follows it, a JOINED sent as UPDATED). It passes over the others with
+    no step of its own."""
+    kinds = {kind.value for kind in webhook.kinds}
+    if webhook.debounce_seconds:
+        kinds |= {ChangeKind.OFFLINE, ChangeKind.LEFT}
+        if ChangeKind.UPDATED in kinds:
+            kinds.add(ChangeKind.JOINED)
+    return lambda change: _wanted(webhook, kinds, change, change.kind)
+
+
 def _coalesced(taken: list[tuple[str, Change, str]]) -> tuple[tuple[str, Change, str], ...]:
     """Within one batch, only the latest UPDATED of each place session."""
     latest: dict[tuple[str, str, str], str] = {}
@@ -235,11 +249,26 @@ def rendered(change: Change, kind: str, cursor: str) -> dict[str, Any]:
     }
 
 
-def rendered_all(planned: Plan, shard: int, cursors: EventCursors) -> list[Mapping[str, Any]]:
-    return [
-        rendered(change, kind, cursors.of_shard(shard, entry_id))
-        for entry_id, change, kind in planned.changes
-    ]
+class Renderings:
+    """The changes rendered lately, shared by every webhook that sends them (each sealed
+    cursor costs a cipher's work): by shard, entry and kind sent."""
+
+    def __init__(self, cursors: EventCursors, size: int = 4 * MAX_BATCH) -> None:
+        self._cursors = cursors
+        self._recent: LeastRecentlyUsed[tuple[int, str, str], Mapping[str, Any]] = (
+            LeastRecentlyUsed(size)
+        )
+
+    def of(self, planned: Plan, shard: int) -> list[Mapping[str, Any]]:
+        found = []
+        for entry_id, change, kind in planned.changes:
+            key = (shard, entry_id, kind)
+            one = self._recent.get(key)
+            if one is None:
+                one = rendered(change, kind, self._cursors.of_shard(shard, entry_id))
+                self._recent.put(key, one)
+            found.append(one)
+        return found
 
 
 def _time(ms: int) -> str:

@@ -8,8 +8,10 @@ under the lease (lua/advance_webhook.lua): whatever a process was sending when i
 sent again, with the same `webhook-id` and body, by the process that takes its lease after it
 lapsed. Before sending, the end of the batch is kept (ShardProgress.pending), so that the one
 who sends it again sends the same changes, not more. A delivery with nothing after its position
-waits, with no Redis work, until the process's one look per shard at the feed's end
-(ShardTips) sees a newer entry, or a replay is asked for.
+waits, with no Redis work, until the process's one look per shard at the feed's new entries
+(ShardTips) sees one it may want, or a replay is asked for; the look passes it over the others
+(and, on a quiet feed, on to the present, so that its position never grows older than what the
+feed keeps), for all the waiting deliveries of a shard in one call now and then.
 """
 
 from __future__ import annotations
@@ -21,17 +23,24 @@ import logging
 import random
 import time
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
 from gql_presence.store.errors import BadInputError, CursorExpiredError, PresenceError
-from gql_presence.store.feed import EXAMINED_PER_SHARD, Feed
+from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, EventCursors, Feed
 from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
-from gql_presence.store.webhooks import Webhooks
-from gql_presence.webhooks.batches import Entry, batch_id, ms_of, plan, rendered_all
+from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks, filters_of
+from gql_presence.webhooks.batches import (
+    Entry,
+    Renderings,
+    batch_id,
+    ms_of,
+    plan,
+    waking,
+)
 from gql_presence.webhooks.sender import MAX_BATCH, Batch, Outcome, Sender
 
 log = logging.getLogger("gql_presence")
@@ -51,6 +60,14 @@ class DeliverySettings:
     retry_ms: tuple[int, ...] = (1000, 5000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000)
     # A webhook failing with no success for this long is disabled.
     disable_after_ms: int = 86_400_000
+    # How old the first change a waiting delivery may send is when it wakes (unless a full
+    # batch waits): the changes made meanwhile go in the same request. What it trades is
+    # latency (a change alone arrives this much later) for fewer requests when changes trickle
+    # in.
+    batch_wait_ms: int = 0
+    # How often the waiting deliveries' positions are moved past what they passed over (at
+    # most a quarter of the feed's retention).
+    pass_ms: int = 10_000
 
 
 class Observer(Protocol):
@@ -91,20 +108,59 @@ class Unobserved:
         pass
 
 
+# Entries of a shard read at most by one look of ShardTips.
+LOOK_COUNT = 1000
+
+
+@dataclass
+class _Waiting:
+    """A delivery waiting for new entries it may want."""
+
+    webhook: Webhook
+    wants: Callable[[Change], bool]
+    # Where it stands, as kept in Redis.
+    progress: ShardProgress
+    # The entries up to here are none it wants.
+    checked: str
+    # The entries up to here have been looked at.
+    seen: str
+    wake: asyncio.Event
+    # The first entry it may want ("": none yet), and how many it may want have been seen.
+    first: str = ""
+    wanted: int = 0
+
+
 class ShardTips:
-    """Where each shard's feed ends, for the deliveries with nothing left to send: they wait
-    here, with no Redis work, and one look at the newest entry of each shard they wait on, every
-    poll, wakes those whose position it has passed. Their cost does not grow with webhooks."""
+    """The new entries of each shard's feed, for the deliveries with nothing left to send:
+    they wait here, with no Redis work, and one look at each shard they wait on, every poll,
+    wakes only those that may want an entry it found, once the first of those is
+    batch_wait_ms old (or a full batch of them waits), so that the changes made meanwhile go in
+    the same request. The others pass over those entries: the look moves their positions, now
+    and then, in one call a shard. Their cost does not grow with webhooks."""
 
-    def __init__(self, feed: Feed, poll_ms: int) -> None:
+    def __init__(
+        self, feed: Feed, webhooks: Webhooks, token: str, settings: DeliverySettings
+    ) -> None:
         self._feed = feed
-        self._poll_s = poll_ms / 1000
-        # Per shard: each waiting delivery's wake-up, and its position.
-        self._waiting: list[dict[asyncio.Event, str]] = [{} for _ in range(feed.shards)]
+        self._webhooks = webhooks
+        self._token = token
+        self._poll_s = settings.poll_ms / 1000
+        self._batch_wait_ms = settings.batch_wait_ms
+        # Often enough that no waiting delivery's position grows older than the feed keeps.
+        self._pass_s = min(settings.pass_ms, feed.retention_ms // 4) / 1000
+        # Per shard: each waiting delivery, by its wake-up, and when their positions last moved.
+        self._waiting: list[dict[asyncio.Event, _Waiting]] = [{} for _ in range(feed.shards)]
+        self._passed_at = [time.monotonic()] * feed.shards
 
-    async def wait_past(self, shard: int, position: str, wake: asyncio.Event) -> None:
-        """Returns once the shard has an entry after `position`, or `wake` is set otherwise."""
-        self._waiting[shard][wake] = position
+    async def wait_past(
+        self, shard: int, webhook: Webhook, progress: ShardProgress, wake: asyncio.Event
+    ) -> None:
+        """Returns once the shard has entries after `progress.position` that the webhook may
+        want, the first of them batch_wait_ms old or MAX_BATCH of them, or once `wake` is set
+        otherwise."""
+        at = progress.position
+        waiting = _Waiting(webhook, waking(webhook), progress, at, at, wake)
+        self._waiting[shard][wake] = waiting
         try:
             await wake.wait()
         finally:
@@ -112,27 +168,77 @@ class ShardTips:
 
     async def run_forever(self) -> None:
         while True:
-            for shard, waiting in enumerate(self._waiting):
-                if waiting:
-                    await self._look(shard, waiting)
-            await asyncio.sleep(self._poll_s)
+            # At once: on one Redis, the looks at its shards leave in one round trip.
+            looks = [self._look(shard, waiting) for shard, waiting in enumerate(self._waiting)]
+            full = any(await asyncio.gather(*looks))
+            # A look that read all it may has more to read at once.
+            await asyncio.sleep(0 if full else self._poll_s)
 
-    async def _look(self, shard: int, waiting: dict[asyncio.Event, str]) -> None:
+    async def _look(self, shard: int, waiting: dict[asyncio.Event, _Waiting]) -> bool:
+        """Wakes the deliveries that may want a new entry; whether the look was full."""
+        if not waiting:
+            return False
         try:
-            tip = await self._feed.shard_tip(shard)
+            after = min((w.seen for w in waiting.values()), key=_sort_key)
+            try:
+                bound, entries = await self._feed.shard_look(shard, after, LOOK_COUNT)
+            except CursorExpiredError:
+                # Entries after a position may be gone: each delivery's step finds out.
+                for one in list(waiting.values()):
+                    one.wake.set()
+                return False
+            # The moment of the look, by the clock of the entries' ids where it is behind.
+            now_ms = max(time.time_ns() // 1_000_000, ms_of(bound) + 1)
+            for one in list(waiting.values()):
+                _checked(one, bound, entries)
+                if one.first and (
+                    ms_of(one.first) + self._batch_wait_ms <= now_ms or one.wanted >= MAX_BATCH
+                ):
+                    one.wake.set()
+            await self._pass(shard, waiting)
         except PresenceError as error:
             log.warning("webhook deliveries of shard %s: %s", shard, error.message)
-            return
         except (ConnectionError, OSError) as error:
             log.warning("webhook deliveries of shard %s: %s", shard, error)
-            return
         except Exception:
             # A fault of ours: logged, and the looks go on (the deliveries wait on them).
             log.exception("webhook deliveries of shard %s: no look at the feed", shard)
+        else:
+            return len(entries) == LOOK_COUNT
+        return False
+
+    async def _pass(self, shard: int, waiting: dict[asyncio.Event, _Waiting]) -> None:
+        """Moves the positions of the deliveries still waiting to what they have passed over,
+        once every pass interval."""
+        if time.monotonic() - self._passed_at[shard] < self._pass_s:
             return
-        for wake, position in list(waiting.items()):
-            if tip and _sort_key(tip) > _sort_key(position):
-                wake.set()
+        self._passed_at[shard] = time.monotonic()
+        due = [
+            one
+            for one in waiting.values()
+            if not one.wake.is_set() and _sort_key(one.checked) > _sort_key(one.progress.position)
+        ]
+        moves = [(one.webhook, one.progress, one.checked) for one in due]
+        moved = await self._webhooks.pass_over(shard, self._token, moves)
+        for one, now in zip(due, moved, strict=True):
+            if now:
+                one.progress = replace(one.progress, position=one.checked, moved=True)
+
+
+def _checked(one: _Waiting, bound: str, entries: Sequence[Entry]) -> None:
+    """Counts the entries after what a waiting delivery has seen that it may want; it has
+    seen up to `bound`, and checked up to it if it wants none of them so far."""
+    if one.wake.is_set():
+        return
+    seen = _sort_key(one.seen)
+    for entry_id, change in entries:
+        if change is not None and _sort_key(entry_id) > seen and one.wants(change):
+            one.first = one.first or entry_id
+            one.wanted += 1
+    if _sort_key(bound) > seen:
+        one.seen = bound
+        if not one.first:
+            one.checked = bound
 
 
 def _sort_key(entry_id: str) -> tuple[int, int]:
@@ -162,7 +268,14 @@ class Deliveries:
         # Deliveries told to stop after their request in flight, given up once they have.
         self._stopping: dict[tuple[str, int], ShardDelivery] = {}
         self._deliveries: dict[tuple[str, int], ShardDelivery] = {}
-        self.tips = ShardTips(feed, settings.poll_ms)
+        self.tips = ShardTips(feed, webhooks, self.token, settings)
+        self._renderings: Renderings | None = None
+
+    def renderings(self, cursors: EventCursors) -> Renderings:
+        """The changes rendered lately, for every delivery of this process."""
+        if self._renderings is None:
+            self._renderings = Renderings(cursors)
+        return self._renderings
 
     @property
     def held(self) -> list[tuple[str, int]]:
@@ -228,11 +341,14 @@ class Deliveries:
         for key in sorted(holding - set(self._stopping), reverse=True)[: max(0, extra)]:
             self._stopping[key] = self._deliveries[key]
             self._deliveries[key].stop()
-        # A replay asked for is taken by deliveries waiting for new entries too.
+        # A replay asked for is taken by deliveries waiting for new entries too, and new
+        # filters by those that wait with the ones they had.
         for webhook in webhooks:
             for shard, progress in enumerate(webhook.progress):
                 waiting = self._deliveries.get((webhook.id, shard))
-                if waiting is not None and webhook.replay_id != progress.replay_id:
+                if waiting is not None and (
+                    webhook.replay_id != progress.replay_id or waiting.filters_changed(webhook)
+                ):
                     waiting.wake()
 
     async def _webhooks_enabled(self) -> list[Webhook]:
@@ -268,8 +384,9 @@ class ShardDelivery:
         self._shard = shard
         self._stopped = asyncio.Event()
         self._failures = 0
-        # Set by a step that found nothing after the position: where it waits for new entries.
-        self._idle_at: str | None = None
+        # Set by a step that left nothing after the position: the webhook it read, and where
+        # it stands, to wait for new entries there.
+        self._idle: tuple[Webhook, ShardProgress] | None = None
         self._wake = asyncio.Event()
 
     def stop(self) -> None:
@@ -281,6 +398,10 @@ class ShardDelivery:
         """Takes a step now, if it waits for new entries."""
         self._wake.set()
 
+    def filters_changed(self, webhook: Webhook) -> bool:
+        """Whether it waits for new entries with other filters than the webhook's now."""
+        return self._idle is not None and filters_of(self._idle[0]) != filters_of(webhook)
+
     async def _wait(self, ms: float) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopped.wait(), ms / 1000)
@@ -289,6 +410,14 @@ class ShardDelivery:
         return await self._d.webhooks.advance(
             self._webhook_id, self._shard, self._d.token, progress
         )
+
+    def _idle_at(self, webhook: Webhook, progress: ShardProgress, **moved: str) -> None:
+        """Waits for new entries once this step ends, where it stands after `moved`."""
+        if moved:
+            progress = replace(
+                progress, position=moved["position"], moved=True, pending="", gap="", decided=()
+            )
+        self._idle = (webhook, progress)
 
     async def run(self) -> None:
         while not self._stopped.is_set():
@@ -306,17 +435,17 @@ class ShardDelivery:
                 again = False
             if again is None:
                 return  # the lease is no longer this process's
-            if not again and self._idle_at is not None:
+            if not again and self._idle is not None:
                 self._wake.clear()
                 if not self._stopped.is_set():
-                    await self._d.tips.wait_past(self._shard, self._idle_at, self._wake)
+                    await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
             elif not again:
                 await self._wait(self._d.settings.poll_ms)
 
     async def _step(self) -> bool | None:
         """One step of the delivery: True to go on at once, False to wait (for new entries,
-        when it sets _idle_at), None to end."""
-        self._idle_at = None
+        when it sets _idle), None to end."""
+        self._idle = None
         found = await self._d.webhooks.for_deliveries(self._webhook_id)
         webhook = found[0] if found else None
         if webhook is None or not webhook.enabled:
@@ -335,7 +464,7 @@ class ShardDelivery:
             webhook, progress, entries, backlog, read_all=len(entries) < count
         )
         if again is False and not entries and not progress.gap:
-            self._idle_at = progress.position
+            self._idle_at(webhook, progress)
         return again
 
     async def _deliver(
@@ -370,10 +499,10 @@ class ShardDelivery:
             caught_up = read_all and end == entries[-1][0] and not planned.decided
             if caught_up:
                 backlog = self._backlog(webhook, progress, [])
-            if not await self._advance(position=end, decided=decided, **backlog):
+            if not await self._advance(position=end, pending="", decided=decided, **backlog):
                 return None
             if caught_up:
-                self._idle_at = end
+                self._idle_at(webhook, progress, position=end)
                 return False
             return True
         # A full batch is the same whoever makes it from this position (the first MAX_BATCH
@@ -386,15 +515,27 @@ class ShardDelivery:
             return None
         cursors = await feed.event_cursors()
         batch = Batch(
-            rendered_all(planned, self._shard, cursors),
+            self._d.renderings(cursors).of(planned, self._shard),
             end_cursor=cursors.of_shard(self._shard, end),
             gap=json.loads(progress.gap) if progress.gap else None,
             id=batch_id(webhook.id, self._shard, progress.position, end),
             made_at=datetime.fromtimestamp(ms_of(end) / 1000, UTC),
         )
-        return await self._send(webhook, batch, end, decided)
+        # When the batch takes every entry read, and they were all there was, it waits for new
+        # entries once it is acknowledged, with no step to find that nothing is left.
+        caught_up = read_all and not planned.full and end == entries[-1][0] and not planned.decided
+        return await self._send(webhook, progress, batch, end, decided, caught_up=caught_up)
 
-    async def _send(self, webhook: Webhook, batch: Batch, end: str, decided: str) -> bool | None:
+    async def _send(
+        self,
+        webhook: Webhook,
+        progress: ShardProgress,
+        batch: Batch,
+        end: str,
+        decided: str,
+        *,
+        caught_up: bool,
+    ) -> bool | None:
         d = self._d
         started_ns = time.time_ns()
         outcome = await d.sender.post(webhook, batch)
@@ -408,6 +549,33 @@ class ShardDelivery:
             started_ns=started_ns,
             ended_ns=time.time_ns(),
         )
+        if outcome.acknowledged and outcome.status is not None:
+            self._failures = 0
+            backlog = {}
+            if caught_up:  # nothing waits after it (as read)
+                d.observe.backlog(webhook.id, self._shard, 0, 0)
+                backlog = {"backlog": "0 0"}
+            acknowledged = AcknowledgedAttempt(
+                delivery_id=batch.id,
+                changes=len(batch.changes),
+                status=outcome.status,
+                duration_ms=outcome.duration_ms,
+                # Read as the positions of every shard's delivery, once they have moved.
+                delivered_up_to=batch.end_cursor,
+            )
+            moved = await d.webhooks.advance(
+                webhook.id,
+                self._shard,
+                d.token,
+                {"position": end, "pending": "", "gap": "", "decided": decided, **backlog},
+                acknowledged,
+            )
+            if not moved:
+                return None
+            if caught_up:
+                self._idle_at(webhook, progress, position=end)
+                return False
+            return True
         await d.webhooks.record_attempt(
             webhook.id,
             delivery_id=batch.id,
@@ -415,14 +583,8 @@ class ShardDelivery:
             status=outcome.status,
             error=outcome.error,
             duration_ms=outcome.duration_ms,
-            acknowledged=outcome.acknowledged,
-            # Read as the positions of every shard's delivery, once they have moved.
-            delivered_up_to=batch.end_cursor,
+            acknowledged=False,
         )
-        if outcome.acknowledged:
-            self._failures = 0
-            moved = await self._advance(position=end, pending="", gap="", decided=decided)
-            return True if moved else None
         await self._failed(webhook, outcome)
         return True
 

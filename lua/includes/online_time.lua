@@ -1,15 +1,22 @@
 -- Online time and online periods, kept as a user's online period ends (an OFFLINE, or a KICKED
 -- that leaves them offline) and read by lua/online_time.lua and lua/online_periods.lua. Given
--- the names of its keys, which store/keys.py makes (in the hash tag of the script's KEYS):
---   ot:<span>:<block>  STRING  the 2-second units users were online on each day: a u16 (BITFIELD
---                      u16 #position) per user and day, for the SPAN_DAYS days of span <span>
---                      (days since 1970-01-01 in the stats time zone, over SPAN_DAYS) and the
---                      BLOCK_USERS bit indexes of block <block> (index over BLOCK_USERS); a
---                      user's days next to each other (position = index in the block *
---                      SPAN_DAYS + day in the span), so that their days are read with one
---                      GETRANGE a span. Kept analytics_ms after the span's last day ends.
---                      Made whole at its first write, so that Redis allocates it once, at its
---                      size, rather than doubling it as it grows.
+-- the names of its keys, which store/keys.py makes (in the hash tag of the script's KEYS) from
+-- online_time_prefix and a day (<day>: days since 1970-01-01 in the stats time zone):
+--   ot:d<day>:<block>  STRING  the 2-second units users were online on an open day: a u16
+--                      (BITFIELD u16 #i) per bit index i of block <block> (index over
+--                      BLOCK_USERS). Made whole at its first write, so that Redis allocates it
+--                      once, at its size. Folded into the compact layout below, then deleted,
+--                      by lua/fold_online_time.lua once the day after it has ended.
+--   ot:m<day>  STRING  present once the day's fold has begun: how many blocks it folds. From
+--                      then on a period's end adds to the day in ot:l<day>, except in a block
+--                      whose dense counters the fold has not reached yet.
+--   ot:b<day>  STRING  the folded day's bitmap: bit i set for index i with time that day
+--   ot:c<day>  STRING  their units in index order, a u16 each: index i's at its rank, the
+--                      count of bits set before bit i
+--   ot:r<day>  STRING  the rank directory: a u32 per DIRECTORY_USERS indexes, the bits set
+--                      before its first, so that a rank is counted from at most 32 bytes
+--   ot:l<day>  HASH    index -> units added after the fold began (a period still open then)
+--   All of a day's keys are kept analytics_ms after the day ends.
 --   op:<hour>  HASH    for each hour (<hour>: hours since the epoch), the online periods that
 --                      ended in it: n (how many), ms (their lengths summed, ms) and, per log
 --                      bucket b (bucket_of), how many. Kept analytics_ms after the hour ends.
@@ -20,7 +27,10 @@
 -- one unit from the exact sum of its periods' parts.
 
 local DAY_MS, HOUR_MS, UNIT_MS = 86400000, 3600000, 2000
-local SPAN_DAYS, BLOCK_USERS = 32, 1024
+local BLOCK_USERS, DIRECTORY_USERS = 4096, 256
+-- How far back forget_online_time clears: past the days the sweeper folds (FOLD_DAYS in
+-- gql_presence/store/online_time.py).
+local FORGET_DAYS = 10
 -- Bucket b holds lengths in (RATIO^(b-1), RATIO^b] ms (bucket 0: up to 1 ms); the last holds
 -- everything longer. Each bucket's geometric middle is within 4.9% of every length in it.
 local RATIO, LAST_BUCKET = 1.1, 260
@@ -83,14 +93,22 @@ local function record_period(names, zone, index, start_ms, end_ms)
       local to = math.min(end_ms, next_start)
       local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
       if units > 0 then
-        local span, block = math.floor(day / SPAN_DAYS), math.floor(index / BLOCK_USERS)
-        local key = names.online_time_prefix .. span .. ':' .. block
-        if redis.call('EXISTS', key) == 0 then
-          redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS * SPAN_DAYS))
+        local expire_ms = next_start + keep_ms
+        -- The block's dense counters, while the day's fold has not reached it (the fold deletes
+        -- them); else, once the fold has begun, the day's late additions.
+        local key = names.online_time_prefix .. 'd' .. day .. ':' .. math.floor(index / BLOCK_USERS)
+        local dense = redis.call('EXISTS', key) == 1
+        if not dense and redis.call('EXISTS', names.online_time_prefix .. 'm' .. day) == 1 then
+          local late = names.online_time_prefix .. 'l' .. day
+          redis.call('HINCRBY', late, index, units)
+          redis.call('PEXPIREAT', late, expire_ms)
+        else
+          if not dense then
+            redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
+            redis.call('PEXPIREAT', key, expire_ms)
+          end
+          redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units)
         end
-        local position = (index % BLOCK_USERS) * SPAN_DAYS + day % SPAN_DAYS
-        redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. position, units)
-        redis.call('PEXPIREAT', key, day_start(zone, (span + 1) * SPAN_DAYS) + keep_ms)
       end
       from, day = to, day + 1
     end
@@ -106,16 +124,18 @@ local function record_period(names, zone, index, start_ms, end_ms)
   end
 end
 
--- Clears the counters of a bit index that is to be handed out again (its user forgotten), in
--- every span still kept, so that its next user does not inherit them: one SETRANGE a span.
+-- Clears the counters of a bit index that is to be handed out again (its user forgotten) in the
+-- days still open or folded lately, so that its next user does not inherit them. Older folded
+-- days are not cleared: the index is handed out again only once they have expired (sweep.lua's
+-- cooling).
 local function forget_online_time(names, index, now)
-  local block, at = math.floor(index / BLOCK_USERS), (index % BLOCK_USERS) * SPAN_DAYS
-  local zeros = string.rep('\0', 2 * SPAN_DAYS)
+  local block, at = math.floor(index / BLOCK_USERS), 2 * (index % BLOCK_USERS)
   -- Day numbers of any zone lie within a day of UTC's.
-  local first = math.floor((now - tonumber(names.analytics_ms)) / DAY_MS) - 1
-  for span = math.floor(first / SPAN_DAYS), math.floor((math.floor(now / DAY_MS) + 1) / SPAN_DAYS) do
-    local key = names.online_time_prefix .. span .. ':' .. block
-    if redis.call('EXISTS', key) == 1 then redis.call('SETRANGE', key, 2 * at, zeros) end
+  local today = math.floor(now / DAY_MS)
+  for day = today - FORGET_DAYS, today + 1 do
+    local key = names.online_time_prefix .. 'd' .. day .. ':' .. block
+    if redis.call('EXISTS', key) == 1 then redis.call('SETRANGE', key, at, '\0\0') end
+    redis.call('HDEL', names.online_time_prefix .. 'l' .. day, index)
   end
 end
 

@@ -264,3 +264,85 @@ async def test_bad_input_says_what_is_allowed(
 ) -> None:
     with pytest.raises(BadInputError, match=message):
         await call(store, datetime.now(UTC))  # type: ignore[operator]
+
+
+async def test_folded_hours_answer_as_their_bitmaps_did(
+    make_store: StoreFactory, redis: Redis, shards: int
+) -> None:
+    """Hours folded into counts, across a DST change and days' edges, give the answers their
+    bitmaps gave, and only the hours still needed stay bitmaps."""
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    await backfill(store, reference, now)
+    change = last_dst_change(now)
+    change_day = change.astimezone(ZONE).date()
+    # Users back hour after hour across the change and the next midnight, for returning
+    # users and retained cohorts in folded hours.
+    midnight = local(change_day + DAY)
+    for at in (change - timedelta(minutes=30), change + timedelta(minutes=30), midnight):
+        for moment in (at - timedelta(minutes=20), at + timedelta(minutes=50)):
+            await store.touch_many(["back-1", "back-2", "back-3"], at=moment)
+            reference.add(["back-1", "back-2", "back-3"], moment)
+    latest_day = now.astimezone(ZONE).date() - timedelta(days=4)
+
+    async def answers() -> list[object]:
+        found: list[object] = []
+        for start, end in (
+            (change - timedelta(hours=30), change + timedelta(hours=30)),
+            (now - timedelta(hours=100), now),
+        ):
+            found.append(as_rows(await store.analytics.activity(start, end, Granularity.HOUR)))
+        for day in (change_day - timedelta(days=1), change_day, latest_day):
+            rows = await store.analytics.retention(day, 40, 52, Granularity.HOUR)
+            found.append([(r.start, r.size, r.retained) for r in rows])
+        return found
+
+    before = await answers()
+    assert sum(row["returningUsers"] for row in before[0]) >= 9  # type: ignore[attr-defined]
+    starts = reference.periods(now - timedelta(hours=100), now, "HOUR")
+    assert before[1] == [reference.activity(s, "HOUR") for s in starts]
+    rows = reference.retention(change_day, 40, 52, "HOUR", datetime.now(UTC))
+    assert before[3] == [(s, size, tuple(kept)) for s, size, kept in rows]
+    # The sweeper's runs, a day apart from a few days after the change until now.
+    at = change + timedelta(days=4)
+    folded = 0
+    while at < now:
+        folded += await store.analytics.fold_ended(to_ms(at))
+        at += DAY
+    folded += await store.analytics.fold_ended()
+    assert folded >= 24 * shards * (now - change).days
+    assert await answers() == before
+    # No hour bitmap is kept past the day after the folds' horizon, live or as folded.
+    kept = [
+        datetime.fromtimestamp(int(key.split(":")[-1]) / 1000, UTC)
+        async for key in redis.scan_iter(match="*:hour*:*")
+    ]
+    horizon = now - timedelta(hours=54 + 25)
+    assert [h for h in kept if change - timedelta(days=2) < h < horizon] == []
+
+
+async def test_a_write_into_a_folded_hour_counts_in_its_day_only(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(**KEEP)
+    now = datetime.now(UTC)
+    day = (now - timedelta(days=4)).astimezone(ZONE).date()
+    at = local(day, 12, 30)
+    await store.touch_many(["ann", "bob"], at=at)
+    await store.touch_many(["bob"], at=at + timedelta(hours=1))
+    assert await store.analytics.fold_ended() > 0
+    assert await make_store(**KEEP).analytics.fold_ended() == 0  # another process: done
+    hours = await store.analytics.activity(at - timedelta(hours=2), at + DAY, Granularity.HOUR)
+    await store.touch_many(["cat", "bob"], at=at)  # in a folded hour: cat is new that day
+    await store.touch_many(["ann"], at=at + timedelta(hours=1))
+    assert await store.analytics.activity(at - timedelta(hours=2), at + DAY, Granularity.HOUR) == (
+        hours
+    )
+    days = await store.analytics.activity(local(day), local(day), Granularity.DAY)
+    assert [(p.active_users, p.new_users) for p in days] == [(3, 3)]
+    # The hour's live bitmap, made again by the write, is read by nothing and expires.
+    live = [k async for k in redis.scan_iter(match="*:hour:*")]
+    assert live
+    for key in live:
+        assert await redis.pttl(key) > 0

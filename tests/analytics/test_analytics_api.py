@@ -13,8 +13,8 @@ from aiohttp.test_utils import TestClient
 
 from gql_presence.app import create_app
 from gql_presence.running.redis_server import RedisServer
-from gql_presence.store import PresenceStore
-from tests.analytics.reference import Reference
+from gql_presence.store import Granularity, PresenceStore
+from tests.analytics.reference import Reference, as_rows
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
 from tests.helpers import BACKEND_TOKEN, SECURED, as_user, user_token
 
@@ -85,6 +85,31 @@ async def test_the_figures_match_the_reference_on_every_deployment(
     active, ratio, histogram = reference.stickiness(now.date(), 14)
     assert (sticky["activeUsers"], sticky["activeDays"], sticky["days"]) == (active, histogram, 14)
     assert abs(sticky["ratio"] - ratio) < 1e-9
+
+
+@EVERY_DEPLOYMENT
+async def test_folding_hours_into_counts_changes_no_hourly_answer(
+    store_of_api: PresenceStore,
+) -> None:
+    """Hours more than two days and a bit old are read from their folded counts, the rest
+    from bitmaps; retention by hour reads cohorts of both and answers as before."""
+    now = datetime.now(UTC)
+    reference = await backfill(store_of_api, now)
+    analytics = store_of_api.analytics
+    hours_from = (now - timedelta(days=5)).date()
+
+    async def answers() -> tuple[list[dict[str, int]], list[tuple[datetime, int, tuple[int, ...]]]]:
+        activity = await analytics.activity(now - timedelta(days=6), now, Granularity.HOUR)
+        retention = await analytics.retention(hours_from, 52, 52, Granularity.HOUR)
+        return as_rows(activity), [(r.start, r.size, r.retained) for r in retention]
+
+    before = await answers()
+    starts = reference.periods(now - timedelta(days=6), now, "HOUR")
+    assert before[0] == [reference.activity(s, "HOUR") for s in starts]
+    expected = reference.retention(hours_from, 52, 52, "HOUR", datetime.now(UTC))
+    assert before[1] == [(s, size, tuple(kept)) for s, size, kept in expected]
+    assert await analytics.fold_ended() > 0
+    assert await answers() == before
 
 
 async def test_bad_input_is_refused_saying_what_is_allowed(api: TestClient[Any, Any]) -> None:

@@ -16,9 +16,13 @@ from redis.asyncio import Redis
 
 from gql_presence.app import create_app
 from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.days import day_start_ms, from_ms, local_date
 from gql_presence.store.keys import Keys
+from gql_presence.store.online_time import FOLD_DAYS
+from gql_presence.store.scripts import ScriptName, Scripts
+from gql_presence.store.shard import Shard, named
 from tests.conftest import (
     EVERY_DEPLOYMENT,
     TEST_SETTINGS,
@@ -321,6 +325,116 @@ async def test_users_come_in_the_order_given_and_unknown_users_read_zero(
     assert found[1].total_seconds == pytest.approx(600, abs=SLACK_S)
 
 
+def dst_change_days_ago(at_least: int) -> tuple[ZoneInfo, date]:
+    """Of the zones dst_zone looks at, the one whose latest change at least `at_least` days
+    ago is nearest, and that change."""
+    found = []
+    for name in ("America/New_York", "Europe/Berlin", "Australia/Sydney", "America/Santiago"):
+        zone = ZoneInfo(name)
+        latest = datetime.now(zone).date() - timedelta(days=at_least - 1)
+        change = latest_dst_change(zone, latest, 250)
+        if change is not None:
+            found.append((change, zone))
+    change, zone = max(found, key=lambda pair: pair[0])
+    return zone, change
+
+
+async def test_folded_days_answer_as_before_the_fold(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    # Periods begun days ago around a DST change in the stats time zone, in three blocks of
+    # indexes: one across midnight and the change, one on two devices at once, one from
+    # midnight exactly; ended now. Then one still open when the days are folded, which adds
+    # to them when it ends.
+    zone, change = dst_change_days_ago(5)
+    first = change - timedelta(days=1)
+    evening = day_start_ms(first, zone) + 22 * 3_600_000  # 22:00 before the change
+    now = await server_ms(redis)
+    window_ms = now - evening + 2 * DAY_MS
+    store = make_store(
+        stats_timezone=zone.key, window_ms=window_ms, retention_ms=window_ms + 10 * DAY_MS
+    )
+    keys = Keys()
+    starts = {"night": evening, "duo": evening + 3_600_000, "dawn": day_start_ms(change, zone)}
+    await store.touch("night", at=ms(starts["night"]))
+    await redis.set(keys.next_index, 5000)
+    await store.touch("duo", "phone", at=ms(starts["duo"]))
+    await store.touch("duo", "laptop", at=ms(starts["duo"] + 3_600_000))
+    await redis.set(keys.next_index, 9000)
+    await store.touch("dawn", at=ms(starts["dawn"]))
+    await store.touch("late", at=ms(evening - 3_600_000))
+    ends = {}
+    for user_id in starts:
+        await store.kick(user_id)
+        ends[user_id] = await server_ms(redis)
+    now = await server_ms(redis)
+    today = local_date(now, zone)
+    count = (today - first).days + 1
+    asked = ["night", "duo", "dawn", "late", "nobody"]
+    before = await store.online_time.online_time(asked[:3], first, today)
+    for found in before:
+        expected = day_seconds([(starts[found.user_id], ends[found.user_id])], first, count, zone)
+        assert [d.seconds for d in found.days[:-1]] == expected[:-1], found.user_id
+        assert found.total_seconds == pytest.approx(sum(expected), abs=SLACK_S)
+    assert before[0].days[1].seconds in (23 * 3600, 25 * 3600)  # the day of the change
+    assert before[1].days[0].seconds == 3600  # two devices: from 23:00 once
+
+    closed = [first + timedelta(days=d) for d in range(count - 2)]
+    for day in closed:
+        assert await store.online_time.fold(day) == 3  # three blocks of indexes
+    assert await store.online_time.online_time(asked[:3], first, today) == before
+    # The days folded keep no dense counters, and the fold's keys are there.
+    epoch = date(1970, 1, 1)
+    for day in closed:
+        number = (day - epoch).days
+        assert not await redis.keys(keys.online_day(number, 0)[:-1] + "*"), day
+        assert await redis.exists(*keys.online_folded(number)) == 4, day
+    # Folding again changes nothing.
+    assert await store.online_time.fold_closed(now) == 0
+    assert await store.online_time.online_time(asked[:3], first, today) == before
+
+    # A period still open when its days were folded adds to them when it ends.
+    await store.kick("late")
+    end = await server_ms(redis)
+    answers = await store.online_time.online_time(asked, first, today)
+    late = answers[3]
+    expected = day_seconds([(evening - 3_600_000, end)], first, count, zone)
+    assert [d.seconds for d in late.days[:-1]] == expected[:-1]
+    assert late.total_seconds == pytest.approx(sum(expected), abs=SLACK_S)
+    assert await redis.exists(keys.online_late((first - epoch).days)) == 1
+    # What the others showed is unchanged by it.
+    assert answers[:3] == before
+    assert answers[4].total_seconds == 0
+
+
+async def test_the_sweeper_folds_a_day_once_the_day_after_it_has_ended(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    store = make_store(window_ms=4 * DAY_MS, retention_ms=20 * DAY_MS)
+    keys = Keys()
+    now = await server_ms(redis)
+    today = local_date(now, UTC_ZONE)
+    first = today - timedelta(days=3)
+    start = day_start_ms(first, UTC_ZONE) + DAY_MS // 2  # 12:00 three days ago
+    await store.touch("a", at=ms(start))
+    await store.kick("a")
+    end = await server_ms(redis)
+    before = await store.online_time.online_time(["a"], first, today)
+    # One block of indexes on each day it looks at, up to the day before yesterday.
+    assert await store.online_time.fold_closed(end) == FOLD_DAYS
+    number = (today - date(1970, 1, 1)).days
+    for back, folded in ((3, True), (2, True), (1, False), (0, False)):
+        marker = keys.online_folded(number - back)[0]
+        assert bool(await redis.exists(marker)) is folded, back
+        dense = keys.online_day(number - back, 0)
+        assert bool(await redis.exists(dense)) is not folded, back
+    after = await store.online_time.online_time(["a"], first, today)
+    assert after == before
+    expected = day_seconds([(start, end)], first, 4, UTC_ZONE)
+    assert [d.seconds for d in after[0].days[:-1]] == expected[:-1]
+    assert expected[0] == 43200
+
+
 # --- over GraphQL, on each deployment ----------------------------------------------------------
 
 ONLINE_TIME = """query($ids: [ID!]!, $from: Date!, $to: Date!) {
@@ -342,6 +456,9 @@ async def test_online_time_and_periods_over_graphql_match_the_reference(
     now = await server_ms(http_redis)
     users = [f"user-{i}" for i in range(9)]
     starts = {u: now - (i + 1) * 5_400_000 for i, u in enumerate(users)}  # 1.5 h apart
+    # Online since 23:00 yesterday, and still when yesterday is folded.
+    users.append("night")
+    starts["night"] = day_start_ms(local_date(now, UTC_ZONE), UTC_ZONE) - 3_600_000
     for u in users:
         body = await graphql(api, TOUCH, u=u, s="web", at=ms(starts[u]).isoformat())
         assert "errors" not in body, body
@@ -368,15 +485,30 @@ async def test_online_time_and_periods_over_graphql_match_the_reference(
         assert got == pytest.approx(expected, abs=SLACK_S), (u, got, expected)
         assert entry["totalSeconds"] == pytest.approx((end - starts[u]) / 1000, abs=SLACK_S)
     assert found[-1]["totalSeconds"] == 0
+    # Yesterday folded, on every shard: the same answers; then a period open during the fold
+    # adds to it as it ends.
+    assert await PresenceStore(http_redis, settings).online_time.fold(first) > 0
+    days = {"from": first.isoformat(), "to": today.isoformat()}
+    body = await graphql(api, ONLINE_TIME, ids=asked, **days)
+    folded = body["data"]["onlineTime"]
+    assert [f["days"][0] for f in folded] == [f["days"][0] for f in found]
+    still = "night"
+    assert still not in kicked
+    assert (await graphql(api, KICK, u=still))["data"]["kick"]["online"] is False
+    late_end = await server_ms(http_redis)
+    body = await graphql(api, ONLINE_TIME, ids=[still], **days)
+    late = [d["seconds"] for d in body["data"]["onlineTime"][0]["days"]]
+    expected = day_seconds([(starts[still], late_end)], first, 2, UTC_ZONE)
+    assert late == pytest.approx(expected, abs=SLACK_S)
     body = await graphql(
         api, ONLINE_PERIODS, **{"from": ms(end - 3_600_000).isoformat(), "to": ms(end).isoformat()}
     )
     periods = body["data"]["onlinePeriods"]
-    lengths = [(end - starts[u]) / 1000 for u in kicked]
-    assert periods["count"] == len(kicked)
+    lengths = [(end - starts[u]) / 1000 for u in kicked] + [(late_end - starts[still]) / 1000]
+    assert periods["count"] == len(kicked) + 1
     assert periods["mean"] == pytest.approx(sum(lengths) / len(lengths), abs=SLACK_S)
     assert abs(periods["p50"] - nearest_rank(lengths, 0.5)) <= 0.05 * nearest_rank(lengths, 0.5)
-    assert sum(b["count"] for b in periods["buckets"]) == len(kicked)
+    assert sum(b["count"] for b in periods["buckets"]) == len(kicked) + 1
 
 
 async def test_bad_input_is_refused_saying_what_is_allowed(api: Any) -> None:
@@ -444,3 +576,84 @@ async def test_who_may_ask(
     assert "errors" not in await as_user(api, BACKEND_TOKEN, ONLINE_PERIODS, **span)
     nobody = await graphql(api, ONLINE_TIME, ids=[], **day)
     assert error_codes(nobody) == ["UNAUTHENTICATED"]
+
+
+async def test_the_service_folds_closed_days_as_it_runs(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    settings = dataclasses.replace(deployment, window_ms=4 * DAY_MS, retention_ms=10 * DAY_MS)
+    store = PresenceStore(http_redis, settings)
+    now = await server_ms(http_redis)
+    today = local_date(now, UTC_ZONE)
+    first = today - timedelta(days=3)
+    await store.touch("a", at=ms(day_start_ms(first, UTC_ZONE) + DAY_MS // 2))
+    await store.kick("a")
+    before = await store.online_time.online_time(["a"], first, today)
+    number = (first - date(1970, 1, 1)).days
+    await aiohttp_client(create_app(settings))
+
+    async def folded() -> bool:
+        return bool(await http_redis.exists(Keys().online_folded(number + 1)[0]))
+
+    await eventually(folded, what="the sweeper to fold the day before yesterday")
+    assert not await http_redis.exists(Keys().online_folded(number + 2)[0])
+    assert await store.online_time.online_time(["a"], first, today) == before
+    assert before[0].days[0].seconds == 43200
+
+
+async def test_a_day_reads_the_same_while_its_fold_is_under_way(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    settings = dataclasses.replace(TEST_SETTINGS, window_ms=2 * DAY_MS)
+    store = make_store(window_ms=settings.window_ms)
+    keys = Keys()
+    now = await server_ms(redis)
+    today = local_date(now, UTC_ZONE)
+    yesterday = today - timedelta(days=1)
+    start = day_start_ms(yesterday, UTC_ZONE) + 3_600_000
+    periods: dict[str, Period] = {}
+    # In blocks 0, 1 and 2 of indexes; "c" still online when the fold begins.
+    for user_id, index in (("a", 0), ("b", 5000), ("c", 9000), ("e", 9001)):
+        await redis.set(keys.next_index, index)
+        await store.touch(user_id, at=ms(start))
+    for user_id in ("a", "b", "e"):
+        await store.kick(user_id)
+        periods[user_id] = (start, await server_ms(redis))
+    asked = ["a", "b", "e", "c", "d"]
+    before = await store.online_time.online_time(asked[:3], yesterday, today)
+
+    # One call of the fold: block 0 folded, blocks 1 and 2 not yet.
+    shard = Shard(redis, settings, 0, Scripts.register(redis))
+    number = (yesterday - date(1970, 1, 1)).days
+    marker, bitmap, counters, directory = keys.online_folded(number)
+    reply = await shard.run(
+        ScriptName.FOLD_ONLINE_TIME,
+        named(
+            next_index=keys.next_index,
+            marker=marker,
+            bitmap=bitmap,
+            counters=counters,
+            directory=directory,
+        ),
+        named(shard=shard.options, day=number, blocks=1, expire_ms=now + DAY_MS),
+    )
+    assert [int(n) for n in reply] == [1, 1, 3]
+    assert await store.online_time.online_time(asked[:3], yesterday, today) == before
+    # Ended now: "c" into its block's dense counters, which the fold has not reached; "d",
+    # given an index past those the fold covers, into the day's late additions.
+    await store.kick("c")
+    periods["c"] = (start, await server_ms(redis))
+    await redis.set(keys.next_index, 13_000)
+    await store.touch("d", at=ms(start + 3_600_000))
+    await store.kick("d")
+    periods["d"] = (start + 3_600_000, await server_ms(redis))
+    assert await redis.hkeys(keys.online_late(number)) == ["13000"]
+    during = await store.online_time.online_time(asked, yesterday, today)
+    for found in during:
+        expected = day_seconds([periods[found.user_id]], yesterday, 2, UTC_ZONE)
+        assert found.days[0].seconds == expected[0], found.user_id
+    assert during[:3] == before
+
+    assert await store.online_time.fold(yesterday) == 2
+    after = await store.online_time.online_time(asked, yesterday, today)
+    assert after == during

@@ -207,6 +207,7 @@ def test_webhooks_reach_no_special_network_and_wait_five_seconds_by_default() ->
     assert settings.webhook_disable_after_ms == 86_400_000
     assert settings.webhook_retry_ms == (1000, 5000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000)
     assert (settings.webhook_lease_ms, settings.webhook_poll_ms) == (10_000, 250)
+    assert settings.webhook_batch_wait_ms == 1000
 
 
 def test_webhook_settings_are_read() -> None:
@@ -218,8 +219,10 @@ def test_webhook_settings_are_read() -> None:
             "PRESENCE_WEBHOOK_RETRY_SECONDS": "0.5, 2,10",
             "PRESENCE_WEBHOOK_LEASE_SECONDS": "3",
             "PRESENCE_WEBHOOK_POLL_SECONDS": "0.1",
+            "PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS": "0",
         }
     )
+    assert settings.webhook_batch_wait_ms == 0
     assert settings.webhook_disable_after_ms == 600_000
     assert settings.webhook_retry_ms == (500, 2000, 10_000)
     assert (settings.webhook_lease_ms, settings.webhook_poll_ms) == (3000, 100)
@@ -240,6 +243,7 @@ def test_webhook_settings_are_read() -> None:
         ("PRESENCE_WEBHOOK_RETRY_SECONDS", "1,soon", "positive numbers separated by commas"),
         ("PRESENCE_WEBHOOK_RETRY_SECONDS", ",", "positive numbers separated by commas"),
         ("PRESENCE_WEBHOOK_LEASE_SECONDS", "-1", "PRESENCE_WEBHOOK_LEASE_SECONDS='-1'"),
+        ("PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS", "soon", "use 0 or more, e.g. 1"),
     ],
 )
 def test_a_bad_webhook_setting_stops_the_start_naming_itself(

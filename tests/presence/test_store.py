@@ -801,6 +801,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
     await store.weekly_stats()
     await store.online_time.online_time(["a", "b"], date(2026, 11, 1), date(2026, 11, 30))
+    await store.online_time.fold_closed()
     await store.online_time.online_periods(ago(hours=30), datetime.now(UTC))
     await store.remove_friends("a", ["b"])
     await store.sweep()
@@ -822,7 +823,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.place_counts(["doc", "other"])
     await store.close_place_session(in_place.held)
     await store.changes((await store.changes(None, 5)).end_cursor, 5)
-    await store.feed.shard_tip(0)
+    await store.feed.shard_look(0, await store.feed.shard_start(0), 10)
     await call_every_webhook_script(store)
     await store.analytics.record_peak(2)
     await store.analytics.activity(ago(days=2), datetime.now(UTC), Granularity.HOUR)
@@ -830,6 +831,7 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.analytics.retention(ago(days=20).date(), 3, 3, Granularity.WEEK)
     await store.analytics.stickiness(None, 28)
     await store.analytics.compact_ended()
+    await store.analytics.fold_ended()
     # choose_publish runs on a Redis Cluster only, friend_counts with several shards only
     # (the test below).
     assert set(slots_of_calls) == set(ScriptName) - {

@@ -171,14 +171,10 @@ async def test_idle_webhooks_cost_redis_one_look_per_shard_not_one_per_webhook(
     deliveries = await processes.start(store)
     await eventually(lambda: len(deliveries.held) == 20, what="every delivery held")
 
-    async def script_calls() -> int:
-        stats = await flushed_redis.info("commandstats")
-        return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
-
     await asyncio.sleep(0.2)  # each delivery's first steps, which find nothing
-    before = await script_calls()
+    before = await script_calls(flushed_redis)
     await asyncio.sleep(0.5)
-    calls = await script_calls() - before
+    calls = await script_calls(flushed_redis) - before
     # Twenty deliveries looking every 20 ms would call 1,000 scripts; one look per shard and
     # poll is 50, and the tick a couple.
     polls = 0.5 / (SHORT.poll_ms / 1000)
@@ -186,6 +182,125 @@ async def test_idle_webhooks_cost_redis_one_look_per_shard_not_one_per_webhook(
     # Woken by the look, a change is still sent at once.
     await store.touch("u0", "tab")
     await eventually(lambda: "presence:u0" in receiver.versions(), within_s=1, what="the change")
+
+
+async def script_calls(redis: Redis) -> int:
+    stats = await redis.info("commandstats")
+    return sum(int(stats.get(f"cmdstat_{c}", {}).get("calls", 0)) for c in ("evalsha", "eval"))
+
+
+async def test_webhooks_that_want_none_of_the_changes_pass_over_them_with_no_step(
+    processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
+) -> None:
+    store = processes.store(shards=2)
+    joins = [await store.webhooks.create(receiver.url, ["JOINED"], None, 0) for _ in range(9)]
+    settings = dataclasses.replace(SHORT, pass_ms=100)
+    deliveries = await processes.start(store, settings)
+    await eventually(lambda: len(deliveries.held) == 18, what="every delivery held")
+    await asyncio.sleep(0.2)  # each delivery's first steps, which find nothing
+    before = await script_calls(flushed_redis)
+    for i in range(20):
+        await store.touch(f"u{i}", "tab")
+        await asyncio.sleep(0.025)
+    calls = await script_calls(flushed_redis) - before
+    # Twenty changes, each waking eighteen deliveries for a step of three reads, would call
+    # about a thousand scripts; a look per shard and poll, the passes and the ticks, ~60.
+    assert calls <= 20 + 2 * 2 * (0.5 / (SHORT.poll_ms / 1000)), calls
+    assert receiver.requests == []
+
+    # Their positions pass the changes, with no request: a JOINED of later is read at once.
+    newest = (await store.changes(None, 100)).nodes[-1].feed_id
+
+    async def passed() -> bool:
+        found = await store.webhooks.for_deliveries()
+        return all(max(p.position for p in w.progress) >= newest for w in found)
+
+    await eventually(passed, what="the positions past the changes")
+    receiver.secret = joins[0][1]  # the others' requests fail its check, and are counted
+    await store.open_place_session("room", "ann", "tab")
+    await eventually(
+        lambda: len(receiver.changes()) == 1 and receiver.unverified >= 8,
+        within_s=2,
+        what="the JOINED, nine times",
+    )
+
+
+async def test_a_waiting_delivery_takes_its_webhooks_new_kinds_and_passes_nothing_they_want(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=1)
+    webhook, receiver.secret = await store.webhooks.create(receiver.url, ["JOINED"], None, 0)
+    deliveries = await processes.start(store, dataclasses.replace(SHORT, pass_ms=20))
+    await eventually(lambda: len(deliveries.held) == 1, what="the delivery held")
+    await store.touch("ann", "tab")  # not for it: passed over
+    [ann] = (await store.changes(None, 10)).nodes
+
+    async def passed() -> bool:
+        [found] = await store.webhooks.for_deliveries(webhook.id)
+        return found.progress[0].position >= ann.feed_id
+
+    await eventually(passed, what="ann's ONLINE passed over")
+    await store.webhooks.update(webhook.id, kinds=["ONLINE"])
+    await store.touch("bob", "tab")
+    await eventually(lambda: bool(receiver.changes()), what="bob's ONLINE")
+    assert [c["userId"] for c in receiver.changes()] == ["bob"]
+
+
+async def test_an_acknowledged_batch_costs_five_script_calls_and_then_none(
+    processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
+) -> None:
+    store = processes.store()
+    webhook = await hooked(store, receiver)
+    deliveries = await processes.start(store, dataclasses.replace(SHORT, poll_ms=200))
+    await eventually(lambda: len(deliveries.held) == 1, what="the delivery held")
+    await asyncio.sleep(0.3)  # its first step, which finds nothing
+    before = await script_calls(flushed_redis)
+    await store.touch("ann", "tab")  # one script call
+    await eventually(lambda: len(receiver.changes()) == 1, what="the change")
+
+    async def recorded() -> bool:
+        found = await store.webhooks.webhook(webhook.id)
+        assert found is not None
+        return found.delivered_up_to is not None and [a.status for a in found.attempts] == [204]
+
+    await eventually(recorded, what="the attempt recorded")  # two script calls
+    # The look that woke it, the webhook read, a page of the feed, the batch's end kept, the
+    # attempt recorded with the position moved; then it waits with no step of its own (the
+    # next looks and the tick may come in between).
+    await asyncio.sleep(0.1)
+    assert await script_calls(flushed_redis) - before <= 1 + 5 + 2 + 2, "a step too many"
+
+
+async def test_a_trickle_of_changes_goes_in_one_request_after_the_batch_wait(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=1)
+    await hooked(store, receiver)
+    deliveries = await processes.start(store, dataclasses.replace(SHORT, batch_wait_ms=500))
+    await eventually(lambda: len(deliveries.held) == 1, what="the delivery held")
+    for user in USERS[:5]:
+        await store.touch(user, "tab")
+        await asyncio.sleep(0.03)  # each change alone in a request, but for the wait
+    await eventually(lambda: len(receiver.changes()) == 5, what="the five changes")
+    [request] = receiver.requests
+    assert [c["userId"] for c in request.payload["data"]["changes"]] == USERS[:5]
+
+
+async def test_a_webhook_idle_for_longer_than_the_feed_keeps_missed_nothing(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(feed_retention_ms=400)
+    await hooked(store, receiver)
+    await processes.start(store)
+    await store.touch("ann", "tab")
+    await eventually(lambda: len(receiver.changes()) == 1, what="the first change")
+    # Nothing for longer than the feed keeps a change: the one it delivered is gone too.
+    await asyncio.sleep(0.6)
+    await store.sweep()
+    await store.touch("bob", "tab")
+    await eventually(lambda: len(receiver.changes()) == 2, what="the next change")
+    assert [c["userId"] for c in receiver.changes()] == ["ann", "bob"]
+    assert [d for d in receiver.requests if "gap" in d.payload["data"]] == []
 
 
 @pytest.mark.parametrize("trouble", ["errors", "timeouts", "down"])
@@ -445,17 +560,25 @@ async def test_a_place_session_left_and_joined_again_within_the_debounce_is_an_u
     processes: Processes, receiver: WebhookReceiver
 ) -> None:
     store = processes.store()
-    _, secret = await store.webhooks.create(receiver.url, ["JOINED", "UPDATED", "LEFT"], None, 1)
+    webhook, secret = await store.webhooks.create(
+        receiver.url, ["JOINED", "UPDATED", "LEFT"], None, 1
+    )
     receiver.secret = secret
     await processes.start(store)
     held = (await store.open_place_session("room", "ann", "tab", {"x": 0})).held
     await eventually(lambda: len(receiver.changes()) == 1, what="the JOINED")
     # Left and joined again: in another state (an UPDATED), then in the same one (nothing).
+    # What it came back in is compared with the state it left with as far as one read of the
+    # feed tells: the delivery is held off until all of them are past the debounce, so that
+    # no step between two of them (which the moments of the calls would decide) splits them.
+    await store.webhooks.update(webhook.id, enabled=False)
     await store.close_place_session(held)
     held = (await store.open_place_session("room", "ann", "tab", {"x": 1})).held
     await store.close_place_session(held)
     await store.open_place_session("room", "ann", "tab", {"x": 1})
     await store.open_place_session("room", "bob", "tab")
+    await asyncio.sleep(1.05)
+    await store.webhooks.update(webhook.id, enabled=True)
     await eventually(lambda: len(receiver.changes()) >= 3, what="bob's JOINED")
     assert [(c["userId"], c["kind"], c["state"]) for c in receiver.changes()] == [
         ("ann", "JOINED", {"x": 0}),
