@@ -11,7 +11,10 @@
   KEYS[2]  cohort     bitmap, deleted before returning
   KEYS[3]  scratch    bitmap, deleted before returning
   KEYS[4]  first_day  bitmap of the users first active on the hour's day
-  KEYS[5..]  keys     pairs (live bitmap, frozen bitmap) of hours: the hour, the hour before
+  KEYS[5]  day        bitmap of the users active on the hour's day: where it does not exist
+                      and the hour has no bitmap, nobody was active that day and nothing is
+                      written for the hour (an empty shard or deployment keeps no records)
+  KEYS[6..]  keys     pairs (live bitmap, frozen bitmap) of hours: the hour, the hour before
                       it, the day's earlier hours (ARGV[3] of them), the hours after it
                       (ARGV[4] of them); then the records that the guard names (ARGV[5] of
                       them); then the frozen and live bitmaps to delete once every hour the
@@ -24,13 +27,15 @@
   ARGV[5]  records        int: how many records the guard names
   ARGV[6..]  guard        "r start": the hours (the record's place among the records given,
                           1-based, and the hour's start) that must all be folded before the
-                          bitmaps to delete go: every hour whose fold or figures read them
-  Returns  {folded, deleted}: 1 if the hour was folded now (0: it was already), and how many
-           bitmaps were deleted
+                          bitmaps to delete go: every hour whose fold or figures read them (an
+                          hour of a day with no record at all had nobody active, and needs none)
+  Returns  {folded, deleted}: 1 if the hour was folded now (0: it was already, or its day had
+           nobody active), and how many bitmaps were deleted
   Work     about 3 + ARGV[4] BITOPs and BITCOUNTs over bitmaps of (highest user index / 8)
            bytes (none after an empty cohort), an HEXISTS per guard entry (at most 77)
 ]]
 local record_key, cohort_key, scratch_key, first_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local day_key = KEYS[5]
 local start, keep_until_ms = ARGV[1], tonumber(ARGV[2])
 local earlier, later, records = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -38,49 +43,63 @@ if redis.call('HEXISTS', record_key, start) == 1 then return {0, 0} end
 
 -- The bitmap of the i-th pair: as it was folded, if it was.
 local function bitmap(i)
-  local live, frozen = KEYS[3 + 2 * i], KEYS[4 + 2 * i]
+  local live, frozen = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
   if redis.call('EXISTS', frozen) == 1 then return frozen end
   return live
 end
 
 local hour_key, before_key = bitmap(1), bitmap(2)
-local active = redis.call('BITCOUNT', hour_key)
-local returning = 0
-if active > 0 then
-  redis.call('BITOP', 'AND', scratch_key, hour_key, before_key)
-  returning = redis.call('BITCOUNT', scratch_key)
-end
--- The cohort: first active that day, in this hour, and in none of the day's earlier hours
--- (as retention.lua's; activity's new users of the hour are the same users).
-redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
-if earlier > 0 and active > 0 then
-  local hours = {}
-  for i = 1, earlier do hours[i] = bitmap(2 + i) end
-  redis.call('BITOP', 'OR', scratch_key, unpack(hours))
-  redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
-  redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
-end
-local size = redis.call('BITCOUNT', cohort_key)
-local row, last = {active, returning, size}, 3
-if size > 0 then
-  for k = 1, later do
-    redis.call('BITOP', 'AND', scratch_key, cohort_key, bitmap(2 + earlier + k))
-    row[3 + k] = redis.call('BITCOUNT', scratch_key)
-    if row[3 + k] > 0 then last = 3 + k end
+-- The hour's figures and its cohort's row, into the record; the hour then reads as folded.
+local function fold()
+  local active = redis.call('BITCOUNT', hour_key)
+  local returning = 0
+  if active > 0 then
+    redis.call('BITOP', 'AND', scratch_key, hour_key, before_key)
+    returning = redis.call('BITCOUNT', scratch_key)
   end
+  -- The cohort: first active that day, in this hour, and in none of the day's earlier hours
+  -- (as retention.lua's; activity's new users of the hour are the same users).
+  redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
+  if earlier > 0 and active > 0 then
+    local hours = {}
+    for i = 1, earlier do hours[i] = bitmap(2 + i) end
+    redis.call('BITOP', 'OR', scratch_key, unpack(hours))
+    redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
+    redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
+  end
+  local size = redis.call('BITCOUNT', cohort_key)
+  local row, last = {active, returning, size}, 3
+  if size > 0 then
+    for k = 1, later do
+      redis.call('BITOP', 'AND', scratch_key, cohort_key, bitmap(2 + earlier + k))
+      row[3 + k] = redis.call('BITCOUNT', scratch_key)
+      if row[3 + k] > 0 then last = 3 + k end
+    end
+  end
+  redis.call('HSET', record_key, start, table.concat(row, ' ', 1, last))
+  redis.call('PEXPIREAT', record_key, keep_until_ms)
+  redis.call('DEL', cohort_key, scratch_key)
+  -- From now on the hour is read as it was folded: a later write into it reaches the live
+  -- bitmap only, which expires by itself.
+  if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('RENAME', KEYS[6], KEYS[7]) end
 end
-redis.call('HSET', record_key, start, table.concat(row, ' ', 1, last))
-redis.call('PEXPIREAT', record_key, keep_until_ms)
-redis.call('DEL', cohort_key, scratch_key)
--- From now on the hour is read as it was folded: a later write into it reaches the live
--- bitmap only, which expires by itself.
-if redis.call('EXISTS', KEYS[5]) == 1 then redis.call('RENAME', KEYS[5], KEYS[6]) end
 
-local pairs_end = 4 + 2 * (2 + earlier + later)
+-- An hour with no bitmap, of a day with nobody active, needs no record: none is written, so
+-- that a shard or deployment with no activity keeps nothing.
+local folded = 0
+if redis.call('EXISTS', hour_key) == 1 or redis.call('EXISTS', day_key) == 1 then
+  fold()
+  folded = 1
+end
+
+local pairs_end = 5 + 2 * (2 + earlier + later)
 for g = 6, #ARGV do
   local r, hour = string.match(ARGV[g], '^(%d+) (%d+)$')
-  if redis.call('HEXISTS', KEYS[pairs_end + tonumber(r)], hour) == 0 then return {1, 0} end
+  local guard_record = KEYS[pairs_end + tonumber(r)]
+  if redis.call('HEXISTS', guard_record, hour) == 0 and redis.call('EXISTS', guard_record) == 1 then
+    return {folded, 0}
+  end
 end
 local first_delete = pairs_end + records + 1
-if first_delete > #KEYS then return {1, 0} end
-return {1, redis.call('DEL', unpack(KEYS, first_delete, #KEYS))}
+if first_delete > #KEYS then return {folded, 0} end
+return {folded, redis.call('DEL', unpack(KEYS, first_delete, #KEYS))}

@@ -18,7 +18,8 @@
   ARGV[3]  blocks      int: at most this many blocks of BLOCK_USERS indexes folded this call
   ARGV[4]  expire_ms   int ms: when the day's keys expire (its end plus the analytics' time)
   Returns  {now, folded, blocks}: the blocks folded by this call, so far, and how many the
-           fold covers; the day is folded when the last two are equal
+           fold covers; the day is folded when the last two are equal ({0, 0, 0}, with
+           nothing written, while no index was ever handed out)
   Work     per block, a GET of its 8 KB of counters and a pass over its 4,096 indexes in Lua
            (about 1.5 ms of Redis time a block); the last call rewrites the day's three
            strings at their size (a GET and a SET each)
@@ -34,6 +35,8 @@ local ENTRIES = BLOCK_USERS / DIRECTORY_USERS
 local blocks = tonumber(redis.call('GET', marker_key))
 if not blocks then
   blocks = math.ceil((tonumber(redis.call('GET', next_key)) or 0) / BLOCK_USERS)
+  -- A shard that never handed out an index has nothing to fold, and keeps no marker.
+  if blocks == 0 then return {0, 0, 0} end
   redis.call('SET', marker_key, blocks)
   redis.call('PEXPIREAT', marker_key, expire_ms)
 end

@@ -404,6 +404,7 @@ class Analytics:
             cohort=k.scratch,
             scratch=k.scratch_of("seen"),
             first_day=k.first_day(hour.first.isoformat()),
+            day=k.day(hour.first.isoformat()),
             keys=[
                 *(key for p in reads for key in p.pair(k)),
                 *records,

@@ -18,7 +18,14 @@ from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from tests.conftest import BOTH_PATHS, EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, as_user, eventually, graphql_socket, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SOON_S,
+    as_user,
+    eventually,
+    graphql_socket,
+    user_token,
+)
 
 pytestmark = EVERY_DEPLOYMENT
 
@@ -45,7 +52,7 @@ async def subscribe(
 
 
 async def next_event(socket: Socket) -> dict[str, Any]:
-    message = await socket.receive_json(timeout=3)
+    message = await socket.receive_json(timeout=SOON_S)
     assert message["type"] == "next", message
     assert "errors" not in message["payload"], message
     event: dict[str, Any] = next(iter(message["payload"]["data"].values()))
@@ -63,7 +70,7 @@ async def nothing_more(socket: Socket) -> None:
 async def refusal(socket: Socket) -> tuple[list[str], str]:
     """The codes and the first message of a subscribe refused before its first event (an
     `error` message when multiplexed, a `next` with errors from Strawberry)."""
-    message = await socket.receive_json(timeout=3)
+    message = await socket.receive_json(timeout=SOON_S)
     assert message["type"] in {"error", "next"}, message
     errors = message["payload"] if message["type"] == "error" else message["payload"]["errors"]
     return [e["extensions"]["code"] for e in errors], errors[0]["message"]
