@@ -20,12 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
-import os
 import random
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from array import array
 from collections.abc import Awaitable, Callable
@@ -244,21 +240,9 @@ async def writes() -> None:
         server.stop()
 
 
-def run_version(folder: str) -> list[str]:
-    output = subprocess.run(
-        # This file by its path, so that only `folder` is on the path for gql_presence.
-        [sys.executable, __file__, "--writes"],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": folder},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return output.split()
-
-
 def compare(baselines: list[str], rounds: int) -> None:
-    from bench.harness import export  # noqa: PLC0415 - a version's process imports this file alone
+    # Here: a version's process imports this file alone.
+    from bench.harness import median_cells, side_by_side  # noqa: PLC0415
 
     print(
         f"Redis time, median of {rounds} rounds\n"
@@ -266,19 +250,8 @@ def compare(baselines: list[str], rounds: int) -> None:
         f"| touchMany of {MANY:,} new (ms) | touchMany of them again (ms) "
         "| presenceSession open (µs) | close (µs) |\n|---|---|---|---|---|---|---|"
     )
-    versions = [("this checkout", os.getcwd())]
-    with tempfile.TemporaryDirectory() as root:
-        for rev in baselines:
-            folder = f"{root}/{rev}"
-            export(rev, folder)
-            versions.append((rev, folder))
-        figures: dict[str, list[list[str]]] = {name: [] for name, _ in versions}
-        for _ in range(rounds):
-            for name, folder in versions:
-                figures[name].append(run_version(folder))
-        for name, rows in figures.items():
-            cells = [f"{statistics.median(float(x) for x in c):g}" for c in zip(*rows, strict=True)]
-            print(f"| {name} | " + " | ".join(cells) + " |")
+    for name, rows in side_by_side(__file__, ["--writes"], baselines, rounds).items():
+        print(f"| {name} | " + " | ".join(median_cells(rows)) + " |")
 
 
 def main() -> None:

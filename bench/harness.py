@@ -276,6 +276,56 @@ def checkout(ref: str | None) -> Iterator[Path | None]:
         yield Path(folder)
 
 
+# --- versions measured side by side, each in a process of its own ------------------------
+
+
+def run_in(folder: str, script: str, args: Sequence[str]) -> str:
+    """What `python script args...` prints, run in `folder` with only that folder on the path
+    for gql_presence: a bench file measuring the version there (`script` is the bench file by
+    its path, so that it is the same file for every version)."""
+    return subprocess.run(
+        [sys.executable, script, *args],
+        cwd=folder,
+        env={**os.environ, "PYTHONPATH": folder},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def side_by_side(
+    script: str, args: Sequence[str], baselines: Sequence[str], rounds: int
+) -> dict[str, list[list[str]]]:
+    """Each version's figures by its name ("this checkout", then each baseline commit), a row
+    of them a round: the words `script` printed, run with `args` by run_in in this checkout and
+    in an export of each baseline, round after round, each version in turn, so that other work
+    on the machine falls on all alike."""
+    versions = [("this checkout", os.getcwd())]
+    figures: dict[str, list[list[str]]] = {}
+    with tempfile.TemporaryDirectory() as root:
+        for rev in baselines:
+            export(rev, f"{root}/{rev}")
+            versions.append((rev, f"{root}/{rev}"))
+        for _ in range(rounds):
+            for name, folder in versions:
+                figures.setdefault(name, []).append(run_in(folder, script, args).split())
+    return figures
+
+
+def median_cells(rows: list[list[str]], fmt: str = "{:g}", minimum: bool = False) -> list[str]:
+    """Each column's median of the rows (side_by_side's), as `fmt` writes it, followed by its
+    minimum in parentheses when `minimum`; "-" for a column with no number."""
+    cells = []
+    for column in zip(*rows, strict=True):
+        numbers = [float(x) for x in column if x != "-"]
+        if not numbers:
+            cells.append("-")
+            continue
+        cell = fmt.format(statistics.median(numbers))
+        cells.append(f"{cell} ({fmt.format(min(numbers))})" if minimum else cell)
+    return cells
+
+
 # --- HTTP operations, and the bare handler doing the same store calls ---------------------
 
 TOUCH = "mutation($u: ID!) { touch(userId: $u) { online } }"

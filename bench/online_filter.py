@@ -21,11 +21,8 @@ import argparse
 import asyncio
 import dataclasses
 import functools
-import os
 import statistics
 import subprocess
-import sys
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
@@ -181,33 +178,11 @@ async def measure_writes() -> None:
         server.stop()
 
 
-def run_version(folder: str) -> list[float]:
-    output = subprocess.run(
-        [sys.executable, __file__, "--measure-writes"],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": folder},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return [float(x) for x in output.split()]
-
-
 def bench_writes(baseline: str, rounds: int) -> None:
-    from bench.harness import export  # noqa: PLC0415
+    from bench.harness import median_cells, side_by_side  # noqa: PLC0415
 
-    versions = [("this checkout", os.getcwd())]
-    with tempfile.TemporaryDirectory() as root:
-        export(baseline, f"{root}/base")
-        versions.append((baseline[:12], f"{root}/base"))
-        figures: dict[str, list[list[float]]] = {name: [] for name, _ in versions}
-        for _ in range(rounds):
-            for name, folder in versions:
-                figures[name].append(run_version(folder))
-    medians = {
-        name: [statistics.median(c) for c in zip(*rows, strict=True)]
-        for name, rows in figures.items()
-    }
+    figures = side_by_side(__file__, ["--measure-writes"], [baseline], rounds)
+    medians = {name: [float(cell) for cell in median_cells(rows)] for name, rows in figures.items()}
     print(f"\nWrites: Redis µs per call, median of {rounds} rounds")
     print(
         "| version | touch, announcing | touch, online | touchMany of 10,000 "
@@ -215,7 +190,7 @@ def bench_writes(baseline: str, rounds: int) -> None:
     )
     for name, values in medians.items():
         print(f"| {name} | " + " | ".join(f"{v:.1f}" for v in values) + " |")
-    ours, base = medians["this checkout"], medians[baseline[:12]]
+    ours, base = medians["this checkout"], medians[baseline]
     ratios = " | ".join(f"{o / b:.2f}" for o, b in zip(ours, base, strict=True))
     print(f"| ratio | {ratios} |")
 

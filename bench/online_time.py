@@ -24,13 +24,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
 import struct
-import subprocess
-import sys
-import tempfile
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -215,19 +211,6 @@ async def write_and_fold(
     return float(statistics.median(times)) / 1000
 
 
-def run_version(folder: str) -> list[str]:
-    output = subprocess.run(
-        # This file by its path, so that only `folder` is on the path for gql_presence.
-        [sys.executable, __file__, "--measure"],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": folder},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return output.split()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", action="append", default=[], metavar="REV")
@@ -238,7 +221,7 @@ def main() -> None:
         asyncio.run(measure())
         return
     # Here, not above: a version's process runs this file with only that version on its path.
-    from bench.harness import export  # noqa: PLC0415
+    from bench.harness import median_cells, side_by_side  # noqa: PLC0415
 
     print(
         f"Redis time, median of {args.rounds} rounds\n"
@@ -248,24 +231,8 @@ def main() -> None:
         f"| bytes per active user-day, all {DAYS} days | fold of a day (ms) |\n"
         "|---|---|---|---|---|---|---|---|---|---|"
     )
-    versions = [("this checkout", os.getcwd())]
-    with tempfile.TemporaryDirectory() as root:
-        for rev in args.baseline:
-            folder = f"{root}/{rev}"
-            export(rev, folder)
-            versions.append((rev, folder))
-        # Round after round, each version in turn, so that other work on the machine falls on
-        # all alike.
-        figures: dict[str, list[list[str]]] = {name: [] for name, _ in versions}
-        for _ in range(args.rounds):
-            for name, folder in versions:
-                figures[name].append(run_version(folder))
-        for name, rows in figures.items():
-            cells = []
-            for column in zip(*rows, strict=True):
-                numbers = [float(x) for x in column if x != "-"]
-                cells.append(f"{statistics.median(numbers):g}" if numbers else "-")
-            print(f"| {name} | " + " | ".join(cells) + " |")
+    for name, rows in side_by_side(__file__, ["--measure"], args.baseline, args.rounds).items():
+        print(f"| {name} | " + " | ".join(median_cells(rows)) + " |")
 
 
 if __name__ == "__main__":

@@ -13,11 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 
 from gql_presence.running.connection import redis_client
@@ -71,19 +67,6 @@ async def measure(users: int, rounds: int) -> None:
         server.stop()
 
 
-def run_version(folder: str, users: int, rounds: int) -> list[str]:
-    output = subprocess.run(
-        # This file by its path, so that only `folder` is on the path for gql_presence.
-        [sys.executable, __file__, "--measure", str(users), str(rounds)],
-        cwd=folder,
-        env={**os.environ, "PYTHONPATH": folder},
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    return output.split()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", action="append", default=[], metavar="REV")
@@ -95,7 +78,7 @@ def main() -> None:
         asyncio.run(measure(*args.measure))
         return
     # Here, not above: a version's process runs this file with only that version on its path.
-    from bench.harness import export  # noqa: PLC0415
+    from bench.harness import median_cells, side_by_side  # noqa: PLC0415
 
     print(
         f"touchMany of {args.users:,} users, median of {args.rounds} rounds (ms)\n"
@@ -103,21 +86,9 @@ def main() -> None:
         "| wall, online already | Redis per touch, new (µs) | Redis per touch, again (µs) |\n"
         "|---|---|---|---|---|---|---|"
     )
-    versions = [("this checkout", os.getcwd())]
-    with tempfile.TemporaryDirectory() as root:
-        for rev in args.baseline:
-            folder = f"{root}/{rev}"
-            export(rev, folder)
-            versions.append((rev, folder))
-        # Round after round, each version in turn, so that other work on the machine falls on
-        # all alike.
-        figures: dict[str, list[list[float]]] = {name: [] for name, _ in versions}
-        for _ in range(args.rounds):
-            for name, folder in versions:
-                figures[name].append([float(x) for x in run_version(folder, args.users, 1)])
-        for name, rows in figures.items():
-            medians = [f"{statistics.median(column):.0f}" for column in zip(*rows, strict=True)]
-            print(f"| {name} | " + " | ".join(medians) + " |")
+    run_args = ["--measure", str(args.users), "1"]
+    for name, rows in side_by_side(__file__, run_args, args.baseline, args.rounds).items():
+        print(f"| {name} | " + " | ".join(median_cells(rows, "{:.0f}")) + " |")
 
 
 if __name__ == "__main__":

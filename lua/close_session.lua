@@ -54,7 +54,7 @@ local boundaries = {tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7]), ton
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases, true)
 user.statuses = statuses
 if not day_of(now, boundaries) then return redis.error_reply('DAY_NOT_GIVEN') end
 local events = {}
@@ -73,6 +73,7 @@ redis.call('HDEL', user.conn, session_id)
 forget_if_last(leases, user, user_id, entry.slot, false)
 mark_activity(activity_keys, user_id, now, boundaries, shard)
 local online_after = refresh_online(user, user_id, now, window_ms, now)
+live_written(statuses)
 if online_after == 0 then
   add_event(events, 'OFFLINE', user_id, now, '', 0)
 elseif status_with(statuses, user_id, {}) ~= status_before then

@@ -47,7 +47,7 @@ local window_ms, revoke_ms = tonumber(shard.window_ms), tonumber(shard.revoke_ms
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases, true)
 user.statuses = statuses
 local events = {}
 settle(leases, user, channel, user_id, now, window_ms, events)
@@ -77,6 +77,7 @@ for i = 1, #going, 2 do
 end
 for slot in pairs(slots) do forget_if_last(leases, user, user_id, slot, false) end
 local online_after = refresh_online(user, user_id, now, window_ms, now)
+live_written(statuses)
 
 if revoke_ms > 0 and #revoke > 0 then
   redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)

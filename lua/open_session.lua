@@ -60,7 +60,7 @@ local boundaries = {tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ton
 local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_of(shard)}
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases, true)
 user.statuses = statuses
 if redis.call('HGET', lease_owners_key(leases), slot) ~= token or not slot_live(leases, slot, now) then
   return redis.error_reply('LEASE_LOST')
@@ -92,6 +92,7 @@ redis.call('HSET', user.conn, session_id, generation .. ' ' .. slot)
 hold_in_slot(leases, user, user_id, slot)
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
 refresh_online(user, user_id, now, window_ms, nil)
+live_written(statuses)
 
 if online_before == 0 then
   came_online(statuses, user_id, now)

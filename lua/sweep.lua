@@ -18,6 +18,7 @@
                                handed out again, ms
   KEYS[11] index_scan    STRING  the ZSCAN cursor over `online` of the pass that indexes the
                                users online with no index entry, "done" once a pass has ended
+                               (none kept while nobody is online)
   ARGV[1]  batch          int: at most this many users of each kind per call (expired, past
                           the retention)
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
@@ -181,7 +182,11 @@ if scan_at ~= 'done' then
       index_mark(statuses, user_id)
     end
   end
-  redis.call('SET', KEYS[11], found[1] == '0' and 'done' or found[1])
+  -- With nobody online the pass has nothing to do, and keeps nothing: it runs again, as
+  -- cheaply, until someone is.
+  if scan_at ~= '0' or found[1] ~= '0' or #users > 0 then
+    redis.call('SET', KEYS[11], found[1] == '0' and 'done' or found[1])
+  end
 end
 -- Users one of whose several sessions expired: their devices may have changed.
 for _, user_id in ipairs(redis.call('ZRANGEBYSCORE', index_due_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)) do
@@ -201,12 +206,13 @@ for _, entry in ipairs(overdue) do
 end
 
 local forgotten = redis.call('ZRANGEBYSCORE', last_seen_key, '(' .. -(now - purge_after_ms), '+inf', 'LIMIT', 0, batch)
+local online_time = #forgotten > 0 and online_time_of()
 for i = 1, #forgotten do
   local user_id = forgotten[i]
   local index = redis.call('HGET', index_key, user_id)
   if index then
     redis.call('HDEL', index_key, user_id)
-    forget_online_time(shard, tonumber(index), now)
+    online_time.forget_online_time(shard, tonumber(index), now)
     redis.call('ZADD', KEYS[10], now + tonumber(ARGV[10]), index)
   end
   redis.call('ZREM', last_seen_key, user_id)

@@ -64,7 +64,7 @@ local channel = {shard.channel, shard.user_channel_prefix, shard.publish, feed_o
 local device, idle = ARGV[10], ARGV[11] == '1'
 
 local now = now_ms()
-local statuses = statuses_of(shard, online_key, window_ms, now, leases)
+local statuses = statuses_of(shard, online_key, window_ms, now, leases, true)
 user.statuses = statuses
 local t_ms = at_ms or now
 if t_ms > now + max_future_ms then return redis.error_reply('AT_IN_FUTURE') end
@@ -91,8 +91,13 @@ else
   keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
   local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   local was_live = before and session_live(leases, before, now, window_ms)
+  local tracked = t_ms >= cutoff or was_live
+  -- The session's extras are written below, then track_activity reads them: what it would
+  -- read while record_session writes the online entry is not the touch's outcome.
+  statuses.track_later = tracked
   online_after = record_session(user, user_id, session_id, t_ms, now, window_ms)
-  if t_ms >= cutoff or was_live then
+  statuses.track_later = false
+  if tracked then
     local extras = was_live and parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)) or {}
     extras.started = extras.started or t_ms
     extras.idle = idle
@@ -101,18 +106,26 @@ else
     track_activity(statuses, user_id)
   end
 end
+live_written(statuses)
+-- The user's entry after the touch tells their status now; it is read again only after an
+-- announcement, which may change what it shows (a custom status that ended, the version).
+local entry
 if online_after == 1 and online_before == 0 then
   came_online(statuses, user_id, t_ms)
   add_event(events, 'ONLINE', user_id, now, '', 1)
-elseif online_after == 1 and status_of(statuses, user_id, online_key, now) ~= status_before then
-  add_event(events, 'STATUS', user_id, now, '', 1)
+elseif online_after == 1 then
+  entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
+  if entry[3] ~= status_before then add_event(events, 'STATUS', user_id, now, '', 1) end
 end
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
-announce_all(channel, events, statuses)
+if #events > 0 then
+  announce_all(channel, events, statuses)
+  entry = nil
+end
 
-local entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
+entry = entry or presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
 if user.expire_at then redis.call('PEXPIREAT', sessions_key, user.expire_at) end
-tidy_extras(statuses, user_id)
+tidy_extras(statuses, user_id, user.expire_at)
 index_mark(statuses, user_id)
 index_flush(statuses, {[user_id] = entry})
 return {online_before, entry}

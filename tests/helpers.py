@@ -58,6 +58,7 @@ from gql_presence.store import (
 )
 from gql_presence.store.client import AnyRedis
 from gql_presence.store.config import StoreSettings
+from gql_presence.store.keys import Keys
 from gql_presence.store.models import OnlineFilter
 from tests.conftest import TEST_SETTINGS, graphql
 
@@ -907,7 +908,14 @@ def text_messages(frames: bytes) -> list[bytes]:
     return messages
 
 
-async def call_every_script(store: PresenceStore) -> None:
+async def put_old_online_time(redis: AnyRedis) -> None:
+    """A key of online time in the layout of earlier versions (lua/carry_online_time.lua), of
+    shard 0 and the span of days holding today: index 0 online 2 seconds on its first day."""
+    span = (datetime.now(UTC).date() - date(1970, 1, 1)).days // 32
+    await redis.set(Keys.of_shard(0).old_online_time(span, 0), b"\0\1" + bytes(65534))
+
+
+async def call_every_script(store: PresenceStore, redis: AnyRedis) -> None:
     """Every store operation, so that each of the store's scripts runs at least once (but
     choose_publish, which runs on a Redis Cluster only)."""
     users = [f"u{i}" for i in range(12)]
@@ -937,6 +945,8 @@ async def call_every_script(store: PresenceStore) -> None:
     await store.analytics.compact_ended()
     await store.analytics.fold_ended()
     await store.online_time.online_time(["alice"], date(2026, 11, 1), date(2026, 11, 2))
+    await put_old_online_time(redis)
+    await store.online_time.carry_over()
     await store.online_time.fold_closed()
     await store.online_time.online_periods(
         datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 2, tzinfo=UTC)

@@ -53,6 +53,7 @@ from gql_presence.graphql.internals import (
     subscription_executor,
 )
 from gql_presence.graphql.labels import chosen_operation
+from gql_presence.graphql.literal_shapes import LiteralShapes
 from gql_presence.graphql.persisted import PersistedDocuments
 from gql_presence.graphql.planned import Plans
 from gql_presence.graphql.schema import PresenceSchema
@@ -90,6 +91,7 @@ class OperationPipeline:
         budget_s: float,
         plans: Plans | None,
         *,
+        shapes: LiteralShapes | None = None,
         on_socket: bool,
     ) -> None:
         self.schema = schema
@@ -99,6 +101,8 @@ class OperationPipeline:
         self._budgets = Budgets(budget_s)
         # Plans of documents seen before (planned.py); None: every request runs fully.
         self.plans = plans
+        # Plans shared by documents that differ only in argument literals (literal_shapes.py).
+        self.shapes = shapes
         # Whether a subscription on a socket is decided here and handed to the hub or held
         # with no task: not while tracing, whose spans come from the document's execution
         # (the resolvers of Subscription then feed their events, as off sockets).
@@ -141,12 +145,21 @@ class OperationPipeline:
         extensions add: the log's operation label, unexpected errors logged. None when
         there is no plan for it, or the plan does not cover this request."""
         plan = self.plans.get(data.query, data.operation_name) if self.plans else None
-        if plan is None:
+        shaped = None
+        if plan is None and self.shapes is not None:
+            shaped = self.shapes.match(data.query, data.operation_name, data.variables)
+        if plan is None and shaped is None:
             return None
-        # A plan is made only of a document that passed every check: one named by its hash
-        # is kept from now on.
+        # A plan is made only of a document that passed every check (a shape's, of one that
+        # would pass them): one named by its hash is kept from now on.
         await self._documents.checked(context)
-        result = await plan.run(context, data.variables, data.extensions)
+        if shaped is not None:
+            assert data.query is not None  # shapes are of texts
+            plan = shaped.shape.plan
+            result = await shaped.run(context, data.query, data.extensions)
+        else:
+            assert plan is not None
+            result = await plan.run(context, data.variables, data.extensions)
         if result is None:
             return None
         context.request[OPERATION] = plan.label

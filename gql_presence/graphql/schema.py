@@ -26,6 +26,7 @@ from gql_presence.graphql.error_codes import ENUM_VALUES, ErrorCodes, log_unexpe
 from gql_presence.graphql.federation import FederatedQuery, User, users_represented
 from gql_presence.graphql.internals import EventExecutionContext, core_schema
 from gql_presence.graphql.labels import OperationLabel, OperationSpans
+from gql_presence.graphql.literal_shapes import LiteralShapes, ShapeRecorder
 from gql_presence.graphql.mutations import Mutation
 from gql_presence.graphql.persisted import (
     KEPT_PER_PROCESS,
@@ -90,10 +91,12 @@ def build_schema(
     introspection: bool = True,
     federation: bool = False,
     plans: Plans | None = None,
+    shapes: LiteralShapes | None = None,
     traced: bool = False,
     documents: PersistedDocuments | None = None,
 ) -> PresenceSchema:
-    """The schema; with `plans`, each document that passes validation is planned there;
+    """The schema; with `plans`, each document that passes validation is planned there, and
+    with `shapes` its shape (literal_shapes.py);
     `traced`, each operation has its span (observability/tracing.py); with `documents`,
     each document named by its hash is kept there once it passes validation."""
     extensions: list[type[SchemaExtension] | Callable[[], SchemaExtension]] = [
@@ -118,6 +121,8 @@ def build_schema(
         extensions.append(DisableIntrospection)
     if plans is not None:
         extensions.append(partial(PlanRecorder, plans=plans))
+    if shapes is not None:
+        extensions.append(partial(ShapeRecorder, shapes=shapes))
     config = StrawberryConfig(
         scalar_map={datetime: DateTimeScalar, date: DateScalar, JSONObject: JSONObjectScalar},
         name_converter=KeptNames(),

@@ -33,6 +33,7 @@ from strawberry.types.unset import UnsetType
 
 from gql_presence.graphql.context import Context
 from gql_presence.graphql.error_codes import outcomes, retry_after
+from gql_presence.graphql.literal_shapes import LiteralShapes
 from gql_presence.graphql.operation import OperationPipeline, request_data
 from gql_presence.graphql.persisted import PersistedDocuments, lift_document_id, names_a_document
 from gql_presence.graphql.planned import Plans
@@ -85,10 +86,13 @@ class PresenceView(GraphQLView[Context, None]):
         # Tracing's spans come from Strawberry's extension around graphql-core's execution:
         # with tracing on, every request takes that path.
         plans = Plans() if settings.planned_execution and not traced else None
+        # Documents that differ from one planned only in argument literals share its plan.
+        shapes = LiteralShapes() if plans is not None else None
         schema = build_schema(
             introspection=settings.introspection,
             federation=settings.federation,
             plans=plans,
+            shapes=shapes,
             traced=traced,
             documents=documents,
         )
@@ -108,6 +112,7 @@ class PresenceView(GraphQLView[Context, None]):
             documents,
             settings.request_timeout_ms / 1000,
             plans,
+            shapes=shapes,
             on_socket=not traced,
         )
         # Tracing's span of a socket's request lasts while its handler runs, and the spans of

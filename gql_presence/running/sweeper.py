@@ -36,6 +36,7 @@ async def sweep_forever(store: PresenceStore, interval_s: float, metrics: Metric
             if compacted_hour != local_now_ms() // HOUR_MS:
                 compacted_hour = local_now_ms() // HOUR_MS
                 await compact_ended(store)
+                await carry_online_time(store)
                 await fold_online_time(store)
             if (
                 max(result.offline, result.purged, result.ended_statuses) >= SWEEP_BATCH
@@ -63,6 +64,15 @@ async def compact_ended(store: PresenceStore) -> None:
         await store.analytics.fold_ended()
     except PresenceError as error:
         log.warning("bitmaps not compacted or folded: %s", error.message)
+
+
+async def carry_online_time(store: PresenceStore) -> None:
+    """Carries the online time kept in the layout of earlier versions into each day's keys,
+    before the fold, so that the days it adds to fold with the rest."""
+    try:
+        await store.online_time.carry_over()
+    except PresenceError as error:
+        log.warning("online time of the earlier layout not carried over: %s", error.message)
 
 
 async def fold_online_time(store: PresenceStore) -> None:

@@ -240,6 +240,23 @@ class Keys:
         """HASH bit index -> units a period added to `day` after its fold began."""
         return f"{self.online_time()}l{day}"
 
+    def old_online_time(self, span: int, block: int) -> str:
+        """STRING of earlier versions: a u16 of 2-second units per bit index of `block` (index
+        over 1,024) and day of `span` (days since 1970-01-01 in the stats time zone, over 32),
+        a user's 32 days next to each other. lua/carry_online_time.lua carries each into the
+        day's keys, then deletes it."""
+        return f"{self.online_time()}{span}:{block}"
+
+    @property
+    def old_online_time_match(self) -> str:
+        """A SCAN pattern that matches every old_online_time key, and few others."""
+        return self.online_time() + "[0-9]*:[0-9]*"
+
+    @property
+    def online_time_carried(self) -> str:
+        """STRING "done" once a whole SCAN of the shard found no old_online_time key."""
+        return self.prefix + "otcarried"
+
     def period_lengths(self, hour: int | str) -> str:
         """HASH n, ms, and log bucket -> count: the online periods that ended in the hour,
         `hour` hours after the epoch (lua/includes/online_time.lua)."""

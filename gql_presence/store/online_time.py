@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
+from redis.asyncio import RedisCluster
+
 from gql_presence.store.days import day_number, day_start_ms, local_date, local_now_ms, to_ms
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.scripts import ScriptName
-from gql_presence.store.shard import Shard, by_shard, named
+from gql_presence.store.shard import Shard, by_shard, guarded, named
 from gql_presence.store.validation import check_ids
 
 MAX_USERS = 1000
@@ -32,6 +35,10 @@ QUANTILES = (0.5, 0.9, 0.99)
 FOLD_DAYS = 8
 # Blocks of 4,096 indexes folded per call: about 1.5 ms of Redis time each.
 FOLD_BLOCKS = 4
+# Keys a SCAN call of the carry-over of the earlier layout looks at (a hint), and the days of
+# an old key carried per call: about 5 ms of Redis time at most (lua/carry_online_time.lua).
+CARRY_SCAN = 1000
+CARRY_DAYS = 8
 
 
 @dataclass(frozen=True)
@@ -222,6 +229,68 @@ class OnlineTime:
             folded += now_folded
             if done >= blocks:
                 return folded
+
+    async def carry_over(self) -> int:
+        """Carries the online time kept in the layout of earlier versions (ot:<span>:<block>)
+        into each day's keys, a few script calls per old key, the last of which deletes it:
+        the sweeper does
+        once an hour, until a whole SCAN of a shard finds none, then never again there.
+        Returns how many old keys this call carried."""
+        return sum(await asyncio.gather(*(self._carry_over(shard) for shard in self._shards)))
+
+    async def _carry_over(self, shard: Shard) -> int:
+        k = shard.keys
+        if await guarded(shard.redis.get(k.online_time_carried)) is not None:
+            return 0
+        # A shard that never handed out an index kept no online time, in any layout: nothing
+        # to carry, and nothing written (its pass runs once it has users).
+        if not await guarded(shard.redis.exists(k.next_index)):
+            return 0
+        old = re.compile(re.escape(k.online_time()) + r"(\d+):(\d+)")
+        redis = shard.redis
+        node = (
+            redis.get_node_from_key(k.online_time_carried)
+            if isinstance(redis, RedisCluster)
+            else None
+        )
+        cursor, found = 0, 0
+        while True:
+            if node is None:
+                cursor, names = await guarded(
+                    redis.scan(cursor, match=k.old_online_time_match, count=CARRY_SCAN)
+                )
+            else:
+                cursors, names = await guarded(
+                    redis.scan(
+                        cursor, match=k.old_online_time_match, count=CARRY_SCAN, target_nodes=node
+                    )
+                )
+                cursor = cursors[node.name]
+            for name in names:
+                match = old.fullmatch(name.decode() if isinstance(name, bytes) else name)
+                if match is None:
+                    continue
+                found += 1
+                while True:
+                    _, left = await shard.run(
+                        ScriptName.CARRY_ONLINE_TIME,
+                        named(old=match.group(0)),
+                        named(
+                            shard=shard.options,
+                            span=int(match.group(1)),
+                            block=int(match.group(2)),
+                            days=CARRY_DAYS,
+                        ),
+                    )
+                    if int(left) == 0:
+                        break
+            if int(cursor) == 0:
+                break
+        if found == 0:
+            # Not after a pass that found some: a process of the earlier version still running
+            # may write more, which the next pass carries.
+            await guarded(shard.redis.set(k.online_time_carried, "done"))
+        return found
 
     async def online_periods(self, start: datetime, end: datetime) -> PeriodLengths:
         """The online periods that ended in the hours overlapping [start, end]."""

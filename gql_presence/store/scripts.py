@@ -41,6 +41,7 @@ class ScriptName(StrEnum):
     ONLINE_TIME = "online_time"
     ONLINE_PERIODS = "online_periods"
     FOLD_ONLINE_TIME = "fold_online_time"
+    CARRY_ONLINE_TIME = "carry_online_time"
     ACTIVITY_PERIODS = "activity_periods"
     RETENTION = "retention"
     STICKINESS = "stickiness"

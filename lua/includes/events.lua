@@ -59,10 +59,26 @@ end
 -- the entry's id (digits and a dash, nothing to escape) added, so that it is encoded once.
 local function keep_in_feed(feed, events)
   local messages, kept = {}, false
+  local users, seen, changed = {}, {}, {}
+  for i = 1, #events, EVENT_FIELDS do
+    local kind, user_id = events[i], events[i + 1]
+    if (FEED_KINDS[kind] or kind == '') and not seen[user_id] then
+      seen[user_id] = true
+      users[#users + 1] = user_id
+    end
+  end
+  local versions = versions_of(feed, users)
   for i = 1, #events, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
     if FEED_KINDS[kind] or kind == '' then
-      events[i + 11] = kind == '' and version_of(feed, user_id) or next_version(feed, user_id)
+      if kind ~= '' then
+        versions[user_id] = versions[user_id] + 1
+        if seen[user_id] then
+          seen[user_id] = false
+          changed[#changed + 1] = user_id
+        end
+      end
+      events[i + 11] = versions[user_id]
       local entry = cjson.encode({unpack(events, i, i + 11)})
       local id = feed_append(feed, 'u', entry)
       events[i + 12] = id
@@ -70,6 +86,7 @@ local function keep_in_feed(feed, events)
       kept = true
     end
   end
+  keep_versions(feed, versions, changed)
   if kept then feed_cap(feed) end
   return messages
 end

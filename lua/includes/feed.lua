@@ -1,3 +1,4 @@
+--- @include "chunks"
 -- The feed: every announced change kept for a while in its shard's STREAM (store/keys.py
 -- Keys.feed), appended by the script that makes and announces the change, so that no entry
 -- goes without its change nor a change without its entry. An entry is one field: "u" for a
@@ -43,15 +44,23 @@ local function feed_trim(feed, now)
   redis.call('XTRIM', feed.key, 'MINID', '~', math.max(0, now - feed.retention_ms))
 end
 
--- The user's version after one more announced change.
-local function next_version(feed, user_id)
-  local key = feed.version_prefix .. user_id
-  local version = redis.call('INCR', key)
-  redis.call('PEXPIRE', key, feed.version_ms)
-  return version
+-- The versions now of the users `user_ids` (user_id -> version, 0 if none is kept), read
+-- together: MGET, a chunk at a time (touchMany announces hundreds at once).
+local function versions_of(feed, user_ids)
+  local versions = {}
+  for first, last in chunks(#user_ids) do
+    local keys = {}
+    for i = first, last do keys[#keys + 1] = feed.version_prefix .. user_ids[i] end
+    local values = redis.call('MGET', unpack(keys))
+    for i = first, last do versions[user_ids[i]] = tonumber(values[i - first + 1]) or 0 end
+  end
+  return versions
 end
 
--- The user's version now (0 if none is kept).
-local function version_of(feed, user_id)
-  return tonumber(redis.call('GET', feed.version_prefix .. user_id)) or 0
+-- Keeps the version of each user of `changed` (versions_of's, counted up), for version_ms
+-- after this change: one SET a user.
+local function keep_versions(feed, versions, changed)
+  for _, user_id in ipairs(changed) do
+    redis.call('SET', feed.version_prefix .. user_id, string.format('%d', versions[user_id]), 'PX', feed.version_ms)
+  end
 end

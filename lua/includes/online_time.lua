@@ -78,6 +78,20 @@ local function bucket_of(length_ms)
   return math.min(LAST_BUCKET, math.ceil(math.log(length_ms) / LOG_RATIO - 1e-9))
 end
 
+-- Where time added to day `day` in block `block` of indexes goes: the block's dense counters
+-- (made now, whole and with the day's expiry, if need be) while the day's fold has not reached
+-- it (the fold deletes them); else, once the fold has begun, the day's late additions, which
+-- the caller expires at expire_ms once it has added to them. Returns the key and whether it is
+-- the late additions.
+local function day_target(prefix, day, block, expire_ms)
+  local key = prefix .. 'd' .. day .. ':' .. block
+  if redis.call('EXISTS', key) == 1 then return key, false end
+  if redis.call('EXISTS', prefix .. 'm' .. day) == 1 then return prefix .. 'l' .. day, true end
+  redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
+  redis.call('PEXPIREAT', key, expire_ms)
+  return key, false
+end
+
 -- Records an online period of the user (their bit index, or nil for none) from start_ms to
 -- end_ms: its time on each day it touched (no further back than the days kept), and its length
 -- in the buckets of the hour and of the UTC day it ended in. `names` are the shard's (includes/options.lua):
@@ -94,19 +108,11 @@ local function record_period(names, zone, index, start_ms, end_ms)
       local units = math.floor(to / UNIT_MS) - math.floor(from / UNIT_MS)
       if units > 0 then
         local expire_ms = next_start + keep_ms
-        -- The block's dense counters, while the day's fold has not reached it (the fold deletes
-        -- them); else, once the fold has begun, the day's late additions.
-        local key = names.online_time_prefix .. 'd' .. day .. ':' .. math.floor(index / BLOCK_USERS)
-        local dense = redis.call('EXISTS', key) == 1
-        if not dense and redis.call('EXISTS', names.online_time_prefix .. 'm' .. day) == 1 then
-          local late = names.online_time_prefix .. 'l' .. day
-          redis.call('HINCRBY', late, index, units)
-          redis.call('PEXPIREAT', late, expire_ms)
+        local key, late = day_target(names.online_time_prefix, day, math.floor(index / BLOCK_USERS), expire_ms)
+        if late then
+          redis.call('HINCRBY', key, index, units)
+          redis.call('PEXPIREAT', key, expire_ms)
         else
-          if not dense then
-            redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
-            redis.call('PEXPIREAT', key, expire_ms)
-          end
           redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units)
         end
       end
@@ -117,10 +123,11 @@ local function record_period(names, zone, index, start_ms, end_ms)
   local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
   for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
     local key = names.period_lengths_prefix .. key_end[1]
-    redis.call('HINCRBY', key, 'n', 1)
+    -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
+    local first = redis.call('HINCRBY', key, 'n', 1) == 1
     redis.call('HINCRBY', key, 'ms', length_ms)
     redis.call('HINCRBY', key, bucket, 1)
-    redis.call('PEXPIREAT', key, key_end[2] + keep_ms)
+    if first then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
   end
 end
 

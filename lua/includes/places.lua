@@ -52,29 +52,36 @@ end
 -- expired) starts it at the server's clock, ms: above every number it gave out before, which
 -- a subscriber may still hold (it leaves out the events up to the one its read reflects). Its
 -- field "\0" (no user id holds a control character) keeps where it started, so that the
--- place's version, the events since then, starts at 1.
+-- place's version, the events since then, starts at 1. Returns the number, and where the
+-- sequence started (false if that is not kept), read with it.
 local function next_in_sequence(place)
-  if redis.call('HSETNX', place.users, '', now_ms()) == 1 then
-    redis.call('HSET', place.users, '\0', redis.call('HGET', place.users, ''))
+  local kept = redis.call('HMGET', place.users, '', '\0')
+  if not kept[1] then
+    local start = now_ms()
+    redis.call('HSET', place.users, '', start, '\0', start)
+    kept[2] = start
   end
-  return redis.call('HINCRBY', place.users, '', 1)
+  return redis.call('HINCRBY', place.users, '', 1), tonumber(kept[2]) or false
 end
 
--- The place's version at `sequence`: how many events it announced since its sequence began.
-local function place_version(place, sequence)
-  return sequence - (tonumber(redis.call('HGET', place.users, '\0')) or sequence)
+-- The place's version at `sequence`: how many events it announced since its sequence began
+-- (`start`, if the caller has read it: a number, or false if it is not kept).
+local function place_version(place, sequence, start)
+  if start == nil then start = tonumber(redis.call('HGET', place.users, '\0')) or false end
+  return sequence - (start or sequence)
 end
 
 local function add_place_event(events, place, kind, user_id, session_id, at_ms, state)
   local n = #events
   events[n + 1], events[n + 2], events[n + 3] = kind, place.id, user_id
   events[n + 4], events[n + 5], events[n + 6] = session_id, at_ms, state or false
+  local start
   if kind == 'REPLACED' then
     events[n + 7] = tonumber(redis.call('HGET', place.users, '')) or 0
   else
-    events[n + 7] = next_in_sequence(place)
+    events[n + 7], start = next_in_sequence(place)
   end
-  events[n + 8] = place_version(place, events[n + 7])
+  events[n + 8] = place_version(place, events[n + 7], start)
   events[n + 9] = ''
 end
 

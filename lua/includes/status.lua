@@ -1,5 +1,4 @@
 --- @include "connections"
---- @include "online_time"
 -- A user's status: what they chose, their custom status, who may see their lastSeen, and
 -- what their live sessions say (idle or not). Kept in the keys that store/keys.py names (in
 -- the hash tag of every script's KEYS): a script that reads or announces statuses passes
@@ -28,7 +27,7 @@
 --   since      ZSET  member=user_id  score=-(when their current online period began, ms), of
 --                    the users online: onlineUsers(orderBy: ONLINE_SINCE)
 -- A script that knows statuses also keeps the online periods its events end
--- (includes/online_time.lua, end_periods), from the names user_index, online_time_prefix,
+-- (includes/online_time.lua, end_periods, through online_time_of), from the names user_index, online_time_prefix,
 -- period_lengths_prefix, analytics_ms and zone of its `shard` argument.
 -- st, stexp and invisible do not expire: a user's choice is kept until they change it (a user
 -- who never chose anything has no st key); the others go with what they describe.
@@ -38,10 +37,8 @@ local function since_key(statuses) return statuses.names.since end
 local function extras_key(statuses, user_id) return statuses.names.extras_prefix .. user_id end
 local function status_expiry_key(statuses) return statuses.names.status_expiries end
 
--- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
--- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
--- it ended but is still kept, not yet announced}.
-local function choices_of(statuses, user_id, now)
+-- The user's choices at `now`, read: see choices_of.
+local function choices_of_now(statuses, user_id, now)
   local v = redis.call('HMGET', status_key(statuses, user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
     'hidden_seen')
   local since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
@@ -54,6 +51,27 @@ local function choices_of(statuses, user_id, now)
     choices.ended = true
   end
   return choices
+end
+
+-- The user's choices at `now`: {chosen, visible, hidden_seen (ms or nil), since (ms or nil),
+-- custom = {text, emoji or false, expires (ms) or false} or nil once ended, ended = true when
+-- it ended but is still kept, not yet announced}. Read once per call in a script that keeps
+-- `statuses.choices` (statuses_of's `remember`), read anew after each write of them here.
+local function choices_of(statuses, user_id, now)
+  local kept = statuses.choices
+  if kept and now == statuses.now then
+    local choices = kept[user_id]
+    if choices then return choices end
+    choices = choices_of_now(statuses, user_id, now)
+    kept[user_id] = choices
+    return choices
+  end
+  return choices_of_now(statuses, user_id, now)
+end
+
+-- Forgets the user's choices read by choices_of, after a write of their st key or onlineSince.
+local function choices_changed(statuses, user_id)
+  if statuses.choices then statuses.choices[user_id] = nil end
 end
 
 -- A session's extras {started (ms or nil), idle (bool), device (string or nil)} from its sx
@@ -72,9 +90,13 @@ end
 -- The extras of each of the sessions `ids`, in order.
 local function extras_of(statuses, user_id, ids)
   if #ids == 0 then return {} end
+  local kept = statuses.live_kept and statuses.live_kept[user_id]
+  local key = kept and table.concat(ids, '\0')
+  if kept and kept.ids == key then return kept.extras end
   local values = redis.call('HMGET', extras_key(statuses, user_id), unpack(ids))
   local out = {}
   for i = 1, #ids do out[i] = parse_extras(values[i]) end
+  if kept then kept.ids, kept.extras = key, out end
   return out
 end
 
@@ -99,7 +121,7 @@ end
 
 -- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
 -- entry alone for a keyless default session (includes/activity.lua).
-local function live_of(statuses, user_id, online_key, now)
+local function live_of_now(statuses, user_id, online_key, now)
   local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
     return live_sessions(statuses.leases, {sessions = sessions_key}, now, statuses.window_ms)
@@ -107,6 +129,25 @@ local function live_of(statuses, user_id, online_key, now)
   local expiry = live_expiry(statuses.leases, online_key, user_id, now)
   if expiry then return {'default', held_slot(expiry) and now or expiry - statuses.window_ms} end
   return {}
+end
+
+-- The same, read once per user in a script that called live_written: {id, activity_ms, ...},
+-- not to be changed by the caller.
+local function live_of(statuses, user_id, online_key, now)
+  local kept = statuses.live_kept
+  if not kept or online_key ~= statuses.online_key or now ~= statuses.now then
+    return live_of_now(statuses, user_id, online_key, now)
+  end
+  if not kept[user_id] then kept[user_id] = {live = live_of_now(statuses, user_id, online_key, now)} end
+  return kept[user_id].live
+end
+
+-- Says that the script has made its last write of its users' sessions keys, online entries
+-- and sessions' extras: from then on live_of reads a user's live sessions once, and extras_of
+-- their extras once (a script that knows statuses reads them again for each status, look and
+-- index record it makes after its changes).
+local function live_written(statuses)
+  statuses.live_kept = {}
 end
 
 -- The user's status as backends and the user see it, with their choices: status, choices.
@@ -121,7 +162,7 @@ end
 local function status_with(statuses, user_id, ending)
   local now = statuses.now
   local choices = choices_of(statuses, user_id, now)
-  local live = live_of(statuses, user_id, statuses.online_key, now)
+  local live = {unpack(live_of(statuses, user_id, statuses.online_key, now))}
   for _, id in ipairs(ending) do
     live[#live + 1], live[#live + 2] = id, now
   end
@@ -129,8 +170,8 @@ local function status_with(statuses, user_id, ending)
 end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
--- key the sessions key's expiry.
-local function tidy_extras(statuses, user_id)
+-- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, else as read.
+local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
   if redis.call('EXISTS', key) == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
@@ -138,6 +179,10 @@ local function tidy_extras(statuses, user_id)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
     if not scores[i] then redis.call('HDEL', key, ids[i]) end
+  end
+  if expire_at then
+    redis.call('PEXPIREAT', key, expire_at)
+    return
   end
   local ttl = redis.call('PTTL', sessions_key)
   if ttl == -2 then
@@ -177,6 +222,7 @@ local function look_of(statuses, kind, user_id, online)
   -- are announced by it, not by the sweep again.
   if choices.ended then
     redis.call('HDEL', status_key(statuses, user_id), 'text', 'emoji', 'expires')
+    choices_changed(statuses, user_id)
     redis.call('ZREM', status_expiry_key(statuses), user_id)
   end
   local away = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id))
@@ -200,6 +246,7 @@ end
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
+  choices_changed(statuses, user_id)
 end
 
 -- Marks the user for the online list's indexes, which index_flush (includes/online_index.lua)
@@ -218,6 +265,7 @@ local function went_offline(statuses, user_id)
   if not since then return end
   statuses.period_starts[user_id] = -tonumber(since)
   redis.call('ZREM', since_key(statuses), user_id)
+  choices_changed(statuses, user_id)
 end
 
 local function hidden_key(statuses) return statuses.names.hidden end
@@ -229,19 +277,25 @@ local function track_activity(statuses, user_id)
   local now = statuses.now
   -- A user without a sessions key has one session, never idle: nothing to note (an entry
   -- left from before is dropped by the sweep, which checks).
-  if redis.call('EXISTS', statuses.names.sessions_prefix .. user_id) == 0 then return end
-  local live = live_of(statuses, user_id, statuses.online_key, now)
-  local ids = {}
-  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
-  local some_idle, active_until, active_held = false, nil, false
   local sessions_key = statuses.names.sessions_prefix .. user_id
+  if redis.call('EXISTS', sessions_key) == 0 then return end
+  -- The live sessions, as live_sessions reads them, with their scores as kept.
+  local rows = redis.call('ZRANGEBYSCORE', sessions_key, now - statuses.window_ms, '+inf', 'WITHSCORES')
+  local ids, scores = {}, {}
+  for i = 1, #rows, 2 do
+    local score = tonumber(rows[i + 1])
+    if session_live(statuses.leases, score, now, statuses.window_ms) then
+      ids[#ids + 1], scores[#scores + 1] = rows[i], score
+    end
+  end
+  local some_idle, active_until, active_held = false, nil, false
   for i, extras in ipairs(extras_of(statuses, user_id, ids)) do
     if extras.idle then
       some_idle = true
-    elseif held_slot(tonumber(redis.call('ZSCORE', sessions_key, ids[i])) or 0) then
+    elseif held_slot(scores[i]) then
       active_held = true
     else
-      active_until = math.max(active_until or 0, live[2 * i] + statuses.window_ms)
+      active_until = math.max(active_until or 0, scores[i] + statuses.window_ms)
     end
   end
   if some_idle and active_until and not active_held then
@@ -278,17 +332,34 @@ local function sync_hidden(statuses, user_id)
   end
 end
 
+-- includes/online_time.lua's functions {end_periods, forget_online_time}, made only when a
+-- call ends an online period: made at the top of every script that knows statuses, its locals
+-- would slow the making of each function after them (Lua finds a function's every captured
+-- local among the ones captured before it, one by one), though few calls end a period. (A
+-- script that includes it before this file has them at its top already.)
+local function online_time_of()
+--- @include "online_time"
+  return {end_periods = end_periods, forget_online_time = forget_online_time}
+end
+
 -- What every script that changes or reads statuses passes to this file's functions (as their
 -- first parameter, `statuses`), made first: the shard's names (its decoded `shard` argument),
 -- its online key, the window (ms), the script's `now` and its leases (includes/live.lua,
 -- lease_book); and what the includes that do not
 -- know statuses call through it (includes/live.lua, `statuses` of a user's keys; fill for
--- announce_all's `looks`, includes/events.lua).
-local function statuses_of(names, online_key, window_ms, now, leases)
+-- announce_all's `looks`, includes/events.lua). With `remember`, choices_of reads a user's
+-- choices once per call: for a script whose only writes of them are this file's (came_online,
+-- went_offline, look_of), which read them anew after.
+local function statuses_of(names, online_key, window_ms, now, leases, remember)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}, dirty = {}, marked = {}}
+    leases = leases, period_starts = {}, dirty = {}, marked = {}, choices = remember and {} or nil}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
-  statuses.end_periods = function(events, size) end_periods(names, statuses.period_starts, events, size) end
+  statuses.end_periods = function(events, size)
+    -- Only a user whose onlineSince went_offline took can have a period to end.
+    if next(statuses.period_starts) then
+      online_time_of().end_periods(names, statuses.period_starts, events, size)
+    end
+  end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
   statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
@@ -296,7 +367,8 @@ local function statuses_of(names, online_key, window_ms, now, leases)
   statuses.online_moved = function(user_id)
     index_mark(statuses, user_id)
     sync_hidden(statuses, user_id)
-    track_activity(statuses, user_id)
+    -- A script that calls track_activity itself once its writes are done sets track_later.
+    if not statuses.track_later then track_activity(statuses, user_id) end
   end
   return statuses
 end

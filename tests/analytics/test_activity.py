@@ -365,4 +365,6 @@ async def test_a_deployment_with_no_activity_folds_nothing_and_keeps_nothing(
     folded = await store.analytics.fold_ended()
     assert folded == 0
     await store.online_time.fold_closed()
+    await store.online_time.carry_over()
+    await store.sweep()
     assert await redis.dbsize() == keys_before

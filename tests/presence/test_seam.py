@@ -79,7 +79,7 @@ async def test_every_script_is_called_with_the_keys_and_arguments_its_header_nam
     monkeypatch.setattr(Shard, "call", recording_call)
     store = PresenceStore(http_redis, deployment)
     await store.choose_publish()
-    await call_every_script(store)
+    await call_every_script(store, http_redis)
     on_cluster = bool(deployment.redis_cluster_nodes)
     called = {script for script, *_ in calls}
     # choose_publish runs on a Redis Cluster only, friend_counts with several shards only.

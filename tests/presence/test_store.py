@@ -44,7 +44,7 @@ from gql_presence.store.scripts import ScriptCall, ScriptName, Scripts
 from gql_presence.store.shard import unpack_options
 from tests import racer
 from tests.conftest import StoreFactory
-from tests.helpers import call_every_script, call_every_webhook_script
+from tests.helpers import call_every_script, call_every_webhook_script, put_old_online_time
 
 KEYS = Keys()
 
@@ -763,7 +763,7 @@ def test_a_users_shard_is_a_stable_hash_of_their_id() -> None:
 
 
 async def test_every_script_call_touches_one_cluster_slot(
-    store: PresenceStore, monkeypatch: pytest.MonkeyPatch
+    store: PresenceStore, redis: Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     slots_of_calls: dict[str, set[int]] = {}
     run = Scripts.run
@@ -801,6 +801,8 @@ async def test_every_script_call_touches_one_cluster_slot(
     await store.active_in_range(ago(hours=1), datetime.now(UTC))
     await store.weekly_stats()
     await store.online_time.online_time(["a", "b"], date(2026, 11, 1), date(2026, 11, 30))
+    await put_old_online_time(redis)
+    await store.online_time.carry_over()
     await store.online_time.fold_closed()
     await store.online_time.online_periods(ago(hours=30), datetime.now(UTC))
     await store.remove_friends("a", ["b"])
@@ -890,7 +892,7 @@ async def test_every_script_call_of_three_shards_touches_one_slot(
     await store.choose_publish()
     sharded = store.sharded_events
     assert sharded == (request.node.callspec.params["deployment"] == "sharded-cluster")
-    await call_every_script(store)
+    await call_every_script(store, http_redis)
     on_cluster = bool(deployment.redis_cluster_nodes)
     assert names == set(ScriptName) - (set() if on_cluster else {ScriptName.CHOOSE_PUBLISH})
     assert all(len(slots) == 1 for slots in slots_of_each_call)
