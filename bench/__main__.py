@@ -281,7 +281,7 @@ def against_bare(name: str, ours: Figures, bare: Figures) -> list[Row]:
 
 async def bench_http(target: Deployment, seconds: float, concurrency: int) -> list[Row]:
     env = target.env
-    await seed_http(target.store)
+    await seed_http(target)
     ours_port, bare_port, many_port, bare_many_port = (free_port() for _ in range(4))
     traced_port, collector_port = free_port(), free_port()
     unplanned_port = free_port()

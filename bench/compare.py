@@ -56,7 +56,7 @@ async def compare(
     then_folder: str, then_env: dict[str, str], seconds: float, rounds: int
 ) -> list[Row]:
     async with one_redis() as (_, target):
-        await seed_http(target.store)
+        await seed_http(target)
         ports = [free_port() for _ in range(3)]
         now = [serve_from(os.getcwd(), target.env, ports[0])]
         then = [serve_from(then_folder, {**target.env, **then_env}, ports[1])]

@@ -30,10 +30,11 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -43,7 +44,7 @@ from gql_presence.cli import new_event_loop
 from gql_presence.running.connection import client_for
 from gql_presence.running.redis_server import free_port, start_redis_server
 from gql_presence.settings import Settings
-from gql_presence.store import PresenceStore
+from gql_presence.store import Presence, PresenceStore
 from gql_presence.store.channels import Channels
 from gql_presence.store.client import AnyRedis
 
@@ -77,9 +78,15 @@ def print_table(rows: list[Row]) -> None:
 # --- processes and what they use ----------------------------------------------------------
 
 
-def start_process(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+def start_process(
+    args: list[str], env: dict[str, str], cwd: str | None = None
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        args, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        args,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
@@ -334,10 +341,31 @@ ONLINE_FRIENDS = (
 )
 
 
+PRESENCES = (
+    "query($u: [ID!]!) { presences(userIds: $u) "
+    "{ userId online lastSeen sessions { sessionId lastSeen } } }"
+)
+
+
+PLACE_MEMBERS = (
+    "query($u: ID!) { placeMembers(placeId: $u, first: 50) { totalCount users "
+    "nodes { userId sessionId joinedAt state } pageInfo { hasNextPage endCursor } } }"
+)
+
+
 TYPENAME = "{ __typename }"
 # presence reads users seen in two sessions each; onlineFriends, users who have the same 200
 # friends, 180 of them online.
 PRESENCE_USERS = tuple(f"p{i}" for i in range(1000))
+
+
+# presences of 20 reads them 20 at a time.
+PRESENCE_GROUPS = tuple(PRESENCE_USERS[i : i + 20] for i in range(0, len(PRESENCE_USERS), 20))
+# placeMembers reads the first 50 of a place's 100 sessions, each with a state.
+PLACES = tuple(f"place{i}" for i in range(10))
+PLACE_SESSIONS = 100
+# The places' sessions are held under a lease that outlives any run without renewals.
+PLACE_LEASE_TTL_MS = 24 * 3600 * 1000
 
 
 FRIENDLY_USERS = tuple(f"f{i}" for i in range(10))
@@ -353,7 +381,8 @@ class Operation:
     name: str
     query: str
     path: str
-    users: tuple[str, ...] = ()
+    # Each request's `$u`: a user's id, a list of ids or a place's id.
+    users: tuple[object, ...] = ()
 
 
 OPERATIONS = (
@@ -362,19 +391,27 @@ OPERATIONS = (
     Operation(
         "onlineFriends(first: 20) of 200 friends", ONLINE_FRIENDS, "/online-friends", FRIENDLY_USERS
     ),
+    Operation("presences of 20 with sessions", PRESENCES, "/presences", PRESENCE_GROUPS),
+    Operation("placeMembers(first: 50) of 100", PLACE_MEMBERS, "/place-members", PLACES),
 )
 
 
 EMPTY = Operation("`{ __typename }`", TYPENAME, "")
 
 
-async def seed_http(store: Store) -> None:
+async def seed_http(deployment: Deployment) -> None:
+    store = deployment.store
     for user in PRESENCE_USERS:
         for session in ("phone", "laptop"):
             await store.touch(user, session)
     await store.touch_many(FRIENDS[:FRIENDS_ONLINE])
     for user in FRIENDLY_USERS:
         await store.add_friends(user, FRIENDS, mutual=False)
+    held = replace(SETTINGS, connection_ttl_ms=PLACE_LEASE_TTL_MS)
+    holder = PresenceStore(deployment.redis, held)
+    for place in PLACES:
+        for i in range(PLACE_SESSIONS):
+            await holder.open_place_session(place, f"m{i}", "tab", {"x": i, "y": 2 * i})
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -405,6 +442,38 @@ def bare_app(settings: Settings) -> web.Application:
         user = {"userId": found.user_id, "online": found.online, "lastSeen": iso(found.last_seen)}
         return web.json_response({"data": {"presence": {**user, "sessions": sessions}}})
 
+    def presence_json(found: Presence) -> dict[str, Any]:
+        sessions = [
+            {"sessionId": s.session_id, "lastSeen": iso(s.last_seen)} for s in found.sessions
+        ]
+        user = {"userId": found.user_id, "online": found.online, "lastSeen": iso(found.last_seen)}
+        return {**user, "sessions": sessions}
+
+    async def presences(request: web.Request) -> web.Response:
+        ids = [str(u) for u in (await request.json())["variables"]["u"]]
+        found = await store.presence_many(ids)
+        return web.json_response({"data": {"presences": [presence_json(p) for p in found]}})
+
+    async def place_members(request: web.Request) -> web.Response:
+        page = await store.place_members(await user_of(request), first=50)
+        nodes = [
+            {
+                "userId": m.user_id,
+                "sessionId": m.session_id,
+                "joinedAt": iso(m.joined_at),
+                "state": None if m.state is None else json.loads(m.state),
+            }
+            for m in page.nodes
+        ]
+        info = {"hasNextPage": page.has_next_page, "endCursor": page.end_cursor}
+        members = {
+            "totalCount": page.total_count,
+            "users": page.users,
+            "nodes": nodes,
+            "pageInfo": info,
+        }
+        return web.json_response({"data": {"placeMembers": members}})
+
     async def online_friends(request: web.Request) -> web.Response:
         page = await store.online_friends(await user_of(request), first=20)
         nodes = [
@@ -425,6 +494,8 @@ def bare_app(settings: Settings) -> web.Application:
     app.router.add_post("/touch", touch)
     app.router.add_post("/presence", presence)
     app.router.add_post("/online-friends", online_friends)
+    app.router.add_post("/presences", presences)
+    app.router.add_post("/place-members", place_members)
     return app
 
 
@@ -744,7 +815,7 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 
 
 async def load(
-    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[str] = ()
+    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[object] = ()
 ) -> tuple[float, float, float]:
     """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`. Each
     request's `$u` is the next of `users`, or by default an id of the client's own."""
@@ -762,7 +833,7 @@ def _figures(elapsed: float, latencies: list[float]) -> tuple[float, float, floa
 
 
 def _load_in_process(
-    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[str], tag: int
+    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[object], tag: int
 ) -> tuple[float, list[float]]:
     return asyncio.run(_load(url, query, seconds, concurrency, users=users, tag=tag))
 
@@ -774,7 +845,7 @@ async def load_from_processes(
     concurrency: int,
     processes: int,
     *,
-    users: Sequence[str] = (),
+    users: Sequence[object] = (),
 ) -> tuple[float, float, float]:
     """As `load`, with the clients spread over `processes` processes, so that one Python
     process of clients does not limit servers that use every core."""
@@ -794,7 +865,7 @@ async def load_from_processes(
 
 
 async def _load(
-    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[str], tag: int = 0
+    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[object], tag: int = 0
 ) -> tuple[float, list[float]]:
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds

@@ -1,5 +1,5 @@
 """touch against the stack a team would build instead, in one run: `python -m bench.peer
-[--seconds S] [--rounds R] [--connections C]`.
+[--seconds S] [--rounds R] [--connections C] [--baseline REV]`.
 
 Three servers on one private Redis, each one process pinned to the first core, loaded in turn
 by wrk (`apt-get install wrk`) pinned to the second, with `touch` for 5,000 users at C
@@ -9,7 +9,8 @@ connections:
 - the peer (bench/peer/server.js): GraphQL Yoga, graphql-jit and ioredis on Node, calling
   the same lua/touch.lua with the same KEYS and ARGV (`npm ci` in bench/peer/ when its
   node_modules is missing);
-- the bare aiohttp handler calling our store's touch: the floor of this stack.
+- the bare aiohttp handler calling our store's touch: the floor of this stack;
+- with --baseline, ours as commit REV has it ("then"), with the same settings.
 
 Before measuring, one touch through each must leave the same keys with the same shapes in
 Redis, and every answer wrk reads must be a touch's data (checked by its script). R rounds,
@@ -43,6 +44,7 @@ from bench.harness import (
     Figures,
     Row,
     cpu_seconds,
+    export,
     figures,
     fmt,
     median_figures,
@@ -291,7 +293,16 @@ def compared(name: str, ours: Figures, other: Figures) -> Row:
     )
 
 
-async def main(seconds: float, rounds: int, connections: int) -> None:
+async def main(seconds: float, rounds: int, connections: int, baseline: str | None) -> None:
+    if baseline is None:
+        await measure(seconds, rounds, connections, None)
+        return
+    with tempfile.TemporaryDirectory(prefix="gqlp-then-") as then_folder:
+        export(baseline, then_folder)
+        await measure(seconds, rounds, connections, then_folder)
+
+
+async def measure(seconds: float, rounds: int, connections: int, then: str | None) -> None:
     if not Path(WRK).is_absolute():
         sys.exit("python -m bench.peer needs wrk: apt-get install wrk")
     redis = start_redis_server()
@@ -313,6 +324,12 @@ async def main(seconds: float, rounds: int, connections: int) -> None:
                 pinned([sys.executable, "-c", code]), {**env, "PYTHONPATH": os.getcwd()}
             ),
         }
+        if then is not None:
+            then_port = free_port()
+            then_command = [*command[:-1], str(then_port)]
+            then_env = {**env, "PYTHONPATH": then}
+            servers.append(Server("then", f"http://127.0.0.1:{then_port}/graphql", []))
+            starts["then"] = lambda: start_process(pinned(then_command), then_env, cwd=then)
         try:
             for server in servers:
                 server.processes.append(starts[server.name]())
@@ -337,6 +354,14 @@ async def main(seconds: float, rounds: int, connections: int) -> None:
         [
             compared(f"{what}: ours against the peer", median["ours"], median["peer"]),
             compared(f"{what}: ours against the bare handler", median["ours"], median["bare"]),
+            *(
+                [
+                    compared(f"{what}: then against the peer", median["then"], median["peer"]),
+                    compared(f"{what}: ours against then", median["ours"], median["then"]),
+                ]
+                if then is not None
+                else []
+            ),
         ]
     )
 
@@ -346,5 +371,8 @@ if __name__ == "__main__":
     parser.add_argument("--seconds", type=float, default=10, help="each server's run (10)")
     parser.add_argument("--rounds", type=int, default=3, help="turns of the three servers (3)")
     parser.add_argument("--connections", type=int, default=50, help="wrk's connections (50)")
+    parser.add_argument("--baseline", help="also serve ours as this commit has it")
     arguments = parser.parse_args()
-    asyncio.run(main(arguments.seconds, arguments.rounds, arguments.connections))
+    asyncio.run(
+        main(arguments.seconds, arguments.rounds, arguments.connections, arguments.baseline)
+    )

@@ -87,7 +87,7 @@ class Mutation:
         ] = False,
     ) -> UserPresence:
         store = authorized_store(info, Need.BACKEND)
-        return UserPresence.of(await store.touch(user_id, session_id, at, device, idle=idle))
+        return UserPresence.read(await store.touch(user_id, session_id, at, device, idle=idle))
 
     @strawberry.mutation(
         description="The user's own choice of status (an end user for their own id: userId null or their own). The custom status is left as it is."

@@ -28,6 +28,7 @@ from strawberry.execution.is_awaitable import optimized_is_awaitable as is_await
 from strawberry.types import ExecutionResult
 from strawberry.types.field import StrawberryField
 
+from gql_presence.graphql.coercion import Arguments
 from gql_presence.graphql.internals import (
     CollectedErrors,
     FieldDetails,
@@ -115,6 +116,8 @@ class PlannedField:
     attribute: str | None = None
     # For other resolvers of Strawberry's, when it can be called without its wrapper.
     direct: DirectCall | None = None
+    # Its arguments' coercion worked out once, for the shapes that can be.
+    arguments: Arguments | None = None
     # The answer of `__typename`; None for every other field.
     typename: str | None = None
     completion: Completion | None = None
@@ -196,13 +199,15 @@ class PlanRun:
                 result = definition.resolve(source, None)  # type: ignore[misc]
             else:
                 node = field.details[0]
-                args = (
-                    get_argument_values(
-                        definition, node.node, self.variables, node.fragment_variable_values
+                args = None if field.arguments is None else field.arguments.coerce(self.variables)
+                if args is None:
+                    args = (
+                        get_argument_values(
+                            definition, node.node, self.variables, node.fragment_variable_values
+                        )
+                        if definition.args or node.node.arguments
+                        else {}
                     )
-                    if definition.args or node.node.arguments
-                    else {}
-                )
                 resolve = definition.resolve
                 assert resolve is not None  # planned only so
                 assert path is not None  # a resolver with info needs it

@@ -57,6 +57,7 @@ from strawberry.types import ExecutionResult
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.field import StrawberryField
 
+from gql_presence.graphql.coercion import Arguments, Variables
 from gql_presence.graphql.internals import (
     FieldDetails,
     FragmentDetails,
@@ -144,18 +145,25 @@ class Plan:
     def _prepared(
         self, raw_variables: dict[str, Any] | None
     ) -> tuple[VariableValues, tuple[PlannedField, ...]] | str:
-        variables = get_variable_values(
-            self.schema,
-            self.operation.variable_definitions or (),
-            raw_variables or {},
-            max_errors=_MAX_COERCION_ERRORS,
-        )
+        variables: VariableValues | list[GraphQLError] | None
+        variables = self._variables.coerce(raw_variables or {})
+        if variables is None:  # a shape not covered, or an error graphql-core words
+            variables = get_variable_values(
+                self.schema,
+                self.operation.variable_definitions or (),
+                raw_variables or {},
+                max_errors=_MAX_COERCION_ERRORS,
+            )
         if isinstance(variables, list):
             return "variables in error"  # reported by the full path
         roots = self._compiled(variables)
         if roots is None:
             return "not covered"
         return variables, roots
+
+    @cached_property
+    def _variables(self) -> Variables:
+        return Variables(self.schema, tuple(self.operation.variable_definitions or ()))
 
     @cached_property
     def _conditions(self) -> tuple[str, ...]:
@@ -219,6 +227,7 @@ class Plan:
             basic=basic,
             attribute=_attribute_read(definition) if basic else None,
             direct=None if basic else _direct_call(self.schema, definition),
+            arguments=None if basic else _arguments(definition, details),
             completion=completion,
             leaf=leaf,
             needs_path=not (basic and leaf),
@@ -244,6 +253,14 @@ class Plan:
         if any(f is None for f in fields):
             return None
         return ObjectFields(type_, tuple(f for f in fields if f is not None))
+
+
+def _arguments(definition: GraphQLField, details: list[FieldDetails]) -> Arguments | None:
+    """The field's arguments coerced from what was worked out once, when they can be."""
+    if not definition.args or details[0].fragment_variable_values is not None:
+        return None
+    arguments = Arguments(definition, details[0].node)
+    return arguments if arguments.covered else None
 
 
 def _attribute_read(definition: GraphQLField) -> str | None:

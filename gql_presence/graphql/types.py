@@ -6,9 +6,10 @@ Docstrings and descriptions here are what frontend developers read in GraphiQL.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import date, datetime
 from enum import Enum
-from typing import Annotated
+from typing import Annotated, Any
 
 import strawberry
 from strawberry.types.nodes import SelectedField, Selection
@@ -21,6 +22,7 @@ from gql_presence.store import PlaceKind, PublishedPlaceEvent, models
 from gql_presence.store.days import from_ms
 from gql_presence.store.feed import ChangePage as ChangesRead
 from gql_presence.store.feed import EventCursors
+from gql_presence.store.replies import PresenceReply
 
 ID = strawberry.ID
 
@@ -191,6 +193,7 @@ class UserPresence:
 
     @classmethod
     def of(cls, presence: models.Presence) -> UserPresence:
+        # Field by field as _CONVERSIONS, written out: a list of presences makes many.
         return cls(
             user_id=ID(presence.user_id),
             online=presence.online,
@@ -207,6 +210,11 @@ class UserPresence:
         )
 
     @classmethod
+    def read(cls, presence: PresenceReply) -> UserPresence:
+        """The same as `of(presence.presence())`, each field converted when first read."""
+        return _ReadUserPresence(presence)
+
+    @classmethod
     def listed(cls, user: models.ListedUser) -> UserPresence:
         """A list's node as the list knows it (id, online, lastSeen as backends see it): for
         a selection that asks for nothing more."""
@@ -221,6 +229,45 @@ class UserPresence:
             last_seen_visible_to=None,
             online_since=None,
         )
+
+
+_Fields = models.Presence | PresenceReply
+
+# How each field of UserPresence is made from the store's presence.
+_CONVERSIONS: dict[str, Callable[[_Fields], Any]] = {
+    "user_id": lambda p: ID(p.user_id),
+    "online": lambda p: p.online,
+    "last_seen": lambda p: p.last_seen,
+    "sessions": lambda p: [Session.of(s) for s in p.sessions],
+    "status": lambda p: PresenceStatus(p.status.value),
+    "custom_status": lambda p: CustomStatus.of(p.custom),
+    "chosen_status": lambda p: None if p.chosen is None else ChosenStatus(p.chosen.value),
+    "last_seen_visible_to": lambda p: (
+        None if p.visible_to is None else Visibility(p.visible_to.value)
+    ),
+    "online_since": lambda p: p.online_since,
+    "version": lambda p: p.version,
+}
+
+
+class _ReadUserPresence(UserPresence):
+    """A UserPresence whose fields are converted when first read (by a plan's getattr or
+    Strawberry's resolver of a plain field, the only readers): an answer that asks for
+    `online` alone converts no session, status or time, and the store decodes none."""
+
+    def __init__(self, presence: PresenceReply) -> None:  # the dataclass's is not called
+        self._presence = presence
+        # UserPresence has a class attribute for it (its default), which __getattr__ would
+        # never be asked for.
+        self.version = presence.version
+
+    def __getattr__(self, name: str) -> Any:
+        convert = _CONVERSIONS.get(name)
+        if convert is None:
+            raise AttributeError(name)
+        value = convert(self._presence)
+        setattr(self, name, value)
+        return value
 
 
 # What a list's node knows without reading the users' presence: for a backend, lastSeen too.

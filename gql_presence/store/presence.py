@@ -58,7 +58,7 @@ from gql_presence.store.models import (
 from gql_presence.store.online_time import OnlineTime
 from gql_presence.store.places import Places
 from gql_presence.store.publishing import Publish
-from gql_presence.store.replies import presence_of
+from gql_presence.store.replies import PresenceReply, presence_of
 from gql_presence.store.scripts import ScriptName, Scripts
 from gql_presence.store.sessions import Sessions
 from gql_presence.store.shard import Shard, by_shard, guarded, named
@@ -236,9 +236,9 @@ class PresenceStore:
         device: str | None = None,
         *,
         idle: bool = False,
-    ) -> Presence:
+    ) -> PresenceReply:
         """Activity of one session (`idle`: of a user away from it); `device`, if given,
-        replaces what the session said it is."""
+        replaces what the session said it is. The presence after it, decoded as it is read."""
         check_id(user_id, "userId")
         session = DEFAULT_SESSION if session_id is None else check_id(session_id, "sessionId")
         check_device(device)
@@ -272,7 +272,7 @@ class PresenceStore:
                 idle=int(idle),
             ),
         )
-        return presence_of(user_id, reply[1])
+        return PresenceReply(user_id, reply[1])
 
     async def touch_many(self, user_ids: Sequence[str], at: datetime | None = None) -> int:
         """One script per shard of the users, in parallel; `at` backfills activity alone."""

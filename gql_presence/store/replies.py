@@ -6,11 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from gql_presence.store.days import from_ms
 from gql_presence.store.models import (
     ChosenStatus,
+    CustomStatus,
     ListedUser,
     PlaceMember,
     Presence,
@@ -28,6 +30,78 @@ def text(value: bytes | str) -> str:
 def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
     """A user's presence from a presence_entry of lua/includes/status.lua."""
     last_seen_ms, live, status, chosen, custom, visible, hidden_ms, since_ms, version = entry
+    sessions = _sessions_of(live)
+    return Presence(
+        user_id,
+        online=bool(sessions),
+        last_seen=_time_or_none(last_seen_ms),
+        sessions=sessions,
+        status=Status(text(status)),
+        custom=custom_status_of(custom),
+        chosen=ChosenStatus(text(chosen)),
+        visible_to=Visibility(text(visible)),
+        online_since=_time_or_none(since_ms),
+        hidden_last_seen=_time_or_none(hidden_ms),
+        version=int(version),
+    )
+
+
+class PresenceReply:
+    """The fields of `presence_of(user_id, entry)`, each read from the entry when first asked
+    for: an answer that asks for `online` alone (most touches') decodes no time, status or
+    session."""
+
+    def __init__(self, user_id: str, entry: Sequence[Any]) -> None:
+        self.user_id = user_id
+        self._entry = entry
+
+    @cached_property
+    def online(self) -> bool:
+        return len(self._entry[1]) > 0
+
+    @cached_property
+    def last_seen(self) -> datetime | None:
+        return _time_or_none(self._entry[0])
+
+    @cached_property
+    def sessions(self) -> tuple[Session, ...]:
+        return _sessions_of(self._entry[1])
+
+    @cached_property
+    def status(self) -> Status:
+        return Status(text(self._entry[2]))
+
+    @cached_property
+    def chosen(self) -> ChosenStatus:
+        return ChosenStatus(text(self._entry[3]))
+
+    @cached_property
+    def custom(self) -> CustomStatus | None:
+        return custom_status_of(self._entry[4])
+
+    @cached_property
+    def visible_to(self) -> Visibility:
+        return Visibility(text(self._entry[5]))
+
+    @cached_property
+    def hidden_last_seen(self) -> datetime | None:
+        return _time_or_none(self._entry[6])
+
+    @cached_property
+    def online_since(self) -> datetime | None:
+        return _time_or_none(self._entry[7])
+
+    @cached_property
+    def version(self) -> int:
+        return int(self._entry[8])
+
+    def presence(self) -> Presence:
+        return presence_of(self.user_id, self._entry)
+
+
+def _sessions_of(live: Sequence[Any]) -> tuple[Session, ...]:
+    """Live sessions ({session_id, activity_ms, started_ms, idle, device} flat), most
+    recently active first."""
     sessions = []
     for i in range(0, len(live), 5):
         session_id, activity_ms, started_ms, idle, device = live[i : i + 5]
@@ -41,19 +115,7 @@ def presence_of(user_id: str, entry: Sequence[Any]) -> Presence:
             )
         )
     sessions.sort(key=lambda session: (-session.last_seen.timestamp(), session.session_id))
-    return Presence(
-        user_id,
-        online=bool(sessions),
-        last_seen=_time_or_none(last_seen_ms),
-        sessions=tuple(sessions),
-        status=Status(text(status)),
-        custom=custom_status_of(custom),
-        chosen=ChosenStatus(text(chosen)),
-        visible_to=Visibility(text(visible)),
-        online_since=_time_or_none(since_ms),
-        hidden_last_seen=_time_or_none(hidden_ms),
-        version=int(version),
-    )
+    return tuple(sessions)
 
 
 def _time_or_none(ms: Any) -> datetime | None:

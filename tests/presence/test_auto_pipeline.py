@@ -8,8 +8,9 @@ import asyncio
 import pytest
 from redis.asyncio import Redis
 
-from gql_presence.store import Presence, PresenceStore
+from gql_presence.store import PresenceStore
 from gql_presence.store.errors import SessionRevokedError
+from gql_presence.store.replies import PresenceReply
 
 # Holds Redis for a few hundred ms, as a slow command of another client would. (Counted, not
 # timed: Valkey's TIME stands still while a script runs.)
@@ -36,7 +37,7 @@ async def test_calls_made_together_share_a_connection_and_each_gets_its_own_answ
         store.touch("kicked", "tab"),
         return_exceptions=True,
     )
-    assert [a.user_id for a in answers[:-1] if isinstance(a, Presence)] == users
+    assert [a.user_id for a in answers[:-1] if isinstance(a, PresenceReply)] == users
     assert isinstance(answers[-1], SessionRevokedError)
     # Sent one by one, 31 calls at once would have opened about as many connections.
     assert await connected_clients(redis) - before <= 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import json
 import sys
 import zlib
@@ -83,7 +84,23 @@ async def test_touch_makes_a_user_online_in_the_default_session(store: PresenceS
         <= datetime.now(UTC) + timedelta(seconds=1)
     )
     assert [s.session_id for s in touched.sessions] == ["default"]
-    assert await store.presence("alice") == touched
+    assert await store.presence("alice") == touched.presence()
+
+
+async def test_a_touch_answers_each_field_as_the_users_presence(store: PresenceStore) -> None:
+    await store.touch("alice", "laptop", at=ago(seconds=30), device="desktop")
+    await store.set_status("alice", ChosenStatus.BUSY)
+    await store.set_custom_status("alice", "Lunch", "🥪", expires_at=ago(seconds=-600))
+    await store.set_last_seen_visibility("alice", Visibility.FRIENDS)
+    touched = await store.touch("alice", "phone", device="ios", idle=True)
+    assert touched.presence() == await store.presence("alice")
+    # Each field read alone, first of its reply's fields, as an answer that asks for one.
+    for field in dataclasses.fields(touched.presence()):
+        alone = await store.touch("alice", "phone", device="ios", idle=True)
+        assert getattr(alone, field.name) == getattr(alone.presence(), field.name), field.name
+    assert [s.session_id for s in touched.sessions] == ["phone", "laptop"]
+    assert touched.custom is not None
+    assert touched.custom.emoji == "🥪"
 
 
 async def test_sessions_are_listed_most_recent_first(store: PresenceStore) -> None:
