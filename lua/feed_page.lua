@@ -17,29 +17,18 @@
 ]]
 --- @include "clock"
 --- @include "options"
+--- @include "stream_ids"
 local feed_key = KEYS[1]
 local after, count = ARGV[1], tonumber(ARGV[2])
 local shard = shard_options(ARGV[3])
-
--- An id's {ms, sequence}.
-local function parts(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
-local function before(a, b)
-  local a_ms, a_seq = parts(a)
-  local b_ms, b_seq = parts(b)
-  return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
-end
 
 local now = now_ms()
 local oldest_ms = now - shard.feed_retention_ms
 if after ~= '' then
   local first = redis.call('XRANGE', feed_key, '-', '+', 'COUNT', 1)[1]
-  local trimmed = first and before(after, first[1])
+  local trimmed = first and stream_id_before(after, first[1])
     and redis.call('XLEN', feed_key) >= shard.feed_max_changes
-  if parts(after) < oldest_ms or trimmed then return {1, after} end
+  if stream_id_parts(after) < oldest_ms or trimmed then return {1, after} end
 end
 
 local out = {0, after}
@@ -58,6 +47,6 @@ if out[2] == '' then
   -- is later: every entry added from now on comes after it, and it grows old only with time.
   local present = (now - 1) .. '-18446744073709551615'
   local newest = redis.call('XREVRANGE', feed_key, '+', '-', 'COUNT', 1)[1]
-  out[2] = (newest and before(present, newest[1])) and newest[1] or present
+  out[2] = (newest and stream_id_before(present, newest[1])) and newest[1] or present
 end
 return out

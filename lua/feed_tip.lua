@@ -20,25 +20,15 @@
 ]]
 --- @include "clock"
 --- @include "options"
+--- @include "stream_ids"
 local feed_key = KEYS[1]
 local after, count = ARGV[1], tonumber(ARGV[2])
 local shard = shard_options(ARGV[3])
 
--- An id's {ms, sequence}.
-local function parts(id)
-  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
-  return tonumber(ms), tonumber(seq)
-end
-
-local function before(a, b)
-  local a_ms, a_seq = parts(a)
-  local b_ms, b_seq = parts(b)
-  return a_ms < b_ms or (a_ms == b_ms and a_seq < b_seq)
-end
-
 local now = now_ms()
 local first = redis.call('XRANGE', feed_key, '-', '+', 'COUNT', 1)[1]
-if first and before(after, first[1]) and (parts(after) < now - shard.feed_retention_ms
+if first and stream_id_before(after, first[1])
+    and (stream_id_parts(after) < now - shard.feed_retention_ms
     or redis.call('XLEN', feed_key) >= shard.feed_max_changes) then
   return {1, after}
 end
@@ -54,6 +44,6 @@ else
   -- As lua/feed_page.lua's present.
   out[2] = (now - 1) .. '-18446744073709551615'
   local newest = entries[#entries] or redis.call('XREVRANGE', feed_key, '+', '-', 'COUNT', 1)[1]
-  if newest and before(out[2], newest[1]) then out[2] = newest[1] end
+  if newest and stream_id_before(out[2], newest[1]) then out[2] = newest[1] end
 end
 return out
