@@ -53,12 +53,11 @@ from graphql import (
 from graphql.language.ast import Token
 from graphql.language.location import get_locations
 from graphql.pyutils import Undefined
-from strawberry.extensions import SchemaExtension
-from strawberry.types import ExecutionResult
+from strawberry.types import ExecutionContext, ExecutionResult
 
 from gql_presence.graphql.document_limits import validate_document
 from gql_presence.graphql.internals import core_schema, provided_operation_name
-from gql_presence.graphql.planned import Plan, make_plan
+from gql_presence.graphql.planned import Plan, PlanRecorder, Plans, make_plan
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.policy.limits import MAX_TOKENS
 
@@ -370,24 +369,21 @@ class _ArgumentLiterals(Visitor):
             self.literals[node.loc.start] = type_
 
 
-class ShapeRecorder(SchemaExtension):
-    """Learns the shape of each document that passes parsing, the token limit and
-    validation."""
+class ShapeRecorder(PlanRecorder):
+    """Plans each document that passes parsing, the token limit and validation, as
+    PlanRecorder does, and learns its shape."""
 
-    def __init__(self, *, shapes: LiteralShapes) -> None:
-        super().__init__()
+    def __init__(self, *, plans: Plans, shapes: LiteralShapes) -> None:
+        super().__init__(plans=plans)
         self._shapes = shapes
 
-    def on_validate(self) -> Any:
-        yield
-        context = self.execution_context
-        document = context.graphql_document
-        if context.pre_execution_errors == [] and document is not None and context.query:
-            self._shapes.learn(
-                schema=core_schema(context.schema),
-                query=context.query,
-                provided_name=provided_operation_name(context),
-                operation_name=context.operation_name,
-                document=document,
-                rules=context.validation_rules,
-            )
+    def learn(self, context: ExecutionContext, query: str, document: DocumentNode) -> None:
+        super().learn(context, query, document)
+        self._shapes.learn(
+            schema=core_schema(context.schema),
+            query=query,
+            provided_name=provided_operation_name(context),
+            operation_name=context.operation_name,
+            document=document,
+            rules=context.validation_rules,
+        )

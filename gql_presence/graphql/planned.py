@@ -53,7 +53,7 @@ from strawberry.extensions import SchemaExtension
 from strawberry.relay.types import GlobalID
 from strawberry.scalars import is_scalar
 from strawberry.schema.schema_converter import GraphQLCoreConverter
-from strawberry.types import ExecutionResult
+from strawberry.types import ExecutionContext, ExecutionResult
 from strawberry.types.base import StrawberryMaybe, StrawberryOptional
 from strawberry.types.field import StrawberryField
 
@@ -416,10 +416,14 @@ class PlanRecorder(SchemaExtension):
         context = self.execution_context
         document = context.graphql_document
         if context.pre_execution_errors == [] and document is not None and context.query:
-            self._plans.learn(
-                core_schema(context.schema),
-                context.query,
-                provided_operation_name(context),
-                context.operation_name,
-                document,
-            )
+            self.learn(context, context.query, document)
+
+    def learn(self, context: ExecutionContext, query: str, document: DocumentNode) -> None:
+        """What is kept of a document that passed: its plan."""
+        self._plans.learn(
+            core_schema(context.schema),
+            query,
+            provided_operation_name(context),
+            context.operation_name,
+            document,
+        )

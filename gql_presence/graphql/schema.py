@@ -119,10 +119,10 @@ def build_schema(
     ]
     if not introspection:
         extensions.append(DisableIntrospection)
-    if plans is not None:
+    if plans is not None and shapes is not None:
+        extensions.append(partial(ShapeRecorder, plans=plans, shapes=shapes))
+    elif plans is not None:
         extensions.append(partial(PlanRecorder, plans=plans))
-    if shapes is not None:
-        extensions.append(partial(ShapeRecorder, shapes=shapes))
     config = StrawberryConfig(
         scalar_map={datetime: DateTimeScalar, date: DateScalar, JSONObject: JSONObjectScalar},
         name_converter=KeptNames(),

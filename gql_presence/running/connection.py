@@ -164,24 +164,24 @@ def redis_client(
 _HIREDIS = HiredisRespSerializer()
 
 
-def _hiredis_packed(args: tuple[EncodableT, ...]) -> list[bytes]:
-    # redis-py annotates its serializer's arguments as lists: they are a command's values.
-    return cast("list[bytes]", _HIREDIS.pack(*cast("Any", args)))
+class _PackedByHiredis:
+    """Put before a redis-py connection class: its commands packed by hiredis."""
 
-
-class _HiredisConnection(AsyncConnection):
     def pack_command(self, *args: EncodableT) -> list[bytes]:
-        return _hiredis_packed(args)
+        # redis-py annotates its serializer's arguments as lists: they are a command's values.
+        return cast("list[bytes]", _HIREDIS.pack(*cast("Any", args)))
 
 
-class _HiredisSSLConnection(SSLConnection):
-    def pack_command(self, *args: EncodableT) -> list[bytes]:
-        return _hiredis_packed(args)
+class _HiredisConnection(_PackedByHiredis, AsyncConnection):
+    pass
 
 
-class _HiredisUnixConnection(UnixDomainSocketConnection):
-    def pack_command(self, *args: EncodableT) -> list[bytes]:
-        return _hiredis_packed(args)
+class _HiredisSSLConnection(_PackedByHiredis, SSLConnection):
+    pass
+
+
+class _HiredisUnixConnection(_PackedByHiredis, UnixDomainSocketConnection):
+    pass
 
 
 _PACKED_BY_HIREDIS: dict[type[AbstractConnection], type[AbstractConnection]] = {

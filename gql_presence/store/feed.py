@@ -167,17 +167,9 @@ class Feed:
         after this call comes after it). What is between `after` and the bound is exactly the
         entries returned: CursorExpiredError when entries after `after` may be gone (but not
         for an `after` older than the retention with nothing gone after it, as shard_page)."""
-        shard = self._shards[index]
-        reply = await shard.run(
-            ScriptName.FEED_TIP,
-            named(feed=shard.keys.feed),
-            named(after=after, count=count, shard=shard.options),
-        )
-        if int(reply[0]):
-            raise CursorExpiredError(_EXPIRED)
-        flat = [text(v) for v in reply[2:]]
+        bound, flat = await self._read(self._shards[index], after, count, ScriptName.FEED_TIP)
         entries = [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
-        return text(reply[1]), entries
+        return bound, entries
 
     @property
     def retention_ms(self) -> int:
@@ -213,9 +205,13 @@ class Feed:
         shard = self._shards[shard_of(user_or_place_id, len(self._shards))]
         return (await self._read(shard, "", 0))[0]
 
-    async def _read(self, shard: Shard, after: str, count: int) -> tuple[str, list[str]]:
+    async def _read(
+        self, shard: Shard, after: str, count: int, script: ScriptName = ScriptName.FEED_PAGE
+    ) -> tuple[str, list[str]]:
+        """A read of a shard's feed by feed_page.lua (or feed_tip.lua, which answers alike):
+        its position and the entries' id, field and JSON, flat."""
         reply = await shard.run(
-            ScriptName.FEED_PAGE,
+            script,
             named(feed=shard.keys.feed),
             named(after=after, count=count, shard=shard.options),
         )
