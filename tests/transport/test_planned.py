@@ -204,7 +204,7 @@ def comparable(answer: Answer) -> Answer:
         if isinstance(value, list):
             return [reduced(v) for v in value]
         if isinstance(value, str):
-            if key in {"endCursor", "feedCursor"}:
+            if key in {"endCursor", "feedCursor", "cursor"}:
                 return "<cursor>"
             return _TIME.sub("<time>", value)
         return value
