@@ -171,10 +171,16 @@ end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
 -- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, else as read.
+-- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
   if redis.call('EXISTS', key) == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
+  local ttl = not expire_at and redis.call('PTTL', sessions_key)
+  if ttl == -2 then
+    redis.call('DEL', key)
+    return
+  end
   local ids = redis.call('HKEYS', key)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
@@ -184,10 +190,7 @@ local function tidy_extras(statuses, user_id, expire_at)
     redis.call('PEXPIREAT', key, expire_at)
     return
   end
-  local ttl = redis.call('PTTL', sessions_key)
-  if ttl == -2 then
-    redis.call('DEL', key)
-  elseif ttl == -1 then
+  if ttl == -1 then
     redis.call('PERSIST', key)
   else
     redis.call('PEXPIRE', key, ttl)
