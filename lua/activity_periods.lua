@@ -74,9 +74,12 @@ if hours then
         reply[#reply + 1] = redis.call('BITCOUNT', hour_key)
         reply[#reply + 1] = previous and count_and(hour_key, previous) or 0
       end
-      -- First-timers of the day active in this hour, less those active in an earlier one.
-      redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
-      redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
+      -- First-timers of the day active in this hour, less those active in an earlier one
+      -- (a folded hour whose frozen bitmap is gone is in seen already).
+      if not folded[i] or redis.call('EXISTS', hour_key) == 1 then
+        redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
+        redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
+      end
       local now_seen = redis.call('BITCOUNT', seen_key)
       if not folded[i] then reply[#reply + 1] = now_seen - seen end
       seen = now_seen

@@ -69,21 +69,28 @@ local function fold()
   -- hours' first-timers: those of its folded hours (seen, or their frozen bitmaps where a day
   -- was folded before seen was kept) and those of the others' bitmaps.
   redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
-  local hours = {seen_key}
+  -- Only keys that exist: BITOP takes its fast path only while every source has bytes left.
+  local hours = {}
+  local function add(key)
+    if redis.call('EXISTS', key) == 1 then hours[#hours + 1] = key end
+  end
+  add(seen_key)
   if earlier > 0 then
     local folded = redis.call('HMGET', record_key, unpack(ARGV, 6, 5 + earlier))
-    for i = 1, earlier do
-      hours[i + 1] = KEYS[(folded[i] and 6 or 5) + 2 * (2 + i)]
+    for i = 1, earlier do add(KEYS[(folded[i] and 6 or 5) + 2 * (2 + i)]) end
+  end
+  if #hours > 0 then
+    redis.call('BITOP', 'OR', scratch_key, unpack(hours))
+    redis.call('BITOP', 'AND', scratch_key, scratch_key, first_key)
+    redis.call('BITOP', 'OR', seen_key, scratch_key, cohort_key)
+    if active > 0 then
+      redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
+      redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
     end
+  else
+    redis.call('BITOP', 'OR', seen_key, cohort_key)
   end
-  redis.call('BITOP', 'OR', scratch_key, unpack(hours))
-  redis.call('BITOP', 'AND', scratch_key, scratch_key, first_key)
-  redis.call('BITOP', 'OR', seen_key, scratch_key, cohort_key)
   if redis.call('EXISTS', seen_key) == 1 then redis.call('PEXPIREAT', seen_key, keep_until_ms) end
-  if active > 0 then
-    redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
-    redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
-  end
   local size = redis.call('BITCOUNT', cohort_key)
   local row, last = {active, returning, size}, 3
   if size > 0 then

@@ -55,16 +55,21 @@ if hours then
   -- its folded hours are in seen (or their frozen bitmaps, where the day was folded before
   -- seen was kept).
   redis.call('BITOP', 'AND', cohort_key, KEYS[4], bitmap(6))
-  local earlier = {KEYS[5]}
+  -- Only keys that exist: BITOP takes its fast path only while every source has bytes left.
+  local earlier = {}
+  local function add(key)
+    if redis.call('EXISTS', key) == 1 then earlier[#earlier + 1] = key end
+  end
+  add(KEYS[5])
   if #ARGV > 3 then
     local folded = redis.call('HMGET', KEYS[3], unpack(ARGV, 4))
-    for j = 1, #folded do
-      earlier[j + 1] = KEYS[(folded[j] and 9 or 8) + 2 * (j - 1)]
-    end
+    for j = 1, #folded do add(KEYS[(folded[j] and 9 or 8) + 2 * (j - 1)]) end
   end
-  redis.call('BITOP', 'OR', scratch_key, unpack(earlier))
-  redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
-  redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
+  if #earlier > 0 then
+    redis.call('BITOP', 'OR', scratch_key, unpack(earlier))
+    redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
+    redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
+  end
 else
   redis.call('BITOP', 'OR', cohort_key, unpack(KEYS, 3, 2 + cohort_keys))
 end
