@@ -173,12 +173,12 @@ async def bitmap_bytes(
 ) -> None:
     """Prints each kind of bitmap's bytes, per user index and per active user-day."""
     # Each kind's bytes over the user-days of the days its kept keys cover: the hourly
-    # figures (hour bitmaps, live or as folded, and folded counts) the last
-    # PRESENCE_HOURLY_DAYS or so, the rest every day made.
+    # figures (hour bitmaps, live or as folded, folded counts, the first-timers of folded
+    # hours) the last PRESENCE_HOURLY_DAYS or so, the rest every day made.
     daily = [len(set().union(*(set(h) for h in hours[d]))) for d in range(DAYS)]
     sizes: dict[str, int] = {}
     hour_days: set[int] = set()
-    hourly = {"hour", "hourf", "hfold"}
+    hourly = {"hour", "hourf", "hfold", "hseen"}
     kinds = {"day", "week", "month", "first", "firstw", "firstm", "firstdays", *hourly}
     async for key in redis.scan_iter(match="gqlp:*", count=1000):
         kind = key.split(":")[2]
@@ -187,7 +187,7 @@ async def bitmap_bytes(
         if kind in {"hour", "hourf"}:
             start = datetime.fromtimestamp(int(key.split(":")[3]) / 1000, UTC)
             hour_days.add((start - first).days)
-        if kind == "hfold":
+        if kind in {"hfold", "hseen"}:
             label = datetime.fromisoformat(key.split(":")[3]).replace(tzinfo=UTC)
             hour_days.add((label - first).days)
     print(

@@ -18,6 +18,9 @@ online (ONLINE), a kick that ends their period (KICKED), and a presenceSession's
 - bytes kept per active user-day: MEMORY USAGE of every online time key over the user-days
   with time, of the folded days alone and of all 92 days (with yesterday's and today's dense
   counters).
+
+`python -m bench.online_time --breakdown` writes and folds the same 92 days on this checkout
+alone and prints those bytes by kind of key.
 """
 
 from __future__ import annotations
@@ -211,12 +214,55 @@ async def write_and_fold(
     return float(statistics.median(times)) / 1000
 
 
+async def breakdown() -> None:
+    """Prints the bytes of each kind of online time key (ot:<kind>...) per active user-day,
+    over the folded days for the folded kinds and over all days for the rest."""
+    from gql_presence.store.days import day_number  # noqa: PLC0415 - this checkout's only
+    from gql_presence.store.keys import Keys  # noqa: PLC0415
+
+    server = start_redis_server()
+    try:
+        r = redis_client(server.url)
+        store = PresenceStore(r, Settings(redis_url=server.url))
+        await store.load_scripts()
+        k = Keys()
+        await r.hset(k.user_index, mapping={f"u{i}": i for i in range(INDEXED)})
+        await r.set(k.next_index, INDEXED)
+        first = datetime.now(UTC).date() - timedelta(days=DAYS - 1)
+        days = spread(random.Random(1))
+        await write_and_fold(r, store, first, days)
+        sizes: dict[str, int] = {}
+        folded_days = {str(day_number(first) + d) for d in range(DAYS - 2)}
+        folded_kinds = {"m", "b", "c", "r", "l"}
+        async for key in r.scan_iter(k.online_time() + "*", count=1000):
+            rest = key.removeprefix(k.online_time())
+            kind = rest[0]
+            if kind in folded_kinds and rest[1:] not in folded_days:
+                kind += " (open days)"
+            size = int(await r.memory_usage(key, samples=0) or 0)
+            sizes[kind] = sizes.get(kind, 0) + size
+        folded_users = sum(len(d) for d in days[:-2])
+        print("| kind | bytes | bytes per active user-day |\n|---|---|---|")
+        for kind, size in sorted(sizes.items()):
+            over = folded_users if kind in folded_kinds else sum(len(d) for d in days)
+            print(f"| ot:{kind} | {size:,} | {size / over:.3f} |")
+        total = sum(v for kind, v in sizes.items() if kind in folded_kinds)
+        print(f"folded days: {total / folded_users:.2f} bytes per active user-day")
+        await r.aclose()
+    finally:
+        server.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--baseline", action="append", default=[], metavar="REV")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--breakdown", action="store_true", help="bytes by kind of key")
     args = parser.parse_args()
+    if args.breakdown:
+        asyncio.run(breakdown())
+        return
     if args.measure:
         asyncio.run(measure())
         return

@@ -10,10 +10,12 @@
   KEYS[4..]  bitmaps  "periods": the n periods' bitmaps, oldest first, then as many of the
                     users first active in each (first-day, first-week or first-month).
                     "hours": the record of the day's folded hours, the record of the hour
-                    before's day, the first-day bitmap of the day, the frozen bitmap of the
-                    hour before, then the day's hours' bitmaps, oldest first, then their
-                    frozen bitmaps (a frozen bitmap, where it exists, is read instead of the
-                    live one: the hour as it was folded)
+                    before's day, the first-day bitmap of the day, the day's first-timers
+                    active in its folded hours (fold_hour.lua's seen), the frozen bitmap of
+                    the hour before, then the day's hours' bitmaps, oldest first, then their
+                    frozen bitmaps (a folded hour is read from its frozen bitmap, the hour as
+                    it was folded, where one is kept; the hour before from its frozen bitmap
+                    where it exists, else its live one)
   ARGV[1]  mode            "periods" (days, weeks, months) or "hours" (every hour of one day)
   ARGV[2]  before_counted  0|1: 0 when the period before is outside what is kept (empty)
   ARGV[3..]  starts        "hours" only: the hour before's start, then each hour's (ms): their
@@ -37,8 +39,8 @@ end
 local reply = {counted_before and redis.call('BITCOUNT', before_key) or 0}
 local previous = counted_before and before_key or nil
 if hours then
-  local record_key, before_record_key, first_key = KEYS[4], KEYS[5], KEYS[6]
-  local n = (#KEYS - 7) / 2
+  local record_key, before_record_key, first_key, folded_seen = KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+  local n = (#KEYS - 8) / 2
   -- A frozen bitmap, where it exists, is the hour as folded.
   local function bitmap(live, frozen)
     if redis.call('EXISTS', frozen) == 1 then return frozen end
@@ -50,12 +52,15 @@ if hours then
   if counted_before then
     local row = redis.call('HGET', before_record_key, ARGV[3])
     if row then reply[1] = tonumber(string.match(row, '^%d+')) end
-    if not all_folded then previous = bitmap(before_key, KEYS[7]) end
+    if not all_folded then previous = bitmap(before_key, KEYS[8]) end
   end
-  local seen = 0
+  -- The first-timers of the folded hours: seen, or their frozen bitmaps where the day was
+  -- folded before seen was kept (a folded hour's live bitmap holds late writes only).
   redis.call('DEL', seen_key)
+  if not all_folded then redis.call('BITOP', 'OR', seen_key, folded_seen) end
+  local seen = redis.call('BITCOUNT', seen_key)
   for i = 1, n do
-    local hour_key = not all_folded and bitmap(KEYS[7 + i], KEYS[7 + n + i])
+    local hour_key = not all_folded and (folded[i] and KEYS[8 + n + i] or KEYS[8 + i])
     if folded[i] then
       local active, returning, new = string.match(folded[i], '^(%d+) (%d+) (%d+)')
       if i == 1 and not counted_before then returning = 0 end
@@ -69,9 +74,12 @@ if hours then
         reply[#reply + 1] = redis.call('BITCOUNT', hour_key)
         reply[#reply + 1] = previous and count_and(hour_key, previous) or 0
       end
-      -- First-timers of the day active in this hour, less those active in an earlier one.
-      redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
-      redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
+      -- First-timers of the day active in this hour, less those active in an earlier one
+      -- (a folded hour whose frozen bitmap is gone is in seen already).
+      if not folded[i] or redis.call('EXISTS', hour_key) == 1 then
+        redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
+        redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
+      end
       local now_seen = redis.call('BITCOUNT', seen_key)
       if not folded[i] then reply[#reply + 1] = now_seen - seen end
       seen = now_seen

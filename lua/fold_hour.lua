@@ -1,9 +1,11 @@
 --[[
   fold_hour: folds a closed hour into counts: the figures `activity` reports for it (active,
   returning, new: as activity_periods counts them) and its row of hourly retention as a
-  cohort (as retention counts it), into its day's record. Its bitmap is then kept as it was,
-  under its frozen name, which no write reaches, while a fold or a figure of a neighbouring
-  hour still reads it; and the frozen bitmaps of hours that nothing reads any more are deleted.
+  cohort (as retention counts it), into its day's record; the day's first-timers active in it
+  join those of the day's folded hours (KEYS[6]), which the day's later hours leave out of
+  their new users in place of the folded hours' bitmaps. Its bitmap is then kept as it was,
+  under its frozen name, which no write reaches, while the next hour's fold or figures still
+  read it; and the frozen bitmaps of hours that nothing reads any more are deleted.
 
   KEYS[1]  record     hash  field=hour start, ms  value="active returning new retained_1 ..."
                       (retained_k: the cohort's users active k hours later; trailing zeros
@@ -14,7 +16,11 @@
   KEYS[5]  day        bitmap of the users active on the hour's day: where it does not exist
                       and the hour has no bitmap, nobody was active that day and nothing is
                       written for the hour (an empty shard or deployment keeps no records)
-  KEYS[6..]  keys     pairs (live bitmap, frozen bitmap) of hours: the hour, the hour before
+  KEYS[6]  seen       bitmap of the users first active on the hour's day who were active in
+                      one of its folded hours; this hour's join them (missing where none are,
+                      and for a day whose hours were folded before this bitmap was kept, whose
+                      folded hours' frozen bitmaps are read instead)
+  KEYS[7..]  keys     pairs (live bitmap, frozen bitmap) of hours: the hour, the hour before
                       it, the day's earlier hours (ARGV[3] of them), the hours after it
                       (ARGV[4] of them); then the records that the guard names (ARGV[5] of
                       them); then the frozen and live bitmaps to delete once every hour the
@@ -25,17 +31,18 @@
   ARGV[3]  earlier        int: how many of the day's hours come before this one
   ARGV[4]  later          int: how many hours after it are given (at most 52)
   ARGV[5]  records        int: how many records the guard names
-  ARGV[6..]  guard        "r start": the hours (the record's place among the records given,
+  ARGV[6..5+earlier]  starts  int ms: the day's earlier hours' starts, their fields in `record`
+  ARGV[6+earlier..]  guard       "r start": the hours (the record's place among the records given,
                           1-based, and the hour's start) that must all be folded before the
                           bitmaps to delete go: every hour whose fold or figures read them (an
                           hour of a day with no record at all had nobody active, and needs none)
   Returns  {folded, deleted}: 1 if the hour was folded now (0: it was already, or its day had
            nobody active), and how many bitmaps were deleted
-  Work     about 3 + ARGV[4] BITOPs and BITCOUNTs over bitmaps of (highest user index / 8)
+  Work     about 6 + ARGV[4] BITOPs and BITCOUNTs over bitmaps of (highest user index / 8)
            bytes (none after an empty cohort), an HEXISTS per guard entry (at most 77)
 ]]
 local record_key, cohort_key, scratch_key, first_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local day_key = KEYS[5]
+local day_key, seen_key = KEYS[5], KEYS[6]
 local start, keep_until_ms = ARGV[1], tonumber(ARGV[2])
 local earlier, later, records = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 
@@ -43,7 +50,7 @@ if redis.call('HEXISTS', record_key, start) == 1 then return {0, 0} end
 
 -- The bitmap of the i-th pair: as it was folded, if it was.
 local function bitmap(i)
-  local live, frozen = KEYS[4 + 2 * i], KEYS[5 + 2 * i]
+  local live, frozen = KEYS[5 + 2 * i], KEYS[6 + 2 * i]
   if redis.call('EXISTS', frozen) == 1 then return frozen end
   return live
 end
@@ -58,15 +65,32 @@ local function fold()
     returning = redis.call('BITCOUNT', scratch_key)
   end
   -- The cohort: first active that day, in this hour, and in none of the day's earlier hours
-  -- (as retention.lua's; activity's new users of the hour are the same users).
+  -- (as retention.lua's; activity's new users of the hour are the same users). The earlier
+  -- hours' first-timers: those of its folded hours (seen, or their frozen bitmaps where a day
+  -- was folded before seen was kept) and those of the others' bitmaps.
   redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
-  if earlier > 0 and active > 0 then
-    local hours = {}
-    for i = 1, earlier do hours[i] = bitmap(2 + i) end
-    redis.call('BITOP', 'OR', scratch_key, unpack(hours))
-    redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
-    redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
+  -- Only keys that exist: BITOP takes its fast path only while every source has bytes left.
+  local hours = {}
+  local function add(key)
+    if redis.call('EXISTS', key) == 1 then hours[#hours + 1] = key end
   end
+  add(seen_key)
+  if earlier > 0 then
+    local folded = redis.call('HMGET', record_key, unpack(ARGV, 6, 5 + earlier))
+    for i = 1, earlier do add(KEYS[(folded[i] and 6 or 5) + 2 * (2 + i)]) end
+  end
+  if #hours > 0 then
+    redis.call('BITOP', 'OR', scratch_key, unpack(hours))
+    redis.call('BITOP', 'AND', scratch_key, scratch_key, first_key)
+    redis.call('BITOP', 'OR', seen_key, scratch_key, cohort_key)
+    if active > 0 then
+      redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
+      redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
+    end
+  else
+    redis.call('BITOP', 'OR', seen_key, cohort_key)
+  end
+  if redis.call('EXISTS', seen_key) == 1 then redis.call('PEXPIREAT', seen_key, keep_until_ms) end
   local size = redis.call('BITCOUNT', cohort_key)
   local row, last = {active, returning, size}, 3
   if size > 0 then
@@ -81,7 +105,7 @@ local function fold()
   redis.call('DEL', cohort_key, scratch_key)
   -- From now on the hour is read as it was folded: a later write into it reaches the live
   -- bitmap only, which expires by itself.
-  if redis.call('EXISTS', KEYS[6]) == 1 then redis.call('RENAME', KEYS[6], KEYS[7]) end
+  if redis.call('EXISTS', KEYS[7]) == 1 then redis.call('RENAME', KEYS[7], KEYS[8]) end
 end
 
 -- An hour with no bitmap, of a day with nobody active, needs no record: none is written, so
@@ -92,8 +116,8 @@ if redis.call('EXISTS', hour_key) == 1 or redis.call('EXISTS', day_key) == 1 the
   folded = 1
 end
 
-local pairs_end = 5 + 2 * (2 + earlier + later)
-for g = 6, #ARGV do
+local pairs_end = 6 + 2 * (2 + earlier + later)
+for g = 6 + earlier, #ARGV do
   local r, hour = string.match(ARGV[g], '^(%d+) (%d+)$')
   local guard_record = KEYS[pairs_end + tonumber(r)]
   if redis.call('HEXISTS', guard_record, hour) == 0 and redis.call('EXISTS', guard_record) == 1 then

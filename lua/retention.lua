@@ -9,13 +9,16 @@
                     in order. "periods": the users first active in the cohort's period (a
                     first-day, first-week or first-month bitmap), then a bitmap per period.
                     "hours": the record of the folded hours of the hour's day, the first-day
-                    bitmap of the day, then pairs (live bitmap, frozen bitmap) of the hour and
-                    of the day's earlier hours; then such a pair per hour after it (a frozen
-                    bitmap, where it exists, is read instead of the live one: the hour as it
-                    was folded)
+                    bitmap of the day, the day's first-timers active in its folded hours
+                    (fold_hour.lua's seen), then pairs (live bitmap, frozen bitmap) of the
+                    hour and of the day's earlier hours; then such a pair per hour after it (a
+                    frozen bitmap, where it exists, is read instead of the live one: the hour
+                    as it was folded; an earlier hour folded is read from its frozen bitmap
+                    alone, where one is kept)
   ARGV[1]  mode     "periods" (days, weeks, months) or "hours"
   ARGV[2]  cohort_keys  int: how many of KEYS[3..] make the cohort
   ARGV[3]  start    "hours": the hour's start (ms), its field in the record; "" otherwise
+  ARGV[4..]  starts  "hours": the day's earlier hours' starts (ms), their fields in the record
   Returns  {size, retained_1, retained_2, ...}: the cohort's users, and how many of them are
            in each period given after it
   Work     a BITOP per cohort key, and a BITOP and a BITCOUNT per period after it, over
@@ -48,11 +51,21 @@ local function bitmap(i)
 end
 
 if hours then
-  -- First active that day, in this hour, and in none of the day's earlier hours.
-  redis.call('BITOP', 'AND', cohort_key, KEYS[4], bitmap(5))
-  if cohort_keys > 4 then
-    local earlier = {}
-    for i = 7, 2 + cohort_keys, 2 do earlier[#earlier + 1] = bitmap(i) end
+  -- First active that day, in this hour, and in none of the day's earlier hours: those of
+  -- its folded hours are in seen (or their frozen bitmaps, where the day was folded before
+  -- seen was kept).
+  redis.call('BITOP', 'AND', cohort_key, KEYS[4], bitmap(6))
+  -- Only keys that exist: BITOP takes its fast path only while every source has bytes left.
+  local earlier = {}
+  local function add(key)
+    if redis.call('EXISTS', key) == 1 then earlier[#earlier + 1] = key end
+  end
+  add(KEYS[5])
+  if #ARGV > 3 then
+    local folded = redis.call('HMGET', KEYS[3], unpack(ARGV, 4))
+    for j = 1, #folded do add(KEYS[(folded[j] and 9 or 8) + 2 * (j - 1)]) end
+  end
+  if #earlier > 0 then
     redis.call('BITOP', 'OR', scratch_key, unpack(earlier))
     redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
     redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)

@@ -376,20 +376,20 @@ class Analytics:
     ) -> tuple[Named, Named]:
         """fold_hour's KEYS and ARGV for the hour: the bitmaps it reads, and those that may
         go once it is folded (guarded by every hour still counted that reads them): the
-        day's other hours when it is the day's last, the hour before when it is the day's
-        first."""
+        day's earlier hours, whose first-timers the day's seen bitmap holds from this fold
+        on, the hour before when it is the day's first, and the seen bitmap when it is the
+        day's last."""
         k = shard.keys
         count = hours.hours_in(hour.first)
         day = list(hours.run(hours.holding(day_start_ms(hour.first, self._zone)), count))
         later = list(hours.run(hours.after(hour), MAX_COHORTS))
         before = hours.before(hour)
-        doomed = day[:-1] if hour.hour == count - 1 else []
-        if hour.hour == 0:
-            doomed.insert(0, before)
+        doomed = day[: hour.hour] if hour.hour > 0 else [before]
+        seen = k.hour_seen(hour.first.isoformat())
         guard: list[Period] = []
         if doomed:
-            # Whatever reads an hour's bitmap: its own fold and figures, the next hour's, its
-            # day's later hours', and those of the 52 cohorts before it.
+            # Whatever reads an hour's bitmap: its own fold and figures, the next hour's, and
+            # those of the 52 cohorts before it (the day's later hours read seen instead).
             guard_start = doomed[0]
             for _ in range(MAX_COHORTS):
                 guard_start = hours.before(guard_start)
@@ -405,10 +405,12 @@ class Analytics:
             scratch=k.scratch_of("seen"),
             first_day=k.first_day(hour.first.isoformat()),
             day=k.day(hour.first.isoformat()),
+            seen=seen,
             keys=[
                 *(key for p in reads for key in p.pair(k)),
                 *records,
                 *(key for p in doomed for key in reversed(p.pair(k))),
+                *([seen] if hour.hour == count - 1 else []),
             ],
         ), named(
             start=hour.start_ms,
@@ -416,6 +418,7 @@ class Analytics:
             earlier=hour.hour,
             later=len(later),
             records=len(records),
+            starts=[p.start_ms for p in day[: hour.hour]],
             guard=[f"{records.index(p.folds(k)) + 1} {p.start_ms}" for p in guard],
         )
 
@@ -482,7 +485,8 @@ class Analytics:
         bitmaps = [*(p.key(k) for p in chunk), *firsts]
         starts: list[int] = []
         if hours:
-            bitmaps = [chunk[0].folds(k), before.folds(k), *firsts, before.pair(k)[1]]
+            seen = k.hour_seen(chunk[0].first.isoformat())
+            bitmaps = [chunk[0].folds(k), before.folds(k), *firsts, seen, before.pair(k)[1]]
             bitmaps += [p.pair(k)[0] for p in chunk] + [p.pair(k)[1] for p in chunk]
             starts = [before.start_ms, *(p.start_ms for p in chunk)]
         reply = await shard.run(
@@ -543,10 +547,12 @@ class Analytics:
             return [0] * len(row)
         k = shard.keys
         begun = [p for p in row[1:] if p.start_ms <= now_ms]
+        earlier: list[Period] = []
         if calendar.granularity is Granularity.HOUR:
             first_hour = calendar.holding(day_start_ms(head.first, self._zone))
             earlier = list(calendar.run(first_hour, head.hour))
-            cohort = [head.folds(k), k.first_day(head.first.isoformat()), *head.pair(k)]
+            seen = k.hour_seen(head.first.isoformat())
+            cohort = [head.folds(k), k.first_day(head.first.isoformat()), seen, *head.pair(k)]
             cohort += [key for p in earlier for key in p.pair(k)]
             later = [key for p in begun for key in p.pair(k)]
         else:
@@ -560,6 +566,7 @@ class Analytics:
                 mode="hours" if hours else "periods",
                 cohort_keys=len(cohort),
                 start=head.start_ms if hours else "",
+                starts=[p.start_ms for p in earlier],
             ),
         )
         counts = [int(n) for n in reply]

@@ -287,6 +287,13 @@ class Keys:
         day's last hour would have been."""
         return self.prefix + "hfold:" + label
 
+    def hour_seen(self, label: str) -> str:
+        """Bitmap of the users first active that day (YYYY-MM-DD) who were active in one of
+        its folded hours (lua/fold_hour.lua): what a later hour of the day leaves out of its
+        new users, in place of the folded hours' bitmaps; kept until the day's last hour is
+        folded, or as `hour_folds` at most."""
+        return self.prefix + "hseen:" + label
+
     def week(self, monday: str) -> str:
         """Bitmap as `day`'s, of the week (Monday to Sunday) that starts on that day
         (YYYY-MM-DD); kept PRESENCE_ANALYTICS_DAYS after it."""

@@ -1,7 +1,8 @@
 """The Lua scripts in lua/, one per store operation, loaded once at start-up.
 
 A script or an include may pull in a shared piece of lua/includes/ with a line
-`--- @include "name"`; each piece is written in once, where it is first asked for.
+`--- @include "name"`; each piece is written in once, where it is first asked for, and only
+what the script refers to is kept (lua_assembly.py).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from redis.exceptions import NoScriptError
 
 from gql_presence.store.auto_pipeline import AutoPipeline
 from gql_presence.store.client import AnyRedis
+from gql_presence.store.lua_assembly import assemble
 
 
 class ScriptName(StrEnum):
@@ -109,9 +111,6 @@ class ScriptError(StrEnum):
             return None
 
 
-_INCLUDE = re.compile(r'^--- @include "([a-z_]+)"$', re.MULTILINE)
-
-
 def lua_dir() -> Path:
     """lua/ as installed in the package, or at the top of a source checkout."""
     package = Path(__file__).parent.parent
@@ -120,21 +119,16 @@ def lua_dir() -> Path:
 
 
 @cache
-def script_source(name: str) -> str:
-    """The script's text with its includes written in."""
+def script_source(name: str, *, whole: bool = False) -> str:
+    """The script's text with its includes written in, less the functions and constants it
+    never refers to (lua_assembly.py; with `whole`, all of them)."""
     folder = lua_dir()
-    return _with_includes((folder / f"{name}.lua").read_text(encoding="utf-8"), folder, set())
 
+    def read(piece: str | None) -> str:
+        path = folder / f"{name}.lua" if piece is None else folder / "includes" / f"{piece}.lua"
+        return path.read_text(encoding="utf-8")
 
-def _with_includes(text: str, folder: Path, included: set[str]) -> str:
-    def include(match: re.Match[str]) -> str:
-        if match[1] in included:
-            return ""
-        included.add(match[1])
-        piece = (folder / "includes" / f"{match[1]}.lua").read_text(encoding="utf-8")
-        return _with_includes(piece, folder, included)
-
-    return _INCLUDE.sub(include, text)
+    return assemble(name, read, whole=whole)
 
 
 # One entry of a script's header: `  KEYS[3]  name ...`, `  ARGV[7..10]  name ...` (a fixed

@@ -160,9 +160,11 @@ local function index_sync(statuses, user_id, entry)
     end
     return
   end
-  -- A user with no entry was plain, or not indexed: out of what a plain user is in.
-  if not old and redis.call('ZSCORE', index_ids_key(statuses, 'v'), user_id) then
-    index_remove(statuses, user_id, 'v\tONLINE\t0')
+  -- A user with no entry was plain, or not indexed: out of what a plain user is in (their
+  -- id first, which tells whether they were).
+  if not old and redis.call('ZREM', index_ids_key(statuses, 'v'), user_id) == 1 then
+    redis.call('ZREM', ix_key(statuses, 'v', 'l', 'st', 'ONLINE'), user_id)
+    redis.call('ZREM', ix_key(statuses, 'v', 's', 'st', 'ONLINE'), user_id)
   end
   if old and old == new then
     for _, key in ipairs(record_keys(statuses, record_fields(new), 'l')) do

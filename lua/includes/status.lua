@@ -41,9 +41,14 @@ local function status_expiry_key(statuses) return statuses.names.status_expiries
 local function choices_of_now(statuses, user_id, now)
   local v = redis.call('HMGET', status_key(statuses, user_id), 'chosen', 'text', 'emoji', 'expires', 'visible',
     'hidden_seen')
-  local since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
+  -- onlineSince as this call wrote it (came_online, went_offline), else as kept.
+  local since = statuses.since_written and statuses.since_written[user_id]
+  if since == nil then
+    since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
+    since = since and -since
+  end
   local choices = {chosen = v[1] or 'AUTO', visible = v[5] or 'EVERYONE', hidden_seen = tonumber(v[6]),
-    since = since and -since}
+    since = since or nil}
   local expires = tonumber(v[4])
   if v[2] and (expires == nil or now < expires) then
     choices.custom = {text = v[2], emoji = v[3] or false, expires = expires or false}
@@ -171,10 +176,16 @@ end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
 -- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, else as read.
+-- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
   if redis.call('EXISTS', key) == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
+  local ttl = not expire_at and redis.call('PTTL', sessions_key)
+  if ttl == -2 then
+    redis.call('DEL', key)
+    return
+  end
   local ids = redis.call('HKEYS', key)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
@@ -184,10 +195,7 @@ local function tidy_extras(statuses, user_id, expire_at)
     redis.call('PEXPIREAT', key, expire_at)
     return
   end
-  local ttl = redis.call('PTTL', sessions_key)
-  if ttl == -2 then
-    redis.call('DEL', key)
-  elseif ttl == -1 then
+  if ttl == -1 then
     redis.call('PERSIST', key)
   else
     redis.call('PEXPIRE', key, ttl)
@@ -247,6 +255,7 @@ end
 local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
   choices_changed(statuses, user_id)
+  if statuses.since_written then statuses.since_written[user_id] = t_ms end
 end
 
 -- Marks the user for the online list's indexes, which index_flush (includes/online_index.lua)
@@ -262,6 +271,7 @@ end
 local function went_offline(statuses, user_id)
   index_mark(statuses, user_id)
   local since = redis.call('ZSCORE', since_key(statuses), user_id)
+  if statuses.since_written then statuses.since_written[user_id] = false end
   if not since then return end
   statuses.period_starts[user_id] = -tonumber(since)
   redis.call('ZREM', since_key(statuses), user_id)
@@ -349,10 +359,12 @@ end
 -- know statuses call through it (includes/live.lua, `statuses` of a user's keys; fill for
 -- announce_all's `looks`, includes/events.lua). With `remember`, choices_of reads a user's
 -- choices once per call: for a script whose only writes of them are this file's (came_online,
--- went_offline, look_of), which read them anew after.
+-- went_offline, look_of), which read them anew after (the onlineSince these two write is
+-- known without a read).
 local function statuses_of(names, online_key, window_ms, now, leases, remember)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}, dirty = {}, marked = {}, choices = remember and {} or nil}
+    leases = leases, period_starts = {}, dirty = {}, marked = {}, choices = remember and {} or nil,
+    since_written = remember and {} or nil}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.end_periods = function(events, size)
     -- Only a user whose onlineSince went_offline took can have a period to end.

@@ -329,6 +329,83 @@ async def test_folded_hours_answer_as_their_bitmaps_did(
     assert [h for h in kept if change - timedelta(days=2) < h < horizon] == []
 
 
+async def make_a_day(store: PresenceStore, reference: Reference, day: date) -> None:
+    """Users first active in the morning of `day` and back in its afternoon, with others new
+    in the afternoon, and some back the next night."""
+    users = [f"u{i}" for i in range(12)]
+    for at, who in (
+        (local(day, 2, 10), users[:6]),
+        (local(day, 9, 40), users[3:9]),
+        (local(day, 14, 5), users[:4] + users[8:]),
+        (local(day, 15, 30), users[5:10]),
+        (local(day + DAY, 1), users[::2]),
+    ):
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+
+
+async def hourly_answers(store: PresenceStore, day: date) -> list[object]:
+    hours = await store.analytics.activity(local(day), local(day + DAY, 3), Granularity.HOUR)
+    rows = await store.analytics.retention(day, 24, 30, Granularity.HOUR)
+    return [as_rows(hours), [(r.start, r.size, r.retained) for r in rows]]
+
+
+def morning_hours(keys: list[str], day: date) -> list[str]:
+    """The keys among these of hours (live or folded) that start before 11:00 of `day`."""
+    starts = (to_ms(local(day)), to_ms(local(day, 11)))
+    return [k for k in keys if starts[0] <= int(k.split(":")[-1]) < starts[1]]
+
+
+async def test_a_day_folded_up_to_midday_answers_for_its_afternoon_as_before(
+    make_store: StoreFactory, redis: Redis, shards: int
+) -> None:
+    """Once a day's morning is folded its hours' bitmaps go, and the afternoon's new users
+    and cohorts still leave out the users first seen in the morning."""
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    day = (now - 4 * DAY).astimezone(ZONE).date()
+    await make_a_day(store, reference, day)
+    before = await hourly_answers(store, day)
+    starts = reference.periods(local(day), local(day + DAY, 3), "HOUR")
+    assert before[0] == [reference.activity(s, "HOUR") for s in starts]
+    rows = reference.retention(day, 24, 30, "HOUR", datetime.now(UTC))
+    assert before[1] == [(s, size, tuple(kept)) for s, size, kept in rows]
+    assert [r["newUsers"] for r in before[0] if r["newUsers"]] == [6, 3, 3]
+    # The sweeper's run that folds the hours up to 11:00 of the day, and not the afternoon's.
+    assert await store.analytics.fold_ended(to_ms(local(day, 12, 30) + timedelta(hours=54))) > 0
+    assert await hourly_answers(store, day) == before
+    kept = [key async for key in redis.scan_iter(match="*:hour*:*")]
+    assert morning_hours(kept, day) == []
+
+
+async def test_a_day_folded_in_part_before_its_seen_bitmap_was_kept_reads_as_before(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A day whose morning was folded where every folded hour's bitmap stayed until the
+    day's last hour was (no seen bitmap) answers as before, and folds on."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    day = (now - 4 * DAY).astimezone(ZONE).date()
+    await make_a_day(store, reference, day)
+    before = await hourly_answers(store, day)
+    # The morning folded as it was: each hour's bitmap kept under its frozen name.
+    morning = morning_hours([key async for key in redis.scan_iter(match="*:hour:*")], day)
+    assert morning
+    for key in morning:
+        await redis.bitop("OR", key + ":copy", key)
+    await store.analytics.fold_ended(to_ms(local(day, 11, 30) + timedelta(hours=54)))
+    for key in morning:
+        await redis.rename(key + ":copy", key.replace(":hour:", ":hourf:"))
+    assert [await redis.delete(key) async for key in redis.scan_iter(match="*:hseen:*")] == [1]
+    assert await hourly_answers(store, day) == before
+    assert await store.analytics.fold_ended(to_ms(local(day, 16, 30) + timedelta(hours=54))) > 0
+    assert await hourly_answers(store, day) == before
+    kept = [key async for key in redis.scan_iter(match="*:hour*:*")]
+    assert morning_hours(kept, day) == []
+
+
 async def test_a_write_into_a_folded_hour_counts_in_its_day_only(
     make_store: StoreFactory, redis: Redis
 ) -> None:

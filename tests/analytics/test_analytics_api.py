@@ -112,6 +112,34 @@ async def test_folding_hours_into_counts_changes_no_hourly_answer(
     assert await answers() == before
 
 
+@EVERY_DEPLOYMENT
+async def test_a_day_folded_up_to_midday_answers_for_its_afternoon_on_every_deployment(
+    store_of_api: PresenceStore,
+) -> None:
+    """Users first seen in a day's folded morning are not new again in its afternoon, and its
+    afternoon's cohorts leave them out, whichever shard they live in."""
+    reference = Reference(ZoneInfo("UTC"))
+    day = (datetime.now(UTC) - timedelta(days=4)).replace(hour=0, minute=0, second=0, microsecond=0)
+    users = [f"u{i}" for i in range(24)]
+    for hour, who in ((2, users[:12]), (9, users[6:18]), (14, users[:8] + users[16:])):
+        await store_of_api.touch_many(who, at=day + timedelta(hours=hour, minutes=10))
+        reference.add(who, day + timedelta(hours=hour, minutes=10))
+    analytics = store_of_api.analytics
+
+    async def answers() -> tuple[list[dict[str, int]], list[tuple[datetime, int, tuple[int, ...]]]]:
+        activity = await analytics.activity(day, day + timedelta(hours=23), Granularity.HOUR)
+        retention = await analytics.retention(day.date(), 24, 12, Granularity.HOUR)
+        return as_rows(activity), [(r.start, r.size, r.retained) for r in retention]
+
+    before = await answers()
+    starts = reference.periods(day, day + timedelta(hours=23), "HOUR")
+    assert before[0] == [reference.activity(s, "HOUR") for s in starts]
+    assert [row["newUsers"] for row in before[0] if row["newUsers"]] == [12, 6, 6]
+    fold_at = day + timedelta(hours=12 + 54, minutes=30)
+    assert await analytics.fold_ended(int(fold_at.timestamp() * 1000)) > 0
+    assert await answers() == before
+
+
 async def test_bad_input_is_refused_saying_what_is_allowed(api: TestClient[Any, Any]) -> None:
     now = datetime.now(UTC)
     cases: list[tuple[str, dict[str, Any], str]] = [

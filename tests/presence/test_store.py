@@ -217,6 +217,20 @@ async def test_kick_ends_every_session_at_once(store: PresenceStore) -> None:
     assert (await store.online_users()).total_count == 0
 
 
+async def test_what_is_kept_beside_sessions_goes_with_the_last_one(
+    store: PresenceStore, redis: Redis
+) -> None:
+    for i in range(3):
+        await store.touch("alice", f"s{i}", device="web")
+    await store.kick("alice", "s0")
+    assert await redis.hkeys(KEYS.session_extras("alice")) == ["s1", "s2"]
+    assert await redis.pttl(KEYS.session_extras("alice")) > 0
+    await store.kick("alice")
+    assert not await redis.exists(KEYS.session_extras("alice"))
+    await store.touch("alice", "s3", device="web")
+    assert (await store.presence("alice")).sessions[0].device == "web"
+
+
 async def test_kick_of_one_session_keeps_the_others(store: PresenceStore) -> None:
     await store.touch("alice", "laptop", at=ago(seconds=59.7))
     phone = await store.touch("alice", "phone")
