@@ -280,7 +280,7 @@ class Running:
 
 
 async def start_services(
-    count: int, data_dir: Path, each: Sequence[dict[str, str]] = (), **env: str
+    count: int, data_dir: Path, each: Sequence[dict[str, str]] = (), /, **env: str
 ) -> list[Running]:
     """`count` services on free ports with the same settings (and the i-th's own from
     `each[i]`, if given), started side by side; each serves in one process
