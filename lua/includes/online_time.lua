@@ -18,10 +18,8 @@
 --   ot:l<day>  HASH    index -> units added after the fold began (a period still open then)
 --   All of a day's keys are kept analytics_ms after the day ends.
 --   op:<hour>  HASH    for each hour (<hour>: hours since the epoch), the online periods that
---                      ended in it: ms (their lengths summed, ms) and, per log bucket b
---                      (bucket_of), how many (so how many in all is their sum: a field n,
---                      which earlier versions kept beside them, is not read). Kept
---                      analytics_ms after the hour ends.
+--                      ended in it: n (how many), ms (their lengths summed, ms) and, per log
+--                      bucket b (bucket_of), how many. Kept analytics_ms after the hour ends.
 --   op:d<day>  HASH    the same for each UTC day (<day>: days since the epoch), so that a long
 --                      range is read a day at a time, and only its ends an hour at a time.
 -- A period's time on a day is counted as the 2-second ticks of the clock it holds, so that the
@@ -125,9 +123,9 @@ local function record_period(names, zone, index, start_ms, end_ms)
   local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
   for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
     local key = names.period_lengths_prefix .. key_end[1]
-    -- Its expiry is its period's: set by the write that makes it (ms is then this period's
-    -- length; a key whose periods all lasted 0 ms so far is given the same expiry again).
-    local first = redis.call('HINCRBY', key, 'ms', length_ms) == length_ms
+    -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
+    local first = redis.call('HINCRBY', key, 'n', 1) == 1
+    redis.call('HINCRBY', key, 'ms', length_ms)
     redis.call('HINCRBY', key, bucket, 1)
     if first then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
   end

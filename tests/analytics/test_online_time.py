@@ -273,26 +273,6 @@ async def test_period_lengths_give_quantiles_within_five_percent(
     assert (empty.count, empty.mean, empty.quantiles, empty.buckets) == (0, None, (None,) * 3, ())
 
 
-async def test_period_lengths_written_with_a_count_read_as_before(
-    make_store: StoreFactory, redis: Redis
-) -> None:
-    """An hour's and a day's hashes as an earlier version wrote them, with a count `n` beside
-    the buckets, still give the periods that ended in them, with one ended since."""
-    store = make_store()
-    now = await server_ms(redis)
-    hour = now // 3_600_000
-    old: dict[Any, int] = {"n": 2, "ms": 7000, "30": 1, "40": 1}
-    await redis.hset(Keys.of_shard(0).period_lengths(hour), mapping=old)
-    await redis.hset(Keys.of_shard(0).period_lengths_by_day(hour // 24), mapping=old)
-    await store.touch("late", at=ms(now - 5000))
-    await store.kick("late")
-    length_s = (await server_ms(redis) - (now - 5000)) / 1000
-    found = await store.online_time.online_periods(ms(now - 1000), ms(now + 1000))
-    assert found.count == 3
-    assert found.mean == pytest.approx((7 + length_s) / 3, abs=0.5)
-    assert sum(b.count for b in found.buckets) == 3
-
-
 async def test_days_older_than_what_is_kept_read_zero(
     make_store: StoreFactory, redis: Redis
 ) -> None:
