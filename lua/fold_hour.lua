@@ -41,6 +41,7 @@
   Work     about 6 + ARGV[4] BITOPs and BITCOUNTs over bitmaps of (highest user index / 8)
            bytes (none after an empty cohort), an HEXISTS per guard entry (at most 77)
 ]]
+--- @include "first_timers"
 local record_key, cohort_key, scratch_key, first_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local day_key, seen_key = KEYS[5], KEYS[6]
 local start, keep_until_ms = ARGV[1], tonumber(ARGV[2])
@@ -65,23 +66,10 @@ local function fold()
     returning = redis.call('BITCOUNT', scratch_key)
   end
   -- The cohort: first active that day, in this hour, and in none of the day's earlier hours
-  -- (as retention.lua's; activity's new users of the hour are the same users). The earlier
-  -- hours' first-timers: those of its folded hours (seen, or their frozen bitmaps where a day
-  -- was folded before seen was kept) and those of the others' bitmaps.
+  -- (as retention.lua's; activity's new users of the hour are the same users).
   redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
-  -- Only keys that exist: BITOP takes its fast path only while every source has bytes left.
-  local hours = {}
-  local function add(key)
-    if redis.call('EXISTS', key) == 1 then hours[#hours + 1] = key end
-  end
-  add(seen_key)
-  if earlier > 0 then
-    local folded = redis.call('HMGET', record_key, unpack(ARGV, 6, 5 + earlier))
-    for i = 1, earlier do add(KEYS[(folded[i] and 6 or 5) + 2 * (2 + i)]) end
-  end
-  if #hours > 0 then
-    redis.call('BITOP', 'OR', scratch_key, unpack(hours))
-    redis.call('BITOP', 'AND', scratch_key, scratch_key, first_key)
+  local starts = {unpack(ARGV, 6, 5 + earlier)}
+  if earlier_first_timers(scratch_key, first_key, seen_key, record_key, 9, starts) then
     redis.call('BITOP', 'OR', seen_key, scratch_key, cohort_key)
     if active > 0 then
       redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)

@@ -25,6 +25,7 @@
            bitmaps of (highest user index / 8) bytes (one HGET for a folded hour); at most 52
            periods and 25 hours a call
 ]]
+--- @include "first_timers"
 local cohort_key, scratch_key = KEYS[1], KEYS[2]
 local hours = ARGV[1] == 'hours'
 local cohort_keys = tonumber(ARGV[2])
@@ -51,23 +52,9 @@ local function bitmap(i)
 end
 
 if hours then
-  -- First active that day, in this hour, and in none of the day's earlier hours: those of
-  -- its folded hours are in seen (or their frozen bitmaps, where the day was folded before
-  -- seen was kept).
+  -- First active that day, in this hour, and in none of the day's earlier hours.
   redis.call('BITOP', 'AND', cohort_key, KEYS[4], bitmap(6))
-  -- Only keys that exist: BITOP takes its fast path only while every source has bytes left.
-  local earlier = {}
-  local function add(key)
-    if redis.call('EXISTS', key) == 1 then earlier[#earlier + 1] = key end
-  end
-  add(KEYS[5])
-  if #ARGV > 3 then
-    local folded = redis.call('HMGET', KEYS[3], unpack(ARGV, 4))
-    for j = 1, #folded do add(KEYS[(folded[j] and 9 or 8) + 2 * (j - 1)]) end
-  end
-  if #earlier > 0 then
-    redis.call('BITOP', 'OR', scratch_key, unpack(earlier))
-    redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
+  if earlier_first_timers(scratch_key, cohort_key, KEYS[5], KEYS[3], 8, {unpack(ARGV, 4)}) then
     redis.call('BITOP', 'XOR', cohort_key, cohort_key, scratch_key)
   end
 else
