@@ -62,7 +62,9 @@ async def test_the_sweeper_records_the_users_online_on_every_shard(
         current = body["data"]["activity"][-1]
         return bool(current["peakOnline"] == 7 and current["peakAt"] is not None)
 
-    await eventually(peak_is_seven, what="the peak of 7 users online")
+    # The service's own sweeper counts them, once a second: patient for a busy machine, where
+    # a second can be several.
+    await eventually(peak_is_seven, within_s=15, what="the peak of 7 users online")
 
 
 async def test_a_backfilled_peak_counts_in_its_own_hour_and_day(store: PresenceStore) -> None:
