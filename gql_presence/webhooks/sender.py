@@ -8,6 +8,7 @@ acknowledged; the acknowledged one moves the webhook's deliveredUpTo to the batc
 
 from __future__ import annotations
 
+import functools
 import json
 import socket
 import time
@@ -53,8 +54,9 @@ class Batch:
         if len(self.changes) > MAX_BATCH:
             raise ValueError(f"a batch holds at most {MAX_BATCH} changes")
 
-    @property
+    @functools.cached_property
     def body(self) -> str:
+        """The JSON sent, made once: every attempt sends and signs the same."""
         data: dict[str, Any] = {}
         if self.gap is not None:
             data["gap"] = dict(self.gap)
@@ -85,7 +87,13 @@ class Outcome:
 def signature(secrets: Sequence[str], batch_id: str, timestamp_s: int, body: str) -> str:
     """The webhook-signature header: `v1,<base64>` under each secret, separated by spaces."""
     at = datetime.fromtimestamp(timestamp_s, UTC)
-    return " ".join(Signer(secret).sign(batch_id, at, body) for secret in secrets)
+    return " ".join(_signer(secret).sign(batch_id, at, body) for secret in secrets)
+
+
+@functools.lru_cache(maxsize=256)
+def _signer(secret: str) -> Signer:
+    # Made once per secret: making one decodes the secret's base64.
+    return Signer(secret)
 
 
 class Sender:
