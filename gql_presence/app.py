@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 from aiohttp import WSCloseCode, web
@@ -48,6 +47,7 @@ from gql_presence.running.connection import MAX_CONNECTIONS, Connection, connect
 from gql_presence.running.sweeper import sweep_forever
 from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
+from gql_presence.tasks import stop
 from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
 from gql_presence.webhooks.sender import Sender
 
@@ -128,9 +128,7 @@ async def heartbeat(app: web.Application) -> AsyncIterator[None]:
     sockets = app[SOCKETS]
     pings = asyncio.create_task(ping_forever(sockets, heartbeat_s(app[SETTINGS])), name="heartbeat")
     yield
-    pings.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await pings
+    await stop(pings)
 
 
 async def redis_store(app: web.Application) -> AsyncIterator[None]:
@@ -155,9 +153,7 @@ async def sweeper(app: web.Application) -> AsyncIterator[None]:
         name="sweeper",
     )
     yield
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await stop(task)
 
 
 async def event_hub(app: web.Application) -> AsyncIterator[None]:
@@ -179,9 +175,7 @@ async def document_uses(app: web.Application) -> AsyncIterator[None]:
         app[DOCUMENTS].refresh_forever(app[STORE]), name="refresh-persisted-documents"
     )
     yield
-    refreshes.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await refreshes
+    await stop(refreshes)
 
 
 async def held_sessions(app: web.Application) -> AsyncIterator[None]:
@@ -190,9 +184,7 @@ async def held_sessions(app: web.Application) -> AsyncIterator[None]:
     app[EVENTS].watch_sessions(sessions.on_event, sessions.missed_events)
     renewals = asyncio.create_task(sessions.renew_forever(), name="renew-sessions")
     yield
-    renewals.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await renewals
+    await stop(renewals)
     # The closes of the sessions whose sockets the shutdown closed, while the store is there.
     await sessions.settle()
     await sessions.release_leases()
@@ -219,8 +211,6 @@ async def webhook_deliveries(app: web.Application) -> AsyncIterator[None]:
     app[DELIVERIES] = deliveries
     shares = asyncio.create_task(deliveries.run_forever(), name="webhook-deliveries")
     yield
-    shares.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await shares
+    await stop(shares)
     await deliveries.close()  # its leases given up: the other processes take them at once
     await sender.close()

@@ -279,15 +279,18 @@ class Running:
         return f"ws://127.0.0.1:{self.port}/graphql"
 
 
-async def start_services(count: int, data_dir: Path, **env: str) -> list[Running]:
-    """`count` services on free ports with the same settings, started side by side; each
-    serves in one process (PRESENCE_WORKERS=1), so that a signal reaches the process that
-    holds its sessions."""
+async def start_services(
+    count: int, data_dir: Path, each: Sequence[dict[str, str]] = (), /, **env: str
+) -> list[Running]:
+    """`count` services on free ports with the same settings (and the i-th's own from
+    `each[i]`, if given), started side by side; each serves in one process
+    (PRESENCE_WORKERS=1), so that a signal reaches the process that holds its sessions."""
     started = []
     try:
         for i in range(count):
             port = free_port()
-            process = run_service(data_dir / str(i), port, PRESENCE_WORKERS="1", **env)
+            own = each[i] if i < len(each) else {}
+            process = run_service(data_dir / str(i), port, PRESENCE_WORKERS="1", **env | own)
             started.append(Running(process, port))
         await asyncio.gather(
             *(asyncio.to_thread(wait_until_serving, s.process, s.port) for s in started)
@@ -491,14 +494,16 @@ def masked_frame(message: dict[str, Any]) -> bytes:
     return header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
 
 
-async def subscriber_that_stops_reading(
-    service: Service, document: str, variables: dict[str, Any]
+async def raw_socket(
+    service: Service, authorization: str | None = None, receive_buffer: int | None = None
 ) -> socket.socket:
-    """A raw WebSocket client with a small receive buffer that subscribes to `document` and
-    from then on reads nothing, as a client on a stalled link does. Close it when done."""
+    """A raw WebSocket client, acknowledged (with these credentials, if any), for what a
+    library's client cannot do: send part of a frame, or read nothing at all. Close it when
+    done. `receive_buffer` (bytes) is set before it connects, where it bounds the window."""
     loop = asyncio.get_running_loop()
     client = socket.socket()
-    client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    if receive_buffer is not None:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
     client.setblocking(False)
     host, port = service.host, service.port
     await loop.sock_connect(client, (host, port))
@@ -509,14 +514,52 @@ async def subscriber_that_stops_reading(
         "Sec-WebSocket-Protocol: graphql-transport-ws\r\n\r\n"
     )
     await loop.sock_sendall(client, handshake.encode())
-    await loop.sock_sendall(client, masked_frame({"type": "connection_init"}))
+    init: dict[str, Any] = {"type": "connection_init"}
+    if authorization is not None:
+        init["payload"] = {"Authorization": authorization}
+    await loop.sock_sendall(client, masked_frame(init))
     received = b""
     while b"connection_ack" not in received:
         chunk = await asyncio.wait_for(loop.sock_recv(client, 4096), 5)
         assert chunk, f"the service closed the connection: {received!r}"
         received += chunk
+    return client
+
+
+async def close_code_of(client: socket.socket, within_s: float = 5) -> int:
+    """Reads the service's frames from a raw client until its close frame: the code it gives."""
+    loop = asyncio.get_running_loop()
+    buffered = b""
+
+    async def take(size: int) -> bytes:
+        nonlocal buffered
+        while len(buffered) < size:
+            chunk = await asyncio.wait_for(loop.sock_recv(client, 65536), within_s)
+            assert chunk, "the connection ended without a close frame"
+            buffered += chunk
+        taken, buffered = buffered[:size], buffered[size:]
+        return taken
+
+    while True:
+        first, second = await take(2)
+        size = second & 0x7F
+        if size == 126:
+            size = int.from_bytes(await take(2), "big")
+        elif size == 127:
+            size = int.from_bytes(await take(8), "big")
+        payload = await take(size)
+        if first & 0x0F == 0x8:  # a close frame: its code, then its reason
+            return int.from_bytes(payload[:2], "big")
+
+
+async def subscriber_that_stops_reading(
+    service: Service, document: str, variables: dict[str, Any]
+) -> socket.socket:
+    """A raw WebSocket client with a small receive buffer that subscribes to `document` and
+    from then on reads nothing, as a client on a stalled link does. Close it when done."""
+    client = await raw_socket(service, receive_buffer=4096)
     subscribe = {"query": document, "variables": variables}
-    await loop.sock_sendall(
+    await asyncio.get_running_loop().sock_sendall(
         client, masked_frame({"id": "1", "type": "subscribe", "payload": subscribe})
     )
     return client

@@ -244,6 +244,8 @@ class Channels:
 
     def _update_subscription(self) -> None:
         self._update_planned = False
+        if self._stopping:
+            return  # the connections are closing: a command now would open one again
         # Per route, the channels to subscribe to and those to leave.
         plans: dict[int, tuple[list[bytes], list[bytes]]] = {}
         for channel in self._changed:
@@ -285,14 +287,19 @@ class Channels:
         # In order, and subscriptions before unsubscriptions: a user's channel is confirmed
         # before the channel of every user that brought its events meanwhile is left.
         async with route.sending:
-            if pubsub is None or pubsub is not route.pubsub:
-                return  # that connection was lost; the next one subscribes to what is wanted
+            if pubsub is None:
+                return  # no connection yet; the first one subscribes to what is wanted
+            steps = (
+                (pubsub.ssubscribe if route.sharded else pubsub.subscribe, subscribe),
+                (pubsub.sunsubscribe if route.sharded else pubsub.unsubscribe, unsubscribe),
+            )
             try:
-                for command, channels in (
-                    (pubsub.ssubscribe if route.sharded else pubsub.subscribe, subscribe),
-                    (pubsub.sunsubscribe if route.sharded else pubsub.unsubscribe, unsubscribe),
-                ):
+                for command, channels in steps:
                     for first in range(0, len(channels), _CHANNELS_PER_COMMAND):
+                        # Checked before each command: redis-py opens a closed PubSub's
+                        # connection again at its next command, and nothing would close that.
+                        if pubsub is not route.pubsub:
+                            return  # lost; the next connection subscribes to what is wanted
                         await command(*channels[first : first + _CHANNELS_PER_COMMAND])
             except Exception as error:
                 # Its confirmations would never come: the listener starts again (unless that
@@ -407,6 +414,8 @@ class Channels:
                 attempt = 0
             finally:
                 if pubsub is not None:
+                    if route.pubsub is pubsub:
+                        route.pubsub = None  # no command may go on it (_send) once it closes
                     # Bounded: closing must not hang on a connection that stopped answering.
                     with contextlib.suppress(Exception):
                         await asyncio.wait_for(pubsub.aclose(), 2)  # type: ignore[no-untyped-call]

@@ -33,6 +33,7 @@ from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, EventCursors, Fe
 from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
 from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks, filters_of
+from gql_presence.tasks import stop
 from gql_presence.webhooks.batches import (
     Entry,
     Renderings,
@@ -361,10 +362,7 @@ class Deliveries:
 
     async def close(self) -> None:
         """Ends every delivery and gives up every lease: other processes take them at once."""
-        tasks = list(self._running.values())
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await stop(*self._running.values())
         keys = sorted(self._running)
         self._running.clear()
         self._deliveries.clear()
@@ -403,8 +401,10 @@ class ShardDelivery:
         return self._idle is not None and filters_of(self._idle[0]) != filters_of(webhook)
 
     async def _wait(self, ms: float) -> None:
+        # Not asyncio.wait_for, which in Python 3.11 can lose a cancel (gql_presence/tasks.py).
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopped.wait(), ms / 1000)
+            async with asyncio.timeout(ms / 1000):
+                await self._stopped.wait()
 
     async def _advance(self, **progress: str) -> bool:
         return await self._d.webhooks.advance(

@@ -22,6 +22,7 @@ LAYERS = {
     "webhooks": 3,
     "settings": 2,
     "lru": 2,
+    "tasks": 2,
     "store": 1,
 }
 

@@ -458,3 +458,27 @@ async def test_a_held_session_hears_its_user_while_held_and_ends_on_a_kick_or_re
     elsewhere.release(newer)
     await sessions.settle()
     await elsewhere.settle()
+
+
+async def test_a_hub_stopped_as_a_feed_ends_leaves_no_connection_open(
+    redis: Redis, any_server: Any
+) -> None:
+    # The feed's end leaves its channels by a command sent in a task of its own, which may run
+    # while the hub stops and closes its connection: it must not open that connection again.
+    for _ in range(10):
+        subscriber = Redis.from_url(any_server.url, client_name="stopping-hub")
+        events = EventHub(subscriber, PresenceStore(redis, TEST_SETTINGS), 100)
+        await events.start()
+        try:
+            async with events.feed(ignore, user_ids=[f"u{i}" for i in range(50)]):
+                pass
+        finally:
+            await events.stop()
+
+        async def none_left() -> bool:
+            clients = await redis.client_list()
+            return not [c for c in clients if c.get("name") == "stopping-hub"]
+
+        # A closed connection leaves Redis's list once Redis has read its end.
+        await eventually(none_left, within_s=1, what="the hub's connections closed")
+        await subscriber.aclose()

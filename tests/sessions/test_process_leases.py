@@ -41,6 +41,9 @@ from tests.redis_cluster import LocalCluster, fail_over
 pytestmark = pytest.mark.slow
 
 TTL_S = 1
+# The process that watches renews its own lease on a longer TTL: a stall of the machine under
+# it (a busy runner) must not end its sessions while the test looks at the other's lapse.
+WATCHER_TTL_S = 4
 # A failover holds up writes to its shard for a moment; a lease is renewed every TTL/3.
 FAILOVER_TTL_S = 2
 SHARDS = 3
@@ -55,14 +58,17 @@ SHARED = [f"both-{i}" for i in range(3)]
 async def services(
     flushed_redis: Redis, redis_server: RedisServer, tmp_path: Path
 ) -> AsyncIterator[list[Running]]:
-    """Two processes on one Redis with three shards and a lease TTL of TTL_S: the first
-    holds sessions and fails, the second watches."""
+    """Two processes on one Redis with three shards: the first holds sessions on a lease TTL
+    of TTL_S and fails, the second watches (and holds some sessions too)."""
     started = await start_services(
         2,
         tmp_path,
+        [
+            {"PRESENCE_CONNECTION_TTL_SECONDS": str(TTL_S)},
+            {"PRESENCE_CONNECTION_TTL_SECONDS": str(WATCHER_TTL_S)},
+        ],
         REDIS_URL=redis_server.url,
         PRESENCE_SHARDS=str(SHARDS),
-        PRESENCE_CONNECTION_TTL_SECONDS=str(TTL_S),
         PRESENCE_BACKEND_TOKENS=f"chat:{BACKEND_TOKEN}",
         PRESENCE_LOG_LEVEL="warning",
     )

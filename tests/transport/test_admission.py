@@ -24,8 +24,10 @@ from tests.conftest import ClientFactory, error_codes, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
+    close_code_of,
     graphql_socket,
     over_socket,
+    raw_socket,
     socket_errors,
     user_token,
 )
@@ -98,10 +100,17 @@ async def test_a_socket_takes_the_largest_valid_request_and_closes_on_a_larger_m
     async with graphql_socket(secured, BACKEND) as socket:
         messages = await over_socket(socket, TOUCH_MANY, {"ids": ids})
         assert messages[0]["payload"] == {"data": {"touchMany": MAX_IDS_PER_CALL}}
-        await socket.send_str(" " * (MAX_BODY_BYTES + 1))
-        closing = await socket.receive(timeout=5)
-        assert closing.type is aiohttp.WSMsgType.CLOSE
-        assert closing.data == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+    # A larger message is refused by its length, as soon as its frame's header arrives: the
+    # client sends that and a first part only, so that the service's close cannot cross the
+    # rest of it on its way (which would reset the connection before the close is read).
+    client = await raw_socket(secured, BACKEND)
+    try:
+        size, mask = MAX_BODY_BYTES + 1, b"\x00" * 4
+        header = bytes([0x81, 0x80 | 127]) + size.to_bytes(8, "big") + mask
+        await asyncio.get_running_loop().sock_sendall(client, header + b" " * 16_384)
+        assert await close_code_of(client) == aiohttp.WSCloseCode.MESSAGE_TOO_BIG
+    finally:
+        client.close()
 
 
 # --- credentials before the body --------------------------------------------------------------
