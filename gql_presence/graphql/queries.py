@@ -147,7 +147,7 @@ class Query:
     ) -> UserPresence:
         check_id(user_id, "userId")
         store = await reader_store(info, [user_id])
-        return UserPresence.read(await store.presence(user_id, info.context.reader))
+        return UserPresence.of(await store.presence(user_id, info.context.reader))
 
     @strawberry.field(
         description="The presence of each of these users (at most 1,000), in the order given, as this reader may see it: a friends list's online and offline friends with their last-seen times in one call. End users may ask for themselves and their friends only."
@@ -165,7 +165,7 @@ class Query:
         await info.context.charge(len(asked))
         store = await reader_store(info, asked)
         found = await store.presence_many(asked, info.context.reader)
-        return [UserPresence.read(presence) for presence in found]
+        return [UserPresence.of(presence) for presence in found]
 
     @strawberry.field(description="The ids in userId's friend set, sorted.")
     async def friends(self, info: strawberry.Info[Context, None], user_id: UserIdArg) -> list[ID]:

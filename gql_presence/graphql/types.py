@@ -210,9 +210,8 @@ class UserPresence:
         )
 
     @classmethod
-    def read(cls, presence: models.Presence | PresenceReply) -> UserPresence:
-        """The same as `of(presence)` (for a reply, `of(presence.presence())`), each field
-        converted when first read: a list's items convert only the fields selected."""
+    def read(cls, presence: PresenceReply) -> UserPresence:
+        """The same as `of(presence.presence())`, each field converted when first read."""
         return _ReadUserPresence(presence)
 
     @classmethod
@@ -256,7 +255,7 @@ class _ReadUserPresence(UserPresence):
     Strawberry's resolver of a plain field, the only readers): an answer that asks for
     `online` alone converts no session, status or time, and the store decodes none."""
 
-    def __init__(self, presence: _Fields) -> None:  # the dataclass's is not called
+    def __init__(self, presence: PresenceReply) -> None:  # the dataclass's is not called
         self._presence = presence
         # UserPresence has a class attribute for it (its default), which __getattr__ would
         # never be asked for.
@@ -308,7 +307,7 @@ class PresenceConnection:
             return [UserPresence.listed(user) for user in self.listed]
         # Their presence as this reader may see it: the page's users in one read per shard.
         found = await info.context.store.presence_many([u.user_id for u in self.listed], reader)
-        return [UserPresence.read(presence) for presence in found]
+        return [UserPresence.of(presence) for presence in found]
 
     page_info: PageInfo = strawberry.field(description="Where this page ended.")
 
