@@ -72,6 +72,11 @@ class Leaf:
 class ObjectFields:
     type: GraphQLObjectType
     fields: tuple[PlannedField, ...]
+    # When every field is `__typename` or a plain attribute (read with getattr) of leaves,
+    # lists and objects of the same kind: each field's (key, attribute, completion), the
+    # attribute None for `__typename`, whose completion is then its answer. Such an object
+    # is written in one pass (`_written`), without a resolver, a path or a task per field.
+    flat: tuple[tuple[str, str | None, Completion | str], ...] | None = None
 
 
 Completion = NonNull | ListOf | Leaf | ObjectFields
@@ -280,6 +285,11 @@ class PlanRun:
         assert path is not None  # made for every field that has items or fields
         if isinstance(completion, ListOf):
             return self.complete_list(field, completion.item, path, result)
+        if completion.flat is not None:
+            try:
+                return _written(completion, result)
+            except Exception:  # noqa: S110 - done again field by field, which reports it
+                pass
         return self.execute_fields(completion, result, path)
 
     def complete_list(self, field: PlannedField, item: Completion, path: Path, result: Any) -> Any:
@@ -287,6 +297,11 @@ class PlanRun:
             raise GraphQLError(
                 f"Expected Iterable, but did not find one for field '{field.parent}.{field.name}'."
             )
+        if type(result) in _PLAIN_LISTS and is_flat(item):
+            try:
+                return [_written(item, value) for value in result]
+            except Exception:  # noqa: S110 - done again item by item, which reports it
+                pass
         completed: list[Any] = []
         pending: list[int] = []
         try:
@@ -327,6 +342,65 @@ class PlanRun:
         if not pending:
             return results
         return _gathered(results, pending)
+
+
+# Lists whose items `_written` may read more than once, each time the same.
+_PLAIN_LISTS = frozenset({list, tuple})
+
+
+class _NotPlainError(Exception):
+    """A value `_written` leaves to the general completion."""
+
+
+def is_flat(completion: Completion) -> bool:
+    """Whether values of this completion can be written by `_written`."""
+    if isinstance(completion, NonNull):
+        completion = completion.inner
+    if isinstance(completion, ListOf):
+        return is_flat(completion.item)
+    return isinstance(completion, Leaf) or (
+        isinstance(completion, ObjectFields) and completion.flat is not None
+    )
+
+
+def _written(completion: Completion, value: Any) -> Any:
+    """The completed value of a flat object, a leaf, or a list of them, for values that
+    complete with no error: what `PlanRun.complete` would give, without a path, a resolve
+    info or a pending result. Raises on anything else (a null where none may be, an error,
+    an awaitable, a value that does not coerce), and the caller completes the value again
+    the general way, which reports it: every read here is of a plain attribute, which gives
+    the same value when read again."""
+    if isinstance(completion, NonNull):
+        if value is None:
+            raise _NotPlainError
+        completion = completion.inner
+    elif value is None:
+        return None
+    if type(value) not in _PLAIN_LEAF_VALUES and (
+        value is Undefined or isinstance(value, Exception) or is_awaitable(value)
+    ):
+        raise _NotPlainError
+    if isinstance(completion, Leaf):
+        return _leaf_value(completion.type, value)
+    if isinstance(completion, ListOf):
+        if type(value) not in _PLAIN_LISTS:
+            raise _NotPlainError
+        return [_written(completion.item, item) for item in value]
+    flat = completion.flat if isinstance(completion, ObjectFields) else None
+    if flat is None:
+        raise _NotPlainError
+    row: dict[str, Any] = {}
+    for key, attribute, how in flat:
+        if attribute is None:
+            row[key] = how
+            continue
+        assert not isinstance(how, str)
+        field_value = getattr(value, attribute)
+        if isinstance(how, Leaf) and type(field_value) in _PLAIN_LEAF_VALUES:
+            row[key] = _leaf_value(how.type, field_value)
+        else:
+            row[key] = _written(how, field_value)
+    return row
 
 
 def _leaf_value(type_: GraphQLLeafType, result: Any) -> Any:

@@ -80,6 +80,7 @@ from gql_presence.graphql.plan_run import (
     ObjectFields,
     PlannedField,
     PlanRun,
+    is_flat,
 )
 from gql_presence.lru import LeastRecentlyUsed
 
@@ -252,7 +253,27 @@ class Plan:
         fields = [self._field(type_, k, d, variables) for k, d in grouped.items()]
         if any(f is None for f in fields):
             return None
-        return ObjectFields(type_, tuple(f for f in fields if f is not None))
+        planned = tuple(f for f in fields if f is not None)
+        return ObjectFields(type_, planned, _flat(planned))
+
+
+def _flat(
+    fields: tuple[PlannedField, ...],
+) -> tuple[tuple[str, str | None, Completion | str], ...] | None:
+    """ObjectFields.flat of these fields, or None when one of them is not flat."""
+    flat: list[tuple[str, str | None, Completion | str]] = []
+    for field in fields:
+        if field.typename is not None:
+            flat.append((field.key, None, field.typename))
+        elif (
+            field.attribute is not None
+            and field.completion is not None
+            and is_flat(field.completion)
+        ):
+            flat.append((field.key, field.attribute, field.completion))
+        else:
+            return None
+    return tuple(flat)
 
 
 def _arguments(definition: GraphQLField, details: list[FieldDetails]) -> Arguments | None:

@@ -119,7 +119,8 @@ def _sessions_of(live: Sequence[Any]) -> tuple[Session, ...]:
 
 
 def _time_or_none(ms: Any) -> datetime | None:
-    return None if int(ms) < 0 else from_ms(int(ms))
+    whole = int(ms)
+    return None if whole < 0 else from_ms(whole)
 
 
 @dataclass(frozen=True)

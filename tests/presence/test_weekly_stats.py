@@ -5,7 +5,11 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from gql_presence.store import PresenceStore
+from gql_presence.store.days import from_ms, to_ms
 from tests.conftest import StoreFactory
 
 DAY_MS = 86_400_000
@@ -118,3 +122,13 @@ async def test_the_last_and_first_representable_weeks_count_zero(store: Presence
         stats = await store.weekly_stats(end)
         assert [d.active_users for d in stats.days] == [0] * 7
         assert stats.end_date == end
+
+
+@given(st.datetimes(timezones=st.just(UTC)))
+def test_a_time_in_milliseconds_reads_back_as_the_same_moment(moment: datetime) -> None:
+    """What the store keeps of a time (whole milliseconds) reads back as that moment, in UTC."""
+    kept = moment.replace(microsecond=moment.microsecond // 1000 * 1000)
+    read = from_ms(to_ms(moment))
+    assert read == kept
+    assert read.tzinfo is UTC
+    assert read.isoformat() == kept.isoformat()

@@ -53,12 +53,12 @@ from hypothesis import strategies as st
 from strawberry.schema.config import StrawberryConfig
 
 from gql_presence.app import create_app
-from gql_presence.graphql.plan_run import NonNull, ObjectFields, PlannedField
+from gql_presence.graphql.plan_run import Leaf, NonNull, ObjectFields, PlannedField
 from gql_presence.graphql.planned import Plan, Plans, make_plan
 from gql_presence.graphql.scalars import DateTimeScalar
 from gql_presence.graphql.schema import build_schema
 from gql_presence.graphql.types import UserPresence
-from gql_presence.http.app_keys import AUTHENTICATOR
+from gql_presence.http.app_keys import AUTHENTICATOR, STORE
 from gql_presence.http.view import PresenceView
 from gql_presence.running.connection import connect, redis_client
 from gql_presence.running.redis_server import RedisServer
@@ -711,10 +711,23 @@ class Odd:
 
 
 @strawberry.type
+class Shelf:
+    label: str
+    odds: list[Odd]
+    loose: list[Odd | None] | None
+
+
+@strawberry.type
 class OddQuery:
     @strawberry.field
     def odd(self, which: int) -> Odd:
         return Odd(**odd_values()[which])
+
+    @strawberry.field
+    def shelf(self, which: int) -> Shelf | None:
+        # The first `which` + 1 values: with 0, every value is plain.
+        loose: list[Odd | None] = [Odd(**values) for values in odd_values()[: which + 1]]
+        return Shelf(label="s", odds=[Odd(**odd_values()[which])], loose=loose)
 
     @strawberry.field
     def odds(self) -> list[Odd | None]:
@@ -734,6 +747,20 @@ async def test_plain_attributes_complete_as_in_graphql_core(which: int) -> None:
 
 async def test_lists_of_objects_with_odd_attributes_complete_as_in_graphql_core() -> None:
     await _same_as_graphql_core(ODD_SCHEMA._schema, "{ odds { maybe when size ids } }", {})
+
+
+@pytest.mark.parametrize("which", range(len(odd_values())))
+async def test_objects_and_lists_of_plain_attributes_complete_as_in_graphql_core(
+    which: int,
+) -> None:
+    """Written in one pass when every value is plain; field by field, as graphql-core,
+    from the first value that is not."""
+    query = """query($w: Int!) {
+      shelf(which: $w) {
+        __typename label odds { text when ids } loose { __typename maybe size }
+      }
+    }"""
+    await _same_as_graphql_core(ODD_SCHEMA._schema, query, {"w": which})
 
 
 def _fields_below_root(schema: GraphQLSchema, query: str) -> tuple[PlannedField, ...]:
@@ -848,3 +875,127 @@ def test_only_resolvers_of_scalar_arguments_are_called_without_the_wrapper() -> 
         "plain": True,
         "listed": False,
     }
+
+
+# --- list reads, whose items a plan writes in one pass when their fields are plain
+# attributes: what each reader may see of each user, and the errors and nulls on the way.
+
+LIST_SEED = [
+    'mutation { setStatus(status: INVISIBLE, userId: "carol") { status } }',
+    'mutation { setLastSeenVisibility(visibleTo: NOBODY, userId: "dave") { online } }',
+    'mutation { setLastSeenVisibility(visibleTo: FRIENDS, userId: "bob") { online } }',
+    'mutation { setCustomStatus(userId: "bob", text: "lunch", emoji: "🍜") { online } }',
+    'mutation { setStatus(status: BUSY, userId: "alice") { status } }',
+    'mutation { touch(userId: "erin", sessionId: "tv", device: "tv", idle: true) { online } }',
+    'mutation { addFriends(userId: "bob", friendIds: ["alice"]) }',
+    'mutation { setPlaceState(placeId: "room", sessionId: "phone", userId: "alice", state: {x: 1}) { userId } }',
+]
+EVERY_PRESENCE_FIELD = """__typename userId online lastSeen status chosenStatus
+    lastSeenVisibleTo onlineSince version customStatus { text emoji expiresAt }
+    sessions { __typename sessionId lastSeen startedAt device idle }"""
+PRESENCES = f"query($ids: [ID!]!) {{ presences(userIds: $ids) {{ {EVERY_PRESENCE_FIELD} }} }}"
+PRESENCE_OF = f"query($u: ID!) {{ presence(userId: $u) {{ {EVERY_PRESENCE_FIELD} }} }}"
+PRESENCES_SHAPED = """query($ids: [ID!]!, $more: Boolean!) {
+  presences(userIds: $ids) { id: userId ...Seen s: sessions { sessionId } ...More @include(if: $more) }
+}
+fragment Seen on UserPresence { online lastSeen status }
+fragment More on UserPresence { sessions { idle } customStatus { emoji } }"""
+ONLINE_FRIENDS = f"""query($u: ID!, $after: String) {{
+  onlineFriends(userId: $u, first: 2, after: $after) {{
+    totalCount nodes {{ {EVERY_PRESENCE_FIELD} }} pageInfo {{ hasNextPage endCursor }}
+  }}
+}}"""
+ONLINE_FRIENDS_LISTED = """query($u: ID!) {
+  onlineFriends(userId: $u, first: 50) { nodes { userId online lastSeen } }
+}"""
+PLACE_MEMBERS = """query($p: ID!) {
+  placeMembers(placeId: $p, first: 50) {
+    __typename totalCount users version
+    nodes { __typename placeId userId sessionId joinedAt state }
+    pageInfo { hasNextPage endCursor }
+  }
+}"""
+USERS = ["alice", "bob", "carol", "dave", "erin", "ß", "nobody"]
+
+
+async def _list_twins(make_twins: TwinsFactory) -> Twins:
+    twins = await make_twins(SECURED)
+    for client in (twins.full, twins.planned):
+        store = client.app[STORE]
+        await store.open_place_session("room", "alice", "phone")
+        await store.open_place_session("room", "carol", "tab", {"t": "é"})
+    backend = {"Authorization": f"Bearer {BACKEND_TOKEN}"}
+    for query in LIST_SEED:
+        answer, _ = await twins.both(query, None, headers=backend)
+        assert "errors" not in answer.body, answer
+    return twins
+
+
+@pytest.mark.parametrize("reader", ["backend", "alice", "bob"])
+async def test_list_reads_answer_alike_to_every_reader(
+    make_twins: TwinsFactory, reader: str
+) -> None:
+    twins = await _list_twins(make_twins)
+    token = BACKEND_TOKEN if reader == "backend" else user_token(reader)
+    headers = {"Authorization": f"Bearer {token}"}
+    cases: list[tuple[str, dict[str, Any]]] = [
+        (PRESENCES, {"ids": USERS if reader == "backend" else ["alice", "bob", "carol", "dave"]}),
+        (PRESENCES, {"ids": []}),
+        (PRESENCES, {"ids": ["alice", "", "bob"]}),  # a bad id: the whole answer null
+        (PRESENCES, {"ids": ["alice", "stranger"]}),  # forbidden to an end user
+        (PRESENCES_SHAPED, {"ids": ["alice", "bob", "carol"], "more": True}),
+        (PRESENCES_SHAPED, {"ids": ["alice", "bob", "carol"], "more": False}),
+        (PRESENCE_OF, {"u": "carol"}),  # invisible: offline to others
+        (PRESENCE_OF, {"u": "dave"}),  # lastSeen hidden from everyone else
+        (PRESENCE_OF, {"u": "nobody"}),  # never seen: nulls
+        (ONLINE_FRIENDS, {"u": "alice"}),
+        (ONLINE_FRIENDS_LISTED, {"u": "alice"}),
+        (PLACE_MEMBERS, {"p": "room"}),
+        (PLACE_MEMBERS, {"p": "empty"}),
+    ]
+    answers = []
+    for query, variables in cases:
+        answer, how = await twins.both(query, variables, headers=headers)
+        assert how == "planned", (query, variables)
+        answers.append(answer.body)
+    if reader == "alice":
+        carol = answers[0]["data"]["presences"][2]
+        assert (carol["online"], carol["status"], carol["sessions"]) == (False, "OFFLINE", [])
+        assert answers[0]["data"]["presences"][3]["lastSeen"] is None  # dave's, hidden
+        assert answers[0]["data"]["presences"][1]["customStatus"]["text"] == "lunch"
+        assert [e["extensions"]["code"] for e in answers[2]["errors"]] == ["BAD_USER_INPUT"]
+        assert answers[2]["data"] is None
+        assert [e["extensions"]["code"] for e in answers[3]["errors"]] == ["FORBIDDEN"]
+    if reader == "backend":
+        nobody = answers[0]["data"]["presences"][-1]
+        assert (nobody["lastSeen"], nobody["customStatus"], nobody["sessions"]) == (None, None, [])
+        members = answers[11]["data"]["placeMembers"]["nodes"]
+        assert {(m["userId"], json.dumps(m["state"])) for m in members} == {
+            ("alice", '{"x": 1}'),
+            ("carol", '{"t": "\\u00e9"}'),
+        }
+
+
+def _list_items(schema: GraphQLSchema, query: str) -> ObjectFields:
+    plan = make_plan(schema, graphql.parse(query), None)
+    assert isinstance(plan, Plan)
+    prepared = plan._prepared({"ids": ["a"], "more": True, "u": "a"})
+    assert not isinstance(prepared, str)
+    completion = prepared[1][0].completion
+    while not isinstance(completion, ObjectFields):
+        assert completion is not None
+        assert not isinstance(completion, Leaf)
+        completion = completion.inner if isinstance(completion, NonNull) else completion.item
+    return completion
+
+
+def test_a_list_of_plain_attributes_is_written_in_one_pass() -> None:
+    """Items whose fields are plain attributes (and fields of their objects and lists)
+    are written without a walk per field; a field with a resolver of its own is not."""
+    schema = build_schema(introspection=True, federation=False, plans=None)._schema
+    for query in (PRESENCES, PRESENCES_SHAPED):
+        items = _list_items(schema, query)
+        assert items.flat is not None
+        assert [key for key, _, _ in items.flat] == [f.key for f in items.fields]
+    connection = _list_items(schema, ONLINE_FRIENDS)
+    assert connection.flat is None  # its nodes are read by a resolver
