@@ -68,8 +68,9 @@ local function fold()
   -- The cohort: first active that day, in this hour, and in none of the day's earlier hours
   -- (as retention.lua's; activity's new users of the hour are the same users).
   redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
+  -- The day's earlier hours' pairs start at KEYS[11], after the hour's and the hour before's.
   local starts = {unpack(ARGV, 6, 5 + earlier)}
-  if earlier_first_timers(scratch_key, first_key, seen_key, record_key, 9, starts) then
+  if earlier_first_timers(scratch_key, first_key, seen_key, record_key, 11, starts) then
     redis.call('BITOP', 'OR', seen_key, scratch_key, cohort_key)
     if active > 0 then
       redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)
