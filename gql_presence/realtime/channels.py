@@ -245,7 +245,7 @@ class Channels:
     def _update_subscription(self) -> None:
         self._update_planned = False
         if self._stopping:
-            return  # the connections are closing: a command now would open one again
+            return  # a task started now would outlive stop(), which waits for those before it
         # Per route, the channels to subscribe to and those to leave.
         plans: dict[int, tuple[list[bytes], list[bytes]]] = {}
         for channel in self._changed:
