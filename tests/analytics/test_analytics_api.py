@@ -186,3 +186,35 @@ async def test_backends_may_ask_and_users_only_where_they_see_everyone(
         assert error_codes(refused) == ["FORBIDDEN"]
         assert "PRESENCE_USERS_SEE_EVERYONE" in refused["errors"][0]["message"]
         assert "errors" not in await as_user(opened, user_token("alice"), query, **variables)
+
+
+async def test_activity_and_retention_cost_a_token_per_100_periods_they_read(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    """Their work grows with the periods they read, as touchMany's with its ids: each period
+    (each of a cohort's, its own included) counts as an id. A refused call costs its first
+    token only. A bucket of 7 at once for each backend, refilled at one token every 2 s."""
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=redis_server.url,
+        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", "c" * 40)),
+        backend_rate=0.5,
+        backend_burst=7,
+    )
+    api = await aiohttp_client(create_app(settings))
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    month = {"from": iso(start), "to": iso(start + timedelta(days=31)), "g": "HOUR"}
+    assert error_codes(await as_user(api, BACKEND_TOKEN, ACTIVITY, **month)) == ["BAD_USER_INPUT"]
+    hours = {"from": iso(start), "to": iso(start + timedelta(hours=599)), "g": "HOUR"}
+    listed = await as_user(api, BACKEND_TOKEN, ACTIVITY, **hours)  # 600 periods: six tokens
+    assert len(listed["data"]["activity"]) == 600
+    spent = await as_user(api, BACKEND_TOKEN, ACTIVITY, **hours)
+    assert error_codes(spent) == ["RATE_LIMITED"]
+
+    cohorts = {"from": "2026-11-02", "cohorts": 20, "periods": 49, "g": "DAY"}
+    refused = await as_user(api, "c" * 40, RETENTION, **{**cohorts, "periods": 53})
+    assert error_codes(refused) == ["BAD_USER_INPUT"]
+    read = await as_user(api, "c" * 40, RETENTION, **cohorts)  # 20 cohorts of 50: ten tokens
+    assert len(read["data"]["retention"]) == 20
+    spent = await as_user(api, "c" * 40, RETENTION, **cohorts)
+    assert error_codes(spent) == ["RATE_LIMITED"]
