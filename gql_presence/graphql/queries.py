@@ -42,6 +42,7 @@ from gql_presence.store import (
     check_id,
 )
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.feed import check_first
 
 
 @strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
@@ -226,6 +227,8 @@ class Query:
         ] = None,
     ) -> ChangePage:
         store = authorized_store(info, Need.BACKEND)
+        # A page's work grows with its size: each change it may hold costs what an id given does.
+        await info.context.charge(check_first(first))
         wanted = None if kinds is None else [kind.value for kind in kinds]
         page = await store.changes(after, first, wanted, places)
         return ChangePage.of(page, await store.event_cursors())

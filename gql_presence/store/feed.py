@@ -68,6 +68,13 @@ def _sort_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+def check_first(first: int) -> int:
+    """The size of a page of changes, once it is allowed; BadInputError otherwise."""
+    if not 1 <= first <= MAX_CHANGES_PAGE:
+        raise BadInputError(f"first must be 1 to {MAX_CHANGES_PAGE:,}; got {first}.")
+    return first
+
+
 def check_places(places: Sequence[str]) -> list[str]:
     """Place ids, and prefixes ending in `*` (`*` alone: every place), as a JWT's claim."""
     if len(places) > MAX_PLACE_FILTERS:
@@ -233,8 +240,7 @@ class Feed:
     ) -> ChangePage:
         """The kept changes after `after` (the oldest kept when None), oldest first, at most
         `first` (1 to MAX_CHANGES_PAGE), of `kinds` (ChangeKind values) and `places`."""
-        if not 1 <= first <= MAX_CHANGES_PAGE:
-            raise BadInputError(f"first must be 1 to {MAX_CHANGES_PAGE:,}; got {first}.")
+        check_first(first)
         wanted = None if kinds is None else set(kinds)
         place_filter = None if places is None else check_places(places)
         positions = await self._positions(after)
