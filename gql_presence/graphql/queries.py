@@ -43,6 +43,7 @@ from gql_presence.store import (
 )
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.feed import check_first
+from gql_presence.store.validation import check_page_size
 
 
 @strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
@@ -69,6 +70,9 @@ class Query:
         ] = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.LISTING)
+        # A page's work grows with its size: each entry it may hold costs what an id given
+        # does, here and in every list below.
+        await info.context.charge(check_page_size(first))
         by_since = order_by is OnlineOrder.ONLINE_SINCE
         page = await store.online_users(
             first,
@@ -91,6 +95,7 @@ class Query:
         after: AfterArg = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.OWN, user_id)
+        await info.context.charge(check_page_size(first))
         return PresenceConnection.of(
             await store.online_friends(user_id, first, after, info.context.reader)
         )
@@ -113,6 +118,7 @@ class Query:
         after: AfterArg = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.LISTING)
+        await info.context.charge(check_page_size(first))
         page = await store.active_in_range(from_, to, first, after, info.context.reader)
         return PresenceConnection.of(page)
 
@@ -183,6 +189,7 @@ class Query:
         after: AfterArg = None,
     ) -> PlaceMemberConnection:
         store = place_store(info, [place_id])
+        await info.context.charge(check_page_size(first))
         return PlaceMemberConnection.of(await store.place_members(place_id, first, after))
 
     @strawberry.field(

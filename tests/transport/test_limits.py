@@ -284,6 +284,36 @@ async def test_an_operation_costs_a_token_per_100_ids_its_fields_are_given(
     assert (status, error_codes(body)) == (429, ["RATE_LIMITED"])
 
 
+async def test_a_list_page_costs_a_token_per_100_entries_it_may_hold(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """A page's work grows with `first`, as touchMany's with its ids, whichever list it is:
+    fifteen aliases of the largest pages are not one token. A bucket of 10 at once."""
+    settings = dataclasses.replace(
+        SECURED,
+        redis_url=redis_server.url,
+        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", "c" * 40)),
+        backend_rate=0.5,
+        backend_burst=10,
+    )
+    api = await aiohttp_client(create_app(settings))
+
+    async def send(token: str, query: str) -> dict[str, Any]:
+        headers = {"Authorization": f"Bearer {token}"}
+        response = await api.post("/graphql", json={"query": query}, headers=headers)
+        body: dict[str, Any] = await response.json()
+        return body
+
+    users = """{ a: onlineUsers(first: 600, filter: {userIdPrefix: "u"}) { totalCount }
+      b: onlineFriends(userId: "u", first: 400) { totalCount } }"""
+    assert "errors" not in await send(BACKEND_TOKEN, users)  # 1,000 entries: ten tokens
+    assert error_codes(await send(BACKEND_TOKEN, "{ __typename }")) == ["RATE_LIMITED"]
+    others = """{ a: activeInRange(from: "2026-11-01T00:00:00Z", to: "2026-11-02T00:00:00Z",
+      first: 500) { totalCount } b: placeMembers(placeId: "p", first: 500) { totalCount } }"""
+    assert "errors" not in await send("c" * 40, others)
+    assert error_codes(await send("c" * 40, "{ __typename }")) == ["RATE_LIMITED"]
+
+
 async def test_a_subscription_costs_a_token_per_100_users_it_follows(
     aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
 ) -> None:
