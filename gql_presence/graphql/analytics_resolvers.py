@@ -62,7 +62,8 @@ async def retention(
     ] = Granularity.WEEK,
 ) -> list[RetentionCohort]:
     store = authorized_store(info, Need.LISTING)
-    await info.context.charge(analytics.retention_periods(from_, cohorts, periods))
+    read = analytics.retention_periods(from_, cohorts, periods, granularity.of_store)
+    await info.context.charge(read)
     rows = await store.analytics.retention(from_, cohorts, periods, granularity.of_store)
     return [RetentionCohort.of(row) for row in rows]
 

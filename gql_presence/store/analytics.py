@@ -512,7 +512,7 @@ class Analytics:
     async def retention(
         self, start: date, cohorts: int, periods: int, granularity: Granularity
     ) -> list[RetentionCohort]:
-        retention_periods(start, cohorts, periods)
+        retention_periods(start, cohorts, periods, granularity)
         calendar = Calendar(granularity, self._zone)
         now_ms = await self._now_ms()
         heads = list(calendar.run(calendar.of_date(start), cohorts))
@@ -643,13 +643,26 @@ def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def retention_periods(start: date, cohorts: int, periods: int) -> int:
+def retention_periods(start: date, cohorts: int, periods: int, granularity: Granularity) -> int:
     """How many periods retention reads (each cohort's own and those after it), which its
     work grows with; BadInputError unless the arguments are allowed."""
     for name, value in (("cohorts", cohorts), ("periods", periods)):
         if not 1 <= value <= MAX_COHORTS:
             raise BadInputError(f"{name} must be between 1 and {MAX_COHORTS}, not {value}.")
     check_dates(start, start)
+    # At least the days that many periods span (an hour's day may have 25 hours).
+    span = cohorts + periods
+    days = {
+        Granularity.HOUR: span // 24 + 2,
+        Granularity.DAY: span,
+        Granularity.WEEK: span * 7,
+        Granularity.MONTH: span * 31,
+    }[granularity]
+    if start > LAST_DATE - timedelta(days=days):
+        raise BadInputError(
+            f"retention's cohorts, and the periods after them, must end by {LAST_DATE}: "
+            "choose an earlier from, or fewer cohorts or periods."
+        )
     return cohorts * (periods + 1)
 
 

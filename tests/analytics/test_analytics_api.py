@@ -156,6 +156,16 @@ async def test_bad_input_is_refused_saying_what_is_allowed(api: TestClient[Any, 
             "1 and 52",
         ),
         (STICKINESS, {"end": None, "days": 91}, "1 and 90"),
+        (
+            RETENTION,
+            {"from": "9998-12-01", "cohorts": 52, "periods": 52, "g": "MONTH"},
+            "by 9998-12-31",
+        ),
+        (
+            RETENTION,
+            {"from": "9998-06-01", "cohorts": 30, "periods": 30, "g": "WEEK"},
+            "by 9998-12-31",
+        ),
     ]
     for query, variables, allowed in cases:
         body = await graphql(api, query, **variables)
