@@ -16,7 +16,14 @@ from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import Granularity, PresenceStore
 from tests.analytics.reference import Reference, as_rows
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, SECURED, as_user, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    OTHER_BACKEND_TOKEN,
+    SECURED,
+    as_user,
+    rated,
+    user_token,
+)
 
 ACTIVITY = """query ($from: DateTime!, $to: DateTime!, $g: Granularity!) {
   activity(from: $from, to: $to, granularity: $g) {
@@ -203,15 +210,8 @@ async def test_activity_and_retention_cost_a_token_per_100_periods_they_read(
 ) -> None:
     """Their work grows with the periods they read, as touchMany's with its ids: each period
     (each of a cohort's, its own included) counts as an id. A refused call costs its first
-    token only. A bucket of 7 at once for each backend, refilled at one token every 2 s."""
-    settings = dataclasses.replace(
-        SECURED,
-        redis_url=redis_server.url,
-        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", "c" * 40)),
-        backend_rate=0.5,
-        backend_burst=7,
-    )
-    api = await aiohttp_client(create_app(settings))
+    token only. A bucket of 7 at once for each backend."""
+    api = await aiohttp_client(create_app(rated(7, redis_server.url)))
     start = datetime(2026, 11, 1, tzinfo=UTC)
     month = {"from": iso(start), "to": iso(start + timedelta(days=31)), "g": "HOUR"}
     assert error_codes(await as_user(api, BACKEND_TOKEN, ACTIVITY, **month)) == ["BAD_USER_INPUT"]
@@ -222,9 +222,11 @@ async def test_activity_and_retention_cost_a_token_per_100_periods_they_read(
     assert error_codes(spent) == ["RATE_LIMITED"]
 
     cohorts = {"from": "2026-11-02", "cohorts": 20, "periods": 49, "g": "DAY"}
-    refused = await as_user(api, "c" * 40, RETENTION, **{**cohorts, "periods": 53})
+    refused = await as_user(api, OTHER_BACKEND_TOKEN, RETENTION, **{**cohorts, "periods": 53})
     assert error_codes(refused) == ["BAD_USER_INPUT"]
-    read = await as_user(api, "c" * 40, RETENTION, **cohorts)  # 20 cohorts of 50: ten tokens
+    read = await as_user(
+        api, OTHER_BACKEND_TOKEN, RETENTION, **cohorts
+    )  # 20 cohorts of 50: ten tokens
     assert len(read["data"]["retention"]) == 20
-    spent = await as_user(api, "c" * 40, RETENTION, **cohorts)
+    spent = await as_user(api, OTHER_BACKEND_TOKEN, RETENTION, **cohorts)
     assert error_codes(spent) == ["RATE_LIMITED"]

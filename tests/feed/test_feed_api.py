@@ -3,7 +3,6 @@ one Redis, one Redis with three shards, and the cluster."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import aiohttp
@@ -16,7 +15,7 @@ from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
 from gql_presence.store.client import AnyRedis
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, SECURED, as_user, eventually, graphql_socket
+from tests.helpers import BACKEND_TOKEN, as_user, eventually, graphql_socket, rated
 
 pytestmark = EVERY_DEPLOYMENT
 
@@ -192,14 +191,12 @@ async def test_a_page_costs_a_token_per_100_changes_it_may_hold(
 ) -> None:
     """A page's work grows with `first`, as touchMany's with its ids: fifteen aliases of the
     largest page are not one token. A refused page costs its first token only. A bucket of
-    11 at once, refilled at one token every 2 s."""
-    settings = dataclasses.replace(
-        SECURED,
-        redis_url=deployment.redis_url,
+    11 at once."""
+    settings = rated(
+        11,
+        deployment.redis_url,
         redis_cluster_nodes=deployment.redis_cluster_nodes,
         shards=deployment.shards,
-        backend_rate=0.5,
-        backend_burst=11,
     )
     api = await aiohttp_client(create_app(settings))
     refused = await as_user(api, BACKEND_TOKEN, CHANGES, first=1001)
