@@ -38,6 +38,7 @@ from graphql import (
 )
 
 from gql_presence.graphql.error_codes import with_codes
+from gql_presence.lru import LeastRecentlyUsed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
@@ -169,6 +170,11 @@ class EventRenderings:
         self._payloads: weakref.WeakValueDictionary[tuple[str, str | None, str], Payloads[Any]] = (
             weakref.WeakValueDictionary()
         )
+        # payload_variables by document text and operation name: a walk of the document
+        # costs about as much as a twentieth of a subscribe.
+        self._read: LeastRecentlyUsed[tuple[str, str | None], frozenset[str]] = LeastRecentlyUsed(
+            256
+        )
 
     def known(self, operation: SocketOperation) -> EventRendering | PlaceRendering | None:
         """The rendering of a subscription of the same key that was decided, while one
@@ -213,8 +219,12 @@ class EventRenderings:
     ) -> Payloads[E]:
         """The payloads of the operation's document and the variables a payload can read,
         made with its executor when new."""
-        fragments = (details.definition for details in executor.fragments.values())
-        read = payload_variables(executor.operation, fragments)
+        document = (operation.query, operation.operation_name)
+        read = self._read.get(document)
+        if read is None:
+            fragments = (details.definition for details in executor.fragments.values())
+            read = frozenset(payload_variables(executor.operation, fragments))
+            self._read.put(document, read)
         variables = operation.variables or {}
         shown = {name: variables[name] for name in read if name in variables}
         key = (operation.query, operation.operation_name, json.dumps(shown, sort_keys=True))
