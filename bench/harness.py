@@ -583,7 +583,9 @@ class Subscriber(asyncio.Protocol):
         self._handshake: asyncio.Future[None] | None = None
         self._transport: asyncio.Transport | None = None
 
-    async def connect(self, host: str, port: int, subscriptions: int) -> None:
+    async def connect(
+        self, host: str, port: int, subscriptions: int, own_user: str | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         self._handshake = loop.create_future()
         await loop.create_connection(lambda: self, host, port)
@@ -596,7 +598,8 @@ class Subscriber(asyncio.Protocol):
             + client_frame({"type": "connection_init"})
         )
         await self._handshake
-        payload = {"query": SUBSCRIBE, "variables": {"ids": USERS}}
+        ids = USERS if own_user is None else [*USERS, own_user]
+        payload = {"query": SUBSCRIBE, "variables": {"ids": ids}}
         self._transport.write(
             b"".join(
                 client_frame({"id": str(i), "type": "subscribe", "payload": payload})
@@ -728,12 +731,22 @@ async def publish(redis: Redis, count: int, first: int) -> None:
             await both.execute()
 
 
-async def subscribe_all(svc: Service, sockets: int, per_socket: int) -> list[Subscriber]:
+async def subscribe_all(
+    svc: Service, sockets: int, per_socket: int, own_variables: bool = False
+) -> list[Subscriber]:
+    """`sockets` subscribers of the same document following the same users; with
+    `own_variables`, each also follows a user of its own (as each user following their own
+    friends does), so that no two subscribe with the same variables."""
     subscribers = [Subscriber() for _ in range(sockets)]
     host, port = svc.host_port()
     for start in range(0, sockets, 50):
         batch = subscribers[start : start + 50]
-        await asyncio.gather(*(s.connect(host, port, per_socket) for s in batch))
+        await asyncio.gather(
+            *(
+                s.connect(host, port, per_socket, f"own-{start + i}" if own_variables else None)
+                for i, s in enumerate(batch)
+            )
+        )
     return subscribers
 
 

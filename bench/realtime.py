@@ -2,7 +2,9 @@
 
 One API process (`gql-presence serve`) on a private Redis, N WebSocket subscribers (default
 1,000) speaking graphql-transport-ws, all subscribed to the same document following the same
-ten users. It measures, for this checkout and, with --baseline, for a git commit of it
+ten users (with `--own-variables`, each also follows a user of its own, as users following
+their own friends do: the same document, no two subscriptions with the same variables). It
+measures, for this checkout and, with --baseline, for a git commit of it
 (extracted into a temporary folder and run from there), one after the other in one run:
 - connects and subscribes per second: N clients connect, send connection_init, subscribe,
   and receive their first event (events are published until each has one), by the wall
@@ -51,7 +53,7 @@ PER_SOCKET_MANY = 20  # the most subscriptions a socket may carry
 
 
 async def measure(
-    code: Path | None, subscribers: int, burst: int, steady_s: float
+    code: Path | None, subscribers: int, burst: int, steady_s: float, own_variables: bool
 ) -> dict[str, float]:
     figures: dict[str, float] = {}
     connector = aiohttp.TCPConnector(limit=0)
@@ -65,7 +67,7 @@ async def measure(
         rss_before = svc.rss_bytes()
         cpu_before = svc.cpu_s()
         started = time.perf_counter()
-        clients = await subscribe_all(svc, subscribers, 1)
+        clients = await subscribe_all(svc, subscribers, 1, own_variables)
         await first_events(redis, clients)
         figures["connects"] = subscribers / (time.perf_counter() - started)
         await quiet(clients)  # a slow service may still be delivering the first events
@@ -243,7 +245,11 @@ async def run(options: argparse.Namespace) -> None:
     for name, ref in targets:
         with checkout(ref) as code:
             results[name] = await measure(
-                code, options.subscribers, options.burst, options.steady_seconds
+                code,
+                options.subscribers,
+                options.burst,
+                options.steady_seconds,
+                options.own_variables,
             )
     bare_us = await bare_connect_cpu_us(options.subscribers)
     fanout_us = await bare_fanout_cpu_us(options.subscribers, options.steady_seconds)
@@ -282,4 +288,9 @@ if __name__ == "__main__":
     parser.add_argument("--burst", type=int, default=25, help="events in the CPU burst")
     parser.add_argument("--steady-seconds", type=float, default=10)
     parser.add_argument("--baseline", default=None, help="a git commit to measure first, e.g. main")
+    parser.add_argument(
+        "--own-variables",
+        action="store_true",
+        help="each subscriber also follows a user of its own: no two share their variables",
+    )
     asyncio.run(run(parser.parse_args()))

@@ -21,7 +21,9 @@ With `--baseline REF` the same run measures a git commit of this checkout first,
 temporary export (as bench/realtime.py does), and prints both side by side.
 
 `--memory` measures only process memory per idle session, in one run: at one session per
-socket (N sockets) and at 20 per socket, for this checkout and, with `--baseline REF`, for a
+socket (N sockets) and at 20 per socket, per socket following one user's `presenceChanged`
+(each socket its own user, every subscription in place once each has heard its user come
+online, then idle), and per socket with nothing, for this checkout and, with `--baseline REF`, for a
 git commit of it served from a temporary export; beside the floor, a bare aiohttp WebSocket
 handler process holding N open sockets and nothing else.
 
@@ -41,6 +43,7 @@ import statistics
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -65,6 +68,7 @@ OBSERVER = {"PRESENCE_SUBSCRIBER_BUFFER": "10000000"}
 SLOW_SCRIPT_US = 1000
 HOLD = 'subscription($user: ID!) { presenceSession(userId: $user, sessionId: "tab") { live } }'
 EVERYONE = "subscription { presenceChanged(all: true) { userId kind } }"
+FOLLOW = "subscription($user: ID!) { presenceChanged(userIds: [$user]) { userId kind } }"
 
 
 @dataclass
@@ -72,6 +76,7 @@ class Tally:
     """What every socket of a run received, together."""
 
     live: int = 0  # presenceSession subscriptions that said they are live
+    changes: int = 0  # presenceChanged events heard
     errors: list[Any] = field(default_factory=list)  # the errors of those that did not
 
     def all_live(self, count: int) -> bool:
@@ -111,7 +116,9 @@ class Socket:
                 self.live += 1
                 if self.live == len(self.users):
                     self.answered.set()
-            elif data["presenceChanged"]["kind"] == "OFFLINE":
+                continue
+            self.tally.changes += 1
+            if data["presenceChanged"]["kind"] == "OFFLINE":
                 self.offline_at[data["presenceChanged"]["userId"]] = time.perf_counter()
 
     @property
@@ -633,9 +640,12 @@ async def first_socket(http: aiohttp.ClientSession, url: str) -> Socket:
     raise RuntimeError("the service did not start")
 
 
-async def held_memory(code: Path | None, count: int, per_socket: int) -> float:
+async def held_memory(
+    code: Path | None, count: int, per_socket: int, follow: bool = False
+) -> float:
     """Bytes of the service's memory per idle session, `per_socket` sessions a socket; with
-    `per_socket` 0, per socket that holds no session (connection_init answered)."""
+    `per_socket` 0, per socket that holds no session (connection_init answered), or with
+    `follow`, one that follows one user's changes."""
     async with (
         service(code) as (url, pid, _),
         aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as http,
@@ -655,14 +665,45 @@ async def held_memory(code: Path | None, count: int, per_socket: int) -> float:
             socket.users = [f"user-{i}" for i in range(first, min(first + per_socket, count))]
             for user in socket.users:
                 await subscribe(socket, user, HOLD, user=user)
+            if follow:
+                await subscribe(socket, "follow", FOLLOW, user=f"followed-{first}")
             sockets.append(socket)
         held = count if per_socket else 0
         await until(lambda: tally.all_live(held), 300, "every session live")
+        if follow:
+            await until(lambda: followers(url) >= count, 300, "every subscription in place", 0.5)
+            await touched(http, url, [f"followed-{i}" for i in range(count)])
+            await until(lambda: tally.changes == count, 300, "every follower told")
         await asyncio.sleep(2)  # the openings' garbage collected
         rss_after = rss_bytes(pid)
         for socket in sockets:
             await socket.ws.close()
     return (rss_after - rss_before) / count
+
+
+def followers(ws_url: str) -> int:
+    """The subscriptions the process at `ws_url` counts in `/metrics`."""
+    metrics_url = ws_url.replace("ws://", "http://").replace("/graphql", "/metrics")
+    with urllib.request.urlopen(metrics_url, timeout=10) as response:  # noqa: S310 - our own
+        text = response.read().decode()
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("gqlp_websocket_subscribers")
+    )
+
+
+async def touched(http: aiohttp.ClientSession, ws_url: str, users: list[str]) -> None:
+    """Each of `users` made active, through the HTTP API of the process at `ws_url`."""
+    query = "mutation($users: [ID!]!) { touchMany(userIds: $users) }"
+    for start in range(0, len(users), 10_000):
+        variables = {"users": users[start : start + 10_000]}
+        async with http.post(
+            ws_url.replace("ws://", "http://"), json={"query": query, "variables": variables}
+        ) as response:
+            body = await response.json()
+            if body.get("errors"):
+                raise RuntimeError(f"touchMany failed: {body['errors']}")
 
 
 async def bare_memory(count: int) -> float:
@@ -695,7 +736,7 @@ async def memory(count: int, baseline: str | None) -> None:
     targets: list[tuple[str, str | None]] = [("this checkout", None)]
     if baseline:
         targets.insert(0, (baseline, baseline))
-    figures: dict[str, tuple[float, float, float]] = {}
+    figures: dict[str, tuple[float, float, float, float]] = {}
     for name, ref in targets:
         with checkout(ref) as code:
             print(f"{name}: {count:,} sockets, no session...", flush=True)
@@ -704,7 +745,9 @@ async def memory(count: int, baseline: str | None) -> None:
             one = await held_memory(code, count, 1)
             print(f"{name}: {count:,} sessions, {PER_SOCKET} per socket...", flush=True)
             many = await held_memory(code, count, PER_SOCKET)
-            figures[name] = (one, many, no_session)
+            print(f"{name}: {count:,} sockets, one presenceChanged each...", flush=True)
+            follows = await held_memory(code, count, 0, follow=True)
+            figures[name] = (one, many, no_session, follows)
     print(f"bare aiohttp handler: {count:,} open sockets...", flush=True)
     floor = await bare_memory(count)
     load = os.getloadavg()
@@ -718,20 +761,29 @@ async def memory(count: int, baseline: str | None) -> None:
     print(
         f"| memory per idle socket holding one session ({count:,} sockets) | "
         + " | ".join(
-            f"{one / kib:,.1f} KiB = {one / floor:.2f}x the floor" for one, _, _ in figures.values()
+            f"{one / kib:,.1f} KiB = {one / floor:.2f}x the floor"
+            for one, _, _, _ in figures.values()
         )
         + " |"
     )
     print(
         f"| memory per session, {PER_SOCKET} per socket ({count // PER_SOCKET:,} sockets) | "
-        + " | ".join(f"{many / kib:,.1f} KiB" for _, many, _ in figures.values())
+        + " | ".join(f"{many / kib:,.1f} KiB" for _, many, _, _ in figures.values())
         + " |"
     )
     print(
         f"| memory per idle socket holding no session ({count:,} sockets) | "
         + " | ".join(
             f"{none / kib:,.1f} KiB = {none / floor:.2f}x the floor"
-            for _, _, none in figures.values()
+            for _, _, none, _ in figures.values()
+        )
+        + " |"
+    )
+    print(
+        f"| memory per idle socket following one user's presenceChanged ({count:,} sockets) | "
+        + " | ".join(
+            f"{follows / kib:,.1f} KiB = {follows / floor:.2f}x the floor"
+            for _, _, _, follows in figures.values()
         )
         + " |"
     )
@@ -778,7 +830,8 @@ async def heap(count: int) -> None:
 
     server = start_redis_server()
     try:
-        for kind, per_socket in (("bare", 0), ("service", 0), ("service", 1)):
+        # per_socket -1: one presenceChanged of one user a socket, in place of sessions.
+        for kind, per_socket in (("bare", 0), ("service", 0), ("service", 1), ("service", -1)):
             port = free_port()
             with tempfile.TemporaryDirectory() as folder:
                 prefix = f"{folder}/snapshot-"
@@ -803,7 +856,13 @@ async def heap(count: int) -> None:
                 after = tracemalloc.Snapshot.load(prefix + "2")
             stats = after.compare_to(before, "lineno")
             total = sum(stat.size_diff for stat in stats) / count
-            what = "bare handler" if kind == "bare" else f"service, {per_socket} session(s)"
+            what = (
+                "bare handler"
+                if kind == "bare"
+                else "service, one presenceChanged"
+                if per_socket < 0
+                else f"service, {per_socket} session(s)"
+            )
             print(f"\n{what}: {total:,.0f} bytes of heap per socket; the largest lines:")
             for stat in stats[:25]:
                 frame = stat.traceback[0]
@@ -826,11 +885,17 @@ async def _heap_sockets(pid: int, port: int, count: int, per_socket: int) -> Non
         sockets, tally = [], Tally()
         for i in range(count):
             socket = await connect(http, url, tally)
-            if per_socket:
+            if per_socket > 0:
                 socket.users = [f"user-{i}"]
                 await subscribe(socket, socket.users[0], HOLD, user=socket.users[0])
+            elif per_socket < 0:
+                await subscribe(socket, "follow", FOLLOW, user=f"followed-{i}")
             sockets.append(socket)
-        await until(lambda: tally.all_live(count * per_socket), 60, "every session live")
+        await until(lambda: tally.all_live(max(count * per_socket, 0)), 60, "every session live")
+        if per_socket < 0:
+            await until(lambda: followers(url) >= count, 300, "every subscription in place", 0.5)
+            await touched(http, url, [f"followed-{i}" for i in range(count)])
+            await until(lambda: tally.changes == count, 300, "every follower told")
         await asyncio.sleep(2)
         os.kill(pid, signal.SIGUSR1)
         await asyncio.sleep(3 + count / 200)

@@ -27,12 +27,21 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from graphql import ExecutionResult, GraphQLError
+from graphql import (
+    ExecutionResult,
+    FieldNode,
+    FragmentDefinitionNode,
+    GraphQLError,
+    Node,
+    OperationDefinitionNode,
+    VariableNode,
+)
 
 from gql_presence.graphql.error_codes import with_codes
+from gql_presence.lru import LeastRecentlyUsed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     from graphql.execution import Executor
 
@@ -75,8 +84,12 @@ def next_head(operation_id: str) -> bytes:
 _COMPACT = (",", ":")
 
 
-class Rendering(Generic[E]):
-    """One document's rendering of events: its executor, built once, run once per event."""
+class Payloads(Generic[E]):
+    """What renders one document's events: its executor, built once, run once per event.
+    Shared by the renderings of every subscription of the same document and operation name
+    whose variables agree on those a payload can read (`payload_variables`): the rest decide
+    what is followed, not how an event is shown, so each event is rendered once for all of
+    them, and one executor is kept for all of them."""
 
     def __init__(
         self,
@@ -87,25 +100,28 @@ class Rendering(Generic[E]):
         self._executor = executor
         self._root = root
         self._report = report
-        # Set once a subscription of this rendering is decided (graphql/follows.py): its
-        # field and coerced arguments, the same for every subscription of the rendering,
-        # whose later subscribes are decided from them without executing the document.
-        self.decided: tuple[str, dict[str, Any]] | None = None
 
     def render(self, event: E) -> bytes:
         return render_root(self._executor, self._root(event), self._report)
 
 
+class Rendering(Generic[E]):
+    """One document's rendering of events, by its text, operation name and variables."""
+
+    def __init__(self, payloads: Payloads[E]) -> None:
+        # The payloads' own: the hub renders an event once per distinct `render`.
+        self.render: Callable[[E], bytes] = payloads.render
+        # Set once a subscription of this rendering is decided (graphql/follows.py): its
+        # field and coerced arguments, the same for every subscription of the rendering,
+        # whose later subscribes are decided from them without executing the document.
+        self.decided: tuple[str, dict[str, Any]] | None = None
+
+
 class EventRendering(Rendering["PresenceChange"]):
     """A presenceChanged document's rendering of presence events."""
 
-    def __init__(
-        self,
-        executor: Executor[Any],
-        root: Callable[[PresenceChange], object],
-        report: Callable[[list[GraphQLError]], None],
-    ) -> None:
-        super().__init__(executor, root, report)
+    def __init__(self, payloads: Payloads[PresenceChange]) -> None:
+        super().__init__(payloads)
         # The last decision of a subscription of this rendering: the same arguments decide
         # the same users, and every delivery of the rendering holds this one set of them.
         self.follow: PresenceFollow | None = None
@@ -145,12 +161,20 @@ def encode_payload(
 
 class EventRenderings:
     """The renderings in use in this process, by document text, operation name and
-    variables; each lives as long as a delivery holds it."""
+    variables, and the payloads they share; each lives as long as a delivery holds it."""
 
     def __init__(self) -> None:
         self._by_key: weakref.WeakValueDictionary[
             tuple[str, str | None, str], EventRendering | PlaceRendering
         ] = weakref.WeakValueDictionary()
+        self._payloads: weakref.WeakValueDictionary[tuple[str, str | None, str], Payloads[Any]] = (
+            weakref.WeakValueDictionary()
+        )
+        # payload_variables by document text and operation name: a walk of the document
+        # costs about as much as a twentieth of a subscribe.
+        self._read: LeastRecentlyUsed[tuple[str, str | None], frozenset[str]] = LeastRecentlyUsed(
+            256
+        )
 
     def known(self, operation: SocketOperation) -> EventRendering | PlaceRendering | None:
         """The rendering of a subscription of the same key that was decided, while one
@@ -168,7 +192,7 @@ class EventRenderings:
         """The rendering of a presenceChanged operation, made with its executor when new."""
         rendering = self._by_key.get(operation.key)
         if not isinstance(rendering, EventRendering):
-            rendering = EventRendering(executor, root, report)
+            rendering = EventRendering(self._payloads_of(operation, executor, root, report))
             self._by_key[operation.key] = rendering
         return rendering
 
@@ -182,6 +206,59 @@ class EventRenderings:
         """As presence(), for a placeChanged operation."""
         rendering = self._by_key.get(operation.key)
         if not isinstance(rendering, PlaceRendering):
-            rendering = PlaceRendering(executor, root, report)
+            rendering = PlaceRendering(self._payloads_of(operation, executor, root, report))
             self._by_key[operation.key] = rendering
         return rendering
+
+    def _payloads_of(
+        self,
+        operation: SocketOperation,
+        executor: Executor[Any],
+        root: Callable[[E], object],
+        report: Callable[[list[GraphQLError]], None],
+    ) -> Payloads[E]:
+        """The payloads of the operation's document and the variables a payload can read,
+        made with its executor when new."""
+        document = (operation.query, operation.operation_name)
+        read = self._read.get(document)
+        if read is None:
+            fragments = (details.definition for details in executor.fragments.values())
+            read = frozenset(payload_variables(executor.operation, fragments))
+            self._read.put(document, read)
+        variables = operation.variables or {}
+        shown = {name: variables[name] for name in read if name in variables}
+        key = (operation.query, operation.operation_name, json.dumps(shown, sort_keys=True))
+        payloads: Payloads[E] | None = self._payloads.get(key)
+        if payloads is None:
+            payloads = self._payloads[key] = Payloads(executor, root, report)
+        return payloads
+
+
+def payload_variables(
+    operation: OperationDefinitionNode, fragments: Iterable[FragmentDefinitionNode]
+) -> set[str]:
+    """The variables that an event's payload can depend on: every one the operation names
+    except in its root fields' arguments (which say whom or what to follow; an event's root
+    value is the event itself, whatever they are). Fragments count whole."""
+    names: set[str] = set()
+    for selection in operation.selection_set.selections:
+        if isinstance(selection, FieldNode):
+            _add_variables(selection.directives, names)
+            _add_variables(selection.selection_set, names)
+        else:
+            _add_variables(selection, names)
+    for fragment in fragments:
+        _add_variables(fragment, names)
+    return names
+
+
+def _add_variables(node: object, names: set[str]) -> None:
+    if isinstance(node, VariableNode):
+        names.add(node.name.value)
+    elif isinstance(node, Node):
+        for key in node.keys:
+            if key != "loc":
+                _add_variables(getattr(node, key, None), names)
+    elif isinstance(node, (list, tuple)):
+        for item in node:
+            _add_variables(item, names)

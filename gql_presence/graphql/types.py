@@ -661,10 +661,10 @@ class ChangePage:
     @classmethod
     def of(cls, page: ChangesRead, cursors: EventCursors) -> ChangePage:
         nodes: list[PresenceEvent | PlaceEvent] = [
-            PlaceEvent.of(change, cursors.of(change.place_id, change.feed_id))
+            PlaceEvent.of(change, cursors.of_change(change, change.feed_id))
             if isinstance(change, PublishedPlaceEvent)
             else PresenceEvent.of(
-                PresenceChange.of(change), cursors.of(change.user_id, change.feed_id)
+                PresenceChange.of(change), cursors.of_change(change, change.feed_id)
             )
             for change in page.nodes
         ]

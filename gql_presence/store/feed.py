@@ -359,6 +359,12 @@ class EventCursors:
                 del self._recent[next(iter(self._recent))]  # the oldest
         return cursor
 
+    def of_change(self, change: Change, entry_id: str) -> str:
+        """The cursor of a change: its entry is in the shard of its place or user."""
+        if isinstance(change, PublishedPlaceEvent):
+            return self.of(change.place_id, entry_id)
+        return self.of(change.user_id, entry_id)
+
     def of_shard(self, shard: int, entry_id: str) -> str:
         return self._cursors.seal_fixed([_FEED, shard, entry_id])
 

@@ -265,12 +265,8 @@ class Renderings:
             key = (shard, entry_id, kind)
             one = self._recent.get(key)
             if one is None:
-                # Sealed once for the subscriptions and the webhooks both: the entry is in
-                # the shard of its place or user, where `of` seals it.
-                owner = (
-                    change.place_id if isinstance(change, PublishedPlaceEvent) else change.user_id
-                )
-                one = rendered(change, kind, self._cursors.of(owner, entry_id))
+                # Sealed once for the subscriptions and the webhooks both.
+                one = rendered(change, kind, self._cursors.of_change(change, entry_id))
                 self._recent.put(key, one)
             found.append(one)
         return found
