@@ -15,6 +15,8 @@ take turns, round after round, each first as often as last. Printed:
   alone), then before each top-level statement of its own body in turn (from `local shard =`,
   so the first is the call with its includes' functions made): the step between successive
   points is what that statement costs, commands and Lua together;
+- with `--primitives` instead, what pieces of a script cost alone: a `redis.call` of a few
+  commands, a `cjson.encode`, a table, and making 100 functions of each shape of capture;
 - with `--baseline REV`, REV's script (its lua/, assembled by this checkout) beside this one's,
   whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV.
 
@@ -205,6 +207,71 @@ async def measure_scenario(
     return [label for label, _ in variants], times, commands
 
 
+def _functions(shape: str, n: int = 100) -> str:
+    """A script that makes n functions, each capturing (shape) nothing, the three made first,
+    the three made just before it, or the three first and the one before it."""
+    lines = [f"local function f{i}(a) return a + {i} end" for i in range(3)]
+    for i in range(3, n):
+        body = {
+            "nothing": f"a + {i}",
+            "first": "f0(a) + f1(a) + f2(a)",
+            "recent": f"f{i - 1}(a) + f{i - 2}(a) + f{i - 3}(a)",
+            "first and the one before": f"f0(a) + f1(a) + f2(a) + f{i - 1}(a)",
+        }[shape]
+        lines.append(f"local function f{i}(a) return {body} end")
+    return "\n".join([*lines, "return 0"])
+
+
+EVENT = "{'KICKED', 'u1', 1700000000000, '', 0, 'OFFLINE', false, 'KICKED', 'EVERYONE', 0, 0, 3}"
+# What a piece of a script costs alone: (label, script, how many times it does it).
+PRIMITIVES = [
+    ("a script of `return 0`", "return 0", 1),
+    ("`HGET`", "for i = 1, 50 do redis.call('HGET', KEYS[2], 'a') end return 0", 50),
+    ("`ZREM` of no member", "for i = 1, 50 do redis.call('ZREM', KEYS[1], 'b') end return 0", 50),
+    ("`ZSCORE`", "for i = 1, 50 do redis.call('ZSCORE', KEYS[1], 'a') end return 0", 50),
+    ("`ZADD`", "for i = 1, 50 do redis.call('ZADD', KEYS[1], i, 'a') end return 0", 50),
+    (
+        "`cjson.encode` of an event",
+        f"local e = {EVENT} for i = 1, 50 do cjson.encode(e) end return 0",
+        50,
+    ),
+    (
+        "a table of three fields",
+        "for i = 1, 50 do local t = {a = 1, b = 2, c = 3} end return 0",
+        50,
+    ),
+    *(
+        (f"100 functions capturing {shape}", _functions(shape), 1)
+        for shape in ("nothing", "first", "recent", "first and the one before")
+    ),
+]
+
+
+async def measure_primitives(rounds: int, calls: int) -> dict[str, list[float]]:
+    """µs of each primitive (a call's time over how many times it does it), per round."""
+    server = start_redis_server()
+    try:
+        redis = redis_client(server.url)
+        await redis.zadd("{0}z", {"a": 1})
+        await redis.hset("{0}h", "a", "1")
+        shas = [(label, await redis.script_load(text), n) for label, text, n in PRIMITIVES]
+        await redis.config_set("slowlog-log-slower-than", 0)
+        await redis.config_set("slowlog-max-len", calls + 100)
+        times: dict[str, list[float]] = {label: [] for label, _, _ in PRIMITIVES}
+        for _ in range(rounds):
+            for label, sha, n in shas:
+                pipeline = redis.pipeline(transaction=False)
+                pipeline.slowlog_reset()
+                for _ in range(calls):
+                    pipeline.execute_command("EVALSHA", sha, 2, "{0}z", "{0}h")
+                await pipeline.execute()
+                times[label].append(_middle_mean(await _durations(redis, calls)) / n)
+        await redis.aclose()
+    finally:
+        server.stop()
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -212,7 +279,14 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REV")
     parser.add_argument("--breakdown", action="store_true", help="each statement's step too")
     parser.add_argument("--only", action="append", choices=list(SCENARIOS))
+    parser.add_argument("--primitives", action="store_true", help="pieces of a script alone")
     args = parser.parse_args()
+    if args.primitives:
+        figures = asyncio.run(measure_primitives(args.rounds, args.calls))
+        print("| piece, each | µs, median (min) |\n|---|---|")
+        for label, values in figures.items():
+            print(f"| {label} | {statistics.median(values):.2f} ({min(values):.2f}) |")
+        return
     for scenario in args.only or list(SCENARIOS):
         labels, times, commands = asyncio.run(
             measure_scenario(scenario, args.rounds, args.calls, args.baseline)
