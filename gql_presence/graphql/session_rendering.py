@@ -23,9 +23,20 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from graphql import DocumentNode, GraphQLError, GraphQLSchema
+from graphql import (
+    DocumentNode,
+    FragmentDefinitionNode,
+    GraphQLError,
+    GraphQLSchema,
+    OperationDefinitionNode,
+)
 
-from gql_presence.graphql.event_rendering import encode_payload, next_head, render_root
+from gql_presence.graphql.event_rendering import (
+    encode_payload,
+    next_head,
+    payload_variables,
+    render_root,
+)
 from gql_presence.graphql.internals import EventExecutionContext
 
 if TYPE_CHECKING:
@@ -44,9 +55,21 @@ Root = Callable[["SessionHold"], object]
 class SessionRendering:
     """One document's rendering of a session's states: its operation and fragments, parsed
     and validated once, shared by every session of the same document text and operation
-    name (their variables are each their own)."""
+    name (their variables are each their own). When no payload can depend on the variables
+    (`reads_variables` false: they name only whose session it is), the executor built for
+    the first state rendered renders every session's states, and no session keeps its
+    variables."""
 
-    __slots__ = ("__weakref__", "_document", "_operation_name", "_report", "_root", "_schema")
+    __slots__ = (
+        "__weakref__",
+        "_document",
+        "_operation_name",
+        "_report",
+        "_root",
+        "_schema",
+        "_shared",
+        "reads_variables",
+    )
 
     def __init__(
         self,
@@ -61,23 +84,30 @@ class SessionRendering:
         self._document = document
         self._operation_name = operation_name
         self._report = report
-
-    def executor(self, variables: dict[str, Any] | None) -> Executor[Any] | None:
-        """The document's executor with these variables; None when it cannot be built."""
-        built = EventExecutionContext.build(
-            self._schema,
-            self._document,
-            raw_variable_values=variables,
-            operation_name=self._operation_name,
-        )
-        return None if isinstance(built, list) else built
+        # The document holds the operation run and its fragments only (parsed_subscription).
+        [operation] = [d for d in document.definitions if isinstance(d, OperationDefinitionNode)]
+        fragments = [d for d in document.definitions if isinstance(d, FragmentDefinitionNode)]
+        self.reads_variables = bool(payload_variables(operation, fragments))
+        self._shared: Executor[Any] | None = None
 
     def render(self, variables: dict[str, Any] | None, hold: SessionHold) -> bytes:
         """The payload of the `next` message that carries the state of `hold`: live, or how
-        the service ended it."""
-        executor = self.executor(variables)
-        if executor is None:  # it was built with the same variables when the session opened
-            raise TypeError("a session's document no longer builds with its variables")
+        the service ended it. `variables` are the session's own, None once it has been
+        opened when the document reads none."""
+        executor = self._shared
+        if executor is None:
+            built = EventExecutionContext.build(
+                self._schema,
+                self._document,
+                raw_variable_values=variables,
+                operation_name=self._operation_name,
+            )
+            # It was built with the same variables when the session was decided.
+            if isinstance(built, list):
+                raise TypeError("a session's document no longer builds with its variables")
+            executor = built
+            if not self.reads_variables:
+                self._shared = executor
         return render_root(executor, self._root(hold), self._report)
 
     def render_error(self, error: Exception) -> bytes:
@@ -141,7 +171,9 @@ class LiveSession:
         self._hold = hold
         self._write = write
         self._id = operation.id
-        self._variables = operation.variables
+        # Its first state is rendered: a document that reads none renders with no variables
+        # from now on.
+        self._variables = operation.variables if rendering.reads_variables else None
         self._rendering = rendering
         self._first = first
         self._finished: Callable[[str], None] | None = None

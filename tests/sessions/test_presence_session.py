@@ -379,6 +379,45 @@ async def test_a_document_with_aliases_and_fragments_is_rendered_as_written(
         assert await raw(tab) == COMPLETE
 
 
+CHOOSING = (
+    "subscription($user: ID, $session: ID!, $why: Boolean!) "
+    "{ presenceSession(userId: $user, sessionId: $session) "
+    "{ sessionId live endReason @include(if: $why) } }"
+)
+
+
+async def test_sessions_of_one_document_each_render_their_own_variables_to_the_end(
+    service: Service,
+) -> None:
+    """Whose session it is may differ between sessions of one document without a payload
+    differing; a variable the payload reads is each session's own, in its last message too."""
+    async with graphql_socket(service) as tab:
+        await start_operation(tab, "a", SESSION, user="alice", session="tab-1")
+        await start_operation(tab, "b", SESSION, user="bob", session="tab-2")
+        await start_operation(tab, "c", CHOOSING, user="carol", session="tab-3", why=True)
+        await start_operation(tab, "d", CHOOSING, user="dave", session="tab-4", why=False)
+        opened = {m["id"]: data(m) for m in [await receive_message(tab) for _ in range(4)]}
+        assert opened["a"]["userId"] == "alice"
+        assert opened["b"]["userId"] == "bob"
+        assert opened["c"] == {"sessionId": "tab-3", "live": True, "endReason": None}
+        assert opened["d"] == {"sessionId": "tab-4", "live": True}
+        for user in ("alice", "bob", "carol", "dave"):
+            await graphql(service, f'mutation {{ kick(userId: "{user}") {{ online }} }}')
+        ended: dict[str, dict[str, Any]] = {}
+        while len(ended) < 4:
+            message = await receive_message(tab)
+            if message["type"] == "next":
+                ended[message["id"]] = data(message)
+    assert (ended["a"]["userId"], ended["a"]["sessionId"], ended["a"]["live"]) == (
+        "alice",
+        "tab-1",
+        False,
+    )
+    assert (ended["b"]["userId"], ended["b"]["sessionId"]) == ("bob", "tab-2")
+    assert ended["c"] == {"sessionId": "tab-3", "live": False, "endReason": "KICKED"}
+    assert ended["d"] == {"sessionId": "tab-4", "live": False}
+
+
 async def test_a_held_session_keeps_no_task(service: Service) -> None:
     sockets, per_socket = 10, 20
     async with contextlib.AsyncExitStack() as stack:

