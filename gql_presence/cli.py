@@ -288,6 +288,7 @@ async def _demo(  # noqa: PLR0917 - the command's options
     rng = random.Random(seed)  # noqa: S311 - sample data, not secrets
     async with sample.demo_store(settings) as store:
         wrote = await sample.fill(store, users, settings, rng)
+        await sample.listening(port, service)
         print(
             f"gql-presence: demo at http://127.0.0.1:{port}/dashboard: {wrote['users']:,} users "
             f"with friends, {wrote['touches']:,} touches over a week, {wrote['online']:,} "
@@ -298,7 +299,11 @@ async def _demo(  # noqa: PLR0917 - the command's options
         if keep_alive:
             print("gql-presence: users now come and go every second", flush=True)
             await sample.keep_alive(store, users, rng)
-    await asyncio.to_thread(service.wait)
+    # Polled, not waited for in a thread: asyncio.run's end after Ctrl-C waits for its threads,
+    # so a thread blocked in wait() would keep the demo from reaching the `finally` that stops
+    # its service.
+    while service.poll() is None:  # noqa: ASYNC110 - a Popen's end is not awaitable
+        await asyncio.sleep(0.2)
 
 
 def token(user_id: str, places: str, hours: float) -> int:

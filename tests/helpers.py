@@ -44,6 +44,7 @@ from gql_presence.http.app_keys import EVENTS
 from gql_presence.realtime.delivery import Feed, FeedDroppedError
 from gql_presence.realtime.held import HeldSessions
 from gql_presence.running.redis_server import free_port
+from gql_presence.settings import Settings
 from gql_presence.store import (
     ChosenStatus,
     EventKind,
@@ -922,6 +923,23 @@ def user_token(
     # and must still hold when its tests run, late in a full run.
     payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "exp": time.time() + 3600, **claims}
     return jwt.encode(payload, key, algorithm=algorithm)
+
+
+OTHER_BACKEND_TOKEN = "c" * 40
+
+
+def rated(burst: int, redis_url: str | None, **changes: Any) -> Settings:
+    """SECURED on this Redis with two backends, "chat" (BACKEND_TOKEN) and "billing"
+    (OTHER_BACKEND_TOKEN), each with a bucket of `burst` tokens at once, refilled at one token
+    every 2 s."""
+    return dataclasses.replace(
+        SECURED,
+        redis_url=redis_url,
+        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", OTHER_BACKEND_TOKEN)),
+        backend_rate=0.5,
+        backend_burst=burst,
+        **changes,
+    )
 
 
 async def as_user(service: Service, token: str, query: str, **variables: Any) -> dict[str, Any]:

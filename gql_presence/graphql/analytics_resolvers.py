@@ -17,6 +17,7 @@ from gql_presence.graphql.analytics_types import (
 from gql_presence.graphql.arguments import authorized_store
 from gql_presence.graphql.context import Context
 from gql_presence.policy.auth import Need
+from gql_presence.store import analytics
 
 
 async def activity(
@@ -34,6 +35,9 @@ async def activity(
     ] = Granularity.DAY,
 ) -> list[ActivityPeriod]:
     store = authorized_store(info, Need.LISTING)
+    # Its work grows with the periods it lists: each costs what an id given costs.
+    listed = store.analytics.periods_starting_in(from_, to, granularity.of_store)
+    await info.context.charge(len(listed))
     periods = await store.analytics.activity(from_, to, granularity.of_store)
     return [ActivityPeriod.of(period) for period in periods]
 
@@ -58,6 +62,8 @@ async def retention(
     ] = Granularity.WEEK,
 ) -> list[RetentionCohort]:
     store = authorized_store(info, Need.LISTING)
+    read = analytics.retention_periods(from_, cohorts, periods, granularity.of_store)
+    await info.context.charge(read)
     rows = await store.analytics.retention(from_, cohorts, periods, granularity.of_store)
     return [RetentionCohort.of(row) for row in rows]
 

@@ -102,6 +102,9 @@ async def online_time(
     info.context.caller.require_credentials()
     for user_id in dict.fromkeys(user_ids):
         authorized_store(info, Need.OWN, user_id)
+    # Its work grows with users times days: each user counts once per day read.
+    days = store.check_asked(user_ids, from_, to)
+    await info.context.charge(len(user_ids) * days)
     found = await info.context.store.online_time.online_time(list(user_ids), from_, to)
     return [OnlineTime.of(one) for one in found]
 

@@ -42,6 +42,8 @@ from gql_presence.store import (
     check_id,
 )
 from gql_presence.store.errors import BadInputError
+from gql_presence.store.feed import check_first
+from gql_presence.store.validation import check_page_size
 
 
 @strawberry.type(description="Reading presence: who is online, who was active when, and how many.")
@@ -68,6 +70,9 @@ class Query:
         ] = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.LISTING)
+        # A page's work grows with its size: each entry it may hold costs what an id given
+        # does, here and in every list below.
+        await info.context.charge(check_page_size(first))
         by_since = order_by is OnlineOrder.ONLINE_SINCE
         page = await store.online_users(
             first,
@@ -90,6 +95,7 @@ class Query:
         after: AfterArg = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.OWN, user_id)
+        await info.context.charge(check_page_size(first))
         return PresenceConnection.of(
             await store.online_friends(user_id, first, after, info.context.reader)
         )
@@ -112,6 +118,7 @@ class Query:
         after: AfterArg = None,
     ) -> PresenceConnection:
         store = authorized_store(info, Need.LISTING)
+        await info.context.charge(check_page_size(first))
         page = await store.active_in_range(from_, to, first, after, info.context.reader)
         return PresenceConnection.of(page)
 
@@ -182,6 +189,7 @@ class Query:
         after: AfterArg = None,
     ) -> PlaceMemberConnection:
         store = place_store(info, [place_id])
+        await info.context.charge(check_page_size(first))
         return PlaceMemberConnection.of(await store.place_members(place_id, first, after))
 
     @strawberry.field(
@@ -226,6 +234,8 @@ class Query:
         ] = None,
     ) -> ChangePage:
         store = authorized_store(info, Need.BACKEND)
+        # A page's work grows with its size: each change it may hold costs what an id given does.
+        await info.context.charge(check_first(first))
         wanted = None if kinds is None else [kind.value for kind in kinds]
         page = await store.changes(after, first, wanted, places)
         return ChangePage.of(page, await store.event_cursors())

@@ -69,6 +69,21 @@ async def serving(settings: Settings, service: subprocess.Popen[bytes]) -> None:
     raise RedisStartError(f"the demo's service stopped (status {service.returncode})")
 
 
+async def listening(port: int, service: subprocess.Popen[bytes]) -> None:
+    """Waits until the demo's service accepts connections on its port, so that the address
+    the demo then prints answers at once; raises RedisStartError when it stops first."""
+    while service.poll() is None:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            await asyncio.sleep(0.1)
+        else:
+            writer.close()
+            await writer.wait_closed()
+            return
+    raise RedisStartError(f"the demo's service stopped (status {service.returncode})")
+
+
 async def _bounded(calls: list[Awaitable[object]]) -> None:
     gate = asyncio.Semaphore(_CONCURRENCY)
 

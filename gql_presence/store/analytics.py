@@ -243,14 +243,21 @@ class Analytics:
             start = day_start_ms(period.first, self._zone)
         return period.start_ms <= now_ms and start + self._kept_ms[period.granularity] > now_ms
 
-    async def activity(
+    def periods_starting_in(
         self, start: datetime, end: datetime, granularity: Granularity
-    ) -> list[ActivityPeriod]:
+    ) -> list[Period]:
+        """The periods activity lists, which its work grows with; BadInputError unless the
+        range is allowed."""
         if start > end:
             raise BadInputError("from must not be later than to.")
         check_dates(start.date(), end.date())
+        return Calendar(granularity, self._zone).starting_in(to_ms(start), to_ms(end))
+
+    async def activity(
+        self, start: datetime, end: datetime, granularity: Granularity
+    ) -> list[ActivityPeriod]:
+        periods = self.periods_starting_in(start, end, granularity)
         calendar = Calendar(granularity, self._zone)
-        periods = calendar.starting_in(to_ms(start), to_ms(end))
         now_ms = await self._now_ms()
         counted = [p for p in periods if self._counted(p, now_ms)]
         parts = await asyncio.gather(
@@ -505,10 +512,7 @@ class Analytics:
     async def retention(
         self, start: date, cohorts: int, periods: int, granularity: Granularity
     ) -> list[RetentionCohort]:
-        for name, value in (("cohorts", cohorts), ("periods", periods)):
-            if not 1 <= value <= MAX_COHORTS:
-                raise BadInputError(f"{name} must be between 1 and {MAX_COHORTS}, not {value}.")
-        check_dates(start, start)
+        retention_periods(start, cohorts, periods, granularity)
         calendar = Calendar(granularity, self._zone)
         now_ms = await self._now_ms()
         heads = list(calendar.run(calendar.of_date(start), cohorts))
@@ -637,6 +641,29 @@ def _until(calendar: Calendar, first: Period, last_start_ms: int) -> Iterator[Pe
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def retention_periods(start: date, cohorts: int, periods: int, granularity: Granularity) -> int:
+    """How many periods retention reads (each cohort's own and those after it), which its
+    work grows with; BadInputError unless the arguments are allowed."""
+    for name, value in (("cohorts", cohorts), ("periods", periods)):
+        if not 1 <= value <= MAX_COHORTS:
+            raise BadInputError(f"{name} must be between 1 and {MAX_COHORTS}, not {value}.")
+    check_dates(start, start)
+    # At least the days that many periods span (an hour's day may have 25 hours).
+    span = cohorts + periods
+    days = {
+        Granularity.HOUR: span // 24 + 2,
+        Granularity.DAY: span,
+        Granularity.WEEK: span * 7,
+        Granularity.MONTH: span * 31,
+    }[granularity]
+    if start > LAST_DATE - timedelta(days=days):
+        raise BadInputError(
+            f"retention's cohorts, and the periods after them, must end by {LAST_DATE}: "
+            "choose an earlier from, or fewer cohorts or periods."
+        )
+    return cohorts * (periods + 1)
 
 
 def check_dates(first: date, last: date) -> None:

@@ -9,7 +9,7 @@ user and per place that is the order of their versions; across shards none is pr
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -68,6 +68,13 @@ def _sort_key(entry_id: str) -> tuple[int, int]:
     return int(ms), int(seq)
 
 
+def check_first(first: int) -> int:
+    """The size of a page of changes, once it is allowed; BadInputError otherwise."""
+    if not 1 <= first <= MAX_CHANGES_PAGE:
+        raise BadInputError(f"first must be 1 to {MAX_CHANGES_PAGE:,}; got {first}.")
+    return first
+
+
 def check_places(places: Sequence[str]) -> list[str]:
     """Place ids, and prefixes ending in `*` (`*` alone: every place), as a JWT's claim."""
     if len(places) > MAX_PLACE_FILTERS:
@@ -78,8 +85,13 @@ def check_places(places: Sequence[str]) -> list[str]:
     return list(places)
 
 
-def _place_matches(places: Sequence[str], place_id: str) -> bool:
-    return any(place_id.startswith(p[:-1]) if p.endswith("*") else place_id == p for p in places)
+def place_matcher(places: Sequence[str]) -> Callable[[str], bool]:
+    """Whether a place id is one of `places` or starts with one of its prefixes (ending in
+    `*`): a set's look-up and one startswith over every prefix at once, so that a page's
+    changes are matched against the most entries allowed at next to no cost."""
+    ids = frozenset(p for p in places if not p.endswith("*"))
+    prefixes = tuple(p[:-1] for p in places if p.endswith("*"))
+    return lambda place_id: place_id in ids or place_id.startswith(prefixes)
 
 
 def change_of(entry_id: str, field: str, values: str) -> Change | None:
@@ -233,10 +245,9 @@ class Feed:
     ) -> ChangePage:
         """The kept changes after `after` (the oldest kept when None), oldest first, at most
         `first` (1 to MAX_CHANGES_PAGE), of `kinds` (ChangeKind values) and `places`."""
-        if not 1 <= first <= MAX_CHANGES_PAGE:
-            raise BadInputError(f"first must be 1 to {MAX_CHANGES_PAGE:,}; got {first}.")
+        check_first(first)
         wanted = None if kinds is None else set(kinds)
-        place_filter = None if places is None else check_places(places)
+        place_filter = None if places is None else place_matcher(check_places(places))
         positions = await self._positions(after)
         count = max(first, min(EXAMINED_PER_SHARD, first * 4))
         read: list[tuple[tuple[int, int], int, str, Change | None]] = []
@@ -369,11 +380,11 @@ class EventCursors:
         return self._cursors.seal_fixed([_FEED, shard, entry_id])
 
 
-def _wanted(change: Change, kinds: set[str] | None, places: list[str] | None) -> bool:
+def _wanted(change: Change, kinds: set[str] | None, places: Callable[[str], bool] | None) -> bool:
     if kinds is not None and change.kind not in kinds:
         return False
     if places is not None and isinstance(change, PublishedPlaceEvent):
-        return _place_matches(places, change.place_id)
+        return places(change.place_id)
     return True
 
 

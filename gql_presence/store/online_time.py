@@ -96,6 +96,15 @@ def check_days(start: date, end: date) -> int:
     return count
 
 
+def check_asked(user_ids: Sequence[str], start: date, end: date) -> int:
+    """The number of days of [start, end], once the days and the users asked for are within
+    their limits; BadInputError otherwise."""
+    count = check_days(start, end)
+    if len(user_ids) > MAX_USERS:
+        raise BadInputError(f"userIds takes at most {MAX_USERS:,} ids; got {len(user_ids):,}.")
+    return count
+
+
 def check_hours(start: datetime, end: datetime) -> list[int]:
     """The hours (since the epoch) that overlap [start, end]: whole hours are kept."""
     if start > end:
@@ -120,9 +129,7 @@ class OnlineTime:
         self, user_ids: Sequence[str], start: date, end: date
     ) -> list[UserOnlineTime]:
         """Each user's seconds online on each day of [start, end], in the order given."""
-        count = check_days(start, end)
-        if len(user_ids) > MAX_USERS:
-            raise BadInputError(f"userIds takes at most {MAX_USERS:,} ids; got {len(user_ids):,}.")
+        count = check_asked(user_ids, start, end)
         distinct = check_ids(user_ids, "userIds")
         groups = by_shard(distinct, len(self._shards))
         parts = await asyncio.gather(

@@ -19,7 +19,7 @@ from typing import Any
 
 from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.store.days import from_ms
-from gql_presence.store.feed import Change, EventCursors
+from gql_presence.store.feed import Change, EventCursors, place_matcher
 from gql_presence.store.models import ChangeKind, Webhook
 from gql_presence.store.wire import PublishedEvent, PublishedPlaceEvent, custom_status_of
 from gql_presence.webhooks.sender import MAX_BATCH
@@ -171,10 +171,7 @@ def _wanted(webhook: Webhook, kinds: set[str], change: Change, kind: str) -> boo
     if change.kind not in kinds and kind not in kinds:
         return False
     if webhook.places is not None and isinstance(change, PublishedPlaceEvent):
-        return any(
-            change.place_id.startswith(p[:-1]) if p.endswith("*") else change.place_id == p
-            for p in webhook.places
-        )
+        return place_matcher(webhook.places)(change.place_id)
     return True
 
 

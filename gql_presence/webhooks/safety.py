@@ -17,10 +17,11 @@ import re
 import socket
 from collections.abc import Sequence
 from typing import Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.resolver import DefaultResolver
+from yarl import URL
 
 from gql_presence.store.errors import BadInputError
 
@@ -43,6 +44,10 @@ _LOOSE_IPV4 = re.compile(r"(0x[0-9a-f]*|[0-9]+)(\.(0x[0-9a-f]*|[0-9]+)){0,3}\.?"
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+
+# A host name as DNS has it, once IDNA-encoded: labels of 1 to 63 letters, digits, hyphens
+# (and underscores, which some names use), at most 253 characters, perhaps ending in a dot.
+_HOST_NAME = re.compile(r"(?=.{1,253}\.?$)[a-z0-9_-]{1,63}(\.[a-z0-9_-]{1,63})*\.?", re.IGNORECASE)
 
 
 class RefusedAddressError(OSError):
@@ -98,7 +103,10 @@ def check_url(url: str, allowed: Networks) -> str:
     try:
         parts = urlsplit(url)
         port = parts.port
-    except ValueError:
+        # The host as aiohttp connects to it: IDNA-encoded, which turns some characters into
+        # digits and dots (fullwidth digits, the ideographic full stop).
+        host = URL(url).raw_host or ""
+    except (ValueError, UnicodeError):
         raise BadInputError(f"{URL_RULES}; this one is not a valid URL.") from None
     del port  # read only so that a port out of range is refused now
     scheme = parts.scheme.lower()
@@ -106,18 +114,19 @@ def check_url(url: str, allowed: Networks) -> str:
         raise BadInputError(f"{URL_RULES}; this one is not an https URL.")
     if parts.username is not None or parts.password is not None:
         raise BadInputError(f"{URL_RULES}; this one has a user name or password.")
-    if not parts.hostname:
+    if not parts.hostname or not host:
         raise BadInputError(f"{URL_RULES}; this one has no host.")
-    _check_host(parts, allowed)
+    _check_host(host, scheme == "http", allowed)
     return url
 
 
-def _check_host(parts: SplitResult, allowed: Networks) -> None:
-    plain_http = parts.scheme.lower() == "http"
-    address = address_of(parts.hostname or "")
+def _check_host(host: str, plain_http: bool, allowed: Networks) -> None:
+    address = address_of(host)
     if plain_http and not allowed:
         raise BadInputError(f"{URL_RULES}; this one is http, and no network is allowed it.")
     if address is None:
+        if not _HOST_NAME.fullmatch(host):
+            raise BadInputError(f"{URL_RULES}; this one's host is not a valid host name.")
         return  # a name: its addresses are checked on every connection
     if not is_allowed(address, allowed, plain_http=plain_http):
         raise BadInputError(f"{URL_RULES}; this one addresses {address}.")

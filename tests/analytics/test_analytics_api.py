@@ -16,7 +16,14 @@ from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import Granularity, PresenceStore
 from tests.analytics.reference import Reference, as_rows
 from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
-from tests.helpers import BACKEND_TOKEN, SECURED, as_user, user_token
+from tests.helpers import (
+    BACKEND_TOKEN,
+    OTHER_BACKEND_TOKEN,
+    SECURED,
+    as_user,
+    rated,
+    user_token,
+)
 
 ACTIVITY = """query ($from: DateTime!, $to: DateTime!, $g: Granularity!) {
   activity(from: $from, to: $to, granularity: $g) {
@@ -156,6 +163,16 @@ async def test_bad_input_is_refused_saying_what_is_allowed(api: TestClient[Any, 
             "1 and 52",
         ),
         (STICKINESS, {"end": None, "days": 91}, "1 and 90"),
+        (
+            RETENTION,
+            {"from": "9998-12-01", "cohorts": 52, "periods": 52, "g": "MONTH"},
+            "by 9998-12-31",
+        ),
+        (
+            RETENTION,
+            {"from": "9998-06-01", "cohorts": 30, "periods": 30, "g": "WEEK"},
+            "by 9998-12-31",
+        ),
     ]
     for query, variables, allowed in cases:
         body = await graphql(api, query, **variables)
@@ -186,3 +203,30 @@ async def test_backends_may_ask_and_users_only_where_they_see_everyone(
         assert error_codes(refused) == ["FORBIDDEN"]
         assert "PRESENCE_USERS_SEE_EVERYONE" in refused["errors"][0]["message"]
         assert "errors" not in await as_user(opened, user_token("alice"), query, **variables)
+
+
+async def test_activity_and_retention_cost_a_token_per_100_periods_they_read(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    """Their work grows with the periods they read, as touchMany's with its ids: each period
+    (each of a cohort's, its own included) counts as an id. A refused call costs its first
+    token only. A bucket of 7 at once for each backend."""
+    api = await aiohttp_client(create_app(rated(7, redis_server.url)))
+    start = datetime(2026, 11, 1, tzinfo=UTC)
+    month = {"from": iso(start), "to": iso(start + timedelta(days=31)), "g": "HOUR"}
+    assert error_codes(await as_user(api, BACKEND_TOKEN, ACTIVITY, **month)) == ["BAD_USER_INPUT"]
+    hours = {"from": iso(start), "to": iso(start + timedelta(hours=599)), "g": "HOUR"}
+    listed = await as_user(api, BACKEND_TOKEN, ACTIVITY, **hours)  # 600 periods: six tokens
+    assert len(listed["data"]["activity"]) == 600
+    spent = await as_user(api, BACKEND_TOKEN, ACTIVITY, **hours)
+    assert error_codes(spent) == ["RATE_LIMITED"]
+
+    cohorts = {"from": "2026-11-02", "cohorts": 20, "periods": 49, "g": "DAY"}
+    refused = await as_user(api, OTHER_BACKEND_TOKEN, RETENTION, **{**cohorts, "periods": 53})
+    assert error_codes(refused) == ["BAD_USER_INPUT"]
+    read = await as_user(
+        api, OTHER_BACKEND_TOKEN, RETENTION, **cohorts
+    )  # 20 cohorts of 50: ten tokens
+    assert len(read["data"]["retention"]) == 20
+    spent = await as_user(api, OTHER_BACKEND_TOKEN, RETENTION, **cohorts)
+    assert error_codes(spent) == ["RATE_LIMITED"]

@@ -578,6 +578,26 @@ async def test_who_may_ask(
     assert error_codes(nobody) == ["UNAUTHENTICATED"]
 
 
+async def test_online_time_costs_a_token_per_100_user_days_it_reads(
+    aiohttp_client: ClientFactory, http_redis: AnyRedis
+) -> None:
+    """Its work grows with users times days (1,000 users over 92 days read 92,000 user-days,
+    about what a touchMany of as many ids costs), and so does its cost; a refused call costs
+    its first token only. A bucket of 11 at once, refilled at one token every 2 s."""
+    settings = dataclasses.replace(SECURED, backend_rate=0.5, backend_burst=11)
+    api = await aiohttp_client(create_app(settings))
+    many = [f"u{i}" for i in range(1000)]
+    too_long = {"from": "2026-11-01", "to": "2027-02-01"}  # 93 days
+    refused = await as_user(api, BACKEND_TOKEN, ONLINE_TIME, ids=many, **too_long)
+    assert error_codes(refused) == ["BAD_USER_INPUT"]
+    week = {"from": "2026-11-01", "to": "2026-11-07"}
+    ids = many[:140]  # over 7 days: 980 user-days, ten tokens
+    read = await as_user(api, BACKEND_TOKEN, ONLINE_TIME, ids=ids, **week)
+    assert [one["userId"] for one in read["data"]["onlineTime"]] == ids
+    spent = await as_user(api, BACKEND_TOKEN, ONLINE_TIME, ids=["u0"], **week)
+    assert error_codes(spent) == ["RATE_LIMITED"]
+
+
 async def test_the_service_folds_closed_days_as_it_runs(
     aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
 ) -> None:

@@ -9,10 +9,13 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient
 
+from gql_presence.app import create_app
 from gql_presence.http.app_keys import EVENTS
+from gql_presence.settings import Settings
 from gql_presence.store import PresenceStore
-from tests.conftest import EVERY_DEPLOYMENT, error_codes, graphql
-from tests.helpers import eventually, graphql_socket
+from gql_presence.store.client import AnyRedis
+from tests.conftest import EVERY_DEPLOYMENT, ClientFactory, error_codes, graphql
+from tests.helpers import BACKEND_TOKEN, as_user, eventually, graphql_socket, rated
 
 pytestmark = EVERY_DEPLOYMENT
 
@@ -181,3 +184,24 @@ async def test_a_place_events_cursor_and_its_opening_members_cursor(
 def joined(node: dict[str, Any]) -> tuple[str, int]:
     assert node["placeKind"] == "JOINED", node
     return node["userId"], node["placeVersion"]
+
+
+async def test_a_page_costs_a_token_per_100_changes_it_may_hold(
+    aiohttp_client: ClientFactory, deployment: Settings, http_redis: AnyRedis
+) -> None:
+    """A page's work grows with `first`, as touchMany's with its ids: fifteen aliases of the
+    largest page are not one token. A refused page costs its first token only. A bucket of
+    11 at once."""
+    settings = rated(
+        11,
+        deployment.redis_url,
+        redis_cluster_nodes=deployment.redis_cluster_nodes,
+        shards=deployment.shards,
+    )
+    api = await aiohttp_client(create_app(settings))
+    refused = await as_user(api, BACKEND_TOKEN, CHANGES, first=1001)
+    assert error_codes(refused) == ["BAD_USER_INPUT"]
+    page = await as_user(api, BACKEND_TOKEN, CHANGES, first=1000)  # ten tokens
+    assert page["data"]["changes"]["hasMore"] is False
+    spent = await as_user(api, BACKEND_TOKEN, CHANGES, first=1)
+    assert error_codes(spent) == ["RATE_LIMITED"]

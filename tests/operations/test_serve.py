@@ -365,6 +365,39 @@ def test_demo_serves_a_living_sample_apart_from_the_users_data(data_dir: Path) -
     assert not (demo_dir / "redis.sock").exists(), "the demo's service and Redis stopped"
 
 
+@pytest.mark.parametrize("stop_signal", [signal.SIGINT, signal.SIGTERM])
+def test_a_demo_that_serves_stops_on_ctrl_c_or_sigterm(
+    data_dir: Path, stop_signal: signal.Signals
+) -> None:
+    """Without --keep-alive the demo waits on its service once it has said it serves: Ctrl-C
+    (SIGINT to the demo's process group, as a terminal sends it) or SIGTERM stops both."""
+    demo_port = free_port()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith(("REDIS_", "PRESENCE_"))}
+    environment.update(PRESENCE_DATA_DIR=str(data_dir))
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "gql_presence", "demo", "--users", "10", "--port", str(demo_port)],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    try:
+        assert demo.stdout is not None
+        lines = iter(demo.stdout.readline, b"")
+        next(line for line in lines if b"Ctrl-C stops it" in line)
+        assert post(demo_port, "{ __typename }")["data"] == {"__typename": "Query"}
+    finally:
+        os.killpg(demo.pid, stop_signal)
+        try:
+            demo.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.communicate()
+            pytest.fail(f"the demo did not stop within 20 s of {stop_signal.name}")
+    assert demo.returncode == 0
+    assert not (data_dir.with_name(data_dir.name + "-demo") / "redis.sock").exists()
+
+
 def test_sigterm_lets_requests_in_flight_finish(redis_server: RedisServer, data_dir: Path) -> None:
     port = free_port()
     service = run_service(data_dir, port, REDIS_URL=redis_server.url)

@@ -33,11 +33,14 @@ from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
 from tests.conftest import TEST_SETTINGS, ClientFactory, StoreFactory, error_codes, graphql
 from tests.helpers import (
     BACKEND_TOKEN,
+    OTHER_BACKEND_TOKEN,
     SECURED,
+    as_user,
     eventually,
     feeds_above,
     graphql_socket,
     over_socket,
+    rated,
     socket_errors,
     user_token,
 )
@@ -254,14 +257,7 @@ async def test_an_operation_costs_a_token_per_100_ids_its_fields_are_given(
     """Whatever carries the ids: a variable read by two aliases, or a list written in the
     document; the first time a document runs, or from its plan. A bucket of 11 at once,
     refilled at one token every 2 s."""
-    settings = dataclasses.replace(
-        SECURED,
-        redis_url=redis_server.url,
-        backend_tokens=(("chat", BACKEND_TOKEN), ("billing", "c" * 40)),
-        backend_rate=0.5,
-        backend_burst=11,
-    )
-    api = await aiohttp_client(create_app(settings))
+    api = await aiohttp_client(create_app(rated(11, redis_server.url)))
 
     async def send(token: str, query: str, **variables: Any) -> tuple[int, dict[str, Any]]:
         headers = {"Authorization": f"Bearer {token}"}
@@ -282,6 +278,23 @@ async def test_an_operation_costs_a_token_per_100_ids_its_fields_are_given(
     assert (await send("c" * 40, add))[1] == {"data": {"addFriends": 1050}}
     status, body = await send("c" * 40, "{ __typename }")
     assert (status, error_codes(body)) == (429, ["RATE_LIMITED"])
+
+
+async def test_a_list_page_costs_a_token_per_100_entries_it_may_hold(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """A page's work grows with `first`, as touchMany's with its ids, whichever list it is:
+    fifteen aliases of the largest pages are not one token. A bucket of 10 at once."""
+    api = await aiohttp_client(create_app(rated(10, redis_server.url)))
+    users = """{ a: onlineUsers(first: 600, filter: {userIdPrefix: "u"}) { totalCount }
+      b: onlineFriends(userId: "u", first: 400) { totalCount } }"""
+    assert "errors" not in await as_user(api, BACKEND_TOKEN, users)  # 1,000 entries: ten tokens
+    assert error_codes(await as_user(api, BACKEND_TOKEN, "{ __typename }")) == ["RATE_LIMITED"]
+    others = """{ a: activeInRange(from: "2026-11-01T00:00:00Z", to: "2026-11-02T00:00:00Z",
+      first: 500) { totalCount } b: placeMembers(placeId: "p", first: 500) { totalCount } }"""
+    assert "errors" not in await as_user(api, OTHER_BACKEND_TOKEN, others)
+    spent = await as_user(api, OTHER_BACKEND_TOKEN, "{ __typename }")
+    assert error_codes(spent) == ["RATE_LIMITED"]
 
 
 async def test_a_subscription_costs_a_token_per_100_users_it_follows(

@@ -107,6 +107,14 @@ def test_every_spelling_of_an_address_is_read_as_that_address(
         ("https://169.254.169.254/latest/meta-data", "addresses 169.254.169.254"),
         ("https://[::ffff:127.0.0.1]/", "addresses ::ffff:7f00:1"),
         ("https://[fe80::1]/", "addresses fe80::1"),
+        # Written with characters that the connection's IDNA encoding turns into an address.
+        ("https://\uff11\uff12\uff17.\uff10.\uff10.\uff11/", "addresses 127.0.0.1"),
+        ("https://169\u3002254\u3002169\u3002254/", "addresses 169.254.169.254"),
+        ("https://exa mple.com/", "not a valid host name"),
+        ("https://%31%32%37.0.0.1/", "not a valid host name"),
+        ("https://\u2488.example/", "not a valid host name"),
+        ("https://hooks..example.com/", "not a valid host name"),
+        ("https://" + "a" * 64 + ".example.com/", "not a valid host name"),
         ("http://hooks.example.com/", "is http, and no network is allowed it"),
         ("https://hooks.example.com/" + "a" * MAX_URL_LENGTH, "this one has 2,074 characters"),
     ],
@@ -124,6 +132,9 @@ def test_urls_that_keep_the_rules_are_taken() -> None:
     assert check_url("https://93.184.215.14:8443/in?token=x", NONE)
     assert check_url("http://127.0.0.1:8080/in", LOOPBACK)
     assert check_url("https://localhost/in", NONE)  # a name: checked as it is connected to
+    assert check_url("https://hooks.example.com./in", NONE)
+    assert check_url("https://b\u00fccher.example/in", NONE)
+    assert check_url("https://in_1.hooks-2.example/", NONE)
     with pytest.raises(BadInputError, match=r"addresses 10\.0\.0\.1"):
         check_url("http://10.0.0.1/", LOOPBACK)
 
