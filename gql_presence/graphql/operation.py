@@ -63,6 +63,7 @@ from gql_presence.graphql.session_rendering import (
     SessionRenderings,
 )
 from gql_presence.graphql.types import PlaceEvent, PlaceSessionState, PresenceEvent, SessionState
+from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.observability.request_log import OPERATION
 from gql_presence.policy.limits import MAX_DOCUMENT_BYTES
 from gql_presence.realtime.delivery import Delivery, PlaceDelivery, PresenceChange, Writer
@@ -111,6 +112,12 @@ class OperationPipeline:
         self._renderings = EventRenderings()
         # The documents of the presenceSession subscriptions this process holds.
         self._session_renderings = SessionRenderings()
+        # Subscription documents that passed parsing and validation, by text and operation
+        # name: a subscribe of one with variables of its own (each user following their own
+        # friends) skips those steps, whose outcome would be the same.
+        self._subscription_documents: LeastRecentlyUsed[tuple[str, str | None], DocumentNode] = (
+            LeastRecentlyUsed(256)
+        )
 
     async def execute(
         self, context: Context, data: GraphQLRequestData, *, plannable: bool, run_fully: RunFully
@@ -205,11 +212,16 @@ class OperationPipeline:
         if known is not None and known.decided is not None:
             field, args = known.decided
             return await self._follow(context, operation, field, args, known)
-        parsed = await parsed_subscription(
-            self.schema, operation.query, operation.variables, context, operation.operation_name
-        )
-        if not isinstance(parsed, DocumentNode):
-            return _coded(_once(parsed))
+        document = (operation.query, operation.operation_name)
+        parsed = self._subscription_documents.get(document)
+        if parsed is None:
+            checked = await parsed_subscription(
+                self.schema, operation.query, operation.variables, context, operation.operation_name
+            )
+            if not isinstance(checked, DocumentNode):
+                return _coded(_once(checked))
+            parsed = checked
+            self._subscription_documents.put(document, parsed)
         core = core_schema(self.schema)
         built = subscription_executor(core, parsed, operation.variables, operation.operation_name)
         if isinstance(built, list):  # as Strawberry answers variables that do not fit

@@ -889,13 +889,18 @@ async def test_a_subscribe_refused_is_answered_alike_on_either_path(
 ) -> None:
     """A subscribe the pipeline decides itself (on a socket) and one Strawberry runs through
     the resolvers (while tracing, as off sockets) get the same answers to what is refused:
-    a document that fails validation, variables that do not fit it, arguments or a caller
-    the decision refuses."""
+    a document that fails validation, variables that do not fit it (also when the document
+    passed before), arguments or a caller the decision refuses."""
     secured = dataclasses.replace(SECURED, redis_url=redis_server.url)
     service = await start_service(aiohttp_client, **dataclasses.asdict(secured))
     refused: list[tuple[str, dict[str, Any] | None]] = [
         ("subscription { presenceChanged(userIds: 1) { nope } }", None),
         ("subscription($ids: [ID!]) { presenceChanged(userIds: $ids) { userId } }", {"ids": [{}]}),
+        # The same document again, passed before: its variables are still checked.
+        (
+            "subscription($ids: [ID!]) { presenceChanged(userIds: $ids) { userId } }",
+            {"ids": [None]},
+        ),
         ('subscription { presenceChanged(userIds: ["a"], all: true) { userId } }', None),
         ('subscription { presenceChanged(userIds: ["carol"]) { userId } }', None),
         ("subscription { presenceChanged(all: true) { userId } }", None),
