@@ -246,6 +246,9 @@ class Feed:
         """The kept changes after `after` (the oldest kept when None), oldest first, at most
         `first` (1 to MAX_CHANGES_PAGE), of `kinds` (ChangeKind values) and `places`."""
         check_first(first)
+        if kinds is not None and not kinds:
+            # It would match nothing, and a reader paging with it would read nothing ever.
+            raise BadInputError("kinds must name at least one kind (null: every kind).")
         wanted = None if kinds is None else set(kinds)
         place_filter = None if places is None else place_matcher(check_places(places))
         positions = await self._positions(after)

@@ -108,7 +108,8 @@ def check_url(url: str, allowed: Networks) -> str:
         host = URL(url).raw_host or ""
     except (ValueError, UnicodeError):
         raise BadInputError(f"{URL_RULES}; this one is not a valid URL.") from None
-    del port  # read only so that a port out of range is refused now
+    if port == 0:  # urlsplit takes it, and every connection to it would fail
+        raise BadInputError(f"{URL_RULES}; this one's port is 0 (a port is 1 to 65535).")
     scheme = parts.scheme.lower()
     if scheme not in ("https", "http"):
         raise BadInputError(f"{URL_RULES}; this one is not an https URL.")

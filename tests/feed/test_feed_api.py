@@ -104,6 +104,11 @@ async def test_refusals(api: Client) -> None:
     assert "1 to 1,000" in body["errors"][0]["message"]
     body = await graphql(api, CHANGES, first=10, after="not a cursor")
     assert error_codes(body) == ["BAD_USER_INPUT"]
+    body = await graphql(
+        api, "query($kinds: [ChangeKind!]) { changes(kinds: $kinds) { endCursor } }", kinds=[]
+    )
+    assert error_codes(body) == ["BAD_USER_INPUT"]
+    assert "at least one kind" in body["errors"][0]["message"]
 
 
 LIVE = 'subscription { presenceChanged(userIds: ["ann", "bob"]) { userId kind cursor version } }'

@@ -43,16 +43,18 @@ async def listed(api: Client, kept: dict[str, Any], order: str = "LAST_SEEN") ->
         after = page["pageInfo"]["endCursor"]
 
 
-def iso(seconds_ago: float) -> str:
-    return (datetime.now(UTC) - timedelta(seconds=seconds_ago)).isoformat()
+def iso(seconds_ago: float, since: datetime | None = None) -> str:
+    return ((since or datetime.now(UTC)) - timedelta(seconds=seconds_ago)).isoformat()
 
 
 async def test_filters_merge_every_shard_in_order(api: Client) -> None:
-    # Eight users spread over the shards, come online 40, 35, ... 5 seconds ago.
+    # Eight users spread over the shards, come online 40, 35, ... 5 seconds before the start
+    # (every moment counted from it, however long the test takes).
+    start = datetime.now(UTC)
     users = [f"user-{i}" for i in range(8)]
     for i, user in enumerate(users):
         device = "ios" if i % 2 else "web"
-        body = await graphql(api, TOUCH, u=user, s="s", d=device, at=iso(40 - 5 * i))
+        body = await graphql(api, TOUCH, u=user, s="s", d=device, at=iso(40 - 5 * i, start))
         assert "errors" not in body, body
     await graphql(api, 'mutation { setStatus(userId: "user-3", status: BUSY) { status } }')
     newest_first = users[::-1]
@@ -64,10 +66,11 @@ async def test_filters_merge_every_shard_in_order(api: Client) -> None:
         "user-5",
         "user-1",
     ]
-    recent = {"onlineSinceFrom": iso(22)}
+    recent = {"onlineSinceFrom": iso(22, start)}
     assert await listed(api, recent) == ["user-7", "user-6", "user-5", "user-4"]
     assert await listed(api, recent, "ONLINE_SINCE") == ["user-7", "user-6", "user-5", "user-4"]
-    assert await listed(api, {"onlineSinceTo": iso(22), "device": "web"}, "ONLINE_SINCE") == [
+    earlier = {"onlineSinceTo": iso(22, start), "device": "web"}
+    assert await listed(api, earlier, "ONLINE_SINCE") == [
         "user-2",
         "user-0",
     ]

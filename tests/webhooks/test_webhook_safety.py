@@ -101,6 +101,7 @@ def test_every_spelling_of_an_address_is_read_as_that_address(
         ("https://user@hooks.example.com/", "user name or password"),
         ("https:///path", "no host"),
         ("https://hooks.example.com:99999/", "not a valid URL"),
+        ("https://hooks.example.com:0/", "port is 0"),
         ("https://127.0.0.1/", "addresses 127.0.0.1"),
         ("https://2130706433/", "addresses 127.0.0.1"),
         ("https://0177.0.0.1/", "addresses 127.0.0.1"),
