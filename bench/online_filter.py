@@ -1,5 +1,5 @@
 """What a filter of the online list costs: `python -m bench.online_filter [--online N]
-[--baseline REV] [--write-rounds R]`.
+[--baseline REV] [--write-rounds R] [--clustered]`.
 
 1. Reads: a private Redis 6.2 is filled with N users online (default 1,000,000) by
    `touchMany`; then a tenth of them (u<i>, i % 10 == 0) get a session on device "ios", a
@@ -13,6 +13,10 @@
    announces (a new user), of a touch of an online user, of `touchMany` of 10,000 new users,
    and of a presenceSession's opening and closing (open_session, close_session), medians of
    R rounds, the versions taking turns; the target: at most 1.15x REV.
+3. With `--clustered`, only this: N users online, the oldest tenth matching a prefix (half of
+   them on device "ios") that the others do not; a first page of them, with and without the
+   device and totalCount, read with script calls that each look at the store's bound of users
+   and with no bound (one call): the longest call's Redis time and all calls' together.
 """
 
 from __future__ import annotations
@@ -141,6 +145,78 @@ async def bench_reads(online: int) -> None:
         server.stop()
 
 
+async def longest_call_us(client: Redis, call: Callable[[], Awaitable[object]]) -> list[int]:
+    """The Redis time of each script call `call` makes, µs (from the slow log)."""
+    await client.config_set("slowlog-log-slower-than", 0)
+    await client.config_set("slowlog-max-len", 100_000)
+    await client.slowlog_reset()
+    await call()
+    entries = await client.slowlog_get(100_000)
+    await client.config_set("slowlog-log-slower-than", 10_000)
+    return [
+        int(e["duration"])
+        for e in entries
+        if e["command"].split(b" ")[0].lower() in (b"evalsha", b"eval")
+    ]
+
+
+async def bench_clustered(online: int) -> None:
+    """A tenth of the users online (old-<i>) came online before all the others and match a
+    filter that the others do not: a page of them walks past every other user. Each page
+    read with each script call looking at MOST_EXAMINED users at most, and with no bound
+    (one call, as before the bound)."""
+    from gql_presence.store import lists  # noqa: PLC0415
+    from gql_presence.store.models import OnlineFilter  # noqa: PLC0415
+
+    server = start_redis_server()
+    try:
+        client = redis_client(server.url)
+        store = PresenceStore(client, dataclasses.replace(Settings(), window_ms=WINDOW_MS))
+        await store.load_scripts()
+        old = [f"old-{i}" for i in range(online // 10)]
+        for start in range(0, len(old), FILL_BATCH):
+            await store.touch_many(old[start : start + FILL_BATCH])
+        await in_flight(
+            [lambda u=u: store.touch(u, "phone", device="ios") for u in old[::2]]  # type: ignore[misc]
+        )
+        await asyncio.sleep(0.05)
+        for start in range(len(old), online, FILL_BATCH):
+            end = min(start + FILL_BATCH, online)
+            await store.touch_many([f"new-{i}" for i in range(start, end)])
+        cases = {
+            "userIdPrefix old- (a tenth, the oldest)": (OnlineFilter(user_id_prefix="old-"), False),
+            "the same and device ios, with totalCount": (
+                OnlineFilter(user_id_prefix="old-", device="ios"),
+                True,
+            ),
+        }
+        bound = lists.MOST_EXAMINED
+        print(f"\nonlineUsers(first: {PAGE}), {online:,} online, the matches the oldest tenth")
+        print("| filter | calls look at | calls | longest call (µs) | all calls (µs) | total |")
+        print("|---|---|---|---|---|---|")
+        for name, (kept, count) in cases.items():
+            for most in (10**9, bound):
+                lists.MOST_EXAMINED = most
+                found: list[int] = []
+
+                async def page(
+                    kept: OnlineFilter = kept, count: bool = count, found: list[int] = found
+                ) -> None:
+                    read = await store.online_users(PAGE, None, kept=kept, count=count)
+                    found.append(read.total_count if count else len(read.nodes))
+
+                calls = await longest_call_us(client, page)
+                said = "any number" if most == 10**9 else f"{most:,}"
+                print(
+                    f"| {name} | {said} | {len(calls)} | {max(calls):,} | {sum(calls):,} "
+                    f"| {found[0]:,} |"
+                )
+        lists.MOST_EXAMINED = bound
+        await client.aclose()
+    finally:
+        server.stop()
+
+
 async def measure_writes() -> None:
     """One line of figures for the code on sys.path (µs of Redis time per call)."""
     server = start_redis_server()
@@ -200,12 +276,18 @@ def main() -> None:
     parser.add_argument("--online", type=int, default=1_000_000)
     parser.add_argument("--baseline", default=None)
     parser.add_argument("--write-rounds", type=int, default=5)
+    parser.add_argument(
+        "--clustered", action="store_true", help="only pages whose matches are the oldest users"
+    )
     parser.add_argument("--skip-reads", action="store_true")
     parser.add_argument("--skip-writes", action="store_true")
     parser.add_argument("--measure-writes", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure_writes:
         asyncio.run(measure_writes())
+        return
+    if args.clustered:
+        asyncio.run(bench_clustered(args.online))
         return
     if not args.skip_reads:
         asyncio.run(bench_reads(args.online))

@@ -15,7 +15,7 @@
                   lease's keys (includes/connections.lua), last_seen and index_prefix (a name
                   ending in ':' is followed by a user id or, index_prefix, an index's name: the
                   indexes' keys are derived from it, in the hash tag of KEYS)
-  ARGV[2]  first         int: page size, 0 to 1000
+  ARGV[2]  first         int: page size, 0 to 1000; -1: no page (only the count goes on)
   ARGV[3]  after_score   the cursor's score in this order, or "" for the first page
   ARGV[4]  after_member  the cursor's user_id
   ARGV[5]  hide_invisible  0|1: 1 for an end user, who finds neither the users who chose
@@ -28,12 +28,22 @@
   ARGV[10] since_from_ms int ms or "": the earliest onlineSince
   ARGV[11] since_to_ms   int ms or "": the latest onlineSince
   ARGV[12] count         0|1: 1 to count the matches (total), else total is 0
-  ARGV[13..] seers       strings: for an end user with an onlineSince range, the users of this
+  ARGV[13] most          int: the most users each walk (the page's, the count's) looks at in
+                         this call; one that stops there says where, and the caller goes on
+                         from there in another call, so that no call holds Redis for long
+  ARGV[14] count_after_score   where the count's walk goes on from (a stop it returned), or ""
+                               to count from the start
+  ARGV[15] count_after_member  that stop's user_id
+  ARGV[16..] seers       strings: for an end user with an onlineSince range, the users of this
                          shard who have the reader in their friend set and are in the reader's
                          (at most PRESENCE_MAX_FRIENDS): those who show lastSeen to FRIENDS are
                          found by onlineSince too; none otherwise
-  Returns  {total, has_next 0|1, user_id, score, last_seen_ms, online=1, ...}: score is the
-           user's place in the order (the cursor's)
+  Returns  {total, has_next 0|1, page_stop_score, page_stop_member, count_stop_score,
+           count_stop_member, user_id, score, last_seen_ms, online=1, ...}: score is the
+           user's place in the order (the cursor's). A page's walk that stopped at `most` gives
+           the users found so far and where it stopped (has_next then says nothing): the page
+           goes on after that position; "" when it did not stop. The same for the count: total
+           is then the matches counted in this call, to be added to the next calls'.
   Work     Each field given names the users it matches: status and device by their indexes
            in the order asked for, the prefix by ZRANGEBYLEX over the ids, the onlineSince
            range by the since ZSET. The page walks the field whose walk is cheapest by the
@@ -42,7 +52,8 @@
            GATHER users, else the list is walked and checked. Each user walked past costs one
            look-up of what they are indexed under. The total of one field is O(log n); of
            several, one pass over the cheapest field's matches. The seers who match are
-           looked up one by one (a few look-ups each), sorted and merged with the page.
+           looked up one by one (a few look-ups each), sorted and merged with the page. Each
+           walk looks at `most` users at most: the caller goes on from where it stopped.
 ]]
 --- @include "clock"
 --- @include "page"
@@ -57,6 +68,10 @@ local hide, order = ARGV[5] == '1', ARGV[6]
 local prefix, device = ARGV[7], ARGV[8]
 local since_from, since_to = tonumber(ARGV[10]), tonumber(ARGV[11])
 local want_count = ARGV[12] == '1'
+local most = tonumber(ARGV[13])
+local count_after_score, count_after_member = ARGV[14], ARGV[15]
+local want_page = first >= 0
+local SEERS = 16
 -- The most users a field's matches may hold to be gathered whole.
 local GATHER = 4096
 
@@ -208,7 +223,9 @@ local function past_cursor(score, member)
 end
 
 -- Walks the ZSETs `keys` together in (score, member) order from the cursor, within [min, max],
--- and keeps those that match, up to `limit` (all when nil). Returns {member, score, ...}.
+-- and keeps those that match, up to `limit` (all when nil), looking at `most` users at most.
+-- Returns {member, score, ...}, and the score and member of the last user looked at when it
+-- stopped at `most` (else nil).
 local function walk(keys, min, max, limit)
   local heads = {}
   for i, key in ipairs(keys) do
@@ -222,8 +239,9 @@ local function walk(keys, min, max, limit)
     head.at, head.i = head.at + 64, 1
     return #head.rows > 0
   end
-  local out = {}
+  local out, looked, last_score, last_member = {}, 0, nil, nil
   while limit == nil or #out < limit * 2 do
+    if looked >= most then return out, last_score, last_member end
     local pick, pick_score, pick_member
     for _, head in ipairs(heads) do
       while fill(head) do
@@ -240,6 +258,7 @@ local function walk(keys, min, max, limit)
     end
     if pick == nil then break end
     pick.i = pick.i + 2
+    looked, last_score, last_member = looked + 1, pick_score, pick_member
     if matches(pick_member) then
       out[#out + 1], out[#out + 2] = pick_member, pick_score
     end
@@ -279,28 +298,34 @@ local function gathered(ids, limit)
   return out, found
 end
 
-local rows, total
+local rows, total, page_stop_score, page_stop_member = {}, nil, nil, nil
 if best.gather then
-  rows, total = gathered(best.gather(), first + 1)
-else
-  rows = walk(best.walk, best.min, best.max, first + 1)
+  local found
+  rows, found = gathered(best.gather(), first + 1)
+  if count_after_score == '' then total = found end
+elseif want_page then
+  rows, page_stop_score, page_stop_member = walk(best.walk, best.min, best.max, first + 1)
 end
+if not want_page then rows = {} end
+local count_stop_score, count_stop_member
 if want_count and total == nil then
   if #fields == 1 then
-    total = fields[1].size
+    if count_after_score == '' then total = fields[1].size end
   else
-    local saved = after_score
-    after_score = ''
-    total = #walk(best.walk, best.min, best.max, nil) / 2
-    after_score = saved
+    local saved_score, saved_member = after_score, after_member
+    after_score, after_member = count_after_score, count_after_member
+    local counted
+    counted, count_stop_score, count_stop_member = walk(best.walk, best.min, best.max, nil)
+    total = #counted / 2
+    after_score, after_member = saved_score, saved_member
   end
 end
 
 -- The seers who show their onlineSince to FRIENDS (group r): found by it, merged by order.
-if hide and has_since and #ARGV > 12 then
+if hide and has_since and #ARGV >= SEERS then
   local ids = {}
   friendly = {}
-  for i = 13, #ARGV do
+  for i = SEERS, #ARGV do
     local record = redis.call('HGET', index_users_key(statuses), ARGV[i])
     if record and string.sub(record, 1, 2) == 'r\t' and choices_of(statuses, ARGV[i], now).visible == 'FRIENDS' then
       friendly[ARGV[i]] = true
@@ -309,7 +334,20 @@ if hide and has_since and #ARGV > 12 then
   end
   exact = false
   local extra, found = gathered(ids, first + 1)
-  if want_count then total = (total or 0) + found end
+  -- Counted once, with the count's first call; a page that stopped takes the seers up to
+  -- where it stopped, the next call those after.
+  if want_count and count_after_score == '' then total = (total or 0) + found end
+  if not want_page then extra = {} end
+  if page_stop_score then
+    local kept = {}
+    for i = 1, #extra, 2 do
+      local score = extra[i + 1]
+      if score < page_stop_score or (score == page_stop_score and not sorts_after(extra[i], page_stop_member)) then
+        kept[#kept + 1], kept[#kept + 2] = extra[i], score
+      end
+    end
+    extra = kept
+  end
   local merged, a, b = {}, 1, 1
   while #merged < (first + 1) * 2 and (a <= #rows or b <= #extra) do
     local take_row = b > #extra
@@ -327,7 +365,13 @@ if hide and has_since and #ARGV > 12 then
   rows = merged
 end
 
+local function stop_of(score, member)
+  if score == nil then return '', '' end
+  return string.format('%d', score), member
+end
 local reply = {total or 0, #rows > first * 2 and 1 or 0}
+reply[3], reply[4] = stop_of(page_stop_score, page_stop_member)
+reply[5], reply[6] = stop_of(count_stop_score, count_stop_member)
 for i = 1, math.min(#rows, first * 2), 2 do
   local user_id, score = rows[i], rows[i + 1]
   local seen = order == 'l' and score or tonumber(redis.call('ZSCORE', last_seen_key, user_id))

@@ -19,7 +19,7 @@ from gql_presence.store.models import (
     Status,
     WeeklyStats,
 )
-from gql_presence.store.replies import ShardPage, page_of
+from gql_presence.store.replies import ShardPage, filtered_part_of, page_of
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Named, Shard, by_shard, guarded, named
 from gql_presence.store.validation import (
@@ -32,6 +32,10 @@ from gql_presence.store.validation import (
 
 # A position in a list: (-(last seen, ms), user id), the order of every list.
 Position = tuple[int, str]
+# The most users a filtered page's walk (or its count's) looks at in one script call: a walk
+# past many users who do not match goes on in further calls, so that no call holds Redis for
+# long (up to about 10 µs a user looked at, so some 20 ms a call at most).
+MOST_EXAMINED = 2000
 # The name of the order by onlineSince in its cursors.
 ONLINE_SINCE = "since"
 # The statuses an online user can have, each with an index (lua/includes/online_index.lua).
@@ -138,28 +142,51 @@ class Lists:
             statuses = ",".join(shown) or "NONE"
 
         async def page(shard: Shard, at: Position | None) -> ShardPage:
+            """The shard's part, in as many calls as its walks take: each call looks at
+            MOST_EXAMINED users at most, and the next goes on where it stopped."""
             k = shard.keys
-            reply = await shard.run(
-                ScriptName.ONLINE_FILTERED,
-                named(
-                    last_seen=k.last_seen, online=k.online, since=k.online_since, leases=k.leases
-                ),
-                named(
-                    shard=shard.options,
-                    first=first,
-                    **_after(at),
-                    hide_invisible=int(hide),
-                    order="s" if by_online_since else "l",
-                    prefix=kept.user_id_prefix or "",
-                    device=kept.device or "",
-                    statuses=statuses,
-                    since_from_ms=_ms_or_empty(kept.online_since_from),
-                    since_to_ms=_ms_or_empty(kept.online_since_to),
-                    count=int(count),
-                    seers=seers_of.get(shard.index, []),
-                ),
-            )
-            return page_of(reply)
+            nodes: list[ListedUser] = []
+            total, more = 0, False
+            paging, counting = True, count
+            page_at, count_at = at, None
+            while paging or counting:
+                reply = await shard.run(
+                    ScriptName.ONLINE_FILTERED,
+                    named(
+                        last_seen=k.last_seen,
+                        online=k.online,
+                        since=k.online_since,
+                        leases=k.leases,
+                    ),
+                    named(
+                        shard=shard.options,
+                        first=first - len(nodes) if paging else -1,
+                        **_after(page_at),
+                        hide_invisible=int(hide),
+                        order="s" if by_online_since else "l",
+                        prefix=kept.user_id_prefix or "",
+                        device=kept.device or "",
+                        statuses=statuses,
+                        since_from_ms=_ms_or_empty(kept.online_since_from),
+                        since_to_ms=_ms_or_empty(kept.online_since_to),
+                        count=int(counting),
+                        most=MOST_EXAMINED,
+                        count_after_score=count_at[0] if count_at else "",
+                        count_after_member=count_at[1] if count_at else "",
+                        seers=seers_of.get(shard.index, []),
+                    ),
+                )
+                part = filtered_part_of(reply)
+                if counting:
+                    total += part.page.total_count
+                if paging:
+                    nodes.extend(part.page.nodes)
+                    more = part.page.has_next_page
+                # A page that found a user past its end is whole, wherever its walk stopped.
+                paging = paging and part.page_stop is not None and not more
+                counting = counting and part.count_stop is not None
+                page_at, count_at = part.page_stop or page_at, part.count_stop
+            return ShardPage(total, tuple(nodes), more)
 
         order = ONLINE_SINCE if by_online_since else ""
         return await self._merged(page, first, after, order, _filter_name(kept))

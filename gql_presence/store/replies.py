@@ -144,6 +144,27 @@ def page_of(reply: Sequence[Any]) -> ShardPage:
     return ShardPage(int(reply[0]), nodes, bool(reply[1]))
 
 
+@dataclass(frozen=True, slots=True)
+class FilteredPart:
+    """One call of lua/online_filtered.lua: its part of a shard's page and of its count, and
+    where each walk stopped (None: it did not; the next call goes on from there)."""
+
+    page: ShardPage
+    page_stop: tuple[int, str] | None
+    count_stop: tuple[int, str] | None
+
+
+def filtered_part_of(reply: Sequence[Any]) -> FilteredPart:
+    """lua/online_filtered.lua's reply: {total, more, page's stop (score, user_id or two ""),
+    count's stop, then the users as page_of reads them}."""
+    page = page_of([reply[0], reply[1], *reply[6:]])
+    return FilteredPart(page, _stop(reply[2], reply[3]), _stop(reply[4], reply[5]))
+
+
+def _stop(score: Any, member: Any) -> tuple[int, str] | None:
+    return None if text(score) == "" else (int(score), text(member))
+
+
 def place_members_of(
     place_id: str, reply: Sequence[Any]
 ) -> tuple[int, int, tuple[PlaceMember, ...], bool, int, int]:

@@ -113,6 +113,7 @@ async def expected(
 
 @pytest.mark.parametrize("reader", [None, END_USER])
 @pytest.mark.parametrize("by_since", [False, True])
+@pytest.mark.usefixtures("looked_at")
 async def test_each_field_alone_and_together_finds_what_presence_says(
     store: PresenceStore, reader: str | None, by_since: bool
 ) -> None:
@@ -245,6 +246,7 @@ async def test_a_device_whose_session_expired_is_no_longer_found(
 
 @pytest.mark.parametrize("shards", [1, 3])
 @pytest.mark.parametrize("by_since", [False, True])
+@pytest.mark.usefixtures("looked_at")
 async def test_a_friend_finds_by_online_since_whom_they_may_see_it_of(
     make_store: StoreFactory, by_since: bool, shards: int
 ) -> None:

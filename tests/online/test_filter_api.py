@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from aiohttp.test_utils import TestClient
 
 from tests.conftest import EVERY_DEPLOYMENT, error_codes, graphql
@@ -47,6 +48,7 @@ def iso(seconds_ago: float, since: datetime | None = None) -> str:
     return ((since or datetime.now(UTC)) - timedelta(seconds=seconds_ago)).isoformat()
 
 
+@pytest.mark.usefixtures("looked_at")
 async def test_filters_merge_every_shard_in_order(api: Client) -> None:
     # Eight users spread over the shards, come online 40, 35, ... 5 seconds before the start
     # (every moment counted from it, however long the test takes).
