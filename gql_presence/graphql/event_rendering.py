@@ -80,6 +80,9 @@ def next_head(operation_id: str) -> bytes:
     return f'{{"id":{json.dumps(operation_id)},"type":"next","payload":'.encode()
 
 
+# How many renderings of distinct subscriptions (document, operation name, variables) a process
+# keeps for a repeat of them: a few KiB each at most, the rest shared.
+RECENT_RENDERINGS = 1024
 # As Strawberry encodes the messages it sends (strawberry.http.base's encode_json).
 _COMPACT = (",", ":")
 
@@ -160,13 +163,17 @@ def encode_payload(
 
 
 class EventRenderings:
-    """The renderings in use in this process, by document text, operation name and
-    variables, and the payloads they share; each lives as long as a delivery holds it."""
+    """The renderings made lately in this process, by document text, operation name and
+    variables, and the payloads they share, each of which lives as long as a rendering or a
+    delivery holds it."""
 
     def __init__(self) -> None:
-        self._by_key: weakref.WeakValueDictionary[
+        # Kept whether or not a delivery still uses them (a delivery holds its payloads'
+        # render, not its rendering): a subscribe of a key made lately is decided from its
+        # rendering, with no parsing or validation; at most RECENT_RENDERINGS of them.
+        self._by_key: LeastRecentlyUsed[
             tuple[str, str | None, str], EventRendering | PlaceRendering
-        ] = weakref.WeakValueDictionary()
+        ] = LeastRecentlyUsed(RECENT_RENDERINGS)
         self._payloads: weakref.WeakValueDictionary[tuple[str, str | None, str], Payloads[Any]] = (
             weakref.WeakValueDictionary()
         )
@@ -177,8 +184,8 @@ class EventRenderings:
         )
 
     def known(self, operation: SocketOperation) -> EventRendering | PlaceRendering | None:
-        """The rendering of a subscription of the same key that was decided, while one
-        such subscription lasts: its `decided` is set."""
+        """The rendering of a subscription of the same key that was decided lately: its
+        `decided` is set."""
         rendering = self._by_key.get(operation.key)
         return None if rendering is None or rendering.decided is None else rendering
 
@@ -193,7 +200,7 @@ class EventRenderings:
         rendering = self._by_key.get(operation.key)
         if not isinstance(rendering, EventRendering):
             rendering = EventRendering(self._payloads_of(operation, executor, root, report))
-            self._by_key[operation.key] = rendering
+            self._by_key.put(operation.key, rendering)
         return rendering
 
     def place(
@@ -207,7 +214,7 @@ class EventRenderings:
         rendering = self._by_key.get(operation.key)
         if not isinstance(rendering, PlaceRendering):
             rendering = PlaceRendering(self._payloads_of(operation, executor, root, report))
-            self._by_key[operation.key] = rendering
+            self._by_key.put(operation.key, rendering)
         return rendering
 
     def _payloads_of(

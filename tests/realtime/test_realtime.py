@@ -21,6 +21,8 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 
 from gql_presence.app import close_sockets, create_app
+from gql_presence.graphql import internals
+from gql_presence.graphql import operation as operation_module
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.http.view import PresenceView
 from gql_presence.policy.limits import MAX_SOCKET_MESSAGE_BYTES, MAX_SUBSCRIPTIONS_PER_SOCKET
@@ -587,6 +589,44 @@ async def test_multiplexed_subscriptions_count_towards_the_limit_of_a_socket(
         [error] = refused["payload"]
         assert error["extensions"]["code"] == "BAD_USER_INPUT"
         assert f"{MAX_SUBSCRIPTIONS_PER_SOCKET} operations" in error["message"]
+
+
+async def test_a_repeated_subscription_is_decided_from_the_one_made_before(
+    aiohttp_client: ClientFactory,
+    redis_server: RedisServer,
+    http_redis: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A subscribe of a document, operation name and variables subscribed before (a page
+    reloaded, many clients of one dashboard) is decided from the first one's decision: the
+    document's executor is built once, whoever subscribes, and each gets its events."""
+    service = await start_service(aiohttp_client, redis_url=redis_server.url)
+    built: list[object] = []
+    real = internals.subscription_executor
+
+    def counted(*args: Any) -> Any:
+        built.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(operation_module, "subscription_executor", counted)
+    payload = {
+        "query": SHARED_DOCUMENT,
+        "variables": {"ids": ["alice"], "withSession": True, "noKind": False},
+    }
+    hub = service.app[EVENTS]
+    async with aiohttp.ClientSession() as session:
+        sockets = []
+        for count in (1, 2, 3):
+            socket = await session.ws_connect(ws_url(service), protocols=["graphql-transport-ws"])
+            await socket.send_json({"type": "connection_init"})
+            assert (await socket.receive_json())["type"] == "connection_ack"
+            await socket.send_json({"id": "op", "type": "subscribe", "payload": payload})
+            await eventually(lambda c=count: hub.delivery_count == c, what="subscribed")
+            sockets.append(socket)
+        await graphql(service, 'mutation { touch(userId: "alice", sessionId: "phone") { online } }')
+        received = [await raw_texts(socket, 1) for socket in sockets]
+    assert len(built) == 1
+    assert received[0] == received[1] == received[2]
 
 
 async def test_a_document_already_multiplexed_is_still_authorized_for_each_caller(
