@@ -83,6 +83,8 @@ def next_head(operation_id: str) -> bytes:
 # How many renderings of distinct subscriptions (document, operation name, variables) a process
 # keeps for a repeat of them: a few KiB each at most, the rest shared.
 RECENT_RENDERINGS = 1024
+# The longest variables (as JSON) of a subscription that shares its executor with others.
+MOST_SHARED_VARIABLES = 1024
 # As Strawberry encodes the messages it sends (strawberry.http.base's encode_json).
 _COMPACT = (",", ":")
 
@@ -232,9 +234,17 @@ class EventRenderings:
             fragments = (details.definition for details in executor.fragments.values())
             read = frozenset(payload_variables(executor.operation, fragments))
             self._read.put(document, read)
-        variables = operation.variables or {}
-        shown = {name: variables[name] for name in read if name in variables}
-        key = (operation.query, operation.operation_name, json.dumps(shown, sort_keys=True))
+        given = operation.key[2]
+        if len(given) > MOST_SHARED_VARIABLES:
+            # Each event's execution coerces the root field's arguments again: a subscription
+            # given many ids keeps an executor of its own, so that the events of the others do
+            # not pay for its list.
+            shown = given
+        else:
+            variables = operation.variables or {}
+            kept = {name: variables[name] for name in read if name in variables}
+            shown = json.dumps(kept, sort_keys=True)
+        key = (operation.query, operation.operation_name, shown)
         payloads: Payloads[E] | None = self._payloads.get(key)
         if payloads is None:
             payloads = self._payloads[key] = Payloads(executor, root, report)
