@@ -320,6 +320,20 @@ def end_services(services: Sequence[Running]) -> None:
 FIELDS = "userId kind at sessionId online"
 
 
+def counted_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
+    """The arguments of each call of `owner.name` from now on (the test's end undoes it), the
+    calls themselves made as before."""
+    calls: list[Any] = []
+    real = getattr(owner, name)
+
+    def counted(*arguments: Any) -> Any:
+        calls.append(arguments)
+        return real(*arguments)
+
+    monkeypatch.setattr(owner, name, counted)
+    return calls
+
+
 def subscription(arguments: str) -> str:
     return f"subscription {{ presenceChanged({arguments}) {{ {FIELDS} }} }}"
 

@@ -21,7 +21,6 @@ from strawberry.subscriptions.protocols.graphql_transport_ws.handlers import (
 )
 
 from gql_presence.app import close_sockets, create_app
-from gql_presence.graphql import internals
 from gql_presence.graphql import operation as operation_module
 from gql_presence.http.app_keys import EVENTS
 from gql_presence.http.view import PresenceView
@@ -43,6 +42,7 @@ from tests.helpers import (
     SECURED,
     SOON_S,
     Subscriber,
+    counted_calls,
     eventually,
     feeds_above,
     flood_until_dropped,
@@ -603,14 +603,7 @@ async def test_a_repeated_subscription_is_decided_from_the_one_made_before(
     reloaded, many clients of one dashboard) is decided from the first one's decision: the
     document's executor is built once, whoever subscribes, and each gets its events."""
     service = await start_service(aiohttp_client, redis_url=redis_server.url)
-    built: list[object] = []
-    real = internals.subscription_executor
-
-    def counted(*args: Any) -> Any:
-        built.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(operation_module, "subscription_executor", counted)
+    built = counted_calls(monkeypatch, operation_module, "subscription_executor")
     payload = {
         "query": SHARED_DOCUMENT,
         "variables": {"ids": ["alice"], "withSession": True, "noKind": False},

@@ -31,6 +31,7 @@ from tests.conftest import TEST_SETTINGS, error_codes
 from tests.helpers import (
     BACKEND_TOKEN,
     SECURED,
+    counted_calls,
     eventually,
     graphql_socket,
     loud_records,
@@ -326,14 +327,7 @@ async def test_persisted_queries_over_get_where_get_is_allowed(
 async def test_a_persisted_document_is_validated_once(
     api: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    validated: list[object] = []
-    validate = document_limits.validate_document
-
-    def counting(*arguments: Any) -> Any:
-        validated.append(arguments)
-        return validate(*arguments)
-
-    monkeypatch.setattr(document_limits, "validate_document", counting)
+    validated = counted_calls(monkeypatch, document_limits, "validate_document")
     await post(api, {"query": PRESENCE, "extensions": persisted(PRESENCE)})
     for _ in range(3):
         assert await post(api, {"extensions": persisted(PRESENCE)}) == {

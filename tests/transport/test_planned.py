@@ -66,7 +66,7 @@ from gql_presence.settings import Settings
 from gql_presence.store import Presence
 from tests.conftest import TEST_SETTINGS, ClientFactory
 from tests.graphql_documents import CURSOR_SECRET, several_operations, with_variables, within_limits
-from tests.helpers import BACKEND_TOKEN, SECURED, user_token
+from tests.helpers import BACKEND_TOKEN, SECURED, counted_calls, user_token
 
 Client = TestClient[Any, Any]
 
@@ -524,19 +524,8 @@ async def test_a_document_not_planned_yet_has_its_body_read_and_its_caller_check
 ) -> None:
     view = _view(twins.planned.app)
     authenticator = twins.planned.app[AUTHENTICATOR]
-    parsed, authenticated = [], []
-    parse_json, caller = view.parse_json, authenticator.caller
-
-    def counted_parse(data: str | bytes) -> Any:
-        parsed.append(data)
-        return parse_json(data)
-
-    def counted_caller(header: str | None) -> Any:
-        authenticated.append(header)
-        return caller(header)
-
-    monkeypatch.setattr(view, "parse_json", counted_parse)
-    monkeypatch.setattr(authenticator, "caller", counted_caller)
+    parsed = counted_calls(monkeypatch, view, "parse_json")
+    authenticated = counted_calls(monkeypatch, authenticator, "caller")
     new = '{ presence(userId: "carol") { online } }'
     response = await twins.planned.post("/graphql", json={"query": new})
     assert "errors" not in await response.json()
