@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError, CursorExpiredError
@@ -40,6 +41,10 @@ RESUME_MAX_CHANGES = 10_000
 # The events whose cursors a process keeps, for the renderings of an event that come after
 # the first (every subscriber given one cursor): far more than are rendered at once.
 RECENT_CURSORS = 256
+# The changes a process keeps decoded, by shard and entry: its look at a shard's new entries
+# and each webhook's page of the same entries decode each once (ten webhooks read every new
+# entry ten times more), with room for the pages of a full backlog.
+DECODED_KEPT = 2 * EXAMINED_PER_SHARD
 
 _BAD_CURSOR = (
     "after must be a cursor of this service's feed (an event's cursor, an endCursor of "
@@ -133,6 +138,7 @@ class Feed:
         self._shards = shards
         self._deployment = deployment
         self._event_cursors: EventCursors | None = None
+        self._decoded: LeastRecentlyUsed[tuple[int, str], Change] = LeastRecentlyUsed(DECODED_KEPT)
 
     async def _positions(self, after: str | None) -> list[str]:
         """Each shard's position in a cursor ("" for every one when None)."""
@@ -168,7 +174,7 @@ class Feed:
         its change (None for one backends see nothing of); CursorExpiredError when changes
         after `after` may be gone."""
         _, flat = await self._read(self._shards[index], after, count)
-        return [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
+        return self._entries(index, flat)
 
     async def shard_look(
         self, index: int, after: str, count: int
@@ -180,8 +186,21 @@ class Feed:
         entries returned: CursorExpiredError when entries after `after` may be gone (but not
         for an `after` older than the retention with nothing gone after it, as shard_page)."""
         bound, flat = await self._read(self._shards[index], after, count, ScriptName.FEED_TIP)
-        entries = [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
-        return bound, entries
+        return bound, self._entries(index, flat)
+
+    def _entries(self, index: int, flat: Sequence[str]) -> list[tuple[str, Change | None]]:
+        """A shard's entries read (id, field and JSON, flat), each with its change."""
+        entries: list[tuple[str, Change | None]] = []
+        for i in range(0, len(flat), 3):
+            entry_id = flat[i]
+            change = self._decoded.get((index, entry_id))
+            if change is None:
+                # An entry's id names what it holds for good: the stream never changes it.
+                change = change_of(*flat[i : i + 3])
+                if change is not None:
+                    self._decoded.put((index, entry_id), change)
+            entries.append((entry_id, change))
+        return entries
 
     @property
     def retention_ms(self) -> int:
