@@ -18,7 +18,9 @@ take turns, round after round, each first as often as last. Printed:
 - with `--primitives` instead, what pieces of a script cost alone: a `redis.call` of a few
   commands, a `cjson.encode`, a table, and making 100 functions of each shape of capture;
 - with `--baseline REV`, REV's script (its lua/, assembled by this checkout) beside this one's,
-  whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV.
+  whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV;
+- with `--without-feed`, this checkout's script with the feed left out (bench/harness.py,
+  without_feed: no entry, version or trim) beside it, whole.
 
 Each call's own time is read from the slow log (every call logged): a round's figure is the
 mean of the middle half of its calls. Medians (and minimums) of those over the rounds.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -106,22 +109,37 @@ def stop_points(text: str) -> list[tuple[str, str]]:
     return variants
 
 
+def _source_in(folder: Path, name: ScriptName) -> str | None:
+    """The script of folder/lua assembled by this checkout, or None when it takes other KEYS
+    or ARGV than this checkout's."""
+    here = scripts_module.lua_dir
+    scripts_module.lua_dir = lambda: folder / "lua"
+    try:
+        script_source.cache_clear()
+        header_of.cache_clear()
+        text, theirs = script_source(name), header_of(name)
+    finally:
+        scripts_module.lua_dir = here
+        script_source.cache_clear()
+        header_of.cache_clear()
+    return text if theirs == header_of(name) else None
+
+
 def baseline_source(rev: str, name: ScriptName) -> str | None:
     """REV's script assembled by this checkout, or None when it takes other KEYS or ARGV."""
     from bench.harness import checkout  # noqa: PLC0415 - only for a baseline
 
     with checkout(rev) as folder:
-        here = scripts_module.lua_dir
-        scripts_module.lua_dir = lambda: Path(str(folder)) / "lua"
-        try:
-            script_source.cache_clear()
-            header_of.cache_clear()
-            text, theirs = script_source(name), header_of(name)
-        finally:
-            scripts_module.lua_dir = here
-            script_source.cache_clear()
-            header_of.cache_clear()
-    return text if theirs == header_of(name) else None
+        return _source_in(Path(str(folder)), name)
+
+
+def without_feed_source(name: ScriptName) -> str | None:
+    """This checkout's script with the feed left out (bench/harness.py, without_feed)."""
+    from bench.harness import without_feed  # noqa: PLC0415 - only for this variant
+
+    with tempfile.TemporaryDirectory(prefix="gqlp-no-feed-") as folder:
+        without_feed(Path(folder))
+        return _source_in(Path(folder), name)
 
 
 async def _durations(redis: Any, calls: int) -> list[int]:
@@ -140,11 +158,15 @@ def _middle_mean(durations: list[int]) -> float:
 
 
 async def measure_scenario(
-    scenario: str, rounds: int, calls: int, baseline: str | None
+    scenario: str, rounds: int, calls: int, baseline: str | None, no_feed: bool = False
 ) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
     script, setup, call = SCENARIOS[scenario]
     text = script_source(script)
     variants = stop_points(text)
+    if no_feed:
+        theirs = without_feed_source(script)
+        if theirs is not None:
+            variants.append(("without the feed: the whole", theirs))
     if baseline:
         theirs = baseline_source(baseline, script)
         if theirs is not None:
@@ -277,6 +299,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--baseline", metavar="REV")
+    parser.add_argument("--without-feed", action="store_true", help="and the feed left out")
     parser.add_argument("--breakdown", action="store_true", help="each statement's step too")
     parser.add_argument("--only", action="append", choices=list(SCENARIOS))
     parser.add_argument("--primitives", action="store_true", help="pieces of a script alone")
@@ -289,7 +312,7 @@ def main() -> None:
         return
     for scenario in args.only or list(SCENARIOS):
         labels, times, commands = asyncio.run(
-            measure_scenario(scenario, args.rounds, args.calls, args.baseline)
+            measure_scenario(scenario, args.rounds, args.calls, args.baseline, args.without_feed)
         )
         whole = statistics.median(times["the whole"])
         print(f"\n## {scenario}: {whole:.1f} µs a call (median of {args.rounds} rounds)\n")
@@ -307,11 +330,15 @@ def main() -> None:
             median, least = statistics.median(times[label]), min(times[label])
             step = (
                 f"{median - previous:+.1f}"
-                if not label.startswith(("this", args.baseline or "-"))
+                if not label.startswith(("this", "without", args.baseline or "-"))
                 else ""
             )
             print(f"| {label} | {median:.1f} ({least:.1f}) | {step} |")
             previous = median
+        if args.without_feed and "without the feed: the whole" in times:
+            ours, theirs = times["the whole"], times["without the feed: the whole"]
+            ratio = statistics.median(ours) / statistics.median(theirs)
+            print(f"\nWith the feed over without: {ratio:.2f} ({min(ours) / min(theirs):.2f})")
 
 
 if __name__ == "__main__":
