@@ -192,16 +192,10 @@ def _recording(store: PresenceStore, script: ScriptName) -> list[tuple[list[str]
     return recorded
 
 
-async def measure_scenario(
-    scenario: str,
-    rounds: int,
-    calls: int,
-    baseline: str | None,
-    *,
-    no_feed: bool = False,
-    breakdown: bool = True,
-) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
-    script, setup, call = SCENARIOS[scenario]
+def _variants(
+    script: ScriptName, baseline: str | None, *, no_feed: bool, breakdown: bool
+) -> list[tuple[str, str]]:
+    """(label, text) of each variant of the script that measure_scenario times."""
     text = script_source(script)
     variants = [v for v in stop_points(text) if breakdown or not v[0].startswith("before ")]
     if no_feed:
@@ -216,6 +210,20 @@ async def measure_scenario(
                 (f"{baseline}: the whole", theirs),
                 ("this checkout: before `local shard =`", _returning_before_body(text)),
             ]
+    return variants
+
+
+async def measure_scenario(
+    scenario: str,
+    rounds: int,
+    calls: int,
+    baseline: str | None,
+    *,
+    no_feed: bool = False,
+    breakdown: bool = True,
+) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
+    script, setup, call = SCENARIOS[scenario]
+    variants = _variants(script, baseline, no_feed=no_feed, breakdown=breakdown)
     server = start_redis_server()
     try:
         redis = redis_client(server.url)
@@ -245,7 +253,11 @@ async def measure_scenario(
                 pipeline.slowlog_reset()
                 for keys, args in recorded:
                     pipeline.execute_command("EVALSHA", shas[label], len(keys), *keys, *args)
-                await pipeline.execute(raise_on_error=False)
+                replies = await pipeline.execute(raise_on_error=False)
+                # A variant that fails would be timed as fast as its failure.
+                failed = [r for r in replies[3:] if isinstance(r, Exception)]
+                if failed:
+                    raise RuntimeError(f"{scenario}, {label}: {failed[0]}")
                 stats = await redis.info("commandstats")
                 times[label].append(_middle_mean(await _durations(redis, len(recorded))))
                 if label == "the whole" and not commands:
