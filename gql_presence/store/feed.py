@@ -13,7 +13,6 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.store.cursor import Cursors
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError, CursorExpiredError
@@ -41,9 +40,9 @@ RESUME_MAX_CHANGES = 10_000
 # The events whose cursors a process keeps, for the renderings of an event that come after
 # the first (every subscriber given one cursor): far more than are rendered at once.
 RECENT_CURSORS = 256
-# The changes a process keeps decoded, by shard and entry: its look at a shard's new entries
-# and each webhook's page of the same entries decode each once (ten webhooks read every new
-# entry ten times more), with room for the pages of a full backlog.
+# The changes a process keeps decoded, at most this many a shard: its look at a shard's new
+# entries and each webhook's page of the same entries decode each once (ten webhooks read
+# every new entry ten times more), with room for the pages of a full backlog.
 DECODED_KEPT = 2 * EXAMINED_PER_SHARD
 
 _BAD_CURSOR = (
@@ -138,7 +137,9 @@ class Feed:
         self._shards = shards
         self._deployment = deployment
         self._event_cursors: EventCursors | None = None
-        self._decoded: LeastRecentlyUsed[tuple[int, str], Change] = LeastRecentlyUsed(DECODED_KEPT)
+        # The changes decoded lately, by shard and entry id (emptied when full: the entries
+        # read are mostly the newest, so what is dropped is seldom read again).
+        self._decoded: list[dict[str, Change]] = [{} for _ in shards]
 
     async def _positions(self, after: str | None) -> list[str]:
         """Each shard's position in a cursor ("" for every one when None)."""
@@ -191,14 +192,17 @@ class Feed:
     def _entries(self, index: int, flat: Sequence[str]) -> list[tuple[str, Change | None]]:
         """A shard's entries read (id, field and JSON, flat), each with its change."""
         entries: list[tuple[str, Change | None]] = []
+        decoded = self._decoded[index]
         for i in range(0, len(flat), 3):
             entry_id = flat[i]
-            change = self._decoded.get((index, entry_id))
+            change = decoded.get(entry_id)
             if change is None:
                 # An entry's id names what it holds for good: the stream never changes it.
                 change = change_of(*flat[i : i + 3])
                 if change is not None:
-                    self._decoded.put((index, entry_id), change)
+                    if len(decoded) >= DECODED_KEPT:
+                        decoded.clear()
+                    decoded[entry_id] = change
             entries.append((entry_id, change))
         return entries
 
