@@ -1007,6 +1007,6 @@ def test_a_list_of_plain_attributes_is_written_in_one_pass() -> None:
     for query in (PRESENCES, PRESENCES_SHAPED):
         items = _list_items(schema, query)
         assert items.flat is not None
-        assert [key for key, _, _ in items.flat] == [f.key for f in items.fields]
+        assert [key for key, *_ in items.flat] == [f.key for f in items.fields]
     connection = _list_items(schema, ONLINE_FRIENDS)
     assert connection.flat is None  # its nodes are read by a resolver
