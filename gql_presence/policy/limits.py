@@ -96,17 +96,29 @@ class RateLimiter:
             return await self._take(caller, 1, owed=False)
         bucket = f"{caller.kind.value}:{caller.name}"
         loop = asyncio.get_running_loop()
-        admission: asyncio.Future[int] = loop.create_future()
-        waiting = self._waiting.get(bucket)
-        if waiting is None:
-            waiting = self._waiting[bucket] = []
-            loop.call_soon(self._take_waiting, bucket, rate, burst)
-        waiting.append(admission)
-        return await admission
+        joined = self._waiting.get(bucket)
+        if joined is not None:  # another operation takes for this bucket once this turn ends
+            admission: asyncio.Future[int] = loop.create_future()
+            joined.append(admission)
+            return await admission
+        joined = self._waiting[bucket] = []
+        own: asyncio.Future[int] | None = None
+        try:
+            await asyncio.sleep(0)  # the operations admitted in this turn join
+            if joined:
+                own = loop.create_future()
+        finally:
+            del self._waiting[bucket]
+            # Those that joined are answered even when this operation was cancelled.
+            if joined:
+                self._take_soon(bucket, rate, burst, [own, *joined] if own else joined)
+        if own is None:  # alone: taken as ever, without a task of its own
+            return await self._take(caller, 1, owed=False)
+        return await own
 
-    def _take_waiting(self, bucket: str, rate: float, burst: int) -> None:
-        # An admission whose caller stopped waiting before the call left takes nothing.
-        waiting = [admission for admission in self._waiting.pop(bucket) if not admission.done()]
+    def _take_soon(
+        self, bucket: str, rate: float, burst: int, waiting: list[asyncio.Future[int]]
+    ) -> None:
         for start in range(0, len(waiting), MAX_ADMISSIONS):
             admissions = waiting[start : start + MAX_ADMISSIONS]
             task = asyncio.get_running_loop().create_task(
@@ -119,7 +131,9 @@ class RateLimiter:
         self, bucket: str, rate: float, burst: int, admissions: list[asyncio.Future[int]]
     ) -> None:
         """Admits the operations in turn, as that many takes of a token at that moment
-        would: each future gets 0 when granted, else the ms until a token is there."""
+        would: each future gets 0 when granted, else the ms until a token is there. One
+        whose caller stopped waiting takes its token all the same, as a call already sent
+        would."""
         try:
             try:
                 granted, wait_ms = await self._store.take_tokens(

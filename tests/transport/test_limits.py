@@ -393,6 +393,25 @@ async def test_a_process_admits_one_callers_concurrent_operations_in_one_script_
     assert len(apart) == 8
 
 
+async def test_admissions_that_joined_an_operation_cancelled_are_still_answered(
+    make_store: StoreFactory,
+) -> None:
+    """The first operation of a turn takes for those that join it: cancelled before the call
+    leaves, it takes nothing, and they are admitted all the same."""
+    limiter = RateLimiter(
+        make_store(), dataclasses.replace(TEST_SETTINGS, backend_rate=1, backend_burst=3)
+    )
+    chat = Caller(CallerKind.BACKEND, "chat")
+    first, *joined = [asyncio.create_task(limiter.admit(chat)) for _ in range(3)]
+    await asyncio.sleep(0)  # the first waits for the others to join; they join
+    first.cancel()
+    assert await asyncio.gather(*joined) == [None, None]
+    assert first.cancelled()
+    await limiter.admit(chat)  # the third token: the cancelled one took none
+    with pytest.raises(RateLimitedError):
+        await limiter.admit(chat)
+
+
 async def test_every_process_takes_its_own_tokens_from_a_shared_bucket(
     make_store: StoreFactory,
 ) -> None:
