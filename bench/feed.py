@@ -1,5 +1,10 @@
 """The feed's cost on the write path, this checkout against earlier commits, in one run:
-`python -m bench.feed [--baseline REV ...] [--rounds R]`.
+`python -m bench.feed [--without-feed] [--baseline REV ...] [--rounds R]`.
+
+`--without-feed` measures beside it this checkout with the feed left out of its scripts as
+the bench copies them (bench/harness.py, without_feed: no entry, version or trim), and with
+its entries alone left out (versions kept), and prints each figure's ratio to those: the
+feed's own cost, where a baseline commit measures with the feed everything else added since.
 
 Each version (this checkout, then each REV exported to a temporary folder) runs in a process
 of its own on a private Redis 6.2 of its own, the versions taking turns round after round.
@@ -20,6 +25,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
+import tempfile
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
 
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import start_redis_server
@@ -108,15 +118,34 @@ def main() -> None:
     parser.add_argument("--baseline", action="append", default=[], metavar="REV")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--commands", action="store_true", help="commands per script call")
+    parser.add_argument("--without-feed", action="store_true", help="and with the feed left out")
     parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
         asyncio.run(measure(args.commands))
         return
     # Here, not above: a version's process runs this file with only that version on its path.
-    from bench.harness import checkout, median_cells, run_in, side_by_side  # noqa: PLC0415
+    from bench.harness import (  # noqa: PLC0415
+        checkout,
+        median_cells,
+        run_in,
+        side_by_side,
+        without_feed,
+    )
 
+    made: list[tuple[str, Callable[[Path], None]]] = []
+    if args.without_feed:
+        made = [
+            ("without the feed", without_feed),
+            ("without its entries", partial(without_feed, entries_only=True)),
+        ]
     if args.commands:
+        for name, write in made:
+            with tempfile.TemporaryDirectory() as folder:
+                write(Path(folder))
+                print(f"{name}:")
+                for line in run_in(folder, __file__, ["--measure", "--commands"]).splitlines():
+                    print("  " + line)
         for rev in [None, *args.baseline]:
             with checkout(rev) as folder:
                 print(f"{rev or 'this checkout'}:")
@@ -132,8 +161,25 @@ def main() -> None:
         f"| touchMany of {MANY:,} new (ms) | bytes per retained change |\n"
         "|---|---|---|---|---|---|---|---|---|"
     )
-    for name, rows in side_by_side(__file__, ["--measure"], args.baseline, args.rounds).items():
+    figures = side_by_side(__file__, ["--measure"], args.baseline, args.rounds, made)
+    for name, rows in figures.items():
         print(f"| {name} | " + " | ".join(median_cells(rows, minimum=True)) + " |")
+    if args.without_feed:
+        print(
+            "\nThis checkout over each, median (least)\n"
+            "| over | touch, ONLINE | touch again | kick | place join | open | close "
+            "| touchMany |\n|---|---|---|---|---|---|---|---|"
+        )
+        ours = figures["this checkout"]
+        for name, _ in made:
+            cells = []
+            # Each column but the last (memory, which has no ratio).
+            for column in range(7):
+                with_ = [float(row[column]) for row in ours]
+                without = [float(row[column]) for row in figures[name]]
+                median = statistics.median(with_) / statistics.median(without)
+                cells.append(f"{median:.2f} ({min(with_) / min(without):.2f})")
+            print(f"| {name} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -277,6 +277,65 @@ def checkout(ref: str | None) -> Iterator[Path | None]:
         yield Path(folder)
 
 
+# The feed left out of this checkout's scripts, to measure what it costs them: includes/feed.lua
+# replaced by functions that keep nothing, so that users' events are announced as by a script
+# with no feed (events.lua: no version read or written, no entry made, encoded or appended, no
+# trim) and a place's entry is neither appended nor trimmed; and what else the scripts do for
+# the feed alone taken out ((file under lua/, text, its replacement), each text found once).
+NO_FEED_INCLUDE = """-- The feed left out (bench/harness.py, without_feed): nothing is kept.
+local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
+  JOINED = true, UPDATED = true, LEFT = true}
+local function feed_of(shard) return nil end
+local function feed_append(feed, field, entry) return '' end
+local function feed_cap(feed) end
+local function feed_trim(feed, now) end
+local function versions_of(feed, user_ids) return {} end
+local function keep_versions(feed, versions, changed) end
+"""
+NO_FEED_EDITS = [
+    # A place's entry, encoded for the feed alone.
+    (
+        "includes/places.lua",
+        "feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}))",
+        "''",
+    ),
+    # The user's version in a presence read (a touch's reply).
+    (
+        "includes/status.lua",
+        "tonumber(redis.call('GET', statuses.names.version_prefix .. user_id)) or 0",
+        "0",
+    ),
+]
+
+
+# Only the feed's entries left out: versions are read, counted and kept as with the feed.
+NO_ENTRIES_EDITS = [
+    ("includes/feed.lua", "redis.call('XADD', feed.key, '*', field, entry)", "''"),
+    ("includes/feed.lua", "redis.call('XTRIM', feed.key, 'MAXLEN', '~', feed.max_changes)", ""),
+]
+
+
+def without_feed(folder: Path, entries_only: bool = False) -> None:
+    """Writes into `folder` this checkout's package and its lua/ with the feed left out
+    (NO_FEED_INCLUDE, NO_FEED_EDITS), or with `entries_only` its entries alone
+    (NO_ENTRIES_EDITS), for run_in. Without the feed its sweep fails (it deletes versions):
+    the benches that use it do not sweep."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(
+        root / "gql_presence", folder / "gql_presence", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    lua = folder / "lua"
+    shutil.copytree(root / "lua", lua)
+    edits = NO_ENTRIES_EDITS if entries_only else NO_FEED_EDITS
+    if not entries_only:
+        (lua / "includes" / "feed.lua").write_text(NO_FEED_INCLUDE, encoding="utf-8")
+    for name, text, replacement in edits:
+        source = (lua / name).read_text(encoding="utf-8")
+        if source.count(text) != 1:
+            raise RuntimeError(f"lua/{name} no longer holds what the feed's removal replaces")
+        (lua / name).write_text(source.replace(text, replacement), encoding="utf-8")
+
+
 # --- versions measured side by side, each in a process of its own ------------------------
 
 
@@ -295,20 +354,30 @@ def run_in(folder: str, script: str, args: Sequence[str]) -> str:
 
 
 def side_by_side(
-    script: str, args: Sequence[str], baselines: Sequence[str], rounds: int
+    script: str,
+    args: Sequence[str],
+    baselines: Sequence[str],
+    rounds: int,
+    made: Sequence[tuple[str, Callable[[Path], None]]] = (),
 ) -> dict[str, list[list[str]]]:
-    """Each version's figures by its name ("this checkout", then each baseline commit), a row
-    of them a round: the words `script` printed, run with `args` by run_in in this checkout and
-    in an export of each baseline, round after round, each version in turn, so that other work
-    on the machine falls on all alike."""
+    """Each version's figures by its name ("this checkout", then each of `made`, then each
+    baseline commit), a row of them a round: the words `script` printed, run with `args` by
+    run_in in this checkout, in a folder each of `made` writes (its name, and what writes
+    it, such as without_feed), and in an export of each baseline, round after round, each
+    version in turn (the order reversed every other round), so that other work on the
+    machine falls on all alike."""
     versions = [("this checkout", os.getcwd())]
     figures: dict[str, list[list[str]]] = {}
     with tempfile.TemporaryDirectory() as root:
+        for i, (name, write) in enumerate(made):
+            write(Path(root) / f"made{i}")
+            versions.append((name, f"{root}/made{i}"))
         for rev in baselines:
             export(rev, f"{root}/{rev}")
             versions.append((rev, f"{root}/{rev}"))
-        for _ in range(rounds):
-            for name, folder in versions:
+        for round_ in range(rounds):
+            # Each version first as often as last.
+            for name, folder in versions if round_ % 2 == 0 else versions[::-1]:
                 figures.setdefault(name, []).append(run_in(folder, script, args).split())
     return figures
 

