@@ -18,7 +18,9 @@ measures, for this checkout and, with --baseline, for a git commit of it
   to its event arriving, at every subscriber (p50, p99); and the service's CPU over those
   changes per delivery, as measured from outside (one change at a time, its mutation's cost
   included), beside a floor: the bare handler writing one prebuilt frame to each of N sockets
-  per event.
+  per event; then the same number of events published straight into Redis at the same rate
+  (the fan-out without the mutations: the steady phase's CPU less this is the changes' own),
+  and the process idle for as long (its timers and heartbeats).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from redis.asyncio import Redis
 from bench.harness import (
     BARE_SERVER,
     Service,
+    Subscriber,
     all_arrived,
     checkout,
     collector_paused,
@@ -95,6 +98,18 @@ async def measure(
         figures["steady_cpu_us"] = (svc.cpu_s() - cpu_before) / max(1, len(delays)) * 1e6
         figures["p50"] = delays[len(delays) // 2] if delays else float("nan")
         figures["p99"] = delays[int(len(delays) * 0.99)] if delays else float("nan")
+        # The same fan-out without the mutations, and the process idle over as long: what a
+        # change costs of its own is the steady phase's CPU less the first, and the share of
+        # the timers and heartbeats is the second's.
+        cpu_before = svc.cpu_s()
+        delivered = await steady_published(redis, clients, changes, rate)
+        figures["published_cpu_us"] = (svc.cpu_s() - cpu_before) / max(1, delivered) * 1e6
+        figures["change_cpu_ms"] = (
+            (figures["steady_cpu_us"] - figures["published_cpu_us"]) * subscribers / 1000
+        )
+        cpu_before = svc.cpu_s()
+        await asyncio.sleep(changes / rate)
+        figures["idle_cpu_us"] = (svc.cpu_s() - cpu_before) / (changes * subscribers) * 1e6
         figures["dropped"] = sum(s.disconnected for s in clients)
         for client in clients:
             client.close()
@@ -133,10 +148,33 @@ ROWS = [
         "each mutation's own cost included)",
         "{:,.1f} µs",
     ),
+    (
+        "published_cpu_us",
+        "same, events published into Redis one at a time at the same rate (no mutation)",
+        "{:,.1f} µs",
+    ),
+    ("change_cpu_ms", "a change's own CPU in the steady phase (the two above apart)", "{:,.2f} ms"),
+    ("idle_cpu_us", "the idle process over as long, per steady delivery", "{:,.1f} µs"),
     ("p50", "steady 10,000 deliveries/s: change (request) to event, p50", "{:,.1f} ms"),
     ("p99", "same, p99", "{:,.1f} ms"),
     ("dropped", "subscribers the service disconnected (could not keep up)", "{:,.0f}"),
 ]
+
+
+async def steady_published(
+    redis: Redis, subscribers: list[Subscriber], count: int, rate: float
+) -> int:
+    """The steady phase's fan-out with no request: `count` events published straight into
+    Redis one at a time at `rate`, each delivered to every subscriber. Returns deliveries."""
+    for s in subscribers:
+        s.received.clear()
+    with collector_paused():
+        started = time.perf_counter()
+        for i in range(count):
+            await asyncio.sleep(max(0.0, started + i / rate - time.perf_counter()))
+            await publish(redis, 1, i)
+        await all_arrived(subscribers, count, 120)
+    return sum(len(s.received) for s in subscribers)
 
 
 # The floor of this stack for a fan-out: BARE_SERVER (bench.harness), which also writes one
