@@ -18,6 +18,7 @@ import io
 import json
 import multiprocessing
 import os
+import secrets
 import shutil
 import signal
 import statistics
@@ -27,7 +28,7 @@ import tarfile
 import tempfile
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -395,6 +396,24 @@ def median_cells(rows: list[list[str]], fmt: str = "{:g}", minimum: bool = False
     return cells
 
 
+# --- the production settings ------------------------------------------------------------
+
+# The backend token of a service run with PRODUCTION_ENV, sent as PRODUCTION_HEADERS.
+PRODUCTION_TOKEN = secrets.token_hex(16)
+# The production checklist's settings that apply on one machine without TLS or JWTs
+# (docs/operations.md): a backend's credentials, rate limits, metrics, JSON logs.
+PRODUCTION_ENV = {
+    "PRESENCE_BACKEND_TOKENS": f"bench:{PRODUCTION_TOKEN}",
+    # High enough never to refuse here: the bucket is still taken on every request.
+    "PRESENCE_BACKEND_RATE_LIMIT": "1000000",
+    "PRESENCE_USER_RATE_LIMIT": "5",
+    "PRESENCE_GRAPHIQL": "false",
+    "PRESENCE_INTROSPECTION": "false",
+    "PRESENCE_LOG_FORMAT": "json",
+}
+PRODUCTION_HEADERS = {"Authorization": f"Bearer {PRODUCTION_TOKEN}"}
+
+
 # --- HTTP operations, and the bare handler doing the same store calls ---------------------
 
 TOUCH = "mutation($u: ID!) { touch(userId: $u) { online } }"
@@ -612,15 +631,16 @@ async def measured(
     concurrency: int,
     *,
     clients: int = 1,
+    headers: Mapping[str, str] | None = None,
 ) -> Figures:
     """Load from `clients` processes (1: this one); the CPU is that of every server process."""
     before = cpu_seconds(servers)
     query, users = operation.query, operation.users
     if clients == 1:
-        rate, p50, p99 = await load(url, query, seconds, concurrency, users=users)
+        rate, p50, p99 = await load(url, query, seconds, concurrency, users=users, headers=headers)
     else:
         rate, p50, p99 = await load_from_processes(
-            url, query, seconds, concurrency, clients, users=users
+            url, query, seconds, concurrency, clients, users=users, headers=headers
         )
     return rate, p50, p99, (cpu_seconds(servers) - before) / (rate * seconds) * 1e6
 
@@ -897,11 +917,18 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[1]), print=None)
 
 
 async def load(
-    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[object] = ()
+    url: str,
+    query: str,
+    seconds: float,
+    concurrency: int,
+    *,
+    users: Sequence[object] = (),
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[float, float, float]:
-    """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`. Each
-    request's `$u` is the next of `users`, or by default an id of the client's own."""
-    elapsed, latencies = await _load(url, query, seconds, concurrency, users=users)
+    """Requests per second, p50 and p99 in ms, from `concurrency` clients for `seconds`, each
+    request sent with `headers`. Each request's `$u` is the next of `users`, or by default an
+    id of the client's own."""
+    elapsed, latencies = await _load(url, query, seconds, concurrency, users=users, headers=headers)
     return _figures(elapsed, latencies)
 
 
@@ -915,9 +942,18 @@ def _figures(elapsed: float, latencies: list[float]) -> tuple[float, float, floa
 
 
 def _load_in_process(
-    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[object], tag: int
+    url: str,
+    query: str,
+    seconds: float,
+    concurrency: int,
+    *,
+    users: Sequence[object],
+    headers: Mapping[str, str] | None,
+    tag: int,
 ) -> tuple[float, list[float]]:
-    return asyncio.run(_load(url, query, seconds, concurrency, users=users, tag=tag))
+    return asyncio.run(
+        _load(url, query, seconds, concurrency, users=users, headers=headers, tag=tag)
+    )
 
 
 async def load_from_processes(
@@ -928,6 +964,7 @@ async def load_from_processes(
     processes: int,
     *,
     users: Sequence[object] = (),
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[float, float, float]:
     """As `load`, with the clients spread over `processes` processes, so that one Python
     process of clients does not limit servers that use every core."""
@@ -938,7 +975,16 @@ async def load_from_processes(
             *(
                 loop.run_in_executor(
                     pool,
-                    partial(_load_in_process, url, query, seconds, share, users=users, tag=i),
+                    partial(
+                        _load_in_process,
+                        url,
+                        query,
+                        seconds,
+                        share,
+                        users=users,
+                        headers=headers,
+                        tag=i,
+                    ),
                 )
                 for i in range(processes)
             )
@@ -947,12 +993,19 @@ async def load_from_processes(
 
 
 async def _load(
-    url: str, query: str, seconds: float, concurrency: int, *, users: Sequence[object], tag: int = 0
+    url: str,
+    query: str,
+    seconds: float,
+    concurrency: int,
+    *,
+    users: Sequence[object],
+    headers: Mapping[str, str] | None = None,
+    tag: int = 0,
 ) -> tuple[float, list[float]]:
     latencies: list[float] = []
     deadline = time.perf_counter() + seconds
     connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
 
         async def client(worker: int) -> None:
             n = 0

@@ -141,7 +141,8 @@ async def redis_store(app: web.Application) -> AsyncIterator[None]:
         await store.make_cursor_secret()  # every process, and any replica, reads the same
         app[REDIS] = redis
         app[STORE] = store
-        app[LIMITER] = RateLimiter(store, settings)
+        # Admissions taken together, but each request's own while tracing shows it.
+        app[LIMITER] = RateLimiter(store, settings, together=not tracing.enabled())
         yield
         # Place states this process left waiting, announced now rather than by another's sweep.
         await store.flush_planned()

@@ -322,14 +322,14 @@ FIELDS = "userId kind at sessionId online"
 
 
 def counted_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
-    """The arguments of each call of `owner.name` from now on (the test's end undoes it), the
-    calls themselves made as before."""
+    """The positional arguments of each call of `owner.name` from now on (the test's end
+    undoes it), the calls themselves made as before."""
     calls: list[Any] = []
     real = getattr(owner, name)
 
-    def counted(*arguments: Any) -> Any:
+    def counted(*arguments: Any, **keywords: Any) -> Any:
         calls.append(arguments)
-        return real(*arguments)
+        return real(*arguments, **keywords)
 
     monkeypatch.setattr(owner, name, counted)
     return calls

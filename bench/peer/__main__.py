@@ -25,7 +25,6 @@ import asyncio
 import base64
 import json
 import os
-import secrets
 import shutil
 import signal
 import subprocess
@@ -40,6 +39,8 @@ import aiohttp
 from redis.asyncio import Redis
 
 from bench.harness import (
+    PRODUCTION_ENV,
+    PRODUCTION_TOKEN,
     TOUCH,
     Figures,
     Row,
@@ -62,7 +63,7 @@ from gql_presence.store.validation import MAX_FUTURE_MS
 
 PEER = Path(__file__).resolve().parent
 SERVER_CORE, LOAD_CORE = "0", "1"
-TOKEN = secrets.token_hex(16)
+TOKEN = PRODUCTION_TOKEN
 USERS = 5000
 WRK = shutil.which("wrk") or "wrk"
 
@@ -114,13 +115,7 @@ def ours_env(redis_url: str) -> dict[str, str]:
     return {
         "REDIS_URL": redis_url,
         "PRESENCE_WORKERS": "1",
-        "PRESENCE_BACKEND_TOKENS": f"bench:{TOKEN}",
-        # High enough never to refuse here: the bucket is still taken on every request.
-        "PRESENCE_BACKEND_RATE_LIMIT": "1000000",
-        "PRESENCE_USER_RATE_LIMIT": "5",
-        "PRESENCE_GRAPHIQL": "false",
-        "PRESENCE_INTROSPECTION": "false",
-        "PRESENCE_LOG_FORMAT": "json",
+        **PRODUCTION_ENV,
         "PRESENCE_STATS_TIMEZONE": "UTC",  # the peer works out days in UTC
     }
 

@@ -73,13 +73,15 @@ class ObjectFields:
     type: GraphQLObjectType
     fields: tuple[PlannedField, ...]
     # When every field is `__typename` or a plain attribute (read with getattr) of leaves,
-    # lists and objects of the same kind: each field's (key, attribute, completion), the
-    # attribute None for `__typename`, whose completion is then its answer. Such an object
-    # is written in one pass (`_written`), without a resolver, a path or a task per field.
-    flat: tuple[tuple[str, str | None, Completion | str], ...] | None = None
+    # lists and objects of the same kind: each field's (key, attribute, completion, leaf
+    # type), the attribute None for `__typename`, whose completion is then its answer, and
+    # the leaf type that of a leaf or a non-null leaf (else None). Such an object is written
+    # in one pass (`_written`), without a resolver, a path or a task per field.
+    flat: tuple[FlatField, ...] | None = None
 
 
 Completion = NonNull | ListOf | Leaf | ObjectFields
+FlatField = tuple[str, str | None, Completion | str, GraphQLLeafType | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,14 +392,15 @@ def _written(completion: Completion, value: Any) -> Any:
     if flat is None:
         raise _NotPlainError
     row: dict[str, Any] = {}
-    for key, attribute, how in flat:
+    for key, attribute, how, leaf in flat:
         if attribute is None:
             row[key] = how
             continue
         assert not isinstance(how, str)
         field_value = getattr(value, attribute)
-        if isinstance(how, Leaf) and type(field_value) in _PLAIN_LEAF_VALUES:
-            row[key] = _leaf_value(how.type, field_value)
+        # A plain leaf value is not null: a non-null leaf's completion is its leaf's.
+        if leaf is not None and type(field_value) in _PLAIN_LEAF_VALUES:
+            row[key] = _leaf_value(leaf, field_value)
         else:
             row[key] = _written(how, field_value)
     return row

@@ -74,6 +74,7 @@ from gql_presence.graphql.labels import operation_label, root_fields
 from gql_presence.graphql.plan_run import (
     Completion,
     DirectCall,
+    FlatField,
     Leaf,
     ListOf,
     NonNull,
@@ -257,20 +258,21 @@ class Plan:
         return ObjectFields(type_, planned, _flat(planned))
 
 
-def _flat(
-    fields: tuple[PlannedField, ...],
-) -> tuple[tuple[str, str | None, Completion | str], ...] | None:
+def _flat(fields: tuple[PlannedField, ...]) -> tuple[FlatField, ...] | None:
     """ObjectFields.flat of these fields, or None when one of them is not flat."""
-    flat: list[tuple[str, str | None, Completion | str]] = []
+    flat: list[FlatField] = []
     for field in fields:
         if field.typename is not None:
-            flat.append((field.key, None, field.typename))
+            flat.append((field.key, None, field.typename, None))
         elif (
             field.attribute is not None
             and field.completion is not None
             and is_flat(field.completion)
         ):
-            flat.append((field.key, field.attribute, field.completion))
+            completion = field.completion
+            inner = completion.inner if isinstance(completion, NonNull) else completion
+            leaf = inner.type if isinstance(inner, Leaf) else None
+            flat.append((field.key, field.attribute, completion, leaf))
         else:
             return None
     return tuple(flat)

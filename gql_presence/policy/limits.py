@@ -5,6 +5,7 @@ docs/operations.md's "Limits" gives the reason for each figure.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import time
@@ -16,6 +17,7 @@ from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.settings import Settings
 from gql_presence.store import MAX_DOCUMENT_BYTES as KEPT_DOCUMENT_BYTES
 from gql_presence.store import MAX_ID_LENGTH, MAX_IDS_PER_CALL, PresenceStore
+from gql_presence.store.deployment import MAX_ADMISSIONS
 from gql_presence.store.errors import RateLimitedError, WritesRefusedError
 
 # The largest valid request: 10,000 ids of 128 characters (each up to 4 bytes of UTF-8, and
@@ -65,7 +67,7 @@ class RateLimiter:
     limit; the shared bucket is tried first on every request, so it is back in use as soon as
     Redis takes writes again."""
 
-    def __init__(self, store: PresenceStore, settings: Settings) -> None:
+    def __init__(self, store: PresenceStore, settings: Settings, *, together: bool = True) -> None:
         self._store = store
         self._buckets = {
             CallerKind.USER: (settings.user_rate, settings.user_burst),
@@ -73,14 +75,83 @@ class RateLimiter:
         }
         self._own_buckets = LocalBuckets()
         self._shared = True
+        # Admissions to one bucket asked in the same turn of the event loop are taken in one
+        # script call (`together`; off while tracing, where each request's trace shows its
+        # own call): bucket -> the admissions waiting for that call.
+        self._together = together
+        self._waiting: dict[str, list[asyncio.Future[int]]] = {}
+        self._taking: set[asyncio.Task[None]] = set()
 
     async def admit(self, caller: Caller) -> None:
         """Takes the operation's first token, and starts counting what its fields are given
         (charge()); raises RateLimitedError when the caller has no token left."""
-        wait_ms = await self._take(caller, 1, owed=False)
+        wait_ms = await self._admission(caller)
         if wait_ms:
             raise RateLimitedError(math.ceil(wait_ms / 1000))
         _COST.set(_Cost())
+
+    async def _admission(self, caller: Caller) -> int:
+        rate, burst = self._buckets.get(caller.kind, (0.0, 0))
+        if not rate or not self._together:
+            return await self._take(caller, 1, owed=False)
+        bucket = f"{caller.kind.value}:{caller.name}"
+        loop = asyncio.get_running_loop()
+        joined = self._waiting.get(bucket)
+        if joined is not None:  # another operation takes for this bucket once this turn ends
+            admission: asyncio.Future[int] = loop.create_future()
+            joined.append(admission)
+            return await admission
+        joined = self._waiting[bucket] = []
+        own: asyncio.Future[int] | None = None
+        try:
+            await asyncio.sleep(0)  # the operations admitted in this turn join
+            if joined:
+                own = loop.create_future()
+        finally:
+            del self._waiting[bucket]
+            # Those that joined are answered even when this operation was cancelled.
+            if joined:
+                self._take_soon(bucket, rate, burst, [own, *joined] if own else joined)
+        if own is None:  # alone: taken as ever, without a task of its own
+            return await self._take(caller, 1, owed=False)
+        return await own
+
+    def _take_soon(
+        self, bucket: str, rate: float, burst: int, waiting: list[asyncio.Future[int]]
+    ) -> None:
+        for start in range(0, len(waiting), MAX_ADMISSIONS):
+            admissions = waiting[start : start + MAX_ADMISSIONS]
+            task = asyncio.get_running_loop().create_task(
+                self._take_together(bucket, rate, burst, admissions)
+            )
+            self._taking.add(task)  # held until done: the loop keeps only weak references
+            task.add_done_callback(self._taking.discard)
+
+    async def _take_together(
+        self, bucket: str, rate: float, burst: int, admissions: list[asyncio.Future[int]]
+    ) -> None:
+        """Admits the operations in turn, as that many takes of a token at that moment
+        would: each future gets 0 when granted, else the ms until a token is there. One
+        whose caller stopped waiting takes its token all the same, as a call already sent
+        would."""
+        try:
+            try:
+                granted, wait_ms = await self._store.take_tokens(
+                    bucket, rate, burst, len(admissions)
+                )
+                self._note_shared(shared=True)
+                answers = [0] * granted + [wait_ms] * (len(admissions) - granted)
+            except WritesRefusedError:
+                self._note_shared(shared=False)
+                answers = [self._own_buckets.take(bucket, rate, burst) for _ in admissions]
+        except Exception as error:  # handed to every admission, to raise
+            for admission in admissions:
+                if not admission.done():
+                    admission.set_exception(error)
+            return
+        for admission, answer in zip(admissions, answers, strict=True):
+            if not admission.done():  # else its caller stopped waiting
+                admission.set_result(answer)
 
     async def charge(self, caller: Caller, items: int) -> None:
         """Counts `items` ids or representations that a field of the running operation was

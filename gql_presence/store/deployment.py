@@ -33,6 +33,8 @@ REGISTERED_AGE_MS = 10 * 60 * 1000
 # Documents refreshed per script call (refresh_documents): one ZMSCORE and one ZADD of 250
 # members, about a millisecond of Redis time (1,000 took 2 to 5 ms; bench/persisted.py).
 REFRESH_BATCH = 250
+# The most operations one call of take_token.lua admits at once (its work is bounded by it).
+MAX_ADMISSIONS = 1000
 
 
 class Deployment:
@@ -129,6 +131,24 @@ class Deployment:
         """Takes `cost` tokens from the caller's bucket (rate per second, at most burst):
         while one is there, or, `owed`, whatever is left (lua/take_token.lua). Returns 0 when
         granted, else how many ms until a token is there."""
+        _, wait_ms = await self.take_tokens(caller, rate, burst, cost, owed=owed)
+        return wait_ms
+
+    async def take_tokens(
+        self,
+        caller: str,
+        rate: float,
+        burst: int,
+        cost: int = 1,
+        *,
+        owed: bool = False,
+        admissions: int = 1,
+    ) -> tuple[int, int]:
+        """As take_token for `admissions` operations at once (1 to MAX_ADMISSIONS; 1 when
+        `owed`), each granted in turn while a token is there: how many were granted (the
+        first ones), and 0 when all were, else how many ms until a token is there."""
+        if not 1 <= admissions <= (1 if owed else MAX_ADMISSIONS):
+            raise ValueError(f"admissions must be 1 to {MAX_ADMISSIONS}; got {admissions}")
         granted, retry_after_ms = await self._home.run(
             ScriptName.TAKE_TOKEN,
             named(bucket=self._home.keys.rate_bucket(caller)),
@@ -138,9 +158,11 @@ class Deployment:
                 request_id=f"{self._taking_prefix}-{next(self._takings):x}",
                 cost=cost,
                 owed=int(owed),
+                admissions=admissions,
             ),
         )
-        return 0 if int(granted) else max(1, int(retry_after_ms))
+        granted = int(granted)
+        return granted, 0 if granted >= admissions else max(1, int(retry_after_ms))
 
     # --- persisted documents ---------------------------------------------------------------
 

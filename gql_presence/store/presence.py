@@ -535,6 +535,14 @@ class PresenceStore:
     ) -> int:
         return await self._deployment.take_token(caller, rate, burst, cost, owed=owed)
 
+    async def take_tokens(
+        self, caller: str, rate: float, burst: int, admissions: int
+    ) -> tuple[int, int]:
+        """Admits `admissions` operations of the caller at once, each taking one token in
+        turn while one is there: how many were granted (the first ones), and how many ms
+        until a token is there for the others (0 when none is left out)."""
+        return await self._deployment.take_tokens(caller, rate, burst, admissions=admissions)
+
     async def persist_document(self, sha256: str, document: str) -> None:
         await self._deployment.persist_document(sha256, document)
 

@@ -16,17 +16,19 @@ from aiohttp.test_utils import TestClient
 from redis.asyncio import Redis
 
 from gql_presence.app import create_app
+from gql_presence.policy.auth import Caller, CallerKind
 from gql_presence.policy.limits import (
     MAX_ALIASES,
     MAX_BODY_BYTES,
     MAX_DOCUMENT_BYTES,
     MAX_TOKENS,
     LocalBuckets,
+    RateLimiter,
 )
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
-from gql_presence.store.errors import StoreUnavailableError
+from gql_presence.store.errors import RateLimitedError, StoreUnavailableError
 from gql_presence.store.keys import Keys
 from gql_presence.store.scripts import ScriptName, Scripts
 from gql_presence.store.validation import MAX_ID_LENGTH, MAX_IDS_PER_CALL
@@ -36,6 +38,7 @@ from tests.helpers import (
     OTHER_BACKEND_TOKEN,
     SECURED,
     as_user,
+    counted_calls,
     eventually,
     feeds_above,
     graphql_socket,
@@ -325,7 +328,7 @@ async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
 
     async def take(request_id: str) -> list[int]:
         reply: list[int] = await scripts.run(
-            ScriptName.TAKE_TOKEN, bucket, ["1", 2, request_id, 1, 0]
+            ScriptName.TAKE_TOKEN, bucket, ["1", 2, request_id, 1, 0, 1]
         )
         return reply
 
@@ -335,6 +338,78 @@ async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
     assert granted == 0
     assert 0 < retry_after_ms <= 1000
     assert 0 < await redis.pttl(bucket[0]) <= 3000  # gone once it would be full again
+
+
+async def test_admissions_taken_at_once_are_granted_in_turn_while_tokens_last(
+    redis: Redis,
+) -> None:
+    """One call admitting several operations grants the first as many as there are tokens,
+    as that many calls at the same moment would; a retry of it takes nothing again."""
+    scripts = Scripts.register(redis)
+    bucket = [Keys().rate_bucket("backend:chat")]
+
+    async def take(request_id: str, admissions: int) -> list[int]:
+        reply: list[int] = await scripts.run(
+            ScriptName.TAKE_TOKEN, bucket, ["1", 3, request_id, 1, 0, admissions]
+        )
+        return reply
+
+    assert await take("request-1", 2) == await take("request-1", 2) == [2, 0]
+    granted, retry_after_ms = await take("request-2", 4)
+    assert granted == 1  # the burst of 3 is spent
+    assert 0 < retry_after_ms <= 1000
+    granted, retry_after_ms = await take("request-2", 4)  # retried: nothing taken again
+    assert granted == 1
+    assert 0 < retry_after_ms <= 1000
+    assert (await take("request-3", 2))[0] == 0
+
+
+async def test_a_process_admits_one_callers_concurrent_operations_in_one_script_call(
+    make_store: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Operations of one caller admitted in the same turn of the event loop share one call
+    of take_token.lua, and exactly as many are admitted as the bucket holds tokens."""
+    store = make_store()
+    settings = dataclasses.replace(TEST_SETTINGS, backend_rate=1, backend_burst=5)
+    together = counted_calls(monkeypatch, store, "take_tokens")
+    apart = counted_calls(monkeypatch, store, "take_token")
+    limiter = RateLimiter(store, settings)
+    chat = Caller(CallerKind.BACKEND, "chat")
+    outcomes = await asyncio.gather(
+        *(limiter.admit(chat) for _ in range(8)), return_exceptions=True
+    )
+    assert outcomes[:5] == [None] * 5
+    assert all(isinstance(o, RateLimitedError) and o.retry_after_s == 1 for o in outcomes[5:])
+    assert [call[-1] for call in together] == [8]
+    assert apart == []
+    # Each its own call when not together (while tracing): the same admissions.
+    one_by_one = RateLimiter(store, settings, together=False)
+    other = Caller(CallerKind.BACKEND, "other")
+    outcomes = await asyncio.gather(
+        *(one_by_one.admit(other) for _ in range(8)), return_exceptions=True
+    )
+    assert outcomes[:5] == [None] * 5
+    assert all(isinstance(o, RateLimitedError) for o in outcomes[5:])
+    assert len(apart) == 8
+
+
+async def test_admissions_that_joined_an_operation_cancelled_are_still_answered(
+    make_store: StoreFactory,
+) -> None:
+    """The first operation of a turn takes for those that join it: cancelled before the call
+    leaves, it takes nothing, and they are admitted all the same."""
+    limiter = RateLimiter(
+        make_store(), dataclasses.replace(TEST_SETTINGS, backend_rate=1, backend_burst=3)
+    )
+    chat = Caller(CallerKind.BACKEND, "chat")
+    first, *joined = [asyncio.create_task(limiter.admit(chat)) for _ in range(3)]
+    await asyncio.sleep(0)  # the first waits for the others to join; they join
+    first.cancel()
+    assert await asyncio.gather(*joined) == [None, None]
+    assert first.cancelled()
+    await limiter.admit(chat)  # the third token: the cancelled one took none
+    with pytest.raises(RateLimitedError):
+        await limiter.admit(chat)
 
 
 async def test_every_process_takes_its_own_tokens_from_a_shared_bucket(
@@ -356,7 +431,9 @@ async def test_an_operations_cost_beyond_its_first_token_is_owed(redis: Redis) -
 
     async def take(cost: int, *, owed: bool) -> list[int]:
         reply: list[int] = await scripts.run(
-            ScriptName.TAKE_TOKEN, bucket, ["1", 2, f"r{time.monotonic_ns()}", cost, int(owed)]
+            ScriptName.TAKE_TOKEN,
+            bucket,
+            ["1", 2, f"r{time.monotonic_ns()}", cost, int(owed), 1],
         )
         return reply
 

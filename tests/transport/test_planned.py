@@ -57,13 +57,14 @@ from gql_presence.graphql.plan_run import Leaf, NonNull, ObjectFields, PlannedFi
 from gql_presence.graphql.planned import Plan, Plans, make_plan
 from gql_presence.graphql.scalars import DateTimeScalar
 from gql_presence.graphql.schema import build_schema
-from gql_presence.graphql.types import UserPresence
+from gql_presence.graphql.types import PresenceStatus, UserPresence
 from gql_presence.http.app_keys import AUTHENTICATOR, STORE
 from gql_presence.http.view import PresenceView
 from gql_presence.running.connection import connect, redis_client
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings
 from gql_presence.store import Presence
+from gql_presence.store.models import ListedUser
 from tests.conftest import TEST_SETTINGS, ClientFactory
 from tests.graphql_documents import CURSOR_SECRET, several_operations, with_variables, within_limits
 from tests.helpers import BACKEND_TOKEN, SECURED, counted_calls, user_token
@@ -777,6 +778,27 @@ def test_a_plan_reads_the_attributes_strawberrys_resolvers_read() -> None:
         assert getattr(presence, field.attribute) == resolve(presence, None)
 
 
+@pytest.mark.parametrize("online", [True, False])
+def test_a_listed_node_reads_as_the_dataclass_made_of_what_the_list_knows(online: bool) -> None:
+    """A list's node answers every field of UserPresence as the dataclass built from the
+    listed user's id, online and lastSeen does."""
+    user = ListedUser("ß", online, datetime(2026, 11, 29, 1, 2, 3, 4000, UTC), -1)
+    made = UserPresence(
+        user_id=strawberry.ID(user.user_id),
+        online=user.online,
+        last_seen=user.last_seen,
+        sessions=[],
+        status=PresenceStatus.ONLINE if online else PresenceStatus.OFFLINE,
+        custom_status=None,
+        chosen_status=None,
+        last_seen_visible_to=None,
+        online_since=None,
+    )
+    for field in dataclasses.fields(UserPresence):  # each read alone, from a new node
+        listed = UserPresence.listed(user)
+        assert getattr(listed, field.name) == getattr(made, field.name), field.name
+
+
 # --- resolvers of Strawberry's called without its wrapper: arguments renamed, the source as
 # `self`, a Strawberry Info; fields with arguments Strawberry converts keep the wrapper.
 
@@ -985,6 +1007,6 @@ def test_a_list_of_plain_attributes_is_written_in_one_pass() -> None:
     for query in (PRESENCES, PRESENCES_SHAPED):
         items = _list_items(schema, query)
         assert items.flat is not None
-        assert [key for key, _, _ in items.flat] == [f.key for f in items.fields]
+        assert [key for key, *_ in items.flat] == [f.key for f in items.fields]
     connection = _list_items(schema, ONLINE_FRIENDS)
     assert connection.flat is None  # its nodes are read by a resolver
