@@ -28,6 +28,7 @@ import aiohttp
 import jwt
 import pytest
 from aiohttp import web
+from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.test_utils import TestClient
 from aiohttp.web_protocol import RequestHandler
 from cryptography.hazmat.primitives import serialization
@@ -1182,3 +1183,28 @@ async def webhook_receiver() -> AsyncIterator[WebhookReceiver]:
     finally:
         receiver.released.set()
         await receiver.stop()
+
+
+class Answers(AbstractResolver):
+    """A name server that answers as the test says: the resolver's source, not under test."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        return [
+            ResolveResult(
+                hostname=host,
+                host=address,
+                port=port,
+                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
+                proto=0,
+                flags=0,
+            )
+            for address in self.addresses
+        ]
+
+    async def close(self) -> None:
+        pass

@@ -40,6 +40,10 @@ RESUME_MAX_CHANGES = 10_000
 # The events whose cursors a process keeps, for the renderings of an event that come after
 # the first (every subscriber given one cursor): far more than are rendered at once.
 RECENT_CURSORS = 256
+# The changes a process keeps decoded, at most this many a shard: its look at a shard's new
+# entries and each webhook's page of the same entries decode each once (ten webhooks read
+# every new entry ten times more), with room for the pages of a full backlog.
+DECODED_KEPT = 2 * EXAMINED_PER_SHARD
 
 _BAD_CURSOR = (
     "after must be a cursor of this service's feed (an event's cursor, an endCursor of "
@@ -133,6 +137,9 @@ class Feed:
         self._shards = shards
         self._deployment = deployment
         self._event_cursors: EventCursors | None = None
+        # The changes decoded lately, by shard and entry id (emptied when full: the entries
+        # read are mostly the newest, so what is dropped is seldom read again).
+        self._decoded: list[dict[str, Change]] = [{} for _ in shards]
 
     async def _positions(self, after: str | None) -> list[str]:
         """Each shard's position in a cursor ("" for every one when None)."""
@@ -168,7 +175,7 @@ class Feed:
         its change (None for one backends see nothing of); CursorExpiredError when changes
         after `after` may be gone."""
         _, flat = await self._read(self._shards[index], after, count)
-        return [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
+        return self._entries(index, flat)
 
     async def shard_look(
         self, index: int, after: str, count: int
@@ -180,8 +187,24 @@ class Feed:
         entries returned: CursorExpiredError when entries after `after` may be gone (but not
         for an `after` older than the retention with nothing gone after it, as shard_page)."""
         bound, flat = await self._read(self._shards[index], after, count, ScriptName.FEED_TIP)
-        entries = [(flat[i], change_of(*flat[i : i + 3])) for i in range(0, len(flat), 3)]
-        return bound, entries
+        return bound, self._entries(index, flat)
+
+    def _entries(self, index: int, flat: Sequence[str]) -> list[tuple[str, Change | None]]:
+        """A shard's entries read (id, field and JSON, flat), each with its change."""
+        entries: list[tuple[str, Change | None]] = []
+        decoded = self._decoded[index]
+        for i in range(0, len(flat), 3):
+            entry_id = flat[i]
+            change = decoded.get(entry_id)
+            if change is None:
+                # An entry's id names what it holds for good: the stream never changes it.
+                change = change_of(*flat[i : i + 3])
+                if change is not None:
+                    if len(decoded) >= DECODED_KEPT:
+                        decoded.clear()
+                    decoded[entry_id] = change
+            entries.append((entry_id, change))
+        return entries
 
     @property
     def retention_ms(self) -> int:

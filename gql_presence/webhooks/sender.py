@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 from aiohappyeyeballs import AddrInfoType
+from aiohttp.abc import AbstractResolver
 from standardwebhooks.webhooks import Webhook as Signer
 
 from gql_presence.store.errors import BadInputError
@@ -36,6 +37,12 @@ from gql_presence.webhooks.safety import (
 
 # At most this many changes in one request.
 MAX_BATCH = 100
+
+# How long a connection with no request in flight is kept for the next one: longer than the
+# batching wait, so that a webhook sent changes every second keeps its connection; shorter than
+# the idle timeouts receivers' servers commonly have (5 s in Node and uvicorn), so that it is
+# mostly this end that closes an idle connection, not the receiver while a request is on its way.
+KEEPALIVE_S = 4.0
 
 
 @dataclass(frozen=True)
@@ -98,12 +105,25 @@ def _signer(secret: str) -> Signer:
 
 class Sender:
     """Sends batches to webhooks over connections the safety rules allow, and records each
-    attempt in the store. One per process: it keeps the connections it may reuse."""
+    attempt in the store. One per process: it keeps the connections it may reuse.
 
-    def __init__(self, webhooks: Webhooks, allowed: Networks, timeout_s: float) -> None:
+    A connection is checked once, when it is made, on the address it connects to; a kept one is
+    reused only for the same scheme, host (as the URL spells it) and port, under the same rules
+    (the allowed networks are the Sender's for its whole life), so the address a request goes
+    to is always one that was checked. `resolver`: where names' answers come from (the
+    system's resolver unless another is given)."""
+
+    def __init__(
+        self,
+        webhooks: Webhooks,
+        allowed: Networks,
+        timeout_s: float,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
         self._webhooks = webhooks
         self._allowed = allowed
         self._timeout_s = timeout_s
+        self._resolver = resolver
         # One client per scheme: a plain-http URL may reach only the allowed networks.
         self._clients: dict[bool, aiohttp.ClientSession] = {}
 
@@ -119,10 +139,11 @@ class Sender:
                 return socket.socket(family=family, type=kind, proto=proto)
 
             connector = aiohttp.TCPConnector(
-                resolver=SafeResolver(allowed, plain_http=plain_http),
+                resolver=SafeResolver(allowed, plain_http=plain_http, source=self._resolver),
                 socket_factory=checked_socket,
-                # Resolved afresh for every connection: a name's answers may change.
+                # Resolved afresh for every connection made: a name's answers may change.
                 use_dns_cache=False,
+                keepalive_timeout=KEEPALIVE_S,
             )
             self._clients[plain_http] = aiohttp.ClientSession(
                 connector=connector,
@@ -168,14 +189,21 @@ class Sender:
             # Checked again as sent: the rules may be stricter than when it was made.
             check_url(webhook.url, self._allowed)
             plain_http = urlsplit(webhook.url).scheme.lower() == "http"
-            async with self._client(plain_http).post(
-                webhook.url, data=body.encode(), headers=headers, allow_redirects=False
-            ) as answer:
-                status = answer.status
-                error = None
-                if not 200 <= status < 300:
-                    error = await _failure(answer)
-                answer.close()  # the rest of the answer is not read
+            client = self._client(plain_http)
+            try:
+                status, error = await _request(client, webhook.url, body, headers, client.timeout)
+            except aiohttp.ClientConnectorError:
+                raise
+            except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError):
+                # Closed or reset with no answer: most often a kept connection the receiver
+                # closed as this request went out. Once more, over another connection, within
+                # what is left of the timeout; a receiver drops a batch it has had by its
+                # webhook-id.
+                left = self._timeout_s - (time.perf_counter() - started)
+                if left <= 0:
+                    raise TimeoutError from None
+                timeout = aiohttp.ClientTimeout(total=left, connect=left)
+                status, error = await _request(client, webhook.url, body, headers, timeout)
         except TimeoutError:
             return _outcome(None, f"no answer within {self._timeout_s:g} s", started)
         except RefusedAddressError as refused:
@@ -189,11 +217,41 @@ class Sender:
         return _outcome(status, error, started)
 
 
-async def _failure(answer: aiohttp.ClientResponse) -> str:
-    if 300 <= answer.status < 400:
-        return f"HTTP {answer.status}: redirects are not followed"
-    head = await answer.content.read(MAX_ERROR_BYTES)
-    return head.decode("utf-8", "replace") or f"HTTP {answer.status}"
+async def _request(
+    client: aiohttp.ClientSession,
+    url: str,
+    body: str,
+    headers: Mapping[str, str],
+    within: aiohttp.ClientTimeout,
+) -> tuple[int, str | None]:
+    """The status answered, and what a failure's answer said."""
+    async with client.post(
+        url, data=body.encode(), headers=headers, allow_redirects=False, timeout=within
+    ) as answer:
+        # At most 1 KiB of any answer is read: a connection whose answer was read whole is
+        # kept for the next request, one whose answer was not is closed.
+        head = await _head(answer.content)
+        if answer.content.at_eof():
+            answer.release()
+        else:
+            answer.close()
+        status = answer.status
+        if 200 <= status < 300:
+            return status, None
+        if 300 <= status < 400:
+            return status, f"HTTP {status}: redirects are not followed"
+        return status, head.decode("utf-8", "replace") or f"HTTP {status}"
+
+
+async def _head(content: aiohttp.StreamReader) -> bytes:
+    """The answer's first MAX_ERROR_BYTES at most: all of it when it is no longer."""
+    head = b""
+    while len(head) < MAX_ERROR_BYTES:
+        part = await content.read(MAX_ERROR_BYTES - len(head))
+        if not part:
+            break
+        head += part
+    return head
 
 
 def _connection_error(failed: aiohttp.ClientConnectorError) -> str:

@@ -12,7 +12,7 @@ from gql_presence.store.errors import BadInputError, CursorExpiredError
 from gql_presence.store.keys import Keys
 from gql_presence.store.wire import PublishedEvent, PublishedPlaceEvent
 from tests.conftest import StoreFactory
-from tests.helpers import eventually
+from tests.helpers import counted_calls, eventually
 
 
 def kinds_of(nodes: tuple[PublishedEvent | PublishedPlaceEvent, ...]) -> list[tuple[str, str]]:
@@ -148,3 +148,21 @@ async def test_a_page_filtered_by_many_places_costs_about_what_one_place_costs(
     assert sorted(
         n.place_id for n in matched.nodes if isinstance(n, PublishedPlaceEvent)
     ) == sorted([f"doc:{i}" for i in range(1000) if str(i).startswith("1")] + ["doc:20"])
+
+
+async def test_a_look_and_every_page_of_the_same_entries_decode_each_once(
+    store: PresenceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The process's look at a shard and each webhook's page read the same new entries.
+    for user in ("ann", "bob", "cyd", "dee"):
+        await store.touch(user, "web")
+    decoded = counted_calls(monkeypatch, feed, "change_of")
+    read = []
+    for shard in range(store.feed.shards):
+        start = await store.feed.shard_start(shard)
+        _, looked = await store.feed.shard_look(shard, start, 10)
+        for _ in range(10):
+            assert await store.feed.shard_page(shard, start, 10) == looked
+        read += looked
+    assert sorted(change.user_id for _, change in read if change) == ["ann", "bob", "cyd", "dee"]
+    assert len(decoded) == 4

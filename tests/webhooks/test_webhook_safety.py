@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import ipaddress
-import socket
 
 import pytest
-from aiohttp.abc import AbstractResolver, ResolveResult
 
 from gql_presence.store.errors import BadInputError
 from gql_presence.webhooks.safety import (
@@ -18,6 +16,7 @@ from gql_presence.webhooks.safety import (
     check_url,
     is_allowed,
 )
+from tests.helpers import Answers
 
 NONE = ()
 LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -138,31 +137,6 @@ def test_urls_that_keep_the_rules_are_taken() -> None:
     assert check_url("https://in_1.hooks-2.example/", NONE)
     with pytest.raises(BadInputError, match=r"addresses 10\.0\.0\.1"):
         check_url("http://10.0.0.1/", LOOPBACK)
-
-
-class Answers(AbstractResolver):
-    """A name server that answers as the test says: the resolver's source, not under test."""
-
-    def __init__(self, *addresses: str) -> None:
-        self.addresses = addresses
-
-    async def resolve(
-        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
-    ) -> list[ResolveResult]:
-        return [
-            ResolveResult(
-                hostname=host,
-                host=address,
-                port=port,
-                family=socket.AF_INET6 if ":" in address else socket.AF_INET,
-                proto=0,
-                flags=0,
-            )
-            for address in self.addresses
-        ]
-
-    async def close(self) -> None:
-        pass
 
 
 async def test_the_resolver_keeps_only_the_allowed_answers_of_a_name() -> None:

@@ -23,6 +23,7 @@ from gql_presence.store import PresenceStore
 from gql_presence.store.models import Webhook
 from gql_presence.webhooks.safety import Networks, RefusedAddressError
 from gql_presence.webhooks.sender import Batch, Sender
+from tests.helpers import Answers
 
 LOOPBACK: Networks = (ipaddress.ip_network("127.0.0.0/8"),)
 CHANGES = [
@@ -41,9 +42,13 @@ class Receiver:
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    # The far end of the connection each request came over: one per connection made.
+    peers: list[Any] = field(default_factory=list)
 
     async def handle(self, request: web.Request) -> web.Response:
         self.requests.append((dict(request.headers), await request.text()))
+        assert request.transport is not None
+        self.peers.append(request.transport.get_extra_info("peername"))
         if self.delay_s:
             await asyncio.sleep(self.delay_s)
         return web.Response(status=self.status, body=self.body, headers=self.headers)
@@ -240,6 +245,97 @@ async def test_no_secret_reaches_a_log_or_an_attempt(
             assert key not in text
     assert found is not None
     assert [a.error for a in found.attempts][1] == "bad signature"
+
+
+async def test_one_connection_carries_the_batches_that_follow_one_another(
+    store: PresenceStore, sender: Sender, receiver: Receiver
+) -> None:
+    webhook, _ = await made(store, receiver.url)
+    receiver.status, receiver.body = 200, b'{"ok": true}'
+    for end in ("c1", "c2", "c3", "c4"):
+        assert (await sender.send(webhook, Batch(CHANGES, end_cursor=end))).acknowledged
+    receiver.status, receiver.body = 500, b"busy"
+    assert (await sender.send(webhook, Batch(CHANGES, end_cursor="c5"))).error == "busy"
+    assert len(receiver.requests) == 5
+    assert len(set(receiver.peers)) == 1
+
+
+async def test_a_connection_whose_answer_was_not_read_whole_is_not_used_again(
+    store: PresenceStore, sender: Sender, receiver: Receiver
+) -> None:
+    webhook, _ = await made(store, receiver.url)
+    # Far more than the kibibyte read of an answer: the rest is neither read nor waited for.
+    receiver.body = b"x" * 4_000_000
+    for status in (200, 200, 500):
+        receiver.status = status
+        await sender.send(webhook, Batch(CHANGES, end_cursor="c2"))
+    assert len(set(receiver.peers)) == 3
+
+
+async def test_a_kept_connection_the_receiver_closes_as_a_batch_goes_out_costs_no_attempt(
+    store: PresenceStore, sender: Sender
+) -> None:
+    # A receiver that answers the first request of each connection and closes the connection
+    # when a second comes over it, as a server closing an idle connection at that moment does.
+    answered: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for turn in range(2):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length: ")[1].split(b"\r\n")[0])
+            await reader.readexactly(length)
+            if turn:
+                break
+            answered.append(len(answered))
+            writer.write(b"HTTP/1.1 204 No Content\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        webhook, _ = await made(store, f"http://127.0.0.1:{port}/")
+        outcomes = [await sender.send(webhook, Batch(CHANGES, end_cursor=c)) for c in "ab"]
+    finally:
+        server.close()
+    assert [(o.status, o.error) for o in outcomes] == [(204, None), (204, None)]
+    assert len(answered) == 2
+    found = await store.webhooks.webhook(webhook.id)
+    assert found is not None
+    assert [a.status for a in found.attempts] == [204, 204]
+
+
+async def test_a_kept_connection_goes_only_to_the_address_checked_when_it_was_made(
+    store: PresenceStore, aiohttp_server: AiohttpServer
+) -> None:
+    # The name first answers an allowed address, then only one the rules refuse: a request
+    # over the connection kept still goes to the address checked; a new connection is refused.
+    outside = await start(aiohttp_server)
+    port = int(outside.url.split(":")[2].split("/")[0])
+    inside = Receiver()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", inside.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.2", port).start()
+    answers = Answers("127.0.0.1")
+    sender = Sender(store.webhooks, (ipaddress.ip_network("127.0.0.1/32"),), 1, answers)
+    try:
+        webhook, _ = await made(store, f"http://hooks.example:{port}/in")
+        first = await sender.send(webhook, Batch(CHANGES, end_cursor="c1"))
+        answers.addresses = ("127.0.0.2",)
+        outside.headers = {"Connection": "close"}  # the connection ends with this answer
+        kept = await sender.send(webhook, Batch(CHANGES, end_cursor="c2"))
+        new = await sender.send(webhook, Batch(CHANGES, end_cursor="c3"))
+    finally:
+        await sender.close()
+        await runner.cleanup()
+    assert (first.status, kept.status) == (204, 204)
+    assert len(set(outside.peers)) == 1
+    assert new.status is None
+    assert new.error == (
+        "refused: the host resolves only to addresses that are not allowed (127.0.0.2)"
+    )
+    assert inside.requests == []
 
 
 def test_a_batch_holds_at_most_a_hundred_changes() -> None:
