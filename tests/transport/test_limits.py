@@ -423,6 +423,19 @@ async def test_every_process_takes_its_own_tokens_from_a_shared_bucket(
     assert await first.take_token("backend:chat", 1, 2) > 0  # the burst of 2 is spent
 
 
+async def test_two_processes_admissions_taken_together_share_one_bucket(
+    make_store: StoreFactory,
+) -> None:
+    """Admissions that each process takes at once come out of the same bucket in turn: one
+    process's call is not taken for a retry of the other's, and neither grants beyond it."""
+    first, second = make_store(), make_store()  # two processes' stores on one Redis
+    assert await first.take_tokens("backend:chat", 0.001, 4, 3) == (3, 0)
+    granted, wait_ms = await second.take_tokens("backend:chat", 0.001, 4, 3)
+    assert granted == 1  # the fourth token; the other two wait
+    assert wait_ms > 0
+    assert (await first.take_tokens("backend:chat", 0.001, 4, 2))[0] == 0
+
+
 async def test_an_operations_cost_beyond_its_first_token_is_owed(redis: Redis) -> None:
     """Admission needs a token in the bucket; the rest of the cost is taken whatever is
     left, and the debt is paid back at the rate before the next admission."""
