@@ -13,6 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 from gql_presence.store import Granularity, PresenceStore
+from gql_presence.store.analytics import FOLD_AFTER_MS
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError
 from tests.analytics.reference import Reference, as_rows
@@ -373,7 +374,7 @@ async def test_a_day_folded_up_to_midday_answers_for_its_afternoon_as_before(
     assert before[1] == [(s, size, tuple(kept)) for s, size, kept in rows]
     assert [r["newUsers"] for r in before[0] if r["newUsers"]] == [6, 3, 3]
     # The sweeper's run that folds the hours up to 11:00 of the day, and not the afternoon's.
-    assert await store.analytics.fold_ended(to_ms(local(day, 12, 30) + timedelta(hours=54))) > 0
+    assert await store.analytics.fold_ended(to_ms(local(day, 12, 30)) + FOLD_AFTER_MS) > 0
     assert await hourly_answers(store, day) == before
     kept = [key async for key in redis.scan_iter(match="*:hour*:*")]
     assert morning_hours(kept, day) == []
@@ -395,12 +396,12 @@ async def test_a_day_folded_in_part_before_its_seen_bitmap_was_kept_reads_as_bef
     assert morning
     for key in morning:
         await redis.bitop("OR", key + ":copy", key)
-    await store.analytics.fold_ended(to_ms(local(day, 11, 30) + timedelta(hours=54)))
+    await store.analytics.fold_ended(to_ms(local(day, 11, 30)) + FOLD_AFTER_MS)
     for key in morning:
         await redis.rename(key + ":copy", key.replace(":hour:", ":hourf:"))
     assert [await redis.delete(key) async for key in redis.scan_iter(match="*:hseen:*")] == [1]
     assert await hourly_answers(store, day) == before
-    assert await store.analytics.fold_ended(to_ms(local(day, 16, 30) + timedelta(hours=54))) > 0
+    assert await store.analytics.fold_ended(to_ms(local(day, 16, 30)) + FOLD_AFTER_MS) > 0
     assert await hourly_answers(store, day) == before
     kept = [key async for key in redis.scan_iter(match="*:hour*:*")]
     assert morning_hours(kept, day) == []
