@@ -133,13 +133,14 @@ local function fill_columns()
 end
 
 -- An hour with no bitmap, of a day with nobody active, needs no record: none is written, so
--- that a shard or deployment with no activity keeps nothing.
+-- that a shard or deployment with no activity keeps nothing. Its column of the cohorts
+-- before it is filled all the same (with zeros), so that their lists go in time.
 local folded = 0
 if redis.call('EXISTS', bitmap(0)) == 1 or redis.call('EXISTS', day_key) == 1 then
   fold()
-  fill_columns()
   folded = 1
 end
+fill_columns()
 
 for g = 6 + before, #ARGV do
   local r, hour = string.match(ARGV[g], '^(%d+) (%d+)$')

@@ -446,3 +446,60 @@ async def test_a_deployment_with_no_activity_folds_nothing_and_keeps_nothing(
     await store.online_time.carry_over()
     await store.sweep()
     assert await redis.dbsize() == keys_before
+
+
+async def make_hours(store: PresenceStore, reference: Reference, start: datetime) -> None:
+    """Activity in each of the 60 hours from `start`, of users arriving over them: every hour
+    has new users, and each cohort has users back in some of the hours after it."""
+    rng = random.Random(52)  # noqa: S311 - sample data
+    for hour in range(60):
+        at = start + timedelta(hours=hour, minutes=rng.randrange(60))
+        who = rng.sample([f"u{i}" for i in range(8 + 2 * hour)], rng.randint(2, 8))
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+
+
+async def hours_answers(store: PresenceStore, start: datetime) -> list[object]:
+    hours = await store.analytics.activity(start, start + timedelta(hours=70), Granularity.HOUR)
+    day = start.astimezone(ZONE).date()
+    rows = await store.analytics.retention(day, 52, 52, Granularity.HOUR)
+    return [as_rows(hours), [(r.start, r.size, r.retained) for r in rows]]
+
+
+async def hour_keys(redis: Redis, kind: str) -> list[int]:
+    """The starts (ms) of the hours with a key of this kind (hour, hourf, hcoh)."""
+    return sorted([int(k.split(":")[-1]) async for k in redis.scan_iter(match=f"*:{kind}:*")])
+
+
+async def test_an_hour_folded_two_hours_after_its_end_answers_as_its_bitmap_did(
+    make_store: StoreFactory, redis: Redis, shards: int
+) -> None:
+    """Each hour is folded two hours after it ends, and its bitmap goes once the next one is:
+    its cohort's row of hourly retention is filled in from the cohort's list as each of the
+    52 hours after it is folded, and every figure stays as it was, at each step."""
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
+    start = local(day)
+    await make_hours(store, reference, start)
+    before = await hours_answers(store, start)
+    starts = reference.periods(start, start + timedelta(hours=70), "HOUR")
+    assert before[0] == [reference.activity(s, "HOUR") for s in starts]
+    rows = reference.retention(day, 52, 52, "HOUR", datetime.now(UTC))
+    assert before[1] == [(s, size, tuple(kept)) for s, size, kept in rows]
+    for hour in range(60 + 52 + 2):
+        ended = start + timedelta(hours=hour + 1)
+        folded = await store.analytics.fold_ended(to_ms(ended) + FOLD_AFTER_MS)
+        assert folded > 0 or hour >= 60
+        if hour % 7 == 0 or hour >= 58:
+            assert await hours_answers(store, start) == before, f"folded through hour {hour}"
+        # Of the hours folded, only the newest keeps its bitmap (as folded, for the next
+        # hour's returning users); the cohorts of the 52 hours up to it keep their lists.
+        assert all(s >= to_ms(ended) for s in await hour_keys(redis, "hour"))
+        frozen = set(await hour_keys(redis, "hourf"))
+        assert frozen == ({to_ms(ended) - 3_600_000} if hour < 60 else set())
+        lists = await hour_keys(redis, "hcoh")
+        assert all(to_ms(ended) - 52 * 3_600_000 <= s < to_ms(ended) for s in lists)
+        assert lists or hour >= 59 + 52
+    # Every row is closed once the 52 hours after its hour are folded, its list gone.
+    assert await hour_keys(redis, "hcoh") == []
