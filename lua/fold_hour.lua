@@ -1,7 +1,7 @@
 --[[
   fold_hour: folds a closed hour into counts: the figures `activity` reports for it (active,
   returning, new: as activity_periods counts them) into its day's record, with its cohort (as
-  retention counts it) kept as a list of its users, and the hour's column of the rows of the
+  retention counts it) kept as a list of its users' indexes, and the hour's column of the rows of the
   52 cohorts before it, as retention counts them; the day's first-timers active in it join
   those of the day's folded hours (KEYS[6]), which the day's later hours leave out of their
   new users in place of the folded hours' bitmaps. Its bitmap is then kept as it was, under
@@ -45,10 +45,10 @@
   Returns  {folded, deleted}: 1 if the hour was folded now (0: it was already, or its day had
            nobody active), and how many keys were deleted
   Work     about 8 BITOPs and BITCOUNTs over bitmaps of (highest user index / 8) bytes, a
-           BITPOS and a GETRANGE per 64 bytes holding the cohort's users; a bit read per user
-           of the open cohorts before it (the users first active in the 52 hours before it;
-           52 per user after a run of hours that were never folded), an HEXISTS per guard
-           entry (at most 77)
+           BITPOS and a GETRANGE per 64 bytes holding the cohort's users; per open cohort of
+           the 52 hours before it a BITCOUNT per run of its list and a bit tested per index at
+           a run's ends (a column per hour never folded since its last, with zeros for those
+           of days with nobody active), an HEXISTS per guard entry (at most 77)
 ]]
 --- @include "first_timers"
 --- @include "cohorts"
@@ -124,7 +124,7 @@ local function fill_columns()
     if row then counts, open = read_row(row) end
     if open and #counts - 3 < back then
       local list = KEYS[lists_at + back - 1]
-      local users = unpack_indexes(redis.call('GET', list))
+      local users = unpack_runs(redis.call('GET', list))
       for column = #counts - 2, back do counts[3 + column] = count_set(bitmap(back - column), users) end
       write_row(record, hour, counts, back < COHORT_HOURS)
       if back == COHORT_HOURS then redis.call('DEL', list) end

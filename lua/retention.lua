@@ -49,7 +49,7 @@ if hours then
     -- A folded hour: its row, and for an open row the later hours it has no column of yet,
     -- counted from its cohort's list.
     local counts, open = read_row(row)
-    local users = open and unpack_indexes(redis.call('GET', KEYS[6]))
+    local users = open and unpack_runs(redis.call('GET', KEYS[6]))
     local reply = {counts[3]}
     for k = 1, #later do
       reply[k + 1] = counts[3 + k] or (open and count_set(bitmap(later[k]), users)) or 0

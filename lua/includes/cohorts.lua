@@ -1,8 +1,10 @@
 --- @include "chunks"
 -- Hourly cohorts kept as lists (fold_hour.lua, retention.lua). A cohort's users are its bit
--- indexes, ascending, each as the gap from the one before less one in 7-bit groups, low group
--- first, the high bit set on every group but the last: new users take fresh indexes, mostly
--- next to each other, so most take one byte where a bitmap of every index takes thousands.
+-- indexes in runs of consecutive ones, ascending, each run as two numbers: how many indexes
+-- lie between it and the run before (or 0), and its length less one; each number in 7-bit
+-- groups, low group first, the high bit set on every group but the last. New users take
+-- fresh indexes as they arrive, so a cohort is mostly one run: a few bytes where a bitmap of
+-- every index takes thousands, and counted in a bitmap by a BITCOUNT.
 -- A folded hour's row in its day's record is "active returning new retained_1 ... retained_k
 -- +" while open: its cohort's list is kept and retained_k is filled as the k-th hour after it
 -- is folded; once the 52nd is, the row is closed: no "+", trailing zeros left out.
@@ -32,55 +34,77 @@ local function set_bits_of(key)
   end
 end
 
--- The list of ascending indexes, packed.
+-- The ascending indexes, packed as a list.
 local function pack_indexes(indexes)
-  local bytes, previous = {}, -1
-  for _, index in ipairs(indexes) do
-    local gap = index - previous - 1
-    previous = index
-    while gap >= 128 do
-      bytes[#bytes + 1] = 128 + gap % 128
-      gap = math.floor(gap / 128)
+  local bytes = {}
+  local function put(number)
+    while number >= 128 do
+      bytes[#bytes + 1] = 128 + number % 128
+      number = math.floor(number / 128)
     end
-    bytes[#bytes + 1] = gap
+    bytes[#bytes + 1] = number
+  end
+  local i, after = 1, 0
+  while i <= #indexes do
+    local last = i
+    while last < #indexes and indexes[last + 1] == indexes[last] + 1 do last = last + 1 end
+    put(indexes[i] - after)
+    put(last - i)
+    after = indexes[last] + 1
+    i = last + 1
   end
   local parts = {}
   for first, last in chunks(#bytes) do parts[#parts + 1] = string.char(unpack(bytes, first, last)) end
   return table.concat(parts)
 end
 
--- The indexes of a packed list (missing: none).
-local function unpack_indexes(packed)
-  local indexes, previous, gap, scale = {}, -1, 0, 1
-  if not packed then return indexes end
+-- The runs of a packed list (missing: none): {first index, length, ...}.
+local function unpack_runs(packed)
+  local runs, after, number, scale = {}, 0, 0, 1
+  if not packed then return runs end
   for at = 1, #packed do
     local value = string.byte(packed, at)
     if value >= 128 then
-      gap, scale = gap + (value - 128) * scale, scale * 128
+      number, scale = number + (value - 128) * scale, scale * 128
     else
-      previous = previous + gap + value * scale + 1
-      indexes[#indexes + 1] = previous
-      gap, scale = 0, 1
+      number = number + value * scale
+      if #runs % 2 == 0 then
+        runs[#runs + 1] = after + number
+      else
+        runs[#runs + 1] = number + 1
+        after = runs[#runs - 1] + number + 1
+      end
+      number, scale = 0, 1
     end
   end
-  return indexes
+  return runs
 end
 
--- How many of the indexes (ascending) have their bit set in the bitmap at `key` (missing:
--- none). The bitmap is read 128 bytes at a time from the byte of an index not read yet: the
--- users of a cohort mostly have indexes next to each other (handed out as they arrived), so a
--- read serves many, and Lua tests each bit for less than a BITFIELD GET costs.
+-- How many indexes of the runs (unpack_runs) have their bit set in the bitmap at `key`
+-- (missing: none): a run's whole bytes by BITCOUNT, the bits at its ends one by one, from
+-- blocks of the bitmap read 128 bytes at a time.
 local COUNT_BLOCK = 128
-local function count_set(key, indexes)
-  if #indexes == 0 or redis.call('EXISTS', key) == 0 then return 0 end
+local function count_set(key, runs)
+  if #runs == 0 or redis.call('EXISTS', key) == 0 then return 0 end
   local count, block, block_at = 0, '', -COUNT_BLOCK
-  for _, index in ipairs(indexes) do
+  local function test(index)
     local at = math.floor(index / 8)
-    if at >= block_at + COUNT_BLOCK then
+    if at < block_at or at >= block_at + COUNT_BLOCK then
       block, block_at = redis.call('GETRANGE', key, at, at + COUNT_BLOCK - 1), at
     end
     local value = string.byte(block, at - block_at + 1)
     if value and bit.band(value, bit.rshift(128, index % 8)) ~= 0 then count = count + 1 end
+  end
+  for r = 1, #runs, 2 do
+    local first, after = runs[r], runs[r] + runs[r + 1]
+    local whole_from, whole_to = math.ceil(first / 8), math.floor(after / 8) - 1
+    if whole_to - whole_from >= 1 then
+      for index = first, whole_from * 8 - 1 do test(index) end
+      count = count + redis.call('BITCOUNT', key, whole_from, whole_to)
+      for index = (whole_to + 1) * 8, after - 1 do test(index) end
+    else
+      for index = first, after - 1 do test(index) end
+    end
   end
   return count
 end
