@@ -5,6 +5,8 @@ across midnight; on Redis 6.2 and Valkey 9, with one shard and with three."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -12,12 +14,15 @@ from zoneinfo import ZoneInfo
 import pytest
 from redis.asyncio import Redis
 
+from gql_presence.observability.metrics import Metrics
+from gql_presence.running.sweeper import sweep_forever
 from gql_presence.store import Granularity, PresenceStore
 from gql_presence.store.analytics import FOLD_AFTER_MS
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError
 from tests.analytics.reference import Reference, as_rows
 from tests.conftest import StoreFactory
+from tests.helpers import eventually
 
 ZONE = ZoneInfo("Europe/Berlin")
 DAY_MS = 86_400_000
@@ -503,3 +508,94 @@ async def test_an_hour_folded_two_hours_after_its_end_answers_as_its_bitmap_did(
         assert lists or hour >= 59 + 52
     # Every row is closed once the 52 hours after its hour are folded, its list gone.
     assert await hour_keys(redis, "hcoh") == []
+
+
+async def kept_state(redis: Redis) -> dict[str, object]:
+    return {key: await redis.dump(key) async for key in redis.scan_iter()}
+
+
+async def test_a_fold_run_late_or_twice_changes_nothing(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A sweeper that ran 30 hours late folds them all in one run, as one an hour would have;
+    the same run again, in this process or a new one, changes no key; a process started later
+    folds on from there."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
+    start = local(day)
+    await make_hours(store, reference, start)
+    before = await hours_answers(store, start)
+    late = to_ms(start + timedelta(hours=30)) + FOLD_AFTER_MS
+    assert await store.analytics.fold_ended(late) == 30
+    assert await hours_answers(store, start) == before
+    state = await kept_state(redis)
+    assert await store.analytics.fold_ended(late) == 0
+    assert await make_store(**KEEP).analytics.fold_ended(late) == 0  # a process restarted
+    assert await kept_state(redis) == state
+    assert await hours_answers(store, start) == before
+    restarted = make_store(**KEEP)
+    end = to_ms(start + timedelta(hours=60 + 52)) + FOLD_AFTER_MS
+    assert await restarted.analytics.fold_ended(end) >= 30
+    assert await hours_answers(store, start) == before
+    assert await hour_keys(redis, "hcoh") == []
+
+
+async def test_rows_folded_whole_by_the_earlier_schedule_read_and_fold_on(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A deployment upgraded mid-day: the hours folded by the earlier schedule, 54 hours after
+    their end, each with its cohort's whole row and no list, answer as before, and the hours
+    after them, left as bitmaps, fold on around them."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
+    start = local(day)
+    await make_hours(store, reference, start)
+    before = await hours_answers(store, start)
+    # The earlier schedule folded the first 20 hours, each row whole: as the reference has it.
+    assert await store.analytics.fold_ended(to_ms(start + timedelta(hours=20)) + FOLD_AFTER_MS)
+    rows = reference.retention(day, 20, 52, "HOUR", datetime.now(UTC))
+    for at, size, kept in rows:
+        figures = reference.activity(at, "HOUR")
+        row = [figures["activeUsers"], figures["returningUsers"], size, *kept[1:]]
+        while len(row) > 3 and row[-1] == 0:
+            row.pop()
+        label = at.astimezone(ZONE).date().isoformat()
+        [record] = [k async for k in redis.scan_iter(match=f"*:hfold:{label}")]
+        await redis.hset(record, str(to_ms(at)), " ".join(map(str, row)))
+    await redis.delete(*[k async for k in redis.scan_iter(match="*:hcoh:*")])
+    assert await hours_answers(store, start) == before
+    end = to_ms(start + timedelta(hours=60 + 52)) + FOLD_AFTER_MS
+    assert await store.analytics.fold_ended(end) > 0
+    assert await hours_answers(store, start) == before
+    assert await hour_keys(redis, "hcoh") == []
+
+
+async def test_the_sweeper_folds_at_its_start_what_ended_while_no_process_ran(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A process's sweeper folds, at its start, the hours that ended two hours ago or more and
+    were not folded (while no process ran); the next process's finds nothing left to fold."""
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=64)
+    first = make_store(**KEEP)
+    await make_hours(first, reference, start)
+    before = await hours_answers(first, start)
+    due = to_ms(now) - FOLD_AFTER_MS - 3_600_000
+
+    async def folded() -> bool:
+        return all(s >= due for s in await hour_keys(redis, "hour"))
+
+    assert not await folded()
+    sweeper = asyncio.create_task(sweep_forever(first, 0.05, Metrics()))
+    await eventually(folded, what="the hours ended two hours ago folded")
+    sweeper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sweeper
+    assert await hours_answers(first, start) == before
+    assert await hour_keys(redis, "hcoh")
+    state = await kept_state(redis)
+    assert await make_store(**KEEP).analytics.fold_ended() == 0  # the process after a restart
+    assert await kept_state(redis) == state
