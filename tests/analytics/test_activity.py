@@ -453,15 +453,23 @@ async def test_a_deployment_with_no_activity_folds_nothing_and_keeps_nothing(
     assert await redis.dbsize() == keys_before
 
 
-async def make_hours(store: PresenceStore, reference: Reference, start: datetime) -> None:
+def five_days_ago() -> tuple[date, datetime]:
+    """The day five days ago, and its start."""
+    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
+    return day, local(day)
+
+
+async def make_hours(store: PresenceStore, reference: Reference, start: datetime) -> list[object]:
     """Activity in each of the 60 hours from `start`, of users arriving over them: every hour
-    has new users, and each cohort has users back in some of the hours after it."""
+    has new users, and each cohort has users back in some of the hours after it. Returns the
+    hourly figures then (hours_answers)."""
     rng = random.Random(52)  # noqa: S311 - sample data
     for hour in range(60):
         at = start + timedelta(hours=hour, minutes=rng.randrange(60))
         who = rng.sample([f"u{i}" for i in range(8 + 2 * hour)], rng.randint(2, 8))
         await store.touch_many(who, at=at)
         reference.add(who, at)
+    return await hours_answers(store, start)
 
 
 async def hours_answers(store: PresenceStore, start: datetime) -> list[object]:
@@ -484,10 +492,8 @@ async def test_an_hour_folded_two_hours_after_its_end_answers_as_its_bitmap_did(
     52 hours after it is folded, and every figure stays as it was, at each step."""
     store = make_store(shards=shards, **KEEP)
     reference = Reference(ZONE)
-    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
-    start = local(day)
-    await make_hours(store, reference, start)
-    before = await hours_answers(store, start)
+    day, start = five_days_ago()
+    before = await make_hours(store, reference, start)
     starts = reference.periods(start, start + timedelta(hours=70), "HOUR")
     assert before[0] == [reference.activity(s, "HOUR") for s in starts]
     rows = reference.retention(day, 52, 52, "HOUR", datetime.now(UTC))
@@ -522,10 +528,8 @@ async def test_a_fold_run_late_or_twice_changes_nothing(
     folds on from there."""
     store = make_store(**KEEP)
     reference = Reference(ZONE)
-    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
-    start = local(day)
-    await make_hours(store, reference, start)
-    before = await hours_answers(store, start)
+    _, start = five_days_ago()
+    before = await make_hours(store, reference, start)
     late = to_ms(start + timedelta(hours=30)) + FOLD_AFTER_MS
     assert await store.analytics.fold_ended(late) == 30
     assert await hours_answers(store, start) == before
@@ -549,10 +553,8 @@ async def test_rows_folded_whole_by_the_earlier_schedule_read_and_fold_on(
     after them, left as bitmaps, fold on around them."""
     store = make_store(**KEEP)
     reference = Reference(ZONE)
-    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
-    start = local(day)
-    await make_hours(store, reference, start)
-    before = await hours_answers(store, start)
+    day, start = five_days_ago()
+    before = await make_hours(store, reference, start)
     # The earlier schedule folded the first 20 hours, each row whole: as the reference has it.
     assert await store.analytics.fold_ended(to_ms(start + timedelta(hours=20)) + FOLD_AFTER_MS)
     rows = reference.retention(day, 20, 52, "HOUR", datetime.now(UTC))
@@ -581,8 +583,7 @@ async def test_the_sweeper_folds_at_its_start_what_ended_while_no_process_ran(
     now = datetime.now(UTC)
     start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=64)
     first = make_store(**KEEP)
-    await make_hours(first, reference, start)
-    before = await hours_answers(first, start)
+    before = await make_hours(first, reference, start)
     due = to_ms(now) - FOLD_AFTER_MS - 3_600_000
 
     async def folded() -> bool:
