@@ -291,9 +291,9 @@ class Keys:
 
     def hour_cohort(self, start_ms: str) -> str:
         """STRING: the users first active in the hour that starts then (ms), its cohort of
-        hourly retention, as their bit indexes in 4 bytes each, big-endian and ascending
-        (lua/fold_hour.lua); kept while its row in `hour_folds` is open, until the 52 hours
-        after it are folded."""
+        hourly retention: their bit indexes in runs of consecutive ones, packed
+        (lua/includes/cohorts.lua); kept while its row in `hour_folds` is open, until the 52nd
+        hour after it is folded."""
         return self.prefix + "hcoh:" + start_ms
 
     def hour_seen(self, label: str) -> str:
