@@ -1,8 +1,9 @@
 --- @include "chunks"
--- Hourly cohorts kept as lists (fold_hour.lua, retention.lua). A cohort's users are its bit
--- indexes in runs of consecutive ones, ascending, each run as two numbers: how many indexes
--- lie between it and the run before (or 0), and its length less one; each number in 7-bit
--- groups, low group first, the high bit set on every group but the last. New users take
+-- Hourly cohorts kept as lists (fold_hour.lua, retention.lua), and ended days' first-timers
+-- (first_lists.lua). A cohort's users are its bit indexes in runs of consecutive ones,
+-- ascending, each run as two numbers: how many indexes lie between it and the run before (or
+-- 0), and its length less one; each number in 7-bit groups, low group first, the high bit
+-- set on every group but the last. New users take
 -- fresh indexes as they arrive, so a cohort is mostly one run: a few bytes where a bitmap of
 -- every index takes thousands, and counted in a bitmap by a BITCOUNT.
 -- A folded hour's row in its day's record is "active returning new retained_1 ... retained_k
