@@ -191,7 +191,8 @@ class PresenceView(GraphQLView[Context, None]):
             return _QUERIES_OVER_GET_OFF
         if isinstance(refused, MissingQueryError):
             return _NO_QUERY
-        return error.reason
+        # Strawberry's (0.341) refusal of a JSON array of operations names no cause.
+        return _ONE_OPERATION if error.reason == "Batching is not enabled" else error.reason
 
     # A copy of Strawberry's run(), recorded with its version in graphql/internals.COPIED.
     async def _open_socket(self, request: web.Request) -> web.StreamResponse:
@@ -393,6 +394,10 @@ _NO_QUERY = (
     'A GraphQL request names its document: {"query": "<document>", "variables": {...}} as a '
     "POST's JSON body (or a persisted document's hash in extensions.persistedQuery), or "
     "?query=<document> in a GET's address.\n"
+)
+_ONE_OPERATION = (
+    "Batching is not enabled: send one operation per request, a JSON object "
+    '{"query": "<document>", "variables": {...}}, not an array of them.\n'
 )
 _NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
 _ONLY_GET_AND_POST = (

@@ -115,7 +115,9 @@ async def test_the_largest_valid_request_fits_and_a_larger_body_gets_413(api: Cl
 async def test_batches_are_refused(api: Client) -> None:
     response = await api.post("/graphql", json=[{"query": "{ __typename }"}] * 2)
     assert response.status == 400
-    assert "Batching is not enabled" in await response.text()
+    text = await response.text()
+    assert text.startswith("Batching is not enabled")
+    assert 'a JSON object {"query": "<document>", "variables": {...}}, not an array' in text
 
 
 async def test_get_serves_no_mutations_and_queries_only_when_allowed(
