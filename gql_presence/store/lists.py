@@ -62,6 +62,12 @@ def _after(position: Position | None) -> Named:
     )
 
 
+# Awaited before each script call of a filtered page after a shard's first, with the most
+# users that call may look at: a page whose matches lie far down the list walks past the users
+# before them, and the caller pays for that walk as it goes.
+WalkingOn = Callable[[int], Awaitable[None]]
+
+
 class Lists:
     def __init__(self, shards: Sequence[Shard], deployment: Deployment) -> None:
         self._shards = shards
@@ -77,9 +83,11 @@ class Lists:
         kept: OnlineFilter | None = None,
         count: bool = True,
         seers: Sequence[str] = (),
+        walking_on: WalkingOn | None = None,
     ) -> Page:
         """`seers`: for an end user, the users who may show them their onlineSince (friends
-        both ways); those who show it to FRIENDS are found by an onlineSince range too."""
+        both ways); those who show it to FRIENDS are found by an onlineSince range too.
+        `walking_on`: see WalkingOn."""
         check_page_size(first)
         if kept is not None and kept.given:
             return await self._filtered(
@@ -90,6 +98,7 @@ class Lists:
                 by_online_since=by_online_since,
                 count=count,
                 seers=seers,
+                walking_on=walking_on,
             )
         if by_online_since:
             return await self._merged(
@@ -128,6 +137,7 @@ class Lists:
         by_online_since: bool,
         count: bool,
         seers: Sequence[str],
+        walking_on: WalkingOn | None,
     ) -> Page:
         """A page of the online users that match every field of the filter, in the order
         asked for, from the online list's indexes (lua/online_filtered.lua)."""
@@ -149,7 +159,11 @@ class Lists:
             total, more = 0, False
             paging, counting = True, count
             page_at, count_at = at, None
+            calls = 0
             while paging or counting:
+                if calls and walking_on is not None:
+                    await walking_on(MOST_EXAMINED)
+                calls += 1
                 reply = await shard.run(
                     ScriptName.ONLINE_FILTERED,
                     named(

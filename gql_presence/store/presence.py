@@ -36,7 +36,7 @@ from gql_presence.store.feed import ChangePage, EventCursors, Feed, Replay
 from gql_presence.store.friends import Friends
 from gql_presence.store.keys import shard_of
 from gql_presence.store.leases import Leases
-from gql_presence.store.lists import Lists
+from gql_presence.store.lists import Lists, WalkingOn
 from gql_presence.store.models import (
     ChosenStatus,
     HeldPlaceSession,
@@ -563,10 +563,12 @@ class PresenceStore:
         by_online_since: bool = False,
         kept: OnlineFilter | None = None,
         count: bool = True,
+        walking_on: WalkingOn | None = None,
     ) -> Page:
         """The online users, most recent activity first, or (by_online_since) most recently
         come online first; for an end user `reader`, without those who chose INVISIBLE. With
-        `kept`, only those who match it (totalCount counted only when `count`)."""
+        `kept`, only those who match it (totalCount counted only when `count`; `walking_on`
+        told of each further call its walk takes, lists.WalkingOn)."""
         seers: Sequence[str] = ()
         if reader is not None and kept is not None and kept.by_online_since:
             # Who may show the reader their onlineSince: the reader's friends (a bounded set)
@@ -580,6 +582,7 @@ class PresenceStore:
             kept=kept,
             count=count,
             seers=seers,
+            walking_on=walking_on,
         )
 
     async def online_friends(

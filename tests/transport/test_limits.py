@@ -302,6 +302,32 @@ async def test_a_list_page_costs_a_token_per_100_entries_it_may_hold(
     assert error_codes(spent) == ["RATE_LIMITED"]
 
 
+async def test_a_filtered_page_that_walks_past_many_users_costs_what_they_would(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """A filter whose matches lie far down the list walks past the users before them, 2,000
+    a script call: each call after the first costs what a page of 2,000 would (20 tokens),
+    so that a page of one is not one token's worth of a walk past everyone online."""
+    unrated = await aiohttp_client(
+        create_app(dataclasses.replace(SECURED, redis_url=redis_server.url))
+    )
+    touch_many = "mutation($u: [ID!]!) { touchMany(userIds: $u) }"
+    # The matches first, so that they are the oldest: more of them than are gathered whole.
+    await as_user(unrated, BACKEND_TOKEN, touch_many, u=[f"a{i}" for i in range(4200)])
+    await as_user(unrated, BACKEND_TOKEN, touch_many, u=[f"b{i}" for i in range(2100)])
+    api = await aiohttp_client(create_app(rated(10, redis_server.url)))
+    page = "query($p: String!) { onlineUsers(first: 1, filter: {userIdPrefix: $p}) { nodes { userId } } }"
+    # Found at the top of the list: one call, one token.
+    near = await as_user(api, BACKEND_TOKEN, page, p="b")
+    assert [n["userId"][0] for n in near["data"]["onlineUsers"]["nodes"]] == ["b"]
+    assert "errors" not in await as_user(api, BACKEND_TOKEN, "{ __typename }")
+    # Found past 2,100 others: two calls, 21 tokens, more than the bucket holds.
+    far = await as_user(api, OTHER_BACKEND_TOKEN, page, p="a")
+    assert [n["userId"][0] for n in far["data"]["onlineUsers"]["nodes"]] == ["a"]
+    spent = await as_user(api, OTHER_BACKEND_TOKEN, "{ __typename }")
+    assert error_codes(spent) == ["RATE_LIMITED"]
+
+
 async def test_a_subscription_costs_a_token_per_100_users_it_follows(
     aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
 ) -> None:
