@@ -16,6 +16,7 @@ from gql_presence.store.models import (
     ListedUser,
     OnlineFilter,
     Page,
+    PayFor,
     Status,
     WeeklyStats,
 )
@@ -62,12 +63,6 @@ def _after(position: Position | None) -> Named:
     )
 
 
-# Awaited before each script call of a filtered page after a shard's first, with the most
-# users that call may look at: a page whose matches lie far down the list walks past the users
-# before them, and the caller pays for that walk as it goes.
-WalkingOn = Callable[[int], Awaitable[None]]
-
-
 class Lists:
     def __init__(self, shards: Sequence[Shard], deployment: Deployment) -> None:
         self._shards = shards
@@ -83,11 +78,12 @@ class Lists:
         kept: OnlineFilter | None = None,
         count: bool = True,
         seers: Sequence[str] = (),
-        walking_on: WalkingOn | None = None,
+        walking_on: PayFor | None = None,
     ) -> Page:
         """`seers`: for an end user, the users who may show them their onlineSince (friends
         both ways); those who show it to FRIENDS are found by an onlineSince range too.
-        `walking_on`: see WalkingOn."""
+        `walking_on`: paid before each further call of a shard's walk (a page whose
+        matches lie far down the list walks past the users before them)."""
         check_page_size(first)
         if kept is not None and kept.given:
             return await self._filtered(
@@ -137,7 +133,7 @@ class Lists:
         by_online_since: bool,
         count: bool,
         seers: Sequence[str],
-        walking_on: WalkingOn | None,
+        walking_on: PayFor | None,
     ) -> Page:
         """A page of the online users that match every field of the filter, in the order
         asked for, from the online list's indexes (lua/online_filtered.lua)."""

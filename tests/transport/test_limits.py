@@ -350,6 +350,35 @@ async def test_a_subscription_costs_a_token_per_100_users_it_follows(
         assert [e["extensions"]["code"] for e in socket_errors(refused)] == ["RATE_LIMITED"]
 
 
+async def test_a_resume_pays_for_the_feed_it_reads_past_a_page(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """A resume reads the feed after its cursor a page of 1,000 changes at a time, those of
+    users it does not follow too: each page after a shard's first costs what a page of
+    1,000 entries would (10 tokens)."""
+    unrated = await aiohttp_client(
+        create_app(dataclasses.replace(SECURED, redis_url=redis_server.url))
+    )
+    cursor = (await as_user(unrated, BACKEND_TOKEN, "{ feedCursor }"))["data"]["feedCursor"]
+    touch_many = "mutation($u: [ID!]!) { touchMany(userIds: $u) }"
+    await as_user(unrated, BACKEND_TOKEN, touch_many, u=[f"u{i}" for i in range(2100)])
+    api = await aiohttp_client(create_app(rated(10, redis_server.url)))
+    resume = 'subscription($a: String) { presenceChanged(userIds: ["u0"], after: $a) { userId } }'
+    answers = {}
+    for token, after in ((BACKEND_TOKEN, None), (OTHER_BACKEND_TOKEN, cursor)):
+        async with graphql_socket(api, f"Bearer {token}") as socket:
+            payload = {"query": resume, "variables": {"a": after}}
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+            await eventually(feeds_above(api, 0), what="the subscription")
+            if after is not None:  # written once the whole read is done, and paid for
+                replayed = await socket.receive_json(timeout=5)
+                assert replayed["payload"]["data"]["presenceChanged"] == {"userId": "u0"}
+            answers[after] = await over_socket(socket, "{ __typename }", operation_id="2")
+    # Without after, one token; with it, three pages read (2,100 changes): 21 tokens.
+    assert socket_errors(answers[None]) == []
+    assert [e["extensions"]["code"] for e in socket_errors(answers[cursor])] == ["RATE_LIMITED"]
+
+
 async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:
     scripts = Scripts.register(redis)
     bucket = [Keys().rate_bucket("backend:chat")]
