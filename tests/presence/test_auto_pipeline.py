@@ -177,3 +177,13 @@ async def test_a_broken_connection_runs_again_only_the_calls_not_answered(
     assert list(replies) == ["first-reply", 2]
     assert await direct.get("{t}:first") == "1"
     await direct.aclose()
+
+
+async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next_call(
+    store: PresenceStore, redis: Redis
+) -> None:
+    await store.touch("before", "tab")
+    # As a Redis `timeout`, or an operator's CLIENT KILL, would: every connection but this one.
+    assert await redis.client_kill_filter(_type="normal", skipme=True) >= 1
+    answers = await asyncio.gather(*(store.presence(u) for u in ("before", "nobody")))
+    assert [a.online for a in answers] == [True, False]
