@@ -4,21 +4,20 @@ over as they are read.
 Under load many requests call a script at about the same time; sent one by one, each takes a
 connection of the pool, a write and a read of its own. Here the calls of each turn of the
 event loop are written together at the turn's end, at once, on one connection that the queue
-holds, whether or not earlier calls are still being answered; a task of the queue's own reads
-the replies, which come in the order the calls were written, and hands each to its caller.
-Redis so starts on a turn's calls while the service still works on the requests of the next
-turn, and the service answers the first requests while Redis runs the later scripts: neither
-waits for the other, as they did when a turn's calls went as a pipeline read whole before its
-next one was sent. (This is what node's ioredis does, and why its servers fill their core.)
-Not a transaction: each script runs on its own, and other clients are served between them.
+holds, whatever earlier turns' calls still wait for; a task of the queue's own reads the
+replies, which come in the order the calls were written, and hands each to its caller as it
+is read. No connection is taken from the pool and given back, and no task or pipeline made,
+per turn: half the CPU a call cost when each turn's calls went as a redis-py pipeline on a
+connection of the pool (bench/script_calls.py). Not a transaction: each script runs on its
+own, and other clients are served between them.
 
 A caller that stops waiting (its time budget ran out, or it was cancelled) before its call
 was written has it dropped; after, its reply is read and dropped, so the connection never
 holds a reply that nobody reads. When the connection breaks, the calls not answered yet are
 written again on a new one, in order, by the client's retry rules (every script leaves the
 same state when run twice); a reply that does not come within the client's socket timeout
-fails every call written and not answered; a call that found its script missing (Redis
-restarted, or its scripts flushed) is written again once the script is loaded.
+fails every call not answered; a call that found its script missing (Redis restarted, or its
+scripts flushed) is written again once the script is loaded.
 """
 
 from __future__ import annotations
