@@ -174,17 +174,18 @@ async def bitmap_bytes(
     """Prints each kind of bitmap's bytes, per user index and per active user-day."""
     # Each kind's bytes over the user-days of the days its kept keys cover: the hourly
     # figures (hour bitmaps, live or as folded, folded counts, the first-timers of folded
-    # hours) the last PRESENCE_HOURLY_DAYS or so, the rest every day made.
+    # hours, the lists of hourly cohorts) the last PRESENCE_HOURLY_DAYS or so, the rest every
+    # day made.
     daily = [len(set().union(*(set(h) for h in hours[d]))) for d in range(DAYS)]
     sizes: dict[str, int] = {}
     hour_days: set[int] = set()
-    hourly = {"hour", "hourf", "hfold", "hseen"}
+    hourly = {"hour", "hourf", "hfold", "hseen", "hcoh"}
     kinds = {"day", "week", "month", "first", "firstw", "firstm", "firstdays", *hourly}
     async for key in redis.scan_iter(match="gqlp:*", count=1000):
         kind = key.split(":")[2]
         if kind in kinds:
             sizes[kind] = sizes.get(kind, 0) + (await redis.memory_usage(key, samples=0) or 0)
-        if kind in {"hour", "hourf"}:
+        if kind in {"hour", "hourf", "hcoh"}:
             start = datetime.fromtimestamp(int(key.split(":")[3]) / 1000, UTC)
             hour_days.add((start - first).days)
         if kind in {"hfold", "hseen"}:

@@ -35,9 +35,10 @@ PEAK_DAYS_PER_CALL = 100
 FIRST_DATE = date(1971, 1, 1)
 LAST_DATE = date(9998, 12, 31)
 STICKINESS_SCRATCH = 17
-# An hour is folded into counts (lua/fold_hour.lua) this long after it ends: once the 52 hours
-# after it that hourly retention may ask for have ended, with two hours for late writes.
-FOLD_AFTER_MS = (MAX_COHORTS + 2) * HOUR_MS
+# An hour is folded into counts (lua/fold_hour.lua) this long after it ends, leaving time for
+# late writes (a lease's last renewal, the sweep's); its cohort's row of hourly retention is
+# filled in as each of the 52 hours after it is folded.
+FOLD_AFTER_MS = 2 * HOUR_MS
 # How far back a fold looks for hours not folded yet (a sweeper stopped, an upgrade): older
 # ones stay bitmaps until they expire, and are read as such.
 FOLD_CATCH_UP_MS = 7 * DAY_MS
@@ -381,17 +382,19 @@ class Analytics:
     def _fold_call(
         self, shard: Shard, hours: Calendar, hour: Period, now_ms: int
     ) -> tuple[Named, Named]:
-        """fold_hour's KEYS and ARGV for the hour: the bitmaps it reads, and those that may
-        go once it is folded (guarded by every hour still counted that reads them): the
-        day's earlier hours, whose first-timers the day's seen bitmap holds from this fold
-        on, the hour before when it is the day's first, and the seen bitmap when it is the
-        day's last."""
+        """fold_hour's KEYS and ARGV for the hour: the bitmaps it reads, the cohorts whose rows
+        it fills a column of (those of the 52 hours before it), and the bitmaps that may go
+        once it is folded (guarded by every hour still counted that reads them): the day's
+        earlier hours, whose first-timers the day's seen bitmap holds from this fold on, the
+        hour before when it is the day's first, and the seen bitmap when it is the day's
+        last."""
         k = shard.keys
         count = hours.hours_in(hour.first)
         day = list(hours.run(hours.holding(day_start_ms(hour.first, self._zone)), count))
-        later = list(hours.run(hours.after(hour), MAX_COHORTS))
-        before = hours.before(hour)
-        doomed = day[: hour.hour] if hour.hour > 0 else [before]
+        back: list[Period] = []
+        for _ in range(MAX_COHORTS):
+            back.append(hours.before(back[-1] if back else hour))
+        doomed = day[: hour.hour] if hour.hour > 0 else back[:1]
         seen = k.hour_seen(hour.first.isoformat())
         guard: list[Period] = []
         if doomed:
@@ -403,9 +406,8 @@ class Analytics:
             guard = [
                 p for p in _until(hours, guard_start, hour.start_ms) if self._counted(p, now_ms)
             ]
-        records = list(dict.fromkeys(p.folds(k) for p in guard))
+        records = list(dict.fromkeys(p.folds(k) for p in [hour, *back, *guard]))
         after_day = day_start_ms(hour.first + timedelta(days=1), self._zone)
-        reads = [hour, before, *day[: hour.hour], *later]
         return named(
             record=hour.folds(k),
             cohort=k.scratch,
@@ -413,8 +415,10 @@ class Analytics:
             first_day=k.first_day(hour.first.isoformat()),
             day=k.day(hour.first.isoformat()),
             seen=seen,
+            list=k.hour_cohort(str(hour.start_ms)),
             keys=[
-                *(key for p in reads for key in p.pair(k)),
+                *(key for p in [hour, *back] for key in p.pair(k)),
+                *(k.hour_cohort(str(p.start_ms)) for p in back),
                 *records,
                 *(key for p in doomed for key in reversed(p.pair(k))),
                 *([seen] if hour.hour == count - 1 else []),
@@ -422,10 +426,10 @@ class Analytics:
         ), named(
             start=hour.start_ms,
             keep_until_ms=after_day + self._hourly_ms + HOUR_MS,
+            before=len(back),
             earlier=hour.hour,
-            later=len(later),
             records=len(records),
-            starts=[p.start_ms for p in day[: hour.hour]],
+            cohorts=[f"{records.index(p.folds(k)) + 1} {p.start_ms}" for p in back],
             guard=[f"{records.index(p.folds(k)) + 1} {p.start_ms}" for p in guard],
         )
 
@@ -556,7 +560,8 @@ class Analytics:
             first_hour = calendar.holding(day_start_ms(head.first, self._zone))
             earlier = list(calendar.run(first_hour, head.hour))
             seen = k.hour_seen(head.first.isoformat())
-            cohort = [head.folds(k), k.first_day(head.first.isoformat()), seen, *head.pair(k)]
+            cohort = [head.folds(k), k.first_day(head.first.isoformat()), seen]
+            cohort += [k.hour_cohort(str(head.start_ms)), *head.pair(k)]
             cohort += [key for p in earlier for key in p.pair(k)]
             later = [key for p in begun for key in p.pair(k)]
         else:

@@ -273,7 +273,8 @@ class Keys:
     def hour(self, start_ms: str) -> str:
         """Bitmap: bit i is set when the user with index i was active in the hour of the stats
         time zone that starts then (ms since the epoch); kept until it is folded
-        (lua/fold_hour.lua), or PRESENCE_HOURLY_DAYS after it at most."""
+        (lua/fold_hour.lua), two hours after its end, or PRESENCE_HOURLY_DAYS after it at
+        most."""
         return self.prefix + "hour:" + start_ms
 
     def folded_hour(self, start_ms: str) -> str:
@@ -283,9 +284,17 @@ class Keys:
 
     def hour_folds(self, label: str) -> str:
         """HASH hour start (ms) -> "active returning new retained_1 ...": the folded hours of
-        that day (YYYY-MM-DD) of the stats time zone (lua/fold_hour.lua); kept as long as the
-        day's last hour would have been."""
+        that day (YYYY-MM-DD) of the stats time zone, a row open ("... +") until the 52 hours
+        after its hour are folded (lua/fold_hour.lua); kept as long as the day's last hour
+        would have been."""
         return self.prefix + "hfold:" + label
+
+    def hour_cohort(self, start_ms: str) -> str:
+        """STRING: the users first active in the hour that starts then (ms), its cohort of
+        hourly retention: their bit indexes in runs of consecutive ones, packed
+        (lua/includes/cohorts.lua); kept while its row in `hour_folds` is open, until the 52nd
+        hour after it is folded."""
+        return self.prefix + "hcoh:" + start_ms
 
     def hour_seen(self, label: str) -> str:
         """Bitmap of the users first active that day (YYYY-MM-DD) who were active in one of

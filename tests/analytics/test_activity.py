@@ -5,6 +5,8 @@ across midnight; on Redis 6.2 and Valkey 9, with one shard and with three."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import random
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
@@ -12,11 +14,15 @@ from zoneinfo import ZoneInfo
 import pytest
 from redis.asyncio import Redis
 
+from gql_presence.observability.metrics import Metrics
+from gql_presence.running.sweeper import sweep_forever
 from gql_presence.store import Granularity, PresenceStore
+from gql_presence.store.analytics import FOLD_AFTER_MS
 from gql_presence.store.days import to_ms
 from gql_presence.store.errors import BadInputError
 from tests.analytics.reference import Reference, as_rows
 from tests.conftest import StoreFactory
+from tests.helpers import eventually
 
 ZONE = ZoneInfo("Europe/Berlin")
 DAY_MS = 86_400_000
@@ -373,7 +379,7 @@ async def test_a_day_folded_up_to_midday_answers_for_its_afternoon_as_before(
     assert before[1] == [(s, size, tuple(kept)) for s, size, kept in rows]
     assert [r["newUsers"] for r in before[0] if r["newUsers"]] == [6, 3, 3]
     # The sweeper's run that folds the hours up to 11:00 of the day, and not the afternoon's.
-    assert await store.analytics.fold_ended(to_ms(local(day, 12, 30) + timedelta(hours=54))) > 0
+    assert await store.analytics.fold_ended(to_ms(local(day, 12, 30)) + FOLD_AFTER_MS) > 0
     assert await hourly_answers(store, day) == before
     kept = [key async for key in redis.scan_iter(match="*:hour*:*")]
     assert morning_hours(kept, day) == []
@@ -395,12 +401,12 @@ async def test_a_day_folded_in_part_before_its_seen_bitmap_was_kept_reads_as_bef
     assert morning
     for key in morning:
         await redis.bitop("OR", key + ":copy", key)
-    await store.analytics.fold_ended(to_ms(local(day, 11, 30) + timedelta(hours=54)))
+    await store.analytics.fold_ended(to_ms(local(day, 11, 30)) + FOLD_AFTER_MS)
     for key in morning:
         await redis.rename(key + ":copy", key.replace(":hour:", ":hourf:"))
     assert [await redis.delete(key) async for key in redis.scan_iter(match="*:hseen:*")] == [1]
     assert await hourly_answers(store, day) == before
-    assert await store.analytics.fold_ended(to_ms(local(day, 16, 30) + timedelta(hours=54))) > 0
+    assert await store.analytics.fold_ended(to_ms(local(day, 16, 30)) + FOLD_AFTER_MS) > 0
     assert await hourly_answers(store, day) == before
     kept = [key async for key in redis.scan_iter(match="*:hour*:*")]
     assert morning_hours(kept, day) == []
@@ -445,3 +451,152 @@ async def test_a_deployment_with_no_activity_folds_nothing_and_keeps_nothing(
     await store.online_time.carry_over()
     await store.sweep()
     assert await redis.dbsize() == keys_before
+
+
+def five_days_ago() -> tuple[date, datetime]:
+    """The day five days ago, and its start."""
+    day = (datetime.now(UTC) - 5 * DAY).astimezone(ZONE).date()
+    return day, local(day)
+
+
+async def make_hours(store: PresenceStore, reference: Reference, start: datetime) -> list[object]:
+    """Activity in each of the 60 hours from `start`, of users arriving over them: every hour
+    has new users, and each cohort has users back in some of the hours after it. Returns the
+    hourly figures then (hours_answers)."""
+    rng = random.Random(52)  # noqa: S311 - sample data
+    for hour in range(60):
+        at = start + timedelta(hours=hour, minutes=rng.randrange(60))
+        who = rng.sample([f"u{i}" for i in range(8 + 2 * hour)], rng.randint(2, 8))
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    return await hours_answers(store, start)
+
+
+async def hours_answers(store: PresenceStore, start: datetime) -> list[object]:
+    hours = await store.analytics.activity(start, start + timedelta(hours=70), Granularity.HOUR)
+    day = start.astimezone(ZONE).date()
+    rows = await store.analytics.retention(day, 52, 52, Granularity.HOUR)
+    return [as_rows(hours), [(r.start, r.size, r.retained) for r in rows]]
+
+
+async def hour_keys(redis: Redis, kind: str) -> list[int]:
+    """The starts (ms) of the hours with a key of this kind (hour, hourf, hcoh)."""
+    return sorted([int(k.split(":")[-1]) async for k in redis.scan_iter(match=f"*:{kind}:*")])
+
+
+async def test_an_hour_folded_two_hours_after_its_end_answers_as_its_bitmap_did(
+    make_store: StoreFactory, redis: Redis, shards: int
+) -> None:
+    """Each hour is folded two hours after it ends, and its bitmap goes once the next one is:
+    its cohort's row of hourly retention is filled in from the cohort's list as each of the
+    52 hours after it is folded, and every figure stays as it was, at each step."""
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    day, start = five_days_ago()
+    before = await make_hours(store, reference, start)
+    starts = reference.periods(start, start + timedelta(hours=70), "HOUR")
+    assert before[0] == [reference.activity(s, "HOUR") for s in starts]
+    rows = reference.retention(day, 52, 52, "HOUR", datetime.now(UTC))
+    assert before[1] == [(s, size, tuple(kept)) for s, size, kept in rows]
+    for hour in range(60 + 52 + 2):
+        ended = start + timedelta(hours=hour + 1)
+        folded = await store.analytics.fold_ended(to_ms(ended) + FOLD_AFTER_MS)
+        assert folded > 0 or hour >= 60
+        if hour % 7 == 0 or hour >= 58:
+            assert await hours_answers(store, start) == before, f"folded through hour {hour}"
+        # Of the hours folded, only the newest keeps its bitmap (as folded, for the next
+        # hour's returning users); the cohorts of the 52 hours up to it keep their lists.
+        assert all(s >= to_ms(ended) for s in await hour_keys(redis, "hour"))
+        frozen = set(await hour_keys(redis, "hourf"))
+        assert frozen == ({to_ms(ended) - 3_600_000} if hour < 60 else set())
+        lists = await hour_keys(redis, "hcoh")
+        assert all(to_ms(ended) - 52 * 3_600_000 <= s < to_ms(ended) for s in lists)
+        assert lists or hour >= 59 + 52
+    # Every row is closed once the 52 hours after its hour are folded, its list gone.
+    assert await hour_keys(redis, "hcoh") == []
+
+
+async def kept_state(redis: Redis) -> dict[str, object]:
+    return {key: await redis.dump(key) async for key in redis.scan_iter()}
+
+
+async def test_a_fold_run_late_or_twice_changes_nothing(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A sweeper that ran 30 hours late folds them all in one run, as one an hour would have;
+    the same run again, in this process or a new one, changes no key; a process started later
+    folds on from there."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    _, start = five_days_ago()
+    before = await make_hours(store, reference, start)
+    late = to_ms(start + timedelta(hours=30)) + FOLD_AFTER_MS
+    assert await store.analytics.fold_ended(late) == 30
+    assert await hours_answers(store, start) == before
+    state = await kept_state(redis)
+    assert await store.analytics.fold_ended(late) == 0
+    assert await make_store(**KEEP).analytics.fold_ended(late) == 0  # a process restarted
+    assert await kept_state(redis) == state
+    assert await hours_answers(store, start) == before
+    restarted = make_store(**KEEP)
+    end = to_ms(start + timedelta(hours=60 + 52)) + FOLD_AFTER_MS
+    assert await restarted.analytics.fold_ended(end) >= 30
+    assert await hours_answers(store, start) == before
+    assert await hour_keys(redis, "hcoh") == []
+
+
+async def test_rows_folded_whole_by_the_earlier_schedule_read_and_fold_on(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A deployment upgraded mid-day: the hours folded by the earlier schedule, 54 hours after
+    their end, each with its cohort's whole row and no list, answer as before, and the hours
+    after them, left as bitmaps, fold on around them."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    day, start = five_days_ago()
+    before = await make_hours(store, reference, start)
+    # The earlier schedule folded the first 20 hours, each row whole: as the reference has it.
+    assert await store.analytics.fold_ended(to_ms(start + timedelta(hours=20)) + FOLD_AFTER_MS)
+    rows = reference.retention(day, 20, 52, "HOUR", datetime.now(UTC))
+    for at, size, kept in rows:
+        figures = reference.activity(at, "HOUR")
+        row = [figures["activeUsers"], figures["returningUsers"], size, *kept[1:]]
+        while len(row) > 3 and row[-1] == 0:
+            row.pop()
+        label = at.astimezone(ZONE).date().isoformat()
+        [record] = [k async for k in redis.scan_iter(match=f"*:hfold:{label}")]
+        await redis.hset(record, str(to_ms(at)), " ".join(map(str, row)))
+    await redis.delete(*[k async for k in redis.scan_iter(match="*:hcoh:*")])
+    assert await hours_answers(store, start) == before
+    end = to_ms(start + timedelta(hours=60 + 52)) + FOLD_AFTER_MS
+    assert await store.analytics.fold_ended(end) > 0
+    assert await hours_answers(store, start) == before
+    assert await hour_keys(redis, "hcoh") == []
+
+
+async def test_the_sweeper_folds_at_its_start_what_ended_while_no_process_ran(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A process's sweeper folds, at its start, the hours that ended two hours ago or more and
+    were not folded (while no process ran); the next process's finds nothing left to fold."""
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    start = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=64)
+    first = make_store(**KEEP)
+    before = await make_hours(first, reference, start)
+    due = to_ms(now) - FOLD_AFTER_MS - 3_600_000
+
+    async def folded() -> bool:
+        return all(s >= due for s in await hour_keys(redis, "hour"))
+
+    assert not await folded()
+    sweeper = asyncio.create_task(sweep_forever(first, 0.05, Metrics()))
+    await eventually(folded, what="the hours ended two hours ago folded")
+    sweeper.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sweeper
+    assert await hours_answers(first, start) == before
+    assert await hour_keys(redis, "hcoh")
+    state = await kept_state(redis)
+    assert await make_store(**KEEP).analytics.fold_ended() == 0  # the process after a restart
+    assert await kept_state(redis) == state
