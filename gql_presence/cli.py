@@ -291,9 +291,9 @@ async def _demo(  # noqa: PLR0917 - the command's options
         await sample.listening(port, service)
         print(
             f"gql-presence: demo at http://127.0.0.1:{port}/dashboard: {wrote['users']:,} users "
-            f"with friends, {wrote['touches']:,} touches over a week, {wrote['online']:,} "
-            f"online now. Its data is apart from yours, in {settings.data_dir} (delete that "
-            "folder to remove it). Ctrl-C stops it",
+            f"with friends, {wrote['touches']:,} touches over {wrote['days']} days, "
+            f"{wrote['online']:,} online now. Its data is apart from yours, in "
+            f"{settings.data_dir} (delete that folder to remove it). Ctrl-C stops it",
             flush=True,
         )
         if keep_alive:
@@ -383,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     fill = commands.add_parser(
         "demo",
-        help="serve sample users, friends and a week of activity, on a data folder of their own",
+        help="serve sample users, friends and five weeks of activity, on a data folder of "
+        "their own",
     )
     fill.add_argument(
         "--users",

@@ -79,4 +79,7 @@ async def stickiness(
     days: Annotated[int, strawberry.argument(description="How many days: 1 to 90.")] = 28,
 ) -> Stickiness:
     store = authorized_store(info, Need.LISTING)
+    # Each day it counts is a bitmap of every user added into its counters, as activity
+    # reads a period's: each costs what an id given costs.
+    await info.context.charge(analytics.sticky_days(days))
     return Stickiness.of(await store.analytics.stickiness(end_date, days))

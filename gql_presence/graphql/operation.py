@@ -338,7 +338,9 @@ class OperationPipeline:
             return _refused(error)
         try:
             if follow.after is not None:
-                replayed, replay = await context.events.replay_place(place_id, follow.after)
+                replayed, replay = await context.events.replay_place(
+                    place_id, follow.after, context.charge
+                )
             else:
                 # Before the read: the members' cursor resumes where nothing the read
                 # misses is passed.
@@ -386,6 +388,8 @@ class OperationPipeline:
             everyone=follow.everyone,
             reader=context.reader,
             after=follow.after,
+            # A resume pays for the feed it reads past a page of each shard.
+            reading_on=context.charge,
         )
 
 

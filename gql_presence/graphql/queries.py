@@ -81,6 +81,8 @@ class Query:
             by_online_since=by_since,
             kept=None if filter is None else filter.kept(),
             count=asks_total(info),
+            # A walk past users who do not match costs what a page of them would.
+            walking_on=info.context.charge,
         )
         return PresenceConnection.of(page)
 

@@ -25,7 +25,7 @@ def _parse_datetime(value: object) -> datetime:
         parsed = datetime.fromisoformat(value)
     except ValueError:
         parsed = None
-    shown = value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "..."
+    shown = _shown(value)
     if parsed is None:
         raise BadInputError(f"A DateTime is ISO 8601, as in {_EXAMPLE_TIME}: {shown} is not.")
     if parsed.tzinfo is None:
@@ -41,15 +41,20 @@ _EXAMPLE_TIME = "2026-11-21T09:30:00.250Z"
 _SHOWN_CHARS = 40
 
 
+def _shown(value: str) -> str:
+    return value if len(value) <= _SHOWN_CHARS else value[:_SHOWN_CHARS] + "..."
+
+
 def _parse_date(value: object) -> date:
+    # As a DateTime's: one sentence, repeating a bounded part of the client's text.
+    if not isinstance(value, str):
+        raise BadInputError("A Date is a string in ISO 8601, as in 2026-11-21.")
     try:
-        return date.fromisoformat(str(value)) if isinstance(value, str) else _bad_date(value)
+        return date.fromisoformat(value)
     except ValueError:
-        return _bad_date(value)
-
-
-def _bad_date(value: object) -> date:
-    raise ValueError(f"Date must be ISO 8601, e.g. 2026-11-21; got {value!r}.")
+        raise BadInputError(
+            f"A Date is ISO 8601, as in 2026-11-21: {_shown(value)} is not."
+        ) from None
 
 
 JSONObject = NewType("JSONObject", object)

@@ -103,7 +103,7 @@ class Subscription:
             if follow.after is not None:
                 # Subscribed first, then replayed: the events heard meanwhile wait in the
                 # feed, and those the replay passed are dropped.
-                replayed, replay = await context.events.replay(feed, follow.after)
+                replayed, replay = await context.events.replay(feed, follow.after, context.charge)
                 passed = replay.passed
             for event in replayed:
                 yield PresenceEvent.of(event, cursors.of(event.user_id, event.feed_id))
@@ -224,7 +224,9 @@ class Subscription:
             if decided.after is not None:
                 # Subscribed first, then replayed: the replay says which of the events
                 # heard meanwhile it passed.
-                replayed, replay = await info.context.events.replay_place(place_id, decided.after)
+                replayed, replay = await info.context.events.replay_place(
+                    place_id, decided.after, info.context.charge
+                )
                 for change in replayed:
                     yield PlaceEvent.of(change, cursors.of(place_id, change.feed_id))
                 while True:

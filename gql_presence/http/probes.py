@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aiohttp import web
+from aiohttp import hdrs, web
 from redis.exceptions import RedisError
 
-from gql_presence.http.app_keys import METRICS, SETTINGS, STORE
+from gql_presence.http.app_keys import AUTHENTICATOR, METRICS, SETTINGS, STORE
 from gql_presence.observability.metrics import CONTENT_TYPE
-from gql_presence.store.errors import PresenceError
+from gql_presence.policy.auth import ANONYMOUS_CALLER, CallerKind
+from gql_presence.store.errors import PresenceError, UnauthenticatedError
 
 DASHBOARD = (Path(__file__).parent / "dashboard.html").read_bytes()
 # The dashboard's charts, a script of its own beside the page.
@@ -49,8 +50,25 @@ async def favicon(request: web.Request) -> web.Response:
 
 
 async def metrics_page(request: web.Request) -> web.Response:
-    """Prometheus metrics of this process."""
+    """Prometheus metrics of the service. With credentials configured, a backend token's
+    only: they count the users online, invisible ones included, and every operation's
+    traffic, which an end user, or anyone who reaches the port, is not to see."""
+    try:
+        caller = request.app[AUTHENTICATOR].caller(request.headers.get(hdrs.AUTHORIZATION))
+    except UnauthenticatedError:
+        caller = ANONYMOUS_CALLER
+    if caller.kind not in {CallerKind.OPEN, CallerKind.BACKEND}:
+        return web.Response(
+            text=_METRICS_FOR_BACKENDS, status=401, headers={hdrs.WWW_AUTHENTICATE: "Bearer"}
+        )
     return web.Response(body=request.app[METRICS].render(), headers={"Content-Type": CONTENT_TYPE})
+
+
+_METRICS_FOR_BACKENDS = (
+    "/metrics answers backend tokens only: send Authorization: Bearer <a token of "
+    "PRESENCE_BACKEND_TOKENS> (Prometheus: authorization: credentials_file: in the scrape "
+    "config).\n"
+)
 
 
 async def healthz(request: web.Request) -> web.Response:

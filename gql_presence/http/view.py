@@ -19,6 +19,7 @@ from cross_web import (
     parse_content_type,
 )
 from strawberry.aiohttp.views import GraphQLView
+from strawberry.exceptions import MissingQueryError
 from strawberry.http import GraphQLHTTPResponse, GraphQLRequestData
 from strawberry.http.base import BaseRequestProtocol
 from strawberry.http.types import QueryParams
@@ -188,7 +189,10 @@ class PresenceView(GraphQLView[Context, None]):
             if refused.operation_type is OperationType.MUTATION:
                 return _MUTATIONS_BY_POST
             return _QUERIES_OVER_GET_OFF
-        return error.reason
+        if isinstance(refused, MissingQueryError):
+            return _NO_QUERY
+        # Strawberry's (0.341) refusal of a JSON array of operations names no cause.
+        return _ONE_OPERATION if error.reason == "Batching is not enabled" else error.reason
 
     # A copy of Strawberry's run(), recorded with its version in graphql/internals.COPIED.
     async def _open_socket(self, request: web.Request) -> web.StreamResponse:
@@ -267,7 +271,7 @@ class PresenceView(GraphQLView[Context, None]):
         # Strawberry expects only JSONDecodeError; json.loads also raises ValueError for an
         # integer of more than 4,300 digits and RecursionError for nesting too deep.
         except (ValueError, RecursionError) as error:
-            raise HTTPException(400, "Unable to parse request body as JSON") from error
+            raise HTTPException(400, _NOT_JSON) from error
 
     def should_render_graphql_ide(self, request: BaseRequestProtocol) -> bool:
         # A GET naming a persisted document by hash has no `query` either.
@@ -381,6 +385,20 @@ def _socket_ended(request: web.Request, socket: BoundedWebSocketResponse, _faile
 
 # Stands in for the body of a request refused for its credentials.
 _UNREAD = GraphQLRequestData(query=None, variables=None, operation_name=None, extensions=None)
+_NOT_JSON = (
+    "The request's JSON could not be read: a POST's body, and a GET's variables and "
+    'extensions, must be JSON in UTF-8 (the body an object: {"query": "<document>", '
+    '"variables": {...}}), with numbers of at most 4,300 digits.\n'
+)
+_NO_QUERY = (
+    'A GraphQL request names its document: {"query": "<document>", "variables": {...}} as a '
+    "POST's JSON body (or a persisted document's hash in extensions.persistedQuery), or "
+    "?query=<document> in a GET's address.\n"
+)
+_ONE_OPERATION = (
+    "Batching is not enabled: send one operation per request, a JSON object "
+    '{"query": "<document>", "variables": {...}}, not an array of them.\n'
+)
 _NOT_AN_OBJECT = 'The request body must be a JSON object: {"query": ..., "variables": {...}}.'
 _ONLY_GET_AND_POST = (
     "/graphql takes POST (queries and mutations, with Content-Type: application/json), GET "

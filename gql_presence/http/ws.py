@@ -38,6 +38,7 @@ from gql_presence.http.app_keys import AUTHENTICATOR, SOCKET
 from gql_presence.http.sockets import BoundedWebSocketResponse
 from gql_presence.observability.request_log import CALLER
 from gql_presence.policy.auth import EXPIRED, CallerKind
+from gql_presence.policy.limits import MAX_OPERATION_ID_BYTES
 from gql_presence.realtime.delivery import Writer
 from gql_presence.store.errors import BadInputError, UnauthenticatedError
 
@@ -266,9 +267,15 @@ def _shape_fault(message: object) -> str | None:
     if message.get("type") != "subscribe":
         return None
     payload = message.get("payload")
-    if not isinstance(message.get("id"), str) or not isinstance(payload, dict):
+    operation_id = message.get("id")
+    if not isinstance(operation_id, str) or not isinstance(payload, dict):
         return (
             'A subscribe message must be {"id": "<string>", "type": "subscribe", "payload": {...}}.'
+        )
+    if len(operation_id.encode("utf-8", "surrogatepass")) > MAX_OPERATION_ID_BYTES:
+        return (
+            f"A subscribe message's id must be at most {MAX_OPERATION_ID_BYTES} bytes of UTF-8: "
+            "a counter or a UUID."
         )
     data = request_data(payload)
     if data is None or data.query is None:

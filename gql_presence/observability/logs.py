@@ -150,6 +150,7 @@ class ClientFaults(logging.Filter):
         # A line logged already formatted may hold anything: all of a logger's are one kind.
         template = record.msg if isinstance(record.msg, str) and record.args else ""
         kind = f"{template} {type(error).__name__}" if error else template
+        record.msg = _IN_OUR_WORDS.get(template, record.msg)
         _bound(record)
         if isinstance(error, _MALFORMED + _GONE):
             level = logging.WARNING if isinstance(error, _MALFORMED) else logging.INFO
@@ -188,6 +189,17 @@ class ClientFaults(logging.Filter):
             return True
         repeats.left_out += 1
         return False
+
+
+# Library lines that name the library's own parameter where an operator sets ours.
+_IN_OUR_WORDS = {
+    # Strawberry's (0.341): its `allowed_origins` is PRESENCE_CORS_ORIGINS here.
+    "Rejected WebSocket connection from origin %r to host %r. If pages on this origin should "
+    "be able to connect, add it to `allowed_origins`.": (
+        "Rejected WebSocket connection from origin %r to host %r. If pages on this origin should "
+        "be able to connect, list it in PRESENCE_CORS_ORIGINS."
+    ),
+}
 
 
 @dataclass

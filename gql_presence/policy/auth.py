@@ -193,6 +193,11 @@ class Authenticator:
             raise UnauthenticatedError("The JWT is not meant for this service (aud).") from error
         except jwt.InvalidIssuerError as error:
             raise UnauthenticatedError("The JWT comes from an unknown issuer (iss).") from error
+        except jwt.ImmatureSignatureError as error:
+            raise UnauthenticatedError(
+                f"The JWT is not valid yet: its nbf or iat lies more than {CLOCK_SKEW_S} s "
+                "ahead of this service's clock (check the issuer's clock)."
+            ) from error
         except jwt.MissingRequiredClaimError as error:
             raise UnauthenticatedError(f"The JWT lacks the {error.claim!r} claim.") from error
         except jwt.InvalidTokenError as error:

@@ -53,6 +53,11 @@ MAX_REPRESENTATIONS = 1000
 # worth of Redis work (its scripts touch every id), and costs as much.
 IDS_PER_TOKEN = 100
 MAX_SUBSCRIPTIONS_PER_SOCKET = 20
+# An operation's id goes back in every message of the operation, each event of a subscription
+# included: unbounded, a subscribe of a few megabytes would make every event that large, and
+# the events a slow reader may have waiting that many times larger. Clients use a counter or
+# a UUID (graphql-ws: 36 characters).
+MAX_OPERATION_ID_BYTES = 128
 
 # How many of a process's own rate buckets may be kept before the full ones are looked for.
 _FORGET_ABOVE = 1024

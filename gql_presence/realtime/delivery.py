@@ -72,7 +72,7 @@ class PresenceChange:
         """The event as other end users see it (`in_friend_set`: those in its user's friend
         set), or None when they see nothing of it (SEMANTICS, "Status": an invisible user is
         offline to them; a lastSeen they may not see leaves the event's `at` at its
-        announcement)."""
+        announcement, and names no session, as their reads list none)."""
         if not announced.others_kind:
             return None
         shown = self
@@ -80,7 +80,7 @@ class PresenceChange:
             announced.visible_to == Visibility.FRIENDS and in_friend_set
         )
         if not may_see:
-            shown = replace(shown, at=from_ms(int(announced.announced_ms)))
+            shown = replace(shown, at=from_ms(int(announced.announced_ms)), session_id=None)
         if announced.invisible:
             shown = replace(shown, status=Status.OFFLINE, custom=None, online=False)
         return replace(shown, kind=EventKind(announced.others_kind), version=None)

@@ -75,6 +75,7 @@ from gql_presence.store.errors import (
     StoreUnavailableError,
 )
 from gql_presence.store.feed import Replay
+from gql_presence.store.models import PayFor
 
 __all__ = ["EventHub", "PlaceFollower", "ShardSubscriber"]
 
@@ -315,13 +316,15 @@ class EventHub:
         everyone: bool = False,
         reader: str | None = None,
         after: str | None = None,
+        reading_on: PayFor | None = None,
     ) -> Delivery:
         """As feed(), but each event's message is written at once with `write`: `head`, the
         payload that `render` makes of the event (once for every delivery that shares it),
         and a closing brace. It lasts until `forget(delivery)`, or until the hub drops it.
         With `after`, a feed cursor, it first writes the retained changes after it that it
-        follows (`replay`), then the events heard meanwhile that those did not pass: none
-        lost or repeated."""
+        follows (`replay`, its caller paying with `reading_on` for each page of the feed it
+        reads after a shard's first), then the events heard meanwhile that those did not
+        pass: none lost or repeated."""
         self._check_subscribed()
         delivery = Delivery(self, self._capacity, on_drop, write, head, render)
         delivery.reader = reader
@@ -330,21 +333,23 @@ class EventHub:
         await self._follow_first(delivery, user_ids, friends_of, everyone=everyone)
         if after is not None:
             try:
-                replayed, replay = await self.replay(delivery, after)
+                replayed, replay = await self.replay(delivery, after, reading_on)
             except BaseException:
                 self.forget(delivery)
                 raise
             delivery.resume(replayed, replay.passed)
         return delivery
 
-    async def replay(self, follower: Follower, after: str) -> tuple[list[PresenceChange], Replay]:
+    async def replay(
+        self, follower: Follower, after: str, reading_on: PayFor | None = None
+    ) -> tuple[list[PresenceChange], Replay]:
         """For a subscription that resumes, once its channels are live: the changes after
         `after` of the users it follows (every user's, for everyone), each as its reader may
         see it, exactly as its live events are shown (dispatch.reader_view); and the Replay,
         which says which of the events heard meanwhile it passed."""
         everyone = follower in self._interests.everyone
         users = None if everyone else self._interests.users_of(follower)
-        replay = await self._store.feed_replay(after, users=users)
+        replay = await self._store.feed_replay(after, users=users, reading_on=reading_on)
         replayed = [
             view
             for change in replay.changes
@@ -355,10 +360,10 @@ class EventHub:
         return replayed, replay
 
     async def replay_place(
-        self, place_id: str, after: str
+        self, place_id: str, after: str, reading_on: PayFor | None = None
     ) -> tuple[list[PublishedPlaceEvent], Replay]:
         """As `replay`, for a placeChanged subscription that resumes."""
-        replay = await self._store.feed_replay(after, place_id=place_id)
+        replay = await self._store.feed_replay(after, place_id=place_id, reading_on=reading_on)
         replayed = [c for c in replay.changes if isinstance(c, PublishedPlaceEvent)]
         self._check_behind(len(replayed))
         return replayed, replay

@@ -164,7 +164,7 @@ async def fill(
         )
     touches += len(now_calls)
     await _bounded(now_calls)
-    return {"users": users, "touches": touches, "online": len(online_now)}
+    return {"users": users, "touches": touches, "online": len(online_now), "days": first_day + 1}
 
 
 async def brief(store: PresenceStore, user: str, device: str, since: datetime) -> None:

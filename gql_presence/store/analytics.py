@@ -585,8 +585,7 @@ class Analytics:
         return counts + [0] * (len(row) - len(counts))
 
     async def stickiness(self, end_date: date | None, days: int) -> Stickiness:
-        if not 1 <= days <= MAX_STICKY_DAYS:
-            raise BadInputError(f"days must be between 1 and {MAX_STICKY_DAYS}, not {days}.")
+        sticky_days(days)
         now_ms = await self._now_ms()
         end_date = local_date(now_ms, self._zone) if end_date is None else end_date
         check_dates(end_date, end_date)
@@ -649,6 +648,13 @@ def _until(calendar: Calendar, first: Period, last_start_ms: int) -> Iterator[Pe
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else value
+
+
+def sticky_days(days: int) -> int:
+    """The days stickiness counts, which its work grows with; BadInputError unless allowed."""
+    if not 1 <= days <= MAX_STICKY_DAYS:
+        raise BadInputError(f"days must be between 1 and {MAX_STICKY_DAYS}, not {days}.")
+    return days
 
 
 def retention_periods(start: date, cohorts: int, periods: int, granularity: Granularity) -> int:

@@ -17,6 +17,7 @@ from gql_presence.store.cursor import Cursors
 from gql_presence.store.deployment import Deployment
 from gql_presence.store.errors import BadInputError, CursorExpiredError
 from gql_presence.store.keys import shard_of
+from gql_presence.store.models import PayFor
 from gql_presence.store.replies import text
 from gql_presence.store.scripts import ScriptName
 from gql_presence.store.shard import Shard, named
@@ -303,10 +304,15 @@ class Feed:
         return ChangePage(tuple(nodes), await self._seal(positions), has_more)
 
     async def replay(
-        self, after: str, users: Collection[str] | None, place_id: str | None
+        self,
+        after: str,
+        users: Collection[str] | None,
+        place_id: str | None,
+        reading_on: PayFor | None = None,
     ) -> Replay:
         """The changes after `after` of `users` (every user's when None), or of the place:
-        every shard they are in read to its present, RESUME_MAX_CHANGES at most in each.
+        every shard they are in read to its present, RESUME_MAX_CHANGES at most in each, a
+        page at a time (`reading_on` paid before each page after a shard's first).
         BadInputError for no cursor of this deployment; CursorExpiredError for one older than
         what is kept, or with too many changes after it."""
         positions = await self._positions(after)
@@ -321,14 +327,19 @@ class Feed:
         reached: list[str | None] = [None] * count
         for index in sorted(wanted):
             reached[index], changes = await self._replay_shard(
-                self._shards[index], positions[index], users, place_id
+                self._shards[index], positions[index], users, place_id, reading_on
             )
             read.extend((_sort_key(change.feed_id), index, change) for change in changes)
         read.sort(key=lambda one: (one[0], one[1]))
         return Replay(tuple(change for _, _, change in read), tuple(reached))
 
     async def _replay_shard(
-        self, shard: Shard, position: str, users: Collection[str] | None, place_id: str | None
+        self,
+        shard: Shard,
+        position: str,
+        users: Collection[str] | None,
+        place_id: str | None,
+        reading_on: PayFor | None,
     ) -> tuple[str, list[Change]]:
         """One shard's part of a replay: the id of the last entry read (`position` when none
         was), and the changes followed."""
@@ -337,6 +348,8 @@ class Feed:
         while True:
             # One more entry past the limit, to learn whether the limit was passed.
             page = min(MAX_CHANGES_PAGE, RESUME_MAX_CHANGES - examined) or 1
+            if examined and reading_on is not None:
+                await reading_on(page)
             _, flat = await self._read(shard, position, page)
             if flat and examined >= RESUME_MAX_CHANGES:
                 raise CursorExpiredError(

@@ -16,6 +16,7 @@ from gql_presence.store.models import (
     ListedUser,
     OnlineFilter,
     Page,
+    PayFor,
     Status,
     WeeklyStats,
 )
@@ -77,9 +78,12 @@ class Lists:
         kept: OnlineFilter | None = None,
         count: bool = True,
         seers: Sequence[str] = (),
+        walking_on: PayFor | None = None,
     ) -> Page:
         """`seers`: for an end user, the users who may show them their onlineSince (friends
-        both ways); those who show it to FRIENDS are found by an onlineSince range too."""
+        both ways); those who show it to FRIENDS are found by an onlineSince range too.
+        `walking_on`: paid before each further call of a shard's walk (a page whose
+        matches lie far down the list walks past the users before them)."""
         check_page_size(first)
         if kept is not None and kept.given:
             return await self._filtered(
@@ -90,6 +94,7 @@ class Lists:
                 by_online_since=by_online_since,
                 count=count,
                 seers=seers,
+                walking_on=walking_on,
             )
         if by_online_since:
             return await self._merged(
@@ -128,6 +133,7 @@ class Lists:
         by_online_since: bool,
         count: bool,
         seers: Sequence[str],
+        walking_on: PayFor | None,
     ) -> Page:
         """A page of the online users that match every field of the filter, in the order
         asked for, from the online list's indexes (lua/online_filtered.lua)."""
@@ -149,7 +155,11 @@ class Lists:
             total, more = 0, False
             paging, counting = True, count
             page_at, count_at = at, None
+            calls = 0
             while paging or counting:
+                if calls and walking_on is not None:
+                    await walking_on(MOST_EXAMINED)
+                calls += 1
                 reply = await shard.run(
                     ScriptName.ONLINE_FILTERED,
                     named(

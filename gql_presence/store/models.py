@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime
 from enum import StrEnum
+
+# A caller's payment for work that grows past its first script call (a filtered page's walk,
+# a resume's read of the feed): awaited before each further call of a shard, with the most
+# entries that call may look at.
+PayFor = Callable[[int], Awaitable[None]]
 
 
 class Status(StrEnum):

@@ -47,6 +47,7 @@ from gql_presence.store.models import (
     OpenedPlaceSession,
     OpenedSession,
     Page,
+    PayFor,
     PlaceCount,
     PlaceMember,
     PlacePage,
@@ -416,11 +417,16 @@ class PresenceStore:
         return await self._feed.cursor()
 
     async def feed_replay(
-        self, after: str, users: Collection[str] | None = None, place_id: str | None = None
+        self,
+        after: str,
+        users: Collection[str] | None = None,
+        place_id: str | None = None,
+        reading_on: PayFor | None = None,
     ) -> Replay:
         """The changes after `after` of these users (every user's when None) or of the
-        place, for a resume (store/feed.py Feed.replay)."""
-        return await self._feed.replay(after, users, place_id)
+        place, for a resume (store/feed.py Feed.replay); `reading_on` paid before each page
+        read after a shard's first."""
+        return await self._feed.replay(after, users, place_id, reading_on)
 
     async def event_cursors(self) -> EventCursors:
         """What seals events' cursors synchronously, each event's once."""
@@ -563,10 +569,12 @@ class PresenceStore:
         by_online_since: bool = False,
         kept: OnlineFilter | None = None,
         count: bool = True,
+        walking_on: PayFor | None = None,
     ) -> Page:
         """The online users, most recent activity first, or (by_online_since) most recently
         come online first; for an end user `reader`, without those who chose INVISIBLE. With
-        `kept`, only those who match it (totalCount counted only when `count`)."""
+        `kept`, only those who match it (totalCount counted only when `count`; `walking_on`
+        paid before each further call its walk takes)."""
         seers: Sequence[str] = ()
         if reader is not None and kept is not None and kept.by_online_since:
             # Who may show the reader their onlineSince: the reader's friends (a bounded set)
@@ -580,6 +588,7 @@ class PresenceStore:
             kept=kept,
             count=count,
             seers=seers,
+            walking_on=walking_on,
         )
 
     async def online_friends(

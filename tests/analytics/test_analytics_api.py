@@ -205,7 +205,7 @@ async def test_backends_may_ask_and_users_only_where_they_see_everyone(
         assert "errors" not in await as_user(opened, user_token("alice"), query, **variables)
 
 
-async def test_activity_and_retention_cost_a_token_per_100_periods_they_read(
+async def test_activity_retention_and_stickiness_cost_a_token_per_100_periods_they_read(
     aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
 ) -> None:
     """Their work grows with the periods they read, as touchMany's with its ids: each period
@@ -230,3 +230,13 @@ async def test_activity_and_retention_cost_a_token_per_100_periods_they_read(
     assert len(read["data"]["retention"]) == 20
     spent = await as_user(api, OTHER_BACKEND_TOKEN, RETENTION, **cohorts)
     assert error_codes(spent) == ["RATE_LIMITED"]
+
+    # Each day stickiness counts is one more: fifteen of 90 days, 14 tokens.
+    aliases = " ".join(f"a{i}: stickiness(days: 90) {{ ratio }}" for i in range(15))
+    sticky = f"{{ {aliases} }}"
+    settings = dataclasses.replace(
+        rated(7, redis_server.url), backend_tokens=(("third", "t" * 40),)
+    )
+    third = await aiohttp_client(create_app(settings))
+    assert "errors" not in await as_user(third, "t" * 40, sticky)
+    assert error_codes(await as_user(third, "t" * 40, "{ __typename }")) == ["RATE_LIMITED"]

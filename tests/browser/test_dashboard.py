@@ -251,11 +251,14 @@ async def test_with_credentials_it_uses_the_token_in_its_address(
         "document.getElementById('status').textContent === 'live'", timeout=5000
     )
     assert problems == []
-    # Without the token it says why it shows nothing.
-    page, _ = await open_dashboard(browser, api)
-    await page.wait_for_function(
-        "document.getElementById('error').textContent.includes('credentials')", timeout=5000
-    )
+    # Without the token, or with one refused, it says why it shows nothing and where the
+    # token goes on this page.
+    for address in ("", "#token=not-a-token"):
+        page, _ = await open_dashboard(browser, api, address)
+        await page.wait_for_function(
+            "document.getElementById('error').textContent.includes('/dashboard#token=')",
+            timeout=5000,
+        )
 
 
 CHARTS = (

@@ -101,3 +101,13 @@ async def test_with_jwts_each_member_is_named_by_their_user_id_and_a_lone_tab_sa
 
 async def _equals(value: Awaitable[list[str]], expected: list[str]) -> bool:
     return await value == expected
+
+
+async def test_a_tab_without_a_token_on_a_secured_service_says_where_the_token_goes(
+    browser: Browser, secured_service: Service
+) -> None:
+    page = await browser.new_page()
+    await page.goto(str(secured_service.make_url("/places")) + "#place=doc:1")
+    await page.wait_for_function(
+        "document.getElementById('error').textContent.includes('/places#place=<id>&token=')"
+    )

@@ -3,6 +3,7 @@ with no secrets in it."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -13,10 +14,22 @@ import pytest
 from aiohttp.test_utils import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
+from gql_presence.app import create_app
 from gql_presence.observability.logs import REQUEST_FIELDS, JsonLines, configure_logging
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
-from tests.conftest import graphql
-from tests.helpers import eventually, feeds_above, ids, subscribed, subscription, ws_url
+from tests.conftest import ClientFactory, graphql
+from tests.helpers import (
+    BACKEND_TOKEN,
+    SECURED,
+    eventually,
+    feeds_above,
+    ids,
+    subscribed,
+    subscription,
+    user_token,
+    ws_url,
+)
 
 Service = TestClient[Any, Any]
 
@@ -30,6 +43,24 @@ async def scrape(api: Service) -> dict[tuple[str, tuple[tuple[str, str], ...]], 
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
+
+
+async def test_with_credentials_only_a_backend_token_reads_the_metrics(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Any
+) -> None:
+    # They count the users online, invisible ones included: not for end users, nor for
+    # anyone who reaches the port.
+    api = await aiohttp_client(create_app(dataclasses.replace(SECURED, redis_url=redis_server.url)))
+    for refused in ({}, {"Authorization": f"Bearer {user_token('ann')}"}, {"Authorization": "x"}):
+        response = await api.get("/metrics", headers=refused)
+        assert response.status == 401
+        assert response.headers["WWW-Authenticate"] == "Bearer"
+        text = await response.text()
+        assert "backend tokens only" in text
+        assert "gqlp_users_online" not in text
+    response = await api.get("/metrics", headers={"Authorization": f"Bearer {BACKEND_TOKEN}"})
+    assert response.status == 200
+    assert "gqlp_users_online" in await response.text()
 
 
 async def test_metrics_count_requests_by_operation_and_outcome_and_time_scripts(

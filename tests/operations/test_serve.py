@@ -361,6 +361,7 @@ def test_demo_serves_a_living_sample_apart_from_the_users_data(data_dir: Path) -
     demo_dir = data_dir.with_name(data_dir.name + "-demo")
     assert str(demo_dir) in said
     assert "delete that folder to remove it" in said
+    assert "touches over 35 days" in said  # five weeks, as the README says
     assert (demo_dir / "appendonly.aof").exists()
     assert not (demo_dir / "redis.sock").exists(), "the demo's service and Redis stopped"
 

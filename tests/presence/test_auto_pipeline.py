@@ -4,11 +4,16 @@ gets its own reply or error, whatever the other callers do."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
 
+from gql_presence.running.connection import redis_client
+from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import PresenceStore
+from gql_presence.store.auto_pipeline import AutoPipeline
 from gql_presence.store.errors import SessionRevokedError
 from gql_presence.store.replies import PresenceReply
 
@@ -73,3 +78,112 @@ async def test_calls_of_several_scripts_together_load_them_again_after_a_flush(
     assert (touched.user_id, touched.online) == ("other", True)
     assert read.online
     assert kicked.kicked_sessions == 1
+
+
+async def test_calls_of_many_turns_in_flight_share_one_connection(
+    store: PresenceStore, redis: Redis
+) -> None:
+    await store.presence("warm")  # the connection made
+    await asyncio.gather(redis.ping(), redis.ping())  # a connection ready beside the busy one
+    before = await connected_clients(redis)
+
+    async def hold_redis() -> None:
+        await redis.eval(BUSY, 0)
+
+    busy = asyncio.create_task(hold_redis())
+    await asyncio.sleep(0.05)  # the busy script has started: no reply comes while it runs
+    calls = []
+    for i in range(10):  # ten turns of the event loop, each with a call of its own
+        calls.append(asyncio.create_task(store.touch(f"turn-{i}", "tab")))
+        await asyncio.sleep(0)
+    await busy
+    answers = await asyncio.gather(*calls)
+    assert [a.user_id for a in answers] == [f"turn-{i}" for i in range(10)]
+    # Each turn's calls are written on the connection the earlier ones wait on, not on a
+    # connection of their own.
+    assert await connected_clients(redis) == before
+
+
+class CutAfterFirstReply:
+    """A TCP proxy to Redis whose first connection is cut just after the reply that ends
+    with MARK has passed: the replies after it, though Redis sent them, never arrive."""
+
+    MARK = b"first-reply\r\n"
+
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port = redis_port
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def accept(
+        self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
+    ) -> None:
+        self.connections += 1
+        cut = self.connections == 1
+        redis_in, redis_out = await asyncio.open_connection("127.0.0.1", self.redis_port)
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, cut: bool) -> None:
+            seen = b""
+            while data := await source.read(65536):
+                seen += data
+                if cut and self.MARK in seen:
+                    end = len(data) - (len(seen) - seen.index(self.MARK) - len(self.MARK))
+                    sink.write(data[:end])
+                    await sink.drain()
+                    break
+                sink.write(data)
+                await sink.drain()
+            for writer in (client_out, redis_out):
+                writer.close()
+
+        await asyncio.gather(
+            pipe(client_in, redis_out, False),
+            pipe(redis_in, client_out, cut),
+            return_exceptions=True,
+        )
+
+
+@pytest.fixture
+async def cut_client(redis_server: RedisServer) -> AsyncIterator[Redis]:
+    proxy = CutAfterFirstReply(int(urlsplit(redis_server.url).port or 0))
+    port = await proxy.start()
+    client = redis_client(f"redis://127.0.0.1:{port}")
+    yield client
+    await client.aclose()
+    assert proxy.server is not None
+    proxy.server.close()
+
+
+async def test_a_broken_connection_runs_again_only_the_calls_not_answered(
+    cut_client: Redis, redis_server: RedisServer
+) -> None:
+    direct = redis_client(redis_server.url)
+    await direct.delete("{t}:first", "{t}:second")
+    first = cut_client.register_script("redis.call('INCR', KEYS[1]) return 'first-reply'")
+    second = cut_client.register_script("return redis.call('INCR', KEYS[1])")
+    for script in (first, second):
+        await direct.script_load(script.script)
+    pipeline = AutoPipeline(cut_client)
+    replies = await asyncio.gather(
+        pipeline.run(first, ["{t}:first"], []), pipeline.run(second, ["{t}:second"], [])
+    )
+    # The second's reply was lost with the connection, so it ran once more on a new one:
+    # every script leaves the same state when run twice (this one, made to show it, does
+    # not). The first was answered before the break and did not run again.
+    assert list(replies) == ["first-reply", 2]
+    assert await direct.get("{t}:first") == "1"
+    await direct.aclose()
+
+
+async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next_call(
+    store: PresenceStore, redis: Redis
+) -> None:
+    await store.touch("before", "tab")
+    # As a Redis `timeout`, or an operator's CLIENT KILL, would: every connection but this one.
+    assert await redis.client_kill_filter(_type="normal", skipme=True) >= 1
+    answers = await asyncio.gather(*(store.presence(u) for u in ("before", "nobody")))
+    assert [a.online for a in answers] == [True, False]

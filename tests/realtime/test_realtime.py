@@ -789,8 +789,9 @@ SUBSCRIBE = {"query": 'subscription { presenceChanged(userIds: ["a"]) { userId }
         (
             [
                 {"type": "connection_init", "payload": {}},
-                {"type": "subscribe", "id": "y" * 300, "payload": SUBSCRIBE},
-                {"type": "subscribe", "id": "y" * 300, "payload": SUBSCRIBE},
+                # The longest id allowed, longer than a close reason holds.
+                {"type": "subscribe", "id": "y" * 128, "payload": SUBSCRIBE},
+                {"type": "subscribe", "id": "y" * 128, "payload": SUBSCRIBE},
             ],
             4409,
             "already",
@@ -902,6 +903,10 @@ async def test_a_socket_without_the_subprotocol_is_told_which_to_ask_for(service
         {"id": "1", "type": "subscribe", "payload": {"query": 7}},
         {"id": "1", "type": "subscribe", "payload": {"query": "{ __typename }", "variables": [1]}},
         {"id": 1, "type": "subscribe", "payload": {"query": "{ __typename }"}},
+        # An id comes back in every message of its operation: a long one would make each
+        # event of a subscription as long.
+        {"id": "y" * 129, "type": "subscribe", "payload": {"query": "{ __typename }"}},
+        {"id": "é" * 65, "type": "subscribe", "payload": {"query": "{ __typename }"}},
     ],
 )
 async def test_a_message_of_the_wrong_shape_closes_the_socket_saying_what_is_expected(

@@ -206,6 +206,35 @@ async def test_who_may_see_last_seen(friends: Service) -> None:
     assert mine["lastSeen"] is not None
 
 
+async def test_a_kicked_sessions_id_reaches_only_those_who_may_see_sessions(
+    friends: Service,
+) -> None:
+    # cat has ann as a friend, but is not in ann's friend set: ann lets FRIENDS see her
+    # lastSeen and sessions, so bob sees them and cat does not, in reads and events alike.
+    await backend(
+        friends, 'mutation { addFriends(userId: "cat", friendIds: ["ann"], mutual: false) }'
+    )
+    await as_user(friends, ann(), SET_VISIBLE, v="FRIENDS")
+    await backend(friends, TOUCH, u="ann", s="web")
+    await backend(friends, TOUCH, u="ann", s="phone-7f3a")
+    document = "subscription($f: ID!) { presenceChanged(friendsOf: $f) { kind sessionId } }"
+    async with (
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
+        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
+    ):
+        for socket, user in ((bobs, "bob"), (cats, "cat")):
+            payload = {"query": document, "variables": {"f": user}}
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        await following(friends, 2, "ann")
+        await backend(
+            friends, 'mutation { kick(userId: "ann", sessionId: "phone-7f3a") { online } }'
+        )
+        assert await next_event(bobs) == {"kind": "KICKED", "sessionId": "phone-7f3a"}
+        assert await next_event(cats) == {"kind": "KICKED", "sessionId": None}
+    assert [s["sessionId"] for s in (await seen(friends, bob(), "ann"))["sessions"]] == ["web"]
+    assert (await seen(friends, user_token("cat"), "ann"))["sessions"] == []
+
+
 async def test_presences_reads_friends_in_the_order_given(friends: Service) -> None:
     await backend(friends, 'mutation { addFriends(userId: "ann", friendIds: ["new"]) }')
     await backend(friends, TOUCH, u="bob")

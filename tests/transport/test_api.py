@@ -283,6 +283,26 @@ async def test_a_body_that_is_json_but_no_object_is_refused_as_bad_input(
 
 
 @pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (b"", "The request's JSON could not be read"),
+        (b'{"query": "{ __typename }"', "The request's JSON could not be read"),
+        (b"{}", "A GraphQL request names its document"),
+        (b'{"variables": {"u": "ann"}}', "A GraphQL request names its document"),
+    ],
+    ids=["empty", "cut short", "an empty object", "variables alone"],
+)
+async def test_a_body_graphql_cannot_start_on_is_told_what_to_send(
+    api: Client, body: bytes, says: str
+) -> None:
+    response = await api.post("/graphql", data=body, headers={"Content-Type": "application/json"})
+    assert response.status == 400
+    text = await response.text()
+    assert text.startswith(says)
+    assert '{"query": "<document>", "variables": {...}}' in text
+
+
+@pytest.mark.parametrize(
     "body",
     [
         b'{"query": "{ __typename }", "variables": {"v": 1' + b"0" * 5000 + b"}}",
@@ -298,7 +318,7 @@ async def test_json_beyond_what_python_reads_is_refused_as_bad_input(
 ) -> None:
     response = await api.post("/graphql", data=body, headers={"Content-Type": "application/json"})
     assert response.status == 400
-    assert "Unable to parse request body as JSON" in await response.text()
+    assert "The request's JSON could not be read" in await response.text()
     variables = body.decode().split('"variables": ')[1][:-1]
     response = await api.get("/graphql", params={"query": "{ __typename }", "variables": variables})
     assert response.status == 400

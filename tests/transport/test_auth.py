@@ -135,6 +135,11 @@ async def test_refusals_say_what_is_wrong(secured: TestClient[Any, Any]) -> None
     assert "expired" in messages["expired token"]
     assert "aud" in messages["wrong audience"]
     assert "'none' are not accepted" in messages["alg none"]
+    # A token issued by a clock ahead of ours is not yet valid: not a bad signature.
+    ahead = int(time.time()) + 120
+    for early in (user_token(nbf=ahead), user_token(iat=ahead)):
+        message = (await call(secured, document, f"Bearer {early}"))["errors"][0]["message"]
+        assert "not valid yet" in message
     body = await call(secured, '{ friends(userId: "bob") }', CREDENTIALS["own token"])
     assert "for themselves only" in body["errors"][0]["message"]
 

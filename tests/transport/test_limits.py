@@ -115,7 +115,9 @@ async def test_the_largest_valid_request_fits_and_a_larger_body_gets_413(api: Cl
 async def test_batches_are_refused(api: Client) -> None:
     response = await api.post("/graphql", json=[{"query": "{ __typename }"}] * 2)
     assert response.status == 400
-    assert "Batching is not enabled" in await response.text()
+    text = await response.text()
+    assert text.startswith("Batching is not enabled")
+    assert 'a JSON object {"query": "<document>", "variables": {...}}, not an array' in text
 
 
 async def test_get_serves_no_mutations_and_queries_only_when_allowed(
@@ -300,6 +302,32 @@ async def test_a_list_page_costs_a_token_per_100_entries_it_may_hold(
     assert error_codes(spent) == ["RATE_LIMITED"]
 
 
+async def test_a_filtered_page_that_walks_past_many_users_costs_what_they_would(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """A filter whose matches lie far down the list walks past the users before them, 2,000
+    a script call: each call after the first costs what a page of 2,000 would (20 tokens),
+    so that a page of one is not one token's worth of a walk past everyone online."""
+    unrated = await aiohttp_client(
+        create_app(dataclasses.replace(SECURED, redis_url=redis_server.url))
+    )
+    touch_many = "mutation($u: [ID!]!) { touchMany(userIds: $u) }"
+    # The matches first, so that they are the oldest: more of them than are gathered whole.
+    await as_user(unrated, BACKEND_TOKEN, touch_many, u=[f"a{i}" for i in range(4200)])
+    await as_user(unrated, BACKEND_TOKEN, touch_many, u=[f"b{i}" for i in range(2100)])
+    api = await aiohttp_client(create_app(rated(10, redis_server.url)))
+    page = "query($p: String!) { onlineUsers(first: 1, filter: {userIdPrefix: $p}) { nodes { userId } } }"
+    # Found at the top of the list: one call, one token.
+    near = await as_user(api, BACKEND_TOKEN, page, p="b")
+    assert [n["userId"][0] for n in near["data"]["onlineUsers"]["nodes"]] == ["b"]
+    assert "errors" not in await as_user(api, BACKEND_TOKEN, "{ __typename }")
+    # Found past 2,100 others: two calls, 21 tokens, more than the bucket holds.
+    far = await as_user(api, OTHER_BACKEND_TOKEN, page, p="a")
+    assert [n["userId"][0] for n in far["data"]["onlineUsers"]["nodes"]] == ["a"]
+    spent = await as_user(api, OTHER_BACKEND_TOKEN, "{ __typename }")
+    assert error_codes(spent) == ["RATE_LIMITED"]
+
+
 async def test_a_subscription_costs_a_token_per_100_users_it_follows(
     aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
 ) -> None:
@@ -320,6 +348,35 @@ async def test_a_subscription_costs_a_token_per_100_users_it_follows(
             await eventually(feeds_above(api, count), what="the subscription")
         refused = await over_socket(first, "{ __typename }", operation_id="2")
         assert [e["extensions"]["code"] for e in socket_errors(refused)] == ["RATE_LIMITED"]
+
+
+async def test_a_resume_pays_for_the_feed_it_reads_past_a_page(
+    aiohttp_client: ClientFactory, redis_server: RedisServer, http_redis: Redis
+) -> None:
+    """A resume reads the feed after its cursor a page of 1,000 changes at a time, those of
+    users it does not follow too: each page after a shard's first costs what a page of
+    1,000 entries would (10 tokens)."""
+    unrated = await aiohttp_client(
+        create_app(dataclasses.replace(SECURED, redis_url=redis_server.url))
+    )
+    cursor = (await as_user(unrated, BACKEND_TOKEN, "{ feedCursor }"))["data"]["feedCursor"]
+    touch_many = "mutation($u: [ID!]!) { touchMany(userIds: $u) }"
+    await as_user(unrated, BACKEND_TOKEN, touch_many, u=[f"u{i}" for i in range(2100)])
+    api = await aiohttp_client(create_app(rated(10, redis_server.url)))
+    resume = 'subscription($a: String) { presenceChanged(userIds: ["u0"], after: $a) { userId } }'
+    answers = {}
+    for token, after in ((BACKEND_TOKEN, None), (OTHER_BACKEND_TOKEN, cursor)):
+        async with graphql_socket(api, f"Bearer {token}") as socket:
+            payload = {"query": resume, "variables": {"a": after}}
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+            await eventually(feeds_above(api, 0), what="the subscription")
+            if after is not None:  # written once the whole read is done, and paid for
+                replayed = await socket.receive_json(timeout=5)
+                assert replayed["payload"]["data"]["presenceChanged"] == {"userId": "u0"}
+            answers[after] = await over_socket(socket, "{ __typename }", operation_id="2")
+    # Without after, one token; with it, three pages read (2,100 changes): 21 tokens.
+    assert socket_errors(answers[None]) == []
+    assert [e["extensions"]["code"] for e in socket_errors(answers[cursor])] == ["RATE_LIMITED"]
 
 
 async def test_a_retried_token_request_takes_one_token(redis: Redis) -> None:

@@ -93,6 +93,7 @@ async def test_websocket_handshakes_are_checked_against_the_same_list(
     deployment: Settings,
     http_redis: AnyRedis,
     case: tuple[tuple[str, ...], str, bool],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     listed, origin, accepted = case
     client = await service(aiohttp_client, deployment, *listed)
@@ -108,6 +109,10 @@ async def test_websocket_handshakes_are_checked_against_the_same_list(
             "/graphql", protocols=["graphql-transport-ws"], headers={"Origin": origin}
         )
     assert refused.value.status == 403
+    # The operator's log names the setting that would let it in.
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "strawberry.ws"]
+    assert "PRESENCE_CORS_ORIGINS" in line
+    assert "allowed_origins" not in line
 
 
 @pytest.mark.parametrize(

@@ -226,6 +226,28 @@ def test_a_datetime_without_an_offset_is_one_clear_sentence(
     assert "Expected value of type" not in message
 
 
+@pytest.mark.parametrize(
+    ("document", "variables"),
+    [
+        ('{ weeklyStats(endDate: "%s") { uniqueUsers } }' % ("21.11.2026" * 1000), {}),
+        (
+            "query($d: Date) { weeklyStats(endDate: $d) { uniqueUsers } }",
+            {"d": "21.11.2026" * 1000},
+        ),
+    ],
+    ids=["literal", "variable"],
+)
+def test_a_date_that_is_none_is_one_clear_sentence_of_bounded_length(
+    served: Served, document: str, variables: dict[str, Any]
+) -> None:
+    message = graphql(served, document, variables)
+    assert message.endswith(
+        "A Date is ISO 8601, as in 2026-11-21: " + ("21.11.2026" * 4) + "... is not."
+    )
+    assert len(message) < 200
+    assert "Expected value of type" not in message
+
+
 @pytest.mark.parametrize("days_back", [36, 400])
 def test_an_at_before_the_retention_gives_the_earliest_time_allowed(
     served: Served, days_back: int
