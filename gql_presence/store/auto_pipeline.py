@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
@@ -44,6 +44,10 @@ class AutoPipeline:
         self._written: deque[_Call] = deque()  # in the order written, waiting for replies
         self._connection: AbstractConnection | None = None
         self._reading: asyncio.Task[None] | None = None
+        # Set by the reader once the connection is made and what waited is written: calls are
+        # written as they come only then, never while the connection's handshake reads its
+        # own replies.
+        self._writable = False
 
     async def run(self, script: AsyncScript, keys: list[str], args: list[str | int | bytes]) -> Any:
         loop = asyncio.get_running_loop()
@@ -60,7 +64,7 @@ class AutoPipeline:
         if self._reading is None:
             # The reader connects (or reconnects) first, and writes what waits for it then.
             self._reading = asyncio.get_running_loop().create_task(self._read())
-        elif self._connection is not None and self._connection.is_connected:
+        elif self._writable and self._connection is not None and self._connection.is_connected:
             # If it broke, the calls are left waiting: the reader meets the broken connection
             # too, reconnects, and writes them then.
             with contextlib.suppress(RedisConnectionError):
@@ -71,6 +75,9 @@ class AutoPipeline:
         written between them and their place in `_written`."""
         if not self._unwritten:
             return
+        writer = connection._writer
+        if writer is None:  # closed by another task meanwhile
+            raise RedisConnectionError("Error while writing to Redis: the connection is closed.")
         packed = connection.pack_commands(
             [
                 ("EVALSHA", script.sha, len(keys), *keys, *args)
@@ -80,7 +87,7 @@ class AutoPipeline:
         # redis-py's own write (send_packed_command) must be awaited, and so could not keep
         # the order of calls written from two turns; the stream's write is immediate.
         try:
-            cast("asyncio.StreamWriter", connection._writer).writelines(packed)
+            writer.writelines(packed)
         except (RuntimeError, OSError) as error:  # its socket closed under it
             raise RedisConnectionError(f"Error while writing to Redis: {error}") from error
         self._written.extend(self._unwritten)
@@ -108,12 +115,15 @@ class AutoPipeline:
                 self._fail_all(RedisConnectionError("The service is stopping."))
                 raise
         finally:
+            self._writable = False
             self._reading = None
 
     async def _read_replies(self, connection: AbstractConnection) -> None:
         if not connection.is_connected:
+            self._writable = False
             await connection.connect()  # type: ignore[no-untyped-call]
         self._write_unwritten(connection)
+        self._writable = True
         loaded: set[AsyncScript] = set()
         written_again: set[asyncio.Future[Any]] = set()
         while self._written:
@@ -139,6 +149,7 @@ class AutoPipeline:
 
     async def _requeue(self, connection: AbstractConnection) -> None:
         """After the connection broke: the calls written and not answered go first again."""
+        self._writable = False
         await connection.disconnect()
         self._unwritten.extendleft(reversed(self._written))
         self._written.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -187,3 +188,27 @@ async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next
     assert await redis.client_kill_filter(_type="normal", skipme=True) >= 1
     answers = await asyncio.gather(*(store.presence(u) for u in ("before", "nobody")))
     assert [a.online for a in answers] == [True, False]
+
+
+async def test_calls_made_while_a_connection_is_made_again_each_get_their_own_reply(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_client(redis_server.url)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    # As a Redis `timeout`, a restart or an operator's CLIENT KILL would.
+    assert await direct.client_kill_filter(_type="normal", skipme=True) >= 1
+    loop = asyncio.get_running_loop()
+    calls: list[asyncio.Future[Any]] = []
+    end = loop.time() + 0.2  # a call each turn, while the connection is made again and after
+    while loop.time() < end:
+        calls.append(asyncio.ensure_future(pipeline.run(echo, [], [str(len(calls))])))
+        await asyncio.sleep(0)
+    replies = await asyncio.gather(*calls, return_exceptions=True)
+    wrong = [(i, reply) for i, reply in enumerate(replies) if reply != str(i)]
+    assert (len(wrong), wrong[:3]) == (0, [])
+    await client.aclose()
+    await direct.aclose()
