@@ -127,19 +127,21 @@ class AutoPipeline:
         loaded: set[AsyncScript] = set()
         written_again: set[asyncio.Future[Any]] = set()
         while self._written:
-            future = self._written[0][3]
+            script, *_, future = self._written[0]
             try:
                 reply: Any = await connection.read_response()
             except NoScriptError as missing:
-                call = self._written.popleft()
                 if future in written_again:  # missing again, after its load
+                    self._written.popleft()
                     _answer(future, missing)
                     continue
-                if call[0] not in loaded:
-                    await self._client.script_load(call[0].script)
-                    loaded.add(call[0])
+                if script not in loaded:
+                    # Should the load fail, the call is still first of those written: written
+                    # again with them, or answered with them.
+                    await self._client.script_load(script.script)
+                    loaded.add(script)
                 written_again.add(future)
-                self._unwritten.append(call)
+                self._unwritten.append(self._written.popleft())
                 self._write_unwritten(connection)
                 continue
             except ResponseError as error:

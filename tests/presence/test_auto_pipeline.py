@@ -10,6 +10,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
@@ -210,5 +211,24 @@ async def test_calls_made_while_a_connection_is_made_again_each_get_their_own_re
     replies = await asyncio.gather(*calls, return_exceptions=True)
     wrong = [(i, reply) for i, reply in enumerate(replies) if reply != str(i)]
     assert (len(wrong), wrong[:3]) == (0, [])
+    await client.aclose()
+    await direct.aclose()
+
+
+async def test_a_call_whose_script_could_not_be_loaded_gets_the_error(
+    redis_server: RedisServer,
+) -> None:
+    # One connection in all: the one the calls are written on, so that loading the script
+    # (on another) finds none free and fails.
+    client = redis_client(redis_server.url, max_connections=1, pool_wait_s=0.1)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    await direct.script_flush()
+    with pytest.raises(RedisConnectionError):
+        async with asyncio.timeout(3):  # never answered, it would wait forever
+            await pipeline.run(echo, [], ["flushed"])
     await client.aclose()
     await direct.aclose()
