@@ -124,15 +124,18 @@ class AutoPipeline:
             await connection.connect()  # type: ignore[no-untyped-call]
         self._write_unwritten(connection)
         self._writable = True
+        # Scripts loaded since a call of theirs was last answered: missing again after one
+        # was, a script was flushed again, and is loaded again.
         loaded: set[AsyncScript] = set()
-        written_again: set[asyncio.Future[Any]] = set()
+        written_again: set[asyncio.Future[Any]] = set()  # not answered yet
         while self._written:
-            script, *_, future = self._written[0]
+            script, _, _, future = self._written[0]
             try:
                 reply: Any = await connection.read_response()
             except NoScriptError as missing:
                 if future in written_again:  # missing again, after its load
                     self._written.popleft()
+                    written_again.discard(future)
                     _answer(future, missing)
                     continue
                 if script not in loaded:
@@ -147,6 +150,8 @@ class AutoPipeline:
             except ResponseError as error:
                 reply = error
             self._written.popleft()
+            written_again.discard(future)
+            loaded.discard(script)
             _answer(future, reply)
 
     async def _requeue(self, connection: AbstractConnection) -> None:

@@ -232,3 +232,87 @@ async def test_a_call_whose_script_could_not_be_loaded_gets_the_error(
             await pipeline.run(echo, [], ["flushed"])
     await client.aclose()
     await direct.aclose()
+
+
+class HoldFromMark:
+    """A TCP proxy to Redis that holds back the replies of its connections from the one that
+    holds MARK on, until `release()`."""
+
+    MARK = b"plug"
+
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port = redis_port
+        self.released = asyncio.Event()
+        self.waiting: asyncio.Future[Any] | None = None
+        self.server: asyncio.Server | None = None
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def accept(
+        self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
+    ) -> None:
+        redis_in, redis_out = await asyncio.open_connection("127.0.0.1", self.redis_port)
+
+        async def pipe(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, hold: bool
+        ) -> None:
+            held: list[bytes] = []
+
+            def flush() -> None:
+                sink.write(b"".join(held))
+                held.clear()
+
+            while data := await source.read(65536):
+                if hold and not self.released.is_set() and (held or self.MARK in data):
+                    if not held:
+                        sink.write(data[: data.index(self.MARK)])
+                        data = data[data.index(self.MARK) :]
+                        self.waiting = asyncio.ensure_future(self.released.wait())
+                        self.waiting.add_done_callback(lambda _: flush())
+                    held.append(data)
+                    continue
+                if held:
+                    flush()
+                sink.write(data)
+                await sink.drain()
+            for writer in (client_out, redis_out):
+                writer.close()
+
+        await asyncio.gather(
+            pipe(client_in, redis_out, False),
+            pipe(redis_in, client_out, True),
+            return_exceptions=True,
+        )
+
+
+async def test_calls_load_their_script_again_after_each_flush(
+    redis_server: RedisServer,
+) -> None:
+    proxy = HoldFromMark(int(urlsplit(redis_server.url).port or 0))
+    client = redis_client(f"redis://127.0.0.1:{await proxy.start()}")
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    other = client.register_script("return ARGV[1] .. ''")
+    pipeline = AutoPipeline(client)
+    await direct.script_flush()  # the first flush
+    await direct.script_load(other.script)
+    # The reply to `plugged` is held back, and those after it: calls wait for replies from
+    # then until the end.
+    first = asyncio.ensure_future(pipeline.run(echo, [], ["first"]))
+    plugged = asyncio.ensure_future(pipeline.run(other, [], ["plug"]))
+    await asyncio.sleep(0.2)  # `first` found its script missing, loaded it and ran again
+    await direct.script_flush()  # the second flush
+    second = asyncio.ensure_future(pipeline.run(echo, [], ["second"]))
+    await asyncio.sleep(0.1)
+    proxy.release()
+    async with asyncio.timeout(3):
+        assert list(await asyncio.gather(first, plugged, second)) == ["first", "plug", "second"]
+    await client.aclose()
+    await direct.aclose()
+    assert proxy.server is not None
+    proxy.server.close()
