@@ -78,19 +78,23 @@ class AutoPipeline:
         writer = connection._writer
         if writer is None:  # closed by another task meanwhile
             raise RedisConnectionError("Error while writing to Redis: the connection is closed.")
-        packed = connection.pack_commands(
-            [
-                ("EVALSHA", script.sha, len(keys), *keys, *args)
-                for script, keys, args, _ in self._unwritten
-            ]
-        )
+        packed: list[bytes] = []
+        written: list[_Call] = []
+        for call in self._unwritten:
+            script, keys, args, future = call
+            try:
+                packed += connection.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except Exception as error:  # an argument that cannot be sent: its caller's error
+                _answer(future, error)
+                continue
+            written.append(call)
         # redis-py's own write (send_packed_command) must be awaited, and so could not keep
         # the order of calls written from two turns; the stream's write is immediate.
         try:
             writer.writelines(packed)
         except (RuntimeError, OSError) as error:  # its socket closed under it
             raise RedisConnectionError(f"Error while writing to Redis: {error}") from error
-        self._written.extend(self._unwritten)
+        self._written.extend(written)
         self._unwritten.clear()
 
     async def _read(self) -> None:

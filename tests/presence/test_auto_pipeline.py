@@ -316,3 +316,29 @@ async def test_calls_load_their_script_again_after_each_flush(
     await direct.aclose()
     assert proxy.server is not None
     proxy.server.close()
+
+
+async def test_a_call_whose_arguments_cannot_be_sent_fails_alone(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_client(redis_server.url)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    busy = asyncio.ensure_future(direct.eval(BUSY, 0))
+    await asyncio.sleep(0.05)  # the busy script has started: replies wait from now on
+    before = asyncio.ensure_future(pipeline.run(echo, [], ["before"]))
+    await asyncio.sleep(0)
+    # A lone surrogate cannot be UTF-8: this call cannot be written, the others can.
+    unsendable = asyncio.ensure_future(pipeline.run(echo, [], ["\ud800"]))
+    beside = asyncio.ensure_future(pipeline.run(echo, [], ["beside"]))
+    await asyncio.sleep(0)
+    after = asyncio.ensure_future(pipeline.run(echo, [], ["after"]))
+    await busy
+    replies = await asyncio.gather(before, unsendable, beside, after, return_exceptions=True)
+    assert isinstance(replies[1], UnicodeEncodeError)
+    assert [replies[0], *replies[2:]] == ["before", "beside", "after"]
+    await client.aclose()
+    await direct.aclose()
