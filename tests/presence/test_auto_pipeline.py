@@ -18,6 +18,7 @@ from gql_presence.store import PresenceStore
 from gql_presence.store.auto_pipeline import AutoPipeline
 from gql_presence.store.errors import SessionRevokedError
 from gql_presence.store.replies import PresenceReply
+from tests.helpers import eventually
 
 # Holds Redis for a few hundred ms, as a slow command of another client would. (Counted, not
 # timed: Valkey's TIME stands still while a script runs.)
@@ -296,18 +297,24 @@ async def test_calls_load_their_script_again_after_each_flush(
     proxy = HoldFromMark(int(urlsplit(redis_server.url).port or 0))
     client = redis_client(f"redis://127.0.0.1:{await proxy.start()}")
     direct = redis_client(redis_server.url)
-    echo = client.register_script("return ARGV[1]")
-    other = client.register_script("return ARGV[1] .. ''")
+    echo = client.register_script("redis.call('INCR', KEYS[1]) return ARGV[1]")
+    other = client.register_script("return ARGV[1]")
     pipeline = AutoPipeline(client)
+    await direct.delete("{t}:ran")
     await direct.script_flush()  # the first flush
     await direct.script_load(other.script)
     # The reply to `plugged` is held back, and those after it: calls wait for replies from
     # then until the end.
-    first = asyncio.ensure_future(pipeline.run(echo, [], ["first"]))
+    first = asyncio.ensure_future(pipeline.run(echo, ["{t}:ran"], ["first"]))
     plugged = asyncio.ensure_future(pipeline.run(other, [], ["plug"]))
-    await asyncio.sleep(0.2)  # `first` found its script missing, loaded it and ran again
+
+    async def first_ran() -> bool:
+        return await direct.get("{t}:ran") == "1"
+
+    # `first` found its script missing, loaded it, and ran.
+    await eventually(first_ran, what="the first call to run")
     await direct.script_flush()  # the second flush
-    second = asyncio.ensure_future(pipeline.run(echo, [], ["second"]))
+    second = asyncio.ensure_future(pipeline.run(echo, ["{t}:ran"], ["second"]))
     await asyncio.sleep(0.1)
     proxy.release()
     async with asyncio.timeout(3):
