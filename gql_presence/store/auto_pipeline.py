@@ -123,7 +123,11 @@ class AutoPipeline:
             self._reading = None
 
     async def _read_replies(self, connection: AbstractConnection) -> None:
-        if not connection.is_connected:
+        # The retries of `call_with_retry` count the breaks until this returns: on a connection
+        # made again, it returns at the first reply, so that a later break, one of its own, gets
+        # the client's retries afresh (under load, replies may be awaited without a pause).
+        made_again = not connection.is_connected
+        if made_again:
             self._writable = False
             await connection.connect()  # type: ignore[no-untyped-call]
         self._write_unwritten(connection)
@@ -157,6 +161,8 @@ class AutoPipeline:
             written_again.discard(future)
             loaded.discard(script)
             _answer(future, reply)
+            if made_again:
+                return
 
     async def _requeue(self, connection: AbstractConnection) -> None:
         """After the connection broke: the calls written and not answered go first again."""

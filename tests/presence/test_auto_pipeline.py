@@ -349,3 +349,32 @@ async def test_a_call_whose_arguments_cannot_be_sent_fails_alone(
     assert [replies[0], *replies[2:]] == ["before", "beside", "after"]
     await client.aclose()
     await direct.aclose()
+
+
+async def test_each_break_of_the_connection_gets_the_retries_afresh(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_client(redis_server.url)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+
+    async def break_three_times() -> None:
+        for _ in range(3):  # more breaks than the client's two retries, each on its own
+            await asyncio.sleep(0.2)
+            assert await direct.client_kill_filter(_type="normal", skipme=True) >= 1
+
+    breaking = asyncio.ensure_future(break_three_times())
+    calls: list[asyncio.Future[Any]] = []
+    while not breaking.done():  # a call each turn: some always wait for their replies
+        calls.append(asyncio.ensure_future(pipeline.run(echo, [], [str(len(calls))])))
+        await asyncio.sleep(0)
+    await breaking
+    replies = await asyncio.gather(*calls, return_exceptions=True)
+    failed = [reply for reply in replies if isinstance(reply, Exception)]
+    assert (len(failed), failed[:1]) == (0, [])
+    assert replies == [str(i) for i in range(len(calls))]
+    await client.aclose()
+    await direct.aclose()
