@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from typing import Any, cast
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
@@ -44,6 +44,10 @@ class AutoPipeline:
         self._written: deque[_Call] = deque()  # in the order written, waiting for replies
         self._connection: AbstractConnection | None = None
         self._reading: asyncio.Task[None] | None = None
+        # Set by the reader once the connection is made and what waited is written: calls are
+        # written as they come only then, never while the connection's handshake reads its
+        # own replies.
+        self._writable = False
 
     async def run(self, script: AsyncScript, keys: list[str], args: list[str | int | bytes]) -> Any:
         loop = asyncio.get_running_loop()
@@ -60,7 +64,7 @@ class AutoPipeline:
         if self._reading is None:
             # The reader connects (or reconnects) first, and writes what waits for it then.
             self._reading = asyncio.get_running_loop().create_task(self._read())
-        elif self._connection is not None and self._connection.is_connected:
+        elif self._writable and self._connection is not None and self._connection.is_connected:
             # If it broke, the calls are left waiting: the reader meets the broken connection
             # too, reconnects, and writes them then.
             with contextlib.suppress(RedisConnectionError):
@@ -71,19 +75,26 @@ class AutoPipeline:
         written between them and their place in `_written`."""
         if not self._unwritten:
             return
-        packed = connection.pack_commands(
-            [
-                ("EVALSHA", script.sha, len(keys), *keys, *args)
-                for script, keys, args, _ in self._unwritten
-            ]
-        )
+        writer = connection._writer
+        if writer is None:  # closed by another task meanwhile
+            raise RedisConnectionError("Error while writing to Redis: the connection is closed.")
+        packed: list[bytes] = []
+        written: list[_Call] = []
+        for call in self._unwritten:
+            script, keys, args, future = call
+            try:
+                packed += connection.pack_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            except Exception as error:  # an argument that cannot be sent: its caller's error
+                _answer(future, error)
+                continue
+            written.append(call)
         # redis-py's own write (send_packed_command) must be awaited, and so could not keep
         # the order of calls written from two turns; the stream's write is immediate.
         try:
-            cast("asyncio.StreamWriter", connection._writer).writelines(packed)
+            writer.writelines(packed)
         except (RuntimeError, OSError) as error:  # its socket closed under it
             raise RedisConnectionError(f"Error while writing to Redis: {error}") from error
-        self._written.extend(self._unwritten)
+        self._written.extend(written)
         self._unwritten.clear()
 
     async def _read(self) -> None:
@@ -108,37 +119,54 @@ class AutoPipeline:
                 self._fail_all(RedisConnectionError("The service is stopping."))
                 raise
         finally:
+            self._writable = False
             self._reading = None
 
     async def _read_replies(self, connection: AbstractConnection) -> None:
-        if not connection.is_connected:
+        # The retries of `call_with_retry` count the breaks until this returns: on a connection
+        # made again, it returns at the first reply, so that a later break, one of its own, gets
+        # the client's retries afresh (under load, replies may be awaited without a pause).
+        made_again = not connection.is_connected
+        if made_again:
+            self._writable = False
             await connection.connect()  # type: ignore[no-untyped-call]
         self._write_unwritten(connection)
+        self._writable = True
+        # Scripts loaded since a call of theirs was last answered: missing again after one
+        # was, a script was flushed again, and is loaded again.
         loaded: set[AsyncScript] = set()
-        written_again: set[asyncio.Future[Any]] = set()
+        written_again: set[asyncio.Future[Any]] = set()  # not answered yet
         while self._written:
-            future = self._written[0][3]
+            script, _, _, future = self._written[0]
             try:
                 reply: Any = await connection.read_response()
             except NoScriptError as missing:
-                call = self._written.popleft()
                 if future in written_again:  # missing again, after its load
+                    self._written.popleft()
+                    written_again.discard(future)
                     _answer(future, missing)
                     continue
-                if call[0] not in loaded:
-                    await self._client.script_load(call[0].script)
-                    loaded.add(call[0])
+                if script not in loaded:
+                    # Should the load fail, the call is still first of those written: written
+                    # again with them, or answered with them.
+                    await self._client.script_load(script.script)
+                    loaded.add(script)
                 written_again.add(future)
-                self._unwritten.append(call)
+                self._unwritten.append(self._written.popleft())
                 self._write_unwritten(connection)
                 continue
             except ResponseError as error:
                 reply = error
             self._written.popleft()
+            written_again.discard(future)
+            loaded.discard(script)
             _answer(future, reply)
+            if made_again:
+                return
 
     async def _requeue(self, connection: AbstractConnection) -> None:
         """After the connection broke: the calls written and not answered go first again."""
+        self._writable = False
         await connection.disconnect()
         self._unwritten.extendleft(reversed(self._written))
         self._written.clear()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gql_presence.running.connection import redis_client
 from gql_presence.running.redis_server import RedisServer
@@ -16,6 +18,7 @@ from gql_presence.store import PresenceStore
 from gql_presence.store.auto_pipeline import AutoPipeline
 from gql_presence.store.errors import SessionRevokedError
 from gql_presence.store.replies import PresenceReply
+from tests.helpers import eventually
 
 # Holds Redis for a few hundred ms, as a slow command of another client would. (Counted, not
 # timed: Valkey's TIME stands still while a script runs.)
@@ -187,3 +190,191 @@ async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next
     assert await redis.client_kill_filter(_type="normal", skipme=True) >= 1
     answers = await asyncio.gather(*(store.presence(u) for u in ("before", "nobody")))
     assert [a.online for a in answers] == [True, False]
+
+
+async def test_calls_made_while_a_connection_is_made_again_each_get_their_own_reply(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_client(redis_server.url)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    # As a Redis `timeout`, a restart or an operator's CLIENT KILL would.
+    assert await direct.client_kill_filter(_type="normal", skipme=True) >= 1
+    loop = asyncio.get_running_loop()
+    calls: list[asyncio.Future[Any]] = []
+    end = loop.time() + 0.2  # a call each turn, while the connection is made again and after
+    while loop.time() < end:
+        calls.append(asyncio.ensure_future(pipeline.run(echo, [], [str(len(calls))])))
+        await asyncio.sleep(0)
+    replies = await asyncio.gather(*calls, return_exceptions=True)
+    wrong = [(i, reply) for i, reply in enumerate(replies) if reply != str(i)]
+    assert (len(wrong), wrong[:3]) == (0, [])
+    await client.aclose()
+    await direct.aclose()
+
+
+async def test_a_call_whose_script_could_not_be_loaded_gets_the_error(
+    redis_server: RedisServer,
+) -> None:
+    # One connection in all: the one the calls are written on, so that loading the script
+    # (on another) finds none free and fails.
+    client = redis_client(redis_server.url, max_connections=1, pool_wait_s=0.1)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    await direct.script_flush()
+    with pytest.raises(RedisConnectionError):
+        async with asyncio.timeout(3):  # never answered, it would wait forever
+            await pipeline.run(echo, [], ["flushed"])
+    await client.aclose()
+    await direct.aclose()
+
+
+class HoldFromMark:
+    """A TCP proxy to Redis that holds back the replies of its connections from the one that
+    holds MARK on, until `release()`."""
+
+    MARK = b"plug"
+
+    def __init__(self, redis_port: int) -> None:
+        self.redis_port = redis_port
+        self.released = asyncio.Event()
+        self.waiting: asyncio.Future[Any] | None = None
+        self.server: asyncio.Server | None = None
+
+    def release(self) -> None:
+        self.released.set()
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def accept(
+        self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
+    ) -> None:
+        redis_in, redis_out = await asyncio.open_connection("127.0.0.1", self.redis_port)
+
+        async def pipe(
+            source: asyncio.StreamReader, sink: asyncio.StreamWriter, hold: bool
+        ) -> None:
+            held: list[bytes] = []
+
+            def flush() -> None:
+                sink.write(b"".join(held))
+                held.clear()
+
+            while data := await source.read(65536):
+                if hold and not self.released.is_set() and (held or self.MARK in data):
+                    if not held:
+                        sink.write(data[: data.index(self.MARK)])
+                        data = data[data.index(self.MARK) :]
+                        self.waiting = asyncio.ensure_future(self.released.wait())
+                        self.waiting.add_done_callback(lambda _: flush())
+                    held.append(data)
+                    continue
+                if held:
+                    flush()
+                sink.write(data)
+                await sink.drain()
+            for writer in (client_out, redis_out):
+                writer.close()
+
+        await asyncio.gather(
+            pipe(client_in, redis_out, False),
+            pipe(redis_in, client_out, True),
+            return_exceptions=True,
+        )
+
+
+async def test_calls_load_their_script_again_after_each_flush(
+    redis_server: RedisServer,
+) -> None:
+    proxy = HoldFromMark(int(urlsplit(redis_server.url).port or 0))
+    client = redis_client(f"redis://127.0.0.1:{await proxy.start()}")
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("redis.call('INCR', KEYS[1]) return ARGV[1]")
+    other = client.register_script("return ARGV[1]")
+    pipeline = AutoPipeline(client)
+    await direct.delete("{t}:ran")
+    await direct.script_flush()  # the first flush
+    await direct.script_load(other.script)
+    # The reply to `plugged` is held back, and those after it: calls wait for replies from
+    # then until the end.
+    first = asyncio.ensure_future(pipeline.run(echo, ["{t}:ran"], ["first"]))
+    plugged = asyncio.ensure_future(pipeline.run(other, [], ["plug"]))
+
+    async def first_ran() -> bool:
+        return await direct.get("{t}:ran") == "1"
+
+    # `first` found its script missing, loaded it, and ran.
+    await eventually(first_ran, what="the first call to run")
+    await direct.script_flush()  # the second flush
+    second = asyncio.ensure_future(pipeline.run(echo, ["{t}:ran"], ["second"]))
+    await asyncio.sleep(0.1)
+    proxy.release()
+    async with asyncio.timeout(3):
+        assert list(await asyncio.gather(first, plugged, second)) == ["first", "plug", "second"]
+    await client.aclose()
+    await direct.aclose()
+    assert proxy.server is not None
+    proxy.server.close()
+
+
+async def test_a_call_whose_arguments_cannot_be_sent_fails_alone(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_client(redis_server.url)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    busy = asyncio.ensure_future(direct.eval(BUSY, 0))
+    await asyncio.sleep(0.05)  # the busy script has started: replies wait from now on
+    before = asyncio.ensure_future(pipeline.run(echo, [], ["before"]))
+    await asyncio.sleep(0)
+    # A lone surrogate cannot be UTF-8: this call cannot be written, the others can.
+    unsendable = asyncio.ensure_future(pipeline.run(echo, [], ["\ud800"]))
+    beside = asyncio.ensure_future(pipeline.run(echo, [], ["beside"]))
+    await asyncio.sleep(0)
+    after = asyncio.ensure_future(pipeline.run(echo, [], ["after"]))
+    await busy
+    replies = await asyncio.gather(before, unsendable, beside, after, return_exceptions=True)
+    assert isinstance(replies[1], UnicodeEncodeError)
+    assert [replies[0], *replies[2:]] == ["before", "beside", "after"]
+    await client.aclose()
+    await direct.aclose()
+
+
+async def test_each_break_of_the_connection_gets_the_retries_afresh(
+    redis_server: RedisServer,
+) -> None:
+    client = redis_client(redis_server.url)
+    direct = redis_client(redis_server.url)
+    echo = client.register_script("return ARGV[1]")
+    await direct.script_load(echo.script)
+    pipeline = AutoPipeline(client)
+    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+
+    async def break_three_times() -> None:
+        for _ in range(3):  # more breaks than the client's two retries, each on its own
+            await asyncio.sleep(0.2)
+            assert await direct.client_kill_filter(_type="normal", skipme=True) >= 1
+
+    breaking = asyncio.ensure_future(break_three_times())
+    calls: list[asyncio.Future[Any]] = []
+    while not breaking.done():  # a call each turn: some always wait for their replies
+        calls.append(asyncio.ensure_future(pipeline.run(echo, [], [str(len(calls))])))
+        await asyncio.sleep(0)
+    await breaking
+    replies = await asyncio.gather(*calls, return_exceptions=True)
+    failed = [reply for reply in replies if isinstance(reply, Exception)]
+    assert (len(failed), failed[:1]) == (0, [])
+    assert replies == [str(i) for i in range(len(calls))]
+    await client.aclose()
+    await direct.aclose()
