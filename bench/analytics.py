@@ -7,6 +7,14 @@ service sends them), day by day over 60 days of the stats time zone (UTC): each 
 a day drawn evenly from the 60 and is active on each later day with a chance of their own
 (0.05 to 0.95, most users near the low end), in one or two hours of the day. Then each query
 runs five times; its Redis time is the scripts' from INFO commandstats, the median printed.
+The sweeper's hourly upkeep runs as the writes go, in their backfilled time: before each hour's
+writes, the bitmaps of the periods ended by then are rewritten to their size (compact_ended) and
+the hours ended two hours before it are folded (fold_ended), as a deployment's sweeper would
+have done at that hour; once everything is written, the same runs at the present. What the
+sweeper folds it folds only while the hour's day is kept (PRESENCE_HOURLY_DAYS, by the server's
+clock): the hour bitmaps of the oldest day kept, from the hour of the run on, which a running
+deployment folded and deleted 14 days ago, are still there here, unfolded: they are left out
+of the bytes (and their number printed).
 Bytes: MEMORY USAGE of every bitmap of the analytics over the user-days of activity made.
 
 Writes: each version (this checkout, then each REV exported to a temporary folder) in a
@@ -38,6 +46,7 @@ CALLS = 2000
 MANY = 10_000
 BATCH = 250
 DAY_MS = 86_400_000
+HOURLY_MS = Settings.hourly_ms  # PRESENCE_HOURLY_DAYS, as the bench's store keeps it
 
 
 def spread(users: int, seed: int = 7) -> list[list[array[int]]]:
@@ -80,11 +89,13 @@ async def reads(users: int) -> None:
         first = today - timedelta(days=DAYS - 1)
         marks = 0
         started = time.monotonic()
+        upkeep = Upkeep(redis, store)
         for day in range(DAYS):
             for hour in range(24):
                 at = first + timedelta(days=day, hours=hour, minutes=30)
                 if at > datetime.now(UTC) - timedelta(minutes=1):
                     continue
+                await upkeep.run(int((at - timedelta(minutes=30)).timestamp() * 1000))
                 ids = [f"user-{n}" for n in hours[day][hour]]
                 marks += len(ids)
                 batches = [ids[i : i + BATCH * 8] for i in range(0, len(ids), BATCH * 8)]
@@ -115,44 +126,41 @@ async def reads(users: int) -> None:
             ),
             "stickiness, 28 days": lambda: store.analytics.stickiness(None, 28),
         }
+        await upkeep.run(int(now.timestamp() * 1000))
+        upkeep.report()
+        await bitmap_bytes(redis, hours, users, first, now)
         await time_queries(redis, queries)
-        await bitmap_bytes(redis, hours, users, first)
-        # As the sweeper would have done an hour after each hour ended (a version without it
-        # is measured as it is).
-        compact = getattr(store.analytics, "compact_ended", None)
-        if compact is not None:
-            hour_ms = 3_600_000
-            end_ms = int(now.timestamp() * 1000)
-            for at_ms in range(int(first.timestamp() * 1000), end_ms, hour_ms):
-                await compact(at_ms + 2 * hour_ms)
-            print("After rewriting the bitmaps of ended periods to their size:")
-            await bitmap_bytes(redis, hours, users, first)
-            await time_queries(redis, queries)
-        # As the sweeper would have folded hours, once an hour (likewise).
-        fold = getattr(store.analytics, "fold_ended", None)
-        if fold is not None:
-            await fold_hours(redis, fold, first, now)
-            await bitmap_bytes(redis, hours, users, first)
-            await time_queries(redis, queries)
         await redis.aclose()
     finally:
         server.stop()
 
 
-async def fold_hours(redis: Any, fold: Any, first: datetime, now: datetime) -> None:
-    """Folds the hours as the sweeper would have, an hour after each hour's end."""
-    started = time.monotonic()
-    end_ms = int(now.timestamp() * 1000)
-    runs: list[float] = []
-    for at_ms in range(int(first.timestamp() * 1000), end_ms, 3_600_000):
-        await redis.config_resetstat()
-        if await fold(at_ms + 2 * 3_600_000):
-            runs.append(await redis_ms(redis))
-    print(
-        f"After folding {len(runs)} hours into counts, an hour a run ({sum(runs):.0f} "
-        f"ms of Redis time, at most {max(runs, default=0):.1f} ms a run, "
-        f"{time.monotonic() - started:.0f} s):"
-    )
+class Upkeep:
+    """The sweeper's hourly upkeep of the analytics at a given moment (a version without a
+    step is measured without it), with the Redis time of its folds."""
+
+    def __init__(self, redis: Any, store: PresenceStore) -> None:
+        self.redis = redis
+        self.compact = getattr(store.analytics, "compact_ended", None)
+        self.fold = getattr(store.analytics, "fold_ended", None)
+        self.folds: list[float] = []
+        self.folded = 0
+
+    async def run(self, at_ms: int) -> None:
+        if self.compact is not None:
+            await self.compact(at_ms)
+        if self.fold is not None:
+            before = await redis_ms(self.redis)
+            folded = await self.fold(at_ms)
+            if folded:
+                self.folds.append(await redis_ms(self.redis) - before)
+                self.folded += folded
+
+    def report(self) -> None:
+        print(
+            f"Folded {self.folded} hours as the writes went ({sum(self.folds):.0f} ms of Redis "
+            f"time, at most {max(self.folds, default=0):.1f} ms a run)"
+        )
 
 
 async def time_queries(redis: Any, queries: dict[str, Callable[[], Awaitable[object]]]) -> None:
@@ -169,9 +177,11 @@ async def time_queries(redis: Any, queries: dict[str, Callable[[], Awaitable[obj
 
 
 async def bitmap_bytes(
-    redis: Any, hours: list[list[array[int]]], users: int, first: datetime
+    redis: Any, hours: list[list[array[int]]], users: int, first: datetime, now: datetime
 ) -> None:
-    """Prints each kind of bitmap's bytes, per user index and per active user-day."""
+    """Prints each kind of bitmap's bytes, per user index and per active user-day, leaving
+    out the hour bitmaps a running sweeper would have folded and deleted: those of a day whose
+    first hour began PRESENCE_HOURLY_DAYS or more ago (no fold counts them any more)."""
     # Each kind's bytes over the user-days of the days its kept keys cover: the hourly
     # figures (hour bitmaps, live or as folded, folded counts, the first-timers of folded
     # hours, the lists of hourly cohorts) the last PRESENCE_HOURLY_DAYS or so, the rest every
@@ -181,8 +191,13 @@ async def bitmap_bytes(
     hour_days: set[int] = set()
     hourly = {"hour", "hourf", "hfold", "hseen", "hcoh"}
     kinds = {"day", "week", "month", "first", "firstw", "firstm", "firstdays", *hourly}
+    now_ms, left_out = now.timestamp() * 1000, 0
     async for key in redis.scan_iter(match="gqlp:*", count=1000):
         kind = key.split(":")[2]
+        # The stats time zone is UTC: an hour's day begins at a multiple of DAY_MS.
+        if kind == "hour" and int(key.split(":")[3]) // DAY_MS * DAY_MS + HOURLY_MS <= now_ms:
+            left_out += 1
+            continue
         if kind in kinds:
             sizes[kind] = sizes.get(kind, 0) + (await redis.memory_usage(key, samples=0) or 0)
         if kind in {"hour", "hourf", "hcoh"}:
@@ -201,6 +216,7 @@ async def bitmap_bytes(
         beyond += 0 if kind == "day" else per_day
         print(f"| {kind} | {size:,} | {size / users:.2f} | {per_day:.2f} |")
     print(f"beyond the day bitmaps: {beyond:.2f} bytes per active user-day")
+    print(f"left out: {left_out} hour bitmaps of days a running sweeper folded")
 
 
 async def writes() -> None:

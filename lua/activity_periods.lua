@@ -8,11 +8,12 @@
                     day active in its hours counted so far
   KEYS[3]  before   bitmap of the period before the first (read only if ARGV[2] is 1)
   KEYS[4..]  bitmaps  "periods": the n periods' bitmaps, oldest first, then as many of the
-                    users first active in each (first-day, first-week or first-month).
+                    users first active in each (first-day, first-week or first-month; a
+                    first-day one a bitmap or a list, includes/first_lists.lua).
                     "hours": the record of the day's folded hours, the record of the hour
-                    before's day, the first-day bitmap of the day, the day's first-timers
-                    active in its folded hours (fold_hour.lua's seen), the frozen bitmap of
-                    the hour before, then the day's hours' bitmaps, oldest first, then their
+                    before's day, the first-day bitmap or list of the day, the day's
+                    first-timers active in its folded hours (fold_hour.lua's seen), the frozen
+                    bitmap of the hour before, then the day's hours' bitmaps, oldest first, then their
                     frozen bitmaps (a folded hour is read from its frozen bitmap, the hour as
                     it was folded, where one is kept; the hour before from its frozen bitmap
                     where it exists, else its live one)
@@ -24,9 +25,11 @@
            the one before, and first active in it (for an hour: first active that day, and
            not in the day's earlier hours)
   Work     per period a few BITOP/BITCOUNT over bitmaps of (highest user index / 8) bytes
-           (none for a day whose hours are all folded); the store sends at most a day's
+           (none for a day whose hours are all folded; with a first-day list, a BITCOUNT
+           per run and a bit tested at its ends per hour); the store sends at most a day's
            hours or 200 periods per call
 ]]
+--- @include "first_lists"
 local scratch_key, seen_key, before_key = KEYS[1], KEYS[2], KEYS[3]
 local hours = ARGV[1] == 'hours'
 local counted_before = ARGV[2] == '1'
@@ -59,6 +62,9 @@ if hours then
   redis.call('DEL', seen_key)
   if not all_folded then redis.call('BITOP', 'OR', seen_key, folded_seen) end
   local seen = redis.call('BITCOUNT', seen_key)
+  -- With the day's first-timers as a list, seen takes each hour's users whole, and its
+  -- first-timers are counted from the list (folded_seen holds first-timers alone).
+  local first_list = not all_folded and first_runs(first_key)
   for i = 1, n do
     local hour_key = not all_folded and (folded[i] and KEYS[8 + n + i] or KEYS[8 + i])
     if folded[i] then
@@ -76,11 +82,14 @@ if hours then
       end
       -- First-timers of the day active in this hour, less those active in an earlier one
       -- (a folded hour whose frozen bitmap is gone is in seen already).
-      if not folded[i] or redis.call('EXISTS', hour_key) == 1 then
+      if first_list then
+        redis.call('BITOP', 'OR', seen_key, seen_key, hour_key)
+      elseif not folded[i] or redis.call('EXISTS', hour_key) == 1 then
         redis.call('BITOP', 'AND', scratch_key, hour_key, first_key)
         redis.call('BITOP', 'OR', seen_key, seen_key, scratch_key)
       end
-      local now_seen = redis.call('BITCOUNT', seen_key)
+      local now_seen = first_list and count_set(seen_key, first_list)
+        or redis.call('BITCOUNT', seen_key)
       if not folded[i] then reply[#reply + 1] = now_seen - seen end
       seen = now_seen
     end
@@ -92,7 +101,7 @@ else
     local key = KEYS[3 + i]
     reply[#reply + 1] = redis.call('BITCOUNT', key)
     reply[#reply + 1] = previous and count_and(key, previous) or 0
-    reply[#reply + 1] = redis.call('BITCOUNT', KEYS[3 + n + i])
+    reply[#reply + 1] = first_count(KEYS[3 + n + i])
     previous = key
   end
 end

@@ -14,7 +14,8 @@
                       out (includes/cohorts.lua): the folded hours of the hour's day
   KEYS[2]  cohort     bitmap, deleted before returning
   KEYS[3]  scratch    bitmap, deleted before returning
-  KEYS[4]  first_day  bitmap of the users first active on the hour's day
+  KEYS[4]  first_day  bitmap of the users first active on the hour's day, or their list
+                      (includes/first_lists.lua)
   KEYS[5]  day        bitmap of the users active on the hour's day: where it does not exist
                       and the hour has no bitmap, nobody was active that day and nothing is
                       written for the hour (an empty shard or deployment keeps no records)
@@ -44,14 +45,15 @@
                           hour of a day with no record at all had nobody active, and needs none)
   Returns  {folded, deleted}: 1 if the hour was folded now (0: it was already, or its day had
            nobody active), and how many keys were deleted
-  Work     about 8 BITOPs and BITCOUNTs over bitmaps of (highest user index / 8) bytes, a
+  Work     about 8 BITOPs and BITCOUNTs over bitmaps of (highest user index / 8) bytes (and
+           for a first-day list, a SETRANGE per run and a SETBIT per index at its ends), a
            BITPOS and a GETRANGE per 64 bytes holding the cohort's users; per open cohort of
            the 52 hours before it a BITCOUNT per run of its list and a bit tested per index at
            a run's ends (a column per hour never folded since its last, with zeros for those
            of days with nobody active), an HEXISTS per guard entry (at most 77)
 ]]
 --- @include "first_timers"
---- @include "cohorts"
+--- @include "first_lists"
 local record_key, cohort_key, scratch_key, first_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local day_key, seen_key, list_key = KEYS[5], KEYS[6], KEYS[7]
 local start, keep_until_ms = ARGV[1], tonumber(ARGV[2])
@@ -87,11 +89,14 @@ local function fold()
   end
   -- The cohort: first active that day, in this hour, and in none of the day's earlier hours
   -- (as retention.lua's; activity's new users of the hour are the same users).
-  redis.call('BITOP', 'AND', cohort_key, first_key, hour_key)
+  -- A first-day list is read as its bitmap, made in the cohort's key.
+  local first = first_bitmap(first_key, cohort_key)
   -- The day's earlier hours' pairs start at KEYS[10], after the hour's.
   local starts = {}
   for back = 1, earlier do starts[back] = select(2, cohort_of(back)) end
-  if earlier_first_timers(scratch_key, first_key, seen_key, record_key, 10, starts) then
+  local had_earlier = earlier_first_timers(scratch_key, first, seen_key, record_key, 10, starts)
+  redis.call('BITOP', 'AND', cohort_key, first, hour_key)
+  if had_earlier then
     redis.call('BITOP', 'OR', seen_key, scratch_key, cohort_key)
     if active > 0 then
       redis.call('BITOP', 'AND', scratch_key, scratch_key, cohort_key)

@@ -321,9 +321,10 @@ class Analytics:
     async def compact_ended(self, at_ms: int | None = None) -> int:
         """Rewrites to their exact size the bitmaps of the hour that ended an hour before
         `at_ms` (this process's clock by default), and of the day, week and month that ended
-        with it, leaving room an hour for late writes: the sweeper does once an hour. A later
-        write into one (a backfill, a lease's last renewal) only grows it again. Returns how
-        many bitmaps were rewritten."""
+        with it, leaving room an hour for late writes, the day's first-timers turned into a
+        list (lua/includes/first_lists.lua): the sweeper does once an hour. A later write into
+        one (a backfill, a lease's last renewal) only grows it again, or turns the list back
+        into its bitmap. Returns how many bitmaps were rewritten."""
         hours = Calendar(Granularity.HOUR, self._zone)
         ended = hours.before(
             hours.before(hours.holding(local_now_ms() if at_ms is None else at_ms))
@@ -336,15 +337,17 @@ class Analytics:
                 period = calendar.of_date(ended.first)
                 if calendar.after(period).first == next_day:
                     periods.append(period)
+        # The day's first-timers go last: the script turns them into a list.
+        firsts = [*periods[2:], *periods[1:2]]
         counts = await asyncio.gather(
             *(
                 shard.run(
                     ScriptName.COMPACT_BITMAPS,
                     named(
                         bitmaps=[p.key(shard.keys) for p in periods]
-                        + [p.first_key(shard.keys) for p in periods[1:]]
+                        + [p.first_key(shard.keys) for p in firsts]
                     ),
-                    named(),
+                    named(lists=len(periods[1:2])),
                 )
                 for shard in self._shards
             )

@@ -1,5 +1,6 @@
 --- @include "chunks"
 --- @include "connections"
+--- @include "first_lists"
 -- The session of a touch without a session id (the store's DEFAULT_SESSION).
 local DEFAULT_SESSION = 'default'
 
@@ -152,6 +153,12 @@ local function clear_bit(key, index)
   if redis.call('EXISTS', key) == 1 then redis.call('SETBIT', key, index, 0) end
 end
 
+-- Clears a bit of a first-day bitmap, or of a list, turned back into its bitmap.
+local function clear_first_day(key, index)
+  first_bitmap_again(key)
+  clear_bit(key, index)
+end
+
 -- Records the users whose bit indexes are given as first active on p's day (and in its week
 -- and month), where they were never active before it (or only later: a backfilled time moves
 -- their first day back, out of the bitmaps of the day, week and month it was in). An index
@@ -174,7 +181,7 @@ local function mark_first_day(shard, p, indexes, assigned)
         newcomers[#newcomers + 1] = known[i]
         if day > 0 then
           local week, month = week_and_month(day)
-          clear_bit(shard.first_day_prefix .. day_label(day), known[i])
+          clear_first_day(shard.first_day_prefix .. day_label(day), known[i])
           clear_bit(shard.first_week_prefix .. week, known[i])
           clear_bit(shard.first_month_prefix .. month, known[i])
         end
@@ -187,6 +194,8 @@ local function mark_first_day(shard, p, indexes, assigned)
     return k + 4
   end)
   local first_day = p.firsts[1]
+  -- A backfill into a day that has ended may meet its list.
+  first_bitmap_again(first_day[1])
   set_bits(first_day[1], newcomers)
   if not p.expiring then redis.call('PEXPIREAT', first_day[1], first_day[2]) end
   add_bits(p, p.firsts[2], newcomers, first_day[1])

@@ -1,8 +1,9 @@
 --- @include "chunks"
--- Hourly cohorts kept as lists (fold_hour.lua, retention.lua). A cohort's users are its bit
--- indexes in runs of consecutive ones, ascending, each run as two numbers: how many indexes
--- lie between it and the run before (or 0), and its length less one; each number in 7-bit
--- groups, low group first, the high bit set on every group but the last. New users take
+-- Hourly cohorts kept as lists (fold_hour.lua, retention.lua), and ended days' first-timers
+-- (first_lists.lua). A cohort's users are its bit indexes in runs of consecutive ones,
+-- ascending, each run as two numbers: how many indexes lie between it and the run before (or
+-- 0), and its length less one; each number in 7-bit groups, low group first, the high bit
+-- set on every group but the last. New users take
 -- fresh indexes as they arrive, so a cohort is mostly one run: a few bytes where a bitmap of
 -- every index takes thousands, and counted in a bitmap by a BITCOUNT.
 -- A folded hour's row in its day's record is "active returning new retained_1 ... retained_k
@@ -34,8 +35,8 @@ local function set_bits_of(key)
   end
 end
 
--- The ascending indexes, packed as a list.
-local function pack_indexes(indexes)
+-- Runs ({first index, length, ...}, as unpack_runs gives them), packed as a list.
+local function pack_runs(runs)
   local bytes = {}
   local function put(number)
     while number >= 128 do
@@ -44,18 +45,27 @@ local function pack_indexes(indexes)
     end
     bytes[#bytes + 1] = number
   end
-  local i, after = 1, 0
-  while i <= #indexes do
-    local last = i
-    while last < #indexes and indexes[last + 1] == indexes[last] + 1 do last = last + 1 end
-    put(indexes[i] - after)
-    put(last - i)
-    after = indexes[last] + 1
-    i = last + 1
+  local after = 0
+  for r = 1, #runs, 2 do
+    put(runs[r] - after)
+    put(runs[r + 1] - 1)
+    after = runs[r] + runs[r + 1]
   end
   local parts = {}
   for first, last in chunks(#bytes) do parts[#parts + 1] = string.char(unpack(bytes, first, last)) end
   return table.concat(parts)
+end
+
+-- The ascending indexes, packed as a list.
+local function pack_indexes(indexes)
+  local runs, i = {}, 1
+  while i <= #indexes do
+    local last = i
+    while last < #indexes and indexes[last + 1] == indexes[last] + 1 do last = last + 1 end
+    runs[#runs + 1], runs[#runs + 2] = indexes[i], last - i + 1
+    i = last + 1
+  end
+  return pack_runs(runs)
 end
 
 -- The runs of a packed list (missing: none): {first index, length, ...}.

@@ -600,3 +600,143 @@ async def test_the_sweeper_folds_at_its_start_what_ended_while_no_process_ran(
     state = await kept_state(redis)
     assert await make_store(**KEEP).analytics.fold_ended() == 0  # the process after a restart
     assert await kept_state(redis) == state
+
+
+async def turn_days_into_lists(store: PresenceStore, days: list[date]) -> None:
+    """The sweeper's compaction of each day, an hour after the next one began."""
+    for day in days:
+        await store.analytics.compact_ended(to_ms(local(day + DAY, 1, 30)))
+
+
+async def first_day_forms(redis: Redis) -> dict[str, str]:
+    return {key: str(await redis.type(key)) async for key in redis.scan_iter(match="*:first:*")}
+
+
+def asked_activity(earliest: datetime, now: datetime) -> list[tuple[datetime, datetime, str]]:
+    change = last_dst_change(now)
+    return [
+        (earliest - 2 * DAY, now, "DAY"),
+        (earliest - 8 * DAY, now, "WEEK"),
+        (change - timedelta(hours=30), change + timedelta(hours=30), "HOUR"),
+        (now - timedelta(hours=72), now, "HOUR"),
+    ]
+
+
+async def every_answer(store: PresenceStore, earliest: datetime, now: datetime) -> list[object]:
+    """activity by day, week and hour, retention by day and hour, and stickiness."""
+    found: list[object] = []
+    for start, end, granularity in asked_activity(earliest, now):
+        found.append(as_rows(await store.analytics.activity(start, end, Granularity(granularity))))
+    first_day = earliest.astimezone(ZONE).date()
+    for day, cohorts, periods, granularity in (
+        (first_day, 40, 30, Granularity.DAY),
+        (last_dst_change(now).astimezone(ZONE).date(), 30, 4, Granularity.HOUR),
+    ):
+        rows = await store.analytics.retention(day, cohorts, periods, granularity)
+        found.append([(r.start, r.size, list(r.retained)) for r in rows])
+    sticky = await store.analytics.stickiness(None, 90)
+    found.append((sticky.active_users, list(sticky.active_days)))
+    return found
+
+
+def expected_answers(reference: Reference, earliest: datetime, now: datetime) -> list[object]:
+    """every_answer's figures as the reference computes them."""
+    found: list[object] = []
+    for start, end, granularity in asked_activity(earliest, now):
+        starts = reference.periods(start, end, granularity)
+        found.append([reference.activity(s, granularity) for s in starts])
+    first_day = earliest.astimezone(ZONE).date()
+    found.append(reference.retention(first_day, 40, 30, "DAY", now))
+    found.append(
+        reference.retention(last_dst_change(now).astimezone(ZONE).date(), 30, 4, "HOUR", now)
+    )
+    active, _, histogram = reference.stickiness(now.astimezone(ZONE).date(), 90)
+    found.append((active, histogram))
+    return found
+
+
+async def test_days_turned_into_lists_answer_as_their_bitmaps_did(
+    make_store: StoreFactory, redis: Redis, shards: int
+) -> None:
+    """Ended days' first-timers kept as lists, some days and then all (as after an upgrade,
+    which leaves the days ended before it as bitmaps), and hours folded after that, give the
+    answers the bitmaps gave, as the reference computes them."""
+    store = make_store(shards=shards, **KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    earliest = await backfill(store, reference, now)
+    now = datetime.now(UTC)
+    before = await every_answer(store, earliest, now)
+    assert before == expected_answers(reference, earliest, now)
+    today = now.astimezone(ZONE).date()
+    days = [today - timedelta(days=n) for n in range(1, (today - earliest.date()).days + 2)]
+    assert set((await first_day_forms(redis)).values()) == {"string"}
+    await turn_days_into_lists(store, days[::2])
+    forms = await first_day_forms(redis)
+    assert sorted(set(forms.values())) == ["hash", "string"]
+    assert await every_answer(store, earliest, now) == before
+    await turn_days_into_lists(store, days)
+    forms = await first_day_forms(redis)
+    assert [k for k, form in forms.items() if form != "hash"] == [
+        k for k in forms if k.endswith(today.isoformat())
+    ]
+    assert await every_answer(store, earliest, now) == before
+    assert await store.analytics.fold_ended() > 0  # folds that read the lists
+    assert await every_answer(store, earliest, now) == before
+
+
+async def test_a_backfill_into_a_day_kept_as_a_list_counts(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """A backfill that makes a user new on a day kept as a list, or moves a user's first day
+    from it to an earlier one, counts as it did on the bitmap, which the day is again."""
+    store = make_store(**KEEP)
+    reference = Reference(ZONE)
+    now = datetime.now(UTC)
+    day = (now - 6 * DAY).astimezone(ZONE).date()
+    for at, who in (
+        (local(day - 3 * DAY, 10), [f"u{i}" for i in range(0, 40)]),
+        (local(day, 9), [f"u{i}" for i in range(20, 300)]),
+        (local(day + DAY, 9), [f"u{i}" for i in range(250, 400)]),
+    ):
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    await turn_days_into_lists(store, [day - 3 * DAY, day, day + DAY])
+    [key] = [k async for k in redis.scan_iter(match=f"*:first:{day.isoformat()}")]
+    assert await redis.type(key) == "hash"
+    expiry = await redis.pttl(key)
+    for at, who in (
+        (local(day, 20), ["new-1", "u350", "u2"]),  # new; first day moved here; known before
+        (local(day - 2 * DAY, 8), ["u100", "u101", "new-2"]),  # first day moved from it
+    ):
+        await store.touch_many(who, at=at)
+        reference.add(who, at)
+    assert await redis.type(key) == "string"
+    assert expiry - 1000 < await redis.pttl(key) <= expiry
+    now = datetime.now(UTC)
+    earliest = local(day - 3 * DAY)
+    assert await every_answer(store, earliest, now) == expected_answers(reference, earliest, now)
+    await turn_days_into_lists(store, [day])
+    assert await redis.type(key) == "hash"
+    assert await every_answer(store, earliest, now) == expected_answers(reference, earliest, now)
+
+
+async def test_a_day_kept_as_a_list_is_smaller_than_its_bitmap(
+    make_store: StoreFactory, redis: Redis
+) -> None:
+    """Consecutive indexes make a list of a few bytes; days whose first-timers lie scattered
+    (every other index) keep their bitmaps, rewritten to their size."""
+    store = make_store(**KEEP)
+    now = datetime.now(UTC)
+    days = [(now - n * DAY).astimezone(ZONE).date() for n in (6, 5, 4)]
+    await store.touch_many([f"u{i}" for i in range(8000)], at=local(days[1], 9))
+    # Every other one of them first active a day earlier: each day holds every other index.
+    await store.touch_many([f"u{i}" for i in range(0, 8000, 2)], at=local(days[0], 9))
+    await store.touch_many([f"v{i}" for i in range(4000)], at=local(days[2], 9))
+    await turn_days_into_lists(store, days)
+    keys = [f"gqlp:{{0}}:first:{d.isoformat()}" for d in days]
+    forms = await first_day_forms(redis)
+    assert [forms[k] for k in keys] == ["string", "string", "hash"]
+    assert (await redis.memory_usage(keys[2]) or 0) < 120  # where the bitmap is 1.5 kB
+    new = await store.analytics.activity(local(days[0]), local(days[2]), Granularity.DAY)
+    assert [p.new_users for p in new] == [4000, 4000, 4000]
