@@ -4,7 +4,7 @@ gets its own reply or error, whatever the other callers do."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -107,11 +107,17 @@ async def test_calls_of_many_turns_in_flight_share_one_connection(
     assert await connected_clients(redis) == before
 
 
-class CutAfterFirstReply:
-    """A TCP proxy to Redis whose first connection is cut just after the reply that ends
-    with MARK has passed: the replies after it, though Redis sent them, never arrive."""
+async def passed_on(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    """What comes from `source`, written to `sink` as it comes, until it ends."""
+    while data := await source.read(65536):
+        sink.write(data)
+        await sink.drain()
 
-    MARK = b"first-reply\r\n"
+
+class RedisProxy:
+    """A TCP proxy to Redis: what a client sends passes as it is, what Redis answers passes
+    through `replies`, which each test's proxy makes its own. When either way ends, the
+    connection is closed both ways."""
 
     def __init__(self, redis_port: int) -> None:
         self.redis_port = redis_port
@@ -126,28 +132,51 @@ class CutAfterFirstReply:
         self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
     ) -> None:
         self.connections += 1
-        cut = self.connections == 1
+        number = self.connections
         redis_in, redis_out = await asyncio.open_connection("127.0.0.1", self.redis_port)
 
-        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter, cut: bool) -> None:
-            seen = b""
-            while data := await source.read(65536):
-                seen += data
-                if cut and self.MARK in seen:
-                    end = len(data) - (len(seen) - seen.index(self.MARK) - len(self.MARK))
-                    sink.write(data[:end])
-                    await sink.drain()
-                    break
-                sink.write(data)
-                await sink.drain()
-            for writer in (client_out, redis_out):
-                writer.close()
+        async def one_way(way: Coroutine[Any, Any, None]) -> None:
+            try:
+                await way
+            finally:
+                for writer in (client_out, redis_out):
+                    writer.close()
 
         await asyncio.gather(
-            pipe(client_in, redis_out, False),
-            pipe(redis_in, client_out, cut),
+            one_way(passed_on(client_in, redis_out)),
+            one_way(self.replies(redis_in, client_out, number)),
             return_exceptions=True,
         )
+
+    async def replies(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, connection: int
+    ) -> None:
+        """Redis's replies on the proxy's `connection`-th connection (from 1), passed on."""
+        await passed_on(source, sink)
+
+
+class CutAfterFirstReply(RedisProxy):
+    """A proxy whose first connection is cut just after the reply that ends with MARK has
+    passed: the replies after it, though Redis sent them, never arrive."""
+
+    MARK = b"first-reply\r\n"
+
+    async def replies(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, connection: int
+    ) -> None:
+        if connection > 1:
+            await passed_on(source, sink)
+            return
+        seen = b""
+        while data := await source.read(65536):
+            seen += data
+            if self.MARK in seen:
+                end = len(data) - (len(seen) - seen.index(self.MARK) - len(self.MARK))
+                sink.write(data[:end])
+                await sink.drain()
+                return
+            sink.write(data)
+            await sink.drain()
 
 
 @pytest.fixture
@@ -235,60 +264,42 @@ async def test_a_call_whose_script_could_not_be_loaded_gets_the_error(
     await direct.aclose()
 
 
-class HoldFromMark:
-    """A TCP proxy to Redis that holds back the replies of its connections from the one that
-    holds MARK on, until `release()`."""
+class HoldFromMark(RedisProxy):
+    """A proxy that holds back the replies of its connections from the one that holds MARK
+    on, until `release()`."""
 
     MARK = b"plug"
 
     def __init__(self, redis_port: int) -> None:
-        self.redis_port = redis_port
+        super().__init__(redis_port)
         self.released = asyncio.Event()
         self.waiting: asyncio.Future[Any] | None = None
-        self.server: asyncio.Server | None = None
 
     def release(self) -> None:
         self.released.set()
 
-    async def start(self) -> int:
-        self.server = await asyncio.start_server(self.accept, "127.0.0.1", 0)
-        return int(self.server.sockets[0].getsockname()[1])
-
-    async def accept(
-        self, client_in: asyncio.StreamReader, client_out: asyncio.StreamWriter
+    async def replies(
+        self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, connection: int
     ) -> None:
-        redis_in, redis_out = await asyncio.open_connection("127.0.0.1", self.redis_port)
+        held: list[bytes] = []
 
-        async def pipe(
-            source: asyncio.StreamReader, sink: asyncio.StreamWriter, hold: bool
-        ) -> None:
-            held: list[bytes] = []
+        def flush() -> None:
+            sink.write(b"".join(held))
+            held.clear()
 
-            def flush() -> None:
-                sink.write(b"".join(held))
-                held.clear()
-
-            while data := await source.read(65536):
-                if hold and not self.released.is_set() and (held or self.MARK in data):
-                    if not held:
-                        sink.write(data[: data.index(self.MARK)])
-                        data = data[data.index(self.MARK) :]
-                        self.waiting = asyncio.ensure_future(self.released.wait())
-                        self.waiting.add_done_callback(lambda _: flush())
-                    held.append(data)
-                    continue
-                if held:
-                    flush()
-                sink.write(data)
-                await sink.drain()
-            for writer in (client_out, redis_out):
-                writer.close()
-
-        await asyncio.gather(
-            pipe(client_in, redis_out, False),
-            pipe(redis_in, client_out, True),
-            return_exceptions=True,
-        )
+        while data := await source.read(65536):
+            if not self.released.is_set() and (held or self.MARK in data):
+                if not held:
+                    sink.write(data[: data.index(self.MARK)])
+                    data = data[data.index(self.MARK) :]
+                    self.waiting = asyncio.ensure_future(self.released.wait())
+                    self.waiting.add_done_callback(lambda _: flush())
+                held.append(data)
+                continue
+            if held:
+                flush()
+            sink.write(data)
+            await sink.drain()
 
 
 async def test_calls_load_their_script_again_after_each_flush(

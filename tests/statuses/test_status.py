@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -49,6 +51,23 @@ def ann() -> str:
 
 def bob() -> str:
     return user_token("bob")
+
+
+@contextlib.asynccontextmanager
+async def bob_and_cat_following_their_friends(
+    friends: Service, document: str
+) -> AsyncIterator[tuple[aiohttp.ClientWebSocketResponse, aiohttp.ClientWebSocketResponse]]:
+    """bob's and cat's sockets, each subscribed with `document` to its own friends (variable
+    `f`), once the process follows ann for both."""
+    async with (
+        graphql_socket(friends, f"Bearer {bob()}") as bobs,
+        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
+    ):
+        for socket, user in ((bobs, "bob"), (cats, "cat")):
+            payload = {"query": document, "variables": {"f": user}}
+            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
+        await following(friends, 2, "ann")
+        yield bobs, cats
 
 
 async def backend(service: Service, query: str, **variables: Any) -> Any:
@@ -218,14 +237,7 @@ async def test_a_kicked_sessions_id_reaches_only_those_who_may_see_sessions(
     await backend(friends, TOUCH, u="ann", s="web")
     await backend(friends, TOUCH, u="ann", s="phone-7f3a")
     document = "subscription($f: ID!) { presenceChanged(friendsOf: $f) { kind sessionId } }"
-    async with (
-        graphql_socket(friends, f"Bearer {bob()}") as bobs,
-        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
-    ):
-        for socket, user in ((bobs, "bob"), (cats, "cat")):
-            payload = {"query": document, "variables": {"f": user}}
-            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
-        await following(friends, 2, "ann")
+    async with bob_and_cat_following_their_friends(friends, document) as (bobs, cats):
         await backend(
             friends, 'mutation { kick(userId: "ann", sessionId: "phone-7f3a") { online } }'
         )
@@ -487,14 +499,7 @@ async def test_events_show_their_time_to_those_who_may_see_last_seen(
         await store_of_api.sweep()
         return expiry
 
-    async with (
-        graphql_socket(friends, f"Bearer {bob()}") as bobs,
-        graphql_socket(friends, f"Bearer {user_token('cat')}") as cats,
-    ):
-        for socket, user in ((bobs, "bob"), (cats, "cat")):
-            payload = {"query": document, "variables": {"f": user}}
-            await socket.send_json({"id": "1", "type": "subscribe", "payload": payload})
-        await following(friends, 2, "ann")
+    async with bob_and_cat_following_their_friends(friends, document) as (bobs, cats):
 
         async def offline_at(socket: aiohttp.ClientWebSocketResponse) -> datetime:
             assert (await next_event(socket))["kind"] == "ONLINE"
