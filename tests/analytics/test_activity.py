@@ -574,6 +574,16 @@ async def test_rows_folded_whole_by_the_earlier_schedule_read_and_fold_on(
     assert await hour_keys(redis, "hcoh") == []
 
 
+class PassesCounted(Metrics):
+    """Metrics that count the sweeper's passes: it refreshes them at the end of each."""
+
+    passes = 0
+
+    def refresh(self) -> None:
+        super().refresh()
+        self.passes += 1
+
+
 async def test_the_sweeper_folds_at_its_start_what_ended_while_no_process_ran(
     make_store: StoreFactory, redis: Redis
 ) -> None:
@@ -590,11 +600,14 @@ async def test_the_sweeper_folds_at_its_start_what_ended_while_no_process_ran(
         return all(s >= due for s in await hour_keys(redis, "hour"))
 
     assert not await folded()
-    sweeper = asyncio.create_task(sweep_forever(first, 0.05, Metrics()))
-    await eventually(folded, what="the hours ended two hours ago folded")
+    metrics = PassesCounted()
+    sweeper = asyncio.create_task(sweep_forever(first, 0.05, metrics))
+    # Its first pass folds, those with a bitmap and the hours after them with none alike.
+    await eventually(lambda: metrics.passes > 0, what="the sweeper's first pass")
     sweeper.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await sweeper
+    assert await folded(), "the hours ended two hours ago folded"
     assert await hours_answers(first, start) == before
     assert await hour_keys(redis, "hcoh")
     state = await kept_state(redis)
