@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from gql_presence.running.connection import redis_client
@@ -221,15 +223,33 @@ async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next
     assert [a.online for a in answers] == [True, False]
 
 
-async def test_calls_made_while_a_connection_is_made_again_each_get_their_own_reply(
-    redis_server: RedisServer,
-) -> None:
+@dataclass(frozen=True)
+class Echoing:
+    """A queue of its own, warmed by a call of `echo` (a script that returns its argument),
+    and a second client beside it, of the same Redis."""
+
+    pipeline: AutoPipeline
+    echo: AsyncScript
+    direct: Redis
+
+
+@pytest.fixture
+async def echoing(redis_server: RedisServer) -> AsyncIterator[Echoing]:
     client = redis_client(redis_server.url)
     direct = redis_client(redis_server.url)
     echo = client.register_script("return ARGV[1]")
     await direct.script_load(echo.script)
     pipeline = AutoPipeline(client)
     assert await pipeline.run(echo, [], ["warm"]) == "warm"
+    yield Echoing(pipeline, echo, direct)
+    await client.aclose()
+    await direct.aclose()
+
+
+async def test_calls_made_while_a_connection_is_made_again_each_get_their_own_reply(
+    echoing: Echoing,
+) -> None:
+    pipeline, echo, direct = echoing.pipeline, echoing.echo, echoing.direct
     # As a Redis `timeout`, a restart or an operator's CLIENT KILL would.
     assert await direct.client_kill_filter(_type="normal", skipme=True) >= 1
     loop = asyncio.get_running_loop()
@@ -241,8 +261,6 @@ async def test_calls_made_while_a_connection_is_made_again_each_get_their_own_re
     replies = await asyncio.gather(*calls, return_exceptions=True)
     wrong = [(i, reply) for i, reply in enumerate(replies) if reply != str(i)]
     assert (len(wrong), wrong[:3]) == (0, [])
-    await client.aclose()
-    await direct.aclose()
 
 
 async def test_a_call_whose_script_could_not_be_loaded_gets_the_error(
@@ -336,15 +354,8 @@ async def test_calls_load_their_script_again_after_each_flush(
     proxy.server.close()
 
 
-async def test_a_call_whose_arguments_cannot_be_sent_fails_alone(
-    redis_server: RedisServer,
-) -> None:
-    client = redis_client(redis_server.url)
-    direct = redis_client(redis_server.url)
-    echo = client.register_script("return ARGV[1]")
-    await direct.script_load(echo.script)
-    pipeline = AutoPipeline(client)
-    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+async def test_a_call_whose_arguments_cannot_be_sent_fails_alone(echoing: Echoing) -> None:
+    pipeline, echo, direct = echoing.pipeline, echoing.echo, echoing.direct
     busy = asyncio.ensure_future(direct.eval(BUSY, 0))
     await asyncio.sleep(0.05)  # the busy script has started: replies wait from now on
     before = asyncio.ensure_future(pipeline.run(echo, [], ["before"]))
@@ -358,19 +369,10 @@ async def test_a_call_whose_arguments_cannot_be_sent_fails_alone(
     replies = await asyncio.gather(before, unsendable, beside, after, return_exceptions=True)
     assert isinstance(replies[1], UnicodeEncodeError)
     assert [replies[0], *replies[2:]] == ["before", "beside", "after"]
-    await client.aclose()
-    await direct.aclose()
 
 
-async def test_each_break_of_the_connection_gets_the_retries_afresh(
-    redis_server: RedisServer,
-) -> None:
-    client = redis_client(redis_server.url)
-    direct = redis_client(redis_server.url)
-    echo = client.register_script("return ARGV[1]")
-    await direct.script_load(echo.script)
-    pipeline = AutoPipeline(client)
-    assert await pipeline.run(echo, [], ["warm"]) == "warm"
+async def test_each_break_of_the_connection_gets_the_retries_afresh(echoing: Echoing) -> None:
+    pipeline, echo, direct = echoing.pipeline, echoing.echo, echoing.direct
 
     async def break_three_times() -> None:
         for _ in range(3):  # more breaks than the client's two retries, each on its own
@@ -387,5 +389,3 @@ async def test_each_break_of_the_connection_gets_the_retries_afresh(
     failed = [reply for reply in replies if isinstance(reply, Exception)]
     assert (len(failed), failed[:1]) == (0, [])
     assert replies == [str(i) for i in range(len(calls))]
-    await client.aclose()
-    await direct.aclose()
