@@ -32,7 +32,13 @@ from gql_presence.store.errors import BadInputError, CursorExpiredError, Presenc
 from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, EventCursors, Feed
 from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
-from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks, filters_of
+from gql_presence.store.webhooks import (
+    AcknowledgedAttempt,
+    ChangedError,
+    Webhooks,
+    advanced,
+    filters_of,
+)
 from gql_presence.tasks import stop
 from gql_presence.webhooks.batches import (
     Entry,
@@ -155,10 +161,10 @@ class ShardTips:
 
     async def wait_past(
         self, shard: int, webhook: Webhook, progress: ShardProgress, wake: asyncio.Event
-    ) -> None:
+    ) -> ShardProgress:
         """Returns once the shard has entries after `progress.position` that the webhook may
         want, the first of them batch_wait_ms old or MAX_BATCH of them, or once `wake` is set
-        otherwise."""
+        otherwise: the progress then, moved past what it passed over."""
         at = progress.position
         waiting = _Waiting(webhook, waking(webhook), progress, at, at, wake)
         self._waiting[shard][wake] = waiting
@@ -166,6 +172,7 @@ class ShardTips:
             await wake.wait()
         finally:
             self._waiting[shard].pop(wake, None)
+        return waiting.progress
 
     async def run_forever(self) -> None:
         while True:
@@ -382,6 +389,12 @@ class ShardDelivery:
         self._shard = shard
         self._stopped = asyncio.Event()
         self._failures = 0
+        # The webhook as last read, and where its delivery stands since (as this lease's
+        # holder alone moves it): each step goes on from there with no read, and each write
+        # checks both are unchanged (None: read at the next step).
+        self._known: tuple[Webhook, ShardProgress] | None = None
+        # Whether the step under way read them: a request needs no check of them then.
+        self._fresh = False
         # Set by a step that left nothing after the position: the webhook it read, and where
         # it stands, to wait for new entries there.
         self._idle: tuple[Webhook, ShardProgress] | None = None
@@ -393,7 +406,9 @@ class ShardDelivery:
         self._wake.set()
 
     def wake(self) -> None:
-        """Takes a step now, if it waits for new entries."""
+        """Takes a step now, if it waits for new entries, with the webhook read again (a
+        replay or new filters were asked for)."""
+        self._known = None
         self._wake.set()
 
     def filters_changed(self, webhook: Webhook) -> bool:
@@ -407,22 +422,28 @@ class ShardDelivery:
                 await self._stopped.wait()
 
     async def _advance(self, **progress: str) -> bool:
-        return await self._d.webhooks.advance(
-            self._webhook_id, self._shard, self._d.token, progress
+        """Webhooks.advance, only from where it stands as known (ChangedError otherwise)."""
+        moved = await self._d.webhooks.advance(
+            self._webhook_id, self._shard, self._d.token, progress, unchanged=self._known
         )
-
-    def _idle_at(self, webhook: Webhook, progress: ShardProgress, **moved: str) -> None:
-        """Waits for new entries once this step ends, where it stands after `moved`."""
         if moved:
-            progress = replace(
-                progress, position=moved["position"], moved=True, pending="", gap="", decided=()
-            )
-        self._idle = (webhook, progress)
+            self._moved(progress)
+        return moved
+
+    def _moved(self, progress: dict[str, str]) -> None:
+        if self._known is not None:
+            self._known = (self._known[0], advanced(self._known[1], progress))
+
+    def _idle_here(self) -> None:
+        """Waits for new entries once this step ends, where it stands now."""
+        self._idle = self._known
 
     async def run(self) -> None:
         while not self._stopped.is_set():
             try:
                 again = await self._step()
+            except ChangedError:
+                again = True  # read again, and decided afresh
             except PresenceError as error:
                 log.warning("webhook %s: %s", self._webhook_id, error.message)
                 again = False
@@ -438,7 +459,9 @@ class ShardDelivery:
             if not again and self._idle is not None:
                 self._wake.clear()
                 if not self._stopped.is_set():
-                    await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
+                    moved = await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
+                    if self._known is not None:  # not woken to read again
+                        self._known = (self._known[0], moved)
             elif not again:
                 await self._wait(self._d.settings.poll_ms)
 
@@ -446,11 +469,22 @@ class ShardDelivery:
         """One step of the delivery: True to go on at once, False to wait (for new entries,
         when it sets _idle), None to end."""
         self._idle = None
-        found = await self._d.webhooks.for_deliveries(self._webhook_id)
-        webhook = found[0] if found else None
-        if webhook is None or not webhook.enabled:
-            return False  # the next tick gives the lease up
-        progress = webhook.progress[self._shard]
+        try:
+            return await self._step_from_known()
+        except BaseException:
+            self._known = None  # what it wrote before it failed is not known
+            raise
+
+    async def _step_from_known(self) -> bool | None:
+        known = self._known
+        # During a rotation, the read says whether the previous secret still signs.
+        self._fresh = known is None or len(known[0].secrets) > 1
+        if known is None or self._fresh:
+            found = await self._d.webhooks.for_deliveries(self._webhook_id)
+            if not found or not found[0].enabled:
+                return False  # the next tick gives the lease up
+            known = self._known = (found[0], found[0].progress[self._shard])
+        webhook, progress = known
         if webhook.replay_id and progress.replay_id != webhook.replay_id:
             return await self._replay(webhook) or None
         feed = self._d.feed
@@ -464,7 +498,7 @@ class ShardDelivery:
             webhook, progress, entries, backlog, read_all=len(entries) < count
         )
         if again is False and not entries and not progress.gap:
-            self._idle_at(webhook, progress)
+            self._idle_here()
         return again
 
     async def _deliver(
@@ -502,15 +536,16 @@ class ShardDelivery:
             if not await self._advance(position=end, pending="", decided=decided, **backlog):
                 return None
             if caught_up:
-                self._idle_at(webhook, progress, position=end)
+                self._idle_here()
                 return False
             return True
         # A full batch is the same whoever makes it from this position (the first MAX_BATCH
-        # changes after it); one that is not is kept, so that it is sent again as it was.
-        if (planned.full or progress.pending == end) and backlog:
-            await self._advance(**backlog)
-        elif not (planned.full or progress.pending == end) and not await self._advance(
-            pending=end, **backlog
+        # changes after it); one that is not is kept, so that it is sent again as it was. What
+        # is sent is decided from the webhook as read: unless read in this step, this write
+        # (with nothing else to write) checks it is unchanged before the request.
+        pending = {} if planned.full or progress.pending == end else {"pending": end}
+        if (pending or backlog or not self._fresh) and not await self._advance(
+            **pending, **backlog
         ):
             return None
         cursors = await feed.event_cursors()
@@ -563,17 +598,15 @@ class ShardDelivery:
                 # Read as the positions of every shard's delivery, once they have moved.
                 delivered_up_to=batch.end_cursor,
             )
+            written = {"position": end, "pending": "", "gap": "", "decided": decided, **backlog}
             moved = await d.webhooks.advance(
-                webhook.id,
-                self._shard,
-                d.token,
-                {"position": end, "pending": "", "gap": "", "decided": decided, **backlog},
-                acknowledged,
+                webhook.id, self._shard, d.token, written, acknowledged
             )
             if not moved:
                 return None
+            self._moved(written)
             if caught_up:
-                self._idle_at(webhook, progress, position=end)
+                self._idle_here()
                 return False
             return True
         await d.webhooks.record_attempt(
