@@ -246,7 +246,26 @@ async def test_a_waiting_delivery_takes_its_webhooks_new_kinds_and_passes_nothin
     assert [c["userId"] for c in receiver.changes()] == ["bob"]
 
 
-async def test_an_acknowledged_batch_costs_five_script_calls_and_then_none(
+async def test_a_webhooks_new_url_set_while_its_delivery_waits_gets_the_next_batch(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=1)
+    webhook = await hooked(store, receiver)
+    deliveries = await processes.start(store, dataclasses.replace(SHORT, poll_ms=50))
+    await eventually(lambda: len(deliveries.held) == 1, what="the delivery held")
+    await store.touch("ann", "tab")
+    await eventually(lambda: len(receiver.changes()) == 1, what="ann's ONLINE")
+    async with webhook_receiver() as moved:
+        moved.secret = receiver.secret
+        await store.webhooks.update(webhook.id, url=moved.url)
+        await store.touch("bob", "tab")
+        await eventually(lambda: bool(moved.changes()), what="bob's ONLINE at the new url")
+    assert [c["userId"] for c in moved.changes()] == ["bob"]
+    assert [c["userId"] for c in receiver.changes()] == ["ann"]
+    assert moved.unverified == receiver.unverified == 0
+
+
+async def test_an_acknowledged_batch_costs_four_script_calls_and_then_none(
     processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
 ) -> None:
     store = processes.store()
@@ -264,11 +283,12 @@ async def test_an_acknowledged_batch_costs_five_script_calls_and_then_none(
         return found.delivered_up_to is not None and [a.status for a in found.attempts] == [204]
 
     await eventually(recorded, what="the attempt recorded")  # two script calls
-    # The look that woke it, the webhook read, a page of the feed, the batch's end kept, the
-    # attempt recorded with the position moved; then it waits with no step of its own (the
-    # next looks and the tick may come in between).
+    # The look that woke it, a page of the feed, the batch's end kept (checking the webhook
+    # and its position are as its delivery knows them), the attempt recorded with the
+    # position moved; then it waits with no step of its own (the next looks and the tick may
+    # come in between).
     await asyncio.sleep(0.1)
-    assert await script_calls(flushed_redis) - before <= 1 + 5 + 2 + 2, "a step too many"
+    assert await script_calls(flushed_redis) - before <= 1 + 4 + 2 + 2, "a step too many"
 
 
 async def test_a_trickle_of_changes_goes_in_one_request_after_the_batch_wait(
