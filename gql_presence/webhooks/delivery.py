@@ -24,7 +24,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -135,6 +135,9 @@ class _Waiting:
     # The first entry it may want ("": none yet), and how many it may want have been seen.
     first: str = ""
     wanted: int = 0
+    # Every entry after its position up to `seen`, as the looks read them: its step's page of
+    # the feed, with no read of its own (None once more than a step reads).
+    entries: list[Entry] | None = field(default_factory=list)
 
 
 class ShardTips:
@@ -161,10 +164,11 @@ class ShardTips:
 
     async def wait_past(
         self, shard: int, webhook: Webhook, progress: ShardProgress, wake: asyncio.Event
-    ) -> ShardProgress:
+    ) -> tuple[ShardProgress, list[Entry] | None]:
         """Returns once the shard has entries after `progress.position` that the webhook may
         want, the first of them batch_wait_ms old or MAX_BATCH of them, or once `wake` is set
-        otherwise: the progress then, moved past what it passed over."""
+        otherwise: the progress then, moved past what it passed over, and every entry after
+        its position as the looks read them (None: too many, or the feed's read failed)."""
         at = progress.position
         waiting = _Waiting(webhook, waking(webhook), progress, at, at, wake)
         self._waiting[shard][wake] = waiting
@@ -172,7 +176,7 @@ class ShardTips:
             await wake.wait()
         finally:
             self._waiting[shard].pop(wake, None)
-        return waiting.progress
+        return waiting.progress, waiting.entries
 
     async def run_forever(self) -> None:
         while True:
@@ -193,6 +197,7 @@ class ShardTips:
             except CursorExpiredError:
                 # Entries after a position may be gone: each delivery's step finds out.
                 for one in list(waiting.values()):
+                    one.entries = None
                     one.wake.set()
                 return False
             # The moment of the look, by the clock of the entries' ids where it is behind.
@@ -231,6 +236,9 @@ class ShardTips:
         for one, now in zip(due, moved, strict=True):
             if now:
                 one.progress = replace(one.progress, position=one.checked, moved=True)
+                if one.entries is not None:
+                    passed = _sort_key(one.checked)
+                    one.entries = [e for e in one.entries if _sort_key(e[0]) > passed]
 
 
 def _checked(one: _Waiting, bound: str, entries: Sequence[Entry]) -> None:
@@ -239,8 +247,15 @@ def _checked(one: _Waiting, bound: str, entries: Sequence[Entry]) -> None:
     if one.wake.is_set():
         return
     seen = _sort_key(one.seen)
-    for entry_id, change in entries:
-        if change is not None and _sort_key(entry_id) > seen and one.wants(change):
+    for entry in entries:
+        entry_id, change = entry
+        if _sort_key(entry_id) <= seen:
+            continue
+        if one.entries is not None:
+            one.entries.append(entry)
+            if len(one.entries) >= READ_PER_STEP:
+                one.entries = None  # its step reads a page of its own
+        if change is not None and one.wants(change):
             one.first = one.first or entry_id
             one.wanted += 1
     if _sort_key(bound) > seen:
@@ -395,6 +410,8 @@ class ShardDelivery:
         self._known: tuple[Webhook, ShardProgress] | None = None
         # Whether the step under way read them: a request needs no check of them then.
         self._fresh = False
+        # The entries after a position, as the looks read them while it waited there.
+        self._handed: tuple[str, list[Entry]] | None = None
         # Set by a step that left nothing after the position: the webhook it read, and where
         # it stands, to wait for new entries there.
         self._idle: tuple[Webhook, ShardProgress] | None = None
@@ -459,9 +476,12 @@ class ShardDelivery:
             if not again and self._idle is not None:
                 self._wake.clear()
                 if not self._stopped.is_set():
-                    moved = await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
+                    moved, entries = await self._d.tips.wait_past(
+                        self._shard, *self._idle, self._wake
+                    )
                     if self._known is not None:  # not woken to read again
                         self._known = (self._known[0], moved)
+                        self._handed = None if entries is None else (moved.position, entries)
             elif not again:
                 await self._wait(self._d.settings.poll_ms)
 
@@ -477,6 +497,7 @@ class ShardDelivery:
 
     async def _step_from_known(self) -> bool | None:
         known = self._known
+        handed, self._handed = self._handed, None
         # During a rotation, the read says whether the previous secret still signs.
         self._fresh = known is None or len(known[0].secrets) > 1
         if known is None or self._fresh:
@@ -489,10 +510,14 @@ class ShardDelivery:
             return await self._replay(webhook) or None
         feed = self._d.feed
         count = EXAMINED_PER_SHARD if webhook.debounce_seconds else READ_PER_STEP
-        try:
-            entries = await feed.shard_page(self._shard, progress.position, count)
-        except CursorExpiredError:
-            return await self._skip_gap(progress) or None
+        # What the looks read while it waited is its page (a debounce reads further ahead).
+        if handed is not None and handed[0] == progress.position and count == READ_PER_STEP:
+            entries: Sequence[Entry] = handed[1]
+        else:
+            try:
+                entries = await feed.shard_page(self._shard, progress.position, count)
+            except CursorExpiredError:
+                return await self._skip_gap(progress) or None
         backlog = self._backlog(webhook, progress, entries)
         again = await self._deliver(
             webhook, progress, entries, backlog, read_all=len(entries) < count
