@@ -11,7 +11,11 @@ who sends it again sends the same changes, not more. A delivery with nothing aft
 waits, with no Redis work, until the process's one look per shard at the feed's new entries
 (ShardTips) sees one it may want, or a replay is asked for; the look passes it over the others
 (and, on a quiet feed, on to the present, so that its position never grows older than what the
-feed keeps), for all the waiting deliveries of a shard in one call now and then.
+feed keeps), for all the waiting deliveries of a shard in one call now and then; what the looks
+read after its position is the page it wakes to. As the lease's holder alone moves its
+position, a delivery goes on from the webhook as it read it and the position as it wrote it,
+with no read of its own: each of its writes checks that both are unchanged (a change made
+meanwhile, a secret rotated, a lease lost and taken again), and it reads them again if not.
 """
 
 from __future__ import annotations
