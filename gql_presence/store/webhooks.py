@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from gql_presence.store.days import from_ms
@@ -487,8 +488,15 @@ def _fields(
 
 
 def _progress_of(fields: Mapping[str, str], shard: int, created_ms: int) -> ShardProgress:
-    raw = {name: fields.get(f"{part}:{shard}", "") for name, part in PROGRESS_FIELDS.items()}
+    raw = {name: fields.get(field, "") for name, field in _progress_fields(shard)}
     return _progress_parsed(raw, f"{created_ms - 1}-{_LAST_SEQUENCE}")
+
+
+@cache
+def _progress_fields(shard: int) -> tuple[tuple[str, str], ...]:
+    """Each part of a shard's ShardProgress, and its field: made once per shard, as every
+    tick parses every webhook's progress in each shard."""
+    return tuple((name, f"{part}:{shard}") for name, part in PROGRESS_FIELDS.items())
 
 
 def _progress_parsed(raw: Mapping[str, str], unmoved: str) -> ShardProgress:

@@ -240,7 +240,9 @@ class ShardTips:
         for one, now in zip(due, moved, strict=True):
             if now:
                 one.progress = replace(one.progress, position=one.checked, moved=True)
-                if one.entries is not None:
+                if one.entries is not None and not one.first:
+                    one.entries = []  # every entry it holds was passed over
+                elif one.entries is not None:
                     passed = _sort_key(one.checked)
                     one.entries = [e for e in one.entries if _sort_key(e[0]) > passed]
 
