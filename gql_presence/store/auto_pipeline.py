@@ -15,9 +15,11 @@ A caller that stops waiting (its time budget ran out, or it was cancelled) befor
 was written has it dropped; after, its reply is read and dropped, so the connection never
 holds a reply that nobody reads. When the connection breaks, the calls not answered yet are
 written again on a new one, in order, by the client's retry rules (every script leaves the
-same state when run twice); a reply that does not come within the client's socket timeout
-fails every call not answered; a call that found its script missing (Redis restarted, or its
-scripts flushed) is written again once the script is loaded.
+same state when run twice), but for those whose callers stopped waiting: they may have run
+once already, and a change nobody waits for should not be made later still. A reply that does
+not come within the client's socket timeout fails every call not answered; a call that found
+its script missing (Redis restarted, or its scripts flushed) is written again once the script
+is loaded.
 """
 
 from __future__ import annotations
@@ -175,10 +177,11 @@ class AutoPipeline:
                 return
 
     async def _requeue(self, connection: AbstractConnection) -> None:
-        """After the connection broke: the calls written and not answered go first again."""
+        """After the connection broke: the calls written and not answered go first again,
+        but for those whose callers stopped waiting."""
         self._writable = False
         await connection.disconnect()
-        self._unwritten.extendleft(reversed(self._written))
+        self._unwritten.extendleft(reversed([call for call in self._written if not call[3].done()]))
         self._written.clear()
 
     def _fail_all(self, error: Exception) -> None:
