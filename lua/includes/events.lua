@@ -54,21 +54,26 @@ local function fill_looks(events, looks)
   end
 end
 
--- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says.
--- Returns, by the index of each event kept, its message of one event: the entry's JSON with
--- the entry's id (digits and a dash, nothing to escape) added, so that it is encoded once.
-local function keep_in_feed(feed, events)
-  local messages, kept = {}, false
-  local users, seen, changed = {}, {}, {}
+-- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says,
+-- at `now`. Returns, by the index of each event kept, its message of one event: the entry's
+-- JSON with the entry's id (digits and a dash, nothing to escape) added, so that it is
+-- encoded once.
+local function keep_in_feed(feed, events, now)
+  local messages = {}
+  local users, seen, changed, last = {}, {}, {}, 0
   for i = 1, #events, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
-    if (FEED_KINDS[kind] or kind == '') and not seen[user_id] then
-      seen[user_id] = true
-      users[#users + 1] = user_id
+    if FEED_KINDS[kind] or kind == '' then
+      last = i
+      if not seen[user_id] then
+        seen[user_id] = true
+        users[#users + 1] = user_id
+      end
     end
   end
-  local versions = versions_of(feed, users)
-  for i = 1, #events, EVENT_FIELDS do
+  if last == 0 then return messages end
+  local versions = versions_of(feed, users, now)
+  for i = 1, last, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
     if FEED_KINDS[kind] or kind == '' then
       if kind ~= '' then
@@ -80,14 +85,12 @@ local function keep_in_feed(feed, events)
       end
       events[i + 11] = versions[user_id]
       local entry = cjson.encode({unpack(events, i, i + 11)})
-      local id = feed_append(feed, 'u', entry)
+      local id = feed_append(feed, 'u', entry, i == last)
       events[i + 12] = id
       messages[i] = string.sub(entry, 1, -2) .. ',"' .. id .. '"]'
-      kept = true
     end
   end
-  keep_versions(feed, versions, changed)
-  if kept then feed_cap(feed) end
+  keep_versions(feed, versions, changed, now)
   return messages
 end
 
@@ -113,7 +116,8 @@ local function announce_all(channel, events, looks)
   fill_looks(events, looks)
   -- A script that knows statuses keeps the online periods its events end (includes/status.lua).
   if looks then looks.end_periods(events, EVENT_FIELDS) end
-  local ones = channel[4] and keep_in_feed(channel[4], events) or {}
+  -- A script with a feed announces with `looks`, whose moment is the script's now.
+  local ones = channel[4] and keep_in_feed(channel[4], events, looks.now) or {}
   local message = all_of(events, ones)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then

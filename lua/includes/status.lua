@@ -439,7 +439,7 @@ local function presence_entry(statuses, user_id, last_seen_key, now, retention_m
     last_seen_of(statuses, user_id, last_seen_key, now, retention_ms), sessions,
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
     choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
-    tonumber(redis.call('GET', statuses.names.version_prefix .. user_id)) or 0,
+    version_of(feed_of(statuses.names), user_id, now),
   }
 end
 
