@@ -288,7 +288,7 @@ local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
 local function feed_of(shard) return nil end
 local function feed_append(feed, field, entry, cap) return '' end
 local function feed_trim(feed, now) end
-local function version_of(feed, user_id, now) return 0 end
+local function version_of(shard, user_id, now) return 0 end
 local function versions_of(feed, user_ids, now) return {} end
 local function keep_versions(feed, versions, changed, now) end
 local function sweep_versions(feed, now, count) end

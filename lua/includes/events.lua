@@ -57,52 +57,53 @@ end
 -- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says,
 -- at `now`. Returns, by the index of each event kept, its message of one event: the entry's
 -- JSON with the entry's id (digits and a dash, nothing to escape) added, so that it is
--- encoded once.
+-- encoded once; and the versions of the users of those events after them (user_id ->
+-- version), so that the script need not read them again.
 local function keep_in_feed(feed, events, now)
-  local messages = {}
-  local users, seen, changed, last = {}, {}, {}, 0
+  local messages, users, last = {}, {}, 0
   for i = 1, #events, EVENT_FIELDS do
-    local kind, user_id = events[i], events[i + 1]
+    local kind = events[i]
     if FEED_KINDS[kind] or kind == '' then
       last = i
-      if not seen[user_id] then
-        seen[user_id] = true
-        users[#users + 1] = user_id
-      end
+      users[#users + 1] = events[i + 1]
     end
   end
-  if last == 0 then return messages end
+  if last == 0 then return messages, {} end
   local versions = versions_of(feed, users, now)
+  -- A user once per change: keep_versions writes each their last version.
+  local changed = {}
+  -- An entry's values, in one table for all the entries (no table made per entry).
+  local values = {}
   for i = 1, last, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
     if FEED_KINDS[kind] or kind == '' then
       if kind ~= '' then
         versions[user_id] = versions[user_id] + 1
-        if seen[user_id] then
-          seen[user_id] = false
-          changed[#changed + 1] = user_id
-        end
+        changed[#changed + 1] = user_id
       end
       events[i + 11] = versions[user_id]
-      local entry = cjson.encode({unpack(events, i, i + 11)})
+      values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8],
+        values[9], values[10], values[11], values[12] = unpack(events, i, i + 11)
+      local entry = cjson.encode(values)
       local id = feed_append(feed, 'u', entry, i == last)
       events[i + 12] = id
       messages[i] = string.sub(entry, 1, -2) .. ',"' .. id .. '"]'
     end
   end
   keep_versions(feed, versions, changed, now)
-  return messages
+  return messages, versions
 end
 
 -- The message of all `events`: made from their messages of one event (keep_in_feed's
 -- `ones`) when each has one, else encoded.
 local function all_of(events, ones)
+  if #events == EVENT_FIELDS and ones[1] then return ones[1] end
   local inner = {}
   for i = 1, #events, EVENT_FIELDS do
     if not ones[i] then return cjson.encode(events) end
     inner[#inner + 1] = string.sub(ones[i], 2, -2)
   end
-  return #inner == 1 and ones[1] or '[' .. table.concat(inner, ',') .. ']'
+  return '[' .. table.concat(inner, ',') .. ']'
 end
 
 -- Announces many changes, in order: for scripts that change many users. A user's events are
@@ -117,7 +118,8 @@ local function announce_all(channel, events, looks)
   -- A script that knows statuses keeps the online periods its events end (includes/status.lua).
   if looks then looks.end_periods(events, EVENT_FIELDS) end
   -- A script with a feed announces with `looks`, whose moment is the script's now.
-  local ones = channel[4] and keep_in_feed(channel[4], events, looks.now) or {}
+  local ones = {}
+  if channel[4] then ones, looks.versions = keep_in_feed(channel[4], events, looks.now) end
   local message = all_of(events, ones)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then

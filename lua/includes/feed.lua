@@ -54,21 +54,20 @@ end
 -- until then a user the hash does not hold is looked up there.
 local LEGACY = '\tlegacy'
 
--- The version in a field's value, or 0 if there is none or it has expired.
+-- The version in a field's value (not nil), or 0 if it has expired.
 local function version_in(value, now)
-  if not value then return 0 end
-  local at = string.find(value, ' ', 1, true)
-  if tonumber(string.sub(value, at + 1)) < now then return 0 end
-  return tonumber(string.sub(value, 1, at - 1))
+  local version, expiry = string.match(value, '(%d+) (%d+)')
+  if tonumber(expiry) < now then return 0 end
+  return tonumber(version)
 end
 
--- The version now of one user (0 if none is kept), for a read.
-local function version_of(feed, user_id, now)
-  local kept = redis.call('HMGET', feed.versions, user_id, LEGACY)
-  if not kept[1] and not (tonumber(kept[2]) and tonumber(kept[2]) < now) then
-    return tonumber(redis.call('GET', feed.version_prefix .. user_id)) or 0
-  end
-  return version_in(kept[1], now)
+-- The version now of one user (0 if none is kept), for a read; `shard` is the script's shard
+-- options (includes/options.lua).
+local function version_of(shard, user_id, now)
+  local kept = redis.call('HMGET', shard.versions, user_id, LEGACY)
+  if kept[1] then return version_in(kept[1], now) end
+  if tonumber(kept[2]) and tonumber(kept[2]) < now then return 0 end
+  return tonumber(redis.call('GET', shard.version_prefix .. user_id)) or 0
 end
 
 -- The versions now of the users `user_ids` (user_id -> version, 0 if none is kept), read
@@ -86,10 +85,15 @@ local function versions_of(feed, user_ids, now)
         feed.new_legacy = true
       end
     end
+    local legacy = feed.legacy >= now
     for i = first, last do
       local value = values[i - first + 2]
-      versions[user_ids[i]] = version_in(value, now)
-      if not value and feed.legacy >= now then missing[#missing + 1] = user_ids[i] end
+      if value then
+        versions[user_ids[i]] = version_in(value, now)
+      else
+        versions[user_ids[i]] = 0
+        if legacy then missing[#missing + 1] = user_ids[i] end
+      end
     end
   end
   for first, last in chunks(#missing) do
@@ -101,17 +105,34 @@ local function versions_of(feed, user_ids, now)
   return versions
 end
 
--- Keeps the version of each user of `changed` (versions_of's, counted up) until version_ms
--- after `now`: one HSET a chunk of them.
+-- Keeps the version of each user of `changed` (versions_of's, counted up; a user may be
+-- there more than once, as HSET keeps the last of a field's values) until version_ms after
+-- `now`, and LEGACY if versions_of found none: one HSET a chunk of them.
 local function keep_versions(feed, versions, changed, now)
   local expiry = ' ' .. string.format('%d', now + feed.version_ms)
-  local legacy = feed.new_legacy and {LEGACY, feed.legacy} or nil
-  if legacy and #changed == 0 then redis.call('HSET', feed.versions, unpack(legacy)) end
-  feed.new_legacy = nil
-  call_chunked('HSET', feed.versions, legacy, #changed, function(args, k, i)
-    args[k + 1], args[k + 2] = changed[i], versions[changed[i]] .. expiry
-    return k + 2
-  end)
+  local args, n = {}, 0
+  if feed.new_legacy then
+    args[1], args[2], n = LEGACY, feed.legacy, 2
+    feed.new_legacy = nil
+  end
+  -- Each version's value made once a call: a call of many new users gives all of them 1.
+  local texts = {}
+  for i = 1, #changed do
+    local user_id = changed[i]
+    local version = versions[user_id]
+    local text = texts[version]
+    if not text then
+      text = version .. expiry
+      texts[version] = text
+    end
+    args[n + 1], args[n + 2] = user_id, text
+    n = n + 2
+    if n >= 2 * CHUNK then
+      redis.call('HSET', feed.versions, unpack(args, 1, n))
+      n = 0
+    end
+  end
+  if n > 0 then redis.call('HSET', feed.versions, unpack(args, 1, n)) end
 end
 
 -- A field of the versions hash besides the users': LEGACY, and SCAN, where sweep_versions
