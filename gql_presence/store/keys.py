@@ -93,11 +93,12 @@ class Keys:
         their changes were announced, kept until the user's retention (or the feed's, if
         longer) after their last change; the sweep removes it then, or when it forgets the
         user. Its field "\tlegacy" (no user id holds a control character) says until when
-        `version` keys may be left (lua/includes/feed.lua)."""
+        `version` keys may be left, and "\tscan" where the sweep's walk of it for lapsed
+        versions left off (lua/includes/feed.lua)."""
         return self.prefix + "vers"
 
     def version(self, user_id: str) -> str:
-        """STRING counter: the user's presence version as versions before `versions` kept it,
+        """STRING counter: the user's presence version as releases before `versions` kept it,
         expiring with the user's retention (or the feed's, if longer) after their last change;
         read, never written, until the last of them has expired."""
         return self.prefix + "ver:" + user_id

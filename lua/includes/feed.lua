@@ -20,7 +20,7 @@ local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
   JOINED = true, UPDATED = true, LEFT = true}
 
 -- The feed of a script's shard options (includes/options.lua): its key, the hash of users'
--- versions and where earlier versions of this code kept them, its retention and length, and
+-- versions and where earlier releases kept them, its retention and length, and
 -- how long a version outlives its user's last change (the user's retention or the feed's,
 -- whichever is longer).
 local function feed_of(shard)
@@ -49,8 +49,8 @@ end
 -- changes hundreds of users writes them with one HSET, where a key of each with its own expiry
 -- took a SET each. A field's value is "<version> <expiry, ms>": it counts as gone after its
 -- expiry, as the key did, and the sweep removes it then (sweep_versions) or when it forgets
--- the user. Its field LEGACY says until when keys of earlier versions of this code
--- (version_prefix .. user_id, each expiring version_ms after its last write) may be left:
+-- the user. Its field LEGACY says until when keys of earlier releases (version_prefix ..
+-- user_id, each expiring version_ms after its last write) may be left:
 -- until then a user the hash does not hold is looked up there.
 local LEGACY = '\tlegacy'
 
@@ -72,8 +72,9 @@ end
 
 -- The versions now of the users `user_ids` (user_id -> version, 0 if none is kept), read
 -- together: HMGET, a chunk at a time (touchMany announces hundreds at once). The first call
--- that writes a shard's versions here sets LEGACY: as far as the longest-lived key of earlier
--- code could reach if the shard's feed exists (they were written with its entries), else 0.
+-- that writes a shard's versions here sets LEGACY: as far as the longest-lived key of an
+-- earlier release could reach if the shard's feed exists (they were written with its
+-- entries), else 0.
 local function versions_of(feed, user_ids, now)
   local versions, missing = {}, {}
   for first, last in chunks(#user_ids) do
