@@ -318,8 +318,7 @@ NO_ENTRIES_EDITS = [
 def without_feed(folder: Path, entries_only: bool = False) -> None:
     """Writes into `folder` this checkout's package and its lua/ with the feed left out
     (NO_FEED_INCLUDE, NO_FEED_EDITS), or with `entries_only` its entries alone
-    (NO_ENTRIES_EDITS), for run_in. Without the feed its sweep fails (it deletes versions):
-    the benches that use it do not sweep."""
+    (NO_ENTRIES_EDITS), for run_in."""
     root = Path(__file__).resolve().parent.parent
     shutil.copytree(
         root / "gql_presence", folder / "gql_presence", ignore=shutil.ignore_patterns("__pycache__")
