@@ -16,7 +16,12 @@ from typing import Any
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
-from gql_presence.observability.logs import json_line, json_stream_of
+from gql_presence.observability.logs import (
+    RequestArgs,
+    json_stream_of,
+    request_fields,
+    request_line,
+)
 from gql_presence.observability.metrics import Metrics
 
 log = logging.getLogger("gql_presence.requests")
@@ -109,23 +114,13 @@ def _record(metrics: Metrics, request: web.Request, started: float, status: int)
     # aiohttp's Python parser takes any token as a method, up to 8 KiB of it.
     method = request.method if request.method in hdrs.METH_ALL else "OTHER"
     args = (method, request.path, operation, outcome, caller, status, seconds * 1000)
-    fields = {
-        "method": method,
-        "path": request.path,
-        "status": status,
-        "operation": operation,
-        "outcome": outcome,
-        "caller": caller,
-        "duration_ms": round(seconds * 1000, 2),
-    }
     handler = json_stream_of(log)
     if handler is None:
-        log.info(_LINE, *args, extra=fields)
+        log.info(_LINE, *args, extra=request_fields(args))
         return
     # The line StreamHandler.emit would write, without a LogRecord made and handled for it:
     # about half of the line's cost.
-    line = json_line(time.time(), "INFO", log.name, _LINE % args, fields)
-    _LINES_OF_THE_TURN.add(handler, line, args, fields)
+    _LINES_OF_THE_TURN.add(handler, request_line(time.time(), log.name, _LINE % args, args), args)
 
 
 _LINE = "%s %s %s %s %s %d %.1f ms"
@@ -141,8 +136,8 @@ class _LinesOfATurn:
     __slots__ = ("_handler", "_lines", "_loop")
 
     def __init__(self) -> None:
-        # Each line, and its message's arguments and fields, should logging write it instead.
-        self._lines: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = []
+        # Each line, and its message's arguments, should logging write it instead.
+        self._lines: list[tuple[str, RequestArgs]] = []
         self._handler: logging.StreamHandler[Any] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -150,8 +145,7 @@ class _LinesOfATurn:
         self,
         handler: logging.StreamHandler[Any],
         line: str,
-        args: tuple[Any, ...],
-        fields: dict[str, Any],
+        args: RequestArgs,
     ) -> None:
         try:
             loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
@@ -160,7 +154,7 @@ class _LinesOfATurn:
         if self._lines and (handler is not self._handler or loop is not self._loop):
             self.write()  # another stream's lines, or another loop's (tests run one each)
         self._handler, self._loop = handler, loop
-        self._lines.append((line, args, fields))
+        self._lines.append((line, args))
         if loop is None:
             self.write()
         elif len(self._lines) == 1:
@@ -175,7 +169,7 @@ class _LinesOfATurn:
             return
         handler.acquire()
         try:
-            handler.stream.write("".join([line + handler.terminator for line, _, _ in lines]))
+            handler.stream.write("".join([line + handler.terminator for line, _ in lines]))
             handler.flush()
         except Exception:  # handed to logging, which reports it
             failed = True
@@ -184,8 +178,8 @@ class _LinesOfATurn:
         finally:
             handler.release()
         if failed:
-            for _, args, fields in lines:
-                log.info(_LINE, *args, extra=fields)
+            for _, args in lines:
+                log.info(_LINE, *args, extra=request_fields(args))
 
 
 _LINES_OF_THE_TURN = _LinesOfATurn()

@@ -13,11 +13,20 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gql_presence.app import create_app
 from gql_presence.observability import request_log
-from gql_presence.observability.logs import REQUEST_FIELDS, JsonLines, configure_logging
+from gql_presence.observability.logs import (
+    REQUEST_FIELDS,
+    JsonLines,
+    configure_logging,
+    json_line,
+    request_fields,
+    request_line,
+)
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import ClientFactory, graphql
@@ -185,6 +194,28 @@ async def test_json_request_lines_are_the_lines_logging_writes(api: Service) -> 
     ]
 
 
+@given(
+    # Any moment from 1970 to 2100, to the float's last bit, and the next second's edge.
+    st.floats(0, 4_102_444_800) | st.integers(0, 4_102_444_800).map(lambda s: s - 5e-7),
+    st.text(),
+    st.tuples(
+        st.text(),
+        st.text(),
+        st.text(),
+        st.text(),
+        st.text(),
+        st.integers(100, 599),
+        st.floats(0, 1e7),
+    ),
+)
+def test_a_request_line_is_the_json_line_of_its_fields(
+    created: float, message: str, args: tuple[str, str, str, str, str, int, float]
+) -> None:
+    fields = request_fields(args)
+    expected = json_line(created, "INFO", "gql_presence.requests", message, fields)
+    assert request_line(created, "gql_presence.requests", message, args) == expected
+
+
 class _Writes(io.StringIO):
     """A stream that keeps what each write was given."""
 
@@ -230,10 +261,9 @@ def test_request_lines_whose_stream_fails_are_handed_to_logging(
         def write(self, text: str) -> int:
             raise OSError("the disk is full")
 
-    fields = {"operation": "query:presence", "outcome": "ok", "status": 200}
     args = ("POST", "/graphql", "query:presence", "ok", "open", 200, 1.25)
     with caplog.at_level(logging.INFO, logger="gql_presence.requests"):
-        request_log._LinesOfATurn().add(logging.StreamHandler(Failing()), "{}", args, fields)
+        request_log._LinesOfATurn().add(logging.StreamHandler(Failing()), "{}", args)
     (record,) = [r for r in caplog.records if r.name == "gql_presence.requests"]
     assert record.getMessage() == "POST /graphql query:presence ok open 200 1.2 ms"
     assert record.__dict__["operation"] == "query:presence"
