@@ -129,9 +129,8 @@ _LINE = "%s %s %s %s %s %d %.1f ms"
 class _LinesOfATurn:
     """The request lines made in one turn of the event loop, written to their handler's
     stream together at the turn's end: one write, a system call, for all of them rather
-    than one each, which cost a `presence` request about 7% of its CPU under load (one
-    process, bench/RESULTS.md, 2026-11-29). A line of another logger written meanwhile
-    may come before them."""
+    than one each (about 4% of a `presence` request's CPU under load, bench/RESULTS.md,
+    2026-11-29). A line of another logger written meanwhile may come before them."""
 
     __slots__ = ("_handler", "_lines", "_loop")
 
