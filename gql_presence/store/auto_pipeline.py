@@ -29,6 +29,7 @@ import contextlib
 from collections import deque
 from typing import Any
 
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
@@ -151,7 +152,9 @@ class AutoPipeline:
         while self._written:
             script, _, _, future = self._written[0]
             try:
-                reply: Any = await connection.read_response()
+                reply: Any = _read_already(connection)
+                if reply is NOT_ENOUGH_DATA:
+                    reply = await connection.read_response()
             except NoScriptError as missing:
                 if future in written_again:  # missing again, after its load
                     self._written.popleft()
@@ -190,6 +193,24 @@ class AutoPipeline:
             _answer(future, error)
         self._written.clear()
         self._unwritten.clear()
+
+
+def _read_already(connection: AbstractConnection) -> Any:
+    """The next reply when the bytes read from the socket already hold it whole, else
+    NOT_ENOUGH_DATA; raised as read_response raises it when it is an error. Taken without the
+    await and the timer that read_response sets for each read: replies come in batches (Redis
+    runs every call it has read before writing any reply), and only a batch's first needs to
+    wait for the socket."""
+    parser = connection._parser
+    reader = getattr(parser, "_reader", None)  # hiredis's (redis[hiredis] is required)
+    if reader is None or not getattr(parser, "_connected", False):
+        return NOT_ENOUGH_DATA
+    reply = reader.gets()
+    if isinstance(reply, (RedisConnectionError, ResponseError)):
+        raise reply
+    if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
+        raise reply[0]
+    return reply
 
 
 def _answer(future: asyncio.Future[Any], reply: Any) -> None:
