@@ -46,7 +46,6 @@ CALLS = 2000
 MANY = 10_000
 BATCH = 250
 DAY_MS = 86_400_000
-HOURLY_MS = Settings.hourly_ms  # PRESENCE_HOURLY_DAYS, as the bench's store keeps it
 
 
 def spread(users: int, seed: int = 7) -> list[list[array[int]]]:
@@ -195,7 +194,10 @@ async def bitmap_bytes(
     async for key in redis.scan_iter(match="gqlp:*", count=1000):
         kind = key.split(":")[2]
         # The stats time zone is UTC: an hour's day begins at a multiple of DAY_MS.
-        if kind == "hour" and int(key.split(":")[3]) // DAY_MS * DAY_MS + HOURLY_MS <= now_ms:
+        if (
+            kind == "hour"
+            and int(key.split(":")[3]) // DAY_MS * DAY_MS + Settings.hourly_ms <= now_ms
+        ):
             left_out += 1
             continue
         if kind in kinds:

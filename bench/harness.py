@@ -286,40 +286,39 @@ NO_FEED_INCLUDE = """-- The feed left out (bench/harness.py, without_feed): noth
 local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
   JOINED = true, UPDATED = true, LEFT = true}
 local function feed_of(shard) return nil end
-local function feed_append(feed, field, entry) return '' end
-local function feed_cap(feed) end
+local function feed_append(feed, field, entry, cap) return '' end
 local function feed_trim(feed, now) end
-local function versions_of(feed, user_ids) return {} end
-local function keep_versions(feed, versions, changed) end
+local function version_of(shard, user_id, now) return 0 end
+local function versions_of(feed, user_ids, now) return {} end
+local function keep_versions(feed, versions, changed, now) end
+local function sweep_versions(feed, now, count) end
+local function forget_version(feed, user_id) end
 """
 NO_FEED_EDITS = [
     # A place's entry, encoded for the feed alone.
     (
         "includes/places.lua",
-        "feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}))",
+        "feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}), i == last)",
         "''",
-    ),
-    # The user's version in a presence read (a touch's reply).
-    (
-        "includes/status.lua",
-        "tonumber(redis.call('GET', statuses.names.version_prefix .. user_id)) or 0",
-        "0",
     ),
 ]
 
 
 # Only the feed's entries left out: versions are read, counted and kept as with the feed.
 NO_ENTRIES_EDITS = [
+    (
+        "includes/feed.lua",
+        "redis.call('XADD', feed.key, 'MAXLEN', '~', feed.max_changes, '*', field, entry)",
+        "''",
+    ),
     ("includes/feed.lua", "redis.call('XADD', feed.key, '*', field, entry)", "''"),
-    ("includes/feed.lua", "redis.call('XTRIM', feed.key, 'MAXLEN', '~', feed.max_changes)", ""),
 ]
 
 
 def without_feed(folder: Path, entries_only: bool = False) -> None:
     """Writes into `folder` this checkout's package and its lua/ with the feed left out
     (NO_FEED_INCLUDE, NO_FEED_EDITS), or with `entries_only` its entries alone
-    (NO_ENTRIES_EDITS), for run_in. Without the feed its sweep fails (it deletes versions):
-    the benches that use it do not sweep."""
+    (NO_ENTRIES_EDITS), for run_in."""
     root = Path(__file__).resolve().parent.parent
     shutil.copytree(
         root / "gql_presence", folder / "gql_presence", ignore=shutil.ignore_patterns("__pycache__")

@@ -20,7 +20,8 @@
                                users online with no index entry, "done" once a pass has ended
                                (none kept while nobody is online)
   ARGV[1]  batch          int: at most this many users of each kind per call (expired, past
-                          the retention)
+                          the retention), and about this many users' versions looked at for
+                          their expiry (includes/feed.lua, sweep_versions)
   ARGV[2]  purge_after_ms int ms: a user whose last activity is older than this is forgotten,
                           and their bit index set cooling. It must exceed the retention by more
                           than a day, so that no day bitmap still kept holds their bit.
@@ -216,7 +217,7 @@ for i = 1, #forgotten do
     redis.call('ZADD', KEYS[10], now + tonumber(ARGV[10]), index)
   end
   redis.call('ZREM', last_seen_key, user_id)
-  redis.call('DEL', channel[4].version_prefix .. user_id)
+  forget_version(channel[4], user_id)
 end
 -- Bit indexes that no kept bitmap can hold any more: handed out again, never active yet.
 local cooled = redis.call('ZRANGEBYSCORE', KEYS[10], '-inf', now, 'LIMIT', 0, batch)
@@ -226,4 +227,5 @@ for _, index in ipairs(cooled) do
   redis.call('RPUSH', free_key, index)
 end
 feed_trim(channel[4], now)
+sweep_versions(channel[4], now, batch)
 return {#expired / 2, #forgotten, online_count(leases, online_key, now), ended, math.max(#ended_statuses, #turned_away), #overdue}

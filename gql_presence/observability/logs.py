@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring
 from typing import Any
 
 from aiohttp.http_exceptions import HttpProcessingError
@@ -65,6 +67,73 @@ def json_line(
     if exception is not None:
         line["exception"] = exception
     return _ENCODE(line)
+
+
+def request_line(created: float, logger: str, message: str, args: RequestArgs) -> str:
+    """json_line(created, "INFO", logger, message, request_fields(args)): the same text, made
+    from its parts, without a dictionary walked by the encoder and a datetime for each line
+    (1.75 µs a line where json_line takes 5.0, bench/RESULTS.md, 2026-11-29)."""
+    method, path, operation, outcome, caller, status, duration_ms = args
+    return (
+        f'{{"time": "{_SECONDS.iso_ms(created)}", "level": "info", "logger": {_TEXT(logger)}, '
+        f'"message": {_TEXT(message)}, "method": {_TEXT(method)}, "path": {_TEXT(path)}, '
+        f'"status": {int.__repr__(status)}, "operation": {_TEXT(operation)}, '
+        f'"outcome": {_TEXT(outcome)}, "caller": {_TEXT(caller)}, '
+        f'"duration_ms": {float.__repr__(round(duration_ms, 2))}}}'
+    )
+
+
+# A request's line's arguments: method, path, operation, outcome, caller, status, and its
+# duration in ms.
+RequestArgs = tuple[str, str, str, str, str, int, float]
+
+
+def request_fields(args: RequestArgs) -> dict[str, Any]:
+    """The REQUEST_FIELDS of a request's line."""
+    method, path, operation, outcome, caller, status, duration_ms = args
+    return {
+        "method": method,
+        "path": path,
+        "status": status,
+        "operation": operation,
+        "outcome": outcome,
+        "caller": caller,
+        "duration_ms": round(duration_ms, 2),
+    }
+
+
+# A string as _ENCODE writes it.
+_TEXT = encode_basestring
+
+
+class _Seconds:
+    """datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds"), each second's date
+    and time made once: CPython's steps from a timestamp to its microseconds, rounded half
+    to even, then those of the second."""
+
+    __slots__ = ("_after", "_before", "_second")
+
+    def __init__(self) -> None:
+        self._second: int | None = None
+        self._before = self._after = ""  # the second's text, before and after its fraction
+
+    def iso_ms(self, created: float) -> str:
+        fraction, whole = math.modf(created)
+        micros = round(fraction * 1e6)
+        if micros >= 1_000_000:
+            micros -= 1_000_000
+            whole += 1
+        elif micros < 0:
+            micros += 1_000_000
+            whole -= 1
+        second = int(whole)
+        if second != self._second:
+            shown = datetime.fromtimestamp(second, UTC).isoformat()
+            self._second, self._before, self._after = second, shown[:19], shown[19:]
+        return f"{self._before}.{micros // 1000:03d}{self._after}"
+
+
+_SECONDS = _Seconds()
 
 
 def json_stream_of(logger: logging.Logger) -> logging.StreamHandler[Any] | None:

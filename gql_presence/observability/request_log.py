@@ -6,6 +6,7 @@ which the schema bounds, rather than by the client's operation name, which it do
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -15,7 +16,12 @@ from typing import Any
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Middleware
 
-from gql_presence.observability.logs import json_line, json_stream_of
+from gql_presence.observability.logs import (
+    RequestArgs,
+    json_stream_of,
+    request_fields,
+    request_line,
+)
 from gql_presence.observability.metrics import Metrics
 
 log = logging.getLogger("gql_presence.requests")
@@ -108,36 +114,71 @@ def _record(metrics: Metrics, request: web.Request, started: float, status: int)
     # aiohttp's Python parser takes any token as a method, up to 8 KiB of it.
     method = request.method if request.method in hdrs.METH_ALL else "OTHER"
     args = (method, request.path, operation, outcome, caller, status, seconds * 1000)
-    fields = {
-        "method": method,
-        "path": request.path,
-        "status": status,
-        "operation": operation,
-        "outcome": outcome,
-        "caller": caller,
-        "duration_ms": round(seconds * 1000, 2),
-    }
     handler = json_stream_of(log)
+    if handler is None:
+        log.info(_LINE, *args, extra=request_fields(args))
+        return
     # The line StreamHandler.emit would write, without a LogRecord made and handled for it:
     # about half of the line's cost.
-    if handler is not None and _written(handler, _LINE % args, fields):
-        return
-    log.info(_LINE, *args, extra=fields)
+    _LINES_OF_THE_TURN.add(handler, request_line(time.time(), log.name, _LINE % args, args), args)
 
 
 _LINE = "%s %s %s %s %s %d %.1f ms"
 
 
-def _written(handler: logging.StreamHandler[Any], message: str, fields: dict[str, Any]) -> bool:
-    """Writes the request's JSON line as `handler`'s emit would; False when its stream
-    failed (logging then writes the line, and reports the failure, as usual)."""
-    line = json_line(time.time(), "INFO", log.name, message, fields)
-    handler.acquire()
-    try:
-        handler.stream.write(line + handler.terminator)
-        handler.flush()
-    except Exception:  # handed to logging, which reports it
-        return False
-    finally:
-        handler.release()
-    return True
+class _LinesOfATurn:
+    """The request lines made in one turn of the event loop, written to their handler's
+    stream together at the turn's end: one write, a system call, for all of them rather
+    than one each (about 4% of a `presence` request's CPU under load, bench/RESULTS.md,
+    2026-11-29). A line of another logger written meanwhile may come before them."""
+
+    __slots__ = ("_handler", "_lines", "_loop")
+
+    def __init__(self) -> None:
+        # Each line, and its message's arguments, should logging write it instead.
+        self._lines: list[tuple[str, RequestArgs]] = []
+        self._handler: logging.StreamHandler[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def add(
+        self,
+        handler: logging.StreamHandler[Any],
+        line: str,
+        args: RequestArgs,
+    ) -> None:
+        try:
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if self._lines and (handler is not self._handler or loop is not self._loop):
+            self.write()  # another stream's lines, or another loop's (tests run one each)
+        self._handler, self._loop = handler, loop
+        self._lines.append((line, args))
+        if loop is None:
+            self.write()
+        elif len(self._lines) == 1:
+            loop.call_soon(self.write)
+
+    def write(self) -> None:
+        """Writes the lines waiting as `handler`'s emit would; should its stream fail,
+        logging writes each line again, and reports the failure, as usual."""
+        lines, self._lines = self._lines, []
+        handler = self._handler
+        if not lines or handler is None:
+            return
+        handler.acquire()
+        try:
+            handler.stream.write("".join([line + handler.terminator for line, _ in lines]))
+            handler.flush()
+        except Exception:  # handed to logging, which reports it
+            failed = True
+        else:
+            failed = False
+        finally:
+            handler.release()
+        if failed:
+            for _, args in lines:
+                log.info(_LINE, *args, extra=request_fields(args))
+
+
+_LINES_OF_THE_TURN = _LinesOfATurn()

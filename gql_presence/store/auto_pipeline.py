@@ -15,9 +15,11 @@ A caller that stops waiting (its time budget ran out, or it was cancelled) befor
 was written has it dropped; after, its reply is read and dropped, so the connection never
 holds a reply that nobody reads. When the connection breaks, the calls not answered yet are
 written again on a new one, in order, by the client's retry rules (every script leaves the
-same state when run twice); a reply that does not come within the client's socket timeout
-fails every call not answered; a call that found its script missing (Redis restarted, or its
-scripts flushed) is written again once the script is loaded.
+same state when run twice), but for those whose callers stopped waiting: they may have run
+once already, and a change nobody waits for should not be made later still. A reply that does
+not come within the client's socket timeout fails every call not answered; a call that found
+its script missing (Redis restarted, or its scripts flushed) is written again once the script
+is loaded.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import contextlib
 from collections import deque
 from typing import Any
 
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 from redis.commands.core import AsyncScript
@@ -149,7 +152,9 @@ class AutoPipeline:
         while self._written:
             script, _, _, future = self._written[0]
             try:
-                reply: Any = await connection.read_response()
+                reply: Any = _read_already(connection)
+                if reply is NOT_ENOUGH_DATA:
+                    reply = await connection.read_response()
             except NoScriptError as missing:
                 if future in written_again:  # missing again, after its load
                     self._written.popleft()
@@ -175,10 +180,11 @@ class AutoPipeline:
                 return
 
     async def _requeue(self, connection: AbstractConnection) -> None:
-        """After the connection broke: the calls written and not answered go first again."""
+        """After the connection broke: the calls written and not answered go first again,
+        but for those whose callers stopped waiting."""
         self._writable = False
         await connection.disconnect()
-        self._unwritten.extendleft(reversed(self._written))
+        self._unwritten.extendleft(reversed([call for call in self._written if not call[3].done()]))
         self._written.clear()
 
     def _fail_all(self, error: Exception) -> None:
@@ -187,6 +193,24 @@ class AutoPipeline:
             _answer(future, error)
         self._written.clear()
         self._unwritten.clear()
+
+
+def _read_already(connection: AbstractConnection) -> Any:
+    """The next reply when the bytes read from the socket already hold it whole, else
+    NOT_ENOUGH_DATA; raised as read_response raises it when it is an error. Taken without the
+    await and the timer that read_response sets for each read: replies come in batches (Redis
+    runs every call it has read before writing any reply), and only a batch's first needs to
+    wait for the socket."""
+    parser = connection._parser
+    reader = getattr(parser, "_reader", None)  # hiredis's (redis[hiredis] is required)
+    if reader is None or not getattr(parser, "_connected", False):
+        return NOT_ENOUGH_DATA
+    reply = reader.gets()
+    if isinstance(reply, (RedisConnectionError, ResponseError)):
+        raise reply
+    if isinstance(reply, list) and reply and isinstance(reply[0], RedisConnectionError):
+        raise reply[0]
+    return reply
 
 
 def _answer(future: asyncio.Future[Any], reply: Any) -> None:

@@ -87,10 +87,20 @@ class Keys:
         retention and length (lua/includes/feed.lua)."""
         return self.prefix + "feed"
 
+    @property
+    def versions(self) -> str:
+        """HASH user_id -> "<version> <expiry, ms>": the user's presence version, how many of
+        their changes were announced, kept until the user's retention (or the feed's, if
+        longer) after their last change; the sweep removes it then, or when it forgets the
+        user. Its field "\tlegacy" (no user id holds a control character) says until when
+        `version` keys may be left, and "\tscan" where the sweep's walk of it for lapsed
+        versions left off (lua/includes/feed.lua)."""
+        return self.prefix + "vers"
+
     def version(self, user_id: str) -> str:
-        """STRING counter: the user's presence version, how many of their changes were
-        announced. Expires with the user's retention (or the feed's, if longer) after their
-        last change, and goes when the sweep forgets the user."""
+        """STRING counter: the user's presence version as releases before `versions` kept it,
+        expiring with the user's retention (or the feed's, if longer) after their last change;
+        read, never written, until the last of them has expired."""
         return self.prefix + "ver:" + user_id
 
     def session_extras(self, user_id: str) -> str:

@@ -155,6 +155,7 @@ OPTION_NAMES = (
     "first_days",
     "last_seen",
     "index_prefix",
+    "versions",
 )
 NUMBERS_FORMAT = ">" + "d" * len(OPTION_NUMBERS)
 
@@ -328,6 +329,7 @@ class Shard:
                     "first_days": k.first_days,
                     "last_seen": k.last_seen,
                     "index_prefix": k.online_index(""),
+                    "versions": k.versions,
                 }
             )
         return self._options

@@ -54,52 +54,62 @@ local function fill_looks(events, looks)
   end
 end
 
--- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says.
--- Returns, by the index of each event kept, its message of one event: the entry's JSON with
--- the entry's id (digits and a dash, nothing to escape) added, so that it is encoded once.
-local function keep_in_feed(feed, events)
-  local messages, kept = {}, false
-  local users, seen, changed = {}, {}, {}
+-- Gives each event its user's version and keeps it in the feed, as includes/feed.lua says,
+-- at `now`. Returns, by the index of each event kept, its entry's JSON without its brackets,
+-- from which its messages are made (one_of, all_of) with the entry's id (digits and a dash,
+-- nothing to escape) added, so that it is encoded once; and the versions of the users of
+-- those events after them (user_id -> version), so that the script need not read them again.
+local function keep_in_feed(feed, events, now)
+  local inner, users, last = {}, {}, 0
   for i = 1, #events, EVENT_FIELDS do
-    local kind, user_id = events[i], events[i + 1]
-    if (FEED_KINDS[kind] or kind == '') and not seen[user_id] then
-      seen[user_id] = true
-      users[#users + 1] = user_id
+    local kind = events[i]
+    if FEED_KINDS[kind] or kind == '' then
+      last = i
+      users[#users + 1] = events[i + 1]
     end
   end
-  local versions = versions_of(feed, users)
-  for i = 1, #events, EVENT_FIELDS do
+  if last == 0 then return inner, {} end
+  local versions = versions_of(feed, users, now)
+  -- A user once per change: keep_versions writes each their last version.
+  local changed = {}
+  -- An entry's values, in one table for all the entries (no table made per entry).
+  local values = {}
+  for i = 1, last, EVENT_FIELDS do
     local kind, user_id = events[i], events[i + 1]
     if FEED_KINDS[kind] or kind == '' then
       if kind ~= '' then
         versions[user_id] = versions[user_id] + 1
-        if seen[user_id] then
-          seen[user_id] = false
-          changed[#changed + 1] = user_id
-        end
+        changed[#changed + 1] = user_id
       end
       events[i + 11] = versions[user_id]
-      local entry = cjson.encode({unpack(events, i, i + 11)})
-      local id = feed_append(feed, 'u', entry)
-      events[i + 12] = id
-      messages[i] = string.sub(entry, 1, -2) .. ',"' .. id .. '"]'
-      kept = true
+      values[1], values[2], values[3], values[4], values[5], values[6], values[7], values[8],
+        values[9], values[10], values[11], values[12] = unpack(events, i, i + 11)
+      local entry = cjson.encode(values)
+      events[i + 12] = feed_append(feed, 'u', entry, i == last)
+      inner[i] = string.sub(entry, 2, -2)
     end
   end
-  keep_versions(feed, versions, changed)
-  if kept then feed_cap(feed) end
-  return messages
+  keep_versions(feed, versions, changed, now)
+  return inner, versions
 end
 
--- The message of all `events`: made from their messages of one event (keep_in_feed's
--- `ones`) when each has one, else encoded.
-local function all_of(events, ones)
-  local inner = {}
+-- The message of the one event at i, kept in the feed (keep_in_feed's `inner`).
+local function one_of(events, inner, i)
+  return '[' .. inner[i] .. ',"' .. events[i + 12] .. '"]'
+end
+
+-- The message of all `events`: made from their entries (keep_in_feed's `inner`) when each is
+-- kept in the feed, else encoded.
+local function all_of(events, inner)
+  if #events == EVENT_FIELDS and inner[1] then return one_of(events, inner, 1) end
+  local parts, n = {'['}, 1
   for i = 1, #events, EVENT_FIELDS do
-    if not ones[i] then return cjson.encode(events) end
-    inner[#inner + 1] = string.sub(ones[i], 2, -2)
+    if not inner[i] then return cjson.encode(events) end
+    parts[n + 1], parts[n + 2], parts[n + 3], parts[n + 4] = inner[i], ',"', events[i + 12], '",'
+    n = n + 4
   end
-  return #inner == 1 and ones[1] or '[' .. table.concat(inner, ',') .. ']'
+  parts[n] = '"]'
+  return table.concat(parts)
 end
 
 -- Announces many changes, in order: for scripts that change many users. A user's events are
@@ -113,8 +123,10 @@ local function announce_all(channel, events, looks)
   fill_looks(events, looks)
   -- A script that knows statuses keeps the online periods its events end (includes/status.lua).
   if looks then looks.end_periods(events, EVENT_FIELDS) end
-  local ones = channel[4] and keep_in_feed(channel[4], events) or {}
-  local message = all_of(events, ones)
+  -- A script with a feed announces with `looks`, whose moment is the script's now.
+  local inner = {}
+  if channel[4] then inner, looks.versions = keep_in_feed(channel[4], events, looks.now) end
+  local message = all_of(events, inner)
   local user_prefix, publish = channel[2], channel[3]
   if n == EVENT_FIELDS then
     redis.call(publish, user_prefix .. events[2], message)
@@ -123,7 +135,7 @@ local function announce_all(channel, events, looks)
     for i = 1, n, EVENT_FIELDS do
       local user_id = events[i + 1]
       if events[i + EVENT_FIELDS + 1] ~= user_id then
-        local own = first == i and ones[i]
+        local own = first == i and inner[i] and one_of(events, inner, i)
           or cjson.encode({unpack(events, first, i + EVENT_FIELDS - 1)})
         redis.call(publish, user_prefix .. user_id, own)
         first = i + EVENT_FIELDS

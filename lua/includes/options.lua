@@ -15,7 +15,7 @@ local function shard_options(packed)
     o.place_holders_prefix, o.place_states_prefix, o.place_users_prefix, o.place_channel_prefix,
     o.feed, o.version_prefix, o.user_index, o.online_time_prefix, o.period_lengths_prefix, o.zone,
     o.hour_prefix, o.week_prefix, o.month_prefix, o.first_day_prefix, o.first_week_prefix,
-    o.first_month_prefix, o.first_days, o.last_seen, o.index_prefix =
-    struct.unpack('>ddddddddd' .. string.rep('Bc0', 39), packed)
+    o.first_month_prefix, o.first_days, o.last_seen, o.index_prefix, o.versions =
+    struct.unpack('>ddddddddd' .. string.rep('Bc0', 40), packed)
   return o
 end

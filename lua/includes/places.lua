@@ -103,14 +103,15 @@ local PLACE_FIELDS = 9
 -- Keeps the place's changes in the feed, then announces them.
 local function announce_place(place, events)
   if #events == 0 then return end
-  local kept = false
+  local last = 0
   for i = 1, #events, PLACE_FIELDS do
+    if FEED_KINDS[events[i]] then last = i end
+  end
+  for i = 1, last, PLACE_FIELDS do
     if FEED_KINDS[events[i]] then
-      events[i + 8] = feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}))
-      kept = true
+      events[i + 8] = feed_append(place.feed, 'p', cjson.encode({unpack(events, i, i + 7)}), i == last)
     end
   end
-  if kept then feed_cap(place.feed) end
   redis.call(place.publish, place.channel, cjson.encode(events))
 end
 

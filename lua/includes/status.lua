@@ -357,7 +357,8 @@ end
 -- its online key, the window (ms), the script's `now` and its leases (includes/live.lua,
 -- lease_book); and what the includes that do not
 -- know statuses call through it (includes/live.lua, `statuses` of a user's keys; fill for
--- announce_all's `looks`, includes/events.lua). With `remember`, choices_of reads a user's
+-- announce_all's `looks`, includes/events.lua, which keeps in it the versions its events gave
+-- their users, `versions`, for presence_entry). With `remember`, choices_of reads a user's
 -- choices once per call: for a script whose only writes of them are this file's (came_online,
 -- went_offline, look_of), which read them anew after (the onlineSince these two write is
 -- known without a read).
@@ -439,7 +440,7 @@ local function presence_entry(statuses, user_id, last_seen_key, now, retention_m
     last_seen_of(statuses, user_id, last_seen_key, now, retention_ms), sessions,
     status_from(#ids > 0, choices.chosen, idle), choices.chosen, custom_value(choices.custom),
     choices.visible, choices.hidden_seen or -1, #ids > 0 and choices.since or -1,
-    tonumber(redis.call('GET', statuses.names.version_prefix .. user_id)) or 0,
+    statuses.versions and statuses.versions[user_id] or version_of(statuses.names, user_id, now),
   }
 end
 

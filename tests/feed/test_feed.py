@@ -11,8 +11,10 @@ from gql_presence.store import PresenceStore, feed
 from gql_presence.store.errors import BadInputError, CursorExpiredError
 from gql_presence.store.keys import Keys
 from gql_presence.store.wire import PublishedEvent, PublishedPlaceEvent
-from tests.conftest import StoreFactory
+from tests.conftest import TEST_SETTINGS, StoreFactory
 from tests.helpers import counted_calls, eventually
+
+KEYS = Keys()
 
 
 def kinds_of(nodes: tuple[PublishedEvent | PublishedPlaceEvent, ...]) -> list[tuple[str, str]]:
@@ -166,3 +168,45 @@ async def test_a_look_and_every_page_of_the_same_entries_decode_each_once(
         read += looked
     assert sorted(change.user_id for _, change in read if change) == ["ann", "bob", "cyd", "dee"]
     assert len(decoded) == 4
+
+
+async def test_versions_kept_by_earlier_code_are_read_and_counted_on(
+    store: PresenceStore, redis: Redis
+) -> None:
+    # A shard as code that kept each version in a key of its own left it: its feed there, and
+    # no hash of versions.
+    await store.touch("ann", "phone")
+    await redis.delete(KEYS.versions)
+    await redis.set(KEYS.version("ann"), 5, px=60_000)
+    await redis.set(KEYS.version("bob"), 7, px=60_000)
+    assert (await store.presence("ann")).version == 5
+    await store.kick("ann")
+    await store.touch_many(["bob", "cat"])
+    assert [(await store.presence(u)).version for u in ("ann", "bob", "cat")] == [6, 8, 1]
+    page = await store.changes(None, 10)
+    assert [(n.kind, n.user_id, n.version) for n in page.nodes][-3:] == [
+        ("KICKED", "ann", 6),
+        ("ONLINE", "bob", 8),
+        ("ONLINE", "cat", 1),
+    ]
+
+
+async def test_a_version_lasts_the_retention_after_its_change(
+    store: PresenceStore, redis: Redis
+) -> None:
+    before_ms = time.time_ns() // 1_000_000
+    await store.touch("ann", "phone")
+    assert (await store.presence("ann")).version == 1
+    value = await redis.hget(KEYS.versions, "ann")
+    assert value is not None
+    expiry_ms = int(value.split()[1])
+    retention_ms = TEST_SETTINGS.retention_ms
+    assert before_ms + retention_ms <= expiry_ms <= before_ms + retention_ms + 60_000
+    # Once past its expiry it is gone, as a key with that expiry would be: the user's changes
+    # are counted again from nothing, and the sweep removes it.
+    await redis.hset(KEYS.versions, "ann", f"1 {before_ms - 1}")
+    assert (await store.presence("ann")).version == 0
+    await store.sweep()
+    assert await redis.hget(KEYS.versions, "ann") is None
+    await store.kick("ann")
+    assert (await store.presence("ann")).version == 1

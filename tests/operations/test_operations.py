@@ -3,6 +3,7 @@ with no secrets in it."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import io
 import json
@@ -12,10 +13,20 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient
+from hypothesis import given
+from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from gql_presence.app import create_app
-from gql_presence.observability.logs import REQUEST_FIELDS, JsonLines, configure_logging
+from gql_presence.observability import request_log
+from gql_presence.observability.logs import (
+    REQUEST_FIELDS,
+    JsonLines,
+    configure_logging,
+    json_line,
+    request_fields,
+    request_line,
+)
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.settings import Settings, SettingsError
 from tests.conftest import ClientFactory, graphql
@@ -181,6 +192,81 @@ async def test_json_request_lines_are_the_lines_logging_writes(api: Service) -> 
         ("mutation:kick", "BAD_USER_INPUT", 200),
         ("none", "BAD_USER_INPUT", 400),
     ]
+
+
+@given(
+    # Any moment from 1970 to 2100, to the float's last bit, and the next second's edge.
+    st.floats(0, 4_102_444_800) | st.integers(0, 4_102_444_800).map(lambda s: s - 5e-7),
+    st.text(),
+    st.tuples(
+        st.text(),
+        st.text(),
+        st.text(),
+        st.text(),
+        st.text(),
+        st.integers(100, 599),
+        st.floats(0, 1e7),
+    ),
+)
+def test_a_request_line_is_the_json_line_of_its_fields(
+    created: float, message: str, args: tuple[str, str, str, str, str, int, float]
+) -> None:
+    fields = request_fields(args)
+    expected = json_line(created, "INFO", "gql_presence.requests", message, fields)
+    assert request_line(created, "gql_presence.requests", message, args) == expected
+
+
+class _Writes(io.StringIO):
+    """A stream that keeps what each write was given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return super().write(text)
+
+
+async def test_request_lines_ending_together_are_written_together(api: Service) -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    stream = _Writes()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(JsonLines())
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    users = [f"together-{i}" for i in range(20)]
+    try:
+        await asyncio.gather(
+            *(
+                graphql(api, f'mutation {{ touch(userId: "{user}") {{ online }} }}')
+                for user in users
+            )
+        )
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    requests = [line for line in lines if line["logger"] == "gql_presence.requests"]
+    assert [line["operation"] for line in requests] == ["mutation:touch"] * len(users)
+    # Their script calls answered in one read, the requests end in one turn or a few.
+    assert len([w for w in stream.writes if "gql_presence.requests" in w]) < len(users)
+
+
+def test_request_lines_whose_stream_fails_are_handed_to_logging(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Failing(io.StringIO):
+        def write(self, text: str) -> int:
+            raise OSError("the disk is full")
+
+    args = ("POST", "/graphql", "query:presence", "ok", "open", 200, 1.25)
+    with caplog.at_level(logging.INFO, logger="gql_presence.requests"):
+        request_log._LinesOfATurn().add(logging.StreamHandler(Failing()), "{}", args)
+    (record,) = [r for r in caplog.records if r.name == "gql_presence.requests"]
+    assert record.getMessage() == "POST /graphql query:presence ok open 200 1.2 ms"
+    assert record.__dict__["operation"] == "query:presence"
 
 
 def test_log_format_is_a_setting() -> None:

@@ -4,6 +4,7 @@ gets its own reply or error, whatever the other callers do."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -159,9 +160,14 @@ class RedisProxy:
 
 class CutAfterFirstReply(RedisProxy):
     """A proxy whose first connection is cut just after the reply that ends with MARK has
-    passed: the replies after it, though Redis sent them, never arrive."""
+    passed (or, given `cut`, once that is set after it): the replies after it, though Redis
+    sent them, never arrive."""
 
     MARK = b"first-reply\r\n"
+
+    def __init__(self, redis_port: int, cut: asyncio.Event | None = None) -> None:
+        super().__init__(redis_port)
+        self.cut = cut
 
     async def replies(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, connection: int
@@ -176,6 +182,8 @@ class CutAfterFirstReply(RedisProxy):
                 end = len(data) - (len(seen) - seen.index(self.MARK) - len(self.MARK))
                 sink.write(data[:end])
                 await sink.drain()
+                if self.cut is not None:
+                    await self.cut.wait()
                 return
             sink.write(data)
             await sink.drain()
@@ -211,6 +219,37 @@ async def test_a_broken_connection_runs_again_only_the_calls_not_answered(
     assert list(replies) == ["first-reply", 2]
     assert await direct.get("{t}:first") == "1"
     await direct.aclose()
+
+
+async def test_a_call_whose_caller_stopped_waiting_does_not_run_again_after_a_break(
+    redis_server: RedisServer,
+) -> None:
+    cut = asyncio.Event()
+    proxy = CutAfterFirstReply(int(urlsplit(redis_server.url).port or 0), cut)
+    client = redis_client(f"redis://127.0.0.1:{await proxy.start()}")
+    direct = redis_client(redis_server.url)
+    await direct.delete("{t}:first", "{t}:second")
+    first = client.register_script("redis.call('INCR', KEYS[1]) return 'first-reply'")
+    second = client.register_script("return redis.call('INCR', KEYS[1])")
+    for script in (first, second):
+        await direct.script_load(script.script)
+    pipeline = AutoPipeline(client)
+    answered = asyncio.ensure_future(pipeline.run(first, ["{t}:first"], []))
+    given_up = asyncio.ensure_future(pipeline.run(second, ["{t}:second"], []))
+    assert await answered == "first-reply"
+    # The second ran, and its reply is held back by the proxy: its caller stops waiting
+    # (a request's time budget ran out), then the connection breaks.
+    given_up.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await given_up
+    cut.set()
+    await eventually(lambda: proxy.connections == 2, 3, "the connection made again")
+    # It ran once, before the break: had it been written again, this would say 3.
+    assert await pipeline.run(second, ["{t}:second"], []) == 2
+    await client.aclose()
+    await direct.aclose()
+    assert proxy.server is not None
+    proxy.server.close()
 
 
 async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next_call(

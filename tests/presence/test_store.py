@@ -742,6 +742,8 @@ async def test_users_past_the_retention_are_forgotten_and_their_index_reused(
     assert (await store.presence("gone")).last_seen is None
     assert (await store.sweep()).purged == 1
     assert await redis.zrange(KEYS.last_seen, 0, -1) == ["kept"]
+    assert await redis.hget(KEYS.versions, "gone") is None
+    assert await redis.hget(KEYS.versions, "kept") is not None
     assert await redis.hgetall(KEYS.user_index) == {
         "kept": await redis.hget(KEYS.user_index, "kept")
     }
