@@ -12,14 +12,18 @@
   ARGV[2]  attempt          string: an acknowledged attempt as JSON, without its time; "": none
   ARGV[3]  max_attempts     int: how many attempts are kept
   ARGV[4]  delivered_up_to  string: the acknowledged batch's end cursor; "": none
-  ARGV[5..]  fields         field, value, field, value, ...: "" as a value removes the field
-  Returns  1, or 0 when the lease is not the caller's or the webhook is gone (no field is
-           written)
+  ARGV[5]  checked          string: names of fields separated by spaces, which must hold what
+                            `expected` says for any field to be written; "": none
+  ARGV[6]  expected         string: the checked fields' values, each as "<bytes>:<value>"
+                            ("0:" for a field absent), one after the other
+  ARGV[7..]  fields         field, value, field, value, ...: "" as a value removes the field
+  Returns  1, or 0 when the lease is not the caller's or the webhook is gone, or -1 when the
+           checked fields hold other values (no field is written but for 1)
 ]]
 --- @include "clock"
 local webhook_key, lease_key, attempts_key = KEYS[1], KEYS[2], KEYS[3]
 local token, attempt, max_attempts = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local delivered_up_to = ARGV[4]
+local delivered_up_to, checked, expected = ARGV[4], ARGV[5], ARGV[6]
 
 if redis.call('EXISTS', webhook_key) == 0 then return 0 end
 if attempt ~= '' then
@@ -31,8 +35,19 @@ if attempt ~= '' then
   end
 end
 if redis.call('GET', lease_key) ~= token then return 0 end
+if checked ~= '' then
+  -- A dozen fields at most (store/webhooks.py): the settings and one shard's progress.
+  local names = {}
+  for name in checked:gmatch('%S+') do names[#names + 1] = name end
+  local found = redis.call('HMGET', webhook_key, unpack(names))
+  for i = 1, #names do
+    local value = found[i] or ''
+    found[i] = #value .. ':' .. value
+  end
+  if table.concat(found) ~= expected then return -1 end
+end
 -- A handful of fields at most (store/webhooks.py).
-for i = 5, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   if ARGV[i + 1] == '' then
     redis.call('HDEL', webhook_key, ARGV[i])
   else

@@ -5,6 +5,7 @@ the status answered; never the URL, whose query may hold the receiver's own secr
 from __future__ import annotations
 
 import time
+from functools import cache
 
 from opentelemetry import trace
 
@@ -15,7 +16,12 @@ class WebhookTelemetry:
     """Told of each request and each backlog counted by the deliveries of this process."""
 
     def __init__(self, metrics: Metrics, *, traced: bool) -> None:
-        self._metrics = metrics
+        # The child of each set of labels, looked up once (as Metrics does): webhooks and
+        # shards are bounded, and the metrics keep every child anyway.
+        self._requests = cache(metrics.webhook_requests.labels)
+        self._changes = cache(metrics.webhook_changes.labels)
+        self._backlog = cache(metrics.webhook_backlog.labels)
+        self._oldest_age = cache(metrics.webhook_oldest_age.labels)
         self._tracer = trace.get_tracer("gql_presence.webhooks") if traced else None
 
     def request(
@@ -31,9 +37,9 @@ class WebhookTelemetry:
         ended_ns: int,
     ) -> None:
         outcome = "acknowledged" if acknowledged else "unanswered" if status is None else "refused"
-        self._metrics.webhook_requests.labels(webhook_id, outcome).inc()
+        self._requests(webhook_id, outcome).inc()
         if acknowledged:
-            self._metrics.webhook_changes.labels(webhook_id).inc(changes)
+            self._changes(webhook_id).inc(changes)
         if self._tracer is None:
             return
         attributes: dict[str, str | int] = {
@@ -52,7 +58,6 @@ class WebhookTelemetry:
         span.end(end_time=ended_ns)
 
     def backlog(self, webhook_id: str, shard: int, backlog: int, oldest_ms: int) -> None:
-        labels = (webhook_id, str(shard))
-        self._metrics.webhook_backlog.labels(*labels).set(backlog)
+        self._backlog(webhook_id, str(shard)).set(backlog)
         age_s = max(0.0, time.time() - oldest_ms / 1000) if oldest_ms else 0.0
-        self._metrics.webhook_oldest_age.labels(*labels).set(age_s)
+        self._oldest_age(webhook_id, str(shard)).set(age_s)

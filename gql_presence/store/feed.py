@@ -395,19 +395,11 @@ class EventCursors:
     def __init__(self, cursors: Cursors, shards: int) -> None:
         self._cursors = cursors
         self._shards = shards
-        self._recent: dict[tuple[str, str], str] = {}
+        self._recent: dict[tuple[int, str], str] = {}
 
     def of(self, user_or_place_id: str, entry_id: str) -> str:
         """The cursor of an event of this user or place whose entry is `entry_id`."""
-        key = (user_or_place_id, entry_id)
-        cursor = self._recent.get(key)
-        if cursor is None:
-            cursor = self._recent[key] = self.of_shard(
-                shard_of(user_or_place_id, self._shards), entry_id
-            )
-            if len(self._recent) > RECENT_CURSORS:
-                del self._recent[next(iter(self._recent))]  # the oldest
-        return cursor
+        return self.of_shard(shard_of(user_or_place_id, self._shards), entry_id)
 
     def of_change(self, change: Change, entry_id: str) -> str:
         """The cursor of a change: its entry is in the shard of its place or user."""
@@ -416,7 +408,15 @@ class EventCursors:
         return self.of(change.user_id, entry_id)
 
     def of_shard(self, shard: int, entry_id: str) -> str:
-        return self._cursors.seal_fixed([_FEED, shard, entry_id])
+        """The cursor of an entry of a shard's feed (the end of each webhook's batch that ends
+        there too)."""
+        key = (shard, entry_id)
+        cursor = self._recent.get(key)
+        if cursor is None:
+            cursor = self._recent[key] = self._cursors.seal_fixed([_FEED, shard, entry_id])
+            if len(self._recent) > RECENT_CURSORS:
+                del self._recent[next(iter(self._recent))]  # the oldest
+        return cursor
 
 
 def _wanted(change: Change, kinds: set[str] | None, places: Callable[[str], bool] | None) -> bool:

@@ -337,6 +337,10 @@ class Webhook:
     progress: tuple[ShardProgress, ...] = ()
     # The id of the last replay asked for, which each shard's delivery takes once; "": none.
     replay_id: str = ""
+    # Its settings as its HASH kept them when read (secrets among them), as
+    # lua/advance_webhook.lua checks them: a delivery goes on from what it read only while
+    # they are unchanged.
+    settings_read: str = field(default="", repr=False, compare=False)
 
     @property
     def backlog(self) -> int:

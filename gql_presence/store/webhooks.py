@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from gql_presence.store.days import from_ms
@@ -50,6 +51,21 @@ PROGRESS_FIELDS = {
     "replay_id": "r",
     "backlog": "b",
 }
+# The fields that say what a delivery sends, where and how it signs (Webhook.settings_read).
+SETTINGS_FIELDS = (
+    "url",
+    "kinds",
+    "places",
+    "debounce_seconds",
+    "enabled",
+    "secret",
+    "previous_secret",
+    "previous_until_ms",
+    "replay_id",
+    "replay_after",
+)
+# The parts of a ShardProgress that a delivery decides from (its backlog is only counted).
+DECIDING_FIELDS = ("position", "pending", "gap", "decided", "replay_id")
 # The parts of a ShardProgress that lua/pass_webhooks.lua reads: the position, and what a
 # delivery passed over must not have.
 PASSED_OVER_FIELDS = ("position", "pending", "decided", "gap")
@@ -298,17 +314,30 @@ class Webhooks:
         token: str,
         progress: Mapping[str, str],
         acknowledged: AcknowledgedAttempt | None = None,
+        *,
+        unchanged: tuple[Webhook, ShardProgress] | None = None,
     ) -> bool:
         """Changes the parts of the webhook's ShardProgress given (by their names in
         PROGRESS_FIELDS; "" removes one), and any other fields named as they are kept, if the
         process of `token` still holds the delivery's lease; whether it did. An acknowledged
-        attempt given is recorded in the same call, as record_attempt records it."""
+        attempt given is recorded in the same call, as record_attempt records it. With
+        `unchanged` (the webhook as read, and the shard's progress as known since), nothing is
+        written unless its settings and the parts of the progress it decides from are still
+        those: ChangedError otherwise."""
         fields: list[str] = []
         for name, value in progress.items():
             part = PROGRESS_FIELDS.get(name)
             fields += [name if part is None else f"{part}:{shard}", value]
+        checked, expected = "", ""
+        if unchanged is not None:
+            webhook, known = unchanged
+            deciding = _raw_progress(known)
+            names = [*SETTINGS_FIELDS]
+            names += [f"{PROGRESS_FIELDS[name]}:{shard}" for name in DECIDING_FIELDS]
+            checked = " ".join(names)
+            expected = webhook.settings_read + _encoded(deciding[n] for n in DECIDING_FIELDS)
         k = self._home.keys
-        return bool(
+        moved = int(
             await self._home.run(
                 ScriptName.ADVANCE_WEBHOOK,
                 named(
@@ -321,10 +350,15 @@ class Webhooks:
                     attempt="" if acknowledged is None else acknowledged.json,
                     max_attempts=MAX_ATTEMPTS,
                     delivered_up_to="" if acknowledged is None else acknowledged.delivered_up_to,
+                    checked=checked,
+                    expected=expected,
                     fields=fields,
                 ),
             )
         )
+        if moved < 0:
+            raise ChangedError
+        return bool(moved)
 
     async def pass_over(
         self, shard: int, token: str, moves: Sequence[tuple[Webhook, ShardProgress, str]]
@@ -381,6 +415,18 @@ class Webhooks:
             )
         )
         return _attempt_of(f"{at_ms} {json.dumps(attempt)}") if at_ms else None
+
+
+class ChangedError(Exception):
+    """A webhook's settings or a shard's progress were not those its delivery went on from:
+    nothing was written, and the delivery reads them again."""
+
+
+def advanced(progress: ShardProgress, changes: Mapping[str, str]) -> ShardProgress:
+    """The progress once Webhooks.advance has written these parts of it."""
+    raw = _raw_progress(progress)
+    raw.update((name, value) for name, value in changes.items() if name in PROGRESS_FIELDS)
+    return _progress_parsed(raw, progress.position if not raw["position"] else "")
 
 
 @dataclass(frozen=True)
@@ -442,20 +488,48 @@ def _fields(
 
 
 def _progress_of(fields: Mapping[str, str], shard: int, created_ms: int) -> ShardProgress:
-    def part(name: str) -> str:
-        return fields.get(f"{PROGRESS_FIELDS[name]}:{shard}", "")
+    raw = {name: fields.get(field, "") for name, field in _progress_fields(shard)}
+    return _progress_parsed(raw, f"{created_ms - 1}-{_LAST_SEQUENCE}")
 
-    backlog, _, oldest_ms = part("backlog").partition(" ")
+
+@cache
+def _progress_fields(shard: int) -> tuple[tuple[str, str], ...]:
+    """Each part of a shard's ShardProgress, and its field: made once per shard, as every
+    tick parses every webhook's progress in each shard."""
+    return tuple((name, f"{part}:{shard}") for name, part in PROGRESS_FIELDS.items())
+
+
+def _progress_parsed(raw: Mapping[str, str], unmoved: str) -> ShardProgress:
+    """A ShardProgress from its parts as its fields keep them (by their PROGRESS_FIELDS
+    names); `unmoved`: its position while it has none kept."""
+    backlog, _, oldest_ms = raw["backlog"].partition(" ")
     return ShardProgress(
-        position=part("position") or f"{created_ms - 1}-{_LAST_SEQUENCE}",
-        moved=bool(part("position")),
-        pending=part("pending"),
-        gap=part("gap"),
-        decided=tuple(part("decided").split()),
-        replay_id=part("replay_id"),
+        position=raw["position"] or unmoved,
+        moved=bool(raw["position"]),
+        pending=raw["pending"],
+        gap=raw["gap"],
+        decided=tuple(raw["decided"].split()),
+        replay_id=raw["replay_id"],
         backlog=int(backlog or 0),
         oldest_ms=int(oldest_ms or 0),
     )
+
+
+def _raw_progress(progress: ShardProgress) -> dict[str, str]:
+    """The parts of a ShardProgress as its fields keep them, by their PROGRESS_FIELDS names."""
+    return {
+        "position": progress.position if progress.moved else "",
+        "pending": progress.pending,
+        "gap": progress.gap,
+        "decided": " ".join(progress.decided),
+        "replay_id": progress.replay_id,
+        "backlog": f"{progress.backlog} {progress.oldest_ms}" if progress.backlog else "",
+    }
+
+
+def _encoded(values: Iterable[str]) -> str:
+    """Values as lua/advance_webhook.lua compares them: each "<bytes>:<value>"."""
+    return "".join(f"{len(value.encode())}:{value}" for value in values)
 
 
 def _webhook_of(entry: Sequence[Any], now_ms: int, shards: int) -> Webhook:
@@ -489,6 +563,7 @@ def _webhook_of(entry: Sequence[Any], now_ms: int, shards: int) -> Webhook:
             _progress_of(fields, shard, int(fields["created_ms"])) for shard in range(shards)
         ),
         replay_id=fields.get("replay_id", ""),
+        settings_read=_encoded(fields.get(name, "") for name in SETTINGS_FIELDS),
     )
 
 

@@ -11,7 +11,11 @@ who sends it again sends the same changes, not more. A delivery with nothing aft
 waits, with no Redis work, until the process's one look per shard at the feed's new entries
 (ShardTips) sees one it may want, or a replay is asked for; the look passes it over the others
 (and, on a quiet feed, on to the present, so that its position never grows older than what the
-feed keeps), for all the waiting deliveries of a shard in one call now and then.
+feed keeps), for all the waiting deliveries of a shard in one call now and then; what the looks
+read after its position is the page it wakes to. As the lease's holder alone moves its
+position, a delivery goes on from the webhook as it read it and the position as it wrote it,
+with no read of its own: each of its writes checks that both are unchanged (a change made
+meanwhile, a secret rotated, a lease lost and taken again), and it reads them again if not.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -32,7 +36,13 @@ from gql_presence.store.errors import BadInputError, CursorExpiredError, Presenc
 from gql_presence.store.feed import EXAMINED_PER_SHARD, Change, EventCursors, Feed
 from gql_presence.store.models import ShardProgress, Webhook
 from gql_presence.store.quiet import UNTRACED
-from gql_presence.store.webhooks import AcknowledgedAttempt, Webhooks, filters_of
+from gql_presence.store.webhooks import (
+    AcknowledgedAttempt,
+    ChangedError,
+    Webhooks,
+    advanced,
+    filters_of,
+)
 from gql_presence.tasks import stop
 from gql_presence.webhooks.batches import (
     Entry,
@@ -129,6 +139,9 @@ class _Waiting:
     # The first entry it may want ("": none yet), and how many it may want have been seen.
     first: str = ""
     wanted: int = 0
+    # Every entry after its position up to `seen`, as the looks read them: its step's page of
+    # the feed, with no read of its own (None once more than a step reads).
+    entries: list[Entry] | None = field(default_factory=list)
 
 
 class ShardTips:
@@ -155,10 +168,11 @@ class ShardTips:
 
     async def wait_past(
         self, shard: int, webhook: Webhook, progress: ShardProgress, wake: asyncio.Event
-    ) -> None:
+    ) -> tuple[ShardProgress, list[Entry] | None]:
         """Returns once the shard has entries after `progress.position` that the webhook may
         want, the first of them batch_wait_ms old or MAX_BATCH of them, or once `wake` is set
-        otherwise."""
+        otherwise: the progress then, moved past what it passed over, and every entry after
+        its position as the looks read them (None: too many, or the feed's read failed)."""
         at = progress.position
         waiting = _Waiting(webhook, waking(webhook), progress, at, at, wake)
         self._waiting[shard][wake] = waiting
@@ -166,6 +180,7 @@ class ShardTips:
             await wake.wait()
         finally:
             self._waiting[shard].pop(wake, None)
+        return waiting.progress, waiting.entries
 
     async def run_forever(self) -> None:
         while True:
@@ -186,6 +201,7 @@ class ShardTips:
             except CursorExpiredError:
                 # Entries after a position may be gone: each delivery's step finds out.
                 for one in list(waiting.values()):
+                    one.entries = None
                     one.wake.set()
                 return False
             # The moment of the look, by the clock of the entries' ids where it is behind.
@@ -224,6 +240,11 @@ class ShardTips:
         for one, now in zip(due, moved, strict=True):
             if now:
                 one.progress = replace(one.progress, position=one.checked, moved=True)
+                if one.entries is not None and not one.first:
+                    one.entries = []  # every entry it holds was passed over
+                elif one.entries is not None:
+                    passed = _sort_key(one.checked)
+                    one.entries = [e for e in one.entries if _sort_key(e[0]) > passed]
 
 
 def _checked(one: _Waiting, bound: str, entries: Sequence[Entry]) -> None:
@@ -232,8 +253,15 @@ def _checked(one: _Waiting, bound: str, entries: Sequence[Entry]) -> None:
     if one.wake.is_set():
         return
     seen = _sort_key(one.seen)
-    for entry_id, change in entries:
-        if change is not None and _sort_key(entry_id) > seen and one.wants(change):
+    for entry in entries:
+        entry_id, change = entry
+        if _sort_key(entry_id) <= seen:
+            continue
+        if one.entries is not None:
+            one.entries.append(entry)
+            if len(one.entries) >= READ_PER_STEP:
+                one.entries = None  # its step reads a page of its own
+        if change is not None and one.wants(change):
             one.first = one.first or entry_id
             one.wanted += 1
     if _sort_key(bound) > seen:
@@ -382,6 +410,14 @@ class ShardDelivery:
         self._shard = shard
         self._stopped = asyncio.Event()
         self._failures = 0
+        # The webhook as last read, and where its delivery stands since (as this lease's
+        # holder alone moves it): each step goes on from there with no read, and each write
+        # checks both are unchanged (None: read at the next step).
+        self._known: tuple[Webhook, ShardProgress] | None = None
+        # Whether the step under way read them: a request needs no check of them then.
+        self._fresh = False
+        # The entries after a position, as the looks read them while it waited there.
+        self._handed: tuple[str, list[Entry]] | None = None
         # Set by a step that left nothing after the position: the webhook it read, and where
         # it stands, to wait for new entries there.
         self._idle: tuple[Webhook, ShardProgress] | None = None
@@ -393,7 +429,9 @@ class ShardDelivery:
         self._wake.set()
 
     def wake(self) -> None:
-        """Takes a step now, if it waits for new entries."""
+        """Takes a step now, if it waits for new entries, with the webhook read again (a
+        replay or new filters were asked for)."""
+        self._known = None
         self._wake.set()
 
     def filters_changed(self, webhook: Webhook) -> bool:
@@ -407,22 +445,28 @@ class ShardDelivery:
                 await self._stopped.wait()
 
     async def _advance(self, **progress: str) -> bool:
-        return await self._d.webhooks.advance(
-            self._webhook_id, self._shard, self._d.token, progress
+        """Webhooks.advance, only from where it stands as known (ChangedError otherwise)."""
+        moved = await self._d.webhooks.advance(
+            self._webhook_id, self._shard, self._d.token, progress, unchanged=self._known
         )
-
-    def _idle_at(self, webhook: Webhook, progress: ShardProgress, **moved: str) -> None:
-        """Waits for new entries once this step ends, where it stands after `moved`."""
         if moved:
-            progress = replace(
-                progress, position=moved["position"], moved=True, pending="", gap="", decided=()
-            )
-        self._idle = (webhook, progress)
+            self._moved(progress)
+        return moved
+
+    def _moved(self, progress: dict[str, str]) -> None:
+        if self._known is not None:
+            self._known = (self._known[0], advanced(self._known[1], progress))
+
+    def _idle_here(self) -> None:
+        """Waits for new entries once this step ends, where it stands now."""
+        self._idle = self._known
 
     async def run(self) -> None:
         while not self._stopped.is_set():
             try:
                 again = await self._step()
+            except ChangedError:
+                again = True  # read again, and decided afresh
             except PresenceError as error:
                 log.warning("webhook %s: %s", self._webhook_id, error.message)
                 again = False
@@ -438,7 +482,12 @@ class ShardDelivery:
             if not again and self._idle is not None:
                 self._wake.clear()
                 if not self._stopped.is_set():
-                    await self._d.tips.wait_past(self._shard, *self._idle, self._wake)
+                    moved, entries = await self._d.tips.wait_past(
+                        self._shard, *self._idle, self._wake
+                    )
+                    if self._known is not None:  # not woken to read again
+                        self._known = (self._known[0], moved)
+                        self._handed = None if entries is None else (moved.position, entries)
             elif not again:
                 await self._wait(self._d.settings.poll_ms)
 
@@ -446,25 +495,41 @@ class ShardDelivery:
         """One step of the delivery: True to go on at once, False to wait (for new entries,
         when it sets _idle), None to end."""
         self._idle = None
-        found = await self._d.webhooks.for_deliveries(self._webhook_id)
-        webhook = found[0] if found else None
-        if webhook is None or not webhook.enabled:
-            return False  # the next tick gives the lease up
-        progress = webhook.progress[self._shard]
+        try:
+            return await self._step_from_known()
+        except BaseException:
+            self._known = None  # what it wrote before it failed is not known
+            raise
+
+    async def _step_from_known(self) -> bool | None:
+        known = self._known
+        handed, self._handed = self._handed, None
+        # During a rotation, the read says whether the previous secret still signs.
+        self._fresh = known is None or len(known[0].secrets) > 1
+        if known is None or self._fresh:
+            found = await self._d.webhooks.for_deliveries(self._webhook_id)
+            if not found or not found[0].enabled:
+                return False  # the next tick gives the lease up
+            known = self._known = (found[0], found[0].progress[self._shard])
+        webhook, progress = known
         if webhook.replay_id and progress.replay_id != webhook.replay_id:
             return await self._replay(webhook) or None
         feed = self._d.feed
         count = EXAMINED_PER_SHARD if webhook.debounce_seconds else READ_PER_STEP
-        try:
-            entries = await feed.shard_page(self._shard, progress.position, count)
-        except CursorExpiredError:
-            return await self._skip_gap(progress) or None
+        # What the looks read while it waited is its page (a debounce reads further ahead).
+        if handed is not None and handed[0] == progress.position and count == READ_PER_STEP:
+            entries: Sequence[Entry] = handed[1]
+        else:
+            try:
+                entries = await feed.shard_page(self._shard, progress.position, count)
+            except CursorExpiredError:
+                return await self._skip_gap(progress) or None
         backlog = self._backlog(webhook, progress, entries)
         again = await self._deliver(
             webhook, progress, entries, backlog, read_all=len(entries) < count
         )
         if again is False and not entries and not progress.gap:
-            self._idle_at(webhook, progress)
+            self._idle_here()
         return again
 
     async def _deliver(
@@ -502,15 +567,16 @@ class ShardDelivery:
             if not await self._advance(position=end, pending="", decided=decided, **backlog):
                 return None
             if caught_up:
-                self._idle_at(webhook, progress, position=end)
+                self._idle_here()
                 return False
             return True
         # A full batch is the same whoever makes it from this position (the first MAX_BATCH
-        # changes after it); one that is not is kept, so that it is sent again as it was.
-        if (planned.full or progress.pending == end) and backlog:
-            await self._advance(**backlog)
-        elif not (planned.full or progress.pending == end) and not await self._advance(
-            pending=end, **backlog
+        # changes after it); one that is not is kept, so that it is sent again as it was. What
+        # is sent is decided from the webhook as read: unless read in this step, this write
+        # (with nothing else to write) checks it is unchanged before the request.
+        pending = {} if planned.full or progress.pending == end else {"pending": end}
+        if (pending or backlog or not self._fresh) and not await self._advance(
+            **pending, **backlog
         ):
             return None
         cursors = await feed.event_cursors()
@@ -563,17 +629,15 @@ class ShardDelivery:
                 # Read as the positions of every shard's delivery, once they have moved.
                 delivered_up_to=batch.end_cursor,
             )
+            written = {"position": end, "pending": "", "gap": "", "decided": decided, **backlog}
             moved = await d.webhooks.advance(
-                webhook.id,
-                self._shard,
-                d.token,
-                {"position": end, "pending": "", "gap": "", "decided": decided, **backlog},
-                acknowledged,
+                webhook.id, self._shard, d.token, written, acknowledged
             )
             if not moved:
                 return None
+            self._moved(written)
             if caught_up:
-                self._idle_at(webhook, progress, position=end)
+                self._idle_here()
                 return False
             return True
         await d.webhooks.record_attempt(

@@ -24,8 +24,10 @@ from aiohappyeyeballs import AddrInfoType
 from aiohttp.abc import AbstractResolver
 from standardwebhooks.webhooks import Webhook as Signer
 
+from gql_presence.lru import LeastRecentlyUsed
 from gql_presence.store.errors import BadInputError
 from gql_presence.store.models import Webhook
+from gql_presence.store.validation import MAX_WEBHOOKS
 from gql_presence.store.webhooks import MAX_ERROR_BYTES, Webhooks, bounded_error
 from gql_presence.webhooks.safety import (
     Networks,
@@ -124,6 +126,8 @@ class Sender:
         self._allowed = allowed
         self._timeout_s = timeout_s
         self._resolver = resolver
+        # The URLs lately found to keep the rules, which are the Sender's for its whole life.
+        self._urls_kept: LeastRecentlyUsed[str, bool] = LeastRecentlyUsed(4 * MAX_WEBHOOKS)
         # One client per scheme: a plain-http URL may reach only the allowed networks.
         self._clients: dict[bool, aiohttp.ClientSession] = {}
 
@@ -187,7 +191,9 @@ class Sender:
         }
         try:
             # Checked again as sent: the rules may be stricter than when it was made.
-            check_url(webhook.url, self._allowed)
+            if self._urls_kept.get(webhook.url) is None:
+                check_url(webhook.url, self._allowed)
+                self._urls_kept.put(webhook.url, True)
             plain_http = urlsplit(webhook.url).scheme.lower() == "http"
             client = self._client(plain_http)
             try:
