@@ -414,6 +414,10 @@ class ShardDelivery:
         # holder alone moves it): each step goes on from there with no read, and each write
         # checks both are unchanged (None: read at the next step).
         self._known: tuple[Webhook, ShardProgress] | None = None
+        # Set by a wake: the next step reads the webhook again. A step under way goes on
+        # checking its writes against what it knows, so that a request it is about to make
+        # still finds out about a url, secret or filters changed since its read.
+        self._read_again = False
         # Whether the step under way read them: a request needs no check of them then.
         self._fresh = False
         # The entries after a position, as the looks read them while it waited there.
@@ -431,7 +435,7 @@ class ShardDelivery:
     def wake(self) -> None:
         """Takes a step now, if it waits for new entries, with the webhook read again (a
         replay or new filters were asked for)."""
-        self._known = None
+        self._read_again = True
         self._wake.set()
 
     def filters_changed(self, webhook: Webhook) -> bool:
@@ -485,7 +489,7 @@ class ShardDelivery:
                     moved, entries = await self._d.tips.wait_past(
                         self._shard, *self._idle, self._wake
                     )
-                    if self._known is not None:  # not woken to read again
+                    if self._known is not None and not self._read_again:
                         self._known = (self._known[0], moved)
                         self._handed = None if entries is None else (moved.position, entries)
             elif not again:
@@ -502,6 +506,8 @@ class ShardDelivery:
             raise
 
     async def _step_from_known(self) -> bool | None:
+        if self._read_again:
+            self._read_again, self._known = False, None
         known = self._known
         handed, self._handed = self._handed, None
         # During a rotation, the read says whether the previous secret still signs.

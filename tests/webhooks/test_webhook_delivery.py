@@ -270,6 +270,43 @@ async def test_a_webhooks_new_url_set_while_its_delivery_waits_gets_the_next_bat
     assert moved.unverified == receiver.unverified == 0
 
 
+async def test_a_replay_asked_for_during_a_step_leaves_its_request_checked_against_a_new_url(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=1)
+    webhook = await hooked(store, receiver)
+    for i in range(150):  # a full batch of 100, then a step that reads its page itself
+        await store.touch(f"r{i}", "tab")
+    deliveries = await processes.start(store, dataclasses.replace(SHORT, poll_ms=50))
+    read_page = deliveries.feed.shard_page
+    pages, paused, go_on = 0, asyncio.Event(), asyncio.Event()
+
+    async def second_page_held(index: int, after: str, count: int) -> Any:
+        nonlocal pages
+        pages += 1
+        if pages == 2:
+            paused.set()
+            await go_on.wait()
+        return await read_page(index, after, count)
+
+    deliveries.feed.shard_page = second_page_held  # type: ignore[method-assign]
+    await asyncio.wait_for(paused.wait(), 5)
+    assert len(receiver.changes()) == 100
+    # While the second step reads its page: a new url, and a replay from the start, which the
+    # ticks (every 0.2 s here) wake the delivery to take.
+    async with webhook_receiver() as moved:
+        moved.secret = receiver.secret
+        await store.webhooks.update(webhook.id, url=moved.url)
+        await store.webhooks.request_replay(webhook.id, None)
+        await asyncio.sleep(0.5)
+        go_on.set()
+        await eventually(lambda: len(moved.changes()) >= 150, what="the replay at the new url")
+    # The step under way found the url changed before its request, and sent nothing more to
+    # the old one.
+    assert len(receiver.changes()) == 100
+    assert moved.unverified == receiver.unverified == 0
+
+
 async def test_an_acknowledged_batch_costs_two_script_calls_of_its_own_and_then_none(
     processes: Processes, receiver: WebhookReceiver
 ) -> None:
