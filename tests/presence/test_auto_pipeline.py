@@ -159,15 +159,14 @@ class RedisProxy:
 
 
 class CutAfterFirstReply(RedisProxy):
-    """A proxy whose first connection is cut just after the reply that ends with MARK has
-    passed (or, given `cut`, once that is set after it): the replies after it, though Redis
-    sent them, never arrive."""
+    """A proxy whose first connection is cut once the reply that ends with MARK has passed
+    and `cut` is set: the replies after it, though Redis sent them, never arrive."""
 
     MARK = b"first-reply\r\n"
 
-    def __init__(self, redis_port: int, cut: asyncio.Event | None = None) -> None:
+    def __init__(self, redis_port: int) -> None:
         super().__init__(redis_port)
-        self.cut = cut
+        self.cut = asyncio.Event()
 
     async def replies(
         self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, connection: int
@@ -182,50 +181,28 @@ class CutAfterFirstReply(RedisProxy):
                 end = len(data) - (len(seen) - seen.index(self.MARK) - len(self.MARK))
                 sink.write(data[:end])
                 await sink.drain()
-                if self.cut is not None:
-                    await self.cut.wait()
+                await self.cut.wait()
                 return
             sink.write(data)
             await sink.drain()
 
 
+@dataclass(frozen=True)
+class Cutting:
+    """A queue on a client through a CutAfterFirstReply proxy, two scripts that count their
+    runs in `{t}:first` and `{t}:second` (the first answers the proxy's MARK), and a second
+    client beside it, of the same Redis."""
+
+    proxy: CutAfterFirstReply
+    pipeline: AutoPipeline
+    first: AsyncScript
+    second: AsyncScript
+    direct: Redis
+
+
 @pytest.fixture
-async def cut_client(redis_server: RedisServer) -> AsyncIterator[Redis]:
+async def cutting(redis_server: RedisServer) -> AsyncIterator[Cutting]:
     proxy = CutAfterFirstReply(int(urlsplit(redis_server.url).port or 0))
-    port = await proxy.start()
-    client = redis_client(f"redis://127.0.0.1:{port}")
-    yield client
-    await client.aclose()
-    assert proxy.server is not None
-    proxy.server.close()
-
-
-async def test_a_broken_connection_runs_again_only_the_calls_not_answered(
-    cut_client: Redis, redis_server: RedisServer
-) -> None:
-    direct = redis_client(redis_server.url)
-    await direct.delete("{t}:first", "{t}:second")
-    first = cut_client.register_script("redis.call('INCR', KEYS[1]) return 'first-reply'")
-    second = cut_client.register_script("return redis.call('INCR', KEYS[1])")
-    for script in (first, second):
-        await direct.script_load(script.script)
-    pipeline = AutoPipeline(cut_client)
-    replies = await asyncio.gather(
-        pipeline.run(first, ["{t}:first"], []), pipeline.run(second, ["{t}:second"], [])
-    )
-    # The second's reply was lost with the connection, so it ran once more on a new one:
-    # every script leaves the same state when run twice (this one, made to show it, does
-    # not). The first was answered before the break and did not run again.
-    assert list(replies) == ["first-reply", 2]
-    assert await direct.get("{t}:first") == "1"
-    await direct.aclose()
-
-
-async def test_a_call_whose_caller_stopped_waiting_does_not_run_again_after_a_break(
-    redis_server: RedisServer,
-) -> None:
-    cut = asyncio.Event()
-    proxy = CutAfterFirstReply(int(urlsplit(redis_server.url).port or 0), cut)
     client = redis_client(f"redis://127.0.0.1:{await proxy.start()}")
     direct = redis_client(redis_server.url)
     await direct.delete("{t}:first", "{t}:second")
@@ -233,7 +210,32 @@ async def test_a_call_whose_caller_stopped_waiting_does_not_run_again_after_a_br
     second = client.register_script("return redis.call('INCR', KEYS[1])")
     for script in (first, second):
         await direct.script_load(script.script)
-    pipeline = AutoPipeline(client)
+    yield Cutting(proxy, AutoPipeline(client), first, second, direct)
+    await client.aclose()
+    await direct.aclose()
+    assert proxy.server is not None
+    proxy.server.close()
+
+
+async def test_a_broken_connection_runs_again_only_the_calls_not_answered(
+    cutting: Cutting,
+) -> None:
+    pipeline, first, second = cutting.pipeline, cutting.first, cutting.second
+    cutting.proxy.cut.set()  # as soon as the first reply has passed
+    replies = await asyncio.gather(
+        pipeline.run(first, ["{t}:first"], []), pipeline.run(second, ["{t}:second"], [])
+    )
+    # The second's reply was lost with the connection, so it ran once more on a new one:
+    # every script leaves the same state when run twice (this one, made to show it, does
+    # not). The first was answered before the break and did not run again.
+    assert list(replies) == ["first-reply", 2]
+    assert await cutting.direct.get("{t}:first") == "1"
+
+
+async def test_a_call_whose_caller_stopped_waiting_does_not_run_again_after_a_break(
+    cutting: Cutting,
+) -> None:
+    pipeline, first, second = cutting.pipeline, cutting.first, cutting.second
     answered = asyncio.ensure_future(pipeline.run(first, ["{t}:first"], []))
     given_up = asyncio.ensure_future(pipeline.run(second, ["{t}:second"], []))
     assert await answered == "first-reply"
@@ -242,14 +244,10 @@ async def test_a_call_whose_caller_stopped_waiting_does_not_run_again_after_a_br
     given_up.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await given_up
-    cut.set()
-    await eventually(lambda: proxy.connections == 2, 3, "the connection made again")
+    cutting.proxy.cut.set()
+    await eventually(lambda: cutting.proxy.connections == 2, 3, "the connection made again")
     # It ran once, before the break: had it been written again, this would say 3.
     assert await pipeline.run(second, ["{t}:second"], []) == 2
-    await client.aclose()
-    await direct.aclose()
-    assert proxy.server is not None
-    proxy.server.close()
 
 
 async def test_a_connection_that_redis_closed_while_idle_is_replaced_by_the_next_call(
