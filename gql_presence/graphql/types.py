@@ -15,6 +15,7 @@ import strawberry
 from strawberry.types.nodes import SelectedField, Selection
 
 from gql_presence.graphql.context import Context
+from gql_presence.graphql.plan_run import NEVER_AWAITABLE
 from gql_presence.graphql.scalars import JSONObject
 from gql_presence.realtime.delivery import PresenceChange
 from gql_presence.realtime.held import Ended, SessionHold
@@ -247,6 +248,11 @@ class _MadeWhenRead(UserPresence):
 
     _makers: ClassVar[dict[str, Callable[[Any], Any]]]
     _source: Any
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        # Its makers are fields of the schema, never `__await__`: no instance is awaitable.
+        NEVER_AWAITABLE.add(cls)
 
     def __getattr__(self, name: str) -> Any:
         make = self._makers.get(name)
