@@ -12,10 +12,11 @@ local DEFAULT_SESSION = 'default'
 -- The user's bit index in the day bitmaps, handing out a free one to a user seen first;
 -- and whether it was handed out now.
 local function user_index(index_key, next_key, free_key, user_id)
-  local index = redis.call('HGET', index_key, user_id)
+  local index = index_of(index_key, user_id)
   if index then return index, false end
-  index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
+  index = redis.call('LPOP', free_key) or string.format('%d', redis.call('INCR', next_key) - 1)
   redis.call('HSET', index_key, user_id, index)
+  indexes_read[user_id] = index
   return index, true
 end
 
@@ -111,13 +112,13 @@ end
 -- (a touch) takes a SETBIT, cheaper than building a BITFIELD's arguments.
 local function set_bits(key, indexes)
   if #indexes == 1 then
-    return redis.call('SETBIT', key, indexes[1], 1) == 0 and indexes or {}
+    return redis.call('SETBIT', key, indexes[1], '1') == 0 and indexes or {}
   end
   local fresh = {}
   for first, last in chunks(#indexes) do
     local args, n = {}, 0
     for i = first, last do
-      args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'SET', 'u1', indexes[i], 1
+      args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'SET', 'u1', indexes[i], '1'
       n = n + 4
     end
     local old = redis.call('BITFIELD', key, unpack(args, 1, n))
@@ -189,8 +190,9 @@ local function mark_first_day(shard, p, indexes, assigned)
     end
   end
   if #newcomers == 0 then return end
+  local number = string.format('%d', p.number)
   call_chunked('BITFIELD', shard.first_days, nil, #newcomers, function(args, k, i)
-    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], p.number
+    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], number
     return k + 4
   end)
   local first_day = p.firsts[1]

@@ -125,7 +125,8 @@ local function status_from(online, chosen, idle)
 end
 
 -- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
--- entry alone for a keyless default session (includes/activity.lua).
+-- entry alone for a keyless default session (includes/activity.lua); and, from a sessions
+-- key, their scores as kept (live_sessions).
 local function live_of_now(statuses, user_id, online_key, now)
   local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
@@ -141,9 +142,12 @@ end
 local function live_of(statuses, user_id, online_key, now)
   local kept = statuses.live_kept
   if not kept or online_key ~= statuses.online_key or now ~= statuses.now then
-    return live_of_now(statuses, user_id, online_key, now)
+    return (live_of_now(statuses, user_id, online_key, now))
   end
-  if not kept[user_id] then kept[user_id] = {live = live_of_now(statuses, user_id, online_key, now)} end
+  if not kept[user_id] then
+    local live, scores = live_of_now(statuses, user_id, online_key, now)
+    kept[user_id] = {live = live, scores = scores}
+  end
   return kept[user_id].live
 end
 
@@ -209,6 +213,27 @@ local function custom_value(custom)
   return {custom.text, custom.emoji, custom.expires}
 end
 
+-- When the user turns AWAY by time (awayexp's score, track_activity), or nil: read once per
+-- call, then known from the call's writes of it, each made by away_written.
+local function away_due(statuses, user_id)
+  local known = statuses.away[user_id]
+  if known == nil then
+    known = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id)) or false
+    statuses.away[user_id] = known
+  end
+  return known or nil
+end
+
+-- Writes when the user turns AWAY by time (ms), or (false) that nothing is due.
+local function away_written(statuses, user_id, due)
+  if due then
+    redis.call('ZADD', statuses.names.away_expiries, due, user_id)
+  else
+    redis.call('ZREM', statuses.names.away_expiries, user_id)
+  end
+  statuses.away[user_id] = due
+end
+
 -- Kinds whose events carry the user's look; the others (FRIENDS, REPLACED, REVOKED) are the
 -- service's own.
 local LOOKED = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true}
@@ -233,8 +258,8 @@ local function look_of(statuses, kind, user_id, online)
     choices_changed(statuses, user_id)
     redis.call('ZREM', status_expiry_key(statuses), user_id)
   end
-  local away = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id))
-  if away and away < now then redis.call('ZREM', statuses.names.away_expiries, user_id) end
+  local away = away_due(statuses, user_id)
+  if away and away < now then away_written(statuses, user_id, false) end
   local invisible = choices.chosen == 'INVISIBLE'
   return {status, custom_value(choices.custom), invisible and '' or kind, choices.visible,
     invisible and 1 or 0}
@@ -283,21 +308,23 @@ local function away_expiry_key(statuses) return statuses.names.away_expiries end
 
 -- Notes when the user turns AWAY by time alone: when their newest active session that lives
 -- by time expires while an idle one stays live (and no active held session keeps them).
+-- Called after live_written, it reads the live sessions once with the reads that follow.
 local function track_activity(statuses, user_id)
   local now = statuses.now
-  -- A user without a sessions key has one session, never idle: nothing to note (an entry
-  -- left from before is dropped by the sweep, which checks).
+  -- The live sessions with their scores as kept. A user without a sessions key has one
+  -- session, never idle: nothing to note (an entry left from before is dropped by the sweep,
+  -- which checks).
+  local live, scores
   local sessions_key = statuses.names.sessions_prefix .. user_id
-  if redis.call('EXISTS', sessions_key) == 0 then return end
-  -- The live sessions, as live_sessions reads them, with their scores as kept.
-  local rows = redis.call('ZRANGEBYSCORE', sessions_key, now - statuses.window_ms, '+inf', 'WITHSCORES')
-  local ids, scores = {}, {}
-  for i = 1, #rows, 2 do
-    local score = tonumber(rows[i + 1])
-    if session_live(statuses.leases, score, now, statuses.window_ms) then
-      ids[#ids + 1], scores[#scores + 1] = rows[i], score
-    end
+  if statuses.live_kept then
+    live = live_of(statuses, user_id, statuses.online_key, now)
+    scores = statuses.live_kept[user_id].scores
+  elseif redis.call('EXISTS', sessions_key) == 1 then
+    live, scores = live_sessions(statuses.leases, {sessions = sessions_key}, now, statuses.window_ms)
   end
+  if not scores then return end
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
   local some_idle, active_until, active_held = false, nil, false
   for i, extras in ipairs(extras_of(statuses, user_id, ids)) do
     if extras.idle then
@@ -309,11 +336,11 @@ local function track_activity(statuses, user_id)
     end
   end
   if some_idle and active_until and not active_held then
-    redis.call('ZADD', away_expiry_key(statuses), active_until, user_id)
+    away_written(statuses, user_id, active_until)
   else
     -- One that is due stays for the sweep: the turn to AWAY it notes is not announced yet.
-    local due = tonumber(redis.call('ZSCORE', away_expiry_key(statuses), user_id))
-    if due and due >= now then redis.call('ZREM', away_expiry_key(statuses), user_id) end
+    local due = away_due(statuses, user_id)
+    if due and due >= now then away_written(statuses, user_id, false) end
   end
 end
 
@@ -321,9 +348,9 @@ end
 -- first, into `events` with the look of now, so that a change that follows is told from it.
 local function settle_away(statuses, user_id, events)
   local now = statuses.now
-  local due = tonumber(redis.call('ZSCORE', away_expiry_key(statuses), user_id))
+  local due = away_due(statuses, user_id)
   if not due or due >= now then return end
-  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  away_written(statuses, user_id, false)
   local status, choices = status_of(statuses, user_id, statuses.online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
     add_event(events, 'STATUS', user_id, due, '', 1, look_of(statuses, 'STATUS', user_id, 1))
@@ -364,7 +391,7 @@ end
 -- known without a read).
 local function statuses_of(names, online_key, window_ms, now, leases, remember)
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}, dirty = {}, marked = {}, choices = remember and {} or nil,
+    leases = leases, period_starts = {}, dirty = {}, marked = {}, away = {}, seen_scores = {}, choices = remember and {} or nil,
     since_written = remember and {} or nil}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.end_periods = function(events, size)
@@ -391,6 +418,8 @@ end
 -- lapsed, unswept, the last lapse: what the sweep will record).
 local function last_seen_of(statuses, user_id, last_seen_key, now, retention_ms)
   local score = tonumber(redis.call('ZSCORE', last_seen_key, user_id))
+  -- Kept for index_sync, given a presence_entry read after the script's changes.
+  if last_seen_key == statuses.names.last_seen then statuses.seen_scores[user_id] = score or false end
   if not score then return -1 end
   local last_seen = shown_last_seen(statuses.leases, score, now)
   if held_slot(-score) == 0 then
