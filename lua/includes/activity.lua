@@ -70,8 +70,10 @@ local function periods_of(shard, days, boundaries, t_ms)
   local start = boundaries[day]
   -- Local hours are whole hours from local midnight, DST changes included.
   local hour = start + math.floor((t_ms - start) / HOUR_MS) * HOUR_MS
+  -- With room for what more_periods adds.
   return {shard = shard, hour = shard.hour_prefix .. string.format('%d', hour), hour_end = hour + HOUR_MS,
-    day = days[day], day_end = boundaries[day + 1]}
+    day = days[day], day_end = boundaries[day + 1], number = false, kept = false, firsts = false,
+    expiring = false}
 end
 
 -- The labels of the week (its Monday) and month holding day number n.

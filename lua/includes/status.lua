@@ -390,9 +390,12 @@ end
 -- went_offline, look_of), which read them anew after (the onlineSince these two write is
 -- known without a read).
 local function statuses_of(names, online_key, window_ms, now, leases, remember)
+  -- Every field named here, those set later as false: a table that grows is made anew.
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}, dirty = {}, marked = {}, away = {}, seen_scores = {}, choices = remember and {} or nil,
-    since_written = remember and {} or nil}
+    leases = leases, period_starts = {}, dirty = {}, marked = {}, away = {}, seen_scores = {},
+    choices = remember and {} or nil, since_written = remember and {} or nil, fill = false,
+    end_periods = false, offline = false, tidy = false, status = false, look = false,
+    online_moved = false, live_kept = false, track_later = false, versions = false}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.end_periods = function(events, size)
     -- Only a user whose onlineSince went_offline took can have a period to end.
