@@ -183,14 +183,15 @@ end
 -- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
-  if redis.call('EXISTS', key) == 0 then return end
+  -- Its fields read at once (one a session of the user), none meaning no key to tidy.
+  local ids = redis.call('HKEYS', key)
+  if #ids == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
   local ttl = not expire_at and redis.call('PTTL', sessions_key)
   if ttl == -2 then
     redis.call('DEL', key)
     return
   end
-  local ids = redis.call('HKEYS', key)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
     if not scores[i] then redis.call('HDEL', key, ids[i]) end
