@@ -79,6 +79,15 @@ local function choices_changed(statuses, user_id)
   if statuses.choices then statuses.choices[user_id] = nil end
 end
 
+-- Gives the user's choices read by choices_of, if they were, the onlineSince (ms, or nil)
+-- this call has just written: the rest is as read.
+local function since_changed(statuses, user_id, since)
+  local kept = statuses.choices and statuses.choices[user_id]
+  if not kept then return end
+  statuses.choices[user_id] = {chosen = kept.chosen, visible = kept.visible,
+    hidden_seen = kept.hidden_seen, since = since, custom = kept.custom, ended = kept.ended}
+end
+
 -- A session's extras {started (ms or nil), idle (bool), device (string or nil)} from its sx
 -- entry (or false/nil: none).
 local function parse_extras(value)
@@ -280,7 +289,7 @@ end
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
-  choices_changed(statuses, user_id)
+  since_changed(statuses, user_id, t_ms)
   if statuses.since_written then statuses.since_written[user_id] = t_ms end
 end
 
@@ -296,12 +305,20 @@ end
 -- that ends their online period (end_periods, includes/online_time.lua).
 local function went_offline(statuses, user_id)
   index_mark(statuses, user_id)
-  local since = redis.call('ZSCORE', since_key(statuses), user_id)
+  -- As choices_of read it, if it did (a write of it since would have said so).
+  local kept = statuses.choices and statuses.choices[user_id]
+  local since
+  if kept then
+    since = kept.since
+  else
+    since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
+    since = since and -since
+  end
   if statuses.since_written then statuses.since_written[user_id] = false end
   if not since then return end
-  statuses.period_starts[user_id] = -tonumber(since)
+  statuses.period_starts[user_id] = since
   redis.call('ZREM', since_key(statuses), user_id)
-  choices_changed(statuses, user_id)
+  since_changed(statuses, user_id, nil)
 end
 
 local function hidden_key(statuses) return statuses.names.hidden end
@@ -343,6 +360,18 @@ local function track_activity(statuses, user_id)
     local due = away_due(statuses, user_id)
     if due and due >= now then away_written(statuses, user_id, false) end
   end
+end
+
+-- refresh_online (includes/connections.lua) as the script's last write of the user's sessions,
+-- online entry and extras (live_written), then track_activity from the sessions read once for
+-- it and what follows. Returns what refresh_online returns.
+local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
+  statuses.track_later = true
+  local online = refresh_online(user, user_id, now, window_ms, ended_ms)
+  statuses.track_later = false
+  live_written(statuses)
+  track_activity(statuses, user_id)
+  return online
 end
 
 -- A turn to AWAY by time (track_activity) that the sweep has not announced yet is announced
@@ -401,7 +430,7 @@ local function statuses_of(names, online_key, window_ms, now, leases, remember)
   statuses.end_periods = function(events, size)
     -- Only a user whose onlineSince went_offline took can have a period to end.
     if next(statuses.period_starts) then
-      online_time_of().end_periods(names, statuses.period_starts, events, size)
+      online_time_of().end_periods(names, statuses.period_starts, events, size, index_of)
     end
   end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
