@@ -144,7 +144,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('ZADD', user.last_seen, -score, user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
-    if user.statuses then user.statuses.tidy(user_id) end
+    if user.statuses then user.statuses.tidy(user_id, -1) end
     return 1
   end
   redis.call('DEL', user.conn)

@@ -188,7 +188,8 @@ local function status_with(statuses, user_id, ending)
 end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
--- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, else as read.
+-- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, -1 when it
+-- has just taken it away (PERSIST), else as read.
 -- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
@@ -196,7 +197,7 @@ local function tidy_extras(statuses, user_id, expire_at)
   local ids = redis.call('HKEYS', key)
   if #ids == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
-  local ttl = not expire_at and redis.call('PTTL', sessions_key)
+  local ttl = expire_at == -1 and -1 or not expire_at and redis.call('PTTL', sessions_key)
   if ttl == -2 then
     redis.call('DEL', key)
     return
@@ -205,7 +206,7 @@ local function tidy_extras(statuses, user_id, expire_at)
   for i = 1, #ids do
     if not scores[i] then redis.call('HDEL', key, ids[i]) end
   end
-  if expire_at then
+  if expire_at and expire_at ~= -1 then
     redis.call('PEXPIREAT', key, expire_at)
     return
   end
@@ -434,7 +435,7 @@ local function statuses_of(names, online_key, window_ms, now, leases, remember)
     end
   end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
-  statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
+  statuses.tidy = function(user_id, expire_at) tidy_extras(statuses, user_id, expire_at) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
   statuses.look = function(kind, user_id, online) return look_of(statuses, kind, user_id, online) end
   statuses.online_moved = function(user_id)
