@@ -105,6 +105,7 @@ local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WIT
 local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
+  online_written(online_key, expired[i], false)
   went_offline(statuses, expired[i])
   sync_hidden(statuses, expired[i])
   add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of(statuses, 'OFFLINE', expired[i], 0))

@@ -187,6 +187,7 @@ if #expired > 0 then
     args[k + 1] = expired[j]
     return k + 1
   end)
+  online_forget()
 end
 call_chunked('ZADD', last_seen_key, 'LT', n, function(args, k, i)
   args[k + 1], args[k + 2] = minus_now, users[i]
@@ -218,6 +219,7 @@ call_chunked('ZADD', online_key, 'GT', #keyless, function(args, k, j)
   args[k + 1], args[k + 2] = online_until, keyless[j]
   return k + 2
 end)
+online_forget()
 -- Those who chose INVISIBLE keep their online entry in `hidden` too (includes/status.lua).
 local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do

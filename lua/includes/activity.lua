@@ -296,11 +296,12 @@ end
 local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms, statuses)
   if t_ms >= cutoff_ms then
     redis.call('ZADD', online_key, 'GT', t_ms + window_ms, user_id)
+    online_written(online_key, user_id, nil)
     if statuses then statuses.online_moved(user_id) end
   end
-  local expiry = redis.call('ZSCORE', online_key, user_id)
+  local expiry = online_score(online_key, user_id)
   if not expiry then return nil end
-  return tonumber(expiry) - window_ms
+  return expiry - window_ms
 end
 
 -- Records activity of the session at t_ms (never moving a time backwards: a held session
@@ -319,13 +320,14 @@ end
 -- would have. Returns 1 if the user is online now, else 0.
 local function settle(leases, user, channel, user_id, now, window_ms, events)
   local out = events or {}
-  local expiry = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local expiry = online_score(user.online, user_id)
   if not expiry then return 0 end
   local online
   local slot = held_slot(expiry)
   if slot == nil then
     if expiry >= now then return 1 end
     redis.call('ZREM', user.online, user_id)
+    online_written(user.online, user_id, false)
     if user.statuses then user.statuses.offline(user_id) end
     if user.statuses then user.statuses.online_moved(user_id) end
     add_event(out, 'OFFLINE', user_id, expiry, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))

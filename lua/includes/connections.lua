@@ -124,7 +124,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     if this ~= slot then slot, slots = this, slots + 1 end
   end
   local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', 0, 1)
-  local was = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local was = online_score(user.online, user_id)
   local score = nil
   if slots == 1 and #touched == 0 then
     score = HELD + slot
@@ -133,6 +133,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
   elseif #touched > 0 then
     score = tonumber(touched[2]) + window_ms
   end
+  online_written(user.online, user_id, score or false)
   if score then
     redis.call('ZADD', user.online, score, user_id)
   else
@@ -187,7 +188,7 @@ local function end_lapsed(leases, user, user_id, now, window_ms, events)
   end
   if not ended then return nil end
   for slot in pairs(slots) do forget_if_last(leases, user, user_id, slot, true) end
-  local before = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local before = online_score(user.online, user_id)
   local online = refresh_online(user, user_id, now, window_ms, ended)
   if online == 0 and before and held_slot(before) then
     add_event(events, 'OFFLINE', user_id, ended, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))

@@ -392,7 +392,8 @@ end
 -- out when they stop).
 local function sync_hidden(statuses, user_id)
   if redis.call('SISMEMBER', statuses.names.invisible, user_id) == 0 then return end
-  local score = redis.call('ZSCORE', statuses.online_key, user_id)
+  local score = online_score(statuses.online_key, user_id)
+  online_written(hidden_key(statuses), user_id, score or false)
   if score then
     redis.call('ZADD', hidden_key(statuses), score, user_id)
   else
