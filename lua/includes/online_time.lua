@@ -123,14 +123,11 @@ local function record_period(names, zone, index, start_ms, end_ms)
   local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
   for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
     local key = names.period_lengths_prefix .. key_end[1]
-    -- The three counts read at once and written at once: two commands, where HINCRBY takes three.
-    local counts = redis.call('HMGET', key, 'n', 'ms', bucket)
-    local n = (tonumber(counts[1]) or 0) + 1
-    local ms = (tonumber(counts[2]) or 0) + length_ms
-    redis.call('HSET', key, 'n', string.format('%d', n), 'ms', string.format('%d', ms), bucket,
-      string.format('%d', (tonumber(counts[3]) or 0) + 1))
     -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
-    if n == 1 then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
+    local first = redis.call('HINCRBY', key, 'n', 1) == 1
+    redis.call('HINCRBY', key, 'ms', length_ms)
+    redis.call('HINCRBY', key, bucket, 1)
+    if first then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
   end
 end
 
