@@ -72,8 +72,7 @@ redis.call('ZREM', sessions_key, session_id)
 redis.call('HDEL', user.conn, session_id)
 forget_if_last(leases, user, user_id, entry.slot, false)
 mark_activity(activity_keys, user_id, now, boundaries, shard)
-local online_after = refresh_online(user, user_id, now, window_ms, now)
-live_written(statuses)
+local online_after = refresh_last(statuses, user, user_id, now, window_ms, now)
 if online_after == 0 then
   add_event(events, 'OFFLINE', user_id, now, '', 0)
 elseif status_with(statuses, user_id, {}) ~= status_before then

@@ -76,8 +76,7 @@ for i = 1, #going, 2 do
   redis.call('HDEL', user.conn, going[i])
 end
 for slot in pairs(slots) do forget_if_last(leases, user, user_id, slot, false) end
-local online_after = refresh_online(user, user_id, now, window_ms, now)
-live_written(statuses)
+local online_after = refresh_last(statuses, user, user_id, now, window_ms, now)
 
 if revoke_ms > 0 and #revoke > 0 then
   redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)

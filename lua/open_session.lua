@@ -91,8 +91,7 @@ local generation = redis.call('INCR', generations_key)
 redis.call('HSET', user.conn, session_id, generation .. ' ' .. slot)
 hold_in_slot(leases, user, user_id, slot)
 redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
-refresh_online(user, user_id, now, window_ms, nil)
-live_written(statuses)
+refresh_last(statuses, user, user_id, now, window_ms, nil)
 
 if online_before == 0 then
   came_online(statuses, user_id, now)

@@ -122,6 +122,7 @@ if change == 'chosen' then
   else
     redis.call('SREM', KEYS[8], user_id)
     redis.call('ZREM', hidden_key(statuses), user_id)
+    online_written(hidden_key(statuses), user_id, false)
   end
 elseif change == 'custom' then
   local text, emoji, expires = ARGV[3], ARGV[4], tonumber(ARGV[5])

@@ -105,6 +105,7 @@ local expired = redis.call('ZRANGEBYSCORE', online_key, '-inf', '(' .. now, 'WIT
 local offline = {}
 for i = 1, #expired, 2 do
   redis.call('ZREM', online_key, expired[i])
+  online_written(online_key, expired[i], false)
   went_offline(statuses, expired[i])
   sync_hidden(statuses, expired[i])
   add_event(offline, 'OFFLINE', expired[i], tonumber(expired[i + 1]), '', 0, look_of(statuses, 'OFFLINE', expired[i], 0))
@@ -161,7 +162,7 @@ end
 -- Users whose last active session expired by time while an idle one stays live: AWAY since.
 local turned_away = redis.call('ZRANGEBYSCORE', away_expiry_key(statuses), '-inf', '(' .. now, 'LIMIT', 0, batch)
 for _, user_id in ipairs(turned_away) do
-  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  away_written(statuses, user_id, false)
   index_mark(statuses, user_id)
   local status, choices = status_of(statuses, user_id, online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then

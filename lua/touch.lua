@@ -81,7 +81,7 @@ settle_away(statuses, user_id, events)
 local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
 mark_activity(activity_keys, user_id, t_ms, boundaries, shard)
 local cutoff = now - window_ms
-local online_after
+local online_after, tracked
 -- A keyless default session has no extras: one that says more is kept in the key.
 local keyless = session_id == DEFAULT_SESSION and device == '' and not idle
   and redis.call('EXISTS', sessions_key) == 0
@@ -91,7 +91,7 @@ else
   keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
   local before = tonumber(redis.call('ZSCORE', sessions_key, session_id))
   local was_live = before and session_live(leases, before, now, window_ms)
-  local tracked = t_ms >= cutoff or was_live
+  tracked = t_ms >= cutoff or was_live
   -- The session's extras are written below, then track_activity reads them: what it would
   -- read while record_session writes the online entry is not the touch's outcome.
   statuses.track_later = tracked
@@ -103,10 +103,10 @@ else
     extras.idle = idle
     if device ~= '' then extras.device = device end
     redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
-    track_activity(statuses, user_id)
   end
 end
 live_written(statuses)
+if tracked then track_activity(statuses, user_id) end
 -- The user's entry after the touch tells their status now; it is read again only after an
 -- announcement, which may change what it shows (a custom status that ended, the version).
 local entry

@@ -62,6 +62,8 @@ local leases = lease_book(KEYS[9], shard)
 
 local now = now_ms()
 local statuses = statuses_of(shard, KEYS[2], window_ms, now, leases)
+-- Scores given to every user, written out once (includes/chunks.lua).
+local minus_now, online_until = string.format('%d', -now), string.format('%d', now + window_ms)
 local t_ms = tonumber(ARGV[7]) or now
 if t_ms > now then return redis.error_reply('AT_IN_FUTURE') end
 if t_ms < now - retention_ms then return redis.error_reply('AT_BEFORE_RETENTION') end
@@ -121,7 +123,7 @@ if #missing > 0 then
     if j <= #given_back then
       indexes[i] = given_back[j]
     else
-      indexes[i] = next_index
+      indexes[i] = string.format('%d', next_index)
       next_index = next_index + 1
     end
   end
@@ -177,7 +179,7 @@ for i = 1, n do
 end
 -- Their onlineSince (came_online, includes/status.lua), for all of them at once.
 call_chunked('ZADD', since_key(statuses), nil, #arrived, function(args, k, j)
-  args[k + 1], args[k + 2] = -now, arrived[j]
+  args[k + 1], args[k + 2] = minus_now, arrived[j]
   return k + 2
 end)
 if #expired > 0 then
@@ -185,9 +187,10 @@ if #expired > 0 then
     args[k + 1] = expired[j]
     return k + 1
   end)
+  online_forget()
 end
 call_chunked('ZADD', last_seen_key, 'LT', n, function(args, k, i)
-  args[k + 1], args[k + 2] = -now, users[i]
+  args[k + 1], args[k + 2] = minus_now, users[i]
   return k + 2
 end)
 local keyless = {}
@@ -213,9 +216,10 @@ for i = 1, n do
 end
 -- GT: a default session backfilled a little into the future stays as it is.
 call_chunked('ZADD', online_key, 'GT', #keyless, function(args, k, j)
-  args[k + 1], args[k + 2] = now + window_ms, keyless[j]
+  args[k + 1], args[k + 2] = online_until, keyless[j]
   return k + 2
 end)
+online_forget()
 -- Those who chose INVISIBLE keep their online entry in `hidden` too (includes/status.lua).
 local invisible = read_in_chunks('SMISMEMBER', shard.invisible, keyless)
 for j = 1, #keyless do
@@ -240,11 +244,11 @@ for i = 1, n do
 end
 local online_by_last_seen = ix_key(statuses, 'v', 'l', 'st', 'ONLINE')
 call_chunked('ZADD', online_by_last_seen, {'XX', 'LT'}, #staying, function(args, k, j)
-  args[k + 1], args[k + 2] = -now, staying[j]
+  args[k + 1], args[k + 2] = minus_now, staying[j]
   return k + 2
 end)
 for _, key in ipairs({online_by_last_seen, ix_key(statuses, 'v', 's', 'st', 'ONLINE'), index_ids_key(statuses, 'v')}) do
-  local score = key == index_ids_key(statuses, 'v') and 0 or -now
+  local score = key == index_ids_key(statuses, 'v') and '0' or minus_now
   call_chunked('ZADD', key, nil, #plain_arrived, function(args, k, j)
     args[k + 1], args[k + 2] = score, plain_arrived[j]
     return k + 2

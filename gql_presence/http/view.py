@@ -5,10 +5,15 @@ runs through the one pipeline (graphql/operation.py), as a WebSocket's do."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from functools import partial
 from http import HTTPStatus
+from json.encoder import (  # type: ignore[attr-defined]  # typeshed leaves them out
+    c_make_encoder,
+    encode_basestring_ascii,
+)
 from typing import TYPE_CHECKING, Any, TypeGuard, cast
 
 from aiohttp import hdrs, web
@@ -352,6 +357,9 @@ class PresenceView(GraphQLView[Context, None]):
                 )
         return await self.run(request, context=context)
 
+    def encode_json(self, data: object) -> str:
+        return _encode_compact(data)
+
     def create_response(
         self,
         response_data: GraphQLHTTPResponse | list[GraphQLHTTPResponse],
@@ -382,6 +390,26 @@ def _socket_ended(request: web.Request, socket: BoundedWebSocketResponse, _faile
     stop_watching_credentials(request)
     request.app[SOCKETS].discard(socket)
 
+
+def _compact_encoder() -> Callable[[object], str]:
+    """Strawberry's json.dumps(data, separators=(",", ":")), the same text: dumps makes a
+    JSONEncoder and its C encoder for each answer (1.6 of its 2.9 µs for a `presence`). An
+    answer is a tree made by the execution, never circular, so the encoder keeps no record
+    of the containers it is in."""
+    encoder = json.JSONEncoder(separators=(",", ":"))
+    if c_make_encoder is None:  # an interpreter without json's C accelerator
+        return encoder.encode
+    encode = c_make_encoder(
+        None, encoder.default, encode_basestring_ascii, None, ":", ",", False, False, True
+    )
+
+    def encoded(data: object) -> str:
+        return "".join(encode(data, 0))
+
+    return encoded
+
+
+_encode_compact = _compact_encoder()
 
 # Stands in for the body of a request refused for its credentials.
 _UNREAD = GraphQLRequestData(query=None, variables=None, operation_name=None, extensions=None)

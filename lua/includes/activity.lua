@@ -12,10 +12,11 @@ local DEFAULT_SESSION = 'default'
 -- The user's bit index in the day bitmaps, handing out a free one to a user seen first;
 -- and whether it was handed out now.
 local function user_index(index_key, next_key, free_key, user_id)
-  local index = redis.call('HGET', index_key, user_id)
+  local index = index_of(index_key, user_id)
   if index then return index, false end
-  index = redis.call('LPOP', free_key) or (redis.call('INCR', next_key) - 1)
+  index = redis.call('LPOP', free_key) or string.format('%d', redis.call('INCR', next_key) - 1)
   redis.call('HSET', index_key, user_id, index)
+  indexes_read[user_id] = index
   return index, true
 end
 
@@ -69,8 +70,10 @@ local function periods_of(shard, days, boundaries, t_ms)
   local start = boundaries[day]
   -- Local hours are whole hours from local midnight, DST changes included.
   local hour = start + math.floor((t_ms - start) / HOUR_MS) * HOUR_MS
+  -- With room for what more_periods adds.
   return {shard = shard, hour = shard.hour_prefix .. string.format('%d', hour), hour_end = hour + HOUR_MS,
-    day = days[day], day_end = boundaries[day + 1]}
+    day = days[day], day_end = boundaries[day + 1], number = false, kept = false, firsts = false,
+    expiring = false}
 end
 
 -- The labels of the week (its Monday) and month holding day number n.
@@ -111,13 +114,13 @@ end
 -- (a touch) takes a SETBIT, cheaper than building a BITFIELD's arguments.
 local function set_bits(key, indexes)
   if #indexes == 1 then
-    return redis.call('SETBIT', key, indexes[1], 1) == 0 and indexes or {}
+    return redis.call('SETBIT', key, indexes[1], '1') == 0 and indexes or {}
   end
   local fresh = {}
   for first, last in chunks(#indexes) do
     local args, n = {}, 0
     for i = first, last do
-      args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'SET', 'u1', indexes[i], 1
+      args[n + 1], args[n + 2], args[n + 3], args[n + 4] = 'SET', 'u1', indexes[i], '1'
       n = n + 4
     end
     local old = redis.call('BITFIELD', key, unpack(args, 1, n))
@@ -189,8 +192,9 @@ local function mark_first_day(shard, p, indexes, assigned)
     end
   end
   if #newcomers == 0 then return end
+  local number = string.format('%d', p.number)
   call_chunked('BITFIELD', shard.first_days, nil, #newcomers, function(args, k, i)
-    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], p.number
+    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], number
     return k + 4
   end)
   local first_day = p.firsts[1]
@@ -292,11 +296,12 @@ end
 local function record_default(online_key, user_id, t_ms, cutoff_ms, window_ms, statuses)
   if t_ms >= cutoff_ms then
     redis.call('ZADD', online_key, 'GT', t_ms + window_ms, user_id)
+    online_written(online_key, user_id, nil)
     if statuses then statuses.online_moved(user_id) end
   end
-  local expiry = redis.call('ZSCORE', online_key, user_id)
+  local expiry = online_score(online_key, user_id)
   if not expiry then return nil end
-  return tonumber(expiry) - window_ms
+  return expiry - window_ms
 end
 
 -- Records activity of the session at t_ms (never moving a time backwards: a held session
@@ -315,13 +320,14 @@ end
 -- would have. Returns 1 if the user is online now, else 0.
 local function settle(leases, user, channel, user_id, now, window_ms, events)
   local out = events or {}
-  local expiry = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local expiry = online_score(user.online, user_id)
   if not expiry then return 0 end
   local online
   local slot = held_slot(expiry)
   if slot == nil then
     if expiry >= now then return 1 end
     redis.call('ZREM', user.online, user_id)
+    online_written(user.online, user_id, false)
     if user.statuses then user.statuses.offline(user_id) end
     if user.statuses then user.statuses.online_moved(user_id) end
     add_event(out, 'OFFLINE', user_id, expiry, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))

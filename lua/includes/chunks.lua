@@ -3,6 +3,8 @@
 -- (BITFIELD's SET u1 index 1): 1,000 entries stay well below that, and are enough that the
 -- cost of a call is spread over many entries (a call costs about as much as ten entries).
 local CHUNK = 1000
+-- An argument repeated for each entry is best made a string once: Redis writes a number
+-- argument out (snprintf) at every call that passes it.
 
 -- The ranges first, last of `count` entries, CHUNK at a time: `for first, last in chunks(n)`.
 local function chunks(count)

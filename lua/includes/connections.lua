@@ -50,24 +50,40 @@ local function session_live(leases, score, now, window_ms)
   return score + window_ms >= now
 end
 
--- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present.
+-- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present;
+-- and their scores as kept, in the same order.
 local function live_sessions(leases, user, now, window_ms)
   local rows = redis.call('ZRANGEBYSCORE', user.sessions, now - window_ms, '+inf', 'WITHSCORES')
-  local live = {}
+  local live, scores = {}, {}
   for i = 1, #rows, 2 do
     local score = tonumber(rows[i + 1])
     if session_live(leases, score, now, window_ms) then
       live[#live + 1] = rows[i]
       live[#live + 1] = held_slot(score) and now or score
+      scores[#scores + 1] = score
     end
   end
-  return live
+  return live, scores
+end
+
+-- Users' bit indexes in the day bitmaps (includes/activity.lua, user_index), as read or
+-- handed out in this call: a user keeps theirs while they are kept.
+local indexes_read = {}
+
+-- The user's bit index in the shard's HASH of them (index_key), or false if none.
+local function index_of(index_key, user_id)
+  local index = indexes_read[user_id]
+  if index == nil then
+    index = redis.call('HGET', index_key, user_id)
+    indexes_read[user_id] = index
+  end
+  return index
 end
 
 -- Records that the user holds a session under `slot`.
 local function hold_in_slot(leases, user, user_id, slot)
   redis.call('SADD', lease_users_key(leases, slot), user_id)
-  redis.call('SETBIT', lease_bits_key(leases, slot), redis.call('HGET', user.index, user_id), 1)
+  redis.call('SETBIT', lease_bits_key(leases, slot), index_of(user.index, user_id), 1)
 end
 
 -- After one of the user's sessions under `slot` went: the lease forgets the user once none
@@ -76,7 +92,7 @@ local function forget_if_last(leases, user, user_id, slot, keep_bit)
   local score = string.format('%d', HELD + slot)
   if redis.call('ZCOUNT', user.sessions, score, score) > 0 then return end
   redis.call('SREM', lease_users_key(leases, slot), user_id)
-  local index = not keep_bit and redis.call('HGET', user.index, user_id)
+  local index = not keep_bit and index_of(user.index, user_id)
   if index then redis.call('SETBIT', lease_bits_key(leases, slot), index, 0) end
 end
 
@@ -108,7 +124,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     if this ~= slot then slot, slots = this, slots + 1 end
   end
   local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', 0, 1)
-  local was = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local was = online_score(user.online, user_id)
   local score = nil
   if slots == 1 and #touched == 0 then
     score = HELD + slot
@@ -117,6 +133,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
   elseif #touched > 0 then
     score = tonumber(touched[2]) + window_ms
   end
+  online_written(user.online, user_id, score or false)
   if score then
     redis.call('ZADD', user.online, score, user_id)
   else
@@ -128,7 +145,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('ZADD', user.last_seen, -score, user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
-    if user.statuses then user.statuses.tidy(user_id) end
+    if user.statuses then user.statuses.tidy(user_id, -1) end
     return 1
   end
   redis.call('DEL', user.conn)
@@ -171,7 +188,7 @@ local function end_lapsed(leases, user, user_id, now, window_ms, events)
   end
   if not ended then return nil end
   for slot in pairs(slots) do forget_if_last(leases, user, user_id, slot, true) end
-  local before = tonumber(redis.call('ZSCORE', user.online, user_id))
+  local before = online_score(user.online, user_id)
   local online = refresh_online(user, user_id, now, window_ms, ended)
   if online == 0 and before and held_slot(before) then
     add_event(events, 'OFFLINE', user_id, ended, '', 0, user.statuses and user.statuses.look('OFFLINE', user_id, 0))

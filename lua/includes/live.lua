@@ -89,10 +89,39 @@ local function is_live(leases, expiry_ms, now)
   return slot == 0 or slot_live(leases, slot, now)
 end
 
+-- Users' scores in the online ZSET (and `hidden`, includes/status.lua) as read or written in
+-- this call: key -> user_id -> score, or false for none. Each is read once: every write of
+-- one says so (online_written), or, for a script that writes many at once, online_forget.
+local online_scores = {}
+
+-- The user's score in `key` (a number), or nil.
+local function online_score(key, user_id)
+  local scores = online_scores[key]
+  if not scores then
+    scores = {}
+    online_scores[key] = scores
+  end
+  local score = scores[user_id]
+  if score == nil then
+    score = tonumber(redis.call('ZSCORE', key, user_id)) or false
+    scores[user_id] = score
+  end
+  return score or nil
+end
+
+-- After a write of the user's score in `key`: the score, false once removed, nil when not
+-- known (ZADD GT).
+local function online_written(key, user_id, score)
+  local scores = online_scores[key]
+  if scores then scores[user_id] = score end
+end
+
+local function online_forget() online_scores = {} end
+
 -- The expiry of the user's online entry (ms, or a held score) if it says they are online at
 -- `now`, else nil.
 local function live_expiry(leases, online_key, user_id, now)
-  local expiry = tonumber(redis.call('ZSCORE', online_key, user_id))
+  local expiry = online_score(online_key, user_id)
   if not is_live(leases, expiry, now) then return nil end
   if expiry == HELD and leases.sessions_prefix and some_lapsed(leases, now) and not several_live(leases, user_id, now) then
     return nil

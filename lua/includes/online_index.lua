@@ -144,7 +144,8 @@ local function index_sync(statuses, user_id, entry)
   local old = redis.call('HGET', users_key, user_id)
   local new
   if entry then new = index_record_of_entry(statuses, user_id, entry) else new = index_record(statuses, user_id) end
-  local last_seen = new and redis.call('ZSCORE', statuses.names.last_seen, user_id)
+  local last_seen = new and entry and statuses.seen_scores[user_id]
+  if new and last_seen == nil then last_seen = redis.call('ZSCORE', statuses.names.last_seen, user_id) end
   if new and not last_seen then new = nil end
   if new and is_plain(new) then
     -- No entry of their own: written whole (it may be new), and as is if it was.

@@ -149,8 +149,9 @@ end
 -- Ends the online periods that `events` (as includes/events.lua lays them out, `size` values
 -- each) end: an OFFLINE, or a KICKED with online 0, of a user whose period's start `starts`
 -- holds (user_id -> ms: what went_offline, includes/status.lua, took from onlineSince). Each
--- start is used once.
-local function end_periods(names, starts, events, size)
+-- start is used once. `read_index` (optional) reads a user's bit index as
+-- includes/connections.lua's index_of does, once per call.
+local function end_periods(names, starts, events, size, read_index)
   local zone
   for i = 1, #events, size do
     local kind, user_id = events[i], events[i + 1]
@@ -158,7 +159,8 @@ local function end_periods(names, starts, events, size)
     if start_ms and (kind == 'OFFLINE' or (kind == 'KICKED' and events[i + 4] == 0)) then
       starts[user_id] = nil
       zone = zone or zone_of(names.zone)
-      local index = tonumber(redis.call('HGET', names.user_index, user_id))
+      local index = tonumber(read_index and read_index(names.user_index, user_id)
+        or redis.call('HGET', names.user_index, user_id))
       record_period(names, zone, index, start_ms, tonumber(events[i + 2]))
     end
   end

@@ -4,18 +4,37 @@
 -- A name ending in ':' is followed by a user id (a lease's: by its slot; lease_members_prefix
 -- by the slot, ':' and a place id; a place's: by the place id), in the hash tag of the
 -- script's KEYS.
+-- The table is made by one constructor, with room for every field: filled a field at a time,
+-- it would be made anew each time it grew.
 local function shard_options(packed)
-  local o = {}
-  o.window_ms, o.retention_ms, o.revoke_ms, o.max_sessions, o.empty_place_ttl_ms,
-    o.feed_retention_ms, o.feed_max_changes, o.hourly_ms, o.analytics_ms,
-    o.publish, o.channel, o.user_channel_prefix, o.sessions_prefix, o.status_prefix,
-    o.extras_prefix, o.since, o.invisible, o.hidden, o.status_expiries, o.away_expiries,
-    o.conn_prefix, o.revoked_prefix, o.lease_owners, o.lease_next, o.lease_users_prefix,
-    o.lease_bits_prefix, o.lease_places_prefix, o.lease_members_prefix, o.place_members_prefix,
-    o.place_holders_prefix, o.place_states_prefix, o.place_users_prefix, o.place_channel_prefix,
-    o.feed, o.version_prefix, o.user_index, o.online_time_prefix, o.period_lengths_prefix, o.zone,
-    o.hour_prefix, o.week_prefix, o.month_prefix, o.first_day_prefix, o.first_week_prefix,
-    o.first_month_prefix, o.first_days, o.last_seen, o.index_prefix, o.versions =
+  local window_ms, retention_ms, revoke_ms, max_sessions, empty_place_ttl_ms, feed_retention_ms,
+    feed_max_changes, hourly_ms, analytics_ms, publish, channel, user_channel_prefix,
+    sessions_prefix, status_prefix, extras_prefix, since, invisible, hidden, status_expiries,
+    away_expiries, conn_prefix, revoked_prefix, lease_owners, lease_next, lease_users_prefix,
+    lease_bits_prefix, lease_places_prefix, lease_members_prefix, place_members_prefix,
+    place_holders_prefix, place_states_prefix, place_users_prefix, place_channel_prefix, feed,
+    version_prefix, user_index, online_time_prefix, period_lengths_prefix, zone, hour_prefix,
+    week_prefix, month_prefix, first_day_prefix, first_week_prefix, first_month_prefix,
+    first_days, last_seen, index_prefix, versions =
     struct.unpack('>ddddddddd' .. string.rep('Bc0', 40), packed)
-  return o
+  return {window_ms = window_ms, retention_ms = retention_ms, revoke_ms = revoke_ms,
+    max_sessions = max_sessions, empty_place_ttl_ms = empty_place_ttl_ms,
+    feed_retention_ms = feed_retention_ms, feed_max_changes = feed_max_changes,
+    hourly_ms = hourly_ms, analytics_ms = analytics_ms, publish = publish, channel = channel,
+    user_channel_prefix = user_channel_prefix, sessions_prefix = sessions_prefix,
+    status_prefix = status_prefix, extras_prefix = extras_prefix, since = since,
+    invisible = invisible, hidden = hidden, status_expiries = status_expiries,
+    away_expiries = away_expiries, conn_prefix = conn_prefix, revoked_prefix = revoked_prefix,
+    lease_owners = lease_owners, lease_next = lease_next,
+    lease_users_prefix = lease_users_prefix, lease_bits_prefix = lease_bits_prefix,
+    lease_places_prefix = lease_places_prefix, lease_members_prefix = lease_members_prefix,
+    place_members_prefix = place_members_prefix, place_holders_prefix = place_holders_prefix,
+    place_states_prefix = place_states_prefix, place_users_prefix = place_users_prefix,
+    place_channel_prefix = place_channel_prefix, feed = feed, version_prefix = version_prefix,
+    user_index = user_index, online_time_prefix = online_time_prefix,
+    period_lengths_prefix = period_lengths_prefix, zone = zone, hour_prefix = hour_prefix,
+    week_prefix = week_prefix, month_prefix = month_prefix, first_day_prefix = first_day_prefix,
+    first_week_prefix = first_week_prefix, first_month_prefix = first_month_prefix,
+    first_days = first_days, last_seen = last_seen, index_prefix = index_prefix,
+    versions = versions}
 end

@@ -79,6 +79,15 @@ local function choices_changed(statuses, user_id)
   if statuses.choices then statuses.choices[user_id] = nil end
 end
 
+-- Gives the user's choices read by choices_of, if they were, the onlineSince (ms, or nil)
+-- this call has just written: the rest is as read.
+local function since_changed(statuses, user_id, since)
+  local kept = statuses.choices and statuses.choices[user_id]
+  if not kept then return end
+  statuses.choices[user_id] = {chosen = kept.chosen, visible = kept.visible,
+    hidden_seen = kept.hidden_seen, since = since, custom = kept.custom, ended = kept.ended}
+end
+
 -- A session's extras {started (ms or nil), idle (bool), device (string or nil)} from its sx
 -- entry (or false/nil: none).
 local function parse_extras(value)
@@ -125,7 +134,8 @@ local function status_from(online, chosen, idle)
 end
 
 -- The user's live sessions, {id, activity_ms, ...}: from their sessions key, or their online
--- entry alone for a keyless default session (includes/activity.lua).
+-- entry alone for a keyless default session (includes/activity.lua); and, from a sessions
+-- key, their scores as kept (live_sessions).
 local function live_of_now(statuses, user_id, online_key, now)
   local sessions_key = statuses.names.sessions_prefix .. user_id
   if redis.call('EXISTS', sessions_key) == 1 then
@@ -141,9 +151,12 @@ end
 local function live_of(statuses, user_id, online_key, now)
   local kept = statuses.live_kept
   if not kept or online_key ~= statuses.online_key or now ~= statuses.now then
-    return live_of_now(statuses, user_id, online_key, now)
+    return (live_of_now(statuses, user_id, online_key, now))
   end
-  if not kept[user_id] then kept[user_id] = {live = live_of_now(statuses, user_id, online_key, now)} end
+  if not kept[user_id] then
+    local live, scores = live_of_now(statuses, user_id, online_key, now)
+    kept[user_id] = {live = live, scores = scores}
+  end
   return kept[user_id].live
 end
 
@@ -175,23 +188,25 @@ local function status_with(statuses, user_id, ending)
 end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
--- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, else as read.
+-- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, -1 when it
+-- has just taken it away (PERSIST), else as read.
 -- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
-  if redis.call('EXISTS', key) == 0 then return end
+  -- Its fields read at once (one a session of the user), none meaning no key to tidy.
+  local ids = redis.call('HKEYS', key)
+  if #ids == 0 then return end
   local sessions_key = statuses.names.sessions_prefix .. user_id
-  local ttl = not expire_at and redis.call('PTTL', sessions_key)
+  local ttl = expire_at == -1 and -1 or not expire_at and redis.call('PTTL', sessions_key)
   if ttl == -2 then
     redis.call('DEL', key)
     return
   end
-  local ids = redis.call('HKEYS', key)
   local scores = redis.call('ZMSCORE', sessions_key, unpack(ids))
   for i = 1, #ids do
     if not scores[i] then redis.call('HDEL', key, ids[i]) end
   end
-  if expire_at then
+  if expire_at and expire_at ~= -1 then
     redis.call('PEXPIREAT', key, expire_at)
     return
   end
@@ -207,6 +222,27 @@ end
 local function custom_value(custom)
   if not custom then return false end
   return {custom.text, custom.emoji, custom.expires}
+end
+
+-- When the user turns AWAY by time (awayexp's score, track_activity), or nil: read once per
+-- call, then known from the call's writes of it, each made by away_written.
+local function away_due(statuses, user_id)
+  local known = statuses.away[user_id]
+  if known == nil then
+    known = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id)) or false
+    statuses.away[user_id] = known
+  end
+  return known or nil
+end
+
+-- Writes when the user turns AWAY by time (ms), or (false) that nothing is due.
+local function away_written(statuses, user_id, due)
+  if due then
+    redis.call('ZADD', statuses.names.away_expiries, due, user_id)
+  else
+    redis.call('ZREM', statuses.names.away_expiries, user_id)
+  end
+  statuses.away[user_id] = due
 end
 
 -- Kinds whose events carry the user's look; the others (FRIENDS, REPLACED, REVOKED) are the
@@ -233,8 +269,8 @@ local function look_of(statuses, kind, user_id, online)
     choices_changed(statuses, user_id)
     redis.call('ZREM', status_expiry_key(statuses), user_id)
   end
-  local away = tonumber(redis.call('ZSCORE', statuses.names.away_expiries, user_id))
-  if away and away < now then redis.call('ZREM', statuses.names.away_expiries, user_id) end
+  local away = away_due(statuses, user_id)
+  if away and away < now then away_written(statuses, user_id, false) end
   local invisible = choices.chosen == 'INVISIBLE'
   return {status, custom_value(choices.custom), invisible and '' or kind, choices.visible,
     invisible and 1 or 0}
@@ -254,7 +290,7 @@ end
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(statuses, user_id, t_ms)
   redis.call('ZADD', since_key(statuses), -t_ms, user_id)
-  choices_changed(statuses, user_id)
+  since_changed(statuses, user_id, t_ms)
   if statuses.since_written then statuses.since_written[user_id] = t_ms end
 end
 
@@ -270,12 +306,20 @@ end
 -- that ends their online period (end_periods, includes/online_time.lua).
 local function went_offline(statuses, user_id)
   index_mark(statuses, user_id)
-  local since = redis.call('ZSCORE', since_key(statuses), user_id)
+  -- As choices_of read it, if it did (a write of it since would have said so).
+  local kept = statuses.choices and statuses.choices[user_id]
+  local since
+  if kept then
+    since = kept.since
+  else
+    since = tonumber(redis.call('ZSCORE', since_key(statuses), user_id))
+    since = since and -since
+  end
   if statuses.since_written then statuses.since_written[user_id] = false end
   if not since then return end
-  statuses.period_starts[user_id] = -tonumber(since)
+  statuses.period_starts[user_id] = since
   redis.call('ZREM', since_key(statuses), user_id)
-  choices_changed(statuses, user_id)
+  since_changed(statuses, user_id, nil)
 end
 
 local function hidden_key(statuses) return statuses.names.hidden end
@@ -283,21 +327,23 @@ local function away_expiry_key(statuses) return statuses.names.away_expiries end
 
 -- Notes when the user turns AWAY by time alone: when their newest active session that lives
 -- by time expires while an idle one stays live (and no active held session keeps them).
+-- Called after live_written, it reads the live sessions once with the reads that follow.
 local function track_activity(statuses, user_id)
   local now = statuses.now
-  -- A user without a sessions key has one session, never idle: nothing to note (an entry
-  -- left from before is dropped by the sweep, which checks).
+  -- The live sessions with their scores as kept. A user without a sessions key has one
+  -- session, never idle: nothing to note (an entry left from before is dropped by the sweep,
+  -- which checks).
+  local live, scores
   local sessions_key = statuses.names.sessions_prefix .. user_id
-  if redis.call('EXISTS', sessions_key) == 0 then return end
-  -- The live sessions, as live_sessions reads them, with their scores as kept.
-  local rows = redis.call('ZRANGEBYSCORE', sessions_key, now - statuses.window_ms, '+inf', 'WITHSCORES')
-  local ids, scores = {}, {}
-  for i = 1, #rows, 2 do
-    local score = tonumber(rows[i + 1])
-    if session_live(statuses.leases, score, now, statuses.window_ms) then
-      ids[#ids + 1], scores[#scores + 1] = rows[i], score
-    end
+  if statuses.live_kept then
+    live = live_of(statuses, user_id, statuses.online_key, now)
+    scores = statuses.live_kept[user_id].scores
+  elseif redis.call('EXISTS', sessions_key) == 1 then
+    live, scores = live_sessions(statuses.leases, {sessions = sessions_key}, now, statuses.window_ms)
   end
+  if not scores then return end
+  local ids = {}
+  for i = 1, #live, 2 do ids[#ids + 1] = live[i] end
   local some_idle, active_until, active_held = false, nil, false
   for i, extras in ipairs(extras_of(statuses, user_id, ids)) do
     if extras.idle then
@@ -309,21 +355,33 @@ local function track_activity(statuses, user_id)
     end
   end
   if some_idle and active_until and not active_held then
-    redis.call('ZADD', away_expiry_key(statuses), active_until, user_id)
+    away_written(statuses, user_id, active_until)
   else
     -- One that is due stays for the sweep: the turn to AWAY it notes is not announced yet.
-    local due = tonumber(redis.call('ZSCORE', away_expiry_key(statuses), user_id))
-    if due and due >= now then redis.call('ZREM', away_expiry_key(statuses), user_id) end
+    local due = away_due(statuses, user_id)
+    if due and due >= now then away_written(statuses, user_id, false) end
   end
+end
+
+-- refresh_online (includes/connections.lua) as the script's last write of the user's sessions,
+-- online entry and extras (live_written), then track_activity from the sessions read once for
+-- it and what follows. Returns what refresh_online returns.
+local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
+  statuses.track_later = true
+  local online = refresh_online(user, user_id, now, window_ms, ended_ms)
+  statuses.track_later = false
+  live_written(statuses)
+  track_activity(statuses, user_id)
+  return online
 end
 
 -- A turn to AWAY by time (track_activity) that the sweep has not announced yet is announced
 -- first, into `events` with the look of now, so that a change that follows is told from it.
 local function settle_away(statuses, user_id, events)
   local now = statuses.now
-  local due = tonumber(redis.call('ZSCORE', away_expiry_key(statuses), user_id))
+  local due = away_due(statuses, user_id)
   if not due or due >= now then return end
-  redis.call('ZREM', away_expiry_key(statuses), user_id)
+  away_written(statuses, user_id, false)
   local status, choices = status_of(statuses, user_id, statuses.online_key, now)
   if status == 'AWAY' and choices.chosen == 'AUTO' then
     add_event(events, 'STATUS', user_id, due, '', 1, look_of(statuses, 'STATUS', user_id, 1))
@@ -334,7 +392,8 @@ end
 -- out when they stop).
 local function sync_hidden(statuses, user_id)
   if redis.call('SISMEMBER', statuses.names.invisible, user_id) == 0 then return end
-  local score = redis.call('ZSCORE', statuses.online_key, user_id)
+  local score = online_score(statuses.online_key, user_id)
+  online_written(hidden_key(statuses), user_id, score or false)
   if score then
     redis.call('ZADD', hidden_key(statuses), score, user_id)
   else
@@ -363,18 +422,21 @@ end
 -- went_offline, look_of), which read them anew after (the onlineSince these two write is
 -- known without a read).
 local function statuses_of(names, online_key, window_ms, now, leases, remember)
+  -- Every field named here, those set later as false: a table that grows is made anew.
   local statuses = {names = names, online_key = online_key, window_ms = window_ms, now = now,
-    leases = leases, period_starts = {}, dirty = {}, marked = {}, choices = remember and {} or nil,
-    since_written = remember and {} or nil}
+    leases = leases, period_starts = {}, dirty = {}, marked = {}, away = {}, seen_scores = {},
+    choices = remember and {} or nil, since_written = remember and {} or nil, fill = false,
+    end_periods = false, offline = false, tidy = false, status = false, look = false,
+    online_moved = false, live_kept = false, track_later = false, versions = false}
   statuses.fill = function(events, i) fill_look(statuses, events, i) end
   statuses.end_periods = function(events, size)
     -- Only a user whose onlineSince went_offline took can have a period to end.
     if next(statuses.period_starts) then
-      online_time_of().end_periods(names, statuses.period_starts, events, size)
+      online_time_of().end_periods(names, statuses.period_starts, events, size, index_of)
     end
   end
   statuses.offline = function(user_id) went_offline(statuses, user_id) end
-  statuses.tidy = function(user_id) tidy_extras(statuses, user_id) end
+  statuses.tidy = function(user_id, expire_at) tidy_extras(statuses, user_id, expire_at) end
   statuses.status = function(user_id, ending) return status_with(statuses, user_id, ending) end
   statuses.look = function(kind, user_id, online) return look_of(statuses, kind, user_id, online) end
   statuses.online_moved = function(user_id)
@@ -391,6 +453,8 @@ end
 -- lapsed, unswept, the last lapse: what the sweep will record).
 local function last_seen_of(statuses, user_id, last_seen_key, now, retention_ms)
   local score = tonumber(redis.call('ZSCORE', last_seen_key, user_id))
+  -- Kept for index_sync, given a presence_entry read after the script's changes.
+  if last_seen_key == statuses.names.last_seen then statuses.seen_scores[user_id] = score or false end
   if not score then return -1 end
   local last_seen = shown_last_seen(statuses.leases, score, now)
   if held_slot(-score) == 0 then

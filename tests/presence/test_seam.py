@@ -128,9 +128,9 @@ async def test_the_shard_argument_is_unpacked_by_the_scripts_as_the_store_packs_
     redis: Redis,
 ) -> None:
     text = (lua_dir() / "includes" / "options.lua").read_text()
-    unpacked = re.search(r"local o = \{\}\n(.*?)=\s*struct\.unpack", text, re.S)
+    unpacked = re.search(r"\n  local (.*?)=\s*struct\.unpack", text, re.S)
     assert unpacked is not None
-    assert re.findall(r"o\.(\w+)", unpacked[1]) == [*OPTION_NUMBERS, *OPTION_NAMES]
+    assert re.findall(r"\w+", unpacked[1]) == [*OPTION_NUMBERS, *OPTION_NAMES]
     shard = Shard(redis, Settings(), 2, None)  # type: ignore[arg-type]
     options = unpack_options(shard.options)
     assert options["window_ms"] == Settings().window_ms
