@@ -49,6 +49,7 @@ from bench.harness import (
     all_arrived,
     change,
     checkout,
+    cpu_ns,
     cpu_seconds,
     load,
     post,
@@ -235,22 +236,34 @@ async def fanout_clients(
     return clients
 
 
+@dataclass(frozen=True)
+class FanoutRound:
+    """One round of one configuration: the service's CPU per event delivered (µs) and a
+    second of changes (ms: over the phase and what follows it until the last arrival, divided
+    by the phase's seconds, the same for every configuration), and the changes the receiver
+    had per change."""
+
+    per_delivery_us: float
+    per_s_ms: float
+    received: float
+
+
 async def fanout(
     versions: list[Version], receiver_port: int, options: argparse.Namespace
-) -> list[tuple[str, float, float]]:
+) -> dict[str, list[FanoutRound]]:
     """The service's CPU per event delivered to `options.subscribers` WebSocket subscribers,
-    changes made at a steady rate, with no webhook and with ten, in alternate rounds, each
-    version in turn within each round: (name, median µs, median changes the webhooks
-    received per change)."""
+    changes made at a steady rate, with no webhook and with ten, in alternate rounds
+    (`options.rounds`), each version in turn within each round: each round's figures, by
+    "version: configuration"."""
     hooks = f"http://127.0.0.1:{receiver_port}/hooks"
-    rounds: dict[str, list[tuple[float, float]]] = {
+    rounds: dict[str, list[FanoutRound]] = {
         f"{v.name}: {name}": [] for v in versions for name, _, _ in FANOUT_WEBHOOKS
     }
     clients = [await fanout_clients(v, receiver_port, options.subscribers) for v in versions]
     changes = int(options.fanout_seconds * options.fanout_rate) // 2 * 2
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as http:
-        for _ in range(2):
+        for _ in range(options.rounds):
             for version, its_clients in zip(versions, clients, strict=True):
                 url = f"http://127.0.0.1:{version.ports[0]}/graphql"
                 service = version.services[0]
@@ -258,17 +271,21 @@ async def fanout(
                     await configure(version.store, hooks, count, kinds)
                     await asyncio.sleep(1.5)  # the deliveries take their leases
                     await http.post(f"http://127.0.0.1:{receiver_port}/reset")
-                    before = cpu_seconds([service])
+                    before = cpu_ns([service])
                     await steady_phase(http, url, its_clients, changes, options.fanout_rate)
                     if count and kinds is None:
                         await delivered_all(http, receiver_port, changes * count)
                     else:  # as long a wait as the webhooks' last deliveries take
                         await asyncio.sleep(0.3)
-                    used = cpu_seconds([service]) - before
+                    used_ns = cpu_ns([service]) - before
                     delivered = sum(len(s.received) for s in its_clients)
                     received = int((await stats(http, receiver_port))["count"])
                     rounds[f"{version.name}: {name}"].append(
-                        (used / max(1, delivered) * 1e6, received / changes)
+                        FanoutRound(
+                            used_ns / max(1, delivered) / 1e3,
+                            used_ns / 1e6 / (changes / options.fanout_rate),
+                            received / changes,
+                        )
                     )
                 await configure(version.store, hooks, 0)
     dropped = 0
@@ -279,14 +296,7 @@ async def fanout(
             client.close()
     if dropped:
         raise RuntimeError(f"the services disconnected {dropped} subscribers")
-    return [
-        (
-            name,
-            statistics.median(f[0] for f in figures),
-            statistics.median(f[1] for f in figures),
-        )
-        for name, figures in rounds.items()
-    ]
+    return rounds
 
 
 @dataclass
@@ -303,6 +313,14 @@ class Version:
     ports: list[int] = field(default_factory=list)
 
 
+async def start_service(version: Version, env: dict[str, str]) -> None:
+    """One more `serve` process of the version, on its Redis (env's REDIS_URL)."""
+    port = free_port()
+    version.services.append(serve_ours(env, port, 1, version.code))
+    version.ports.append(port)
+    await wait_for(f"http://127.0.0.1:{port}/graphql")
+
+
 async def throughput(
     version: Version,
     env: dict[str, str],
@@ -317,10 +335,7 @@ async def throughput(
     for processes in (1, 2):
         await http.post(f"http://127.0.0.1:{receiver_port}/reset?failing=1")
         while len(version.services) < processes:
-            port = free_port()
-            version.services.append(serve_ours(env, port, 1, version.code))
-            version.ports.append(port)
-            await wait_for(f"http://127.0.0.1:{port}/graphql")
+            await start_service(version, env)
         await asyncio.sleep(1.5)  # the processes' ticks share the leases out
         users = [f"p{processes}-{i}" for i in range(changes)]
         for i in range(0, changes, 10_000):
@@ -358,6 +373,7 @@ async def run(options: argparse.Namespace) -> None:
         env["PRESENCE_WEBHOOK_BATCH_WAIT_SECONDS"] = str(options.batch_wait)
     versions: list[Version] = []
     rows = []
+    costs: list[tuple[str, float, float]] = []
     delays: dict[str, list[float]] = {}
     with checkout(options.baseline) as code:
         try:
@@ -374,6 +390,9 @@ async def run(options: argparse.Namespace) -> None:
             async with aiohttp.ClientSession() as http:
                 await receiving(http, receiver_port)
                 for version in versions:
+                    if options.fanout_only:
+                        await start_service(version, {**env, "REDIS_URL": version.server.url})
+                        continue
                     rows += await throughput(version, env, http, receiver_port, changes)
                     delays[version.name] = await latencies(
                         version.store, http, receiver_port, rate, seconds
@@ -382,7 +401,8 @@ async def run(options: argparse.Namespace) -> None:
                     version.services[1].wait(timeout=30)
                     del version.services[1:], version.ports[1:]
                     await configure(version.store, "", 0)
-                costs = await cost(versions, f"http://127.0.0.1:{receiver_port}/hooks")
+                if not options.fanout_only:
+                    costs = await cost(versions, f"http://127.0.0.1:{receiver_port}/hooks")
                 fanouts = await fanout(versions, receiver_port, options)
         finally:
             for version in versions:
@@ -393,26 +413,42 @@ async def run(options: argparse.Namespace) -> None:
                 version.server.stop()
             receiver.terminate()
             receiver.wait(timeout=10)
-    report(changes, rows=rows, costs=costs, rate=rate, seconds=seconds, delays=delays)
+    if not options.fanout_only:
+        report(changes, rows=rows, costs=costs, rate=rate, seconds=seconds, delays=delays)
     report_fanout(options, fanouts)
 
 
-def report_fanout(options: argparse.Namespace, fanouts: list[tuple[str, float, float]]) -> None:
+def report_fanout(options: argparse.Namespace, fanouts: dict[str, list[FanoutRound]]) -> None:
+    """Medians over the rounds; the webhooks' own CPU a second is each round's against the
+    same round's with no webhook (the rounds alternate, so that both saw the same load)."""
     load = os.getloadavg()
     print(
         f"\nFan-out: {options.subscribers:,} subscribers of one document, "
-        f"{options.fanout_rate:g} changes/s for {options.fanout_seconds:g} s, one process "
-        f"(medians of two; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f})"
+        f"{options.fanout_rate:g} changes/s for {options.fanout_seconds:g} s, one process, "
+        f"CPU from schedstat (medians of {options.rounds}; load average {load[0]:.2f} "
+        f"{load[1]:.2f} {load[2]:.2f})"
     )
     print(
         "| version: webhooks | service CPU per delivery (µs) | against no webhook "
+        "| service CPU a second (ms) | the webhooks' own (ms a second) "
         "| changes the receiver had per change |"
     )
-    print("|---|---|---|---|")
-    none = {name.split(": ")[0]: cpu_us for name, cpu_us, _ in fanouts if "no webhook" in name}
-    for name, cpu_us, received in fanouts:
-        against = cpu_us / none[name.split(": ")[0]]
-        print(f"| {name} | {cpu_us:,.1f} | {against:.3f} | {received:,.1f} |")
+    print("|---|---|---|---|---|---|")
+    for name, figures in fanouts.items():
+        none = fanouts[name.split(": ")[0] + ": " + FANOUT_WEBHOOKS[0][0]]
+        pairs = list(zip(figures, none, strict=True))
+        against = statistics.median(f.per_delivery_us / n.per_delivery_us for f, n in pairs)
+        own_ms = statistics.median(f.per_s_ms - n.per_s_ms for f, n in pairs)
+        print(
+            f"| {name} | {statistics.median(f.per_delivery_us for f in figures):,.1f} "
+            f"| {against:.3f} | {statistics.median(f.per_s_ms for f in figures):,.1f} "
+            f"| {own_ms:,.2f} | {statistics.median(f.received for f in figures):,.1f} |"
+        )
+        print(
+            "<!-- each round against no webhook: "
+            + " ".join(f"{f.per_delivery_us / n.per_delivery_us:.3f}" for f, n in pairs)
+            + " -->"
+        )
 
 
 def report(
@@ -451,6 +487,12 @@ def main() -> None:
     parser.add_argument("--subscribers", type=int, default=500)
     parser.add_argument("--fanout-rate", type=float, default=10, help="changes a second")
     parser.add_argument("--fanout-seconds", type=float, default=10)
+    parser.add_argument("--rounds", type=int, default=2, help="the fan-out's alternate rounds")
+    parser.add_argument(
+        "--fanout-only",
+        action="store_true",
+        help="the fan-out alone (no throughput, latency, touch)",
+    )
     parser.add_argument(
         "--baseline", help="a commit measured too, round by round beside this checkout"
     )

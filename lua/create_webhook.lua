@@ -3,6 +3,7 @@
 
   KEYS[1]  webhooks       ZSET  member=webhook id  score=when it was made, ms
   KEYS[2]  webhook        HASH  the new webhook's fields (store/webhooks.py names them)
+  KEYS[3]  changes        STRING int: changes made to the webhooks, moved by one
   ARGV[1]  webhook_id     string: a new random id
   ARGV[2]  max_webhooks   int: how many webhooks a deployment may have
   ARGV[3..]  fields       field, value, field, value, ...: the webhook's fields, checked
@@ -10,7 +11,7 @@
   Errors   "WEBHOOKS_FULL"  (mirrored by the store's error mapping): nothing is written
 ]]
 --- @include "clock"
-local webhooks_key, webhook_key = KEYS[1], KEYS[2]
+local webhooks_key, webhook_key, changes_key = KEYS[1], KEYS[2], KEYS[3]
 local webhook_id, max_webhooks = ARGV[1], tonumber(ARGV[2])
 
 -- Counted here, in the same script that adds, so that creations at once never pass the cap.
@@ -25,4 +26,5 @@ for i = 3, #ARGV do
 end
 redis.call('HSET', webhook_key, unpack(fields))
 redis.call('ZADD', webhooks_key, created_ms, webhook_id)
+redis.call('INCR', changes_key)
 return created_ms

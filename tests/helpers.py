@@ -1071,7 +1071,7 @@ async def call_every_webhook_script(store: PresenceStore) -> None:
         acknowledged=True,
     )
     await store.webhooks.webhooks()
-    _, [held] = await store.webhooks.take_leases("t", 1000, [(webhook.id, 0, True)])
+    _, [held], _ = await store.webhooks.take_leases("t", 1000, [(webhook.id, 0, True)])
     assert held
     assert await store.webhooks.advance(webhook.id, 0, "t", {"pending": "1-0"})
     [found] = await store.webhooks.for_deliveries(webhook.id)

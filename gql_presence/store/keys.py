@@ -373,6 +373,13 @@ class Keys:
         """HASH: one webhook's settings, secrets and delivery state (store/webhooks.py)."""
         return self.prefix + "wh:" + webhook_id
 
+    @property
+    def webhook_changes(self) -> str:
+        """STRING int: how many changes were made to the webhooks (created, changed, deleted,
+        secrets rotated), counted in the script that makes each: a delivering process reads
+        every webhook again only when it has moved (gql_presence/webhooks/delivery.py)."""
+        return self.prefix + "whc"
+
     def webhook_attempts(self, webhook_id: str = "") -> str:
         """LIST of a webhook's most recent attempts, newest first: "<at ms> <JSON>" each."""
         return self.prefix + "wha:" + webhook_id

@@ -157,7 +157,7 @@ class Webhooks:
         k = self._home.keys
         await self._home.run(
             ScriptName.CREATE_WEBHOOK,
-            named(webhooks=k.webhooks, webhook=k.webhook(webhook_id)),
+            named(webhooks=k.webhooks, webhook=k.webhook(webhook_id), changes=k.webhook_changes),
             named(
                 webhook_id=webhook_id,
                 max_webhooks=MAX_WEBHOOKS,
@@ -214,9 +214,10 @@ class Webhooks:
 
     async def _change(self, webhook_id: str, fields: list[str]) -> Webhook | None:
         if fields:
+            k = self._home.keys
             changed = await self._home.run(
                 ScriptName.UPDATE_WEBHOOK,
-                named(webhook=self._home.keys.webhook(check_id(webhook_id, "id"))),
+                named(webhook=k.webhook(check_id(webhook_id, "id")), changes=k.webhook_changes),
                 named(fields=fields),
             )
             if not int(changed):
@@ -226,9 +227,10 @@ class Webhooks:
     async def rotate_secret(self, webhook_id: str) -> tuple[Webhook, str] | None:
         """A new secret; the one it had keeps signing beside it for PREVIOUS_SECRET_MS."""
         secret = new_secret()
+        k = self._home.keys
         rotated = await self._home.run(
             ScriptName.ROTATE_WEBHOOK_SECRET,
-            named(webhook=self._home.keys.webhook(check_id(webhook_id, "id"))),
+            named(webhook=k.webhook(check_id(webhook_id, "id")), changes=k.webhook_changes),
             named(secret=secret, keep_ms=PREVIOUS_SECRET_MS),
         )
         webhook = await self.webhook(webhook_id) if int(rotated) else None
@@ -245,6 +247,7 @@ class Webhooks:
                     webhooks=k.webhooks,
                     webhook=k.webhook(webhook_id),
                     attempts=k.webhook_attempts(webhook_id),
+                    changes=k.webhook_changes,
                 ),
                 named(webhook_id=webhook_id),
             )
@@ -262,13 +265,22 @@ class Webhooks:
         """Every webhook (or only this one) as deliveries read them, at each step and tick:
         settings and every shard's progress, without the attempts and with deliveredUpTo as
         kept (what a reader is shown costs a read of the attempts and a cursor sealed)."""
-        return await self._read(webhook_id and check_id(webhook_id, "id"), max_attempts=0)
+        return (await self.for_tick(webhook_id and check_id(webhook_id, "id")))[1]
 
-    async def _read(self, webhook_id: str, max_attempts: int = MAX_ATTEMPTS) -> list[Webhook]:
+    async def for_tick(self, webhook_id: str = "") -> tuple[str, list[Webhook]]:
+        """As for_deliveries, with the count of changes made to the webhooks when they were
+        read (take_leases returns it too: while it stays, they are as read)."""
+        return await self._counted(webhook_id, max_attempts=0)
+
+    async def _read(self, webhook_id: str) -> list[Webhook]:
+        _, found = await self._counted(webhook_id, MAX_ATTEMPTS)
+        return [await self._delivered(webhook) for webhook in found]
+
+    async def _counted(self, webhook_id: str, max_attempts: int) -> tuple[str, list[Webhook]]:
         k = self._home.keys
-        reply = await self._home.run(
+        changes, reply = await self._home.run(
             ScriptName.WEBHOOKS,
-            named(webhooks=k.webhooks),
+            named(webhooks=k.webhooks, changes=k.webhook_changes),
             named(
                 webhook_prefix=k.webhook(),
                 attempts_prefix=k.webhook_attempts(),
@@ -278,10 +290,7 @@ class Webhooks:
             ),
         )
         now_ms = time.time_ns() // 1_000_000
-        found = [_webhook_of(entry, now_ms, self._shards) for entry in reply]
-        if not max_attempts:
-            return found
-        return [await self._delivered(webhook) for webhook in found]
+        return text(changes), [_webhook_of(entry, now_ms, self._shards) for entry in reply]
 
     async def _delivered(self, webhook: Webhook) -> Webhook:
         """deliveredUpTo as its deliveries in every shard have moved it, once they have."""
@@ -292,20 +301,21 @@ class Webhooks:
 
     async def take_leases(
         self, token: str, ttl_ms: int, wanted: Sequence[tuple[str, int, bool]]
-    ) -> tuple[int, list[bool]]:
+    ) -> tuple[int, list[bool], str]:
         """Keeps, takes or gives up the leases of deliveries (webhook id, shard, whether
-        wanted) for the process of `token`: the fair share of one process, and which of them
-        it holds now."""
+        wanted) for the process of `token`: the fair share of one process, which of them it
+        holds now, and the count of changes made to the webhooks (as for_tick returns it)."""
         k = self._home.keys
         reply = await self._home.run(
             ScriptName.WEBHOOK_LEASES,
             named(
                 deliverers=k.webhook_deliverers,
+                changes=k.webhook_changes,
                 leases=[k.webhook_lease(webhook_id, shard) for webhook_id, shard, _ in wanted],
             ),
             named(token=token, ttl_ms=ttl_ms, wanted=[int(want) for *_, want in wanted]),
         )
-        return int(reply[0]), [bool(int(held)) for held in reply[1:]]
+        return int(reply[0]), [bool(int(held)) for held in reply[2:]], text(reply[1])
 
     async def advance(
         self,

@@ -79,6 +79,10 @@ class DeliverySettings:
     # How often the waiting deliveries' positions are moved past what they passed over (at
     # most a quarter of the feed's retention).
     pass_ms: int = 10_000
+    # How often a tick reads every webhook although no change to them was counted: a change
+    # made by a process of an earlier release (which counts none), or a count that went back
+    # with a failover, is taken within this.
+    reread_ms: int = 30_000
 
 
 class Observer(Protocol):
@@ -299,6 +303,12 @@ class Deliveries:
         self._deliveries: dict[tuple[str, int], ShardDelivery] = {}
         self.tips = ShardTips(feed, webhooks, self.token, settings)
         self._renderings: Renderings | None = None
+        # The enabled webhooks as the ticks last read them, the count of changes to the
+        # webhooks then, and when (monotonic s): a tick reads them again only when the count
+        # it is given with the leases has moved, or now and then.
+        self._enabled: list[Webhook] = []
+        self._changes: str | None = None
+        self._read_at = 0.0
 
     def renderings(self, cursors: EventCursors) -> Renderings:
         """The changes rendered lately, for every delivery of this process."""
@@ -336,23 +346,12 @@ class Deliveries:
         give_up = {key for key in done if key in self._stopping}
         for key in done:
             self._forget(key)
-        webhooks = await self._webhooks_enabled()
-        wanted = {
-            (webhook.id, shard): (webhook.id, shard) not in give_up | set(self._stopping)
-            for webhook in webhooks
-            for shard in range(self.feed.shards)
-        }
-        for key in [*self._running, *give_up]:
-            wanted.setdefault(key, False)
-        if not wanted:
+        if not self._enabled or time.monotonic() - self._read_at >= self.settings.reread_ms / 1000:
+            await self._read_webhooks()
+        taken = await self._take_leases(give_up)
+        if taken is None:
             return  # a deployment without webhooks: nothing written, nothing to share
-        keys = sorted(wanted)
-        fair, held = await self.webhooks.take_leases(
-            self.token,
-            self.settings.lease_ms,
-            [(webhook_id, shard, wanted[(webhook_id, shard)]) for webhook_id, shard in keys],
-        )
-        holding = {key for key, now in zip(keys, held, strict=True) if now}
+        fair, holding = taken
         for key in list(self._running):
             if key not in holding:
                 # Lapsed (this process stood still), given up, or its webhook is gone or
@@ -372,16 +371,42 @@ class Deliveries:
             self._deliveries[key].stop()
         # A replay asked for is taken by deliveries waiting for new entries too, and new
         # filters by those that wait with the ones they had.
-        for webhook in webhooks:
-            for shard, progress in enumerate(webhook.progress):
+        for webhook in self._enabled:
+            for shard in range(self.feed.shards):
                 waiting = self._deliveries.get((webhook.id, shard))
-                if waiting is not None and (
-                    webhook.replay_id != progress.replay_id or waiting.filters_changed(webhook)
-                ):
+                if waiting is not None and waiting.outdated(webhook):
                     waiting.wake()
 
-    async def _webhooks_enabled(self) -> list[Webhook]:
-        return [webhook for webhook in await self.webhooks.for_deliveries() if webhook.enabled]
+    async def _take_leases(
+        self, give_up: set[tuple[str, int]]
+    ) -> tuple[int, set[tuple[str, int]]] | None:
+        """Takes the leases of the enabled webhooks' deliveries, keeps those held, gives up
+        the others: the fair share, and the deliveries held (None: no lease wanted or held)."""
+        for again in (False, True):
+            wanted = {
+                (webhook.id, shard): (webhook.id, shard) not in give_up | set(self._stopping)
+                for webhook in self._enabled
+                for shard in range(self.feed.shards)
+            }
+            for key in [*self._running, *give_up]:
+                wanted.setdefault(key, False)
+            if not wanted:
+                return None
+            keys = sorted(wanted)
+            fair, held, changes = await self.webhooks.take_leases(
+                self.token, self.settings.lease_ms, [(*key, wanted[key]) for key in keys]
+            )
+            if again or changes == self._changes:
+                break
+            # Changed since they were read: read again, and the leases kept or given up as
+            # they say, in this tick (changed again meanwhile: read at the next).
+            await self._read_webhooks()
+        return fair, {key for key, now in zip(keys, held, strict=True) if now}
+
+    async def _read_webhooks(self) -> None:
+        self._changes, webhooks = await self.webhooks.for_tick()
+        self._enabled = [webhook for webhook in webhooks if webhook.enabled]
+        self._read_at = time.monotonic()
 
     def _forget(self, key: tuple[str, int]) -> None:
         self._running.pop(key, None)
@@ -438,9 +463,13 @@ class ShardDelivery:
         self._read_again = True
         self._wake.set()
 
-    def filters_changed(self, webhook: Webhook) -> bool:
-        """Whether it waits for new entries with other filters than the webhook's now."""
-        return self._idle is not None and filters_of(self._idle[0]) != filters_of(webhook)
+    def outdated(self, webhook: Webhook) -> bool:
+        """Whether it waits for new entries with a replay of the webhook's now not taken, or
+        with other filters than its now."""
+        if self._idle is None:
+            return False
+        waited, progress = self._idle
+        return webhook.replay_id != progress.replay_id or filters_of(waited) != filters_of(webhook)
 
     async def _wait(self, ms: float) -> None:
         # Not asyncio.wait_for, which in Python 3.11 can lose a cancel (gql_presence/tasks.py).
