@@ -3,7 +3,7 @@
 
   KEYS[1]  webhooks       ZSET  member=webhook id  score=when it was made, ms
   KEYS[2]  webhook        HASH  the new webhook's fields (store/webhooks.py names them)
-  KEYS[3]  changes        STRING int: changes made to the webhooks, moved by one
+  KEYS[3]  changes        STRING int: changes made to the webhooks (includes/webhook_changes.lua)
   ARGV[1]  webhook_id     string: a new random id
   ARGV[2]  max_webhooks   int: how many webhooks a deployment may have
   ARGV[3..]  fields       field, value, field, value, ...: the webhook's fields, checked
@@ -11,6 +11,7 @@
   Errors   "WEBHOOKS_FULL"  (mirrored by the store's error mapping): nothing is written
 ]]
 --- @include "clock"
+--- @include "webhook_changes"
 local webhooks_key, webhook_key, changes_key = KEYS[1], KEYS[2], KEYS[3]
 local webhook_id, max_webhooks = ARGV[1], tonumber(ARGV[2])
 
@@ -26,5 +27,5 @@ for i = 3, #ARGV do
 end
 redis.call('HSET', webhook_key, unpack(fields))
 redis.call('ZADD', webhooks_key, created_ms, webhook_id)
-redis.call('INCR', changes_key)
+count_webhook_change(changes_key)
 return created_ms

@@ -375,9 +375,10 @@ class Keys:
 
     @property
     def webhook_changes(self) -> str:
-        """STRING int: how many changes were made to the webhooks (created, changed, deleted,
-        secrets rotated), counted in the script that makes each: a delivering process reads
-        every webhook again only when it has moved (gql_presence/webhooks/delivery.py)."""
+        """STRING int: a count of the changes made to the webhooks (created, changed, deleted,
+        secrets rotated), moved by the script that makes each and begun from the clock
+        (lua/includes/webhook_changes.lua): a delivering process reads every webhook again
+        only when it has moved (gql_presence/webhooks/delivery.py)."""
         return self.prefix + "whc"
 
     def webhook_attempts(self, webhook_id: str = "") -> str:

@@ -382,13 +382,16 @@ class Deliveries:
     ) -> tuple[int, set[tuple[str, int]]] | None:
         """Takes the leases of the enabled webhooks' deliveries, keeps those held, gives up
         the others: the fair share, and the deliveries held (None: no lease wanted or held)."""
+        holding: set[tuple[str, int]] = set()
         for again in (False, True):
             wanted = {
                 (webhook.id, shard): (webhook.id, shard) not in give_up | set(self._stopping)
                 for webhook in self._enabled
                 for shard in range(self.feed.shards)
             }
-            for key in [*self._running, *give_up]:
+            # Held ones the webhooks read again no longer want (taken by the first call, from
+            # the list it had) are given up.
+            for key in [*self._running, *give_up, *holding]:
                 wanted.setdefault(key, False)
             if not wanted:
                 return None
@@ -396,12 +399,13 @@ class Deliveries:
             fair, held, changes = await self.webhooks.take_leases(
                 self.token, self.settings.lease_ms, [(*key, wanted[key]) for key in keys]
             )
+            holding = {key for key, now in zip(keys, held, strict=True) if now}
             if again or changes == self._changes:
                 break
             # Changed since they were read: read again, and the leases kept or given up as
             # they say, in this tick (changed again meanwhile: read at the next).
             await self._read_webhooks()
-        return fair, {key for key, now in zip(keys, held, strict=True) if now}
+        return fair, holding
 
     async def _read_webhooks(self) -> None:
         self._changes, webhooks = await self.webhooks.for_tick()
@@ -464,12 +468,16 @@ class ShardDelivery:
         self._wake.set()
 
     def outdated(self, webhook: Webhook) -> bool:
-        """Whether it waits for new entries with a replay of the webhook's now not taken, or
-        with other filters than its now."""
-        if self._idle is None:
-            return False
-        waited, progress = self._idle
-        return webhook.replay_id != progress.replay_id or filters_of(waited) != filters_of(webhook)
+        """Whether it goes on without a replay of the webhook's now (waiting for new entries,
+        out a debounce or for a retry), or waits for new entries with other filters than its
+        now."""
+        known = self._idle or self._known
+        if known is None:
+            return False  # its next step reads the webhook
+        waited, progress = known
+        if webhook.replay_id != progress.replay_id:
+            return True
+        return self._idle is not None and filters_of(waited) != filters_of(webhook)
 
     async def _wait(self, ms: float) -> None:
         # Not asyncio.wait_for, which in Python 3.11 can lose a cancel (gql_presence/tasks.py).

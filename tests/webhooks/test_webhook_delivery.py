@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 from gql_presence.app import create_app
 from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import ChosenStatus, PresenceStore
+from gql_presence.store.keys import Keys
 from gql_presence.store.models import Webhook
 from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
 from gql_presence.webhooks.safety import Networks
@@ -218,6 +219,70 @@ async def test_a_tick_reads_the_webhooks_once_another_process_changes_them_and_o
     assert [c["kind"] for c in receiver.changes()] == ["ONLINE", "KICKED"]
     assert await other.webhooks.delete(webhook.id)
     await eventually(lambda: deliveries.held == [], within_s=3 * tick_s, what="deleted")
+
+
+async def test_a_replay_asked_for_during_a_debounce_is_taken_at_the_next_tick(
+    processes: Processes, receiver: WebhookReceiver
+) -> None:
+    store = processes.store(shards=1)
+    webhook = await hooked(store, receiver, debounce_seconds=30)
+    deliveries = await processes.start(store)
+    await eventually(lambda: len(deliveries.held) == 1, what="held")
+    await store.touch("ann", "tab")
+    await asyncio.sleep(0.3)  # the delivery has read the change and holds it for the debounce
+    assert receiver.changes() == []
+    asked = await store.webhooks.request_replay(webhook.id, None)
+    assert asked is not None
+
+    async def taken() -> bool:
+        [found] = await store.webhooks.for_deliveries(webhook.id)
+        return found.progress[0].replay_id == asked.replay_id
+
+    # Within a few ticks, not when the 30 s debounce ends.
+    await eventually(taken, within_s=1.5, what="the replay taken")
+
+
+async def test_webhooks_made_again_after_redis_lost_its_data_are_taken_at_the_next_tick(
+    processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
+) -> None:
+    store = processes.store(shards=1)
+    first = await hooked(store, receiver)
+    sender = Sender(store.webhooks, LOOPBACK, timeout_s=0.3)
+    deliveries = Deliveries(store.webhooks, store.feed, sender, SHORT)
+    try:
+        await deliveries.tick()
+        assert deliveries.held == [(first.id, 0)]
+        # A Redis without persistence restarted; the backend makes its webhook again, as
+        # many changes after the loss as there had been before it.
+        await flushed_redis.flushall()
+        again = await hooked(store, receiver)
+        await deliveries.tick()
+        assert deliveries.held == [(again.id, 0)]
+    finally:
+        await deliveries.close()
+        await sender.close()
+
+
+async def test_a_tick_that_finds_a_webhook_deleted_takes_no_lease_of_it(
+    processes: Processes, receiver: WebhookReceiver, flushed_redis: Redis
+) -> None:
+    store = processes.store(shards=1)
+    webhook = await hooked(store, receiver)
+    lease = Keys().webhook_lease(webhook.id, 0)
+    await flushed_redis.set(lease, "another process", px=5000)
+    sender = Sender(store.webhooks, LOOPBACK, timeout_s=0.3)
+    deliveries = Deliveries(store.webhooks, store.feed, sender, SHORT)
+    try:
+        await deliveries.tick()
+        assert deliveries.held == []
+        await flushed_redis.delete(lease)  # given up by its holder as the webhook goes
+        assert await store.webhooks.delete(webhook.id)
+        await deliveries.tick()
+        assert deliveries.held == []
+        assert await flushed_redis.get(lease) is None
+    finally:
+        await deliveries.close()
+        await sender.close()
 
 
 async def script_calls(redis: Redis) -> int:
