@@ -45,7 +45,7 @@ local function periods_of(shard, days, boundaries, t_ms)
   local start = boundaries[day]
   -- Local hours are whole hours from local midnight, DST changes included.
   local hour = start + math.floor((t_ms - start) / HOUR_MS) * HOUR_MS
-  -- With room for what more_periods adds.
+  -- With room for what more_periods (includes/new_day.lua) adds.
   return {shard = shard, hour = shard.hour_prefix .. string.format('%d', hour), hour_end = hour + HOUR_MS,
     day = days[day], day_end = boundaries[day + 1], number = false, kept = false, firsts = false,
     expiring = false}
@@ -84,11 +84,12 @@ end
 
 -- Marks the users whose bit indexes are given active in the periods p (periods_of): their
 -- bits in its hour, day, week and month, and their first day (`assigned`: the indexes handed
--- out in this call, as mark_first_day). The hour's bits come first, then the day's: one set
--- already means the rest are set too (every write sets them together, and a user active on a
--- day has a first day no later), so a user active again within the hour costs one command,
--- and within the day two. The week's, month's and first bitmaps' expiries are set only when
--- one of them is missing (all_expiring): a first activity of the day asks once instead.
+-- out in this call, as includes/new_day.lua's mark_first_day). The hour's bits come first,
+-- then the day's: one set already means the rest are set too (every write sets them together,
+-- and a user active on a day has a first day no later), so a user active again within the
+-- hour costs one command, and within the day two. The week's, month's and first bitmaps'
+-- expiries are set only when one of them is missing (all_expiring): a first activity of the
+-- day asks once instead.
 local function mark_periods(shard, p, indexes, assigned)
   local fresh = set_bits(p.hour, indexes)
   if #fresh == 0 then return end
