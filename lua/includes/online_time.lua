@@ -36,20 +36,30 @@ local FORGET_DAYS = 10
 local RATIO, LAST_BUCKET = 1.1, 260
 local LOG_RATIO = math.log(RATIO)
 
--- The stats time zone from its packed form (gql_presence/store/zone.py): the UTC offset (min)
--- before the first change, then each change as "instant (s) offset (min)", spaces between.
+-- The stats time zone from its packed form (gql_presence/store/days.py, packed_zone): the UTC
+-- offset (min) before the first change, then each change as "instant (s) offset (min)", spaces
+-- between. Its changes are read from the text only as far as offset_at needs them
+-- (read_changes): the text spans years around today, a call asks about its last days, and
+-- reading all of it (eleven changes for a zone with DST) took about 12 µs a call.
 local function zone_of(packed)
-  local numbers = {}
-  for n in string.gmatch(packed, '%-?%d+') do numbers[#numbers + 1] = tonumber(n) end
-  local zone = {first = numbers[1] * 60000, at = {}, offset = {}}
-  for i = 2, #numbers - 1, 2 do
-    zone.at[#zone.at + 1] = numbers[i] * 1000
-    zone.offset[#zone.offset + 1] = numbers[i + 1] * 60000
+  local first, after = string.match(packed, '^(%-?%d+)()')
+  return {first = tonumber(first) * 60000, packed = packed, unread = after, at = {}, offset = {}}
+end
+
+-- Reads the zone's changes up to the first after t_ms, or to the last.
+local function read_changes(zone, t_ms)
+  local at, offset = zone.at, zone.offset
+  while zone.unread and (#at == 0 or at[#at] <= t_ms) do
+    local instant, minutes, after = string.match(zone.packed, '^ (%-?%d+) (%-?%d+)()', zone.unread)
+    zone.unread = after
+    if not instant then break end
+    at[#at + 1] = tonumber(instant) * 1000
+    offset[#offset + 1] = tonumber(minutes) * 60000
   end
-  return zone
 end
 
 local function offset_at(zone, t_ms)
+  read_changes(zone, t_ms)
   local offset = zone.first
   for i = 1, #zone.at do
     if t_ms < zone.at[i] then break end
