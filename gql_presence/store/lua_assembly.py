@@ -172,23 +172,35 @@ def _defines(tokens: list[_Token], where: str) -> frozenset[str]:
 def assemble(name: str, read: Callable[[str | None], str], *, whole: bool = False) -> str:
     """lua/<name>.lua with its includes written in (`read(None)` is the script's own text,
     `read(piece)` an include's), less what it never refers to (all of it with `whole`)."""
-    included: set[str] = set()
+    # Each piece written in, with the blocks it was written in (the units that hold it, outer
+    # first; none at the top): its functions are locals of the innermost.
+    included: dict[str, tuple[int, ...]] = {}
 
-    def expand(text: str, where: str, parent: _Unit | None) -> list[_Unit]:
+    def expand(text: str, where: str, parent: _Unit | None, blocks: tuple[int, ...]) -> list[_Unit]:
         units = _units(text, where)
         for unit in units:
             unit.parent = parent
             for token in unit.tokens:
                 if token.kind != "include":
                     continue
+                inside = blocks if unit.tokens[0] is token else (*blocks, id(unit))
+                written = included.get(token.value)
                 piece: list[_Unit] = []
-                if token.value not in included:
-                    included.add(token.value)
-                    piece = expand(read(token.value), f"includes/{token.value}.lua", unit)
+                if written is None:
+                    included[token.value] = inside
+                    piece = expand(read(token.value), f"includes/{token.value}.lua", unit, inside)
+                elif inside[: len(written)] != written:
+                    # Written once, inside a block that this place is not in: its names would be
+                    # globals here, which Redis refuses only when the call reaches them.
+                    raise LuaLayoutError(
+                        f"{where}:{token.line + 1}: includes/{token.value}.lua was written in "
+                        "before inside a function, whose locals this place cannot see: ask for "
+                        "it first where both can"
+                    )
                 unit.pieces[token.line - unit.start] = piece
         return units
 
-    top = expand(read(None), f"{name}.lua", None)
+    top = expand(read(None), f"{name}.lua", None, ())
     every: list[_Unit] = []
 
     def walk(units: list[_Unit]) -> None:

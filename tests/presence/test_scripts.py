@@ -85,6 +85,16 @@ def test_a_function_made_lazily_keeps_what_it_includes_and_uses() -> None:
     assert text.index("local function lazy") < text.index("local function inner_used")
 
 
+def test_a_piece_written_inside_a_function_is_asked_for_outside_it_fails_loudly() -> None:
+    lib = 'local function lazy()\n--- @include "inner"\n  return {inner_used = inner_used}\nend\n'
+    inner = "local function inner_used() return 1 end\n"
+    pieces = {"lib": lib, "inner": inner}
+    # Asked for again inside the function that holds it, or first at the top: both see it.
+    _assembled('--- @include "inner"\n--- @include "lib"\nreturn inner_used()\n', pieces)
+    with pytest.raises(LuaLayoutError, match="inner"):
+        _assembled('--- @include "lib"\n--- @include "inner"\nreturn inner_used()\n', pieces)
+
+
 @pytest.mark.parametrize(
     "script",
     [
