@@ -159,8 +159,8 @@ end
 -- Ends the online periods that `events` (as includes/events.lua lays them out, `size` values
 -- each) end: an OFFLINE, or a KICKED with online 0, of a user whose period's start `starts`
 -- holds (user_id -> ms: what went_offline, includes/status.lua, took from onlineSince). Each
--- start is used once. `read_index` (optional) reads a user's bit index as
--- includes/connections.lua's index_of does, once per call.
+-- start is used once. `read_index(index_key, user_id)` gives a user's bit index (its caller's
+-- is includes/connections.lua's index_of, which reads it once a call).
 local function end_periods(names, starts, events, size, read_index)
   local zone
   for i = 1, #events, size do
@@ -169,8 +169,7 @@ local function end_periods(names, starts, events, size, read_index)
     if start_ms and (kind == 'OFFLINE' or (kind == 'KICKED' and events[i + 4] == 0)) then
       starts[user_id] = nil
       zone = zone or zone_of(names.zone)
-      local index = tonumber(read_index and read_index(names.user_index, user_id)
-        or redis.call('HGET', names.user_index, user_id))
+      local index = tonumber(read_index(names.user_index, user_id))
       record_period(names, zone, index, start_ms, tonumber(events[i + 2]))
     end
   end
