@@ -210,7 +210,12 @@ class ShardTips:
                 return False
             # The moment of the look, by the clock of the entries' ids where it is behind.
             now_ms = max(time.time_ns() // 1_000_000, ms_of(bound) + 1)
+            read_from = _sort_key(after)
             for one in list(waiting.values()):
+                # One that began to wait during the read, from before where it read, would
+                # skip what lies between: the next look reads from its position.
+                if _sort_key(one.seen) < read_from:
+                    continue
                 _checked(one, bound, entries)
                 if one.first and (
                     ms_of(one.first) + self._batch_wait_ms <= now_ms or one.wanted >= MAX_BATCH

@@ -23,7 +23,7 @@ from gql_presence.running.redis_server import RedisServer
 from gql_presence.store import ChosenStatus, PresenceStore
 from gql_presence.store.keys import Keys
 from gql_presence.store.models import Webhook
-from gql_presence.webhooks.delivery import Deliveries, DeliverySettings
+from gql_presence.webhooks.delivery import Deliveries, DeliverySettings, ShardTips
 from gql_presence.webhooks.safety import Networks
 from gql_presence.webhooks.sender import Sender
 from tests.conftest import TEST_SETTINGS, graphql
@@ -750,3 +750,47 @@ async def test_a_place_session_left_and_joined_again_within_the_debounce_is_an_u
         ("ann", "UPDATED", {"x": 1}),
         ("bob", "JOINED", None),
     ]
+
+
+async def test_a_delivery_that_begins_to_wait_during_a_look_still_gets_what_came_before_it(
+    processes: Processes,
+) -> None:
+    """A look reads after the oldest position among those waiting when it starts; a delivery
+    that starts waiting while it reads, from an older position, is woken with the changes in
+    between all the same."""
+    store = processes.store(shards=1)
+    kicks, _ = await store.webhooks.create("http://127.0.0.1:9/kicks", ["KICKED"], None, 0)
+    every, _ = await store.webhooks.create("http://127.0.0.1:9/every", None, None, 0)
+    [kicks] = await store.webhooks.for_deliveries(kicks.id)
+    [every] = await store.webhooks.for_deliveries(every.id)
+    tips = ShardTips(store.feed, store.webhooks, "process", SHORT)
+    looks = asyncio.create_task(tips.run_forever())
+    kicks_wake, every_wake = asyncio.Event(), asyncio.Event()
+    waits = [asyncio.create_task(tips.wait_past(0, kicks, kicks.progress[0], kicks_wake))]
+    try:
+        await store.touch("ann", "tab")  # a change the second webhook wants, the first not
+        await eventually(lambda: _looked_past_ann(tips))
+        reading = asyncio.Event()
+        read = store.feed.shard_look
+
+        async def slow_read(index: int, after: str, count: int) -> Any:
+            reading.set()
+            found = await read(index, after, count)
+            await asyncio.sleep(0.1)
+            return found
+
+        store.feed.shard_look = slow_read  # type: ignore[method-assign]
+        await asyncio.wait_for(reading.wait(), 2)
+        # Its position from before ann's change: its last batch ended just before it.
+        waits.append(asyncio.create_task(tips.wait_past(0, every, every.progress[0], every_wake)))
+        _, entries = await asyncio.wait_for(waits[1], 2)
+        assert entries is not None
+        assert [change.user_id for _, change in entries if change] == ["ann"]
+    finally:
+        for task in [looks, *waits]:
+            task.cancel()
+        await asyncio.gather(looks, *waits, return_exceptions=True)
+
+
+def _looked_past_ann(tips: ShardTips) -> bool:
+    return any(one.seen != one.progress.position for one in tips._waiting[0].values())
