@@ -74,7 +74,8 @@ local events = {}
 local online_before = settle(leases, user, channel, user_id, now, window_ms, events)
 settle_away(statuses, user_id, events)
 local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
-mark_activity(activity_keys, user_id, now, boundaries, shard)
+-- The held session's score is the user's lastSeen once refresh_last has run.
+mark_activity(activity_keys, user_id, now, boundaries, shard, true)
 keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
 
 local replaced = live_conn_entry(leases, user, session_id, now)

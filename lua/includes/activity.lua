@@ -136,20 +136,22 @@ end
 
 -- Records that a session of the user was active at t_ms, which activity_refused allowed: the
 -- user's bit in the bitmaps of the periods holding t_ms (mark_periods) and their lastSeen
--- (which never moves backwards).
-local function mark_activity(keys, user_id, t_ms, boundaries, shard)
+-- (which never moves backwards), unless `seen_later`: the caller writes the lastSeen itself
+-- afterwards (a held session's score), whatever this would have written.
+local function mark_activity(keys, user_id, t_ms, boundaries, shard, seen_later)
   local index, assigned = user_index(keys.index, keys.next, keys.free, user_id)
   mark_periods(shard, periods_of(shard, keys.days, boundaries, t_ms), {index}, {[index] = assigned})
-  redis.call('ZADD', keys.last_seen, 'LT', -t_ms, user_id)
+  if not seen_later then redis.call('ZADD', keys.last_seen, 'LT', -t_ms, user_id) end
 end
 
 -- Gives a user whose default session is kept by their online entry alone a session key that
 -- holds it, before a change that needs the key (another session, a kick). The key has no
 -- expiry yet: the caller sets it with expire_with_newest once it is done reading the key.
 local function keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
-  if redis.call('EXISTS', sessions_key) == 1 then return end
+  -- The online entry first: the call has read it (settle), so a user offline, whom an open or
+  -- a touch brings online, costs no command here.
   local expiry = live_expiry(leases, online_key, user_id, now)
-  if not expiry then return end
+  if not expiry or redis.call('EXISTS', sessions_key) == 1 then return end
   redis.call('ZADD', sessions_key, expiry - window_ms, DEFAULT_SESSION)
 end
 

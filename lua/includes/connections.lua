@@ -17,10 +17,10 @@
 -- A script that knows statuses sets `statuses` (includes/status.lua, statuses_of), whose
 -- functions these call besides: offline(user_id) when a user's online entry goes,
 -- online_moved(user_id) after any write of it (an entry made, moved or removed),
--- tidy(user_id) when their sessions key got its expiry; status(user_id, ending_ids) is the
--- user's status as if the sessions ending_ids were still live (to compare with the status
--- once they ended), and look(kind, user_id, online) an event's look at this moment
--- (add_event's `look`).
+-- tidy(user_id, expire_at) when their sessions key got its expiry or went (tidy_extras);
+-- status(user_id, ending_ids) is the user's status as if the sessions ending_ids were still
+-- live (to compare with the status once they ended), and look(kind, user_id, online) an
+-- event's look at this moment (add_event's `look`).
 
 local function lease_owners_key(leases) return leases.names.lease_owners end
 local function lease_users_key(leases, slot) return leases.names.lease_users_prefix .. slot end
@@ -160,7 +160,8 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     user.expire_at = tonumber(touched[2]) + window_ms + 1
     if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
   end
-  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id) end
+  -- No session held or live: the key's other members went above, so Redis has deleted it.
+  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id, #touched == 0 and -2 or nil) end
   return score and 1 or 0
 end
 

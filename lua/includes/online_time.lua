@@ -129,14 +129,16 @@ local function record_period(names, zone, index, start_ms, end_ms)
       from, day = to, day + 1
     end
   end
-  local length_ms, bucket = end_ms - start_ms, bucket_of(end_ms - start_ms)
+  -- Written out once as strings: Redis formats each number argument anew (snprintf).
+  local length = string.format('%d', end_ms - start_ms)
+  local bucket = string.format('%d', bucket_of(end_ms - start_ms))
   local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
   for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
     local key = names.period_lengths_prefix .. key_end[1]
     -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
-    local first = redis.call('HINCRBY', key, 'n', 1) == 1
-    redis.call('HINCRBY', key, 'ms', length_ms)
-    redis.call('HINCRBY', key, bucket, 1)
+    local first = redis.call('HINCRBY', key, 'n', '1') == 1
+    redis.call('HINCRBY', key, 'ms', length)
+    redis.call('HINCRBY', key, bucket, '1')
     if first then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
   end
 end

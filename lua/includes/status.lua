@@ -189,10 +189,14 @@ end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
 -- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, -1 when it
--- has just taken it away (PERSIST), else as read.
+-- has just taken it away (PERSIST), -2 when the caller knows the key gone, else as read.
 -- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
+  if expire_at == -2 then
+    redis.call('DEL', key)
+    return
+  end
   -- Its fields read at once (one a session of the user), none meaning no key to tidy.
   local ids = redis.call('HKEYS', key)
   if #ids == 0 then return end
@@ -371,6 +375,9 @@ local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
   local online = refresh_online(user, user_id, now, window_ms, ended_ms)
   statuses.track_later = false
   live_written(statuses)
+  -- Offline now: no session is left in the sessions key, which Redis has deleted, nor in the
+  -- online entry (as live_of_now would find them).
+  if online == 0 then statuses.live_kept[user_id] = {live = {}} end
   track_activity(statuses, user_id)
   return online
 end
