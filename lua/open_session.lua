@@ -86,12 +86,12 @@ if before and session_live(leases, before, now, window_ms) then
   extras.started = parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)).started or now
 end
 redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
-redis.call('ZADD', sessions_key, HELD + slot, session_id)
+redis.call('ZADD', sessions_key, string.format('%d', HELD + slot), session_id)
 if replaced and replaced.slot ~= slot then forget_if_last(leases, user, user_id, replaced.slot, false) end
 local generation = redis.call('INCR', generations_key)
-redis.call('HSET', user.conn, session_id, generation .. ' ' .. slot)
+redis.call('HSET', user.conn, session_id, string.format('%d %d', generation, slot))
 hold_in_slot(leases, user, user_id, slot)
-redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', string.format('%d', now))
 refresh_last(statuses, user, user_id, now, window_ms, nil)
 
 if online_before == 0 then

@@ -117,7 +117,7 @@ elseif online_after == 1 then
   entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
   if entry[3] ~= status_before then add_event(events, 'STATUS', user_id, now, '', 1) end
 end
-redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', string.format('%d', now))
 if #events > 0 then
   announce_all(channel, events, statuses)
   entry = nil

@@ -93,7 +93,7 @@ end
 local function mark_periods(shard, p, indexes, assigned)
   local fresh = set_bits(p.hour, indexes)
   if #fresh == 0 then return end
-  redis.call('PEXPIREAT', p.hour, p.hour_end + shard.hourly_ms + HOUR_MS)
+  redis.call('PEXPIREAT', p.hour, string.format('%d', p.hour_end + shard.hourly_ms + HOUR_MS))
   fresh = set_bits(p.day, fresh)
   if #fresh == 0 then return end
   new_day_of().mark_new_day(shard, p, fresh, assigned)
@@ -125,7 +125,7 @@ end
 local function sessions_full(leases, user, user_id, session_id, now, window_ms, max_sessions)
   local score = tonumber(redis.call('ZSCORE', user.sessions, session_id))
   if score and session_live(leases, score, now, window_ms) then return false end
-  local live = redis.call('ZCOUNT', user.sessions, now - window_ms, '+inf')
+  local live = redis.call('ZCOUNT', user.sessions, string.format('%d', now - window_ms), '+inf')
   -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
   if live >= max_sessions then live = #live_sessions(leases, user, now, window_ms) / 2 end
   if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(leases, user.online, user_id, now) then
@@ -141,7 +141,7 @@ end
 local function mark_activity(keys, user_id, t_ms, boundaries, shard, seen_later)
   local index, assigned = user_index(keys.index, keys.next, keys.free, user_id)
   mark_periods(shard, periods_of(shard, keys.days, boundaries, t_ms), {index}, {[index] = assigned})
-  if not seen_later then redis.call('ZADD', keys.last_seen, 'LT', -t_ms, user_id) end
+  if not seen_later then redis.call('ZADD', keys.last_seen, 'LT', string.format('%d', -t_ms), user_id) end
 end
 
 -- Gives a user whose default session is kept by their online entry alone a session key that

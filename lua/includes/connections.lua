@@ -53,7 +53,7 @@ end
 -- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present;
 -- and their scores as kept, in the same order.
 local function live_sessions(leases, user, now, window_ms)
-  local rows = redis.call('ZRANGEBYSCORE', user.sessions, now - window_ms, '+inf', 'WITHSCORES')
+  local rows = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', now - window_ms), '+inf', 'WITHSCORES')
   local live, scores = {}, {}
   for i = 1, #rows, 2 do
     local score = tonumber(rows[i + 1])
@@ -83,7 +83,7 @@ end
 -- Records that the user holds a session under `slot`.
 local function hold_in_slot(leases, user, user_id, slot)
   redis.call('SADD', lease_users_key(leases, slot), user_id)
-  redis.call('SETBIT', lease_bits_key(leases, slot), index_of(user.index, user_id), 1)
+  redis.call('SETBIT', lease_bits_key(leases, slot), index_of(user.index, user_id), '1')
 end
 
 -- After one of the user's sessions under `slot` went: the lease forgets the user once none
@@ -93,7 +93,7 @@ local function forget_if_last(leases, user, user_id, slot, keep_bit)
   if redis.call('ZCOUNT', user.sessions, score, score) > 0 then return end
   redis.call('SREM', lease_users_key(leases, slot), user_id)
   local index = not keep_bit and index_of(user.index, user_id)
-  if index then redis.call('SETBIT', lease_bits_key(leases, slot), index, 0) end
+  if index then redis.call('SETBIT', lease_bits_key(leases, slot), index, '0') end
 end
 
 -- A session key expires once its newest session is no longer live. The script sets that
@@ -114,7 +114,9 @@ end
 -- key: none while a session is held (or, with user.defer_expiry, leaves it to the caller in
 -- user.expire_at). Returns 1 if the user is online, else 0.
 local function refresh_online(user, user_id, now, window_ms, ended_ms)
-  local cutoff = now - window_ms
+  -- Numbers go to Redis as strings made here: Redis formats a number argument with
+  -- snprintf('%.17g'), several times slower than string.format('%d').
+  local cutoff = string.format('%d', now - window_ms)
   redis.call('ZREMRANGEBYSCORE', user.sessions, '-inf', '(' .. cutoff)
   local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
   local slot, slots = nil, 0
@@ -123,7 +125,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     local this = tonumber(held[i]) - HELD
     if this ~= slot then slot, slots = this, slots + 1 end
   end
-  local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', 0, 1)
+  local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', '0', '1')
   local was = online_score(user.online, user_id)
   local score = nil
   if slots == 1 and #touched == 0 then
@@ -135,14 +137,14 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
   end
   online_written(user.online, user_id, score or false)
   if score then
-    redis.call('ZADD', user.online, score, user_id)
+    redis.call('ZADD', user.online, string.format('%d', score), user_id)
   else
     redis.call('ZREM', user.online, user_id)
     if user.statuses then user.statuses.offline(user_id) end
   end
   if user.statuses then user.statuses.online_moved(user_id) end
   if slots > 0 then
-    redis.call('ZADD', user.last_seen, -score, user_id)
+    redis.call('ZADD', user.last_seen, string.format('%d', -score), user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
     if user.statuses then user.statuses.tidy(user_id, -1) end
@@ -154,7 +156,7 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     -- (a lease renewed last before it and lapsed since): never back before it.
     local last = ended_ms or now
     if #touched > 0 then last = math.max(last, tonumber(touched[2])) end
-    redis.call('ZADD', user.last_seen, -last, user_id)
+    redis.call('ZADD', user.last_seen, string.format('%d', -last), user_id)
   end
   if #touched > 0 then
     user.expire_at = tonumber(touched[2]) + window_ms + 1

@@ -150,7 +150,7 @@ end
 -- was not set before.
 local function mark_new_day(shard, p, fresh, assigned)
   more_periods(p)
-  redis.call('PEXPIREAT', p.day, p.kept[2][2])
+  redis.call('PEXPIREAT', p.day, string.format('%d', p.kept[2][2]))
   p.expiring = all_expiring(p)
   add_bits(p, p.kept[3], fresh, p.day)
   add_bits(p, p.kept[4], fresh, p.day)

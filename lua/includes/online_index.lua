@@ -133,7 +133,7 @@ local function index_add(statuses, user_id, record, last_seen)
   local since = string.format('%d', -tonumber(fields[3]))
   for _, key in ipairs(record_keys(statuses, fields, 'l')) do redis.call('ZADD', key, last_seen, user_id) end
   for _, key in ipairs(record_keys(statuses, fields, 's')) do redis.call('ZADD', key, since, user_id) end
-  redis.call('ZADD', index_ids_key(statuses, fields[1]), 0, user_id)
+  redis.call('ZADD', index_ids_key(statuses, fields[1]), '0', user_id)
   if fields[1] ~= 'v' then redis.call('ZADD', index_hidden_since_key(statuses), since, user_id) end
 end
 
@@ -157,7 +157,7 @@ local function index_sync(statuses, user_id, entry)
     local since = string.format('%d', -tonumber(fields[3]))
     redis.call('ZADD', ix_key(statuses, 'v', 's', 'st', 'ONLINE'), since, user_id)
     if redis.call('ZADD', ix_key(statuses, 'v', 'l', 'st', 'ONLINE'), last_seen, user_id) == 1 then
-      redis.call('ZADD', index_ids_key(statuses, 'v'), 0, user_id)
+      redis.call('ZADD', index_ids_key(statuses, 'v'), '0', user_id)
     end
     return
   end

@@ -293,7 +293,7 @@ end
 
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(statuses, user_id, t_ms)
-  redis.call('ZADD', since_key(statuses), -t_ms, user_id)
+  redis.call('ZADD', since_key(statuses), string.format('%d', -t_ms), user_id)
   since_changed(statuses, user_id, t_ms)
   if statuses.since_written then statuses.since_written[user_id] = t_ms end
 end
