@@ -50,10 +50,10 @@ local function session_live(leases, score, now, window_ms)
   return score + window_ms >= now
 end
 
--- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present;
+-- The live sessions among `rows`, a user's sessions key read from the window's start by
+-- ZRANGEBYSCORE ... WITHSCORES: {id, activity_ms, ...}, a held one's activity the present;
 -- and their scores as kept, in the same order.
-local function live_sessions(leases, user, now, window_ms)
-  local rows = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', now - window_ms), '+inf', 'WITHSCORES')
+local function live_of_rows(leases, rows, now, window_ms)
   local live, scores = {}, {}
   for i = 1, #rows, 2 do
     local score = tonumber(rows[i + 1])
@@ -64,6 +64,12 @@ local function live_sessions(leases, user, now, window_ms)
     end
   end
   return live, scores
+end
+
+-- The user's live sessions and their scores (live_of_rows).
+local function live_sessions(leases, user, now, window_ms)
+  local rows = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', now - window_ms), '+inf', 'WITHSCORES')
+  return live_of_rows(leases, rows, now, window_ms)
 end
 
 -- Users' bit indexes in the day bitmaps (includes/activity.lua, user_index), as read or
@@ -112,28 +118,34 @@ end
 -- ended their last held session ended, if that happened (their lastSeen then, unless a touched
 -- session's activity is later). Sets the expiry of their sessions
 -- key: none while a session is held (or, with user.defer_expiry, leaves it to the caller in
--- user.expire_at). Returns 1 if the user is online, else 0.
+-- user.expire_at). Returns 1 if the user is online, else 0; and the sessions key as it is left,
+-- read from the window's start (live_of_rows' `rows`), when it is not deleted.
 local function refresh_online(user, user_id, now, window_ms, ended_ms)
   -- Numbers go to Redis as strings made here: Redis formats a number argument with
   -- snprintf('%.17g'), several times slower than string.format('%d').
   local cutoff = string.format('%d', now - window_ms)
   redis.call('ZREMRANGEBYSCORE', user.sessions, '-inf', '(' .. cutoff)
-  local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
-  local slot, slots = nil, 0
-  for i = 2, #held, 2 do
-    -- Ordered by score, so each slot's sessions are next to each other.
-    local this = tonumber(held[i]) - HELD
-    if this ~= slot then slot, slots = this, slots + 1 end
+  -- What is left, by score: the touched sessions (the newest last), then the held ones.
+  local rows = redis.call('ZRANGEBYSCORE', user.sessions, cutoff, '+inf', 'WITHSCORES')
+  local slot, slots, newest = nil, 0, nil
+  for i = 2, #rows, 2 do
+    local kept = tonumber(rows[i])
+    if kept >= HELD then
+      -- Ordered by score, so each slot's sessions are next to each other.
+      local this = kept - HELD
+      if this ~= slot then slot, slots = this, slots + 1 end
+    else
+      newest = kept
+    end
   end
-  local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', '0', '1')
   local was = online_score(user.online, user_id)
   local score = nil
-  if slots == 1 and #touched == 0 then
+  if slots == 1 and not newest then
     score = HELD + slot
   elseif slots > 0 then
     score = HELD
-  elseif #touched > 0 then
-    score = tonumber(touched[2]) + window_ms
+  elseif newest then
+    score = newest + window_ms
   end
   online_written(user.online, user_id, score or false)
   if score then
@@ -148,23 +160,24 @@ local function refresh_online(user, user_id, now, window_ms, ended_ms)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
     if user.statuses then user.statuses.tidy(user_id, -1) end
-    return 1
+    return 1, rows
   end
   redis.call('DEL', user.conn)
   if was and held_slot(was) then
     -- When the hold ended, or the latest activity of a touched session if that came later
     -- (a lease renewed last before it and lapsed since): never back before it.
     local last = ended_ms or now
-    if #touched > 0 then last = math.max(last, tonumber(touched[2])) end
+    if newest then last = math.max(last, newest) end
     redis.call('ZADD', user.last_seen, string.format('%d', -last), user_id)
   end
-  if #touched > 0 then
-    user.expire_at = tonumber(touched[2]) + window_ms + 1
-    if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
+  if newest then
+    user.expire_at = newest + window_ms + 1
+    if not user.defer_expiry then expire_with_newest(user.sessions, newest, window_ms) end
   end
   -- No session held or live: the key's other members went above, so Redis has deleted it.
-  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id, #touched == 0 and -2 or nil) end
-  return score and 1 or 0
+  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id, not newest and -2 or nil) end
+  if not score then return 0 end
+  return 1, rows
 end
 
 -- Ends the user's sessions held under leases that have lapsed (their process died, or

@@ -372,12 +372,16 @@ end
 -- it and what follows. Returns what refresh_online returns.
 local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
   statuses.track_later = true
-  local online = refresh_online(user, user_id, now, window_ms, ended_ms)
+  local online, rows = refresh_online(user, user_id, now, window_ms, ended_ms)
   statuses.track_later = false
   live_written(statuses)
-  -- Offline now: no session is left in the sessions key, which Redis has deleted, nor in the
-  -- online entry (as live_of_now would find them).
-  if online == 0 then statuses.live_kept[user_id] = {live = {}} end
+  -- The user's live sessions as live_of_now would read them: from the sessions key as
+  -- refresh_online left it and read it; offline, none (the key deleted, the online entry gone).
+  if user.online == statuses.online_key and now == statuses.now and window_ms == statuses.window_ms then
+    local live, scores = {}, nil
+    if online == 1 then live, scores = live_of_rows(statuses.leases, rows, now, window_ms) end
+    statuses.live_kept[user_id] = {live = live, scores = scores}
+  end
   track_activity(statuses, user_id)
   return online
 end
