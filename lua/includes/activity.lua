@@ -171,10 +171,11 @@ end
 
 -- Records activity of the session at t_ms (never moving a time backwards: a held session
 -- keeps its held score, so activity moves only lastSeen), and returns 1 if the user is online
--- afterwards, else 0. Their lapsed sessions must have been ended first (settle).
+-- afterwards, else 0, and then the sessions key as refresh_online read it. Their lapsed
+-- sessions must have been ended first (settle).
 local function record_session(user, user_id, session_id, t_ms, now, window_ms)
   if t_ms >= now - window_ms then
-    redis.call('ZADD', user.sessions, 'GT', t_ms, session_id)
+    redis.call('ZADD', user.sessions, 'GT', string.format('%d', t_ms), session_id)
   end
   return refresh_online(user, user_id, now, window_ms, nil)
 end

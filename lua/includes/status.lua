@@ -367,6 +367,16 @@ local function track_activity(statuses, user_id)
   end
 end
 
+-- After live_written: keeps the user's live sessions as live_of_now would read them, from what
+-- refresh_online returned (online 0|1, and the sessions key as it left it and read it): none
+-- once offline (the key deleted, the online entry gone).
+local function live_refreshed(statuses, user, user_id, now, window_ms, online, rows)
+  if user.online ~= statuses.online_key or now ~= statuses.now or window_ms ~= statuses.window_ms then return end
+  local live, scores = {}, nil
+  if online == 1 then live, scores = live_of_rows(statuses.leases, rows, now, window_ms) end
+  statuses.live_kept[user_id] = {live = live, scores = scores}
+end
+
 -- refresh_online (includes/connections.lua) as the script's last write of the user's sessions,
 -- online entry and extras (live_written), then track_activity from the sessions read once for
 -- it and what follows. Returns what refresh_online returns.
@@ -375,13 +385,7 @@ local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
   local online, rows = refresh_online(user, user_id, now, window_ms, ended_ms)
   statuses.track_later = false
   live_written(statuses)
-  -- The user's live sessions as live_of_now would read them: from the sessions key as
-  -- refresh_online left it and read it; offline, none (the key deleted, the online entry gone).
-  if user.online == statuses.online_key and now == statuses.now and window_ms == statuses.window_ms then
-    local live, scores = {}, nil
-    if online == 1 then live, scores = live_of_rows(statuses.leases, rows, now, window_ms) end
-    statuses.live_kept[user_id] = {live = live, scores = scores}
-  end
+  live_refreshed(statuses, user, user_id, now, window_ms, online, rows)
   track_activity(statuses, user_id)
   return online
 end
