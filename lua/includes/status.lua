@@ -379,7 +379,7 @@ end
 
 -- refresh_online (includes/connections.lua) as the script's last write of the user's sessions,
 -- online entry and extras (live_written), then track_activity from the sessions read once for
--- it and what follows. Returns what refresh_online returns.
+-- it and what follows. Returns 1 if the user is online, else 0.
 local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
   statuses.track_later = true
   local online, rows = refresh_online(user, user_id, now, window_ms, ended_ms)
