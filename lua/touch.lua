@@ -81,7 +81,7 @@ settle_away(statuses, user_id, events)
 local status_before = online_before == 1 and status_of(statuses, user_id, online_key, now)
 mark_activity(activity_keys, user_id, t_ms, boundaries, shard)
 local cutoff = now - window_ms
-local online_after, tracked
+local online_after, tracked, rows
 -- A keyless default session has no extras: one that says more is kept in the key.
 local keyless = session_id == DEFAULT_SESSION and device == '' and not idle
   and redis.call('EXISTS', sessions_key) == 0
@@ -95,7 +95,7 @@ else
   -- The session's extras are written below, then track_activity reads them: what it would
   -- read while record_session writes the online entry is not the touch's outcome.
   statuses.track_later = tracked
-  online_after = record_session(user, user_id, session_id, t_ms, now, window_ms)
+  online_after, rows = record_session(user, user_id, session_id, t_ms, now, window_ms)
   statuses.track_later = false
   if tracked then
     local extras = was_live and parse_extras(redis.call('HGET', extras_key(statuses, user_id), session_id)) or {}
@@ -106,6 +106,7 @@ else
   end
 end
 live_written(statuses)
+if not keyless then live_refreshed(statuses, user, user_id, now, window_ms, online_after, rows) end
 if tracked then track_activity(statuses, user_id) end
 -- The user's entry after the touch tells their status now; it is read again only after an
 -- announcement, which may change what it shows (a custom status that ended, the version).
@@ -117,7 +118,7 @@ elseif online_after == 1 then
   entry = presence_entry(statuses, user_id, last_seen_key, now, retention_ms)
   if entry[3] ~= status_before then add_event(events, 'STATUS', user_id, now, '', 1) end
 end
-redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', revoked_key, '-inf', string.format('%d', now))
 if #events > 0 then
   announce_all(channel, events, statuses)
   entry = nil

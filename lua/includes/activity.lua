@@ -93,7 +93,7 @@ end
 local function mark_periods(shard, p, indexes, assigned)
   local fresh = set_bits(p.hour, indexes)
   if #fresh == 0 then return end
-  redis.call('PEXPIREAT', p.hour, p.hour_end + shard.hourly_ms + HOUR_MS)
+  redis.call('PEXPIREAT', p.hour, string.format('%d', p.hour_end + shard.hourly_ms + HOUR_MS))
   fresh = set_bits(p.day, fresh)
   if #fresh == 0 then return end
   new_day_of().mark_new_day(shard, p, fresh, assigned)
@@ -125,7 +125,7 @@ end
 local function sessions_full(leases, user, user_id, session_id, now, window_ms, max_sessions)
   local score = tonumber(redis.call('ZSCORE', user.sessions, session_id))
   if score and session_live(leases, score, now, window_ms) then return false end
-  local live = redis.call('ZCOUNT', user.sessions, now - window_ms, '+inf')
+  local live = redis.call('ZCOUNT', user.sessions, string.format('%d', now - window_ms), '+inf')
   -- Counted again without the sessions of leases that lapsed unswept, only when it matters.
   if live >= max_sessions then live = #live_sessions(leases, user, now, window_ms) / 2 end
   if live == 0 and session_id ~= DEFAULT_SESSION and live_expiry(leases, user.online, user_id, now) then
@@ -136,20 +136,22 @@ end
 
 -- Records that a session of the user was active at t_ms, which activity_refused allowed: the
 -- user's bit in the bitmaps of the periods holding t_ms (mark_periods) and their lastSeen
--- (which never moves backwards).
-local function mark_activity(keys, user_id, t_ms, boundaries, shard)
+-- (which never moves backwards), unless `seen_later`: the caller writes the lastSeen itself
+-- afterwards (a held session's score), whatever this would have written.
+local function mark_activity(keys, user_id, t_ms, boundaries, shard, seen_later)
   local index, assigned = user_index(keys.index, keys.next, keys.free, user_id)
   mark_periods(shard, periods_of(shard, keys.days, boundaries, t_ms), {index}, {[index] = assigned})
-  redis.call('ZADD', keys.last_seen, 'LT', -t_ms, user_id)
+  if not seen_later then redis.call('ZADD', keys.last_seen, 'LT', string.format('%d', -t_ms), user_id) end
 end
 
 -- Gives a user whose default session is kept by their online entry alone a session key that
 -- holds it, before a change that needs the key (another session, a kick). The key has no
 -- expiry yet: the caller sets it with expire_with_newest once it is done reading the key.
 local function keep_default_in_key(leases, online_key, sessions_key, user_id, window_ms, now)
-  if redis.call('EXISTS', sessions_key) == 1 then return end
+  -- The online entry first: the call has read it (settle), so a user offline, whom an open or
+  -- a touch brings online, costs no command here.
   local expiry = live_expiry(leases, online_key, user_id, now)
-  if not expiry then return end
+  if not expiry or redis.call('EXISTS', sessions_key) == 1 then return end
   redis.call('ZADD', sessions_key, expiry - window_ms, DEFAULT_SESSION)
 end
 
@@ -169,10 +171,11 @@ end
 
 -- Records activity of the session at t_ms (never moving a time backwards: a held session
 -- keeps its held score, so activity moves only lastSeen), and returns 1 if the user is online
--- afterwards, else 0. Their lapsed sessions must have been ended first (settle).
+-- afterwards, else 0, and then the sessions key as refresh_online read it. Their lapsed
+-- sessions must have been ended first (settle).
 local function record_session(user, user_id, session_id, t_ms, now, window_ms)
   if t_ms >= now - window_ms then
-    redis.call('ZADD', user.sessions, 'GT', t_ms, session_id)
+    redis.call('ZADD', user.sessions, 'GT', string.format('%d', t_ms), session_id)
   end
   return refresh_online(user, user_id, now, window_ms, nil)
 end

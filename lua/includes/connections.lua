@@ -17,10 +17,10 @@
 -- A script that knows statuses sets `statuses` (includes/status.lua, statuses_of), whose
 -- functions these call besides: offline(user_id) when a user's online entry goes,
 -- online_moved(user_id) after any write of it (an entry made, moved or removed),
--- tidy(user_id) when their sessions key got its expiry; status(user_id, ending_ids) is the
--- user's status as if the sessions ending_ids were still live (to compare with the status
--- once they ended), and look(kind, user_id, online) an event's look at this moment
--- (add_event's `look`).
+-- tidy(user_id, expire_at) when their sessions key got its expiry or went (tidy_extras);
+-- status(user_id, ending_ids) is the user's status as if the sessions ending_ids were still
+-- live (to compare with the status once they ended), and look(kind, user_id, online) an
+-- event's look at this moment (add_event's `look`).
 
 local function lease_owners_key(leases) return leases.names.lease_owners end
 local function lease_users_key(leases, slot) return leases.names.lease_users_prefix .. slot end
@@ -50,10 +50,10 @@ local function session_live(leases, score, now, window_ms)
   return score + window_ms >= now
 end
 
--- The user's live sessions {id, activity_ms, ...}: a held one's activity is the present;
+-- The live sessions among `rows`, a user's sessions key read from the window's start by
+-- ZRANGEBYSCORE ... WITHSCORES: {id, activity_ms, ...}, a held one's activity the present;
 -- and their scores as kept, in the same order.
-local function live_sessions(leases, user, now, window_ms)
-  local rows = redis.call('ZRANGEBYSCORE', user.sessions, now - window_ms, '+inf', 'WITHSCORES')
+local function live_of_rows(leases, rows, now, window_ms)
   local live, scores = {}, {}
   for i = 1, #rows, 2 do
     local score = tonumber(rows[i + 1])
@@ -64,6 +64,12 @@ local function live_sessions(leases, user, now, window_ms)
     end
   end
   return live, scores
+end
+
+-- The user's live sessions and their scores (live_of_rows).
+local function live_sessions(leases, user, now, window_ms)
+  local rows = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', now - window_ms), '+inf', 'WITHSCORES')
+  return live_of_rows(leases, rows, now, window_ms)
 end
 
 -- Users' bit indexes in the day bitmaps (includes/activity.lua, user_index), as read or
@@ -83,7 +89,7 @@ end
 -- Records that the user holds a session under `slot`.
 local function hold_in_slot(leases, user, user_id, slot)
   redis.call('SADD', lease_users_key(leases, slot), user_id)
-  redis.call('SETBIT', lease_bits_key(leases, slot), index_of(user.index, user_id), 1)
+  redis.call('SETBIT', lease_bits_key(leases, slot), index_of(user.index, user_id), '1')
 end
 
 -- After one of the user's sessions under `slot` went: the lease forgets the user once none
@@ -93,7 +99,7 @@ local function forget_if_last(leases, user, user_id, slot, keep_bit)
   if redis.call('ZCOUNT', user.sessions, score, score) > 0 then return end
   redis.call('SREM', lease_users_key(leases, slot), user_id)
   local index = not keep_bit and index_of(user.index, user_id)
-  if index then redis.call('SETBIT', lease_bits_key(leases, slot), index, 0) end
+  if index then redis.call('SETBIT', lease_bits_key(leases, slot), index, '0') end
 end
 
 -- A session key expires once its newest session is no longer live. The script sets that
@@ -112,56 +118,66 @@ end
 -- ended their last held session ended, if that happened (their lastSeen then, unless a touched
 -- session's activity is later). Sets the expiry of their sessions
 -- key: none while a session is held (or, with user.defer_expiry, leaves it to the caller in
--- user.expire_at). Returns 1 if the user is online, else 0.
+-- user.expire_at). Returns 1 if the user is online, else 0; and the sessions key as it is left,
+-- read from the window's start (live_of_rows' `rows`), when it is not deleted.
 local function refresh_online(user, user_id, now, window_ms, ended_ms)
-  local cutoff = now - window_ms
+  -- Numbers go to Redis as strings made here: Redis formats a number argument with
+  -- snprintf('%.17g'), several times slower than string.format('%d').
+  local cutoff = string.format('%d', now - window_ms)
   redis.call('ZREMRANGEBYSCORE', user.sessions, '-inf', '(' .. cutoff)
-  local held = redis.call('ZRANGEBYSCORE', user.sessions, string.format('%d', HELD), '+inf', 'WITHSCORES')
-  local slot, slots = nil, 0
-  for i = 2, #held, 2 do
-    -- Ordered by score, so each slot's sessions are next to each other.
-    local this = tonumber(held[i]) - HELD
-    if this ~= slot then slot, slots = this, slots + 1 end
+  -- What is left, by score: the touched sessions (the newest last), then the held ones.
+  local rows = redis.call('ZRANGEBYSCORE', user.sessions, cutoff, '+inf', 'WITHSCORES')
+  local slot, slots, newest = nil, 0, nil
+  for i = 2, #rows, 2 do
+    local kept = tonumber(rows[i])
+    if kept >= HELD then
+      -- Ordered by score, so each slot's sessions are next to each other.
+      local this = kept - HELD
+      if this ~= slot then slot, slots = this, slots + 1 end
+    else
+      newest = kept
+    end
   end
-  local touched = redis.call('ZREVRANGEBYSCORE', user.sessions, string.format('(%d', HELD), cutoff, 'WITHSCORES', 'LIMIT', 0, 1)
   local was = online_score(user.online, user_id)
   local score = nil
-  if slots == 1 and #touched == 0 then
+  if slots == 1 and not newest then
     score = HELD + slot
   elseif slots > 0 then
     score = HELD
-  elseif #touched > 0 then
-    score = tonumber(touched[2]) + window_ms
+  elseif newest then
+    score = newest + window_ms
   end
   online_written(user.online, user_id, score or false)
   if score then
-    redis.call('ZADD', user.online, score, user_id)
+    redis.call('ZADD', user.online, string.format('%d', score), user_id)
   else
     redis.call('ZREM', user.online, user_id)
     if user.statuses then user.statuses.offline(user_id) end
   end
   if user.statuses then user.statuses.online_moved(user_id) end
   if slots > 0 then
-    redis.call('ZADD', user.last_seen, -score, user_id)
+    redis.call('ZADD', user.last_seen, string.format('%d', -score), user_id)
     redis.call('PERSIST', user.sessions)
     redis.call('PERSIST', user.conn)
     if user.statuses then user.statuses.tidy(user_id, -1) end
-    return 1
+    return 1, rows
   end
   redis.call('DEL', user.conn)
   if was and held_slot(was) then
     -- When the hold ended, or the latest activity of a touched session if that came later
     -- (a lease renewed last before it and lapsed since): never back before it.
     local last = ended_ms or now
-    if #touched > 0 then last = math.max(last, tonumber(touched[2])) end
-    redis.call('ZADD', user.last_seen, -last, user_id)
+    if newest then last = math.max(last, newest) end
+    redis.call('ZADD', user.last_seen, string.format('%d', -last), user_id)
   end
-  if #touched > 0 then
-    user.expire_at = tonumber(touched[2]) + window_ms + 1
-    if not user.defer_expiry then expire_with_newest(user.sessions, tonumber(touched[2]), window_ms) end
+  if newest then
+    user.expire_at = newest + window_ms + 1
+    if not user.defer_expiry then expire_with_newest(user.sessions, newest, window_ms) end
   end
-  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id) end
-  return score and 1 or 0
+  -- No session held or live: the key's other members went above, so Redis has deleted it.
+  if user.statuses and not user.defer_expiry then user.statuses.tidy(user_id, not newest and -2 or nil) end
+  if not score then return 0 end
+  return 1, rows
 end
 
 -- Ends the user's sessions held under leases that have lapsed (their process died, or

@@ -20,12 +20,12 @@ local FEED_KINDS = {ONLINE = true, OFFLINE = true, KICKED = true, STATUS = true,
   JOINED = true, UPDATED = true, LEFT = true}
 
 -- The feed of a script's shard options (includes/options.lua): its key, the hash of users'
--- versions and where earlier releases kept them, its retention and length, and
--- how long a version outlives its user's last change (the user's retention or the feed's,
--- whichever is longer).
+-- versions and where earlier releases kept them, its retention and length (a string, as XADD
+-- takes it), and how long a version outlives its user's last change (the user's retention or
+-- the feed's, whichever is longer).
 local function feed_of(shard)
   return {key = shard.feed, versions = shard.versions, version_prefix = shard.version_prefix,
-    retention_ms = shard.feed_retention_ms, max_changes = shard.feed_max_changes,
+    retention_ms = shard.feed_retention_ms, max_changes = string.format('%d', shard.feed_max_changes),
     version_ms = math.max(shard.retention_ms, shard.feed_retention_ms)}
 end
 
@@ -123,7 +123,7 @@ local function keep_versions(feed, versions, changed, now)
     local version = versions[user_id]
     local text = texts[version]
     if not text then
-      text = version .. expiry
+      text = string.format('%d', version) .. expiry
       texts[version] = text
     end
     args[n + 1], args[n + 2] = user_id, text

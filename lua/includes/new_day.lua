@@ -42,11 +42,15 @@ local function more_periods(p)
   local shard, label = p.shard, string.sub(p.day, -10)
   local n = day_number(label)
   local weekday = (n + 3) % 7
-  local week, month = week_and_month(n)
+  -- The week's Monday, and the month and its days left from the label itself: formatting
+  -- dates is most of this function's time.
+  local week, month = day_label(n - weekday), string.sub(label, 1, 7)
   local y, m = tonumber(string.sub(label, 1, 4)), tonumber(string.sub(label, 6, 7))
-  local next_month = m == 12 and string.format('%04d-01-01', y + 1) or string.format('%04d-%02d-01', y, m + 1)
+  local leap = y % 4 == 0 and y % 100 ~= 0 or y % 400 == 0
+  local month_days = m == 2 and (leap and 29 or 28) or 30 + (m + math.floor(m / 8)) % 2
+  local days_left = month_days - tonumber(string.sub(label, 9, 10))
   local week_end = p.day_end + (6 - weekday) * DAY_MS + shard.analytics_ms + HOUR_MS
-  local month_end = p.day_end + (day_number(next_month) - n - 1) * DAY_MS + shard.analytics_ms + HOUR_MS
+  local month_end = p.day_end + days_left * DAY_MS + shard.analytics_ms + HOUR_MS
   p.number = n
   p.kept = {
     {p.hour, p.hour_end + shard.hourly_ms + HOUR_MS},
@@ -124,10 +128,15 @@ local function mark_first_day(shard, p, indexes, assigned)
   end
   if #newcomers == 0 then return end
   local number = string.format('%d', p.number)
-  call_chunked('BITFIELD', shard.first_days, nil, #newcomers, function(args, k, i)
-    args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], number
-    return k + 4
-  end)
+  if #newcomers == 1 then
+    -- A call's one user (a touch, a session's open or close): no arguments' table to build.
+    redis.call('BITFIELD', shard.first_days, 'SET', 'u16', '#' .. newcomers[1], number)
+  else
+    call_chunked('BITFIELD', shard.first_days, nil, #newcomers, function(args, k, i)
+      args[k + 1], args[k + 2], args[k + 3], args[k + 4] = 'SET', 'u16', '#' .. newcomers[i], number
+      return k + 4
+    end)
+  end
   local first_day = p.firsts[1]
   -- A backfill into a day that has ended may meet its list.
   first_bitmap_again(first_day[1])
@@ -150,7 +159,7 @@ end
 -- was not set before.
 local function mark_new_day(shard, p, fresh, assigned)
   more_periods(p)
-  redis.call('PEXPIREAT', p.day, p.kept[2][2])
+  redis.call('PEXPIREAT', p.day, string.format('%d', p.kept[2][2]))
   p.expiring = all_expiring(p)
   add_bits(p, p.kept[3], fresh, p.day)
   add_bits(p, p.kept[4], fresh, p.day)

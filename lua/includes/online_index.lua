@@ -125,15 +125,15 @@ local function index_remove(statuses, user_id, record)
   if fields[1] ~= 'v' then redis.call('ZREM', index_hidden_since_key(statuses), user_id) end
 end
 
--- Whether a record is a plain user's, kept with no entry in ix:users.
-local function is_plain(record) return #record_fields(record) == 3 and string.sub(record, 1, 9) == 'v\tONLINE\t' end
+-- Whether a record's fields are a plain user's, kept with no entry in ix:users.
+local function is_plain(fields) return #fields == 3 and fields[1] == 'v' and fields[2] == 'ONLINE' end
 
-local function index_add(statuses, user_id, record, last_seen)
-  local fields = record_fields(record)
+-- `fields`: the user's record's (record_fields).
+local function index_add(statuses, user_id, fields, last_seen)
   local since = string.format('%d', -tonumber(fields[3]))
   for _, key in ipairs(record_keys(statuses, fields, 'l')) do redis.call('ZADD', key, last_seen, user_id) end
   for _, key in ipairs(record_keys(statuses, fields, 's')) do redis.call('ZADD', key, since, user_id) end
-  redis.call('ZADD', index_ids_key(statuses, fields[1]), 0, user_id)
+  redis.call('ZADD', index_ids_key(statuses, fields[1]), '0', user_id)
   if fields[1] ~= 'v' then redis.call('ZADD', index_hidden_since_key(statuses), since, user_id) end
 end
 
@@ -147,17 +147,17 @@ local function index_sync(statuses, user_id, entry)
   local last_seen = new and entry and statuses.seen_scores[user_id]
   if new and last_seen == nil then last_seen = redis.call('ZSCORE', statuses.names.last_seen, user_id) end
   if new and not last_seen then new = nil end
-  if new and is_plain(new) then
+  local fields = new and record_fields(new)
+  if new and is_plain(fields) then
     -- No entry of their own: written whole (it may be new), and as is if it was.
     if old then
       index_remove(statuses, user_id, old)
       redis.call('HDEL', users_key, user_id)
     end
-    local fields = record_fields(new)
     local since = string.format('%d', -tonumber(fields[3]))
     redis.call('ZADD', ix_key(statuses, 'v', 's', 'st', 'ONLINE'), since, user_id)
     if redis.call('ZADD', ix_key(statuses, 'v', 'l', 'st', 'ONLINE'), last_seen, user_id) == 1 then
-      redis.call('ZADD', index_ids_key(statuses, 'v'), 0, user_id)
+      redis.call('ZADD', index_ids_key(statuses, 'v'), '0', user_id)
     end
     return
   end
@@ -168,14 +168,14 @@ local function index_sync(statuses, user_id, entry)
     redis.call('ZREM', ix_key(statuses, 'v', 's', 'st', 'ONLINE'), user_id)
   end
   if old and old == new then
-    for _, key in ipairs(record_keys(statuses, record_fields(new), 'l')) do
+    for _, key in ipairs(record_keys(statuses, fields, 'l')) do
       redis.call('ZADD', key, last_seen, user_id)
     end
     return
   end
   if old then index_remove(statuses, user_id, old) end
   if new then
-    index_add(statuses, user_id, new, last_seen)
+    index_add(statuses, user_id, fields, last_seen)
     redis.call('HSET', users_key, user_id, new)
   elseif old then
     redis.call('HDEL', users_key, user_id)

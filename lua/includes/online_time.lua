@@ -94,12 +94,22 @@ end
 -- the caller expires at expire_ms once it has added to them. Returns the key and whether it is
 -- the late additions.
 local function day_target(prefix, day, block, expire_ms)
-  local key = prefix .. 'd' .. day .. ':' .. block
+  local key = string.format('%sd%d:%d', prefix, day, block)
   if redis.call('EXISTS', key) == 1 then return key, false end
   if redis.call('EXISTS', prefix .. 'm' .. day) == 1 then return prefix .. 'l' .. day, true end
   redis.call('SET', key, string.rep('\0', 2 * BLOCK_USERS))
   redis.call('PEXPIREAT', key, expire_ms)
   return key, false
+end
+
+-- Adds a period's length (ms) and its bucket, both strings, to an op: hash (its hour's or its
+-- day's), which expires at expire_ms.
+local function add_length(key, expire_ms, length, bucket)
+  -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
+  local first = redis.call('HINCRBY', key, 'n', '1') == 1
+  redis.call('HINCRBY', key, 'ms', length)
+  redis.call('HINCRBY', key, bucket, '1')
+  if first then redis.call('PEXPIREAT', key, string.format('%d', expire_ms)) end
 end
 
 -- Records an online period of the user (their bit index, or nil for none) from start_ms to
@@ -123,22 +133,21 @@ local function record_period(names, zone, index, start_ms, end_ms)
           redis.call('HINCRBY', key, index, units)
           redis.call('PEXPIREAT', key, expire_ms)
         else
-          redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', '#' .. index % BLOCK_USERS, units)
+          redis.call('BITFIELD', key, 'OVERFLOW', 'SAT', 'INCRBY', 'u16', string.format('#%d', index % BLOCK_USERS),
+            string.format('%d', units))
         end
       end
       from, day = to, day + 1
     end
   end
-  local length_ms, bucket = end_ms - start_ms, bucket_of(end_ms - start_ms)
+  -- Numbers written out as strings by string.format, here and above: Redis formats a number
+  -- argument by snprintf('%.17g'), and Lua a number it joins to a string by '%.14g', both slower.
+  local length = string.format('%d', end_ms - start_ms)
+  local bucket = string.format('%d', bucket_of(end_ms - start_ms))
   local hour, utc_day = math.floor(end_ms / HOUR_MS), math.floor(end_ms / DAY_MS)
-  for _, key_end in ipairs({{hour, (hour + 1) * HOUR_MS}, {'d' .. utc_day, (utc_day + 1) * DAY_MS}}) do
-    local key = names.period_lengths_prefix .. key_end[1]
-    -- Its expiry is its period's: set once, by the write that makes it (n is then 1).
-    local first = redis.call('HINCRBY', key, 'n', 1) == 1
-    redis.call('HINCRBY', key, 'ms', length_ms)
-    redis.call('HINCRBY', key, bucket, 1)
-    if first then redis.call('PEXPIREAT', key, key_end[2] + keep_ms) end
-  end
+  add_length(string.format('%s%d', names.period_lengths_prefix, hour), (hour + 1) * HOUR_MS + keep_ms, length, bucket)
+  add_length(string.format('%sd%d', names.period_lengths_prefix, utc_day), (utc_day + 1) * DAY_MS + keep_ms, length,
+    bucket)
 end
 
 -- Clears the counters of a bit index that is to be handed out again (its user forgotten) in the

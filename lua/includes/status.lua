@@ -189,10 +189,14 @@ end
 
 -- Drops the extras of sessions no longer in the user's sessions key, and gives the extras
 -- key the sessions key's expiry: `expire_at` (ms) when the caller has just set it, -1 when it
--- has just taken it away (PERSIST), else as read.
+-- has just taken it away (PERSIST), -2 when the caller knows the key gone, else as read.
 -- A user left with no sessions key (their last session ended) loses the extras key whole.
 local function tidy_extras(statuses, user_id, expire_at)
   local key = extras_key(statuses, user_id)
+  if expire_at == -2 then
+    redis.call('DEL', key)
+    return
+  end
   -- Its fields read at once (one a session of the user), none meaning no key to tidy.
   local ids = redis.call('HKEYS', key)
   if #ids == 0 then return end
@@ -289,7 +293,7 @@ end
 
 -- Records that the user came online through activity at t_ms: their onlineSince.
 local function came_online(statuses, user_id, t_ms)
-  redis.call('ZADD', since_key(statuses), -t_ms, user_id)
+  redis.call('ZADD', since_key(statuses), string.format('%d', -t_ms), user_id)
   since_changed(statuses, user_id, t_ms)
   if statuses.since_written then statuses.since_written[user_id] = t_ms end
 end
@@ -363,14 +367,25 @@ local function track_activity(statuses, user_id)
   end
 end
 
+-- After live_written: keeps the user's live sessions as live_of_now would read them, from what
+-- refresh_online returned (online 0|1, and the sessions key as it left it and read it): none
+-- once offline (the key deleted, the online entry gone).
+local function live_refreshed(statuses, user, user_id, now, window_ms, online, rows)
+  if user.online ~= statuses.online_key or now ~= statuses.now or window_ms ~= statuses.window_ms then return end
+  local live, scores = {}, nil
+  if online == 1 then live, scores = live_of_rows(statuses.leases, rows, now, window_ms) end
+  statuses.live_kept[user_id] = {live = live, scores = scores}
+end
+
 -- refresh_online (includes/connections.lua) as the script's last write of the user's sessions,
 -- online entry and extras (live_written), then track_activity from the sessions read once for
--- it and what follows. Returns what refresh_online returns.
+-- it and what follows. Returns 1 if the user is online, else 0.
 local function refresh_last(statuses, user, user_id, now, window_ms, ended_ms)
   statuses.track_later = true
-  local online = refresh_online(user, user_id, now, window_ms, ended_ms)
+  local online, rows = refresh_online(user, user_id, now, window_ms, ended_ms)
   statuses.track_later = false
   live_written(statuses)
+  live_refreshed(statuses, user, user_id, now, window_ms, online, rows)
   track_activity(statuses, user_id)
   return online
 end
