@@ -231,6 +231,20 @@ async def test_what_is_kept_beside_sessions_goes_with_the_last_one(
     assert (await store.presence("alice")).sessions[0].device == "web"
 
 
+async def test_what_is_kept_beside_held_sessions_goes_when_the_last_one_closes(
+    store: PresenceStore, redis: Redis
+) -> None:
+    phone = (await store.open_session("alice", "phone", device="ios")).held
+    tab = (await store.open_session("alice", "tab", device="web")).held
+    assert sorted(await redis.hkeys(KEYS.session_extras("alice"))) == ["phone", "tab"]
+    await store.close_session(phone)
+    assert await redis.hkeys(KEYS.session_extras("alice")) == ["tab"]
+    assert [s.device for s in (await store.presence("alice")).sessions] == ["web"]
+    await store.close_session(tab)
+    assert not (await store.presence("alice")).online
+    assert not await redis.exists(KEYS.session_extras("alice"))
+
+
 async def test_kick_of_one_session_keeps_the_others(store: PresenceStore) -> None:
     await store.touch("alice", "laptop", at=ago(seconds=59.7))
     phone = await store.touch("alice", "phone")
