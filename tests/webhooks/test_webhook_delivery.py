@@ -793,4 +793,9 @@ async def test_a_delivery_that_begins_to_wait_during_a_look_still_gets_what_came
 
 
 def _looked_past_ann(tips: ShardTips) -> bool:
-    return any(one.seen != one.progress.position for one in tips._waiting[0].values())
+    """Whether a look has read ann's change for the delivery waiting already."""
+    return any(
+        change is not None and change.user_id == "ann"
+        for one in tips._waiting[0].values()
+        for _, change in one.entries or ()
+    )
