@@ -388,9 +388,10 @@ class Deliveries:
         """Takes the leases of the enabled webhooks' deliveries, keeps those held, gives up
         the others: the fair share, and the deliveries held (None: no lease wanted or held)."""
         holding: set[tuple[str, int]] = set()
+        leaving = give_up | set(self._stopping)
         for again in (False, True):
             wanted = {
-                (webhook.id, shard): (webhook.id, shard) not in give_up | set(self._stopping)
+                (webhook.id, shard): (webhook.id, shard) not in leaving
                 for webhook in self._enabled
                 for shard in range(self.feed.shards)
             }
